@@ -1,0 +1,63 @@
+"""trunner: a Trio-native distributed task runner on Redis Streams."""
+
+from ._context import current_message
+from ._redis.connect import redact_url
+from ._redis.memory import forget_memory_server
+from .client import Client, open_client
+from .config import FailedTaskHandler, RunnerConfig
+from .errors import (
+    BackendError,
+    InvalidMessage,
+    InvalidPayload,
+    MaxRetryExceeded,
+    PayloadTooLarge,
+    RedisCommandError,
+    RedisUnavailable,
+    ReservationLost,
+    RunnerAlreadyStarted,
+    RunnerCrashed,
+    RunnerNotRunning,
+    TaskFailed,
+    TaskNotFound,
+    TrunnerError,
+)
+from .keys import Keys
+from .message import TaskMessage
+from .runner import Runner, open_runner
+from .stats import RunnerState, RunnerStatistics
+from .task import Task, TaskRegistry
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BackendError",
+    "Client",
+    "FailedTaskHandler",
+    "InvalidMessage",
+    "InvalidPayload",
+    "Keys",
+    "MaxRetryExceeded",
+    "PayloadTooLarge",
+    "RedisCommandError",
+    "RedisUnavailable",
+    "ReservationLost",
+    "Runner",
+    "RunnerAlreadyStarted",
+    "RunnerConfig",
+    "RunnerCrashed",
+    "RunnerNotRunning",
+    "RunnerState",
+    "RunnerStatistics",
+    "Task",
+    "TaskFailed",
+    "TaskMessage",
+    "TaskNotFound",
+    "TaskRegistry",
+    "TrunnerError",
+    "__version__",
+    "current_message",
+    "forget_memory_server",
+    "open_client",
+    "open_runner",
+    "redact_url",
+]

@@ -1,0 +1,207 @@
+"""The stream operations of one consumer group, as typed Trio calls.
+
+Each state transition of a message is one command or one script (``lua/``), and every key a
+script touches is passed in KEYS (all in the group's hash slot).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import attrs
+
+from ..errors import RedisCommandError
+from ..keys import RELEASED_CONSUMER, Keys
+from ..message import PAYLOAD_FIELD
+from .scripts import SCRIPTS
+from .transport import Arg, Reader, Transport
+
+__all__ = ["MAX_IDS_PER_CALL", "Broker", "RawEntry"]
+
+#: The most ids or payloads one script call carries; larger batches are split.
+MAX_IDS_PER_CALL = 1000
+#: Idle time given to released entries: far above any reclaim delay.
+RELEASED_IDLE_MS = 10 * 365 * 24 * 3600 * 1000
+
+
+@attrs.frozen
+class RawEntry:
+    """A stream entry as delivered: id, flat field list, and its delivery count."""
+
+    message_id: str
+    fields: list[bytes] | None
+    deliveries: int = 1
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _chunks(items: Sequence[Any], size: int = MAX_IDS_PER_CALL) -> Iterable[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _entries(raw: Any, deliveries: int = 1) -> list[RawEntry]:
+    return [RawEntry(_s(e[0]), list(e[1]) if e[1] else None, deliveries) for e in raw or ()]
+
+
+class Broker:
+    def __init__(self, transport: Transport, keys: Keys, *, delete_on_ack: bool = True) -> None:
+        self.transport = transport
+        self.keys = keys
+        self.group = keys.group
+        self._delete = "1" if delete_on_ack else "0"
+
+    @property
+    def description(self) -> str:
+        return self.transport.description
+
+    async def _script(self, name: str, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        return await self.transport.evalsha(getattr(SCRIPTS, name), keys, args)
+
+    # -- set-up -----------------------------------------------------------------------------
+
+    async def load_scripts(self) -> None:
+        await self.transport.pipeline([("SCRIPT", "LOAD", s.source) for s in SCRIPTS.all()])
+
+    async def ensure_group(self) -> None:
+        """Create the stream and the consumer group if missing (from the stream's start)."""
+        try:
+            await self.transport.execute(
+                "XGROUP", "CREATE", self.keys.stream, self.group, "0", "MKSTREAM"
+            )
+        except RedisCommandError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    # -- producing --------------------------------------------------------------------------
+
+    async def enqueue(self, data: bytes) -> str:
+        return _s(await self.transport.execute("XADD", self.keys.stream, "*", PAYLOAD_FIELD, data))
+
+    async def enqueue_many(self, datas: Sequence[bytes]) -> list[str]:
+        ids: list[str] = []
+        for chunk in _chunks(datas):
+            reply = await self._script("enqueue_many", [self.keys.stream], chunk)
+            ids.extend(_s(i) for i in reply)
+        return ids
+
+    async def schedule(self, data: bytes, due_ms: int) -> None:
+        await self.transport.execute("ZADD", self.keys.delayed, due_ms, data)
+
+    # -- consuming --------------------------------------------------------------------------
+
+    def open_reader(self, name: str) -> Reader:
+        return self.transport.open_reader(name)
+
+    async def read(self, reader: Reader, consumer: str, count: int, block: float) -> list[RawEntry]:
+        reply = await reader.xreadgroup(self.group, consumer, self.keys.stream, count, block)
+        if not reply:
+            return []
+        return _entries(reply[0][1])
+
+    async def reclaim(
+        self, consumer: str, min_idle_ms: int, cursor: str, count: int
+    ) -> tuple[str, list[RawEntry]]:
+        reply = await self._script(
+            "reclaim", [self.keys.stream], [self.group, consumer, min_idle_ms, cursor, count]
+        )
+        entries = [RawEntry(_s(e[0]), list(e[1]) or None, int(e[2])) for e in reply[1]]
+        return _s(reply[0]), entries
+
+    async def ack(self, ids: Sequence[str]) -> int:
+        acked = 0
+        for chunk in _chunks(ids):
+            acked += int(
+                await self._script("ack", [self.keys.stream], [self.group, self._delete, *chunk])
+            )
+        return acked
+
+    async def retry(self, message_id: str, due_ms: int, data: bytes) -> bool:
+        reply = await self._script(
+            "retry",
+            [self.keys.stream, self.keys.delayed],
+            [self.group, self._delete, message_id, due_ms, data],
+        )
+        return bool(reply)
+
+    async def dead_letter(
+        self, message_id: str, fields: Sequence[tuple[str, Arg]], maxlen: int | None
+    ) -> str | None:
+        flat: list[Arg] = [x for pair in fields for x in pair]
+        reply = await self._script(
+            "dead_letter",
+            [self.keys.stream, self.keys.dead],
+            [self.group, self._delete, message_id, maxlen or 0, *flat],
+        )
+        return _s(reply) if reply else None
+
+    async def heartbeat(self, consumer: str, ids: Sequence[str]) -> list[str]:
+        """Extend the reservations of ``ids``; return those that are no longer ours."""
+        lost: list[str] = []
+        for chunk in _chunks(ids):
+            reply = await self._script(
+                "heartbeat", [self.keys.stream], [self.group, consumer, *chunk]
+            )
+            lost.extend(_s(i) for i in reply)
+        return lost
+
+    async def release(self, consumer: str, entries: Sequence[tuple[str, bool]]) -> int:
+        """Release ``(id, give_back_delivery)`` entries of ``consumer`` for immediate reclaim."""
+        released = 0
+        for chunk in _chunks(entries, MAX_IDS_PER_CALL // 2):
+            flat: list[Arg] = [x for mid, undo in chunk for x in (mid, int(undo))]
+            released += int(
+                await self._script(
+                    "release",
+                    [self.keys.stream],
+                    [self.group, consumer, RELEASED_CONSUMER, RELEASED_IDLE_MS, *flat],
+                )
+            )
+        return released
+
+    async def pending_ids(
+        self, consumer: str, *, start: str = "-", count: int = MAX_IDS_PER_CALL
+    ) -> list[str]:
+        """Ids of up to ``count`` entries pending for ``consumer``, from ``start`` on."""
+        reply = await self.transport.execute(
+            "XPENDING", self.keys.stream, self.group, start, "+", count, consumer
+        )
+        return [_s(e[0]) for e in reply or ()]
+
+    async def delete_consumer_if_idle(self, consumer: str) -> bool:
+        return bool(
+            await self._script("delete_consumer", [self.keys.stream], [self.group, consumer])
+        )
+
+    # -- delayed ----------------------------------------------------------------------------
+
+    async def move_due(self, now_ms: int, limit: int) -> tuple[int, float | None]:
+        """Move up to ``limit`` due entries; return (moved, earliest remaining due ms)."""
+        reply = await self._script(
+            "move_due", [self.keys.delayed, self.keys.stream], [now_ms, limit]
+        )
+        moved = int(reply[0])
+        nxt = float(reply[1]) if len(reply) > 1 and reply[1] is not None else None
+        return moved, nxt
+
+    # -- inspection -------------------------------------------------------------------------
+
+    async def queue_length(self) -> int:
+        return int(await self.transport.execute("XLEN", self.keys.stream))
+
+    async def pending_count(self) -> int:
+        reply = await self.transport.execute("XPENDING", self.keys.stream, self.group)
+        return int(reply[0]) if reply else 0
+
+    async def delayed_count(self) -> int:
+        return int(await self.transport.execute("ZCARD", self.keys.delayed))
+
+    async def dead_count(self) -> int:
+        return int(await self.transport.execute("XLEN", self.keys.dead))
+
+    async def dead_entries(self, count: int = 100) -> list[RawEntry]:
+        reply = await self.transport.execute("XRANGE", self.keys.dead, "-", "+", "COUNT", count)
+        return _entries(reply)

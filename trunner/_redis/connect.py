@@ -1,0 +1,93 @@
+"""Opening a transport from a URL."""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import trio
+
+from ..errors import RedisUnavailable
+from .memory import MemoryTransport
+from .transport import AsyncioTransport, Transport
+
+__all__ = ["SUPPORTED_SCHEMES", "open_transport", "redact_url"]
+
+SUPPORTED_SCHEMES = ("redis", "rediss", "unix", "memory")
+
+#: Bound on closing connections at shutdown.
+CLOSE_TIMEOUT = 5.0
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password replaced by ``***``."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    user = parts.username or ""
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+
+
+def _check_url(url: object) -> str:
+    if not isinstance(url, str):
+        raise TypeError(f"redis must be a URL string, got {type(url).__name__}")
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme not in SUPPORTED_SCHEMES:
+        raise ValueError(
+            f"unsupported Redis URL {redact_url(url)!r}: use one of "
+            + ", ".join(f"{s}://" for s in SUPPORTED_SCHEMES)
+        )
+    if scheme == "memory" and not url[len("memory://") :]:
+        raise ValueError("a memory:// URL needs a name, e.g. memory://demo")
+    return scheme
+
+
+@asynccontextmanager
+async def open_transport(
+    url: str,
+    *,
+    client_name: str,
+    max_connections: int,
+    connect_timeout: float,
+) -> AsyncIterator[Transport]:
+    """Open a transport for ``url`` and check that Redis answers within ``connect_timeout``."""
+    scheme = _check_url(url)
+    transport: Transport
+    if scheme == "memory":
+        transport = MemoryTransport(url[len("memory://") :])
+        try:
+            yield transport
+        finally:
+            await transport.aclose()
+        return
+
+    import trio_asyncio  # noqa: PLC0415 - only needed for real servers
+
+    async with trio_asyncio.open_loop() as loop:
+        transport = AsyncioTransport(
+            loop,
+            url,
+            description=redact_url(url),
+            client_name=client_name,
+            max_connections=max_connections,
+            connect_timeout=connect_timeout,
+        )
+        try:
+            await _check_reachable(transport, connect_timeout)
+            yield transport
+        finally:
+            with trio.move_on_after(CLOSE_TIMEOUT, shield=True):
+                await transport.aclose()
+
+
+async def _check_reachable(transport: Transport, limit: float) -> None:
+    where = transport.description
+    try:
+        with trio.fail_after(limit):
+            await transport.execute("PING")
+    except trio.TooSlowError:
+        raise RedisUnavailable(f"Redis at {where} did not answer within {limit} s") from None
+    except RedisUnavailable as exc:
+        raise RedisUnavailable(f"cannot reach Redis at {where}: {exc}") from exc

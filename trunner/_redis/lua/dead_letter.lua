@@ -1,0 +1,19 @@
+-- Give up on a message: acknowledge it and copy it to the dead-letter stream, atomically.
+-- KEYS[1]  the task stream
+-- KEYS[2]  the dead-letter stream
+-- ARGV[1]  the consumer group
+-- ARGV[2]  '1' to XDEL the entry
+-- ARGV[3]  the entry id
+-- ARGV[4]  approximate cap of the dead-letter stream ('0': no cap)
+-- ARGV[5..] field/value pairs of the dead-letter entry
+-- Returns  the dead-letter entry id; false when the entry was no longer pending
+if redis.call('XACK', KEYS[1], ARGV[1], ARGV[3]) == 0 then
+  return false
+end
+if ARGV[2] == '1' then
+  redis.call('XDEL', KEYS[1], ARGV[3])
+end
+if ARGV[4] == '0' then
+  return redis.call('XADD', KEYS[2], '*', unpack(ARGV, 5))
+end
+return redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', unpack(ARGV, 5))

@@ -1,0 +1,140 @@
+"""``memory://NAME``: an in-process fakeredis server, shared by name within the process.
+
+Commands run synchronously on the fake server (it is in memory), behind a Trio checkpoint.
+Blocking reads are emulated without fakeredis's own blocking: a reader polls with a
+non-blocking XREADGROUP and parks until another command through any memory transport of the
+same server has run (or its BLOCK time passes). Writes made to the fake server behind
+trunner's back are seen at the latest when the BLOCK time passes.
+
+One server should be used by one Trio run at a time.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import fakeredis
+import redis.exceptions
+import trio
+
+from .transport import Arg, Reader, Transport, translate_error
+
+__all__ = ["MemoryTransport", "forget_memory_server", "memory_server_names"]
+
+
+class _MemoryServer:
+    def __init__(self) -> None:
+        self.server = fakeredis.FakeServer()
+        self.lot = trio.lowlevel.ParkingLot()
+
+    def notify(self) -> None:
+        if self.lot:
+            self.lot.unpark_all()
+
+
+_servers: dict[str, _MemoryServer] = {}
+_servers_lock = threading.Lock()
+
+
+def _server(name: str) -> _MemoryServer:
+    with _servers_lock:
+        server = _servers.get(name)
+        if server is None:
+            server = _servers[name] = _MemoryServer()
+        return server
+
+
+def forget_memory_server(name: str) -> bool:
+    """Drop the in-process server ``name`` and its data; return whether it existed."""
+    with _servers_lock:
+        return _servers.pop(name, None) is not None
+
+
+def memory_server_names() -> list[str]:
+    with _servers_lock:
+        return sorted(_servers)
+
+
+def _client(server: _MemoryServer) -> Any:
+    client = fakeredis.FakeRedis(server=server.server, protocol=2)
+    client.response_callbacks.clear()
+    return client
+
+
+class MemoryTransport(Transport):
+    def __init__(self, name: str) -> None:
+        self.description = f"memory://{name}"
+        self._server = _server(name)
+        self._client = _client(self._server)
+        self._readers: set[_MemoryReader] = set()
+
+    def _run(self, args: Sequence[Arg]) -> Any:
+        try:
+            return self._client.execute_command(*args)
+        except redis.exceptions.RedisError as exc:
+            raise translate_error(exc, str(args[0])) from exc
+        finally:
+            self._server.notify()
+
+    async def execute(self, *args: Arg) -> Any:
+        await trio.lowlevel.checkpoint()
+        return self._run(args)
+
+    async def pipeline(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
+        await trio.lowlevel.checkpoint()
+        replies: list[Any] = []
+        for command in commands:
+            try:
+                replies.append(self._run(command))
+            except Exception as exc:  # noqa: BLE001 - each reply or error in its place
+                replies.append(exc)
+        return replies
+
+    def open_reader(self, name: str) -> Reader:
+        reader = _MemoryReader(self._server)
+        self._readers.add(reader)
+        return reader
+
+    async def aclose(self) -> None:
+        for reader in self._readers:
+            await reader.aclose()
+        self._readers.clear()
+        self._client.close()
+        await trio.lowlevel.checkpoint()
+
+
+class _MemoryReader(Reader):
+    def __init__(self, server: _MemoryServer) -> None:
+        self._server = server
+        self._client = _client(server)
+        self._interrupted = False
+
+    async def xreadgroup(
+        self, group: str, consumer: str, stream: str, count: int, block: float
+    ) -> Any:
+        deadline = trio.current_time() + block
+        self._interrupted = False
+        while True:
+            await trio.lowlevel.checkpoint()
+            try:
+                reply = self._client.execute_command(
+                    "XREADGROUP", "GROUP", group, consumer, "COUNT", count,
+                    "STREAMS", stream, ">",
+                )  # fmt: skip
+            except redis.exceptions.RedisError as exc:
+                raise translate_error(exc, "XREADGROUP") from exc
+            if reply or self._interrupted or trio.current_time() >= deadline:
+                return reply
+            with trio.move_on_at(deadline):
+                await self._server.lot.park()
+
+    async def interrupt(self) -> None:
+        self._interrupted = True
+        self._server.notify()
+        await trio.lowlevel.checkpoint()
+
+    async def aclose(self) -> None:
+        self._client.close()
+        await trio.lowlevel.checkpoint()

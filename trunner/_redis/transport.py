@@ -1,0 +1,251 @@
+"""Transports: the only place where commands cross into a Redis client.
+
+Two implementations share one Trio-facing interface:
+
+* :class:`AsyncioTransport` runs redis-py's asyncio client on a trio-asyncio loop that the
+  transport owns. Control traffic goes through a blocking connection pool; every blocking
+  reader gets a dedicated connection of its own, so a blocked XREADGROUP never starves a
+  lease renewal or an acknowledgement (REDIS-NOTES trap 4).
+* :class:`~trunner._redis.memory.MemoryTransport` runs fakeredis in-process.
+
+Every error of the client library is translated into :mod:`trunner.errors` here.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, TypeVar
+
+import redis.asyncio
+import redis.exceptions
+import trio
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from ..errors import BackendError, RedisCommandError, RedisUnavailable
+from .scripts import Script
+
+__all__ = ["Arg", "AsyncioTransport", "Reader", "Transport", "translate_error"]
+
+Arg = str | bytes | int | float
+T = TypeVar("T")
+
+
+def translate_error(exc: BaseException, where: str) -> BaseException:
+    """Map an exception of the client library onto trunner's own (others pass through)."""
+    if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
+        return RedisUnavailable(f"{where}: {exc}")
+    if isinstance(exc, OSError | asyncio.TimeoutError | EOFError):
+        return RedisUnavailable(f"{where}: {type(exc).__name__}: {exc}")
+    if isinstance(exc, redis.exceptions.ResponseError):
+        return RedisCommandError(f"{where}: {exc}")
+    if isinstance(exc, redis.exceptions.RedisError):
+        return BackendError(f"{where}: {type(exc).__name__}: {exc}")
+    return exc
+
+
+class Reader(abc.ABC):
+    """A connection reserved for blocking reads of one fetcher."""
+
+    @abc.abstractmethod
+    async def xreadgroup(
+        self, group: str, consumer: str, stream: str, count: int, block: float
+    ) -> Any:
+        """XREADGROUP ... COUNT count BLOCK block*1000 STREAMS stream > (raw reply)."""
+
+    @abc.abstractmethod
+    async def interrupt(self) -> None:
+        """Make a read in progress return now (with nothing, or with what it already has)."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Close the reader's connection."""
+
+
+class Transport(abc.ABC):
+    """A Trio-facing Redis connection: commands, pipelines, scripts and readers."""
+
+    #: Where this transport connects to, with any password hidden.
+    description: str
+
+    @abc.abstractmethod
+    async def execute(self, *args: Arg) -> Any:
+        """Run one command; return its raw reply."""
+
+    @abc.abstractmethod
+    async def pipeline(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
+        """Run commands in one round trip; each failed one is an exception in its place."""
+
+    @abc.abstractmethod
+    def open_reader(self, name: str) -> Reader:
+        """A new reader with a connection of its own (connected on first use)."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Close every connection."""
+
+    async def evalsha(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        """Run a script by its SHA1, loading it first if Redis does not know it."""
+        try:
+            return await self.execute("EVALSHA", script.sha, len(keys), *keys, *args)
+        except RedisCommandError as exc:
+            if not str(exc).split(": ", 1)[-1].startswith("NOSCRIPT"):
+                raise
+        await self.execute("SCRIPT", "LOAD", script.source)
+        return await self.execute("EVALSHA", script.sha, len(keys), *keys, *args)
+
+
+class AsyncioTransport(Transport):
+    """redis-py's asyncio client, run on the trio-asyncio loop ``loop``."""
+
+    def __init__(
+        self,
+        loop: Any,
+        url: str,
+        *,
+        description: str,
+        client_name: str,
+        max_connections: int,
+        connect_timeout: float,
+    ) -> None:
+        self._loop = loop
+        self.description = description
+        common: dict[str, Any] = {
+            # No per-read socket timeout: a blocking read may take as long as its BLOCK,
+            # and calls are bounded by Trio cancel scopes instead (REDIS-NOTES traps 1, 3).
+            "socket_timeout": None,
+            "socket_connect_timeout": connect_timeout,
+            "socket_keepalive": True,
+            "client_name": client_name,
+            # RESP2 on every connection: the broker parses raw replies of one shape.
+            "protocol": 2,
+        }
+        # Control traffic: one retry on a broken connection (a stale pooled connection after
+        # a Redis restart); our scripts are idempotent, a retried XADD may enqueue twice.
+        self._pool = redis.asyncio.BlockingConnectionPool.from_url(
+            url,
+            max_connections=max_connections,
+            timeout=None,
+            retry=Retry(NoBackoff(), 1),
+            retry_on_error=[redis.exceptions.ConnectionError],
+            **common,
+        )
+        self._client = redis.asyncio.Redis(connection_pool=self._pool)
+        self._client.response_callbacks.clear()  # raw replies, parsed by the broker
+        # Readers: never retried (a resent XREADGROUP can take messages into the PEL).
+        self._reader_pool = redis.asyncio.ConnectionPool.from_url(
+            url, retry=Retry(NoBackoff(), 0), **common
+        )
+        self._readers: set[_AsyncioReader] = set()
+
+    async def run(self, make: Callable[[], Coroutine[Any, Any, T]], where: str) -> T:
+        """Run the asyncio coroutine ``make()`` on our loop; translate its errors."""
+        try:
+            result: T = await self._loop.run_aio_coroutine(make())
+        except (TimeoutError, redis.exceptions.RedisError, OSError, EOFError) as exc:
+            raise translate_error(exc, where) from exc
+        return result
+
+    async def execute(self, *args: Arg) -> Any:
+        return await self.run(
+            lambda: self._client.execute_command(*args),  # type: ignore[no-untyped-call]
+            str(args[0]),
+        )
+
+    async def pipeline(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
+        async def go() -> list[Any]:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for command in commands:
+                    pipe.execute_command(*command)
+                result: list[Any] = await pipe.execute(raise_on_error=False)
+                return result
+
+        replies = await self.run(go, "pipeline")
+        return [
+            translate_error(r, str(c[0])) if isinstance(r, BaseException) else r
+            for r, c in zip(replies, commands, strict=True)
+        ]
+
+    def open_reader(self, name: str) -> Reader:
+        reader = _AsyncioReader(self, name)
+        self._readers.add(reader)
+        return reader
+
+    def _forget_reader(self, reader: _AsyncioReader) -> None:
+        self._readers.discard(reader)
+
+    async def aclose(self) -> None:
+        for reader in list(self._readers):
+            await reader.aclose()
+
+        async def close() -> None:
+            await self._client.aclose()
+            await self._pool.disconnect()
+            await self._reader_pool.disconnect()
+
+        await self.run(close, "close")
+
+
+class _AsyncioReader(Reader):
+    def __init__(self, transport: AsyncioTransport, name: str) -> None:
+        self._transport = transport
+        self._name = name
+        self._conn: Any = transport._reader_pool.make_connection()  # type: ignore[no-untyped-call]
+        self._client_id: int | None = None
+        self._reading = False
+        self._closed = False
+
+    async def _connect(self) -> None:
+        conn = self._conn
+        await conn.connect()
+        try:
+            await conn.send_command("CLIENT", "ID")
+            self._client_id = int(await conn.read_response())
+        except redis.exceptions.ResponseError:  # CLIENT not allowed (ACL): no fast interrupt
+            self._client_id = -1
+
+    async def _read(self, args: Sequence[Arg]) -> Any:
+        conn = self._conn
+        try:
+            if self._client_id is None or not conn.is_connected:
+                await self._connect()
+            await conn.send_command(*args)
+            return await conn.read_response()
+        except BaseException:
+            # Cancelled, or the connection broke: whatever is in flight on this socket is
+            # unknown, so drop the connection; the next read starts on a fresh one.
+            self._client_id = None
+            await conn.disconnect(nowait=True)
+            raise
+
+    async def xreadgroup(
+        self, group: str, consumer: str, stream: str, count: int, block: float
+    ) -> Any:
+        args: tuple[Arg, ...] = (
+            "XREADGROUP", "GROUP", group, consumer, "COUNT", count,
+            "BLOCK", max(1, int(block * 1000)), "STREAMS", stream, ">",
+        )  # fmt: skip
+        self._reading = True
+        try:
+            return await self._transport.run(lambda: self._read(args), "XREADGROUP")
+        finally:
+            self._reading = False
+
+    async def interrupt(self) -> None:
+        client_id = self._client_id
+        if self._reading and client_id is not None and client_id > 0:
+            await self._transport.execute("CLIENT", "UNBLOCK", client_id)
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._transport._forget_reader(self)
+
+        async def close() -> None:
+            await self._conn.disconnect()
+
+        with trio.CancelScope(shield=True):
+            await self._transport.run(close, "close reader")

@@ -1,0 +1,93 @@
+"""Runner configuration: one frozen, validated value object."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from . import _validate as v
+
+if TYPE_CHECKING:
+    from .message import TaskMessage
+
+__all__ = ["FailedTaskHandler", "RunnerConfig"]
+
+#: ``async def handler(message, error)``: runs when a task is given up on (see the docs).
+FailedTaskHandler = Callable[["TaskMessage", BaseException], Awaitable[Any]]
+
+
+@attrs.frozen(kw_only=True)
+class RunnerConfig:
+    """How one runner instance of a consumer group behaves.
+
+    Every value is checked when the object is built; a wrong one raises ``TypeError`` or
+    ``ValueError`` naming the field. Durations are in seconds.
+    """
+
+    consumer_group: str = attrs.field(validator=v.name)
+    """The consumer group: every runner of one group shares its stream and its work."""
+
+    num_workers: int = attrs.field(default=10, validator=v.positive_int)
+    """How many tasks this instance runs at once."""
+
+    num_fetchers: int = attrs.field(default=1, validator=v.positive_int)
+    """How many concurrent XREADGROUP loops feed the pool (each has its own connection)."""
+
+    batch_size: int = attrs.field(default=10, validator=v.positive_int)
+    """The most messages one read takes (never more than the free worker slots)."""
+
+    block_duration: float = attrs.field(default=5.0, validator=v.positive_number)
+    """How long one XREADGROUP waits for new messages before it loops."""
+
+    reclaim_delay: float = attrs.field(default=300.0, validator=v.positive_number)
+    """A fetched message idle this long (its consumer died) is reclaimed by another one.
+
+    Must be the same on every instance of the group.
+    """
+
+    reclaim_interval: float = attrs.field(default=1.0, validator=v.positive_number)
+    """How often this instance looks for abandoned or released messages to reclaim."""
+
+    delete_on_ack: bool = attrs.field(default=True, validator=v.boolean)
+    """Delete a message from the stream (XDEL) when it is acknowledged."""
+
+    drain_timeout: float = attrs.field(default=30.0, validator=v.non_negative_number)
+    """On shutdown, how long running tasks may take to finish before they are cancelled."""
+
+    prefix: str = attrs.field(default="trunner", validator=v.name)
+    """Namespace of every key, so environments can share one Redis."""
+
+    failed_task_handler: FailedTaskHandler | None = attrs.field(
+        default=None, validator=v.optional_callable
+    )
+    """``async def handler(message, error)``, run before a message is dead-lettered."""
+
+    host: str | None = attrs.field(default=None, validator=v.optional_name)
+    """This instance's host name in its consumer name (default: the machine's host name)."""
+
+    consumer_name: str | None = attrs.field(default=None, validator=v.optional_name)
+    """This instance's consumer name (default: ``host:pid:random``). Must be unique."""
+
+    connect_timeout: float = attrs.field(default=5.0, validator=v.positive_number)
+    """Bound on connecting to Redis at start; ``open_runner`` fails after it."""
+
+    max_payload_bytes: int = attrs.field(default=1024 * 1024, validator=v.positive_int)
+    """The largest encoded task message ``dispatch`` accepts."""
+
+    dead_letter_maxlen: int | None = attrs.field(default=100_000, validator=v.optional_positive_int)
+    """Approximate cap of the dead-letter stream (oldest entries are trimmed); None: no cap."""
+
+    ack_batch_size: int = attrs.field(default=100, validator=v.positive_int)
+    """Acknowledgements are flushed when this many are buffered ..."""
+
+    ack_flush_interval: float = attrs.field(default=0.005, validator=v.positive_number)
+    """... or this long after the first one was buffered, whichever comes first."""
+
+    max_connections: int = attrs.field(default=20, validator=v.positive_int)
+    """Size of the connection pool for control traffic (blocking reads have their own)."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.consumer_name is not None and self.consumer_name.startswith("trunner:"):
+            raise ValueError("consumer_name must not start with 'trunner:' (reserved)")

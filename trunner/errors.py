@@ -1,0 +1,96 @@
+"""The exceptions trunner raises. All of them derive from :class:`TrunnerError`."""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendError",
+    "InvalidMessage",
+    "InvalidPayload",
+    "MaxRetryExceeded",
+    "PayloadTooLarge",
+    "RedisCommandError",
+    "RedisUnavailable",
+    "ReservationLost",
+    "RunnerAlreadyStarted",
+    "RunnerCrashed",
+    "RunnerNotRunning",
+    "TaskFailed",
+    "TaskNotFound",
+    "TrunnerError",
+]
+
+
+class TrunnerError(Exception):
+    """Base class of every exception trunner raises."""
+
+
+class TaskNotFound(TrunnerError, LookupError):
+    """No task of this name is registered."""
+
+    def __init__(self, task_name: str) -> None:
+        super().__init__(f"no task named {task_name!r} is registered")
+        self.task_name = task_name
+
+
+class InvalidPayload(TrunnerError, ValueError):
+    """A payload cannot be encoded (not JSON-serializable, or too large)."""
+
+
+class PayloadTooLarge(InvalidPayload):
+    """An encoded task message is larger than ``RunnerConfig.max_payload_bytes``."""
+
+
+class InvalidMessage(TrunnerError, ValueError):
+    """A stream entry cannot be decoded into a task message."""
+
+
+class MaxRetryExceeded(TrunnerError):
+    """A task failed on its last allowed attempt (``max_retry + 1`` attempts)."""
+
+    def __init__(self, task_name: str, attempts: int) -> None:
+        super().__init__(f"task {task_name!r} failed after {attempts} attempt(s)")
+        self.task_name = task_name
+        self.attempts = attempts
+
+
+class TaskFailed(TrunnerError):
+    """One attempt of a task raised; the original exception is ``__cause__``."""
+
+    def __init__(self, task_name: str, message_id: str, attempt: int, error: BaseException):
+        super().__init__(
+            f"task {task_name!r} (message {message_id}, attempt {attempt}) raised "
+            f"{type(error).__name__}: {error}"
+        )
+        self.task_name = task_name
+        self.message_id = message_id
+        self.attempt = attempt
+        self.error = error
+        self.__cause__ = error
+
+
+class ReservationLost(TrunnerError):
+    """A running task's message was claimed by another consumer (it may run twice)."""
+
+
+class RunnerAlreadyStarted(TrunnerError, RuntimeError):
+    """``Runner.run`` was called on a runner that has already been started."""
+
+
+class RunnerNotRunning(TrunnerError, RuntimeError):
+    """The runner or client is not open (not started yet, or already stopped)."""
+
+
+class RunnerCrashed(TrunnerError):
+    """An internal component of the runner failed; the cause is the exception group."""
+
+
+class BackendError(TrunnerError):
+    """A Redis operation failed."""
+
+
+class RedisUnavailable(BackendError, ConnectionError):
+    """Redis cannot be reached, or the connection broke during a command."""
+
+
+class RedisCommandError(BackendError):
+    """Redis answered a command with an error."""

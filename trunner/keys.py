@@ -1,0 +1,59 @@
+"""Every Redis key name trunner uses, built in one place.
+
+All keys of one consumer group carry the hash tag ``{<group>}`` so that a script may touch
+several of them on Redis Cluster: ``<prefix>:{<group>}:stream`` and so on.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+__all__ = ["RELEASED_CONSUMER", "Keys", "check_name"]
+
+#: The consumer that owns messages released for immediate reclaim (see ``pool``/``fetcher``).
+RELEASED_CONSUMER = "trunner:released"
+
+_FORBIDDEN = frozenset("{}")
+
+
+def check_name(field: str, value: object) -> str:
+    """Validate a group name or prefix: a non-empty string without hash-tag braces."""
+    if not isinstance(value, str):
+        raise TypeError(f"{field} must be a str, got {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{field} must not be empty")
+    if _FORBIDDEN & set(value):
+        raise ValueError(f"{field} must not contain '{{' or '}}' (got {value!r})")
+    if any(ch.isspace() for ch in value):
+        raise ValueError(f"{field} must not contain whitespace (got {value!r})")
+    return value
+
+
+@attrs.frozen
+class Keys:
+    """The key names of one consumer group under one prefix."""
+
+    prefix: str
+    group: str
+
+    def __attrs_post_init__(self) -> None:
+        check_name("prefix", self.prefix)
+        check_name("consumer_group", self.group)
+
+    def _key(self, name: str) -> str:
+        return f"{self.prefix}:{{{self.group}}}:{name}"
+
+    @property
+    def stream(self) -> str:
+        """The task stream, read by the consumer group."""
+        return self._key("stream")
+
+    @property
+    def dead(self) -> str:
+        """The dead-letter stream."""
+        return self._key("dead")
+
+    @property
+    def delayed(self) -> str:
+        """The sorted set of delayed tasks and retries, scored by due time (ms)."""
+        return self._key("delayed")

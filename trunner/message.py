@@ -1,0 +1,192 @@
+"""The wire format of a task message, and its JSON codec.
+
+A stream entry has one field, ``payload``, holding a UTF-8 JSON object::
+
+    {"task": "send_email", "payload": {...}, "attempt": 1, "enqueued_at": 1764412800.123}
+
+``attempt`` is the attempt the next execution of this entry is (1 for a fresh dispatch; a
+retry re-enqueues with ``attempt + 1``). ``id`` is present when the task was retried or
+dispatched delayed: it is the task's stable id. Without it the task id is the entry's own
+stream id. Unknown fields are ignored, so later versions can add fields.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from .errors import InvalidMessage, InvalidPayload, PayloadTooLarge
+
+__all__ = [
+    "PAYLOAD_FIELD",
+    "MessageDecodeError",
+    "TaskMessage",
+    "decode_message",
+    "encode_message",
+]
+
+PAYLOAD_FIELD = b"payload"
+
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+
+
+@attrs.frozen
+class TaskMessage:
+    """One delivery of a task, as a task handler or the failed-task handler sees it."""
+
+    message_id: str
+    """The stream entry id of this delivery."""
+    task_name: str
+    """The registered task's name (empty when the entry could not be decoded)."""
+    payload: Any
+    """The decoded payload given to the task's action."""
+    attempt: int
+    """Which attempt this execution is: 1 for the first; crash redeliveries count."""
+    enqueued_at: float
+    """When the task was first dispatched (seconds since the epoch)."""
+    task_id: str
+    """Stable id of the task across retries (the first entry's stream id by default)."""
+    deliveries: int = 1
+    """How many times this stream entry has been delivered to a consumer."""
+    raw: bytes = attrs.field(default=b"", repr=False)
+    """The entry's ``payload`` field exactly as stored."""
+
+    def with_attempt(self, attempt: int) -> TaskMessage:
+        return attrs.evolve(self, attempt=attempt)
+
+
+def encode_message(
+    task_name: str,
+    payload: Any,
+    *,
+    attempt: int = 1,
+    enqueued_at: float,
+    task_id: str | None = None,
+    max_bytes: int,
+) -> bytes:
+    """Encode one task message; raise :class:`InvalidPayload` if it cannot be sent."""
+    body: dict[str, Any] = {
+        "task": task_name,
+        "payload": payload,
+        "attempt": attempt,
+        "enqueued_at": round(enqueued_at, 3),
+    }
+    if task_id is not None:
+        body["id"] = task_id
+    try:
+        data = _dumps(body).encode("utf-8")
+    except (TypeError, ValueError, UnicodeEncodeError, RecursionError) as exc:
+        raise InvalidPayload(
+            f"payload of task {task_name!r} is not JSON-serializable: {exc}"
+        ) from exc
+    if len(data) > max_bytes:
+        raise PayloadTooLarge(
+            f"task {task_name!r}: encoded message is {len(data)} bytes, "
+            f"more than max_payload_bytes={max_bytes}"
+        )
+    return data
+
+
+def reencode_for_retry(message: TaskMessage, attempt: int, max_bytes: int) -> bytes:
+    """The message of the next attempt of ``message`` (same task id and payload)."""
+    return encode_message(
+        message.task_name,
+        message.payload,
+        attempt=attempt,
+        enqueued_at=message.enqueued_at,
+        task_id=message.task_id,
+        max_bytes=max_bytes,
+    )
+
+
+def _field(fields: Sequence[bytes] | Mapping[bytes, bytes], name: bytes) -> bytes | None:
+    if isinstance(fields, Mapping):
+        return fields.get(name)
+    for i in range(0, len(fields) - 1, 2):
+        if fields[i] == name:
+            return fields[i + 1]
+    return None
+
+
+def undecodable(message_id: str, raw: bytes, deliveries: int) -> TaskMessage:
+    """A stand-in message for an entry that could not be decoded."""
+    return TaskMessage(
+        message_id=message_id,
+        task_name="",
+        payload=None,
+        attempt=max(deliveries, 1),
+        enqueued_at=0.0,
+        task_id=message_id,
+        deliveries=deliveries,
+        raw=raw,
+    )
+
+
+class MessageDecodeError(InvalidMessage):
+    """An entry that cannot be decoded; ``message`` is a stand-in for the handler."""
+
+    def __init__(self, reason: str, message: TaskMessage) -> None:
+        super().__init__(f"message {message.message_id}: {reason}")
+        self.reason = reason
+        self.message = message
+
+
+def decode_message(
+    message_id: str,
+    fields: Sequence[bytes] | Mapping[bytes, bytes] | None,
+    *,
+    deliveries: int = 1,
+    max_bytes: int | None = None,
+) -> TaskMessage:
+    """Decode a stream entry; raise :class:`MessageDecodeError` saying why if it is bad.
+
+    ``attempt`` of the result counts crash redeliveries: the stored attempt plus every
+    delivery of this entry after the first.
+    """
+    raw = _field(fields, PAYLOAD_FIELD) if fields is not None else None
+
+    def bad(reason: str) -> MessageDecodeError:
+        return MessageDecodeError(reason, undecodable(message_id, raw or b"", deliveries))
+
+    if raw is None:
+        raise bad("the entry has no 'payload' field")
+    if max_bytes is not None and len(raw) > max_bytes:
+        raise bad(f"the message is {len(raw)} bytes, more than {max_bytes}")
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise bad(f"the payload is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise bad(f"the message is a JSON {type(body).__name__}, not an object")
+    task = body.get("task")
+    if not isinstance(task, str) or not task:
+        raise bad("'task' is missing or not a non-empty string")
+    if "payload" not in body:
+        raise bad("'payload' is missing")
+    attempt = body.get("attempt", 1)
+    if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
+        raise bad(f"'attempt' must be an integer >= 1, got {attempt!r}")
+    enqueued_at = body.get("enqueued_at", 0.0)
+    if (
+        not isinstance(enqueued_at, int | float)
+        or isinstance(enqueued_at, bool)
+        or not math.isfinite(enqueued_at)
+    ):
+        raise bad(f"'enqueued_at' must be a number, got {enqueued_at!r}")
+    task_id = body.get("id", message_id)
+    if not isinstance(task_id, str) or not task_id:
+        raise bad(f"'id' must be a non-empty string, got {task_id!r}")
+    return TaskMessage(
+        message_id=message_id,
+        task_name=task,
+        payload=body["payload"],
+        attempt=attempt + max(deliveries, 1) - 1,
+        enqueued_at=float(enqueued_at),
+        task_id=task_id,
+        deliveries=deliveries,
+        raw=raw,
+    )

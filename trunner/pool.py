@@ -1,0 +1,531 @@
+"""Capacity-limited execution: one Trio task per message, heartbeats, ack, retry, give-up.
+
+The pool never takes a message it cannot start: fetchers reserve worker slots first
+(:meth:`WorkerPool.reserve`) and read at most that many messages. A finished message is
+acknowledged through the :class:`AckBuffer` (batched); a failed one is retried through the
+delayed set or given up (failed-task handler, then the dead-letter stream), each in one
+script. At shutdown, fetched-but-unstarted and interrupted messages are *released*: handed
+back for immediate reclaim, never acknowledged.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import attrs
+import trio
+
+from ._context import _current_message
+from ._redis import MAX_IDS_PER_CALL, Broker, RawEntry
+from ._util import ErrorLog, LoopBackoff, logger, wall_ms
+from .config import RunnerConfig
+from .errors import (
+    BackendError,
+    MaxRetryExceeded,
+    ReservationLost,
+    TaskFailed,
+    TaskNotFound,
+)
+from .message import MessageDecodeError, TaskMessage, decode_message, reencode_for_retry
+from .stats import Counters
+from .task import Task, TaskRegistry
+
+__all__ = ["AckBuffer", "Slot", "WorkerPool"]
+
+#: Bound on one state-transition write (retry, dead-letter) including its own retries.
+TRANSITION_TIMEOUT = 10.0
+#: Re-encoding a message for its next attempt never fails on size (it came from Redis).
+_NO_LIMIT = 1 << 62
+
+
+class Slot:
+    """A reserved worker slot: the borrower of one CapacityLimiter token."""
+
+    __slots__ = ()
+
+
+@attrs.define(eq=False)
+class _Job:
+    entry: RawEntry
+    consumer: str
+    slot: Slot
+    message: TaskMessage
+    decode_error: MessageDecodeError | None
+    beat_interval: float
+    next_beat: float
+    scope: trio.CancelScope | None = None
+    started: bool = False
+    lost: bool = False
+
+    @property
+    def message_id(self) -> str:
+        return self.entry.message_id
+
+
+class AckBuffer:
+    """Buffers acknowledgements and flushes them in batches (size or time, whichever first)."""
+
+    def __init__(
+        self, broker: Broker, config: RunnerConfig, counters: Counters, errors: ErrorLog
+    ) -> None:
+        self._broker = broker
+        self._batch = config.ack_batch_size
+        self._interval = config.ack_flush_interval
+        self._counters = counters
+        self._errors = errors
+        self._ids: list[str] = []
+        self._flushing: list[str] = []
+        self._nonempty = trio.Event()
+        self._full = trio.Event()
+        self._closing = False
+        self.closed = trio.Event()
+
+    def add(self, message_id: str) -> None:
+        self._ids.append(message_id)
+        self._nonempty.set()
+        if len(self._ids) >= self._batch:
+            self._full.set()
+
+    def holds(self, message_id: str) -> bool:
+        """Whether ``message_id`` is finished but its acknowledgement not yet written."""
+        return message_id in self._ids or message_id in self._flushing
+
+    def __len__(self) -> int:
+        return len(self._ids) + len(self._flushing)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        try:
+            await self._loop()
+        finally:
+            self.closed.set()
+
+    async def _loop(self) -> None:
+        backoff = LoopBackoff()
+        while True:
+            await self._nonempty.wait()
+            if not self._closing and len(self._ids) < self._batch:
+                with trio.move_on_after(self._interval):
+                    await self._full.wait()
+            if await self._flush():
+                backoff.reset()
+            else:
+                await trio.sleep(backoff.next_delay())
+            if self._closing and not self._ids:
+                return
+
+    async def _flush(self) -> bool:
+        self._nonempty = trio.Event()
+        self._full = trio.Event()
+        self._flushing, self._ids = self._ids, []
+        try:
+            self._counters.acked += await self._broker.ack(self._flushing)
+        except BackendError as exc:
+            self._errors.capture(exc)
+            logger.warning("acknowledging %d messages failed: %s", len(self._flushing), exc)
+            self._ids[:0] = self._flushing
+            self._nonempty.set()
+            return False
+        finally:
+            self._flushing = []
+        return True
+
+    def close(self) -> None:
+        """Flush what is buffered, then let :meth:`run` return."""
+        self._closing = True
+        self._nonempty.set()
+        self._full.set()
+
+
+class WorkerPool:
+    def __init__(
+        self,
+        broker: Broker,
+        registry: TaskRegistry,
+        config: RunnerConfig,
+        counters: Counters,
+        errors: ErrorLog,
+        acks: AckBuffer,
+        on_retry_scheduled: Callable[[int], None],
+    ) -> None:
+        self._broker = broker
+        self._registry = registry
+        self._config = config
+        self._counters = counters
+        self._errors = errors
+        self._acks = acks
+        self._on_retry_scheduled = on_retry_scheduled
+        self.limiter = trio.CapacityLimiter(config.num_workers)
+        self._jobs: dict[str, _Job] = {}
+        self._nursery: trio.Nursery | None = None
+        self._stopping = False
+        self._cancelling = False
+        self._idle = trio.Event()
+        self._idle.set()
+        self._to_release: list[tuple[str, str, bool]] = []  # (consumer, id, give back)
+        self._default_beat = config.reclaim_delay / 3
+        self.min_beat_interval = min(
+            [self._default_beat, *(self._beat_interval(t) for t in registry)]
+        )
+
+    # -- slots ------------------------------------------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._jobs)
+
+    def try_reserve(self, count: int) -> list[Slot]:
+        """Up to ``count`` free slots, without waiting."""
+        slots: list[Slot] = []
+        for _ in range(count):
+            slot = Slot()
+            try:
+                self.limiter.acquire_on_behalf_of_nowait(slot)
+            except trio.WouldBlock:
+                break
+            slots.append(slot)
+        return slots
+
+    async def reserve(self, count: int) -> list[Slot]:
+        """At least one and up to ``count`` free slots; waits until one is free."""
+        slots = self.try_reserve(count)
+        if not slots:
+            first = Slot()
+            await self.limiter.acquire_on_behalf_of(first)
+            slots = [first, *self.try_reserve(count - 1)]
+        return slots
+
+    def unreserve(self, slots: Sequence[Slot]) -> None:
+        for slot in slots:
+            self.limiter.release_on_behalf_of(slot)
+
+    # -- starting ---------------------------------------------------------------------------
+
+    def bind(self, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
+
+    def submit(self, entries: Sequence[RawEntry], slots: Sequence[Slot], consumer: str) -> None:
+        """Start one task per entry, each on one of ``slots``; unused slots are freed.
+
+        Synchronous, so that entries a read returned are never lost to a cancellation
+        between the read and here. While stopping, entries are queued for release instead.
+        """
+        assert len(entries) <= len(slots)
+        assert self._nursery is not None
+        for entry, slot in zip(entries, slots, strict=False):
+            if self._stopping or entry.message_id in self._jobs:
+                if entry.message_id not in self._jobs:
+                    self._to_release.append((consumer, entry.message_id, True))
+                self.limiter.release_on_behalf_of(slot)
+                continue
+            job = self._make_job(entry, slot, consumer)
+            self._jobs[entry.message_id] = job
+            self._idle = trio.Event() if self._idle.is_set() else self._idle
+            self._nursery.start_soon(self._run_job, job, name=f"trunner job {entry.message_id}")
+        self.unreserve(slots[len(entries) :])
+        self._counters.max_in_flight = max(self._counters.max_in_flight, len(self._jobs))
+
+    def _beat_interval(self, task: Task | None) -> float:
+        if task is None or task.reservation_timeout is None:
+            return self._default_beat
+        return min(task.reservation_timeout, self._config.reclaim_delay) / 3
+
+    def _make_job(self, entry: RawEntry, slot: Slot, consumer: str) -> _Job:
+        try:
+            message = decode_message(
+                entry.message_id,
+                entry.fields,
+                deliveries=entry.deliveries,
+                max_bytes=self._config.max_payload_bytes,
+            )
+            error = None
+        except MessageDecodeError as exc:
+            message, error = exc.message, exc
+        task = self._registry._tasks.get(message.task_name)
+        interval = self._beat_interval(task)
+        return _Job(
+            entry=entry,
+            consumer=consumer,
+            slot=slot,
+            message=message,
+            decode_error=error,
+            beat_interval=interval,
+            next_beat=trio.current_time() + interval,
+        )
+
+    # -- running ----------------------------------------------------------------------------
+
+    async def _run_job(self, job: _Job) -> None:
+        try:
+            await self._execute(job)
+        finally:
+            del self._jobs[job.message_id]
+            self.limiter.release_on_behalf_of(job.slot)
+            if not self._jobs:
+                self._idle.set()
+
+    async def _execute(self, job: _Job) -> None:
+        message = job.message
+        if job.decode_error is not None:
+            await self._give_up(job, job.decode_error, "undecodable")
+            return
+        task = self._registry._tasks.get(message.task_name)
+        if task is None:
+            await self._give_up(job, TaskNotFound(message.task_name), "unknown task")
+            return
+        if message.attempt > task.max_attempts:
+            error = MaxRetryExceeded(task.name, task.max_attempts)
+            await self._give_up(job, error, "max retries exceeded (redelivered)")
+            return
+        _current_message.set(message)
+        job.started = True
+        begin = time.perf_counter()
+        interrupted, failure = await self._guarded(job, task.action, message.payload)
+        duration = time.perf_counter() - begin
+        if interrupted:
+            self._interrupted(job, duration)
+            return
+        if failure is None:
+            self._counters.succeeded += 1
+            self._acks.add(job.message_id)
+            logger.debug("task succeeded", extra=_log_fields(message, duration=duration))
+            return
+        self._counters.failed += 1
+        self._errors.capture(
+            TaskFailed(message.task_name, message.message_id, message.attempt, failure)
+        )
+        if message.attempt < task.max_attempts:
+            await self._retry(job, task, failure)
+        else:
+            exhausted = MaxRetryExceeded(task.name, message.attempt)
+            exhausted.__cause__ = failure
+            await self._give_up(job, exhausted, "max retries exceeded")
+
+    async def _guarded(
+        self, job: _Job, func: Callable[..., Awaitable[Any]], *args: Any
+    ) -> tuple[bool, Exception | None]:
+        """Run user code in a scope the drain timeout can cancel: (interrupted, raised)."""
+        job.scope = scope = trio.CancelScope()
+        if self._cancelling:
+            scope.cancel()
+        failure: Exception | None = None
+        with scope:
+            try:
+                await func(*args)
+            except Exception as exc:  # noqa: BLE001 - user code failures are handled by callers
+                failure = exc
+        return scope.cancelled_caught, failure
+
+    def _interrupted(self, job: _Job, duration: float | None = None) -> None:
+        self._counters.interrupted += 1
+        self._to_release.append((job.consumer, job.message_id, True))
+        logger.warning(
+            "task interrupted by shutdown; message released",
+            extra=_log_fields(job.message, duration=duration),
+        )
+
+    async def _retry(self, job: _Job, task: Task, failure: Exception) -> None:
+        message = job.message
+        try:
+            delay = task.retry_delay(message.attempt)
+        except Exception as exc:  # noqa: BLE001 - a broken backoff callable
+            self._errors.capture(exc)
+            delay = 1.0
+        due_ms = wall_ms() + math.ceil(delay * 1000)
+        data = reencode_for_retry(message, message.attempt + 1, _NO_LIMIT)
+
+        async def write() -> bool:
+            return await self._broker.retry(job.message_id, due_ms, data)
+
+        if await self._transition(job, write, "retry") is True:
+            self._counters.retried += 1
+            self._on_retry_scheduled(due_ms)
+            logger.info(
+                "task failed; retry scheduled in %.3f s: %r",
+                delay,
+                failure,
+                extra=_log_fields(message),
+            )
+
+    async def _give_up(self, job: _Job, error: BaseException, reason: str) -> None:
+        message = job.message
+        handler = self._config.failed_task_handler
+        if handler is not None:
+            interrupted, exc = await self._guarded(job, handler, message, error)
+            if interrupted:
+                self._interrupted(job)
+                return
+            if exc is not None:
+                self._errors.capture(exc)
+                logger.error(
+                    "failed-task handler raised; message left pending for a later delivery: %r",
+                    exc,
+                    extra=_log_fields(message),
+                )
+                return
+        fields: list[tuple[str, Any]] = [
+            ("payload", job.message.raw),
+            ("reason", reason),
+            ("error", f"{type(error).__name__}: {error}"),
+            ("task", message.task_name),
+            ("message_id", message.message_id),
+            ("task_id", message.task_id),
+            ("attempt", message.attempt),
+            ("failed_at", wall_ms()),
+            ("consumer", job.consumer),
+        ]
+        if error.__cause__ is not None:
+            cause = error.__cause__
+            fields.append(("cause", f"{type(cause).__name__}: {cause}"))
+        maxlen = self._config.dead_letter_maxlen
+
+        async def write() -> str | None:
+            return await self._broker.dead_letter(job.message_id, fields, maxlen)
+
+        if await self._transition(job, write, "dead-letter"):
+            self._counters.dead_lettered += 1
+            logger.error(
+                "message dead-lettered (%s): %s", reason, error, extra=_log_fields(message)
+            )
+
+    async def _transition(self, job: _Job, write: Callable[[], Any], what: str) -> Any:
+        """Run one state-transition write, retrying Redis errors for a bounded time.
+
+        If it cannot be written, the message stays pending and is redelivered later.
+        """
+        backoff = LoopBackoff()
+        with trio.move_on_after(TRANSITION_TIMEOUT):
+            while True:
+                try:
+                    return await write()
+                except BackendError as exc:
+                    self._errors.capture(exc)
+                    logger.warning(
+                        "%s of message failed, will retry: %s",
+                        what,
+                        exc,
+                        extra=_log_fields(job.message),
+                    )
+                await trio.sleep(backoff.next_delay())
+        return None
+
+    # -- heartbeats -------------------------------------------------------------------------
+
+    async def heartbeat_loop(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Keep the reservations of running tasks fresh, so nobody reclaims a live task."""
+        task_status.started()
+        backoff = LoopBackoff()
+        while True:
+            now = trio.current_time()
+            due = [job for job in self._jobs.values() if job.next_beat <= now and not job.lost]
+            failed = False
+            by_consumer: dict[str, list[_Job]] = {}
+            for job in due:
+                by_consumer.setdefault(job.consumer, []).append(job)
+            for consumer, jobs in by_consumer.items():
+                try:
+                    lost = set(await self._broker.heartbeat(consumer, [j.message_id for j in jobs]))
+                except BackendError as exc:
+                    self._errors.capture(exc)
+                    failed = True
+                    continue
+                for job in jobs:
+                    job.next_beat = now + job.beat_interval
+                    if job.message_id in lost and job.message_id in self._jobs:
+                        self._lost(job)
+            if failed:
+                await trio.sleep(backoff.next_delay())
+                continue
+            backoff.reset()
+            upcoming = [job.next_beat for job in self._jobs.values() if not job.lost]
+            wake = min([now + self.min_beat_interval, *upcoming])
+            await trio.sleep_until(max(wake, trio.current_time() + 0.001))
+
+    def _lost(self, job: _Job) -> None:
+        job.lost = True
+        self._counters.reservations_lost += 1
+        error = ReservationLost(
+            f"message {job.message_id} of task {job.message.task_name!r} was claimed by "
+            "another consumer while running; it may run twice"
+        )
+        self._errors.capture(error)
+        logger.warning("reservation lost", extra=_log_fields(job.message))
+
+    # -- stopping ---------------------------------------------------------------------------
+
+    def start_stopping(self) -> None:
+        self._stopping = True
+
+    async def wait_idle(self) -> None:
+        await self._idle.wait()
+
+    def cancel_running(self) -> int:
+        """Cancel every running task (drain timeout passed); return how many."""
+        self._cancelling = True
+        for job in self._jobs.values():
+            if job.scope is not None:
+                job.scope.cancel()
+        return len(self._jobs)
+
+    def take_releases(self) -> list[tuple[str, str, bool]]:
+        releases, self._to_release = self._to_release, []
+        return releases
+
+    def knows(self, message_id: str) -> bool:
+        """Whether this instance still holds ``message_id`` (running, or ack not written)."""
+        return message_id in self._jobs or self._acks.holds(message_id)
+
+    async def release_orphans(self, consumer: str, *, final: bool = False) -> int:
+        """Release entries pending for ``consumer`` that this instance does not hold.
+
+        Such entries were delivered to a read that failed or was cancelled after Redis
+        sent its reply ("ghost deliveries"): they never ran, so the delivery is given back.
+        With ``final`` (at shutdown, nothing running) everything pending is released; a
+        finished task whose acknowledgement could not be written keeps its attempt.
+        Only call this while no read or claim into ``consumer`` is in progress.
+        """
+        releases: list[tuple[str, bool]] = []
+        start = "-"
+        while True:
+            ids = await self._broker.pending_ids(consumer, start=start)
+            fresh = [i for i in ids if i != start]
+            for message_id in fresh:
+                if message_id in self._jobs:
+                    continue
+                if self._acks.holds(message_id):
+                    if final:
+                        releases.append((message_id, False))
+                    continue
+                releases.append((message_id, True))
+            if not fresh or len(ids) < MAX_IDS_PER_CALL:
+                break
+            start = ids[-1]
+        released = await self._broker.release(consumer, releases) if releases else 0
+        self._counters.released += released
+        return released
+
+    async def release_queued(self) -> int:
+        """Release the entries queued while stopping (unstarted, interrupted)."""
+        by_consumer: dict[str, list[tuple[str, bool]]] = {}
+        for consumer, message_id, undo in self.take_releases():
+            by_consumer.setdefault(consumer, []).append((message_id, undo))
+        released = 0
+        for consumer, entries in by_consumer.items():
+            released += await self._broker.release(consumer, entries)
+        self._counters.released += released
+        return released
+
+
+def _log_fields(message: TaskMessage, **more: Any) -> dict[str, Any]:
+    return {
+        "task": message.task_name,
+        "message_id": message.message_id,
+        "task_id": message.task_id,
+        "attempt": message.attempt,
+        **more,
+    }

@@ -1,0 +1,334 @@
+"""The runner: wires the components into the nursery tree and owns the shutdown order.
+
+::
+
+    Runner.run ── watcher (turns an outer cancellation into a graceful stop)
+       └── shielded: services nursery   ack flusher, heartbeats, delayed mover
+              └── jobs nursery          one task per running message
+                     └── feeders        fetchers (XREADGROUP) and the reclaimer
+
+Leaving ``open_runner`` (normally, by an exception, or by cancellation) runs, in order:
+1. fetchers and the reclaimer stop: nothing new is read;
+2. messages fetched but not started are released for immediate reclaim;
+3. running tasks get ``drain_timeout`` to finish (and are acknowledged if they do); the
+   ones still running are cancelled and their messages released, never acknowledged;
+4. buffered acknowledgements are flushed; the delayed mover and heartbeats stop;
+5. anything still pending for this instance is released, its consumers are deleted when
+   empty, ``state`` becomes STOPPED and connections are closed.
+Every step that talks to Redis is shielded and bounded.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import socket
+from collections.abc import AsyncIterator, Awaitable, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+
+from ._producer import Producer
+from ._redis import Broker, open_transport
+from ._util import ErrorLog, logger
+from .config import RunnerConfig
+from .errors import BackendError, RedisUnavailable, RunnerAlreadyStarted, RunnerCrashed
+from .fetcher import Fetcher, Reclaimer
+from .keys import Keys
+from .pool import AckBuffer, WorkerPool
+from .scheduler import DelayedMover
+from .stats import Counters, RunnerState, RunnerStatistics
+from .task import TaskRegistry
+
+__all__ = ["Runner", "open_runner"]
+
+#: Bound on each cleanup step that talks to Redis during shutdown.
+CLEANUP_TIMEOUT = 5.0
+#: How long stopped fetchers may take to return before they are cancelled.
+FEEDER_GRACE = 1.0
+#: How long cancelled tasks may take to unwind after the drain timeout.
+CANCEL_GRACE = 5.0
+
+
+def default_consumer_name(host: str | None) -> str:
+    name = host or re.sub(r"[\s{}]+", "-", socket.gethostname()) or "host"
+    return f"{name}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+class Runner(Producer):
+    """One runner instance of a consumer group. Use :func:`open_runner`.
+
+    ``Runner(...).run`` follows Trio's ``task_status`` convention, so a runner can also be
+    started with ``await nursery.start(runner.run)`` and stopped with :meth:`stop`.
+    """
+
+    def __init__(self, redis: str, config: RunnerConfig, tasks: TaskRegistry) -> None:
+        if not isinstance(config, RunnerConfig):
+            raise TypeError(f"config must be a RunnerConfig, got {type(config).__name__}")
+        if not isinstance(tasks, TaskRegistry):
+            raise TypeError(f"tasks must be a TaskRegistry, got {type(tasks).__name__}")
+        self._url = redis
+        self.config = config
+        self.tasks = tasks
+        self._registry = tasks
+        self._max_payload_bytes = config.max_payload_bytes
+        self.keys = Keys(config.prefix, config.consumer_group)
+        self.consumer_name = config.consumer_name or default_consumer_name(config.host)
+        self._state = RunnerState.INIT
+        self._counters = Counters()
+        self._errors = ErrorLog()
+        self._stop_requested = trio.Event()
+        self._pool: WorkerPool | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"<Runner group={self.config.consumer_group!r} consumer={self.consumer_name!r} "
+            f"state={self._state.name}>"
+        )
+
+    # -- public face ------------------------------------------------------------------------
+
+    @property
+    def state(self) -> RunnerState:
+        return self._state
+
+    def statistics(self) -> RunnerStatistics:
+        c = self._counters
+        pool = self._pool
+        return RunnerStatistics(
+            state=self._state,
+            capacity=int(pool.limiter.total_tokens) if pool else self.config.num_workers,
+            in_flight=pool.in_flight if pool else 0,
+            max_in_flight=c.max_in_flight,
+            fetched=c.fetched,
+            reclaimed=c.reclaimed,
+            processed=c.succeeded + c.failed,
+            succeeded=c.succeeded,
+            failed=c.failed,
+            retried=c.retried,
+            dead_lettered=c.dead_lettered,
+            released=c.released,
+            interrupted=c.interrupted,
+            reservations_lost=c.reservations_lost,
+            acked=c.acked,
+            errors=self._errors.captured,
+        )
+
+    def errors(self) -> AsyncIterator[BaseException]:
+        """Errors the runner captured (task failures, Redis errors ...), as they happen.
+
+        The runner never waits for a reader: the newest 1000 are kept. Iteration ends when
+        the runner has stopped and every captured error was read.
+        """
+        return aiter(self._errors)
+
+    def stop(self) -> None:
+        """Ask the runner to shut down gracefully (see the module docs); returns at once."""
+        self._stop_requested.set()
+
+    @property
+    def consumers(self) -> list[str]:
+        """The consumer names this instance reads and claims with."""
+        fetchers = [self._fetcher_consumer(i) for i in range(self.config.num_fetchers)]
+        return [*fetchers, f"{self.consumer_name}/reclaim"]
+
+    def _fetcher_consumer(self, index: int) -> str:
+        return self.consumer_name if index == 0 else f"{self.consumer_name}/{index}"
+
+    # -- life -------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Start, report started (ready) through ``task_status``, serve until stopped."""
+        if self._state is not RunnerState.INIT:
+            raise RunnerAlreadyStarted(f"{self!r} was already started; create a new Runner")
+        self._state = RunnerState.STARTING
+        try:
+            async with open_transport(
+                self._url,
+                client_name=f"trunner:{self.consumer_name}",
+                max_connections=self.config.max_connections,
+                connect_timeout=self.config.connect_timeout,
+            ) as transport:
+                broker = Broker(transport, self.keys, delete_on_ack=self.config.delete_on_ack)
+                await self._prepare(broker)
+                async with trio.open_nursery() as watcher:
+                    watcher.start_soon(self._stop_on_cancel)
+                    with trio.CancelScope(shield=True):
+                        await self._serve(broker, task_status)
+                    watcher.cancel_scope.cancel()
+        finally:
+            self._broker = None
+            self._state = RunnerState.STOPPED
+            self._errors.close()
+
+    async def _stop_on_cancel(self) -> None:
+        try:
+            await trio.sleep_forever()
+        finally:
+            self.stop()
+
+    async def _prepare(self, broker: Broker) -> None:
+        timeout = self.config.connect_timeout
+        try:
+            with trio.fail_after(timeout):
+                await broker.load_scripts()
+                await broker.ensure_group()
+        except trio.TooSlowError:
+            raise RedisUnavailable(
+                f"Redis at {broker.description} did not finish start-up within {timeout} s"
+            ) from None
+
+    async def _serve(self, broker: Broker, task_status: trio.TaskStatus[None]) -> None:
+        config, counters, errors = self.config, self._counters, self._errors
+        acks = AckBuffer(broker, config, counters, errors)
+        mover = DelayedMover(broker, errors)
+        pool = WorkerPool(broker, self.tasks, config, counters, errors, acks, mover.due_at)
+        self._pool = pool
+        fetchers = [
+            Fetcher(broker, pool, config, self._fetcher_consumer(i), counters, errors)
+            for i in range(config.num_fetchers)
+        ]
+        reclaimer = Reclaimer(
+            broker, pool, config, f"{self.consumer_name}/reclaim", counters, errors
+        )
+        feeders: list[Fetcher | Reclaimer] = [*fetchers, reclaimer]
+        async with trio.open_nursery() as services:
+            services.start_soon(acks.run)
+            await services.start(pool.heartbeat_loop)
+            await services.start(mover.run)
+            async with trio.open_nursery() as jobs:
+                pool.bind(jobs)
+                async with trio.open_nursery() as feeding:
+                    for feeder in feeders:
+                        await feeding.start(feeder.run)
+                    self._broker = broker
+                    self._state = RunnerState.STARTED
+                    logger.info(
+                        "runner started: group %r, consumer %r, %d workers, Redis at %s",
+                        config.consumer_group,
+                        self.consumer_name,
+                        config.num_workers,
+                        broker.description,
+                    )
+                    task_status.started()
+                    await self._stop_requested.wait()
+                    self._state = RunnerState.STOPPING
+                    logger.info("runner stopping: %d tasks running", pool.in_flight)
+                    pool.start_stopping()
+                    await self._stop_feeders(feeding, feeders)
+                await self._cleanup("releasing unstarted messages", self._release(pool, False))
+                await self._drain(pool)
+            await self._cleanup("releasing interrupted messages", pool.release_queued())
+            acks.close()
+            with trio.move_on_after(CLEANUP_TIMEOUT):
+                await acks.closed.wait()
+            services.cancel_scope.cancel()
+        await self._cleanup("final release", self._release(pool, True))
+        await self._cleanup("deleting consumers", self._delete_consumers(broker))
+        logger.info("runner stopped: %s", self.statistics())
+
+    async def _stop_feeders(
+        self, nursery: trio.Nursery, feeders: list[Fetcher | Reclaimer]
+    ) -> None:
+        with trio.move_on_after(FEEDER_GRACE):
+            for feeder in feeders:
+                await feeder.stop()
+            for feeder in feeders:
+                await feeder.done.wait()
+        nursery.cancel_scope.cancel()
+
+    async def _release(self, pool: WorkerPool, final: bool) -> None:
+        released = await pool.release_queued()
+        for consumer in self.consumers:
+            released += await pool.release_orphans(consumer, final=final)
+        if released:
+            logger.info("released %d messages for immediate reclaim", released)
+
+    async def _drain(self, pool: WorkerPool) -> None:
+        if not pool.in_flight:
+            return
+        timeout = self.config.drain_timeout
+        logger.info("draining %d running tasks for up to %s s", pool.in_flight, timeout)
+        with trio.move_on_after(timeout):
+            await pool.wait_idle()
+        if pool.in_flight:
+            cancelled = pool.cancel_running()
+            logger.warning("drain timeout passed: cancelling %d running tasks", cancelled)
+            with trio.move_on_after(CANCEL_GRACE):
+                await pool.wait_idle()
+
+    async def _delete_consumers(self, broker: Broker) -> None:
+        for consumer in self.consumers:
+            await broker.delete_consumer_if_idle(consumer)
+
+    async def _cleanup(self, what: str, step: Awaitable[Any]) -> None:
+        """Run one shutdown step that talks to Redis: bounded, errors logged and captured."""
+        with trio.move_on_after(CLEANUP_TIMEOUT) as scope:
+            try:
+                await step
+            except BackendError as exc:
+                self._errors.capture(exc)
+                logger.warning("shutdown: %s failed: %s", what, exc)
+        if scope.cancelled_caught:
+            logger.warning("shutdown: %s did not finish within %s s", what, CLEANUP_TIMEOUT)
+
+
+@asynccontextmanager
+async def open_runner(
+    redis: str, config: RunnerConfig, tasks: TaskRegistry
+) -> AsyncIterator[Runner]:
+    """Run a runner of ``config.consumer_group`` for the block's duration.
+
+    ``redis`` is a URL: ``redis://``, ``rediss://``, ``unix://``, or ``memory://NAME`` (an
+    in-process server shared by name). On entry the runner is started and ready; leaving the
+    block shuts it down in order (see :mod:`trunner.runner`). An exception raised in the
+    block propagates as itself; a failure of the runner itself raises
+    :class:`~trunner.RunnerCrashed`.
+    """
+    runner = Runner(redis, config, tasks)
+    body_error: BaseException | None = None
+    started = False
+    to_raise: BaseException
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(runner.run)
+            started = True
+            try:
+                yield runner
+            except BaseException as exc:
+                body_error = exc
+                raise
+            finally:
+                runner.stop()
+        return
+    except BaseExceptionGroup as group:
+        to_raise = _select_error(group, body_error, started)
+    raise to_raise
+
+
+def _leaves(error: BaseException) -> Iterator[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            yield from _leaves(inner)
+    else:
+        yield error
+
+
+def _select_error(
+    group: BaseExceptionGroup[BaseException], body_error: BaseException | None, started: bool
+) -> BaseException:
+    """Which exception leaves ``open_runner``: never unwrap a group holding several errors."""
+    leaves = list(_leaves(group))
+    if body_error is not None and all(e is body_error for e in leaves):
+        return body_error
+    if all(isinstance(e, trio.Cancelled) for e in leaves):
+        return group
+    if any(not isinstance(e, Exception | trio.Cancelled) for e in leaves):
+        return group  # KeyboardInterrupt, SystemExit ... pass through untouched
+    if not started and len(leaves) == 1:
+        return leaves[0]  # start-up failed: e.g. RedisUnavailable, with its own message
+    crashed = RunnerCrashed(f"the runner failed: {'; '.join(map(repr, leaves))}")
+    crashed.__cause__ = group
+    return crashed

@@ -1,0 +1,72 @@
+"""The runner's state and its statistics snapshot."""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+
+__all__ = ["Counters", "RunnerState", "RunnerStatistics"]
+
+
+class RunnerState(enum.Enum):
+    """Where a runner is in its life: INIT → STARTING → STARTED → STOPPING → STOPPED."""
+
+    INIT = "init"
+    STARTING = "starting"
+    STARTED = "started"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+@attrs.define
+class Counters:
+    """Mutable counters, owned by one runner."""
+
+    fetched: int = 0
+    reclaimed: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    released: int = 0
+    interrupted: int = 0
+    reservations_lost: int = 0
+    acked: int = 0
+    max_in_flight: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class RunnerStatistics:
+    """An immutable snapshot of one runner's activity since it started."""
+
+    state: RunnerState
+    capacity: int
+    """Tasks this instance may run at once."""
+    in_flight: int
+    """Tasks running now."""
+    max_in_flight: int
+    """The most tasks that ran at once."""
+    fetched: int
+    """Messages read from the stream (new deliveries)."""
+    reclaimed: int
+    """Messages claimed from dead or releasing consumers."""
+    processed: int
+    """Attempts that finished, successfully or not."""
+    succeeded: int
+    failed: int
+    """Attempts that raised (each retry counts)."""
+    retried: int
+    """Failed attempts scheduled to run again."""
+    dead_lettered: int
+    """Messages given up on and copied to the dead-letter stream."""
+    released: int
+    """Messages handed back for immediate reclaim (at shutdown)."""
+    interrupted: int
+    """Tasks cancelled because they outlived the drain timeout."""
+    reservations_lost: int
+    """Running tasks whose message another consumer claimed."""
+    acked: int
+    """Successful attempts acknowledged in Redis."""
+    errors: int
+    """Errors captured (see ``Runner.errors()``)."""

@@ -1,0 +1,181 @@
+"""Tasks and the registry that names them."""
+
+from __future__ import annotations
+
+import inspect
+import math
+import random
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar, overload
+
+import attrs
+
+from . import _validate as v
+from .errors import TaskNotFound
+
+__all__ = ["Action", "Backoff", "Task", "TaskRegistry"]
+
+Action = Callable[[Any], Awaitable[Any]]
+#: Either the base (seconds) of exponential backoff with jitter, or ``attempt -> seconds``.
+Backoff = float | Callable[[int], float]
+
+A = TypeVar("A", bound=Action)
+
+
+def _is_async_callable(obj: object) -> bool:
+    if inspect.iscoroutinefunction(obj):
+        return True
+    call = getattr(obj, "__call__", None)  # noqa: B004 - async __call__ on an instance
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+def _check_action(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
+    if not _is_async_callable(value):
+        raise TypeError(f"{attr.name} must be an async function taking the payload, got {value!r}")
+
+
+def _check_task_name(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"task {attr.name} must be a str, got {type(value).__name__}")
+    if not value or value != value.strip():
+        raise ValueError(
+            f"task {attr.name} must be non-empty without surrounding spaces: {value!r}"
+        )
+
+
+def _check_backoff(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
+    if not callable(value):
+        v.check_non_negative_number(attr.name, value)
+
+
+@attrs.frozen
+class Task:
+    """A named async action with its retry policy.
+
+    ``max_retry`` is how many times a failed attempt is retried (attempts = max_retry + 1);
+    a redelivery after a crash counts as an attempt. ``reservation_timeout`` bounds how long
+    a running attempt's reservation lasts without a heartbeat: the runner heartbeats it at
+    least every ``min(reservation_timeout, reclaim_delay) / 3``.
+    """
+
+    name: str = attrs.field(validator=_check_task_name)
+    action: Action = attrs.field(validator=_check_action)
+    max_retry: int = attrs.field(default=0, validator=v.non_negative_int, kw_only=True)
+    retry_backoff: Backoff = attrs.field(default=1.0, validator=_check_backoff, kw_only=True)
+    retry_backoff_max: float = attrs.field(
+        default=3600.0, validator=v.positive_number, kw_only=True
+    )
+    reservation_timeout: float | None = attrs.field(
+        default=None, validator=v.optional_positive_number, kw_only=True
+    )
+
+    @property
+    def max_attempts(self) -> int:
+        return self.max_retry + 1
+
+    def retry_delay(self, failed_attempt: int) -> float:
+        """Seconds to wait before retrying after attempt ``failed_attempt`` (1-based) failed.
+
+        A number ``b`` gives ``min(cap, b * 2**(attempt-1))`` scaled by a random factor in
+        [0.5, 1] (jitter, so retries of many tasks spread out).
+        """
+        backoff = self.retry_backoff
+        if callable(backoff):
+            delay = backoff(failed_attempt)
+            if (
+                not isinstance(delay, int | float)
+                or isinstance(delay, bool)
+                or not math.isfinite(delay)
+                or delay < 0
+            ):
+                raise ValueError(
+                    f"retry_backoff of task {self.name!r} returned {delay!r} "
+                    f"for attempt {failed_attempt}; it must return seconds >= 0"
+                )
+            return float(delay)
+        exponent = min(failed_attempt - 1, 64)
+        delay = min(self.retry_backoff_max, float(backoff) * 2.0**exponent)
+        return delay * random.uniform(0.5, 1.0)
+
+
+class TaskRegistry:
+    """The tasks a runner can execute, by name."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[str, Task] = {}
+
+    def register(self, task: Task) -> Task:
+        """Add ``task``; a second task of the same name is an error."""
+        if not isinstance(task, Task):
+            raise TypeError(f"register() takes a Task, got {type(task).__name__}")
+        if task.name in self._tasks:
+            raise ValueError(f"a task named {task.name!r} is already registered")
+        self._tasks[task.name] = task
+        return task
+
+    @overload
+    def task(self, func: A, /) -> A: ...
+
+    @overload
+    def task(
+        self,
+        name: str | None = None,
+        *,
+        max_retry: int = 0,
+        retry_backoff: Backoff = 1.0,
+        retry_backoff_max: float = 3600.0,
+        reservation_timeout: float | None = None,
+    ) -> Callable[[A], A]: ...
+
+    def task(
+        self,
+        name: str | A | None = None,
+        *,
+        max_retry: int = 0,
+        retry_backoff: Backoff = 1.0,
+        retry_backoff_max: float = 3600.0,
+        reservation_timeout: float | None = None,
+    ) -> A | Callable[[A], A]:
+        """Register an ``async def action(payload)`` as a task (decorator).
+
+        Use as ``@tasks.task``, ``@tasks.task()`` or ``@tasks.task("name", max_retry=3)``;
+        the name defaults to the function's ``__name__``. The function is returned as is.
+        """
+
+        def decorate(func: A) -> A:
+            task_name = name if isinstance(name, str) else getattr(func, "__name__", None)
+            self.register(
+                Task(
+                    task_name,  # type: ignore[arg-type]  # validated by Task
+                    func,
+                    max_retry=max_retry,
+                    retry_backoff=retry_backoff,
+                    retry_backoff_max=retry_backoff_max,
+                    reservation_timeout=reservation_timeout,
+                )
+            )
+            return func
+
+        if name is not None and not isinstance(name, str):
+            return decorate(name)
+        return decorate
+
+    def get(self, name: str) -> Task:
+        """The task called ``name``; :class:`TaskNotFound` if there is none."""
+        try:
+            return self._tasks[name]
+        except KeyError:
+            raise TaskNotFound(name) from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tasks
+
+    def __iter__(self) -> Iterator[Task]:
+        return iter(list(self._tasks.values()))
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset(self._tasks)
