@@ -1,4 +1,10 @@
-"""Feeding the pool: XREADGROUP fetchers, and the reclaimer of abandoned messages.
+"""Feeding the pool: fetch loops that read new messages and reclaim abandoned ones.
+
+A fetch loop first reserves free worker slots, then fills them: with abandoned or released
+messages when a reclaim pass is due (XAUTOCLAIM, at most every ``reclaim_interval`` across
+the instance's loops), and otherwise with new messages (XREADGROUP BLOCK). It never takes
+more messages than it holds slots for, and it never blocks longer than the next reclaim pass
+is due, so slots held by a blocked read never delay recovery.
 
 Each loop owns one consumer name and is the only one that delivers into it, so after a read
 or claim that failed midway (its reply lost), the loop itself can safely release the
@@ -7,27 +13,60 @@ entries Redis delivered that it never saw.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+from typing import TypeVar
+
 import trio
 
 from ._redis import Broker, Reader
 from ._util import ErrorLog, LoopBackoff, logger
 from .config import RunnerConfig
 from .errors import BackendError
-from .pool import WorkerPool
+from .pool import Slot, WorkerPool
 from .stats import Counters
 
-__all__ = ["Fetcher", "Reclaimer"]
+__all__ = ["Fetcher", "ReclaimSchedule"]
+
+T = TypeVar("T")
+
+#: The shortest BLOCK of one read (ms resolution in Redis).
+MIN_BLOCK = 0.001
 
 
-class _Loop:
-    """What fetchers and the reclaimer share: a stop flag, interruptible waits, error handling."""
+class ReclaimSchedule:
+    """When the next reclaim pass is due, shared by an instance's fetch loops."""
 
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.next_at = trio.current_time()
+        self.cursor = "0-0"
+
+    def take(self) -> bool:
+        """Claim the pass if it is due (so only one loop runs it)."""
+        now = trio.current_time()
+        if now < self.next_at:
+            return False
+        self.next_at = now + self.interval
+        return True
+
+    def finished(self, cursor: str, more: bool) -> None:
+        """Record the end of a pass; with ``more`` to claim, the next one is due at once."""
+        self.cursor = cursor
+        if more:
+            self.next_at = trio.current_time()
+
+    def failed(self) -> None:
+        self.cursor = "0-0"
+
+
+class Fetcher:
     def __init__(
         self,
         broker: Broker,
         pool: WorkerPool,
         config: RunnerConfig,
         consumer: str,
+        schedule: ReclaimSchedule,
         counters: Counters,
         errors: ErrorLog,
     ) -> None:
@@ -35,31 +74,99 @@ class _Loop:
         self._pool = pool
         self._config = config
         self.consumer = consumer
+        self._schedule = schedule
+        self._min_idle_ms = int(config.reclaim_delay * 1000)
         self._counters = counters
         self._errors = errors
         self._stopping = False
         self._wait_scope: trio.CancelScope | None = None
+        self._reader: Reader | None = None
         self._backoff = LoopBackoff()
         self._dirty = False
         self.done = trio.Event()
 
-    async def _wait(self, seconds: float) -> None:
-        """Sleep, unless or until :meth:`stop` is called."""
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        self._reader = reader = self._broker.open_reader(self.consumer)
+        try:
+            task_status.started()
+            while not self._stopping:
+                await self._step(reader)
+        finally:
+            await reader.aclose()
+            self.done.set()
+
+    async def _step(self, reader: Reader) -> None:
+        slots: list[Slot] = []
         with trio.CancelScope() as self._wait_scope:
-            if not self._stopping:
-                await trio.sleep(seconds)
+            slots = await self._pool.reserve(self._config.batch_size)
         self._wait_scope = None
+        if self._stopping:
+            self._pool.unreserve(slots)
+            return
+        if self._schedule.take():
+            slots = await self._reclaim(slots)
+            if not slots:
+                return
+        block = min(self._config.block_duration, self._schedule.next_at - trio.current_time())
+        entries = await self._call(
+            self._broker.read(reader, self.consumer, len(slots), max(block, MIN_BLOCK)),
+            slots,
+            "reading the stream",
+        )
+        if entries is not None:
+            self._counters.fetched += len(entries)
+            self._pool.submit(entries, slots, self.consumer)
+            await self._recover()
+
+    async def _reclaim(self, slots: list[Slot]) -> list[Slot]:
+        """Fill slots with abandoned or released messages; return the slots left."""
+        schedule = self._schedule
+        reply = await self._call(
+            self._broker.reclaim(self.consumer, self._min_idle_ms, schedule.cursor, len(slots)),
+            slots,
+            "reclaiming",
+        )
+        if reply is None:
+            schedule.failed()
+            return []
+        cursor, entries = reply
+        schedule.finished(cursor, more=cursor != "0-0" or len(entries) == len(slots))
+        if not entries:
+            return slots
+        self._counters.reclaimed += len(entries)
+        logger.info("reclaimed %d abandoned or released messages", len(entries))
+        used, rest = slots[: len(entries)], slots[len(entries) :]
+        self._pool.submit(entries, used, self.consumer)
+        await self._recover()
+        return rest
+
+    async def _call(self, call: Awaitable[T], slots: list[Slot], what: str) -> T | None:
+        """Await a read or claim; on failure free ``slots``, back off, return None."""
+        try:
+            result: T = await call
+        except BackendError as exc:
+            self._pool.unreserve(slots)
+            await self._failed(exc, what)
+            return None
+        except BaseException:
+            self._pool.unreserve(slots)
+            raise
+        self._backoff.reset()
+        return result
 
     async def _failed(self, exc: BackendError, what: str) -> None:
         self._errors.capture(exc)
         self._dirty = True
-        logger.warning("%s failed (%s); retrying: %s", what, self.consumer, exc)
+        logger.warning("%s failed (consumer %s); retrying: %s", what, self.consumer, exc)
         if "NOGROUP" in str(exc):
             try:
                 await self._broker.ensure_group()
             except BackendError as again:
                 self._errors.capture(again)
-        await self._wait(self._backoff.next_delay())
+        with trio.CancelScope() as self._wait_scope:
+            if not self._stopping:
+                await trio.sleep(self._backoff.next_delay())
+        self._wait_scope = None
 
     async def _recover(self) -> None:
         """After a failed call, release what Redis delivered to us that we never saw."""
@@ -74,99 +181,13 @@ class _Loop:
         if released:
             logger.info("released %d entries delivered to a failed read", released)
 
-    def _stop_waiting(self) -> None:
+    async def stop(self) -> None:
+        """Stop fetching: wake a wait, and interrupt a blocked read."""
         self._stopping = True
         if self._wait_scope is not None:
             self._wait_scope.cancel()
-
-
-class Fetcher(_Loop):
-    """Reads new messages with XREADGROUP, never more than the free worker slots."""
-
-    _reader: Reader | None = None
-
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        self._reader = reader = self._broker.open_reader(self.consumer)
-        try:
-            task_status.started()
-            while not self._stopping:
-                await self._step(reader)
-        finally:
-            await reader.aclose()
-            self.done.set()
-
-    async def _step(self, reader: Reader) -> None:
-        with trio.CancelScope() as self._wait_scope:
-            slots = await self._pool.reserve(self._config.batch_size)
-        self._wait_scope = None
-        if self._stopping or not slots:
-            self._pool.unreserve(slots)
-            return
-        try:
-            entries = await self._broker.read(
-                reader, self.consumer, len(slots), self._config.block_duration
-            )
-        except BackendError as exc:
-            self._pool.unreserve(slots)
-            await self._failed(exc, "reading the stream")
-            return
-        except BaseException:
-            self._pool.unreserve(slots)
-            raise
-        self._counters.fetched += len(entries)
-        self._pool.submit(entries, slots, self.consumer)
-        self._backoff.reset()
-        await self._recover()
-
-    async def stop(self) -> None:
-        """Stop reading: wake a wait, and interrupt a blocked read."""
-        self._stop_waiting()
         if self._reader is not None:
             try:
                 await self._reader.interrupt()
             except BackendError as exc:  # the read ends by cancellation instead
                 logger.debug("interrupting a blocked read failed: %s", exc)
-
-
-class Reclaimer(_Loop):
-    """Claims messages idle longer than ``reclaim_delay`` (dead consumer) or released ones."""
-
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        try:
-            task_status.started()
-            await self._loop()
-        finally:
-            self.done.set()
-
-    async def _loop(self) -> None:
-        cursor = "0-0"
-        min_idle_ms = int(self._config.reclaim_delay * 1000)
-        while not self._stopping:
-            slots = self._pool.try_reserve(self._config.batch_size)
-            if not slots:
-                await self._wait(self._config.reclaim_interval)
-                continue
-            try:
-                cursor, entries = await self._broker.reclaim(
-                    self.consumer, min_idle_ms, cursor, len(slots)
-                )
-            except BackendError as exc:
-                self._pool.unreserve(slots)
-                cursor = "0-0"
-                await self._failed(exc, "reclaiming")
-                continue
-            except BaseException:
-                self._pool.unreserve(slots)
-                raise
-            if entries:
-                self._counters.reclaimed += len(entries)
-                logger.info("reclaimed %d abandoned or released messages", len(entries))
-            self._pool.submit(entries, slots, self.consumer)
-            self._backoff.reset()
-            await self._recover()
-            if cursor == "0-0" and len(entries) < len(slots):
-                await self._wait(self._config.reclaim_interval)
-
-    async def stop(self) -> None:
-        self._stop_waiting()
-        await trio.lowlevel.checkpoint()

@@ -32,6 +32,16 @@ __all__ = [
 PAYLOAD_FIELD = b"payload"
 
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+# For strings holding lone surrogates (valid in Python and in JSON escapes, not in UTF-8).
+_dumps_ascii = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode
+
+
+def _to_json(body: Any) -> bytes:
+    text = _dumps(body)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _dumps_ascii(body).encode("ascii")
 
 
 @attrs.frozen
@@ -78,8 +88,8 @@ def encode_message(
     if task_id is not None:
         body["id"] = task_id
     try:
-        data = _dumps(body).encode("utf-8")
-    except (TypeError, ValueError, UnicodeEncodeError, RecursionError) as exc:
+        data = _to_json(body)
+    except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidPayload(
             f"payload of task {task_name!r} is not JSON-serializable: {exc}"
         ) from exc
@@ -101,6 +111,17 @@ def reencode_for_retry(message: TaskMessage, attempt: int, max_bytes: int) -> by
         task_id=message.task_id,
         max_bytes=max_bytes,
     )
+
+
+def _seconds(value: Any) -> float | None:
+    """``value`` as a finite float, or None."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        seconds = float(value)
+    except OverflowError:
+        return None
+    return seconds if math.isfinite(seconds) else None
 
 
 def _field(fields: Sequence[bytes] | Mapping[bytes, bytes], name: bytes) -> bytes | None:
@@ -157,8 +178,12 @@ def decode_message(
     if max_bytes is not None and len(raw) > max_bytes:
         raise bad(f"the message is {len(raw)} bytes, more than {max_bytes}")
     try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise bad(f"the payload is not valid UTF-8: {exc}") from exc
+    try:
+        body = json.loads(text)
+    except (ValueError, RecursionError) as exc:
         raise bad(f"the payload is not valid JSON: {exc}") from exc
     if not isinstance(body, dict):
         raise bad(f"the message is a JSON {type(body).__name__}, not an object")
@@ -170,13 +195,9 @@ def decode_message(
     attempt = body.get("attempt", 1)
     if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
         raise bad(f"'attempt' must be an integer >= 1, got {attempt!r}")
-    enqueued_at = body.get("enqueued_at", 0.0)
-    if (
-        not isinstance(enqueued_at, int | float)
-        or isinstance(enqueued_at, bool)
-        or not math.isfinite(enqueued_at)
-    ):
-        raise bad(f"'enqueued_at' must be a number, got {enqueued_at!r}")
+    enqueued_at = _seconds(body.get("enqueued_at", 0.0))
+    if enqueued_at is None:
+        raise bad(f"'enqueued_at' must be a number, got {body.get('enqueued_at')!r:.50}")
     task_id = body.get("id", message_id)
     if not isinstance(task_id, str) or not task_id:
         raise bad(f"'id' must be a non-empty string, got {task_id!r}")
@@ -185,7 +206,7 @@ def decode_message(
         task_name=task,
         payload=body["payload"],
         attempt=attempt + max(deliveries, 1) - 1,
-        enqueued_at=float(enqueued_at),
+        enqueued_at=enqueued_at,
         task_id=task_id,
         deliveries=deliveries,
         raw=raw,

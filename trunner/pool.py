@@ -261,6 +261,12 @@ class WorkerPool:
     async def _run_job(self, job: _Job) -> None:
         try:
             await self._execute(job)
+        except Exception as exc:  # noqa: BLE001 - one message must never crash the runner
+            self._errors.capture(exc)
+            logger.exception(
+                "internal error while handling a message; it stays pending",
+                extra=_log_fields(job.message),
+            )
         finally:
             del self._jobs[job.message_id]
             self.limiter.release_on_behalf_of(job.slot)

@@ -5,10 +5,10 @@
     Runner.run ── watcher (turns an outer cancellation into a graceful stop)
        └── shielded: services nursery   ack flusher, heartbeats, delayed mover
               └── jobs nursery          one task per running message
-                     └── feeders        fetchers (XREADGROUP) and the reclaimer
+                     └── fetchers       XREADGROUP new messages, XAUTOCLAIM abandoned ones
 
 Leaving ``open_runner`` (normally, by an exception, or by cancellation) runs, in order:
-1. fetchers and the reclaimer stop: nothing new is read;
+1. fetchers stop: nothing new is read or claimed;
 2. messages fetched but not started are released for immediate reclaim;
 3. running tasks get ``drain_timeout`` to finish (and are acknowledged if they do); the
    ones still running are cancelled and their messages released, never acknowledged;
@@ -35,7 +35,7 @@ from ._redis import Broker, open_transport
 from ._util import ErrorLog, logger
 from .config import RunnerConfig
 from .errors import BackendError, RedisUnavailable, RunnerAlreadyStarted, RunnerCrashed
-from .fetcher import Fetcher, Reclaimer
+from .fetcher import Fetcher, ReclaimSchedule
 from .keys import Keys
 from .pool import AckBuffer, WorkerPool
 from .scheduler import DelayedMover
@@ -47,7 +47,7 @@ __all__ = ["Runner", "open_runner"]
 #: Bound on each cleanup step that talks to Redis during shutdown.
 CLEANUP_TIMEOUT = 5.0
 #: How long stopped fetchers may take to return before they are cancelled.
-FEEDER_GRACE = 1.0
+FETCHER_GRACE = 1.0
 #: How long cancelled tasks may take to unwind after the drain timeout.
 CANCEL_GRACE = 5.0
 
@@ -131,8 +131,7 @@ class Runner(Producer):
     @property
     def consumers(self) -> list[str]:
         """The consumer names this instance reads and claims with."""
-        fetchers = [self._fetcher_consumer(i) for i in range(self.config.num_fetchers)]
-        return [*fetchers, f"{self.consumer_name}/reclaim"]
+        return [self._fetcher_consumer(i) for i in range(self.config.num_fetchers)]
 
     def _fetcher_consumer(self, index: int) -> str:
         return self.consumer_name if index == 0 else f"{self.consumer_name}/{index}"
@@ -186,23 +185,20 @@ class Runner(Producer):
         mover = DelayedMover(broker, errors)
         pool = WorkerPool(broker, self.tasks, config, counters, errors, acks, mover.due_at)
         self._pool = pool
+        schedule = ReclaimSchedule(config.reclaim_interval)
         fetchers = [
-            Fetcher(broker, pool, config, self._fetcher_consumer(i), counters, errors)
-            for i in range(config.num_fetchers)
+            Fetcher(broker, pool, config, consumer, schedule, counters, errors)
+            for consumer in self.consumers
         ]
-        reclaimer = Reclaimer(
-            broker, pool, config, f"{self.consumer_name}/reclaim", counters, errors
-        )
-        feeders: list[Fetcher | Reclaimer] = [*fetchers, reclaimer]
         async with trio.open_nursery() as services:
             services.start_soon(acks.run)
             await services.start(pool.heartbeat_loop)
             await services.start(mover.run)
             async with trio.open_nursery() as jobs:
                 pool.bind(jobs)
-                async with trio.open_nursery() as feeding:
-                    for feeder in feeders:
-                        await feeding.start(feeder.run)
+                async with trio.open_nursery() as fetching:
+                    for fetcher in fetchers:
+                        await fetching.start(fetcher.run)
                     self._broker = broker
                     self._state = RunnerState.STARTED
                     logger.info(
@@ -217,7 +213,7 @@ class Runner(Producer):
                     self._state = RunnerState.STOPPING
                     logger.info("runner stopping: %d tasks running", pool.in_flight)
                     pool.start_stopping()
-                    await self._stop_feeders(feeding, feeders)
+                    await self._stop_fetchers(fetching, fetchers)
                 await self._cleanup("releasing unstarted messages", self._release(pool, False))
                 await self._drain(pool)
             await self._cleanup("releasing interrupted messages", pool.release_queued())
@@ -229,14 +225,12 @@ class Runner(Producer):
         await self._cleanup("deleting consumers", self._delete_consumers(broker))
         logger.info("runner stopped: %s", self.statistics())
 
-    async def _stop_feeders(
-        self, nursery: trio.Nursery, feeders: list[Fetcher | Reclaimer]
-    ) -> None:
-        with trio.move_on_after(FEEDER_GRACE):
-            for feeder in feeders:
-                await feeder.stop()
-            for feeder in feeders:
-                await feeder.done.wait()
+    async def _stop_fetchers(self, nursery: trio.Nursery, fetchers: list[Fetcher]) -> None:
+        with trio.move_on_after(FETCHER_GRACE):
+            for fetcher in fetchers:
+                await fetcher.stop()
+            for fetcher in fetchers:
+                await fetcher.done.wait()
         nursery.cancel_scope.cancel()
 
     async def _release(self, pool: WorkerPool, final: bool) -> None:

@@ -25,6 +25,8 @@ A = TypeVar("A", bound=Action)
 def _is_async_callable(obj: object) -> bool:
     if inspect.iscoroutinefunction(obj):
         return True
+    if inspect.isclass(obj):  # calling a class builds an instance, not an awaitable
+        return False
     call = getattr(obj, "__call__", None)  # noqa: B004 - async __call__ on an instance
     return call is not None and inspect.iscoroutinefunction(call)
 
@@ -46,6 +48,15 @@ def _check_task_name(_inst: object, attr: attrs.Attribute[Any], value: object) -
 def _check_backoff(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
     if not callable(value):
         v.check_non_negative_number(attr.name, value)
+
+
+def _finite_non_negative(value: object) -> bool:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value) and value >= 0
+    except OverflowError:  # an int too large for a float
+        return False
 
 
 @attrs.frozen
@@ -82,12 +93,7 @@ class Task:
         backoff = self.retry_backoff
         if callable(backoff):
             delay = backoff(failed_attempt)
-            if (
-                not isinstance(delay, int | float)
-                or isinstance(delay, bool)
-                or not math.isfinite(delay)
-                or delay < 0
-            ):
+            if not _finite_non_negative(delay):
                 raise ValueError(
                     f"retry_backoff of task {self.name!r} returned {delay!r} "
                     f"for attempt {failed_attempt}; it must return seconds >= 0"
@@ -144,6 +150,8 @@ class TaskRegistry:
 
         def decorate(func: A) -> A:
             task_name = name if isinstance(name, str) else getattr(func, "__name__", None)
+            if task_name is None:
+                raise TypeError(f"{func!r} has no __name__: pass the task's name, @task('name')")
             self.register(
                 Task(
                     task_name,  # type: ignore[arg-type]  # validated by Task

@@ -33,8 +33,14 @@ Arg = str | bytes | int | float
 T = TypeVar("T")
 
 
+class ScriptNotLoaded(RedisCommandError):
+    """EVALSHA of a script Redis does not know (restarted, or SCRIPT FLUSH)."""
+
+
 def translate_error(exc: BaseException, where: str) -> BaseException:
     """Map an exception of the client library onto trunner's own (others pass through)."""
+    if isinstance(exc, redis.exceptions.NoScriptError):
+        return ScriptNotLoaded(f"{where}: {exc}")
     if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
         return RedisUnavailable(f"{where}: {exc}")
     if isinstance(exc, OSError | asyncio.TimeoutError | EOFError):
@@ -90,9 +96,8 @@ class Transport(abc.ABC):
         """Run a script by its SHA1, loading it first if Redis does not know it."""
         try:
             return await self.execute("EVALSHA", script.sha, len(keys), *keys, *args)
-        except RedisCommandError as exc:
-            if not str(exc).split(": ", 1)[-1].startswith("NOSCRIPT"):
-                raise
+        except ScriptNotLoaded:
+            pass
         await self.execute("SCRIPT", "LOAD", script.source)
         return await self.execute("EVALSHA", script.sha, len(keys), *keys, *args)
 

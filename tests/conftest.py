@@ -1,0 +1,126 @@
+from __future__ import annotations
+
+import functools
+import inspect
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import fakeredis
+import pytest
+import redis
+import trio
+
+import trunner
+from trunner._redis import memory
+
+from .servers import RedisServer
+
+#: Default Trio-clock deadline of every async test (override: @pytest.mark.deadline(s)).
+DEFAULT_DEADLINE = 30.0
+
+
+def _with_deadline(func: Callable[..., Awaitable[Any]], seconds: float) -> Callable[..., Any]:
+    @functools.wraps(func)
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with trio.fail_after(seconds):
+            return await func(*args, **kwargs)
+
+    return wrapper
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if isinstance(item, pytest.Function) and inspect.iscoroutinefunction(item.obj):
+            marker = item.get_closest_marker("deadline")
+            seconds = float(marker.args[0]) if marker else DEFAULT_DEADLINE
+            item.obj = _with_deadline(item.obj, seconds)
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """One real redis-server for the session (tests use their own groups)."""
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture
+def memory_url() -> Iterator[str]:
+    name = f"test-{uuid.uuid4().hex[:12]}"
+    yield f"memory://{name}"
+    memory.forget_memory_server(name)
+
+
+@pytest.fixture(params=["memory", "redis"])
+def url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Each test using this runs on both tiers: in-process fakeredis, and real Redis."""
+    if request.param == "memory":
+        yield request.getfixturevalue("memory_url")
+    else:
+        yield request.getfixturevalue("redis_server").url
+
+
+@pytest.fixture
+def group() -> str:
+    return f"g-{uuid.uuid4().hex[:10]}"
+
+
+def raw_client(url: str) -> Any:
+    """A synchronous client on the same data, to look at Redis from the outside."""
+    if url.startswith("memory://"):
+        server = memory._server(url[len("memory://") :]).server
+        return fakeredis.FakeRedis(server=server)
+    return redis.Redis.from_url(url)
+
+
+@pytest.fixture
+def raw(url: str) -> Iterator[Any]:
+    client = raw_client(url)
+    yield client
+    client.close()
+
+
+def config(group: str, **overrides: Any) -> trunner.RunnerConfig:
+    """A runner config with test-friendly timings."""
+    values: dict[str, Any] = {
+        "consumer_group": group,
+        "block_duration": 1.0,
+        "drain_timeout": 5.0,
+    }
+    values.update(overrides)
+    return trunner.RunnerConfig(**values)
+
+
+async def redis_state(predicate: Callable[[], Awaitable[bool]], poll: float = 0.02) -> None:
+    """Wait until a condition on Redis holds (the test's Trio deadline bounds the wait).
+
+    Redis state has no event to await, so this polls; in-process conditions use events.
+    """
+    while not await predicate():  # noqa: ASYNC110 - polling state outside the process
+        await trio.sleep(poll)
+
+
+class Tally:
+    """Records task executions; tests await counts instead of sleeping."""
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[Any, int, str]] = []  # (payload, attempt, message id)
+        self._lot = trio.lowlevel.ParkingLot()
+
+    def record(self, payload: Any) -> None:
+        message = trunner.current_message()
+        self.runs.append((payload, message.attempt, message.message_id))
+        self._lot.unpark_all()
+
+    async def wait(self, count: int) -> None:
+        while len(self.runs) < count:
+            await self._lot.park()
+
+    @property
+    def payloads(self) -> list[Any]:
+        return [payload for payload, _, _ in self.runs]
+
+
+@pytest.fixture
+def tally() -> Tally:
+    return Tally()
