@@ -74,7 +74,7 @@ async def test_failing_task_is_retried_then_dead_lettered(url: str, group: str, 
     assert [type(e) for e in errors] == [trunner.TaskFailed] * 3
     assert [e.attempt for e in errors if isinstance(e, trunner.TaskFailed)] == [1, 2, 3]
     assert isinstance(errors[0].__cause__, ValueError)
-    (message, error), = handler.calls
+    ((message, error),) = handler.calls
     assert isinstance(error, trunner.MaxRetryExceeded)
     assert isinstance(error.__cause__, ValueError)
     assert (message.task_name, message.payload, message.attempt) == ("flaky", 7, 3)

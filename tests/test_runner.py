@@ -45,7 +45,7 @@ async def test_every_dispatched_task_runs_and_is_acknowledged(
     assert {attempt for _, attempt, _ in tally.runs} == {1}
     assert stats.succeeded == stats.acked == stats.processed == 120
     assert stats.failed == stats.dead_lettered == stats.retried == 0
-    assert runner.state is trunner.RunnerState.STOPPED
+    assert runner.statistics().state is trunner.RunnerState.STOPPED
     stream = f"trunner:{{{group}}}:stream"
     assert raw.xlen(stream) == 0
     assert raw.xpending(stream, group)["pending"] == 0
@@ -213,7 +213,7 @@ async def test_a_runner_runs_once(url: str, group: str, tally: Tally) -> None:
         with pytest.raises(trunner.RunnerAlreadyStarted):
             await runner.run()
         runner.stop()
-    assert runner.state is trunner.RunnerState.STOPPED
+    assert runner.statistics().state is trunner.RunnerState.STOPPED
     with pytest.raises(trunner.RunnerAlreadyStarted):
         await runner.run()
 

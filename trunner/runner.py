@@ -34,7 +34,13 @@ from ._producer import Producer
 from ._redis import Broker, open_transport
 from ._util import ErrorLog, logger
 from .config import RunnerConfig
-from .errors import BackendError, RedisUnavailable, RunnerAlreadyStarted, RunnerCrashed
+from .errors import (
+    BackendError,
+    RedisUnavailable,
+    RunnerAlreadyStarted,
+    RunnerCrashed,
+    TrunnerError,
+)
 from .fetcher import Fetcher, ReclaimSchedule
 from .keys import Keys
 from .pool import AckBuffer, WorkerPool
@@ -321,7 +327,7 @@ def _select_error(
         return group
     if any(not isinstance(e, Exception | trio.Cancelled) for e in leaves):
         return group  # KeyboardInterrupt, SystemExit ... pass through untouched
-    if not started and len(leaves) == 1:
+    if not started and len(leaves) == 1 and isinstance(leaves[0], TrunnerError):
         return leaves[0]  # start-up failed: e.g. RedisUnavailable, with its own message
     crashed = RunnerCrashed(f"the runner failed: {'; '.join(map(repr, leaves))}")
     crashed.__cause__ = group

@@ -154,7 +154,7 @@ class TaskRegistry:
                 raise TypeError(f"{func!r} has no __name__: pass the task's name, @task('name')")
             self.register(
                 Task(
-                    task_name,  # type: ignore[arg-type]  # validated by Task
+                    task_name,
                     func,
                     max_retry=max_retry,
                     retry_backoff=retry_backoff,

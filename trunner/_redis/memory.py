@@ -115,7 +115,6 @@ class _MemoryReader(Reader):
         self, group: str, consumer: str, stream: str, count: int, block: float
     ) -> Any:
         deadline = trio.current_time() + block
-        self._interrupted = False
         while True:
             await trio.lowlevel.checkpoint()
             try:

@@ -32,6 +32,10 @@ __all__ = ["Arg", "AsyncioTransport", "Reader", "Transport", "translate_error"]
 Arg = str | bytes | int | float
 T = TypeVar("T")
 
+#: How often, and how far apart, an interrupt repeats CLIENT UNBLOCK for a read.
+UNBLOCK_TRIES = 10
+UNBLOCK_RETRY = 0.05
+
 
 class ScriptNotLoaded(RedisCommandError):
     """EVALSHA of a script Redis does not know (restarted, or SCRIPT FLUSH)."""
@@ -63,7 +67,10 @@ class Reader(abc.ABC):
 
     @abc.abstractmethod
     async def interrupt(self) -> None:
-        """Make a read in progress return now (with nothing, or with what it already has)."""
+        """Make the read in progress, and every later one, return at once.
+
+        A read returns what Redis already delivered to it, or nothing.
+        """
 
     @abc.abstractmethod
     async def aclose(self) -> None:
@@ -200,6 +207,8 @@ class _AsyncioReader(Reader):
         self._conn: Any = transport._reader_pool.make_connection()  # type: ignore[no-untyped-call]
         self._client_id: int | None = None
         self._reading = False
+        self._read_done = trio.Event()
+        self._interrupted = False
         self._closed = False
 
     async def _connect(self) -> None:
@@ -216,6 +225,8 @@ class _AsyncioReader(Reader):
         try:
             if self._client_id is None or not conn.is_connected:
                 await self._connect()
+            if self._interrupted:
+                return None
             await conn.send_command(*args)
             return await conn.read_response()
         except BaseException:
@@ -232,16 +243,31 @@ class _AsyncioReader(Reader):
             "XREADGROUP", "GROUP", group, consumer, "COUNT", count,
             "BLOCK", max(1, int(block * 1000)), "STREAMS", stream, ">",
         )  # fmt: skip
+        if self._interrupted:
+            await trio.lowlevel.checkpoint()
+            return None
         self._reading = True
+        self._read_done = trio.Event()
         try:
             return await self._transport.run(lambda: self._read(args), "XREADGROUP")
         finally:
             self._reading = False
+            self._read_done.set()
 
     async def interrupt(self) -> None:
-        client_id = self._client_id
-        if self._reading and client_id is not None and client_id > 0:
-            await self._transport.execute("CLIENT", "UNBLOCK", client_id)
+        # CLIENT UNBLOCK ends a blocked read as if its BLOCK time passed: no cancellation,
+        # so the connection stays clean and nothing is delivered unseen. The UNBLOCK may
+        # reach Redis before the read does, so it is repeated while the read goes on.
+        self._interrupted = True
+        for _ in range(UNBLOCK_TRIES):
+            client_id = self._client_id
+            if not self._reading:
+                break
+            if client_id is not None and client_id > 0:
+                await self._transport.execute("CLIENT", "UNBLOCK", client_id)
+            with trio.move_on_after(UNBLOCK_RETRY):
+                await self._read_done.wait()
+        await trio.lowlevel.checkpoint()
 
     async def aclose(self) -> None:
         if self._closed:
