@@ -230,3 +230,27 @@ async def test_open_runner_checks_its_arguments(url: str, group: str, tally: Tal
 async def test_current_message_outside_a_task_raises() -> None:
     with pytest.raises(trunner.RunnerNotRunning):
         trunner.current_message()
+
+
+async def test_tasks_see_the_runner_that_runs_them(url: str, group: str) -> None:
+    seen: list[trunner.Runner] = []
+    done = trio.Event()
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task
+    async def first(_: Any) -> None:
+        runner = trunner.current_runner()
+        seen.append(runner)
+        await runner.dispatch("second", None)
+
+    @tasks.task
+    async def second(_: Any) -> None:
+        seen.append(trunner.current_runner())
+        done.set()
+
+    async with trunner.open_runner(url, config(group), tasks) as runner:
+        await runner.dispatch("first", None)
+        await done.wait()
+    assert seen == [runner, runner]
+    with pytest.raises(trunner.RunnerNotRunning):
+        trunner.current_runner()

@@ -1,6 +1,6 @@
 """trunner: a Trio-native distributed task runner on Redis Streams."""
 
-from ._context import current_message
+from ._context import current_message, current_runner
 from ._redis.connect import redact_url
 from ._redis.memory import forget_memory_server
 from .client import Client, open_client
@@ -56,6 +56,7 @@ __all__ = [
     "TrunnerError",
     "__version__",
     "current_message",
+    "current_runner",
     "forget_memory_server",
     "open_client",
     "open_runner",

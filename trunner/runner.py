@@ -30,6 +30,7 @@ from typing import Any
 
 import trio
 
+from ._context import _current_runner
 from ._producer import Producer
 from ._redis import Broker, open_transport
 from ._util import ErrorLog, logger
@@ -186,6 +187,7 @@ class Runner(Producer):
             ) from None
 
     async def _serve(self, broker: Broker, task_status: trio.TaskStatus[None]) -> None:
+        _current_runner.set(self)  # inherited by every task the nurseries below start
         config, counters, errors = self.config, self._counters, self._errors
         acks = AckBuffer(broker, config, counters, errors)
         mover = DelayedMover(broker, errors)

@@ -1,0 +1,40 @@
+"""Every example runs, so the examples cannot rot."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .servers import RedisServer
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def run_example(name: str, env: dict[str, str]) -> str:
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / name)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env},
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+@pytest.mark.parametrize("tier", ["memory", "redis"])
+def test_quickstart(tier: str, redis_server: RedisServer) -> None:
+    env = {"REDIS_URL": redis_server.url} if tier == "redis" else {}
+    out = run_example("quickstart.py", env)
+    assert out.count("sent to ") == 3
+    assert out.strip().endswith("runner stopped: 3 tasks done")
+
+
+def test_producer() -> None:
+    out = run_example("producer.py", {})
+    assert out.strip() == "dispatched 100 tasks; 100 in the stream"
