@@ -27,9 +27,9 @@ class Work:
         self.first_run: dict[int, float] = {}
         self._lot = trio.lowlevel.ParkingLot()
         self.tasks = trunner.TaskRegistry()
-        # A message whose first delivery was lost with a broken connection is redelivered;
-        # one retry keeps a redelivery from being given up on.
-        self.tasks.register(trunner.Task(TASK, self.run, max_retry=1))
+        # No retry: a delivery lost with a broken connection never ran, so it must be given
+        # back, not counted as an attempt (else the message would be dead-lettered unrun).
+        self.tasks.register(trunner.Task(TASK, self.run))
 
     async def run(self, payload: int) -> None:
         self.runs.append(payload)
@@ -101,19 +101,9 @@ def _is_empty(producer: trunner.Client | trunner.Runner) -> Callable[[], Awaitab
 
 
 def _fault_config(group: str) -> trunner.RunnerConfig:
-    # More workers than one read takes, so the reclaimer finds free slots while the fetcher
-    # is blocked (with num_workers <= batch_size it never does: see test_bridge.py,
-    # test_ghosts_are_reclaimed_with_the_default_pool_size). A reclaim delay far beyond
-    # the test's deadline: what a broken read left behind must be released by the fetcher
-    # itself, not found again by the idle-time reclaim.
-    return config(
-        group,
-        num_workers=20,
-        batch_size=10,
-        reclaim_delay=120.0,
-        reclaim_interval=0.05,
-        connect_timeout=1.0,
-    )
+    # A reclaim delay far beyond the test's deadline: what a broken read left behind must be
+    # released by the fetch loop itself, not found again by the idle-time reclaim.
+    return config(group, reclaim_delay=120.0, reclaim_interval=0.05, connect_timeout=1.0)
 
 
 # -- unreachable at start ---------------------------------------------------------------------
@@ -238,6 +228,35 @@ def _flush_scripts(url: str) -> None:
 # -- the network breaks -----------------------------------------------------------------------
 
 
+async def test_the_proxy_forwards_cuts_and_restores(redis_server: RedisServer) -> None:
+    async def ping(port: int) -> bytes:
+        """PING through ``port``: the reply, or b"" if the connection was closed."""
+        async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+            try:
+                await stream.send_all(b"PING\r\n")
+                return await stream.receive_some(64)
+            except trio.BrokenResourceError:  # reset: closed with our PING unread
+                return b""
+
+    async with open_proxy(redis_server.port) as proxy:
+        assert await ping(proxy.port) == b"+PONG\r\n"
+        held = await trio.open_tcp_stream("127.0.0.1", proxy.port)
+        async with held:
+            await held.send_all(b"PING\r\n")
+            assert await held.receive_some(64) == b"+PONG\r\n"
+            assert proxy.open_connections == 1
+            proxy.cut()
+            assert await held.receive_some(64) == b""  # closed by the cut
+            assert await ping(proxy.port) == b""  # refused while cut
+            assert proxy.refused == 1
+        proxy.restore()
+        proxy.delay = 0.2
+        start = trio.current_time()
+        assert await ping(proxy.port) == b"+PONG\r\n"
+        assert trio.current_time() - start >= 0.2
+    assert proxy.open_connections == 0
+
+
 @pytest.mark.deadline(60)
 async def test_runner_keeps_serving_across_a_network_cut(
     redis_server: RedisServer, group: str
@@ -262,6 +281,7 @@ async def test_runner_keeps_serving_across_a_network_cut(
         await work.wait_seen(range(tasks_total))
         all_run_at = trio.current_time()
         await redis_state(_is_empty(client))
+        assert await client.dead_letter_count() == 0
         stats = runner.statistics()
     unavailable = record.unavailable_between(cut_at, restored_at)
     print(
@@ -286,6 +306,10 @@ async def test_runner_survives_a_redis_restart(group: str) -> None:
     work = Work()
     record = ErrorRecord()
     with RedisServer("--appendonly", "yes", "--appendfsync", "always") as server:
+        raw = raw_client(server.url)
+        settings = raw.config_get("append*")
+        raw.close()
+        assert (settings["appendonly"], settings["appendfsync"]) == ("yes", "always")
         async with (
             trunner.open_client(server.url, group, connect_timeout=1.0) as client,
             serving(server.url, _fault_config(group), work, record) as runner,
@@ -313,6 +337,7 @@ async def test_runner_survives_a_redis_restart(group: str) -> None:
             await work.wait_seen(range(before + after))
             all_run_at = trio.current_time()
             await redis_state(_is_empty(client))
+            assert await client.dead_letter_count() == 0
             stats = runner.statistics()
     first_after = min(work.first_run[p] for p in range(before, before + after))
     print(

@@ -6,13 +6,22 @@ import collections
 import logging
 import random
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import trio
 
-__all__ = ["ErrorLog", "LoopBackoff", "logger", "wall_ms"]
+__all__ = ["ErrorLog", "LoopBackoff", "leaf_exceptions", "logger", "wall_ms"]
 
 logger = logging.getLogger("trunner")
+
+
+def leaf_exceptions(error: BaseException) -> Iterator[BaseException]:
+    """The exceptions inside ``error``, with every exception group flattened away."""
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            yield from leaf_exceptions(inner)
+    else:
+        yield error
 
 
 def wall_ms() -> int:

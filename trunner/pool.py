@@ -358,6 +358,7 @@ class WorkerPool:
 
     async def _give_up(self, job: _Job, error: BaseException, reason: str) -> None:
         message = job.message
+        self._errors.capture(error)
         handler = self._config.failed_task_handler
         if handler is not None:
             interrupted, exc = await self._guarded(job, handler, message, error)

@@ -24,7 +24,7 @@ import os
 import re
 import secrets
 import socket
-from collections.abc import AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -32,8 +32,8 @@ import trio
 
 from ._context import _current_runner
 from ._producer import Producer
-from ._redis import Broker, open_transport
-from ._util import ErrorLog, logger
+from ._redis import Broker, check_url, open_transport
+from ._util import ErrorLog, leaf_exceptions, logger
 from .config import RunnerConfig
 from .errors import (
     BackendError,
@@ -76,6 +76,7 @@ class Runner(Producer):
             raise TypeError(f"config must be a RunnerConfig, got {type(config).__name__}")
         if not isinstance(tasks, TaskRegistry):
             raise TypeError(f"tasks must be a TaskRegistry, got {type(tasks).__name__}")
+        check_url(redis)
         self._url = redis
         self.config = config
         self.tasks = tasks
@@ -310,19 +311,11 @@ async def open_runner(
     raise to_raise
 
 
-def _leaves(error: BaseException) -> Iterator[BaseException]:
-    if isinstance(error, BaseExceptionGroup):
-        for inner in error.exceptions:
-            yield from _leaves(inner)
-    else:
-        yield error
-
-
 def _select_error(
     group: BaseExceptionGroup[BaseException], body_error: BaseException | None, started: bool
 ) -> BaseException:
     """Which exception leaves ``open_runner``: never unwrap a group holding several errors."""
-    leaves = list(_leaves(group))
+    leaves = list(leaf_exceptions(group))
     if body_error is not None and all(e is body_error for e in leaves):
         return body_error
     if all(isinstance(e, trio.Cancelled) for e in leaves):

@@ -1,7 +1,7 @@
 """The Redis boundary: the only package that imports redis, asyncio or trio_asyncio."""
 
 from .broker import MAX_IDS_PER_CALL, Broker, RawEntry
-from .connect import open_transport, redact_url
+from .connect import check_url, open_transport, redact_url
 from .memory import forget_memory_server
 from .transport import Reader, Transport
 
@@ -11,6 +11,7 @@ __all__ = [
     "RawEntry",
     "Reader",
     "Transport",
+    "check_url",
     "forget_memory_server",
     "open_transport",
     "redact_url",

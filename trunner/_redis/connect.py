@@ -8,11 +8,12 @@ from contextlib import asynccontextmanager
 
 import trio
 
+from .._util import leaf_exceptions
 from ..errors import RedisUnavailable
 from .memory import MemoryTransport
 from .transport import AsyncioTransport, Transport
 
-__all__ = ["SUPPORTED_SCHEMES", "open_transport", "redact_url"]
+__all__ = ["SUPPORTED_SCHEMES", "check_url", "open_transport", "redact_url"]
 
 SUPPORTED_SCHEMES = ("redis", "rediss", "unix", "memory")
 
@@ -30,7 +31,8 @@ def redact_url(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
 
 
-def _check_url(url: object) -> str:
+def check_url(url: object) -> str:
+    """Check a Redis URL; return its scheme. Raises ValueError or TypeError saying why."""
     if not isinstance(url, str):
         raise TypeError(f"redis must be a URL string, got {type(url).__name__}")
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
@@ -53,7 +55,7 @@ async def open_transport(
     connect_timeout: float,
 ) -> AsyncIterator[Transport]:
     """Open a transport for ``url`` and check that Redis answers within ``connect_timeout``."""
-    scheme = _check_url(url)
+    scheme = check_url(url)
     transport: Transport
     if scheme == "memory":
         transport = MemoryTransport(url[len("memory://") :])
@@ -65,21 +67,32 @@ async def open_transport(
 
     import trio_asyncio  # noqa: PLC0415 - only needed for real servers
 
-    async with trio_asyncio.open_loop() as loop:
-        transport = AsyncioTransport(
-            loop,
-            url,
-            description=redact_url(url),
-            client_name=client_name,
-            max_connections=max_connections,
-            connect_timeout=connect_timeout,
-        )
-        try:
-            await _check_reachable(transport, connect_timeout)
-            yield transport
-        finally:
-            with trio.move_on_after(CLOSE_TIMEOUT, shield=True):
-                await transport.aclose()
+    # The loop runs in nurseries, which wrap whatever crosses them in exception groups;
+    # a single exception (from start-up, or from the caller's block) leaves as itself.
+    to_raise: BaseException
+    try:
+        async with trio_asyncio.open_loop() as loop:
+            transport = AsyncioTransport(
+                loop,
+                url,
+                description=redact_url(url),
+                client_name=client_name,
+                max_connections=max_connections,
+                connect_timeout=connect_timeout,
+            )
+            try:
+                await _check_reachable(transport, connect_timeout)
+                yield transport
+            finally:
+                with trio.move_on_after(CLOSE_TIMEOUT, shield=True):
+                    await transport.aclose()
+        return
+    except BaseExceptionGroup as group:
+        leaves = list(leaf_exceptions(group))
+        if len(leaves) != 1:
+            raise
+        to_raise = leaves[0]
+    raise to_raise
 
 
 async def _check_reachable(transport: Transport, limit: float) -> None:

@@ -115,19 +115,24 @@ class _MemoryReader(Reader):
         self, group: str, consumer: str, stream: str, count: int, block: float
     ) -> Any:
         deadline = trio.current_time() + block
-        while True:
-            await trio.lowlevel.checkpoint()
-            try:
-                reply = self._client.execute_command(
-                    "XREADGROUP", "GROUP", group, consumer, "COUNT", count,
-                    "STREAMS", stream, ">",
-                )  # fmt: skip
-            except redis.exceptions.RedisError as exc:
-                raise translate_error(exc, "XREADGROUP") from exc
-            if reply or self._interrupted or trio.current_time() >= deadline:
-                return reply
-            with trio.move_on_at(deadline):
-                await self._server.lot.park()
+        try:
+            while True:
+                await trio.lowlevel.checkpoint()
+                if self._interrupted:
+                    return None
+                try:
+                    reply = self._client.execute_command(
+                        "XREADGROUP", "GROUP", group, consumer, "COUNT", count,
+                        "STREAMS", stream, ">",
+                    )  # fmt: skip
+                except redis.exceptions.RedisError as exc:
+                    raise translate_error(exc, "XREADGROUP") from exc
+                if reply or trio.current_time() >= deadline:
+                    return reply
+                with trio.move_on_at(deadline):
+                    await self._server.lot.park()
+        finally:
+            self._interrupted = False  # an interrupt ends one read
 
     async def interrupt(self) -> None:
         self._interrupted = True

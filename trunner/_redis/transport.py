@@ -67,9 +67,9 @@ class Reader(abc.ABC):
 
     @abc.abstractmethod
     async def interrupt(self) -> None:
-        """Make the read in progress, and every later one, return at once.
+        """Make the read in progress return at once (or, if none is, the next one).
 
-        A read returns what Redis already delivered to it, or nothing.
+        An interrupted read returns what Redis already delivered to it, or nothing.
         """
 
     @abc.abstractmethod
@@ -226,7 +226,7 @@ class _AsyncioReader(Reader):
             if self._client_id is None or not conn.is_connected:
                 await self._connect()
             if self._interrupted:
-                return None
+                return None  # interrupted before it was sent
             await conn.send_command(*args)
             return await conn.read_response()
         except BaseException:
@@ -244,6 +244,7 @@ class _AsyncioReader(Reader):
             "BLOCK", max(1, int(block * 1000)), "STREAMS", stream, ">",
         )  # fmt: skip
         if self._interrupted:
+            self._interrupted = False
             await trio.lowlevel.checkpoint()
             return None
         self._reading = True
@@ -252,6 +253,7 @@ class _AsyncioReader(Reader):
             return await self._transport.run(lambda: self._read(args), "XREADGROUP")
         finally:
             self._reading = False
+            self._interrupted = False  # an interrupt ends one read
             self._read_done.set()
 
     async def interrupt(self) -> None:
