@@ -2,6 +2,9 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -98,6 +101,18 @@ async def redis_state(predicate: Callable[[], Awaitable[bool]], poll: float = 0.
     """
     while not await predicate():  # noqa: ASYNC110 - polling state outside the process
         await trio.sleep(poll)
+
+
+def run_python(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``python *args`` in a subprocess (60 s at most); its output as text."""
+    return subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
 
 
 class Tally:

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 
 from trunner._demo import run_demo
 from trunner.cli import main
 
+from .conftest import run_python
 from .servers import RedisServer
 
 
@@ -33,14 +30,7 @@ async def test_demo_shares_the_work_and_finishes_clean(url: str) -> None:
 @pytest.mark.deadline(60)
 def test_the_demo_command(redis_server: RedisServer) -> None:
     for env in ({}, {"REDIS_URL": redis_server.url}):
-        result = subprocess.run(
-            [sys.executable, "-m", "trunner", "demo"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env={**os.environ, **env},
-            check=False,
-        )
+        result = run_python("-m", "trunner", "demo", env=env)
         assert result.returncode == 0, result.stderr
         assert "all instances stopped" in result.stdout
         assert result.stderr == ""

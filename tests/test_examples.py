@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from .conftest import run_python
 from .servers import RedisServer
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def run_example(name: str, env: dict[str, str]) -> str:
-    result = subprocess.run(
-        [sys.executable, str(EXAMPLES / name)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, **env},
-        check=False,
-    )
+    result = run_python(str(EXAMPLES / name), env=env)
     assert result.returncode == 0, result.stderr
     return result.stdout
 
