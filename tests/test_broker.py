@@ -63,7 +63,7 @@ async def test_retry_is_atomic_and_idempotent(broker: Broker, raw: Any, group: s
 async def test_dead_letter_writes_once(broker: Broker, raw: Any, group: str) -> None:
     await broker.enqueue(b"poison")
     (message_id,) = await deliver(broker, "c1", 1)
-    fields = [("payload", b"poison"), ("reason", "undecodable")]
+    fields: list[tuple[str, str | bytes]] = [("payload", b"poison"), ("reason", "undecodable")]
     dead_id = await broker.dead_letter(message_id, fields, maxlen=10)
     assert dead_id is not None
     assert await broker.dead_letter(message_id, fields, maxlen=10) is None
