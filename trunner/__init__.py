@@ -3,12 +3,16 @@
 from ._context import current_message, current_runner
 from ._redis.connect import redact_url
 from ._redis.memory import forget_memory_server
+from . import election
 from .client import Client, open_client
 from .config import FailedTaskHandler, RunnerConfig
 from .errors import (
     BackendError,
+    Crashed,
+    ElectorCrashed,
     InvalidMessage,
     InvalidPayload,
+    LeadershipLost,
     MaxRetryExceeded,
     PayloadTooLarge,
     RedisCommandError,
@@ -32,10 +36,13 @@ __version__ = "0.1.0"
 __all__ = [
     "BackendError",
     "Client",
+    "Crashed",
+    "ElectorCrashed",
     "FailedTaskHandler",
     "InvalidMessage",
     "InvalidPayload",
     "Keys",
+    "LeadershipLost",
     "MaxRetryExceeded",
     "PayloadTooLarge",
     "RedisCommandError",
@@ -57,6 +64,7 @@ __all__ = [
     "__version__",
     "current_message",
     "current_runner",
+    "election",
     "forget_memory_server",
     "open_client",
     "open_runner",

@@ -6,11 +6,23 @@ import collections
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+from typing import Any, Generic, TypeVar
 
 import trio
 
-__all__ = ["ErrorLog", "LoopBackoff", "leaf_exceptions", "logger", "wall_ms"]
+__all__ = [
+    "ErrorLog",
+    "EventLog",
+    "LoopBackoff",
+    "leaf_exceptions",
+    "logger",
+    "run_in_background",
+    "wall_ms",
+]
+
+T = TypeVar("T")
 
 logger = logging.getLogger("trunner")
 
@@ -22,6 +34,61 @@ def leaf_exceptions(error: BaseException) -> Iterator[BaseException]:
             yield from leaf_exceptions(inner)
     else:
         yield error
+
+
+@asynccontextmanager
+async def run_in_background(
+    run: Callable[..., Awaitable[Any]],
+    stop: Callable[[], None],
+    crashed: Callable[[str], BaseException],
+) -> AsyncIterator[None]:
+    """Start ``run`` (Trio ``task_status`` style) for the block; call ``stop`` on the way out.
+
+    Errors leave as the caller expects, never as an exception group that could hide one:
+    an exception from the block leaves as itself; a start-up failure that is trunner's own
+    error (say, Redis unreachable) as itself; any other failure of ``run`` as
+    ``crashed(description)`` raised from the group. KeyboardInterrupt and the like pass.
+    """
+    body_error: BaseException | None = None
+    started = False
+    to_raise: BaseException
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(run)
+            started = True
+            try:
+                yield
+            except BaseException as exc:
+                body_error = exc
+                raise
+            finally:
+                stop()
+        return
+    except BaseExceptionGroup as group:
+        to_raise = _select_error(group, body_error, started, crashed)
+    raise to_raise
+
+
+def _select_error(
+    group: BaseExceptionGroup[BaseException],
+    body_error: BaseException | None,
+    started: bool,
+    crashed: Callable[[str], BaseException],
+) -> BaseException:
+    from .errors import TrunnerError  # noqa: PLC0415 - errors imports nothing from here
+
+    leaves = list(leaf_exceptions(group))
+    if body_error is not None and all(e is body_error for e in leaves):
+        return body_error
+    if all(isinstance(e, trio.Cancelled) for e in leaves):
+        return group
+    if any(not isinstance(e, Exception | trio.Cancelled) for e in leaves):
+        return group  # KeyboardInterrupt, SystemExit ... pass through untouched
+    if not started and len(leaves) == 1 and isinstance(leaves[0], TrunnerError):
+        return leaves[0]  # start-up failed: e.g. RedisUnavailable, with its own message
+    error = crashed("; ".join(map(repr, leaves)))
+    error.__cause__ = group
+    return error
 
 
 def wall_ms() -> int:
@@ -46,49 +113,53 @@ class LoopBackoff:
         return delay * random.uniform(0.5, 1.0)
 
 
-class ErrorLog:
-    """Errors a runner captured, for ``Runner.errors()``.
+class EventLog(Generic[T]):
+    """A bounded log of values, read as an async iterator, that never blocks its writer.
 
-    Capturing never blocks: the log keeps the newest ``maxlen`` errors and counts the
-    ones it had to drop because nobody was reading.
+    The log keeps the newest ``maxlen`` values and counts the ones it had to drop because
+    nobody was reading. Iteration ends once the log is closed and every value was read.
     """
 
     def __init__(self, maxlen: int = 1000) -> None:
-        self._buffer: collections.deque[BaseException] = collections.deque(maxlen=maxlen)
+        self._buffer: collections.deque[T] = collections.deque(maxlen=maxlen)
         self._lot = trio.lowlevel.ParkingLot()
         self._closed = False
         self.captured = 0
         self.dropped = 0
 
-    def capture(self, error: BaseException) -> None:
+    def capture(self, value: T) -> None:
         self.captured += 1
         if len(self._buffer) == self._buffer.maxlen:
             self.dropped += 1
-        self._buffer.append(error)
+        self._buffer.append(value)
         self._lot.unpark_all()
 
     def close(self) -> None:
         self._closed = True
         self._lot.unpark_all()
 
-    def __aiter__(self) -> AsyncIterator[BaseException]:
-        return _ErrorIterator(self)
+    def __aiter__(self) -> AsyncIterator[T]:
+        return _LogIterator(self)
 
 
-class _ErrorIterator:
-    def __init__(self, log: ErrorLog) -> None:
+#: Errors a runner captured, for ``Runner.errors()``.
+ErrorLog = EventLog[BaseException]
+
+
+class _LogIterator(Generic[T]):
+    def __init__(self, log: EventLog[T]) -> None:
         self._log = log
 
-    def __aiter__(self) -> _ErrorIterator:
+    def __aiter__(self) -> _LogIterator[T]:
         return self
 
-    async def __anext__(self) -> BaseException:
+    async def __anext__(self) -> T:
         log = self._log
         await trio.lowlevel.checkpoint_if_cancelled()
         while not log._buffer:
             if log._closed:
                 raise StopAsyncIteration
             await log._lot.park()
-        error = log._buffer.popleft()
+        value = log._buffer.popleft()
         await trio.lowlevel.cancel_shielded_checkpoint()
-        return error
+        return value

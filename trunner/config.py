@@ -88,6 +88,15 @@ class RunnerConfig:
     max_connections: int = attrs.field(default=20, validator=v.positive_int)
     """Size of the connection pool for control traffic (blocking reads have their own)."""
 
+    leader_ttl: float = attrs.field(default=5.0, validator=v.positive_number)
+    """Time-to-live of the leadership lease; a crashed leader is replaced after it."""
+
+    leader_wait: float = attrs.field(default=6.0, validator=v.positive_number)
+    """How often followers try to take the lease (at once when a leader releases it)."""
+
+    leader_jitter: float = attrs.field(default=0.005, validator=v.non_negative_number)
+    """Random extra delay of each renewal, after ``leader_ttl / 2``."""
+
     def __attrs_post_init__(self) -> None:
         if self.consumer_name is not None and self.consumer_name.startswith("trunner:"):
             raise ValueError("consumer_name must not start with 'trunner:' (reserved)")

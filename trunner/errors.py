@@ -4,8 +4,11 @@ from __future__ import annotations
 
 __all__ = [
     "BackendError",
+    "Crashed",
+    "ElectorCrashed",
     "InvalidMessage",
     "InvalidPayload",
+    "LeadershipLost",
     "MaxRetryExceeded",
     "PayloadTooLarge",
     "RedisCommandError",
@@ -72,6 +75,10 @@ class ReservationLost(TrunnerError):
     """A running task's message was claimed by another consumer (it may run twice)."""
 
 
+class LeadershipLost(TrunnerError):
+    """A leader-only (fenced) write was refused: this instance no longer holds the lease."""
+
+
 class RunnerAlreadyStarted(TrunnerError, RuntimeError):
     """``Runner.run`` was called on a runner that has already been started."""
 
@@ -80,8 +87,16 @@ class RunnerNotRunning(TrunnerError, RuntimeError):
     """The runner or client is not open (not started yet, or already stopped)."""
 
 
-class RunnerCrashed(TrunnerError):
+class Crashed(TrunnerError):
+    """A background component failed; ``__cause__`` is the exception group of its errors."""
+
+
+class RunnerCrashed(Crashed):
     """An internal component of the runner failed; the cause is the exception group."""
+
+
+class ElectorCrashed(Crashed):
+    """The elector's background task failed; the cause is the exception group."""
 
 
 class BackendError(TrunnerError):

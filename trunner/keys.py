@@ -57,3 +57,8 @@ class Keys:
     def delayed(self) -> str:
         """The sorted set of delayed tasks and retries, scored by due time (ms)."""
         return self._key("delayed")
+
+    @property
+    def leader(self) -> str:
+        """The leadership lease (its fence counter is ``leader + ':fence'``)."""
+        return self._key("leader")

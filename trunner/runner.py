@@ -3,7 +3,8 @@
 ::
 
     Runner.run ── watcher (turns an outer cancellation into a graceful stop)
-       └── shielded: services nursery   ack flusher, heartbeats, delayed mover
+       └── shielded: services nursery   ack flusher, heartbeats, delayed mover, elector,
+              │                          leadership (chores in a nursery per leadership)
               └── jobs nursery          one task per running message
                      └── fetchers       XREADGROUP new messages, XAUTOCLAIM abandoned ones
 
@@ -12,7 +13,8 @@ Leaving ``open_runner`` (normally, by an exception, or by cancellation) runs, in
 2. messages fetched but not started are released for immediate reclaim;
 3. running tasks get ``drain_timeout`` to finish (and are acknowledged if they do); the
    ones still running are cancelled and their messages released, never acknowledged;
-4. buffered acknowledgements are flushed; the delayed mover and heartbeats stop;
+4. buffered acknowledgements are flushed; leadership is released (followers are told at
+   once); the delayed mover and heartbeats stop;
 5. anything still pending for this instance is released, its consumers are deleted when
    empty, ``state`` becomes STOPPED and connections are closed.
 Every step that talks to Redis is shielded and bounded.
@@ -24,7 +26,7 @@ import os
 import re
 import secrets
 import socket
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -33,14 +35,15 @@ import trio
 from ._context import _current_runner
 from ._producer import Producer
 from ._redis import Broker, check_url, open_transport
-from ._util import ErrorLog, leaf_exceptions, logger
+from ._util import ErrorLog, logger, run_in_background
 from .config import RunnerConfig
+from .election import Elector
 from .errors import (
     BackendError,
+    LeadershipLost,
     RedisUnavailable,
     RunnerAlreadyStarted,
     RunnerCrashed,
-    TrunnerError,
 )
 from .fetcher import Fetcher, ReclaimSchedule
 from .keys import Keys
@@ -89,6 +92,9 @@ class Runner(Producer):
         self._errors = ErrorLog()
         self._stop_requested = trio.Event()
         self._pool: WorkerPool | None = None
+        self._elector: Elector | None = None
+        #: Leader-only work: each runs in a nursery opened on promotion, cancelled on demotion.
+        self._leader_chores: list[Callable[[Elector], Awaitable[None]]] = []
 
     def __repr__(self) -> str:
         return (
@@ -101,6 +107,16 @@ class Runner(Producer):
     @property
     def state(self) -> RunnerState:
         return self._state
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this instance holds the group's leadership lease now."""
+        return self._elector is not None and self._elector.is_leader
+
+    @property
+    def elector(self) -> Elector | None:
+        """The group's elector while the runner runs (events, fence, current leader)."""
+        return self._elector
 
     def statistics(self) -> RunnerStatistics:
         c = self._counters
@@ -199,10 +215,21 @@ class Runner(Producer):
             Fetcher(broker, pool, config, consumer, schedule, counters, errors)
             for consumer in self.consumers
         ]
+        elector = Elector(
+            broker.transport,
+            self.keys.leader,
+            ttl=config.leader_ttl,
+            wait=config.leader_wait,
+            jitter=config.leader_jitter,
+            id=self.consumer_name,
+        )
         async with trio.open_nursery() as services:
             services.start_soon(acks.run)
             await services.start(pool.heartbeat_loop)
             await services.start(mover.run)
+            await services.start(elector.run)
+            self._elector = elector
+            services.start_soon(self._lead, elector)
             async with trio.open_nursery() as jobs:
                 pool.bind(jobs)
                 async with trio.open_nursery() as fetching:
@@ -227,12 +254,31 @@ class Runner(Producer):
                 await self._drain(pool)
             await self._cleanup("releasing interrupted messages", pool.release_queued())
             acks.close()
+            elector.stop()
             with trio.move_on_after(CLEANUP_TIMEOUT):
                 await acks.closed.wait()
+                await elector.done.wait()
             services.cancel_scope.cancel()
         await self._cleanup("final release", self._release(pool, True))
         await self._cleanup("deleting consumers", self._delete_consumers(broker))
         logger.info("runner stopped: %s", self.statistics())
+
+    async def _lead(self, elector: Elector) -> None:
+        """Run the leader chores for as long as each leadership lasts."""
+        while True:
+            await elector.wait_promoted()
+            async with trio.open_nursery() as chores:
+                for chore in self._leader_chores:
+                    chores.start_soon(self._chore, chore, elector)
+                await elector.wait_demoted()
+                chores.cancel_scope.cancel()
+
+    @staticmethod
+    async def _chore(chore: Callable[[Elector], Awaitable[None]], elector: Elector) -> None:
+        try:
+            await chore(elector)
+        except LeadershipLost as exc:  # a fenced write was refused: the lease is gone
+            elector.step_down(str(exc))
 
     async def _stop_fetchers(self, nursery: trio.Nursery, fetchers: list[Fetcher]) -> None:
         with trio.move_on_after(FETCHER_GRACE):
@@ -291,39 +337,9 @@ async def open_runner(
     :class:`~trunner.RunnerCrashed`.
     """
     runner = Runner(redis, config, tasks)
-    body_error: BaseException | None = None
-    started = False
-    to_raise: BaseException
-    try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(runner.run)
-            started = True
-            try:
-                yield runner
-            except BaseException as exc:
-                body_error = exc
-                raise
-            finally:
-                runner.stop()
-        return
-    except BaseExceptionGroup as group:
-        to_raise = _select_error(group, body_error, started)
-    raise to_raise
 
+    def crashed(what: str) -> RunnerCrashed:
+        return RunnerCrashed(f"the runner failed: {what}")
 
-def _select_error(
-    group: BaseExceptionGroup[BaseException], body_error: BaseException | None, started: bool
-) -> BaseException:
-    """Which exception leaves ``open_runner``: never unwrap a group holding several errors."""
-    leaves = list(leaf_exceptions(group))
-    if body_error is not None and all(e is body_error for e in leaves):
-        return body_error
-    if all(isinstance(e, trio.Cancelled) for e in leaves):
-        return group
-    if any(not isinstance(e, Exception | trio.Cancelled) for e in leaves):
-        return group  # KeyboardInterrupt, SystemExit ... pass through untouched
-    if not started and len(leaves) == 1 and isinstance(leaves[0], TrunnerError):
-        return leaves[0]  # start-up failed: e.g. RedisUnavailable, with its own message
-    crashed = RunnerCrashed(f"the runner failed: {'; '.join(map(repr, leaves))}")
-    crashed.__cause__ = group
-    return crashed
+    async with run_in_background(runner.run, runner.stop, crashed):
+        yield runner

@@ -19,7 +19,7 @@ import fakeredis
 import redis.exceptions
 import trio
 
-from .transport import Arg, Reader, Transport, translate_error
+from .transport import Arg, Reader, Subscriber, Transport, translate_error
 
 __all__ = ["MemoryTransport", "forget_memory_server", "memory_server_names"]
 
@@ -68,7 +68,7 @@ class MemoryTransport(Transport):
         self.description = f"memory://{name}"
         self._server = _server(name)
         self._client = _client(self._server)
-        self._readers: set[_MemoryReader] = set()
+        self._readers: set[_MemoryReader | _MemorySubscriber] = set()
 
     def _run(self, args: Sequence[Arg]) -> Any:
         try:
@@ -96,6 +96,11 @@ class MemoryTransport(Transport):
         reader = _MemoryReader(self._server)
         self._readers.add(reader)
         return reader
+
+    def open_subscriber(self, channel: str) -> Subscriber:
+        subscriber = _MemorySubscriber(self._server, channel)
+        self._readers.add(subscriber)
+        return subscriber
 
     async def aclose(self) -> None:
         for reader in self._readers:
@@ -140,5 +145,31 @@ class _MemoryReader(Reader):
         await trio.lowlevel.checkpoint()
 
     async def aclose(self) -> None:
+        self._client.close()
+        await trio.lowlevel.checkpoint()
+
+
+class _MemorySubscriber(Subscriber):
+    def __init__(self, server: _MemoryServer, channel: str) -> None:
+        self._server = server
+        self._client = _client(server)
+        self._pubsub = self._client.pubsub()
+        self._pubsub.subscribe(channel)
+
+    async def subscribe(self) -> None:
+        await trio.lowlevel.checkpoint()  # subscribed when created
+
+    async def next_message(self) -> bytes:
+        while True:
+            await trio.lowlevel.checkpoint()
+            message = self._pubsub.get_message(ignore_subscribe_messages=True)
+            if message is not None and message["type"] == "message":
+                data: bytes = message["data"]
+                return data
+            if message is None:
+                await self._server.lot.park()
+
+    async def aclose(self) -> None:
+        self._pubsub.close()
         self._client.close()
         await trio.lowlevel.checkpoint()

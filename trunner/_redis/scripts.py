@@ -7,7 +7,7 @@ from importlib import resources
 
 import attrs
 
-__all__ = ["SCRIPTS", "Script"]
+__all__ = ["SCRIPTS", "Script", "fenced_script", "make_script"]
 
 
 @attrs.frozen
@@ -17,9 +17,24 @@ class Script:
     sha: str
 
 
-def _load(name: str) -> Script:
-    source = resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
+def _read(name: str) -> str:
+    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
+
+
+def make_script(name: str, source: str) -> Script:
     return Script(name, source, hashlib.sha1(source.encode("utf-8")).hexdigest())
+
+
+def _load(name: str) -> Script:
+    return make_script(name, _read(name))
+
+
+def fenced_script(name: str, body: str) -> Script:
+    """``body`` behind the fence check (``lua/fence.lua``): it runs only for the leader.
+
+    The body's own keys start at KEYS[2] and its arguments at ARGV[2].
+    """
+    return make_script(name, _read("fence") + "\n" + body)
 
 
 class _Scripts:
@@ -33,6 +48,9 @@ class _Scripts:
         self.heartbeat = _load("heartbeat")
         self.release = _load("release")
         self.delete_consumer = _load("delete_consumer")
+        self.lease_acquire = _load("lease_acquire")
+        self.lease_renew = _load("lease_renew")
+        self.lease_release = _load("lease_release")
 
     def all(self) -> list[Script]:
         return [s for s in vars(self).values() if isinstance(s, Script)]

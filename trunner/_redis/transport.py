@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import math
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
@@ -27,7 +28,15 @@ from redis.backoff import NoBackoff
 from ..errors import BackendError, RedisCommandError, RedisUnavailable
 from .scripts import Script
 
-__all__ = ["Arg", "AsyncioTransport", "Reader", "Transport", "translate_error"]
+__all__ = [
+    "Arg",
+    "AsyncioTransport",
+    "Reader",
+    "ScriptNotLoaded",
+    "Subscriber",
+    "Transport",
+    "translate_error",
+]
 
 Arg = str | bytes | int | float
 T = TypeVar("T")
@@ -77,6 +86,22 @@ class Reader(abc.ABC):
         """Close the reader's connection."""
 
 
+class Subscriber(abc.ABC):
+    """A connection subscribed to one pub/sub channel."""
+
+    @abc.abstractmethod
+    async def subscribe(self) -> None:
+        """Connect and subscribe now (otherwise the first ``next_message`` does)."""
+
+    @abc.abstractmethod
+    async def next_message(self) -> bytes:
+        """Wait for the next message published on the channel; return its data."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Close the subscriber's connection."""
+
+
 class Transport(abc.ABC):
     """A Trio-facing Redis connection: commands, pipelines, scripts and readers."""
 
@@ -94,6 +119,10 @@ class Transport(abc.ABC):
     @abc.abstractmethod
     def open_reader(self, name: str) -> Reader:
         """A new reader with a connection of its own (connected on first use)."""
+
+    @abc.abstractmethod
+    def open_subscriber(self, channel: str) -> Subscriber:
+        """A new subscriber of ``channel`` with a connection of its own (connected on use)."""
 
     @abc.abstractmethod
     async def aclose(self) -> None:
@@ -150,7 +179,7 @@ class AsyncioTransport(Transport):
         self._reader_pool = redis.asyncio.ConnectionPool.from_url(
             url, retry=Retry(NoBackoff(), 0), **common
         )
-        self._readers: set[_AsyncioReader] = set()
+        self._readers: set[_AsyncioReader | _AsyncioSubscriber] = set()
 
     async def run(self, make: Callable[[], Coroutine[Any, Any, T]], where: str) -> T:
         """Run the asyncio coroutine ``make()`` on our loop; translate its errors."""
@@ -185,8 +214,13 @@ class AsyncioTransport(Transport):
         self._readers.add(reader)
         return reader
 
-    def _forget_reader(self, reader: _AsyncioReader) -> None:
+    def _forget_reader(self, reader: _AsyncioReader | _AsyncioSubscriber) -> None:
         self._readers.discard(reader)
+
+    def open_subscriber(self, channel: str) -> Subscriber:
+        subscriber = _AsyncioSubscriber(self, channel)
+        self._readers.add(subscriber)
+        return subscriber
 
     async def aclose(self) -> None:
         for reader in list(self._readers):
@@ -282,3 +316,57 @@ class _AsyncioReader(Reader):
 
         with trio.CancelScope(shield=True):
             await self._transport.run(close, "close reader")
+
+
+class _AsyncioSubscriber(Subscriber):
+    def __init__(self, transport: AsyncioTransport, channel: str) -> None:
+        self._transport = transport
+        self._channel = channel.encode()
+        self._conn: Any = transport._reader_pool.make_connection()  # type: ignore[no-untyped-call]
+        self._subscribed = False
+        self._closed = False
+
+    async def _subscribe(self) -> None:
+        conn = self._conn
+        try:
+            await conn.connect()
+            await conn.send_command("SUBSCRIBE", self._channel)
+            await conn.read_response(timeout=math.inf)  # the confirmation
+        except BaseException:
+            await conn.disconnect(nowait=True)
+            raise
+        self._subscribed = True
+
+    async def subscribe(self) -> None:
+        await self._transport.run(self._subscribe, "SUBSCRIBE")
+
+    async def _next(self) -> bytes:
+        conn = self._conn
+        try:
+            if not self._subscribed or not conn.is_connected:
+                await self._subscribe()
+            while True:
+                reply = await conn.read_response(timeout=math.inf)
+                kind = reply[0] if isinstance(reply, list) and len(reply) == 3 else None
+                if kind == b"message" and reply[1] == self._channel:
+                    data: bytes = reply[2]
+                    return data
+        except BaseException:
+            self._subscribed = False
+            await conn.disconnect(nowait=True)
+            raise
+
+    async def next_message(self) -> bytes:
+        return await self._transport.run(self._next, "SUBSCRIBE")
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._transport._forget_reader(self)
+
+        async def close() -> None:
+            await self._conn.disconnect()
+
+        with trio.CancelScope(shield=True):
+            await self._transport.run(close, "close subscriber")

@@ -1,0 +1,364 @@
+"""Leader election: a fenced Redis lease.
+
+Exactly one elector of a key holds the lease at a time. The lease is one Redis key whose
+value is the holder's id, taken with ``SET key id PX ttl NX``, renewed only by its holder
+after ``ttl/2`` plus a random jitter, and deleted only by its holder. Followers try again
+every ``wait`` seconds, or at once when a holder releases the lease gracefully (it
+publishes on ``<key>:released``). A holder that cannot renew in time — Redis errors, the
+lease taken over, or the renewal not answered before the lease would have expired — steps
+down; a crashed holder's lease expires after ``ttl``.
+
+Every promotion draws a fence number from a counter beside the lease (``INCR``), strictly
+increasing across leaders. Leader-only writes run as fenced scripts that first check,
+inside Redis, that the lease still holds this holder's id (:meth:`Elector.eval_fenced`),
+so a deposed leader that has not noticed yet cannot act.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import secrets
+import socket
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import trio
+
+from . import _validate as v
+from ._redis import open_transport
+from ._redis.lease import LeaseStore
+from ._redis.scripts import Script, fenced_script
+from ._redis.transport import Arg, Transport
+from ._util import EventLog, LoopBackoff, logger, run_in_background
+from .errors import BackendError, ElectorCrashed, LeadershipLost
+
+__all__ = [
+    "Demoted",
+    "ElectionError",
+    "ElectionEvent",
+    "Elector",
+    "Promoted",
+    "open_elector",
+]
+
+#: Bound on releasing the lease when the elector stops.
+RELEASE_TIMEOUT = 5.0
+
+
+@attrs.frozen
+class Promoted:
+    """This elector became the leader, with fence number ``fence``."""
+
+    fence: int
+    at: float = attrs.field(factory=trio.current_time)
+    """When, on the Trio clock."""
+
+
+@attrs.frozen
+class Demoted:
+    """This elector stopped being the leader, and why."""
+
+    reason: str
+    at: float = attrs.field(factory=trio.current_time)
+
+
+@attrs.frozen
+class ElectionError:
+    """A Redis call of the election failed (``during``: acquire, renew or release)."""
+
+    error: BaseException
+    during: str
+    at: float = attrs.field(factory=trio.current_time)
+
+
+ElectionEvent = Promoted | Demoted | ElectionError
+
+
+def default_id() -> str:
+    host = re.sub(r"[\s{}]+", "-", socket.gethostname()) or "host"
+    return f"{host}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+class Elector:
+    """One candidate for the lease on ``key``. Use :func:`open_elector`, or a runner's."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        key: str,
+        *,
+        ttl: float = 5.0,
+        wait: float = 6.0,
+        jitter: float = 0.005,
+        id: str | None = None,
+    ) -> None:
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"key must be a non-empty str, got {key!r}")
+        v.check_positive_number("ttl", ttl)
+        v.check_positive_number("wait", wait)
+        v.check_non_negative_number("jitter", jitter)
+        if id is not None and (not isinstance(id, str) or not id):
+            raise ValueError(f"id must be a non-empty str, got {id!r}")
+        self.key = key
+        self.id = id or default_id()
+        self.ttl = float(ttl)
+        self.wait = float(wait)
+        self.jitter = float(jitter)
+        self._ttl_ms = max(1, int(self.ttl * 1000))
+        self._store = LeaseStore(transport, key)
+        self._leader = False
+        self._fence: int | None = None
+        self._valid_until = 0.0
+        self._promoted = trio.Event()
+        self._demoted = trio.Event()
+        self._demoted.set()
+        self._wake = trio.Event()
+        self._stopping = False
+        self._lost_at: float | None = None
+        self._events: EventLog[ElectionEvent] = EventLog(maxlen=100)
+        self._scripts: dict[str, Script] = {}
+        self.promotions = 0
+        self.done = trio.Event()
+
+    def __repr__(self) -> str:
+        role = f"leader (fence {self._fence})" if self._leader else "follower"
+        return f"<Elector key={self.key!r} id={self.id!r} {role}>"
+
+    # -- public face ------------------------------------------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this elector holds the lease (as far as it can know without asking)."""
+        return self._leader
+
+    @property
+    def fence(self) -> int | None:
+        """The fence number of the current leadership; None when not the leader."""
+        return self._fence
+
+    async def wait_promoted(self) -> None:
+        """Return once this elector is the leader (at once if it is)."""
+        await self._promoted.wait()
+
+    async def wait_demoted(self) -> None:
+        """Return once this elector is not the leader (at once if it is not)."""
+        await self._demoted.wait()
+
+    def events(self) -> AsyncIterator[ElectionEvent]:
+        """Promotions, demotions and errors as they happen (the newest 100 are kept)."""
+        return aiter(self._events)
+
+    async def current_leader(self) -> str | None:
+        """The id of the lease's holder according to Redis, or None."""
+        return await self._store.holder()
+
+    async def eval_fenced(
+        self, body: str, keys: Sequence[str] = (), args: Sequence[Arg] = ()
+    ) -> Any:
+        """Run the Lua ``body`` only if this elector still holds the lease, atomically.
+
+        In ``body``, ``KEYS[1]`` is the lease key and ``ARGV[1]`` the holder's id; your keys
+        start at ``KEYS[2]`` and your arguments at ``ARGV[2]``. Raises
+        :class:`~trunner.LeadershipLost` (nothing written) when the lease is not ours.
+        """
+        if not self._leader:
+            raise LeadershipLost(f"{self!r} is not the leader")
+        script = self._scripts.get(body)
+        if script is None:
+            script = self._scripts[body] = fenced_script("user", body)
+        return await self._store.fenced(script, self.id, keys, args)
+
+    async def run_fenced(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        """Run one of trunner's fenced scripts as this leader (see ``eval_fenced``)."""
+        if not self._leader:
+            raise LeadershipLost(f"{self!r} is not the leader")
+        return await self._store.fenced(script, self.id, keys, args)
+
+    def step_down(self, reason: str) -> None:
+        """Stop acting as the leader now (a fenced write told us the lease is gone).
+
+        The elector runs for election again after ``wait``.
+        """
+        if self._leader:
+            self._demote(reason)
+            self._lost_at = trio.current_time()
+            self._wake.set()
+
+    def stop(self) -> None:
+        """Stop campaigning; :meth:`run` releases the lease if held and returns."""
+        self._stopping = True
+        self._wake.set()
+
+    # -- the campaign -----------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Campaign until :meth:`stop`; the first election attempt is made before started."""
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self._listen)
+            try:
+                await self._attempt()
+                task_status.started()
+                await self._campaign()
+            finally:
+                nursery.cancel_scope.cancel()
+                with trio.move_on_after(RELEASE_TIMEOUT, shield=True):
+                    await self._release()
+                self.done.set()
+
+    async def _campaign(self) -> None:
+        while not self._stopping:
+            if self._leader:
+                await self._hold()
+                continue
+            if self._lost_at is not None:
+                self._lost_at = None
+                await self._pause_after_loss()
+            else:
+                with trio.move_on_after(self.wait):
+                    await self._wake.wait()
+            if not self._stopping:
+                await self._attempt()
+
+    async def _attempt(self) -> None:
+        """One election attempt: take the lease if it is free."""
+        self._wake = trio.Event()
+        if self._stopping:
+            self._wake.set()
+            return
+        sent = trio.current_time()
+        try:
+            fence = await self._store.acquire(self.id, self._ttl_ms)
+        except BackendError as exc:
+            self._emit(ElectionError(exc, "acquire"))
+            logger.warning("election attempt for %r failed: %s", self.key, exc)
+            return
+        if fence:
+            self._promote(fence, valid_until=sent + self.ttl)
+
+    async def _hold(self) -> None:
+        """As the leader: renew the lease on time, until stopped or it is lost."""
+        renewed_at = self._valid_until - self.ttl
+        renew_at = renewed_at + self.ttl / 2 + random.uniform(0, self.jitter)
+        with trio.move_on_at(renew_at):
+            await self._wake.wait()
+        if self._stopping or not self._leader:
+            return
+        self._wake = trio.Event()
+        sent = trio.current_time()
+        with trio.move_on_at(self._valid_until) as scope:
+            try:
+                renewed = await self._store.renew(self.id, self._ttl_ms)
+            except BackendError as exc:
+                self._emit(ElectionError(exc, "renew"))
+                self.step_down(f"renewing failed: {exc}")
+                return
+        if scope.cancelled_caught:
+            self.step_down("the lease expired before its renewal was answered")
+        elif not renewed:
+            self._demote("the lease was taken over")
+        else:
+            self._valid_until = sent + self.ttl
+
+    async def _pause_after_loss(self) -> None:
+        """After losing the lease to an error, wait before running for election again."""
+        with trio.move_on_after(self.wait):
+            while not self._stopping:
+                await self._wake.wait()
+                self._wake = trio.Event()
+
+    async def _listen(self, *, task_status: trio.TaskStatus[None]) -> None:
+        """Wake the campaign when a leader releases the lease gracefully."""
+        subscriber = self._store.open_subscriber()
+        backoff = LoopBackoff()
+        try:
+            try:
+                with trio.fail_after(self.ttl):
+                    await subscriber.subscribe()
+            except (BackendError, trio.TooSlowError) as exc:
+                logger.debug("subscribing to lease releases failed (retrying): %s", exc)
+            task_status.started()
+            while True:
+                try:
+                    holder = await subscriber.next_message()
+                except BackendError as exc:
+                    logger.debug("listening for lease releases failed: %s", exc)
+                    await trio.sleep(backoff.next_delay())
+                    continue
+                backoff.reset()
+                if holder.decode(errors="replace") != self.id and not self._leader:
+                    self._wake.set()
+        finally:
+            await subscriber.aclose()
+
+    async def _release(self) -> None:
+        if not self._leader:
+            return
+        self._demote("released")
+        try:
+            await self._store.release(self.id)
+        except BackendError as exc:
+            self._emit(ElectionError(exc, "release"))
+            logger.warning("releasing the lease %r failed (it will expire): %s", self.key, exc)
+
+    # -- transitions ------------------------------------------------------------------------
+
+    def _promote(self, fence: int, valid_until: float) -> None:
+        self._leader = True
+        self._fence = fence
+        self._valid_until = valid_until
+        self.promotions += 1
+        self._demoted = trio.Event()
+        self._promoted.set()
+        self._emit(Promoted(fence))
+        logger.info("promoted: %r leads %r (fence %d)", self.id, self.key, fence)
+
+    def _demote(self, reason: str) -> None:
+        if not self._leader:
+            return
+        self._leader = False
+        self._fence = None
+        self._promoted = trio.Event()
+        self._demoted.set()
+        self._emit(Demoted(reason))
+        logger.info("demoted: %r no longer leads %r: %s", self.id, self.key, reason)
+
+    def _emit(self, event: ElectionEvent) -> None:
+        self._events.capture(event)
+
+    def _close(self) -> None:
+        self._events.close()
+
+
+@asynccontextmanager
+async def open_elector(
+    redis: str,
+    key: str,
+    *,
+    ttl: float = 5.0,
+    wait: float = 6.0,
+    jitter: float = 0.005,
+    id: str | None = None,
+    connect_timeout: float = 5.0,
+) -> AsyncIterator[Elector]:
+    """Campaign for the lease on ``key`` for the block's duration.
+
+    On entry the first election attempt has been made (``is_leader`` tells its outcome);
+    leaving the block releases the lease if held, telling followers at once.
+    """
+    async with open_transport(
+        redis, client_name="trunner-elector", max_connections=4, connect_timeout=connect_timeout
+    ) as transport:
+        elector = Elector(transport, key, ttl=ttl, wait=wait, jitter=jitter, id=id)
+
+        def crashed(what: str) -> ElectorCrashed:
+            return ElectorCrashed(f"the elector of {key!r} failed: {what}")
+
+        try:
+            async with run_in_background(elector.run, elector.stop, crashed):
+                yield elector
+        finally:
+            elector._close()
