@@ -7,6 +7,7 @@
         proxy.cut()  # every open connection is closed; new ones are closed at once
         proxy.restore()  # connections are forwarded again
         proxy.delay = 0.05  # replies (target -> client) are held back this long
+        proxy.drop_replies(1)  # the next reply is lost: its connection closes instead
 
 Everything the proxy starts is closed when the block exits.
 """
@@ -37,6 +38,7 @@ class Proxy:
         #: How many connections were accepted, and how many of them were refused while cut.
         self.accepted = 0
         self.refused = 0
+        self._drop = 0
 
     @property
     def url(self) -> str:
@@ -59,6 +61,11 @@ class Proxy:
     def restore(self) -> None:
         """Forward new connections again."""
         self._cut = False
+
+    def drop_replies(self, count: int) -> None:
+        """Lose the next ``count`` replies: Redis ran the command, the client sees its
+        connection close instead of the answer."""
+        self._drop = count
 
     async def _serve(self, nursery: trio.Nursery) -> None:
         while True:
@@ -98,6 +105,9 @@ class Proxy:
             while data := await source.receive_some(_CHUNK):
                 if reply and self.delay > 0:
                     await trio.sleep(self.delay)
+                if reply and self._drop > 0:
+                    self._drop -= 1
+                    break
                 await sink.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass

@@ -276,3 +276,35 @@ def test_handler_sees_a_frozen_message() -> None:
     )
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         message.attempt = 2  # type: ignore[misc]
+
+
+async def test_a_message_kept_after_its_handler_raised_keeps_its_attempt_across_restarts(
+    url: str, group: str, raw: Any
+) -> None:
+    """It ran: a shutdown must not hand its attempt back (it would run again as attempt 1)."""
+    runs: list[int] = []
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task
+    async def broken(_: Any) -> None:
+        runs.append(trunner.current_message().attempt)
+        raise KeyError("k")
+
+    handler = Handled(fail_times=1)
+    cfg = config(group, failed_task_handler=handler)
+    async with trunner.open_runner(url, cfg, tasks) as runner:
+        await runner.dispatch("broken", None)
+        await handler.wait(1)
+    async with trunner.open_runner(url, cfg, tasks) as runner:
+        await handler.wait(2)  # released at the first shutdown: redelivered at once
+
+        async def settled() -> bool:
+            return await runner.dead_letter_count() == 1
+
+        await redis_state(settled)
+    assert runs == [1], "the task ran once; the redelivery went straight to the handler"
+    second_message, second_error = handler.calls[1]
+    assert second_message.attempt == 2
+    assert isinstance(second_error, trunner.MaxRetryExceeded)
+    assert second_error.redelivered
+    assert "ended without a result" in str(second_error)

@@ -352,3 +352,38 @@ async def test_runner_survives_a_redis_restart(group: str) -> None:
     assert work.seen == set(range(before + after))
     assert record.unavailable_between(stopped_at, restarted_at) >= 1
     assert all(isinstance(e, trunner.BackendError) for _, e in record.errors), record.errors
+
+
+async def test_a_lost_reply_is_an_error_not_a_silent_second_enqueue(
+    redis_server: RedisServer, group: str
+) -> None:
+    """Redis ran the XADD but the reply was lost: the caller is told, nothing is resent."""
+    async with (
+        open_proxy(redis_server.port) as proxy,
+        trunner.open_client(proxy.url, group, max_connections=1) as client,
+    ):
+        await client.queue_length()  # a connection is open: the next reply is the XADD's
+        proxy.drop_replies(1)
+        with pytest.raises(trunner.RedisUnavailable):
+            await client.dispatch("t", 1)
+        assert await client.queue_length() == 1
+        await client.dispatch_many("t", [2])  # loads the script; the connection is open
+        proxy.drop_replies(1)
+        with pytest.raises(trunner.RedisUnavailable):
+            await client.dispatch_many("t", [3, 4])
+        assert await client.queue_length() == 4, "each command ran exactly once"
+
+
+async def test_a_command_without_a_reply_times_out(redis_server: RedisServer, group: str) -> None:
+    """A half-open connection (no reply, no error) fails the call after command_timeout."""
+    async with (
+        open_proxy(redis_server.port) as proxy,
+        trunner.open_client(proxy.url, group, command_timeout=0.3) as client,
+    ):
+        proxy.delay = 5.0
+        started = trio.current_time()
+        with pytest.raises(trunner.RedisUnavailable, match=r"no reply from Redis within 0\.3"):
+            await client.queue_length()
+        assert trio.current_time() - started < 1.0
+        proxy.delay = 0.0
+        assert await client.queue_length() == 0, "the next call works on a new connection"

@@ -277,3 +277,51 @@ async def test_many_interrupted_tasks_are_all_released(url: str, group: str, raw
     assert len(pending) == 40
     assert {p["consumer"].decode() for p in pending} == {RELEASED_CONSUMER}
     assert raw.xlen(_stream(group)) == 100
+
+
+async def test_an_exception_group_from_the_block_leaves_as_itself(url: str, group: str) -> None:
+    """A nursery inside the block whose child fails raises a group: it is not ours."""
+
+    async def child() -> None:
+        raise ValueError("child failed")
+
+    with pytest.raises(ExceptionGroup) as info:
+        async with (
+            trunner.open_runner(url, config(group), trunner.TaskRegistry()),
+            trio.open_nursery() as nursery,
+        ):
+            nursery.start_soon(child)
+    assert [type(e) for e in info.value.exceptions] == [ValueError]
+
+    mine = ExceptionGroup("mine", [KeyError("k")])
+    with pytest.raises(ExceptionGroup) as info:
+        async with trunner.open_client(url, group):
+            raise mine
+    assert info.value is mine
+
+
+async def test_a_crash_still_writes_the_finished_tasks_acknowledgements(
+    url: str, group: str, raw: Any
+) -> None:
+    tasks = trunner.TaskRegistry()
+    done = trio.Event()
+
+    @tasks.task
+    async def fine(_: Any) -> None:
+        done.set()
+
+    @tasks.task
+    async def fatal(_: Any) -> None:
+        raise SystemExit(3)  # not a task failure: it ends the runner
+
+    cfg = config(group, ack_flush_interval=30.0, ack_batch_size=1000)  # acks wait in the buffer
+    with pytest.raises(BaseExceptionGroup) as info:
+        async with trunner.open_runner(url, cfg, tasks) as runner:
+            await runner.dispatch("fine", None)
+            await done.wait()
+            await runner.dispatch("fatal", None)
+            await trio.sleep_forever()
+    assert info.group_contains(SystemExit)
+    pending = raw.xpending_range(_stream(group), group, "-", "+", 10)
+    assert len(pending) == 1, "the finished task was acknowledged on the way out"
+    assert raw.xlen(_stream(group)) == 1

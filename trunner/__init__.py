@@ -1,9 +1,9 @@
 """trunner: a Trio-native distributed task runner on Redis Streams."""
 
+from . import election
 from ._context import current_message, current_runner
 from ._redis.connect import redact_url
 from ._redis.memory import forget_memory_server
-from . import election
 from .client import Client, open_client
 from .config import FailedTaskHandler, RunnerConfig
 from .errors import (

@@ -19,12 +19,35 @@ __all__ = [
     "leaf_exceptions",
     "logger",
     "run_in_background",
+    "unwrap_single",
     "wall_ms",
 ]
 
 T = TypeVar("T")
 
 logger = logging.getLogger("trunner")
+
+
+def unwrap_single(
+    error: BaseException, body_error: BaseException | None = None
+) -> BaseException | None:
+    """What should leave a context manager whose nurseries raised ``error``.
+
+    ``body_error`` (the exception of the caller's block), as itself, when ``error`` holds
+    nothing else (nurseries wrap it, and may copy the groups they wrap); otherwise the one
+    plain exception inside a chain of one-member groups; None when there are several.
+    """
+    if body_error is not None and _only_from(error, body_error):
+        return body_error
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return None if isinstance(error, BaseExceptionGroup) else error
+
+
+def _only_from(error: BaseException, source: BaseException) -> bool:
+    """Whether every exception inside ``error`` is one of ``source``'s."""
+    ours = {id(e) for e in leaf_exceptions(source)}
+    return all(id(e) in ours for e in leaf_exceptions(error))
 
 
 def leaf_exceptions(error: BaseException) -> Iterator[BaseException]:
@@ -77,11 +100,12 @@ def _select_error(
 ) -> BaseException:
     from .errors import TrunnerError  # noqa: PLC0415 - errors imports nothing from here
 
-    leaves = list(leaf_exceptions(group))
-    if body_error is not None and all(e is body_error for e in leaves):
-        return body_error
+    # The block's exception is a member of the nursery's group (possibly a copy, when it
+    # is the caller's own exception group): set it apart before looking at the rest.
+    others = [e for e in group.exceptions if body_error is None or not _only_from(e, body_error)]
+    leaves = [leaf for e in others for leaf in leaf_exceptions(e)]
     if all(isinstance(e, trio.Cancelled) for e in leaves):
-        return group
+        return body_error if body_error is not None else group
     if any(not isinstance(e, Exception | trio.Cancelled) for e in leaves):
         return group  # KeyboardInterrupt, SystemExit ... pass through untouched
     if not started and len(leaves) == 1 and isinstance(leaves[0], TrunnerError):

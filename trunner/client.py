@@ -39,6 +39,7 @@ async def open_client(
     tasks: TaskRegistry | None = None,
     max_payload_bytes: int = 1024 * 1024,
     connect_timeout: float = 5.0,
+    command_timeout: float = 10.0,
     max_connections: int = 20,
 ) -> AsyncIterator[Client]:
     """Open a producer-only client of ``consumer_group`` on the Redis at ``redis``.
@@ -51,12 +52,14 @@ async def open_client(
         raise TypeError(f"tasks must be a TaskRegistry or None, got {type(tasks).__name__}")
     v.check_positive_int("max_payload_bytes", max_payload_bytes)
     v.check_positive_number("connect_timeout", connect_timeout)
+    v.check_positive_number("command_timeout", command_timeout)
     v.check_positive_int("max_connections", max_connections)
     async with open_transport(
         redis,
         client_name=f"trunner-client:{consumer_group}",
         max_connections=max_connections,
         connect_timeout=connect_timeout,
+        command_timeout=command_timeout,
     ) as transport:
         client = Client(Broker(transport, keys), tasks, max_payload_bytes)
         try:

@@ -73,6 +73,10 @@ class RunnerConfig:
     connect_timeout: float = attrs.field(default=5.0, validator=v.positive_number)
     """Bound on connecting to Redis at start; ``open_runner`` fails after it."""
 
+    command_timeout: float = attrs.field(default=10.0, validator=v.positive_number)
+    """A Redis command without a reply for this long fails (its connection is dropped);
+    blocking reads get ``block_duration`` more. Guards against half-open connections."""
+
     max_payload_bytes: int = attrs.field(default=1024 * 1024, validator=v.positive_int)
     """The largest encoded task message ``dispatch`` accepts."""
 

@@ -48,12 +48,24 @@ class InvalidMessage(TrunnerError, ValueError):
 
 
 class MaxRetryExceeded(TrunnerError):
-    """A task failed on its last allowed attempt (``max_retry + 1`` attempts)."""
+    """A task used up its ``max_retry + 1`` attempts.
 
-    def __init__(self, task_name: str, attempts: int) -> None:
-        super().__init__(f"task {task_name!r} failed after {attempts} attempt(s)")
+    ``redelivered``: its last attempt ended without a result (the worker running it
+    stopped), so it was given up on when redelivered, without running again.
+    """
+
+    def __init__(self, task_name: str, attempts: int, *, redelivered: bool = False) -> None:
+        if redelivered:
+            text = (
+                f"task {task_name!r} used up its {attempts} attempt(s): the last one ended "
+                "without a result (its worker stopped)"
+            )
+        else:
+            text = f"task {task_name!r} failed after {attempts} attempt(s)"
+        super().__init__(text)
         self.task_name = task_name
         self.attempts = attempts
+        self.redelivered = redelivered
 
 
 class TaskFailed(TrunnerError):

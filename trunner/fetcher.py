@@ -137,7 +137,11 @@ class Fetcher:
         logger.info("reclaimed %d abandoned or released messages", len(entries))
         used, rest = slots[: len(entries)], slots[len(entries) :]
         self._pool.submit(entries, used, self.consumer)
-        await self._recover()
+        try:
+            await self._recover()
+        except BaseException:
+            self._pool.unreserve(rest)
+            raise
         return rest
 
     async def _call(self, call: Awaitable[T], slots: list[Slot], what: str) -> T | None:

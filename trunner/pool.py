@@ -37,6 +37,8 @@ __all__ = ["AckBuffer", "Slot", "WorkerPool"]
 
 #: Bound on one state-transition write (retry, dead-letter) including its own retries.
 TRANSITION_TIMEOUT = 10.0
+#: How many messages left pending on purpose are remembered (see ``WorkerPool._kept``).
+MAX_KEPT = 10_000
 #: Re-encoding a message for its next attempt never fails on size (it came from Redis).
 _NO_LIMIT = 1 << 62
 
@@ -57,7 +59,7 @@ class _Job:
     beat_interval: float
     next_beat: float
     scope: trio.CancelScope | None = None
-    started: bool = False
+    finishing: bool = False
     lost: bool = False
 
     @property
@@ -66,7 +68,12 @@ class _Job:
 
 
 class AckBuffer:
-    """Buffers acknowledgements and flushes them in batches (size or time, whichever first)."""
+    """Buffers acknowledgements and flushes them in batches (size or time, whichever first).
+
+    An id stays *held* from :meth:`add` until a flush wrote it: a failed or cancelled flush
+    puts its ids back, so a finished task is never forgotten (and never released to run
+    again as if it had not run).
+    """
 
     def __init__(
         self, broker: Broker, config: RunnerConfig, counters: Counters, errors: ErrorLog
@@ -76,8 +83,8 @@ class AckBuffer:
         self._interval = config.ack_flush_interval
         self._counters = counters
         self._errors = errors
-        self._ids: list[str] = []
-        self._flushing: list[str] = []
+        self._ids: list[str] = []  # waiting for the next flush
+        self._held: set[str] = set()  # waiting, or being flushed
         self._nonempty = trio.Event()
         self._full = trio.Event()
         self._closing = False
@@ -85,16 +92,17 @@ class AckBuffer:
 
     def add(self, message_id: str) -> None:
         self._ids.append(message_id)
+        self._held.add(message_id)
         self._nonempty.set()
         if len(self._ids) >= self._batch:
             self._full.set()
 
     def holds(self, message_id: str) -> bool:
         """Whether ``message_id`` is finished but its acknowledgement not yet written."""
-        return message_id in self._ids or message_id in self._flushing
+        return message_id in self._held
 
     def __len__(self) -> int:
-        return len(self._ids) + len(self._flushing)
+        return len(self._held)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -110,28 +118,32 @@ class AckBuffer:
             if not self._closing and len(self._ids) < self._batch:
                 with trio.move_on_after(self._interval):
                     await self._full.wait()
-            if await self._flush():
+            if await self.flush():
                 backoff.reset()
             else:
                 await trio.sleep(backoff.next_delay())
             if self._closing and not self._ids:
                 return
 
-    async def _flush(self) -> bool:
+    async def flush(self) -> bool:
+        """Write what is buffered now; False (ids kept for the next try) on a Redis error."""
         self._nonempty = trio.Event()
         self._full = trio.Event()
-        self._flushing, self._ids = self._ids, []
+        batch, self._ids = self._ids, []
+        written = False
         try:
-            self._counters.acked += await self._broker.ack(self._flushing)
+            self._counters.acked += await self._broker.ack(batch)
+            written = True
         except BackendError as exc:
             self._errors.capture(exc)
-            logger.warning("acknowledging %d messages failed: %s", len(self._flushing), exc)
-            self._ids[:0] = self._flushing
-            self._nonempty.set()
-            return False
+            logger.warning("acknowledging %d messages failed: %s", len(batch), exc)
         finally:
-            self._flushing = []
-        return True
+            if written:
+                self._held.difference_update(batch)
+            elif batch:
+                self._ids[:0] = batch
+                self._nonempty.set()
+        return written
 
     def close(self) -> None:
         """Flush what is buffered, then let :meth:`run` return."""
@@ -166,6 +178,10 @@ class WorkerPool:
         self._idle = trio.Event()
         self._idle.set()
         self._to_release: list[tuple[str, str, bool]] = []  # (consumer, id, give back)
+        # Messages that ran and were left pending on purpose (the handler raised, or their
+        # retry / dead-letter write failed): redelivered after reclaim_delay, never
+        # released as if they had not run. Bounded: the oldest are forgotten first.
+        self._kept: dict[str, str] = {}
         self._default_beat = config.reclaim_delay / 3
         self.min_beat_interval = min(
             [self._default_beat, *(self._beat_interval(t) for t in registry)]
@@ -222,6 +238,7 @@ class WorkerPool:
                 self.limiter.release_on_behalf_of(slot)
                 continue
             job = self._make_job(entry, slot, consumer)
+            self._kept.pop(entry.message_id, None)
             self._jobs[entry.message_id] = job
             self._idle = trio.Event() if self._idle.is_set() else self._idle
             self._nursery.start_soon(self._run_job, job, name=f"trunner job {entry.message_id}")
@@ -263,6 +280,7 @@ class WorkerPool:
             await self._execute(job)
         except Exception as exc:  # noqa: BLE001 - one message must never crash the runner
             self._errors.capture(exc)
+            self._keep(job)
             logger.exception(
                 "internal error while handling a message; it stays pending",
                 extra=_log_fields(job.message),
@@ -283,11 +301,10 @@ class WorkerPool:
             await self._give_up(job, TaskNotFound(message.task_name), "unknown task")
             return
         if message.attempt > task.max_attempts:
-            error = MaxRetryExceeded(task.name, task.max_attempts)
+            error = MaxRetryExceeded(task.name, task.max_attempts, redelivered=True)
             await self._give_up(job, error, "max retries exceeded (redelivered)")
             return
         _current_message.set(message)
-        job.started = True
         begin = time.perf_counter()
         interrupted, failure = await self._guarded(job, task.action, message.payload)
         duration = time.perf_counter() - begin
@@ -324,6 +341,12 @@ class WorkerPool:
             except Exception as exc:  # noqa: BLE001 - user code failures are handled by callers
                 failure = exc
         return scope.cancelled_caught, failure
+
+    def _keep(self, job: _Job) -> None:
+        """Leave a message that ran pending, for a later delivery (see ``_kept``)."""
+        self._kept[job.message_id] = job.consumer
+        while len(self._kept) > MAX_KEPT:
+            del self._kept[next(iter(self._kept))]
 
     def _interrupted(self, job: _Job, duration: float | None = None) -> None:
         self._counters.interrupted += 1
@@ -367,6 +390,7 @@ class WorkerPool:
                 return
             if exc is not None:
                 self._errors.capture(exc)
+                self._keep(job)
                 logger.error(
                     "failed-task handler raised; message left pending for a later delivery: %r",
                     exc,
@@ -403,6 +427,7 @@ class WorkerPool:
 
         If it cannot be written, the message stays pending and is redelivered later.
         """
+        job.finishing = True  # acknowledged by the write: heartbeats would call it lost
         backoff = LoopBackoff()
         with trio.move_on_after(TRANSITION_TIMEOUT):
             while True:
@@ -417,6 +442,12 @@ class WorkerPool:
                         extra=_log_fields(job.message),
                     )
                 await trio.sleep(backoff.next_delay())
+        self._keep(job)
+        logger.error(
+            "%s of message could not be written; it stays pending for a later delivery",
+            what,
+            extra=_log_fields(job.message),
+        )
         return None
 
     # -- heartbeats -------------------------------------------------------------------------
@@ -429,7 +460,11 @@ class WorkerPool:
         backoff = LoopBackoff()
         while True:
             now = trio.current_time()
-            due = [job for job in self._jobs.values() if job.next_beat <= now and not job.lost]
+            due = [
+                job
+                for job in self._jobs.values()
+                if job.next_beat <= now and not job.lost and not job.finishing
+            ]
             failed = False
             by_consumer: dict[str, list[_Job]] = {}
             for job in due:
@@ -483,18 +518,15 @@ class WorkerPool:
         releases, self._to_release = self._to_release, []
         return releases
 
-    def knows(self, message_id: str) -> bool:
-        """Whether this instance still holds ``message_id`` (running, or ack not written)."""
-        return message_id in self._jobs or self._acks.holds(message_id)
-
     async def release_orphans(self, consumer: str, *, final: bool = False) -> int:
-        """Release entries pending for ``consumer`` that this instance does not hold.
+        """Release entries pending for ``consumer`` that this instance never saw.
 
         Such entries were delivered to a read that failed or was cancelled after Redis
         sent its reply ("ghost deliveries"): they never ran, so the delivery is given back.
-        With ``final`` (at shutdown, nothing running) everything pending is released; a
-        finished task whose acknowledgement could not be written keeps its attempt.
-        Only call this while no read or claim into ``consumer`` is in progress.
+        Running tasks, finished ones whose acknowledgement is not written yet, and kept
+        ones (they ran) are left alone; with ``final`` (at shutdown) kept ones are
+        released too, keeping their attempt. Only call this while no read or claim into
+        ``consumer`` is in progress.
         """
         releases: list[tuple[str, bool]] = []
         start = "-"
@@ -502,9 +534,9 @@ class WorkerPool:
             ids = await self._broker.pending_ids(consumer, start=start)
             fresh = [i for i in ids if i != start]
             for message_id in fresh:
-                if message_id in self._jobs:
+                if message_id in self._jobs or self._acks.holds(message_id):
                     continue
-                if self._acks.holds(message_id):
+                if message_id in self._kept:
                     if final:
                         releases.append((message_id, False))
                     continue

@@ -173,6 +173,7 @@ class Runner(Producer):
                 client_name=f"trunner:{self.consumer_name}",
                 max_connections=self.config.max_connections,
                 connect_timeout=self.config.connect_timeout,
+                command_timeout=self.config.command_timeout,
             ) as transport:
                 broker = Broker(transport, self.keys, delete_on_ack=self.config.delete_on_ack)
                 await self._prepare(broker)
@@ -223,42 +224,50 @@ class Runner(Producer):
             jitter=config.leader_jitter,
             id=self.consumer_name,
         )
-        async with trio.open_nursery() as services:
-            services.start_soon(acks.run)
-            await services.start(pool.heartbeat_loop)
-            await services.start(mover.run)
-            await services.start(elector.run)
-            self._elector = elector
-            services.start_soon(self._lead, elector)
-            async with trio.open_nursery() as jobs:
-                pool.bind(jobs)
-                async with trio.open_nursery() as fetching:
-                    for fetcher in fetchers:
-                        await fetching.start(fetcher.run)
-                    self._broker = broker
-                    self._state = RunnerState.STARTED
-                    logger.info(
-                        "runner started: group %r, consumer %r, %d workers, Redis at %s",
-                        config.consumer_group,
-                        self.consumer_name,
-                        config.num_workers,
-                        broker.description,
-                    )
-                    task_status.started()
-                    await self._stop_requested.wait()
-                    self._state = RunnerState.STOPPING
-                    logger.info("runner stopping: %d tasks running", pool.in_flight)
-                    pool.start_stopping()
-                    await self._stop_fetchers(fetching, fetchers)
-                await self._cleanup("releasing unstarted messages", self._release(pool, False))
-                await self._drain(pool)
-            await self._cleanup("releasing interrupted messages", pool.release_queued())
-            acks.close()
-            elector.stop()
-            with trio.move_on_after(CLEANUP_TIMEOUT):
-                await acks.closed.wait()
-                await elector.done.wait()
-            services.cancel_scope.cancel()
+        clean = False
+        try:
+            async with trio.open_nursery() as services:
+                services.start_soon(acks.run)
+                await services.start(pool.heartbeat_loop)
+                await services.start(mover.run)
+                await services.start(elector.run)
+                self._elector = elector
+                services.start_soon(self._lead, elector)
+                async with trio.open_nursery() as jobs:
+                    pool.bind(jobs)
+                    async with trio.open_nursery() as fetching:
+                        for fetcher in fetchers:
+                            await fetching.start(fetcher.run)
+                        self._broker = broker
+                        self._state = RunnerState.STARTED
+                        logger.info(
+                            "runner started: group %r, consumer %r, %d workers, Redis at %s",
+                            config.consumer_group,
+                            self.consumer_name,
+                            config.num_workers,
+                            broker.description,
+                        )
+                        task_status.started()
+                        await self._stop_requested.wait()
+                        self._state = RunnerState.STOPPING
+                        logger.info("runner stopping: %d tasks running", pool.in_flight)
+                        pool.start_stopping()
+                        await self._stop_fetchers(fetching, fetchers)
+                    await self._cleanup("releasing unstarted messages", self._release(pool, False))
+                    await self._drain(pool)
+                await self._cleanup("releasing interrupted messages", pool.release_queued())
+                acks.close()
+                elector.stop()
+                with trio.move_on_after(CLEANUP_TIMEOUT):
+                    await acks.closed.wait()
+                    await elector.done.wait()
+                services.cancel_scope.cancel()
+            clean = True
+        finally:
+            if not clean:  # a component failed: save what can be saved, then re-raise
+                with trio.CancelScope(shield=True):
+                    await self._cleanup("flushing acknowledgements", acks.flush())
+                    await self._cleanup("releasing after a failure", self._release(pool, True))
         await self._cleanup("final release", self._release(pool, True))
         await self._cleanup("deleting consumers", self._delete_consumers(broker))
         logger.info("runner stopped: %s", self.statistics())

@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from .._util import leaf_exceptions
+from .._util import unwrap_single
 from ..errors import RedisUnavailable
 from .memory import MemoryTransport
 from .transport import AsyncioTransport, Transport
@@ -53,6 +53,7 @@ async def open_transport(
     client_name: str,
     max_connections: int,
     connect_timeout: float,
+    command_timeout: float = 10.0,
 ) -> AsyncIterator[Transport]:
     """Open a transport for ``url`` and check that Redis answers within ``connect_timeout``."""
     scheme = check_url(url)
@@ -69,7 +70,8 @@ async def open_transport(
 
     # The loop runs in nurseries, which wrap whatever crosses them in exception groups;
     # a single exception (from start-up, or from the caller's block) leaves as itself.
-    to_raise: BaseException
+    body_error: BaseException | None = None
+    to_raise: BaseException | None
     try:
         async with trio_asyncio.open_loop() as loop:
             transport = AsyncioTransport(
@@ -79,19 +81,23 @@ async def open_transport(
                 client_name=client_name,
                 max_connections=max_connections,
                 connect_timeout=connect_timeout,
+                command_timeout=command_timeout,
             )
             try:
                 await _check_reachable(transport, connect_timeout)
-                yield transport
+                try:
+                    yield transport
+                except BaseException as exc:
+                    body_error = exc
+                    raise
             finally:
                 with trio.move_on_after(CLOSE_TIMEOUT, shield=True):
                     await transport.aclose()
         return
     except BaseExceptionGroup as group:
-        leaves = list(leaf_exceptions(group))
-        if len(leaves) != 1:
+        to_raise = unwrap_single(group, body_error)
+        if to_raise is None:
             raise
-        to_raise = leaves[0]
     raise to_raise
 
 

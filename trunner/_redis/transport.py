@@ -150,6 +150,7 @@ class AsyncioTransport(Transport):
         client_name: str,
         max_connections: int,
         connect_timeout: float,
+        command_timeout: float,
     ) -> None:
         self._loop = loop
         self.description = description
@@ -163,28 +164,42 @@ class AsyncioTransport(Transport):
             # RESP2 on every connection: the broker parses raw replies of one shape.
             "protocol": 2,
         }
-        # Control traffic: one retry on a broken connection (a stale pooled connection after
-        # a Redis restart); our scripts are idempotent, a retried XADD may enqueue twice.
+        # No automatic retries: a command whose reply was lost may have run (an XADD would
+        # enqueue twice, a claim would leave entries unseen). Callers see the error and
+        # decide; pooled connections closed by the server are replaced at checkout.
         self._pool = redis.asyncio.BlockingConnectionPool.from_url(
             url,
             max_connections=max_connections,
             timeout=None,
-            retry=Retry(NoBackoff(), 1),
-            retry_on_error=[redis.exceptions.ConnectionError],
+            retry=Retry(NoBackoff(), 0),
             **common,
         )
         self._client = redis.asyncio.Redis(connection_pool=self._pool)
         self._client.response_callbacks.clear()  # raw replies, parsed by the broker
-        # Readers: never retried (a resent XREADGROUP can take messages into the PEL).
         self._reader_pool = redis.asyncio.ConnectionPool.from_url(
             url, retry=Retry(NoBackoff(), 0), **common
         )
+        self.command_timeout = command_timeout
         self._readers: set[_AsyncioReader | _AsyncioSubscriber] = set()
 
-    async def run(self, make: Callable[[], Coroutine[Any, Any, T]], where: str) -> T:
-        """Run the asyncio coroutine ``make()`` on our loop; translate its errors."""
+    async def run(
+        self,
+        make: Callable[[], Coroutine[Any, Any, T]],
+        where: str,
+        limit: float | None = None,
+    ) -> T:
+        """Run the asyncio coroutine ``make()`` on our loop; translate its errors.
+
+        A call without a reply within ``limit`` seconds (default: the command timeout) raises
+        RedisUnavailable; its connection is dropped (a half-open TCP connection would
+        otherwise block the caller for many minutes). Pass ``math.inf`` for none.
+        """
+        limit = self.command_timeout if limit is None else limit
         try:
-            result: T = await self._loop.run_aio_coroutine(make())
+            with trio.fail_after(limit):
+                result: T = await self._loop.run_aio_coroutine(make())
+        except trio.TooSlowError:
+            raise RedisUnavailable(f"{where}: no reply from Redis within {limit} s") from None
         except (TimeoutError, redis.exceptions.RedisError, OSError, EOFError) as exc:
             raise translate_error(exc, where) from exc
         return result
@@ -283,8 +298,9 @@ class _AsyncioReader(Reader):
             return None
         self._reading = True
         self._read_done = trio.Event()
+        limit = block + self._transport.command_timeout
         try:
-            return await self._transport.run(lambda: self._read(args), "XREADGROUP")
+            return await self._transport.run(lambda: self._read(args), "XREADGROUP", limit)
         finally:
             self._reading = False
             self._interrupted = False  # an interrupt ends one read
@@ -357,7 +373,7 @@ class _AsyncioSubscriber(Subscriber):
             raise
 
     async def next_message(self) -> bytes:
-        return await self._transport.run(self._next, "SUBSCRIBE")
+        return await self._transport.run(self._next, "SUBSCRIBE", limit=math.inf)
 
     async def aclose(self) -> None:
         if self._closed:
