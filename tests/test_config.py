@@ -234,3 +234,11 @@ def test_error_message_shows_the_bad_value() -> None:
         RunnerConfig(consumer_group="emails", num_workers=-3)
     with pytest.raises(TypeError, match=r"batch_size must be an int, got str"):
         RunnerConfig(consumer_group="emails", batch_size="3")  # type: ignore[arg-type]
+
+
+def test_the_failed_task_handler_must_be_async() -> None:
+    def handler(message: object, error: BaseException) -> None:
+        pass
+
+    with pytest.raises(TypeError, match="failed_task_handler must be an async function"):
+        RunnerConfig(consumer_group="g", failed_task_handler=handler)  # type: ignore[arg-type]

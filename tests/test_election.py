@@ -398,3 +398,38 @@ async def test_a_fenced_refusal_demotes_the_runner(url: str, group: str, raw: An
         assert isinstance(events[1], Demoted)
         assert "not the leader" in events[1].reason
         runner.stop()
+
+
+async def test_a_stopping_runner_does_not_take_the_lead(url: str, group: str) -> None:
+    """A follower that is draining must not be promoted when the leader leaves."""
+    release = trio.Event()
+    both_started = trio.Event()
+    running = 0
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task
+    async def slow(_: Any) -> None:
+        nonlocal running
+        running += 1
+        if running == 2:
+            both_started.set()
+        await release.wait()
+
+    leader = trunner.Runner(url, fast_leader(group, num_workers=1, drain_timeout=0.1), tasks)
+    follower = trunner.Runner(url, fast_leader(group, num_workers=1, drain_timeout=10), tasks)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(leader.run)
+        await nursery.start(follower.run)
+        assert leader.is_leader
+        await follower.dispatch_many("slow", [1, 2])  # one each: one worker apiece
+        await both_started.wait()
+        follower.stop()  # draining: its task keeps it in STOPPING
+        leader.stop()  # cancels its task after 0.1 s, then releases the lease
+        assert follower.elector is not None
+        with trio.move_on_after(leader.config.leader_wait * 3):
+            await follower.elector.wait_promoted()
+        assert not follower.is_leader
+        assert leader.state is trunner.RunnerState.STOPPED
+        release.set()
+    events = [e async for e in follower.elector.events()]  # ends: the runner stopped
+    assert not any(isinstance(e, Promoted) for e in events)

@@ -29,3 +29,12 @@ def test_quickstart(tier: str, redis_server: RedisServer) -> None:
 def test_producer() -> None:
     out = run_example("producer.py", {})
     assert out.strip() == "dispatched 100 tasks; 100 in the stream"
+
+
+@pytest.mark.parametrize("tier", ["memory", "redis"])
+def test_elector(tier: str, redis_server: RedisServer) -> None:
+    env = {"REDIS_URL": redis_server.url} if tier == "redis" else {}
+    out = run_example("elector.py", env).splitlines()
+    assert [line.split(" (fence ")[1][0] for line in out[:3]] == ["1", "2", "3"]
+    assert [line.split("run #")[1].split(";")[0] for line in out[:3]] == ["1", "2", "3"]
+    assert out[3] == "every candidate led once, one at a time"

@@ -307,4 +307,23 @@ async def test_a_message_kept_after_its_handler_raised_keeps_its_attempt_across_
     assert second_message.attempt == 2
     assert isinstance(second_error, trunner.MaxRetryExceeded)
     assert second_error.redelivered
-    assert "ended without a result" in str(second_error)
+    assert "without a recorded outcome" in str(second_error)
+
+
+async def test_the_handler_sees_current_message_for_every_give_up(
+    url: str, group: str, raw: Any
+) -> None:
+    seen: list[str] = []
+
+    class Handler(Handled):
+        async def __call__(self, message: trunner.TaskMessage, error: BaseException) -> None:
+            seen.append(trunner.current_message().message_id)
+            await super().__call__(message, error)
+
+    handler = Handler()
+    cfg = config(group, failed_task_handler=handler)
+    async with trunner.open_runner(url, cfg, trunner.TaskRegistry()):
+        unknown = await trunner_dispatch_unknown(raw, group)
+        poison = _add(raw, group, {b"payload": b"{"})
+        await handler.wait(2)
+    assert sorted(seen) == sorted([unknown, poison])

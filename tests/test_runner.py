@@ -6,11 +6,13 @@ from collections import Counter
 from typing import Any
 
 import pytest
+import redis
 import trio
 
 import trunner
 
 from .conftest import Tally, config, redis_state
+from .servers import RedisServer
 
 
 def registry(tally: Tally, delay: float = 0.0) -> trunner.TaskRegistry:
@@ -254,3 +256,27 @@ async def test_tasks_see_the_runner_that_runs_them(url: str, group: str) -> None
     assert seen == [runner, runner]
     with pytest.raises(trunner.RunnerNotRunning):
         trunner.current_runner()
+
+
+async def test_a_unix_socket_url(group: str, tally: Tally, tmp_path: Any) -> None:
+    socket_path = tmp_path / "redis.sock"
+    with RedisServer("--unixsocket", str(socket_path), "--unixsocketperm", "700"):
+        url = f"unix://{socket_path}"
+        async with trunner.open_runner(url, config(group), registry(tally)) as runner:
+            await runner.dispatch("record", "over a unix socket")
+            await tally.wait(1)
+    assert tally.payloads == ["over a unix socket"]
+
+
+async def test_a_runner_starts_when_redis_is_out_of_memory(group: str) -> None:
+    """The group exists: a refused XGROUP CREATE must not stop the start."""
+    with RedisServer("--maxmemory", "3mb", "--maxmemory-policy", "noeviction") as server:
+        async with trunner.open_runner(server.url, config(group), trunner.TaskRegistry()):
+            pass
+        client = redis.Redis.from_url(server.url)
+        with pytest.raises(redis.exceptions.OutOfMemoryError):
+            for i in range(10_000):
+                client.set(f"filler:{i}", b"x" * 10_000)
+        client.close()
+        async with trunner.open_runner(server.url, config(group), trunner.TaskRegistry()) as runner:
+            assert runner.state is trunner.RunnerState.STARTED

@@ -59,7 +59,10 @@ class Producer:
         return await broker.enqueue_many(datas)
 
     async def queue_length(self) -> int:
-        """Messages in the group's stream: waiting, or delivered and not yet acknowledged."""
+        """Entries in the group's stream (XLEN): waiting, or delivered and not acknowledged.
+
+        With ``delete_on_ack=False`` acknowledged entries stay in the stream and count too.
+        """
         return await self._open_broker().queue_length()
 
     async def pending_count(self) -> int:

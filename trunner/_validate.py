@@ -6,6 +6,7 @@ attrs validator.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
 from typing import Any
@@ -76,6 +77,21 @@ def check_callable(name: str, value: Any) -> None:
         raise TypeError(f"{name} must be callable, got {type(value).__name__}")
 
 
+def is_async_callable(obj: object) -> bool:
+    """An ``async def`` function, or an instance with an ``async def __call__``."""
+    if inspect.iscoroutinefunction(obj):
+        return True
+    if inspect.isclass(obj):  # calling a class builds an instance, not an awaitable
+        return False
+    call = getattr(obj, "__call__", None)  # noqa: B004 - async __call__ on an instance
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+def check_async_callable(name: str, value: Any) -> None:
+    if not is_async_callable(value):
+        raise TypeError(f"{name} must be an async function, got {value!r}")
+
+
 positive_int = field(check_positive_int)
 optional_positive_int = field(optional(check_positive_int))
 non_negative_int = field(check_non_negative_int)
@@ -86,3 +102,4 @@ boolean = field(check_bool)
 name = field(check_name)
 optional_name = field(optional(check_name))
 optional_callable = field(optional(check_callable))
+optional_async_callable = field(optional(check_async_callable))

@@ -60,7 +60,7 @@ class RunnerConfig:
     """Namespace of every key, so environments can share one Redis."""
 
     failed_task_handler: FailedTaskHandler | None = attrs.field(
-        default=None, validator=v.optional_callable
+        default=None, validator=v.optional_async_callable
     )
     """``async def handler(message, error)``, run before a message is dead-lettered."""
 

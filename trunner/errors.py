@@ -50,15 +50,17 @@ class InvalidMessage(TrunnerError, ValueError):
 class MaxRetryExceeded(TrunnerError):
     """A task used up its ``max_retry + 1`` attempts.
 
-    ``redelivered``: its last attempt ended without a result (the worker running it
-    stopped), so it was given up on when redelivered, without running again.
+    ``redelivered``: the message came back after its last allowed attempt without a
+    recorded outcome (the worker running it stopped, or its outcome could not be written),
+    so it was given up on without running again.
     """
 
     def __init__(self, task_name: str, attempts: int, *, redelivered: bool = False) -> None:
         if redelivered:
             text = (
-                f"task {task_name!r} used up its {attempts} attempt(s): the last one ended "
-                "without a result (its worker stopped)"
+                f"task {task_name!r} was delivered again after its last allowed attempt "
+                f"({attempts}) without a recorded outcome (its worker stopped, or the "
+                "outcome could not be written)"
             )
         else:
             text = f"task {task_name!r} failed after {attempts} attempt(s)"

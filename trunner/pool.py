@@ -293,6 +293,7 @@ class WorkerPool:
 
     async def _execute(self, job: _Job) -> None:
         message = job.message
+        _current_message.set(message)  # for the task, and for the failed-task handler
         if job.decode_error is not None:
             await self._give_up(job, job.decode_error, "undecodable")
             return
@@ -304,7 +305,6 @@ class WorkerPool:
             error = MaxRetryExceeded(task.name, task.max_attempts, redelivered=True)
             await self._give_up(job, error, "max retries exceeded (redelivered)")
             return
-        _current_message.set(message)
         begin = time.perf_counter()
         interrupted, failure = await self._guarded(job, task.action, message.payload)
         duration = time.perf_counter() - begin

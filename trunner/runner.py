@@ -15,8 +15,9 @@ Leaving ``open_runner`` (normally, by an exception, or by cancellation) runs, in
    ones still running are cancelled and their messages released, never acknowledged;
 4. buffered acknowledgements are flushed; leadership is released (followers are told at
    once); the delayed mover and heartbeats stop;
-5. anything still pending for this instance is released, its consumers are deleted when
-   empty, ``state`` becomes STOPPED and connections are closed.
+5. anything still pending for this instance is released (a finished task whose
+   acknowledgement could not be written stays pending), its consumers are deleted when
+   empty, connections are closed, and ``state`` becomes STOPPED.
 Every step that talks to Redis is shielded and bounded.
 """
 
@@ -30,6 +31,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import attrs
 import trio
 
 from ._context import _current_runner
@@ -65,6 +67,17 @@ CANCEL_GRACE = 5.0
 def default_consumer_name(host: str | None) -> str:
     name = host or re.sub(r"[\s{}]+", "-", socket.gethostname()) or "host"
     return f"{name}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+@attrs.frozen
+class _Parts:
+    """The components of one run of a runner."""
+
+    acks: AckBuffer
+    mover: DelayedMover
+    pool: WorkerPool
+    fetchers: list[Fetcher]
+    elector: Elector
 
 
 class Runner(Producer):
@@ -186,6 +199,8 @@ class Runner(Producer):
             self._broker = None
             self._state = RunnerState.STOPPED
             self._errors.close()
+            if self._elector is not None:
+                self._elector._close()
 
     async def _stop_on_cancel(self) -> None:
         try:
@@ -204,13 +219,11 @@ class Runner(Producer):
                 f"Redis at {broker.description} did not finish start-up within {timeout} s"
             ) from None
 
-    async def _serve(self, broker: Broker, task_status: trio.TaskStatus[None]) -> None:
-        _current_runner.set(self)  # inherited by every task the nurseries below start
+    def _build(self, broker: Broker) -> _Parts:
         config, counters, errors = self.config, self._counters, self._errors
         acks = AckBuffer(broker, config, counters, errors)
         mover = DelayedMover(broker, errors)
         pool = WorkerPool(broker, self.tasks, config, counters, errors, acks, mover.due_at)
-        self._pool = pool
         schedule = ReclaimSchedule(config.reclaim_interval)
         fetchers = [
             Fetcher(broker, pool, config, consumer, schedule, counters, errors)
@@ -224,53 +237,71 @@ class Runner(Producer):
             jitter=config.leader_jitter,
             id=self.consumer_name,
         )
+        return _Parts(acks, mover, pool, fetchers, elector)
+
+    async def _serve(self, broker: Broker, task_status: trio.TaskStatus[None]) -> None:
+        _current_runner.set(self)  # inherited by every task the nurseries below start
+        parts = self._build(broker)
+        pool = self._pool = parts.pool
         clean = False
         try:
             async with trio.open_nursery() as services:
-                services.start_soon(acks.run)
-                await services.start(pool.heartbeat_loop)
-                await services.start(mover.run)
-                await services.start(elector.run)
-                self._elector = elector
-                services.start_soon(self._lead, elector)
+                await self._start_services(services, parts)
                 async with trio.open_nursery() as jobs:
                     pool.bind(jobs)
                     async with trio.open_nursery() as fetching:
-                        for fetcher in fetchers:
+                        for fetcher in parts.fetchers:
                             await fetching.start(fetcher.run)
-                        self._broker = broker
-                        self._state = RunnerState.STARTED
-                        logger.info(
-                            "runner started: group %r, consumer %r, %d workers, Redis at %s",
-                            config.consumer_group,
-                            self.consumer_name,
-                            config.num_workers,
-                            broker.description,
-                        )
+                        self._started(broker)
                         task_status.started()
                         await self._stop_requested.wait()
                         self._state = RunnerState.STOPPING
                         logger.info("runner stopping: %d tasks running", pool.in_flight)
                         pool.start_stopping()
-                        await self._stop_fetchers(fetching, fetchers)
+                        if not parts.elector.is_leader:
+                            parts.elector.stop()  # a stopping follower must not take the lead
+                        await self._stop_fetchers(fetching, parts.fetchers)
                     await self._cleanup("releasing unstarted messages", self._release(pool, False))
                     await self._drain(pool)
-                await self._cleanup("releasing interrupted messages", pool.release_queued())
-                acks.close()
-                elector.stop()
-                with trio.move_on_after(CLEANUP_TIMEOUT):
-                    await acks.closed.wait()
-                    await elector.done.wait()
-                services.cancel_scope.cancel()
+                await self._stop_services(services, parts)
             clean = True
         finally:
             if not clean:  # a component failed: save what can be saved, then re-raise
                 with trio.CancelScope(shield=True):
-                    await self._cleanup("flushing acknowledgements", acks.flush())
+                    await self._cleanup("flushing acknowledgements", parts.acks.flush())
                     await self._cleanup("releasing after a failure", self._release(pool, True))
         await self._cleanup("final release", self._release(pool, True))
         await self._cleanup("deleting consumers", self._delete_consumers(broker))
         logger.info("runner stopped: %s", self.statistics())
+
+    async def _start_services(self, services: trio.Nursery, parts: _Parts) -> None:
+        services.start_soon(parts.acks.run)
+        await services.start(parts.pool.heartbeat_loop)
+        await services.start(parts.mover.run)
+        await services.start(parts.elector.run)
+        self._elector = parts.elector
+        services.start_soon(self._lead, parts.elector)
+
+    def _started(self, broker: Broker) -> None:
+        self._broker = broker
+        self._state = RunnerState.STARTED
+        logger.info(
+            "runner started: group %r, consumer %r, %d workers, Redis at %s",
+            self.config.consumer_group,
+            self.consumer_name,
+            self.config.num_workers,
+            broker.description,
+        )
+
+    async def _stop_services(self, services: trio.Nursery, parts: _Parts) -> None:
+        """Release interrupted messages, flush acknowledgements, release the leadership."""
+        await self._cleanup("releasing interrupted messages", parts.pool.release_queued())
+        parts.acks.close()
+        parts.elector.stop()
+        with trio.move_on_after(CLEANUP_TIMEOUT):
+            await parts.acks.closed.wait()
+            await parts.elector.done.wait()
+        services.cancel_scope.cancel()
 
     async def _lead(self, elector: Elector) -> None:
         """Run the leader chores for as long as each leadership lasts."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import math
 import random
 from collections.abc import Awaitable, Callable, Iterator
@@ -22,17 +21,8 @@ Backoff = float | Callable[[int], float]
 A = TypeVar("A", bound=Action)
 
 
-def _is_async_callable(obj: object) -> bool:
-    if inspect.iscoroutinefunction(obj):
-        return True
-    if inspect.isclass(obj):  # calling a class builds an instance, not an awaitable
-        return False
-    call = getattr(obj, "__call__", None)  # noqa: B004 - async __call__ on an instance
-    return call is not None and inspect.iscoroutinefunction(call)
-
-
 def _check_action(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
-    if not _is_async_callable(value):
+    if not v.is_async_callable(value):
         raise TypeError(f"{attr.name} must be an async function taking the payload, got {value!r}")
 
 

@@ -73,8 +73,21 @@ class Broker:
                 "XGROUP", "CREATE", self.keys.stream, self.group, "0", "MKSTREAM"
             )
         except RedisCommandError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
+            if "BUSYGROUP" in str(exc) or await self._group_exists():
+                return  # e.g. refused because Redis is out of memory, but it is there
+            raise
+
+    async def _group_exists(self) -> bool:
+        try:
+            groups = await self.transport.execute("XINFO", "GROUPS", self.keys.stream)
+        except RedisCommandError:
+            return False  # no such stream
+        return any(
+            _s(info[i + 1]) == self.group
+            for info in groups
+            for i in range(0, len(info) - 1, 2)
+            if _s(info[i]) == "name"
+        )
 
     # -- producing --------------------------------------------------------------------------
 

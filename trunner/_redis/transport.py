@@ -159,11 +159,12 @@ class AsyncioTransport(Transport):
             # and calls are bounded by Trio cancel scopes instead (REDIS-NOTES traps 1, 3).
             "socket_timeout": None,
             "socket_connect_timeout": connect_timeout,
-            "socket_keepalive": True,
             "client_name": client_name,
             # RESP2 on every connection: the broker parses raw replies of one shape.
             "protocol": 2,
         }
+        if not url.lower().startswith("unix://"):
+            common["socket_keepalive"] = True  # TCP only: unix sockets refuse the option
         # No automatic retries: a command whose reply was lost may have run (an XADD would
         # enqueue twice, a claim would leave entries unseen). Callers see the error and
         # decide; pooled connections closed by the server are replaced at checkout.
