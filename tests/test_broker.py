@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
 
 from trunner._redis import Broker, open_transport
 from trunner._redis.broker import RELEASED_IDLE_MS
+from trunner._redis.lease import LeaseStore
+from trunner._redis.scripts import Script
+from trunner._redis.transport import Arg
+from trunner.errors import LeadershipLost
 from trunner.keys import RELEASED_CONSUMER, Keys
 
 
@@ -51,13 +55,14 @@ async def test_ack_acknowledges_and_deletes(broker: Broker) -> None:
 async def test_retry_is_atomic_and_idempotent(broker: Broker, raw: Any, group: str) -> None:
     await broker.enqueue(b"first")
     (message_id,) = await deliver(broker, "c1", 1)
-    assert await broker.retry(message_id, 5000, b"second") is True
-    assert await broker.retry(message_id, 5000, b"second") is False, "no longer pending"
+    assert await broker.retry(message_id, "task-1", 5000, b"second") is True
+    assert await broker.retry(message_id, "task-1", 5000, b"second") is False, "not pending"
     assert await broker.pending_count() == 0
     assert await broker.queue_length() == 0
     assert raw.zrange(f"trunner:{{{group}}}:delayed", 0, -1, withscores=True) == [
-        (b"second", 5000.0)
+        (b"task-1", 5000.0)
     ]
+    assert raw.hgetall(f"trunner:{{{group}}}:delayed:messages") == {b"task-1": b"second"}
 
 
 async def test_dead_letter_writes_once(broker: Broker, raw: Any, group: str) -> None:
@@ -82,17 +87,61 @@ async def test_dead_letter_stream_is_capped(broker: Broker) -> None:
     assert 100 <= await broker.dead_count() < 300
 
 
-async def test_move_due_is_capped_and_reports_the_next_due_time(broker: Broker) -> None:
+class KeyFence:
+    """Runs fenced scripts as ``owner`` of the group's lease key."""
+
+    def __init__(self, broker: Broker, owner: str) -> None:
+        self._store = LeaseStore(broker.transport, broker.keys.leader)
+        self._owner = owner
+
+    async def run_fenced(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        return await self._store.fenced(script, self._owner, keys, args)
+
+
+async def test_move_due_is_capped_and_reports_the_next_due_time(broker: Broker, raw: Any) -> None:
+    raw.set(broker.keys.leader, "leader")
+    fence = KeyFence(broker, "leader")
     for i in range(450):
-        await broker.schedule(b"due-%d" % i, 1000 + i)
-    await broker.schedule(b"later", 10_000)
-    assert await broker.move_due(5000, 200) == (200, 1200.0)
-    assert await broker.move_due(5000, 200) == (200, 1400.0)
-    assert await broker.move_due(5000, 200) == (50, 10_000.0)
-    assert await broker.move_due(5000, 200) == (0, 10_000.0)
+        assert await broker.schedule(f"t{i}", 1000 + i, b"due-%d" % i) is True
+    await broker.schedule("later", 10_000, b"later")
+    assert await broker.move_due(fence, 5000, 200) == (200, 1200.0)
+    assert await broker.move_due(fence, 5000, 200) == (200, 1400.0)
+    assert await broker.move_due(fence, 5000, 200) == (50, 10_000.0)
+    assert await broker.move_due(fence, 5000, 200) == (0, 10_000.0)
     assert await broker.queue_length() == 450
-    assert await broker.move_due(10_000, 200) == (1, None)
+    assert await broker.move_due(fence, 10_000, 200) == (1, None)
     assert await broker.delayed_count() == 0
+    assert raw.hlen(broker.keys.delayed_messages) == 0
+
+
+async def test_only_the_lease_holder_moves_due_tasks(broker: Broker, raw: Any) -> None:
+    raw.set(broker.keys.leader, "the-real-leader")
+    await broker.schedule("t", 1000, b"m")
+    with pytest.raises(LeadershipLost):
+        await broker.move_due(KeyFence(broker, "a-stale-leader"), 5000, 10)
+    assert await broker.queue_length() == 0
+    assert await broker.delayed_count() == 1
+
+
+async def test_schedule_and_cancel(broker: Broker, raw: Any) -> None:
+    assert await broker.schedule("t", 2000, b"one") is True
+    assert await broker.schedule("t", 3000, b"two") is False, "the same id replaces"
+    assert raw.zscore(broker.keys.delayed, "t") == 3000.0
+    assert await broker.cancel_delayed("t") is True
+    assert await broker.cancel_delayed("t") is False
+    assert await broker.delayed_count() == 0
+    assert raw.hlen(broker.keys.delayed_messages) == 0
+
+
+async def test_a_cron_tick_fires_once(broker: Broker, raw: Any) -> None:
+    raw.set(broker.keys.leader, "leader")
+    fence = KeyFence(broker, "leader")
+    assert await broker.fire_cron(fence, "report", 60_000, b"m1") is True
+    assert await broker.fire_cron(fence, "report", 60_000, b"m1") is False, "same tick"
+    assert await broker.fire_cron(fence, "report", 30_000, b"m0") is False, "an older tick"
+    assert await broker.fire_cron(fence, "report", 120_000, b"m2") is True
+    assert await broker.cron_last_fired() == {"report": 120_000}
+    assert await broker.queue_length() == 2
 
 
 async def test_heartbeat_keeps_own_entries_and_reports_lost_ones(

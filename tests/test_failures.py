@@ -112,7 +112,8 @@ async def test_retry_is_acknowledged_and_scheduled_in_the_delayed_set(
         assert await runner.queue_length() == 0, "the failed entry is acknowledged and deleted"
         assert await runner.pending_count() == 0
     ((member, score),) = raw.zrange(f"trunner:{{{group}}}:delayed", 0, -1, withscores=True)
-    body = json.loads(member)
+    assert member.decode() == task_id, "the delayed set holds the task id"
+    body = json.loads(raw.hget(f"trunner:{{{group}}}:delayed:messages", member))
     assert body["attempt"] == 2
     assert body["id"] == task_id
     assert body["payload"] == {"x": 1}

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
+import math
 import time
+import uuid
 from collections.abc import Iterable
 from typing import Any
 
@@ -26,7 +29,9 @@ class Producer:
             raise RunnerNotRunning(f"{type(self).__name__} is not open")
         return self._broker
 
-    def _encode(self, task_name: str, payload: Any, now: float) -> bytes:
+    def _encode(
+        self, task_name: str, payload: Any, now: float, task_id: str | None = None
+    ) -> bytes:
         if not isinstance(task_name, str):
             raise TypeError(f"task_name must be a str, got {type(task_name).__name__}")
         if not task_name:
@@ -34,7 +39,11 @@ class Producer:
         if self._registry is not None and task_name not in self._registry:
             raise TaskNotFound(task_name)
         return encode_message(
-            task_name, payload, enqueued_at=now, max_bytes=self._max_payload_bytes
+            task_name,
+            payload,
+            enqueued_at=now,
+            task_id=task_id,
+            max_bytes=self._max_payload_bytes,
         )
 
     async def dispatch(self, task_name: str, payload: Any = None) -> str:
@@ -58,6 +67,50 @@ class Producer:
             return []
         return await broker.enqueue_many(datas)
 
+    async def dispatch_delayed(
+        self, task_name: str, payload: Any, delay: float | datetime.timedelta
+    ) -> str:
+        """Enqueue a task to run ``delay`` from now (seconds, or a timedelta); return its id.
+
+        A delay of 0 means as soon as possible. The id can be passed to
+        :meth:`cancel_delayed`; it is also the task's ``task_id`` when it runs.
+        """
+        seconds = delay.total_seconds() if isinstance(delay, datetime.timedelta) else delay
+        if not isinstance(seconds, int | float) or isinstance(seconds, bool):
+            raise TypeError(f"delay must be seconds or a timedelta, got {type(delay).__name__}")
+        if not math.isfinite(seconds) or seconds < 0:
+            raise ValueError(f"delay must be a finite number of seconds >= 0, got {delay!r}")
+        return await self._schedule(task_name, payload, time.time() + seconds)
+
+    async def schedule_for(self, task_name: str, payload: Any, when: datetime.datetime) -> str:
+        """Enqueue a task to run at ``when`` (an aware datetime); return its id.
+
+        A time in the past means as soon as possible.
+        """
+        if not isinstance(when, datetime.datetime):
+            raise TypeError(f"when must be a datetime, got {type(when).__name__}")
+        if when.tzinfo is None or when.utcoffset() is None:
+            raise ValueError("when must be an aware datetime (with a time zone), got a naive one")
+        return await self._schedule(task_name, payload, when.timestamp())
+
+    async def _schedule(self, task_name: str, payload: Any, due: float) -> str:
+        broker = self._open_broker()
+        task_id = uuid.uuid4().hex
+        data = self._encode(task_name, payload, time.time(), task_id)
+        due_ms = math.ceil(max(due, 0.0) * 1000)
+        await broker.schedule(task_id, due_ms, data)
+        self._scheduled(due_ms)
+        return task_id
+
+    def _scheduled(self, due_ms: int) -> None:
+        """A delayed task was added (the runner wakes its scheduler if it leads)."""
+
+    async def cancel_delayed(self, delayed_id: str) -> bool:
+        """Remove a delayed task that is not due yet; return whether it was found."""
+        if not isinstance(delayed_id, str):
+            raise TypeError(f"delayed_id must be a str, got {type(delayed_id).__name__}")
+        return await self._open_broker().cancel_delayed(delayed_id)
+
     async def queue_length(self) -> int:
         """Entries in the group's stream (XLEN): waiting, or delivered and not acknowledged.
 
@@ -70,7 +123,7 @@ class Producer:
         return await self._open_broker().pending_count()
 
     async def delayed_count(self) -> int:
-        """Messages waiting in the delayed set (scheduled retries)."""
+        """Tasks waiting in the delayed set (delayed dispatches and scheduled retries)."""
         return await self._open_broker().delayed_count()
 
     async def dead_letter_count(self) -> int:

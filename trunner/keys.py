@@ -55,8 +55,23 @@ class Keys:
 
     @property
     def delayed(self) -> str:
-        """The sorted set of delayed tasks and retries, scored by due time (ms)."""
+        """The sorted set of delayed task ids (delayed tasks and retries), scored by due ms."""
         return self._key("delayed")
+
+    @property
+    def delayed_messages(self) -> str:
+        """The hash of delayed task id -> the message to enqueue when it is due."""
+        return self._key("delayed:messages")
+
+    @property
+    def delayed_wake(self) -> str:
+        """Pub/sub channel: a delayed task became the earliest one (payload: due ms)."""
+        return self._key("delayed:wake")
+
+    @property
+    def cron(self) -> str:
+        """The hash of cron schedule name -> the last tick fired (ms)."""
+        return self._key("cron")
 
     @property
     def leader(self) -> str:

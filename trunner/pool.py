@@ -367,7 +367,7 @@ class WorkerPool:
         data = reencode_for_retry(message, message.attempt + 1, _NO_LIMIT)
 
         async def write() -> bool:
-            return await self._broker.retry(job.message_id, due_ms, data)
+            return await self._broker.retry(job.message_id, message.task_id, due_ms, data)
 
         if await self._transition(job, write, "retry") is True:
             self._counters.retried += 1

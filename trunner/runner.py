@@ -50,7 +50,7 @@ from .errors import (
 from .fetcher import Fetcher, ReclaimSchedule
 from .keys import Keys
 from .pool import AckBuffer, WorkerPool
-from .scheduler import DelayedMover
+from .scheduler import CronScheduler, DelayedMover
 from .stats import Counters, RunnerState, RunnerStatistics
 from .task import TaskRegistry
 
@@ -92,6 +92,7 @@ class Runner(Producer):
             raise TypeError(f"config must be a RunnerConfig, got {type(config).__name__}")
         if not isinstance(tasks, TaskRegistry):
             raise TypeError(f"tasks must be a TaskRegistry, got {type(tasks).__name__}")
+        tasks.check()
         check_url(redis)
         self._url = redis
         self.config = config
@@ -106,6 +107,8 @@ class Runner(Producer):
         self._stop_requested = trio.Event()
         self._pool: WorkerPool | None = None
         self._elector: Elector | None = None
+        self._mover: DelayedMover | None = None
+        self._cron: CronScheduler | None = None
         #: Leader-only work: each runs in a nursery opened on promotion, cancelled on demotion.
         self._leader_chores: list[Callable[[Elector], Awaitable[None]]] = []
 
@@ -131,9 +134,14 @@ class Runner(Producer):
         """The group's elector while the runner runs (events, fence, current leader)."""
         return self._elector
 
+    def _scheduled(self, due_ms: int) -> None:
+        if self._mover is not None:
+            self._mover.due_at(due_ms)
+
     def statistics(self) -> RunnerStatistics:
         c = self._counters
         pool = self._pool
+        mover = self._mover
         return RunnerStatistics(
             state=self._state,
             capacity=int(pool.limiter.total_tokens) if pool else self.config.num_workers,
@@ -151,6 +159,10 @@ class Runner(Producer):
             reservations_lost=c.reservations_lost,
             acked=c.acked,
             errors=self._errors.captured,
+            scheduler_passes=mover.passes if mover else 0,
+            scheduler_seconds=mover.pass_seconds if mover else 0.0,
+            delayed_moved=mover.moved if mover else 0,
+            cron_fired=self._cron.fired if self._cron else 0,
         )
 
     def errors(self) -> AsyncIterator[BaseException]:
@@ -222,7 +234,8 @@ class Runner(Producer):
     def _build(self, broker: Broker) -> _Parts:
         config, counters, errors = self.config, self._counters, self._errors
         acks = AckBuffer(broker, config, counters, errors)
-        mover = DelayedMover(broker, errors)
+        mover = self._mover = DelayedMover(broker, errors)
+        self._cron = CronScheduler(broker, self.tasks.crons, errors, config.max_payload_bytes)
         pool = WorkerPool(broker, self.tasks, config, counters, errors, acks, mover.due_at)
         schedule = ReclaimSchedule(config.reclaim_interval)
         fetchers = [
@@ -277,7 +290,6 @@ class Runner(Producer):
     async def _start_services(self, services: trio.Nursery, parts: _Parts) -> None:
         services.start_soon(parts.acks.run)
         await services.start(parts.pool.heartbeat_loop)
-        await services.start(parts.mover.run)
         await services.start(parts.elector.run)
         self._elector = parts.elector
         services.start_soon(self._lead, parts.elector)
@@ -305,10 +317,11 @@ class Runner(Producer):
 
     async def _lead(self, elector: Elector) -> None:
         """Run the leader chores for as long as each leadership lasts."""
+        builtin = [c.run for c in (self._mover, self._cron) if c is not None]
         while True:
             await elector.wait_promoted()
             async with trio.open_nursery() as chores:
-                for chore in self._leader_chores:
+                for chore in [*builtin, *self._leader_chores]:
                     chores.start_soon(self._chore, chore, elector)
                 await elector.wait_demoted()
                 chores.cancel_scope.cancel()
@@ -317,8 +330,8 @@ class Runner(Producer):
     async def _chore(chore: Callable[[Elector], Awaitable[None]], elector: Elector) -> None:
         try:
             await chore(elector)
-        except LeadershipLost as exc:  # a fenced write was refused: the lease is gone
-            elector.step_down(str(exc))
+        except* LeadershipLost as group:  # a fenced write was refused: the lease is gone
+            elector.step_down(str(group.exceptions[0]))
 
     async def _stop_fetchers(self, nursery: trio.Nursery, fetchers: list[Fetcher]) -> None:
         with trio.move_on_after(FETCHER_GRACE):

@@ -1,23 +1,38 @@
-"""Moving due delayed messages (retries) from the group's sorted set into its stream.
+"""The leader's scheduler: due delayed tasks into the stream, and cron ticks.
 
-Every runner runs the mover for now; each move is one atomic, capped script, so concurrent
-movers neither lose nor duplicate a message.
+Both run as leader chores (in a nursery that lives exactly as long as one leadership) and
+write only through fenced scripts, so a deposed leader can neither move a delayed task nor
+fire a tick. Every instance has them ready: a new leader starts moving at once; followers
+do not touch Redis for them at all.
+
+Precision: the mover sleeps until the earliest due time (at most ``MAX_SLEEP``), and is
+woken early when a task due sooner is scheduled — by this instance directly, by any other
+instance or client through the group's wake-up channel.
 """
 
 from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 import trio
 
 from ._redis import Broker
 from ._util import ErrorLog, LoopBackoff, logger, wall_ms
+from .election import Elector
 from .errors import BackendError
+from .message import encode_message
+from .task import CronSchedule
 
-__all__ = ["DelayedMover"]
+__all__ = ["CronScheduler", "DelayedMover"]
 
-#: The most entries one script call moves.
-MOVE_BATCH = 200
-#: The longest the mover sleeps without looking (entries added by other instances).
-MAX_SLEEP = 1.0
+T = TypeVar("T")
+
+#: The most tasks one move call takes: a backlog drains batch after batch.
+MOVE_BATCH = 500
+#: The longest the mover sleeps without looking (a missed wake-up is caught by then).
+MAX_SLEEP = 5.0
 
 
 class DelayedMover:
@@ -27,29 +42,39 @@ class DelayedMover:
         self._wake = trio.Event()
         self._next_due_ms: float | None = None
         self.passes = 0
+        self.pass_seconds = 0.0
+        self.moved = 0
 
     def due_at(self, due_ms: int) -> None:
-        """A message was scheduled for ``due_ms``: wake early if it is due first."""
+        """A task was scheduled for ``due_ms``: wake the mover if it is due first."""
         if self._next_due_ms is None or due_ms < self._next_due_ms:
             self._next_due_ms = due_ms
             self._wake.set()
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
+    async def run(self, elector: Elector) -> None:
+        """Move due tasks for as long as this leadership lasts (a leader chore)."""
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self._listen)
+            await self._move(elector)
+
+    async def _move(self, elector: Elector) -> None:
         backoff = LoopBackoff()
         while True:
             self._wake = trio.Event()
+            begin = time.perf_counter()
             try:
-                moved, next_due = await self._broker.move_due(wall_ms(), MOVE_BATCH)
+                moved, next_due = await self._broker.move_due(elector, wall_ms(), MOVE_BATCH)
             except BackendError as exc:
                 self._errors.capture(exc)
-                logger.warning("moving due delayed messages failed: %s", exc)
+                logger.warning("moving due delayed tasks failed: %s", exc)
                 await trio.sleep(backoff.next_delay())
                 continue
             backoff.reset()
             self.passes += 1
+            self.pass_seconds += time.perf_counter() - begin
+            self.moved += moved
             if moved:
-                logger.debug("moved %d due delayed messages into the stream", moved)
+                logger.debug("moved %d due delayed tasks into the stream", moved)
             if moved >= MOVE_BATCH:
                 await trio.lowlevel.checkpoint()
                 continue
@@ -57,3 +82,99 @@ class DelayedMover:
             delay = MAX_SLEEP if next_due is None else (next_due - wall_ms()) / 1000
             with trio.move_on_after(min(MAX_SLEEP, max(delay, 0.0))):
                 await self._wake.wait()
+
+    async def _listen(self, *, task_status: trio.TaskStatus[None]) -> None:
+        """Wake-ups from other instances: a task due sooner than any other was scheduled."""
+        subscriber = self._broker.open_wake_subscriber()
+        backoff = LoopBackoff()
+        try:
+            try:
+                await subscriber.subscribe()
+            except BackendError as exc:
+                logger.debug("subscribing to delayed wake-ups failed (retrying): %s", exc)
+            task_status.started()
+            while True:
+                try:
+                    data = await subscriber.next_message()
+                except BackendError:
+                    await trio.sleep(backoff.next_delay())
+                    continue
+                backoff.reset()
+                try:
+                    self.due_at(int(data))
+                except ValueError:
+                    self._wake.set()
+        finally:
+            with trio.CancelScope(shield=True):
+                await subscriber.aclose()
+
+
+class CronScheduler:
+    """Fires each tick of each cron schedule once group-wide (a leader chore).
+
+    A tick's task id is ``cron:<schedule>:<tick ms>``; the group keeps the last tick fired
+    per schedule, and firing is a fenced script that refuses a tick not after it. A new
+    leader fires the latest tick it missed (once, not every missed one), then goes on.
+    """
+
+    def __init__(
+        self,
+        broker: Broker,
+        schedules: Sequence[CronSchedule],
+        errors: ErrorLog,
+        max_payload_bytes: int,
+    ) -> None:
+        self._broker = broker
+        self._schedules = {s.name: s for s in schedules}
+        self._errors = errors
+        self._max_bytes = max_payload_bytes
+        self.fired = 0
+
+    async def run(self, elector: Elector) -> None:
+        if not self._schedules:
+            return
+        last = await self._retrying("reading the cron state", self._broker.cron_last_fired)
+        now = time.time()
+        plan: dict[str, float] = {}
+        for name, schedule in self._schedules.items():
+            missed = schedule.prev_tick(now)
+            if name in last and last[name] < int(missed * 1000):
+                await self._fire(elector, schedule, missed)
+            plan[name] = schedule.next_tick(now)
+        while True:
+            name = min(plan, key=plan.__getitem__)
+            tick = plan[name]
+            await trio.sleep(max(0.0, tick - time.time()))
+            await self._fire(elector, self._schedules[name], tick)
+            plan[name] = self._schedules[name].next_tick(max(tick, time.time()))
+
+    async def _fire(self, elector: Elector, schedule: CronSchedule, tick: float) -> None:
+        tick_ms = int(tick * 1000)
+        data = encode_message(
+            schedule.task_name,
+            schedule.payload,
+            enqueued_at=tick,
+            task_id=f"cron:{schedule.name}:{tick_ms}",
+            max_bytes=self._max_bytes,
+        )
+
+        async def fire() -> bool:
+            return await self._broker.fire_cron(elector, schedule.name, tick_ms, data)
+
+        if await self._retrying(f"firing cron {schedule.name!r}", fire):
+            self.fired += 1
+            logger.info("cron %r fired its %s tick", schedule.name, time.ctime(tick))
+
+    async def _retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        """Call until it succeeds: Redis errors are reported and retried with backoff.
+
+        (A refused fenced write raises LeadershipLost, and a demotion cancels the chore.)
+        """
+        backoff = LoopBackoff()
+        while True:
+            try:
+                return await call()
+            except BackendError as exc:
+                self._errors.capture(exc)
+                logger.warning("%s failed: %s", what, exc)
+            await trio.sleep(backoff.next_delay())

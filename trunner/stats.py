@@ -70,3 +70,11 @@ class RunnerStatistics:
     """Successful attempts acknowledged in Redis."""
     errors: int
     """Errors captured (see ``Runner.errors()``)."""
+    scheduler_passes: int
+    """Passes of the delayed-task mover while this instance led."""
+    scheduler_seconds: float
+    """Time those passes took, in total (average: divide by ``scheduler_passes``)."""
+    delayed_moved: int
+    """Delayed tasks and retries this instance moved into the stream as leader."""
+    cron_fired: int
+    """Cron ticks this instance fired as leader."""

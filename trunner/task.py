@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import datetime
 import math
 import random
+import zoneinfo
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar, overload
 
 import attrs
+from croniter import croniter
 
 from . import _validate as v
 from .errors import TaskNotFound
 
-__all__ = ["Action", "Backoff", "Task", "TaskRegistry"]
+__all__ = ["Action", "Backoff", "CronSchedule", "Task", "TaskRegistry"]
 
 Action = Callable[[Any], Awaitable[Any]]
 #: Either the base (seconds) of exponential backoff with jitter, or ``attempt -> seconds``.
@@ -94,11 +97,55 @@ class Task:
         return delay * random.uniform(0.5, 1.0)
 
 
+def _check_cron_expression(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str) or not croniter.is_valid(value):
+        raise ValueError(f"{attr.name} is not a valid cron expression: {value!r}")
+
+
+def _check_timezone(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"{attr.name} must be a time zone name, got {type(value).__name__}")
+    try:
+        zoneinfo.ZoneInfo(value)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown {attr.name}: {value!r}") from None
+
+
+@attrs.frozen
+class CronSchedule:
+    """A periodic task: ``task_name`` with ``payload`` at every tick of ``expression``.
+
+    ``expression`` has five fields (minute hour day month weekday) or six (seconds last);
+    ticks are computed in ``timezone``. The leader fires each tick once group-wide.
+    """
+
+    name: str = attrs.field(validator=_check_task_name)
+    expression: str = attrs.field(validator=_check_cron_expression)
+    task_name: str = attrs.field(validator=_check_task_name)
+    payload: Any = None
+    timezone: str = attrs.field(default="UTC", validator=_check_timezone)
+
+    def _iter(self, at: float) -> Any:
+        start = datetime.datetime.fromtimestamp(at, zoneinfo.ZoneInfo(self.timezone))
+        return croniter(self.expression, start)
+
+    def next_tick(self, after: float) -> float:
+        """The first tick strictly after ``after`` (seconds since the epoch)."""
+        tick: float = self._iter(after).get_next(float)
+        return tick
+
+    def prev_tick(self, at: float) -> float:
+        """The latest tick at or before ``at``."""
+        tick: float = self._iter(at + 0.001).get_prev(float)
+        return tick
+
+
 class TaskRegistry:
     """The tasks a runner can execute, by name."""
 
     def __init__(self) -> None:
         self._tasks: dict[str, Task] = {}
+        self._crons: dict[str, CronSchedule] = {}
 
     def register(self, task: Task) -> Task:
         """Add ``task``; a second task of the same name is an error."""
@@ -157,6 +204,87 @@ class TaskRegistry:
         if name is not None and not isinstance(name, str):
             return decorate(name)
         return decorate
+
+    @overload
+    def cron(self, expression: str, /) -> Callable[[A], A]: ...
+
+    @overload
+    def cron(
+        self,
+        expression: str,
+        task_name: str,
+        payload: Any = None,
+        *,
+        name: str | None = None,
+        timezone: str = "UTC",
+    ) -> CronSchedule: ...
+
+    @overload
+    def cron(
+        self,
+        expression: str,
+        *,
+        payload: Any = None,
+        name: str | None = None,
+        timezone: str = "UTC",
+        max_retry: int = 0,
+        retry_backoff: Backoff = 1.0,
+        reservation_timeout: float | None = None,
+    ) -> Callable[[A], A]: ...
+
+    def cron(
+        self,
+        expression: str,
+        task_name: str | None = None,
+        payload: Any = None,
+        *,
+        name: str | None = None,
+        timezone: str = "UTC",
+        max_retry: int = 0,
+        retry_backoff: Backoff = 1.0,
+        reservation_timeout: float | None = None,
+    ) -> CronSchedule | Callable[[A], A]:
+        """Run a task periodically, once per tick of a cron ``expression``, group-wide.
+
+        ``tasks.cron("*/5 * * * *", "send_report", {"to": "ops"})`` schedules a registered
+        task; as a decorator, ``@tasks.cron("0 * * * *")`` registers the function as a task
+        (with the given retry options) and schedules it with ``payload``. ``name``
+        identifies the schedule in Redis (default: the task's name); keep it stable.
+        """
+        if task_name is not None:
+            return self.add_cron(
+                CronSchedule(name or task_name, expression, task_name, payload, timezone)
+            )
+        CronSchedule("check", expression, "check", None, timezone)  # fail before decorating
+
+        def decorate(func: A) -> A:
+            self.task(
+                max_retry=max_retry,
+                retry_backoff=retry_backoff,
+                reservation_timeout=reservation_timeout,
+            )(func)
+            task = getattr(func, "__name__", "")
+            self.add_cron(CronSchedule(name or task, expression, task, payload, timezone))
+            return func
+
+        return decorate
+
+    def add_cron(self, schedule: CronSchedule) -> CronSchedule:
+        """Add a cron schedule; a second schedule of the same name is an error."""
+        if schedule.name in self._crons:
+            raise ValueError(f"a cron schedule named {schedule.name!r} is already registered")
+        self._crons[schedule.name] = schedule
+        return schedule
+
+    @property
+    def crons(self) -> list[CronSchedule]:
+        return list(self._crons.values())
+
+    def check(self) -> None:
+        """Raise :class:`TaskNotFound` if a cron schedule names a task that is not registered."""
+        for schedule in self._crons.values():
+            if schedule.task_name not in self._tasks:
+                raise TaskNotFound(schedule.task_name)
 
     def get(self, name: str) -> Task:
         """The task called ``name``; :class:`TaskNotFound` if there is none."""

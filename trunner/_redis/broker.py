@@ -7,15 +7,15 @@ script touches is passed in KEYS (all in the group's hash slot).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
 from ..errors import RedisCommandError
 from ..keys import RELEASED_CONSUMER, Keys
 from ..message import PAYLOAD_FIELD
-from .scripts import SCRIPTS
-from .transport import Arg, Reader, Transport
+from .scripts import SCRIPTS, Script
+from .transport import Arg, Reader, Subscriber, Transport
 
 __all__ = ["MAX_IDS_PER_CALL", "Broker", "RawEntry"]
 
@@ -23,6 +23,12 @@ __all__ = ["MAX_IDS_PER_CALL", "Broker", "RawEntry"]
 MAX_IDS_PER_CALL = 1000
 #: Idle time given to released entries: far above any reclaim delay.
 RELEASED_IDLE_MS = 10 * 365 * 24 * 3600 * 1000
+
+
+class Fence(Protocol):
+    """Runs a fenced script as the current leader (an ``Elector``)."""
+
+    async def run_fenced(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any: ...
 
 
 @attrs.frozen
@@ -101,8 +107,20 @@ class Broker:
             ids.extend(_s(i) for i in reply)
         return ids
 
-    async def schedule(self, data: bytes, due_ms: int) -> None:
-        await self.transport.execute("ZADD", self.keys.delayed, due_ms, data)
+    async def schedule(self, task_id: str, due_ms: int, data: bytes) -> bool:
+        """Add a delayed task (replacing one of the same id); True when it is new."""
+        reply = await self._script(
+            "schedule",
+            [self.keys.delayed, self.keys.delayed_messages],
+            [task_id, due_ms, data, self.keys.delayed_wake],
+        )
+        return bool(reply)
+
+    async def cancel_delayed(self, task_id: str) -> bool:
+        reply = await self._script(
+            "cancel_delayed", [self.keys.delayed, self.keys.delayed_messages], [task_id]
+        )
+        return bool(reply)
 
     # -- consuming --------------------------------------------------------------------------
 
@@ -132,11 +150,11 @@ class Broker:
             )
         return acked
 
-    async def retry(self, message_id: str, due_ms: int, data: bytes) -> bool:
+    async def retry(self, message_id: str, task_id: str, due_ms: int, data: bytes) -> bool:
         reply = await self._script(
             "retry",
-            [self.keys.stream, self.keys.delayed],
-            [self.group, self._delete, message_id, due_ms, data],
+            [self.keys.stream, self.keys.delayed, self.keys.delayed_messages],
+            [self.group, self._delete, message_id, due_ms, data, task_id, self.keys.delayed_wake],
         )
         return bool(reply)
 
@@ -189,16 +207,33 @@ class Broker:
             await self._script("delete_consumer", [self.keys.stream], [self.group, consumer])
         )
 
-    # -- delayed ----------------------------------------------------------------------------
+    # -- leader chores (fenced: ``lease`` runs them only for the leader) ---------------------
 
-    async def move_due(self, now_ms: int, limit: int) -> tuple[int, float | None]:
-        """Move up to ``limit`` due entries; return (moved, earliest remaining due ms)."""
-        reply = await self._script(
-            "move_due", [self.keys.delayed, self.keys.stream], [now_ms, limit]
+    async def move_due(self, lease: Fence, now_ms: int, limit: int) -> tuple[int, float | None]:
+        """Move up to ``limit`` due tasks; return (moved, earliest remaining due ms)."""
+        keys = self.keys
+        reply = await lease.run_fenced(
+            SCRIPTS.move_due,
+            [keys.delayed, keys.delayed_messages, keys.stream],
+            [now_ms, limit],
         )
         moved = int(reply[0])
         nxt = float(reply[1]) if len(reply) > 1 and reply[1] is not None else None
         return moved, nxt
+
+    async def fire_cron(self, lease: Fence, name: str, tick_ms: int, data: bytes) -> bool:
+        """Enqueue one tick of a cron schedule unless it was already fired."""
+        reply = await lease.run_fenced(
+            SCRIPTS.cron_fire, [self.keys.cron, self.keys.stream], [name, tick_ms, data]
+        )
+        return bool(reply)
+
+    async def cron_last_fired(self) -> dict[str, int]:
+        reply = await self.transport.execute("HGETALL", self.keys.cron)
+        return {_s(reply[i]): int(reply[i + 1]) for i in range(0, len(reply or ()), 2)}
+
+    def open_wake_subscriber(self) -> Subscriber:
+        return self.transport.open_subscriber(self.keys.delayed_wake)
 
     # -- inspection -------------------------------------------------------------------------
 

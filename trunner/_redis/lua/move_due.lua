@@ -1,13 +1,21 @@
--- Move delayed messages that are due into the task stream.
--- KEYS[1]  the delayed set (scored by due time in ms)
--- KEYS[2]  the task stream
--- ARGV[1]  now (ms since the epoch)
--- ARGV[2]  the most entries to move in this call
--- Returns  {moved, due time of the earliest entry left (string) or false}
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
+-- Move delayed tasks that are due into the task stream: the leader's scheduler.
+-- (Behind the fence: KEYS[1] is the lease, ARGV[1] the leader's id.)
+-- KEYS[2]  the delayed set (task id scored by due time in ms)
+-- KEYS[3]  the delayed messages (task id -> encoded message)
+-- KEYS[4]  the task stream
+-- ARGV[2]  now (ms since the epoch)
+-- ARGV[3]  the most tasks to move in this call
+-- Returns  {moved, due time of the earliest task left (string) or false}
+local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[2], 'LIMIT', 0, ARGV[3])
+local moved = 0
 for i = 1, #due do
-  redis.call('XADD', KEYS[2], '*', 'payload', due[i])
-  redis.call('ZREM', KEYS[1], due[i])
+  local message = redis.call('HGET', KEYS[3], due[i])
+  if message then
+    redis.call('XADD', KEYS[4], '*', 'payload', message)
+    moved = moved + 1
+  end
+  redis.call('ZREM', KEYS[2], due[i])
+  redis.call('HDEL', KEYS[3], due[i])
 end
-local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-return {#due, nxt[2] or false}
+local nxt = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+return {moved, nxt[2] or false}

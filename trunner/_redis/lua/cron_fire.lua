@@ -1,0 +1,15 @@
+-- Fire one tick of a cron schedule, at most once group-wide: the leader's cron.
+-- (Behind the fence: KEYS[1] is the lease, ARGV[1] the leader's id.)
+-- KEYS[2]  the cron hash (schedule name -> last tick fired, ms)
+-- KEYS[3]  the task stream
+-- ARGV[2]  the schedule's name
+-- ARGV[3]  the tick (ms since the epoch)
+-- ARGV[4]  the encoded message
+-- Returns  1 when fired, 0 when this tick (or a later one) was already fired
+local last = tonumber(redis.call('HGET', KEYS[2], ARGV[2]) or '0')
+if last >= tonumber(ARGV[3]) then
+  return 0
+end
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+redis.call('XADD', KEYS[3], '*', 'payload', ARGV[4])
+return 1
