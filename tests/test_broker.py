@@ -104,12 +104,12 @@ async def test_move_due_is_capped_and_reports_the_next_due_time(broker: Broker, 
     for i in range(450):
         assert await broker.schedule(f"t{i}", 1000 + i, b"due-%d" % i) is True
     await broker.schedule("later", 10_000, b"later")
-    assert await broker.move_due(fence, 5000, 200) == (200, 1200.0)
-    assert await broker.move_due(fence, 5000, 200) == (200, 1400.0)
-    assert await broker.move_due(fence, 5000, 200) == (50, 10_000.0)
-    assert await broker.move_due(fence, 5000, 200) == (0, 10_000.0)
+    assert await broker.move_due(fence, 5000, 200) == (200, 1200.0, [])
+    assert await broker.move_due(fence, 5000, 200) == (200, 1400.0, [])
+    assert await broker.move_due(fence, 5000, 200) == (50, 10_000.0, [])
+    assert await broker.move_due(fence, 5000, 200) == (0, 10_000.0, [])
     assert await broker.queue_length() == 450
-    assert await broker.move_due(fence, 10_000, 200) == (1, None)
+    assert await broker.move_due(fence, 10_000, 200) == (1, None, [])
     assert await broker.delayed_count() == 0
     assert raw.hlen(broker.keys.delayed_messages) == 0
 

@@ -9,12 +9,23 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
+import attrs
+
 from ._redis import Broker
-from .errors import RunnerNotRunning, TaskNotFound
+from .errors import RunnerNotRunning, TaskAlreadyDispatched
 from .message import encode_message
-from .task import TaskRegistry
+from .task import Task, TaskRegistry
 
 __all__ = ["Producer"]
+
+
+@attrs.frozen
+class _Unique:
+    """The lock a unique task takes: its key, a token of this dispatch, and its ttl."""
+
+    key: str
+    token: str
+    ttl_ms: int
 
 
 class Producer:
@@ -29,43 +40,88 @@ class Producer:
             raise RunnerNotRunning(f"{type(self).__name__} is not open")
         return self._broker
 
-    def _encode(
-        self, task_name: str, payload: Any, now: float, task_id: str | None = None
-    ) -> bytes:
+    def _task(self, task_name: str) -> Task | None:
+        """The registered task (None without a registry); checks the name."""
         if not isinstance(task_name, str):
             raise TypeError(f"task_name must be a str, got {type(task_name).__name__}")
         if not task_name:
             raise ValueError("task_name must not be empty")
-        if self._registry is not None and task_name not in self._registry:
-            raise TaskNotFound(task_name)
+        if self._registry is None:
+            return None
+        return self._registry.get(task_name)
+
+    def _encode(
+        self,
+        task_name: str,
+        payload: Any,
+        now: float,
+        task_id: str | None = None,
+        unique: _Unique | None = None,
+    ) -> bytes:
         return encode_message(
             task_name,
             payload,
             enqueued_at=now,
             task_id=task_id,
+            unique_key=unique.key if unique else None,
+            unique_token=unique.token if unique else None,
             max_bytes=self._max_payload_bytes,
         )
+
+    def _unique(self, task: Task | None, payload: Any) -> _Unique | None:
+        if task is None or not task.unique:
+            return None
+        key = task.key_for(payload)
+        return _Unique(key, uuid.uuid4().hex, task.unique_for_ms)
 
     async def dispatch(self, task_name: str, payload: Any = None) -> str:
         """Enqueue one task; return its message id (also the task's id).
 
         The payload must be JSON-serializable; a bad payload or an unknown task name raises
-        before anything is written to Redis.
+        before anything is written to Redis. A unique task whose key is already queued
+        raises :class:`~trunner.TaskAlreadyDispatched`.
         """
         broker = self._open_broker()
-        return await broker.enqueue(self._encode(task_name, payload, time.time()))
+        task = self._task(task_name)
+        unique = self._unique(task, payload)
+        data = self._encode(task_name, payload, time.time(), unique=unique)
+        if unique is None:
+            return await broker.enqueue(data)
+        (message_id,) = await broker.enqueue_unique(
+            [(broker.keys.unique(unique.key), unique.token, data)], unique.ttl_ms
+        )
+        if message_id is None:
+            raise TaskAlreadyDispatched(task_name, [unique.key])
+        return message_id
 
     async def dispatch_many(self, task_name: str, payloads: Iterable[Any]) -> list[str]:
         """Enqueue one task per payload, in one round trip per 1000; return their ids.
 
-        Every payload is encoded first: if one is bad, nothing is written.
+        Every payload is encoded first: if one is bad, nothing is written. For a unique
+        task, payloads whose key is already queued (or repeats an earlier one of the same
+        call) are refused, the others enqueued, and :class:`~trunner.TaskAlreadyDispatched`
+        says which were refused (``refused``) and gives every id (``ids``).
         """
         broker = self._open_broker()
+        task = self._task(task_name)
         now = time.time()
-        datas = [self._encode(task_name, payload, now) for payload in payloads]
-        if not datas:
+        items = []
+        for payload in payloads:
+            unique = self._unique(task, payload)
+            items.append((unique, self._encode(task_name, payload, now, unique=unique)))
+        if not items:
             return []
-        return await broker.enqueue_many(datas)
+        if task is None or not task.unique:
+            return await broker.enqueue_many([data for _, data in items])
+        locked = [
+            (broker.keys.unique(u.key), u.token, data) for u, data in items if u is not None
+        ]
+        ids = await broker.enqueue_unique(locked, task.unique_for_ms)
+        refused = [i for i, message_id in enumerate(ids) if message_id is None]
+        if refused:
+            keys = [u.key for i in refused if (u := items[i][0]) is not None]
+            raise TaskAlreadyDispatched(task_name, keys, refused, ids)
+        return [i for i in ids if i is not None]
 
     async def dispatch_delayed(
         self, task_name: str, payload: Any, delay: float | datetime.timedelta
@@ -95,10 +151,13 @@ class Producer:
 
     async def _schedule(self, task_name: str, payload: Any, due: float) -> str:
         broker = self._open_broker()
+        task = self._task(task_name)
+        unique = self._unique(task, payload)
         task_id = uuid.uuid4().hex
-        data = self._encode(task_name, payload, time.time(), task_id)
+        data = self._encode(task_name, payload, time.time(), task_id, unique)
         due_ms = math.ceil(max(due, 0.0) * 1000)
-        await broker.schedule(task_id, due_ms, data)
+        lock = (broker.keys.unique(unique.key), unique.token, unique.ttl_ms) if unique else None
+        await broker.schedule(task_id, due_ms, data, lock)
         self._scheduled(due_ms)
         return task_id
 

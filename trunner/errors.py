@@ -17,6 +17,7 @@ __all__ = [
     "RunnerAlreadyStarted",
     "RunnerCrashed",
     "RunnerNotRunning",
+    "TaskAlreadyDispatched",
     "TaskFailed",
     "TaskNotFound",
     "TrunnerError",
@@ -33,6 +34,31 @@ class TaskNotFound(TrunnerError, LookupError):
     def __init__(self, task_name: str) -> None:
         super().__init__(f"no task named {task_name!r} is registered")
         self.task_name = task_name
+
+
+class TaskAlreadyDispatched(TrunnerError):
+    """A unique task was refused: one of the same key is queued and not finished.
+
+    From ``dispatch_many``: ``refused`` holds the indices of the refused payloads and
+    ``ids`` the id of each accepted one (None where refused); the others were enqueued.
+    """
+
+    def __init__(
+        self,
+        task_name: str,
+        unique_keys: list[str],
+        refused: list[int] | None = None,
+        ids: list[str | None] | None = None,
+    ) -> None:
+        keys = ", ".join(repr(k) for k in unique_keys[:5])
+        more = f" and {len(unique_keys) - 5} more" if len(unique_keys) > 5 else ""
+        super().__init__(
+            f"unique task {task_name!r} is already queued for key(s) {keys}{more}"
+        )
+        self.task_name = task_name
+        self.unique_keys = unique_keys
+        self.refused = refused if refused is not None else [0]
+        self.ids = ids if ids is not None else [None]
 
 
 class InvalidPayload(TrunnerError, ValueError):

@@ -77,3 +77,12 @@ class Keys:
     def leader(self) -> str:
         """The leadership lease (its fence counter is ``leader + ':fence'``)."""
         return self._key("leader")
+
+    @property
+    def delayed_unique(self) -> str:
+        """The hash of unique delayed task id -> "lock key, token, ttl" (lines)."""
+        return self._key("delayed:unique")
+
+    def unique(self, key: str) -> str:
+        """The lock of a unique task's key."""
+        return self._key(f"unique:{key}")

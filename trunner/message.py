@@ -64,6 +64,10 @@ class TaskMessage:
     """How many times this stream entry has been delivered to a consumer."""
     raw: bytes = attrs.field(default=b"", repr=False)
     """The entry's ``payload`` field exactly as stored."""
+    unique_key: str | None = None
+    """For a unique task: its key (the lock is released when the task finishes)."""
+    unique_token: str | None = attrs.field(default=None, repr=False)
+    """For a unique task: the token its lock holds."""
 
     def with_attempt(self, attempt: int) -> TaskMessage:
         return attrs.evolve(self, attempt=attempt)
@@ -76,6 +80,8 @@ def encode_message(
     attempt: int = 1,
     enqueued_at: float,
     task_id: str | None = None,
+    unique_key: str | None = None,
+    unique_token: str | None = None,
     max_bytes: int,
 ) -> bytes:
     """Encode one task message; raise :class:`InvalidPayload` if it cannot be sent."""
@@ -87,6 +93,9 @@ def encode_message(
     }
     if task_id is not None:
         body["id"] = task_id
+    if unique_key is not None:
+        body["unique_key"] = unique_key
+        body["unique_token"] = unique_token
     try:
         data = _to_json(body)
     except (TypeError, ValueError, RecursionError) as exc:
@@ -109,6 +118,8 @@ def reencode_for_retry(message: TaskMessage, attempt: int, max_bytes: int) -> by
         attempt=attempt,
         enqueued_at=message.enqueued_at,
         task_id=message.task_id,
+        unique_key=message.unique_key,
+        unique_token=message.unique_token,
         max_bytes=max_bytes,
     )
 
@@ -201,6 +212,12 @@ def decode_message(
     task_id = body.get("id", message_id)
     if not isinstance(task_id, str) or not task_id:
         raise bad(f"'id' must be a non-empty string, got {task_id!r}")
+    unique_key = body.get("unique_key")
+    unique_token = body.get("unique_token")
+    if unique_key is not None and not (
+        isinstance(unique_key, str) and unique_key and isinstance(unique_token, str)
+    ):
+        raise bad("'unique_key' and 'unique_token' must be strings")
     return TaskMessage(
         message_id=message_id,
         task_name=task,
@@ -210,4 +227,6 @@ def decode_message(
         task_id=task_id,
         deliveries=deliveries,
         raw=raw,
+        unique_key=unique_key,
+        unique_token=unique_token if unique_key is not None else None,
     )

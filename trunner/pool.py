@@ -85,14 +85,18 @@ class AckBuffer:
         self._errors = errors
         self._ids: list[str] = []  # waiting for the next flush
         self._held: set[str] = set()  # waiting, or being flushed
+        self._locks: dict[str, tuple[str, str]] = {}  # id -> unique lock (key, token)
         self._nonempty = trio.Event()
         self._full = trio.Event()
         self._closing = False
         self.closed = trio.Event()
 
-    def add(self, message_id: str) -> None:
+    def add(self, message_id: str, lock: tuple[str, str] | None = None) -> None:
+        """Acknowledge ``message_id`` soon, releasing its unique ``lock`` (key, token)."""
         self._ids.append(message_id)
         self._held.add(message_id)
+        if lock is not None:
+            self._locks[message_id] = lock
         self._nonempty.set()
         if len(self._ids) >= self._batch:
             self._full.set()
@@ -132,7 +136,7 @@ class AckBuffer:
         batch, self._ids = self._ids, []
         written = False
         try:
-            self._counters.acked += await self._broker.ack(batch)
+            self._counters.acked += await self._broker.ack(batch, self._locks)
             written = True
         except BackendError as exc:
             self._errors.capture(exc)
@@ -140,6 +144,8 @@ class AckBuffer:
         finally:
             if written:
                 self._held.difference_update(batch)
+                for message_id in batch:
+                    self._locks.pop(message_id, None)
             elif batch:
                 self._ids[:0] = batch
                 self._nonempty.set()
@@ -313,7 +319,7 @@ class WorkerPool:
             return
         if failure is None:
             self._counters.succeeded += 1
-            self._acks.add(job.message_id)
+            self._acks.add(job.message_id, self._lock(message))
             logger.debug("task succeeded", extra=_log_fields(message, duration=duration))
             return
         self._counters.failed += 1
@@ -341,6 +347,12 @@ class WorkerPool:
             except Exception as exc:  # noqa: BLE001 - user code failures are handled by callers
                 failure = exc
         return scope.cancelled_caught, failure
+
+    def _lock(self, message: TaskMessage) -> tuple[str, str] | None:
+        """The unique lock a finished message releases: (key, token), or None."""
+        if message.unique_key is None or message.unique_token is None:
+            return None
+        return self._broker.keys.unique(message.unique_key), message.unique_token
 
     def _keep(self, job: _Job) -> None:
         """Leave a message that ran pending, for a later delivery (see ``_kept``)."""
@@ -414,7 +426,9 @@ class WorkerPool:
         maxlen = self._config.dead_letter_maxlen
 
         async def write() -> str | None:
-            return await self._broker.dead_letter(job.message_id, fields, maxlen)
+            return await self._broker.dead_letter(
+                job.message_id, fields, maxlen, self._lock(message)
+            )
 
         if await self._transition(job, write, "dead-letter"):
             self._counters.dead_lettered += 1

@@ -163,6 +163,7 @@ class Runner(Producer):
             scheduler_seconds=mover.pass_seconds if mover else 0.0,
             delayed_moved=mover.moved if mover else 0,
             cron_fired=self._cron.fired if self._cron else 0,
+            unique_dropped=mover.unique_dropped if mover else 0,
         )
 
     def errors(self) -> AsyncIterator[BaseException]:

@@ -44,6 +44,7 @@ class DelayedMover:
         self.passes = 0
         self.pass_seconds = 0.0
         self.moved = 0
+        self.unique_dropped = 0
 
     def due_at(self, due_ms: int) -> None:
         """A task was scheduled for ``due_ms``: wake the mover if it is due first."""
@@ -63,7 +64,18 @@ class DelayedMover:
             self._wake = trio.Event()
             begin = time.perf_counter()
             try:
-                moved, next_due = await self._broker.move_due(elector, wall_ms(), MOVE_BATCH)
+                moved, next_due, unique = await self._broker.move_due(
+                    elector, wall_ms(), MOVE_BATCH
+                )
+                if unique:
+                    moved_unique, dropped = await self._broker.move_unique(elector, unique)
+                    moved += moved_unique
+                    self.unique_dropped += dropped
+                    if dropped:
+                        logger.warning(
+                            "dropped %d due unique delayed tasks: their keys were locked",
+                            dropped,
+                        )
             except BackendError as exc:
                 self._errors.capture(exc)
                 logger.warning("moving due delayed tasks failed: %s", exc)
@@ -75,7 +87,7 @@ class DelayedMover:
             self.moved += moved
             if moved:
                 logger.debug("moved %d due delayed tasks into the stream", moved)
-            if moved >= MOVE_BATCH:
+            if moved + len(unique) >= MOVE_BATCH:
                 await trio.lowlevel.checkpoint()
                 continue
             self._next_due_ms = next_due

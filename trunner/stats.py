@@ -78,3 +78,5 @@ class RunnerStatistics:
     """Delayed tasks and retries this instance moved into the stream as leader."""
     cron_fired: int
     """Cron ticks this instance fired as leader."""
+    unique_dropped: int
+    """Due unique delayed tasks this leader dropped because their key was locked."""

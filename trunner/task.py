@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import math
 import random
+import warnings
 import zoneinfo
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar, overload
@@ -72,10 +73,50 @@ class Task:
     reservation_timeout: float | None = attrs.field(
         default=None, validator=v.optional_positive_number, kw_only=True
     )
+    unique: bool = attrs.field(default=False, validator=v.boolean, kw_only=True)
+    unique_key: Callable[[Any], Any] | None = attrs.field(
+        default=None, validator=v.optional_callable, kw_only=True
+    )
+    unique_for: float | None = attrs.field(
+        default=None, validator=v.optional_positive_number, kw_only=True
+    )
+
+    def __attrs_post_init__(self) -> None:
+        if self.unique and self.unique_for is None:
+            raise ValueError(
+                f"task {self.name!r}: unique=True needs unique_for (seconds the lock may be "
+                "held before it expires by itself)"
+            )
+        if not self.unique and (self.unique_key is not None or self.unique_for is not None):
+            raise ValueError(f"task {self.name!r}: unique_key and unique_for need unique=True")
+        if self.unique and self.unique_key is None:
+            warnings.warn(
+                f"unique task {self.name!r} has no unique_key: the task name is the key, "
+                "so at most one instance of the task is queued at a time",
+                UserWarning,
+                stacklevel=4,
+            )
 
     @property
     def max_attempts(self) -> int:
         return self.max_retry + 1
+
+    def key_for(self, payload: Any) -> str:
+        """The unique key of ``payload`` (the task name when there is no unique_key)."""
+        if self.unique_key is None:
+            return self.name
+        key = self.unique_key(payload)
+        if isinstance(key, bytes):
+            key = key.decode("utf-8", "replace")
+        if isinstance(key, bool) or not isinstance(key, str | int):
+            raise TypeError(
+                f"unique_key of task {self.name!r} must return a str or int, got {key!r}"
+            )
+        return f"{self.name}:{key}"
+
+    @property
+    def unique_for_ms(self) -> int:
+        return max(1, math.ceil((self.unique_for or 0) * 1000))
 
     def retry_delay(self, failed_attempt: int) -> float:
         """Seconds to wait before retrying after attempt ``failed_attempt`` (1-based) failed.
@@ -168,6 +209,9 @@ class TaskRegistry:
         retry_backoff: Backoff = 1.0,
         retry_backoff_max: float = 3600.0,
         reservation_timeout: float | None = None,
+        unique: bool = False,
+        unique_key: Callable[[Any], Any] | None = None,
+        unique_for: float | None = None,
     ) -> Callable[[A], A]: ...
 
     def task(
@@ -178,11 +222,17 @@ class TaskRegistry:
         retry_backoff: Backoff = 1.0,
         retry_backoff_max: float = 3600.0,
         reservation_timeout: float | None = None,
+        unique: bool = False,
+        unique_key: Callable[[Any], Any] | None = None,
+        unique_for: float | None = None,
     ) -> A | Callable[[A], A]:
         """Register an ``async def action(payload)`` as a task (decorator).
 
         Use as ``@tasks.task``, ``@tasks.task()`` or ``@tasks.task("name", max_retry=3)``;
         the name defaults to the function's ``__name__``. The function is returned as is.
+
+        ``unique=True`` (with ``unique_for`` seconds, and ``unique_key=lambda payload: ...``)
+        refuses a dispatch while a task of the same key is queued and not finished.
         """
 
         def decorate(func: A) -> A:
@@ -197,6 +247,9 @@ class TaskRegistry:
                     retry_backoff=retry_backoff,
                     retry_backoff_max=retry_backoff_max,
                     reservation_timeout=reservation_timeout,
+                    unique=unique,
+                    unique_key=unique_key,
+                    unique_for=unique_for,
                 )
             )
             return func

@@ -6,7 +6,7 @@ script touches is passed in KEYS (all in the group's hash slot).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -100,6 +100,20 @@ class Broker:
     async def enqueue(self, data: bytes) -> str:
         return _s(await self.transport.execute("XADD", self.keys.stream, "*", PAYLOAD_FIELD, data))
 
+    async def enqueue_unique(
+        self, items: Sequence[tuple[str, str, bytes]], ttl_ms: int
+    ) -> list[str | None]:
+        """Enqueue unique tasks ``(lock key, token, message)``: ids, None where refused."""
+        ids: list[str | None] = []
+        for chunk in _chunks(items, MAX_IDS_PER_CALL // 2):
+            keys = [self.keys.stream, *(lock for lock, _, _ in chunk)]
+            args: list[Arg] = [ttl_ms]
+            for _, token, data in chunk:
+                args += [token, data]
+            reply = await self._script("enqueue_unique", keys, args)
+            ids.extend(_s(i) if i else None for i in reply)
+        return ids
+
     async def enqueue_many(self, datas: Sequence[bytes]) -> list[str]:
         ids: list[str] = []
         for chunk in _chunks(datas):
@@ -107,18 +121,32 @@ class Broker:
             ids.extend(_s(i) for i in reply)
         return ids
 
-    async def schedule(self, task_id: str, due_ms: int, data: bytes) -> bool:
-        """Add a delayed task (replacing one of the same id); True when it is new."""
+    async def schedule(
+        self,
+        task_id: str,
+        due_ms: int,
+        data: bytes,
+        unique: tuple[str, str, int] | None = None,
+    ) -> bool:
+        """Add a delayed task (replacing one of the same id); True when it is new.
+
+        ``unique``: (lock key, token, ttl ms) for a unique task, locked when it is moved.
+        """
+        keys = self.keys
+        lock = "\n".join(map(str, unique)) if unique else ""
         reply = await self._script(
             "schedule",
-            [self.keys.delayed, self.keys.delayed_messages],
-            [task_id, due_ms, data, self.keys.delayed_wake],
+            [keys.delayed, keys.delayed_messages, keys.delayed_unique],
+            [task_id, due_ms, data, keys.delayed_wake, lock],
         )
         return bool(reply)
 
     async def cancel_delayed(self, task_id: str) -> bool:
+        keys = self.keys
         reply = await self._script(
-            "cancel_delayed", [self.keys.delayed, self.keys.delayed_messages], [task_id]
+            "cancel_delayed",
+            [keys.delayed, keys.delayed_messages, keys.delayed_unique],
+            [task_id],
         )
         return bool(reply)
 
@@ -142,11 +170,19 @@ class Broker:
         entries = [RawEntry(_s(e[0]), list(e[1]) or None, int(e[2])) for e in reply[1]]
         return _s(reply[0]), entries
 
-    async def ack(self, ids: Sequence[str]) -> int:
+    async def ack(
+        self, ids: Sequence[str], locks: Mapping[str, tuple[str, str]] | None = None
+    ) -> int:
+        """Acknowledge ``ids``; release ``locks[id] = (lock key, token)`` of unique ones."""
         acked = 0
         for chunk in _chunks(ids):
+            held = [locks[i] for i in chunk if i in locks] if locks else []
             acked += int(
-                await self._script("ack", [self.keys.stream], [self.group, self._delete, *chunk])
+                await self._script(
+                    "ack",
+                    [self.keys.stream, *(key for key, _ in held)],
+                    [self.group, self._delete, len(chunk), *chunk, *(t for _, t in held)],
+                )
             )
         return acked
 
@@ -159,13 +195,19 @@ class Broker:
         return bool(reply)
 
     async def dead_letter(
-        self, message_id: str, fields: Sequence[tuple[str, Arg]], maxlen: int | None
+        self,
+        message_id: str,
+        fields: Sequence[tuple[str, Arg]],
+        maxlen: int | None,
+        lock: tuple[str, str] | None = None,
     ) -> str | None:
+        """Acknowledge and copy to the dead-letter stream; release ``lock`` (key, token)."""
         flat: list[Arg] = [x for pair in fields for x in pair]
+        keys = [self.keys.stream, self.keys.dead, *([lock[0]] if lock else [])]
         reply = await self._script(
             "dead_letter",
-            [self.keys.stream, self.keys.dead],
-            [self.group, self._delete, message_id, maxlen or 0, *flat],
+            keys,
+            [self.group, self._delete, message_id, maxlen or 0, lock[1] if lock else "", *flat],
         )
         return _s(reply) if reply else None
 
@@ -209,17 +251,43 @@ class Broker:
 
     # -- leader chores (fenced: ``lease`` runs them only for the leader) ---------------------
 
-    async def move_due(self, lease: Fence, now_ms: int, limit: int) -> tuple[int, float | None]:
-        """Move up to ``limit`` due tasks; return (moved, earliest remaining due ms)."""
+    async def move_due(
+        self, lease: Fence, now_ms: int, limit: int
+    ) -> tuple[int, float | None, list[str]]:
+        """Move up to ``limit`` due tasks: (moved, earliest remaining due ms, due unique ids).
+
+        Due unique tasks are left for :meth:`move_unique` (their locks must be in KEYS).
+        """
         keys = self.keys
         reply = await lease.run_fenced(
             SCRIPTS.move_due,
-            [keys.delayed, keys.delayed_messages, keys.stream],
+            [keys.delayed, keys.delayed_messages, keys.stream, keys.delayed_unique],
             [now_ms, limit],
         )
         moved = int(reply[0])
-        nxt = float(reply[1]) if len(reply) > 1 and reply[1] is not None else None
-        return moved, nxt
+        nxt = float(reply[1]) if reply[1] is not None else None
+        return moved, nxt, [_s(i) for i in reply[2]]
+
+    async def move_unique(self, lease: Fence, task_ids: Sequence[str]) -> tuple[int, int]:
+        """Move due unique tasks, each taking its lock: (moved, dropped: lock was held)."""
+        keys = self.keys
+        specs = await self.transport.execute("HMGET", keys.delayed_unique, *task_ids)
+        locks: list[str] = []
+        args: list[Arg] = []
+        for task_id, spec in zip(task_ids, specs, strict=True):
+            if spec is None:
+                continue  # cancelled meanwhile
+            lock, token, ttl = _s(spec).split("\n")
+            locks.append(lock)
+            args += [task_id, token, ttl]
+        if not locks:
+            return 0, 0
+        reply = await lease.run_fenced(
+            SCRIPTS.move_unique,
+            [keys.delayed, keys.delayed_messages, keys.stream, keys.delayed_unique, *locks],
+            args,
+        )
+        return int(reply[0]), int(reply[1])
 
     async def fire_cron(self, lease: Fence, name: str, tick_ms: int, data: bytes) -> bool:
         """Enqueue one tick of a cron schedule unless it was already fired."""

@@ -40,12 +40,14 @@ def fenced_script(name: str, body: str) -> Script:
 class _Scripts:
     def __init__(self) -> None:
         self.enqueue_many = _load("enqueue_many")
+        self.enqueue_unique = _load("enqueue_unique")
         self.ack = _load("ack")
         self.retry = _load("retry")
         self.dead_letter = _load("dead_letter")
         self.schedule = _load("schedule")
         self.cancel_delayed = _load("cancel_delayed")
         self.move_due = fenced_script("move_due", _read("move_due"))
+        self.move_unique = fenced_script("move_unique", _read("move_unique"))
         self.cron_fire = fenced_script("cron_fire", _read("cron_fire"))
         self.reclaim = _load("reclaim")
         self.heartbeat = _load("heartbeat")

@@ -1,21 +1,29 @@
 -- Move delayed tasks that are due into the task stream: the leader's scheduler.
+-- Unique tasks are not moved here (their locks must be named in KEYS): they are returned,
+-- for move_unique.
 -- (Behind the fence: KEYS[1] is the lease, ARGV[1] the leader's id.)
 -- KEYS[2]  the delayed set (task id scored by due time in ms)
 -- KEYS[3]  the delayed messages (task id -> encoded message)
 -- KEYS[4]  the task stream
+-- KEYS[5]  the unique delayed tasks (task id -> lock key)
 -- ARGV[2]  now (ms since the epoch)
--- ARGV[3]  the most tasks to move in this call
--- Returns  {moved, due time of the earliest task left (string) or false}
+-- ARGV[3]  the most tasks to look at in this call
+-- Returns  {moved, due time of the earliest task left (string) or false, {unique due ids}}
 local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[2], 'LIMIT', 0, ARGV[3])
 local moved = 0
+local unique = {}
 for i = 1, #due do
-  local message = redis.call('HGET', KEYS[3], due[i])
-  if message then
-    redis.call('XADD', KEYS[4], '*', 'payload', message)
-    moved = moved + 1
+  if redis.call('HEXISTS', KEYS[5], due[i]) == 1 then
+    unique[#unique + 1] = due[i]
+  else
+    local message = redis.call('HGET', KEYS[3], due[i])
+    if message then
+      redis.call('XADD', KEYS[4], '*', 'payload', message)
+      moved = moved + 1
+    end
+    redis.call('ZREM', KEYS[2], due[i])
+    redis.call('HDEL', KEYS[3], due[i])
   end
-  redis.call('ZREM', KEYS[2], due[i])
-  redis.call('HDEL', KEYS[3], due[i])
 end
 local nxt = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-return {moved, nxt[2] or false}
+return {moved, nxt[2] or false, unique}

@@ -1,0 +1,27 @@
+-- Move due unique delayed tasks into the stream, each taking its lock as it enters: a task
+-- whose lock is held then is dropped (not enqueued), and counted.
+-- (Behind the fence: KEYS[1] is the lease, ARGV[1] the leader's id.)
+-- KEYS[2]  the delayed set
+-- KEYS[3]  the delayed messages
+-- KEYS[4]  the task stream
+-- KEYS[5]  the unique delayed tasks (task id -> lock key)
+-- KEYS[6..] the lock of each task (in ARGV order)
+-- ARGV[2..] triples: task id, lock token, lock time-to-live (ms)
+-- Returns  {moved, dropped}
+local moved, dropped = 0, 0
+for i = 6, #KEYS do
+  local j = 2 + 3 * (i - 6)
+  local id = ARGV[j]
+  if redis.call('ZREM', KEYS[2], id) == 1 then
+    local message = redis.call('HGET', KEYS[3], id)
+    if message and redis.call('SET', KEYS[i], ARGV[j + 1], 'PX', ARGV[j + 2], 'NX') then
+      redis.call('XADD', KEYS[4], '*', 'payload', message)
+      moved = moved + 1
+    else
+      dropped = dropped + 1
+    end
+  end
+  redis.call('HDEL', KEYS[3], id)
+  redis.call('HDEL', KEYS[5], id)
+end
+return {moved, dropped}
