@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import redis
 
 from trunner._demo import run_demo
 from trunner.cli import main
@@ -41,3 +42,18 @@ def test_the_demo_command(redis_server: RedisServer) -> None:
 def test_demo_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--instances", "0"]) == 2
     assert "--instances must be >= 1" in capsys.readouterr().err
+
+
+def test_the_command_reports_a_bad_redis_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--redis", "redis://127.0.0.1:1/0"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [err[0]]
+    assert err[0].startswith("trunner demo: RedisUnavailable: cannot reach Redis at")
+    with pytest.raises(SystemExit):
+        main(["demo", "--log-level", "loud"])
+
+
+async def test_the_demo_leaves_no_key_on_a_real_redis(redis_server: RedisServer) -> None:
+    await run_demo(redis_server.url, instances=2, images=2, out=lambda _: None)
+    with redis.Redis.from_url(redis_server.url) as client:
+        assert [k for k in client.keys("trunner:{demo-*") if b"demo-" in k] == []

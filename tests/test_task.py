@@ -383,3 +383,21 @@ def test_callable_backoff_bad_result_raises_value_error_naming_the_task(result: 
     with pytest.raises(ValueError, match="send_email") as info:
         task.retry_delay(2)
     assert "retry_backoff" in str(info.value)
+
+
+def test_an_action_must_take_the_payload() -> None:
+    tasks = TaskRegistry()
+
+    async def no_arguments() -> None:
+        pass
+
+    async def two_arguments(a: object, b: object) -> None:
+        pass
+
+    async def payload_and_options(payload: object, retries: int = 3) -> None:
+        pass
+
+    for action in (no_arguments, two_arguments):
+        with pytest.raises(TypeError, match="must accept the payload"):
+            tasks.task(action)
+    tasks.task(payload_and_options)

@@ -104,7 +104,8 @@ async def run_demo(
     where = redact_url(url)
     if url.startswith("memory://"):
         where += " (an in-process Redis; set REDIS_URL to use a real one)"
-    out(f"trunner demo: {instances} runner instances share consumer group {group!r}")
+    plural = "s share" if instances > 1 else " uses"
+    out(f"trunner demo: {instances} runner instance{plural} consumer group {group!r}")
     out(f"Redis: {where}")
     out("")
     tasks = demo.registry()
@@ -182,6 +183,4 @@ async def run_demo(
 
 async def _delete_demo_keys(url: str, group: str) -> None:
     async with open_client(url, group) as client:
-        broker = client._open_broker()
-        keys = broker.keys
-        await broker.transport.execute("DEL", keys.stream, keys.dead, keys.delayed)
+        await client._open_broker().delete_group()

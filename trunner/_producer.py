@@ -113,9 +113,7 @@ class Producer:
             return []
         if task is None or not task.unique:
             return await broker.enqueue_many([data for _, data in items])
-        locked = [
-            (broker.keys.unique(u.key), u.token, data) for u, data in items if u is not None
-        ]
+        locked = [(broker.keys.unique(u.key), u.token, data) for u, data in items if u is not None]
         ids = await broker.enqueue_unique(locked, task.unique_for_ms)
         refused = [i for i, message_id in enumerate(ids) if message_id is None]
         if refused:

@@ -52,9 +52,7 @@ class TaskAlreadyDispatched(TrunnerError):
     ) -> None:
         keys = ", ".join(repr(k) for k in unique_keys[:5])
         more = f" and {len(unique_keys) - 5} more" if len(unique_keys) > 5 else ""
-        super().__init__(
-            f"unique task {task_name!r} is already queued for key(s) {keys}{more}"
-        )
+        super().__init__(f"unique task {task_name!r} is already queued for key(s) {keys}{more}")
         self.task_name = task_name
         self.unique_keys = unique_keys
         self.refused = refused if refused is not None else [0]

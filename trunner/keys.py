@@ -86,3 +86,16 @@ class Keys:
     def unique(self, key: str) -> str:
         """The lock of a unique task's key."""
         return self._key(f"unique:{key}")
+
+    def fixed(self) -> list[str]:
+        """Every key of the group with a fixed name (unique locks are not listed)."""
+        return [
+            self.stream,
+            self.dead,
+            self.delayed,
+            self.delayed_messages,
+            self.delayed_unique,
+            self.leader,
+            f"{self.leader}:fence",
+            self.cron,
+        ]

@@ -288,7 +288,8 @@ class WorkerPool:
             self._errors.capture(exc)
             self._keep(job)
             logger.exception(
-                "internal error while handling a message; it stays pending",
+                "internal error while handling %s; it stays pending",
+                _about(job.message),
                 extra=_log_fields(job.message),
             )
         finally:
@@ -320,7 +321,12 @@ class WorkerPool:
         if failure is None:
             self._counters.succeeded += 1
             self._acks.add(job.message_id, self._lock(message))
-            logger.debug("task succeeded", extra=_log_fields(message, duration=duration))
+            logger.debug(
+                "%s succeeded in %.3f s",
+                _about(message),
+                duration,
+                extra=_log_fields(message, duration=duration),
+            )
             return
         self._counters.failed += 1
         self._errors.capture(
@@ -364,7 +370,8 @@ class WorkerPool:
         self._counters.interrupted += 1
         self._to_release.append((job.consumer, job.message_id, True))
         logger.warning(
-            "task interrupted by shutdown; message released",
+            "%s interrupted by shutdown; message released",
+            _about(job.message),
             extra=_log_fields(job.message, duration=duration),
         )
 
@@ -385,7 +392,8 @@ class WorkerPool:
             self._counters.retried += 1
             self._on_retry_scheduled(due_ms)
             logger.info(
-                "task failed; retry scheduled in %.3f s: %r",
+                "%s failed; retry scheduled in %.3f s: %r",
+                _about(message),
                 delay,
                 failure,
                 extra=_log_fields(message),
@@ -404,7 +412,8 @@ class WorkerPool:
                 self._errors.capture(exc)
                 self._keep(job)
                 logger.error(
-                    "failed-task handler raised; message left pending for a later delivery: %r",
+                    "failed-task handler raised for %s; left pending for a later delivery: %r",
+                    _about(message),
                     exc,
                     extra=_log_fields(message),
                 )
@@ -420,9 +429,10 @@ class WorkerPool:
             ("failed_at", wall_ms()),
             ("consumer", job.consumer),
         ]
+        cause = ""
         if error.__cause__ is not None:
-            cause = error.__cause__
-            fields.append(("cause", f"{type(cause).__name__}: {cause}"))
+            cause = f"{type(error.__cause__).__name__}: {error.__cause__}"
+            fields.append(("cause", cause))
         maxlen = self._config.dead_letter_maxlen
 
         async def write() -> str | None:
@@ -433,7 +443,12 @@ class WorkerPool:
         if await self._transition(job, write, "dead-letter"):
             self._counters.dead_lettered += 1
             logger.error(
-                "message dead-lettered (%s): %s", reason, error, extra=_log_fields(message)
+                "%s dead-lettered, %s: %s%s",
+                _about(message),
+                reason,
+                error,
+                f" ({cause})" if cause else "",
+                extra=_log_fields(message),
             )
 
     async def _transition(self, job: _Job, write: Callable[[], Any], what: str) -> Any:
@@ -450,16 +465,18 @@ class WorkerPool:
                 except BackendError as exc:
                     self._errors.capture(exc)
                     logger.warning(
-                        "%s of message failed, will retry: %s",
+                        "%s of %s failed, will retry: %s",
                         what,
+                        _about(job.message),
                         exc,
                         extra=_log_fields(job.message),
                     )
                 await trio.sleep(backoff.next_delay())
         self._keep(job)
         logger.error(
-            "%s of message could not be written; it stays pending for a later delivery",
+            "%s of %s could not be written; it stays pending for a later delivery",
             what,
+            _about(job.message),
             extra=_log_fields(job.message),
         )
         return None
@@ -510,7 +527,11 @@ class WorkerPool:
             "another consumer while running; it may run twice"
         )
         self._errors.capture(error)
-        logger.warning("reservation lost", extra=_log_fields(job.message))
+        logger.warning(
+            "%s: reservation lost (claimed by another consumer while running)",
+            _about(job.message),
+            extra=_log_fields(job.message),
+        )
 
     # -- stopping ---------------------------------------------------------------------------
 
@@ -572,6 +593,12 @@ class WorkerPool:
             released += await self._broker.release(consumer, entries)
         self._counters.released += released
         return released
+
+
+def _about(message: TaskMessage) -> str:
+    """How log lines name a message: ``task 'x' (message 1-0, attempt 2)``."""
+    name = repr(message.task_name) if message.task_name else "(undecodable)"
+    return f"task {name} (message {message.message_id}, attempt {message.attempt})"
 
 
 def _log_fields(message: TaskMessage, **more: Any) -> dict[str, Any]:

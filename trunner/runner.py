@@ -212,6 +212,8 @@ class Runner(Producer):
             self._broker = None
             self._state = RunnerState.STOPPED
             self._errors.close()
+            if self._pool is not None:
+                logger.info("runner stopped: %s", self.statistics())
             if self._elector is not None:
                 self._elector._close()
 
@@ -286,7 +288,6 @@ class Runner(Producer):
                     await self._cleanup("releasing after a failure", self._release(pool, True))
         await self._cleanup("final release", self._release(pool, True))
         await self._cleanup("deleting consumers", self._delete_consumers(broker))
-        logger.info("runner stopped: %s", self.statistics())
 
     async def _start_services(self, services: trio.Nursery, parts: _Parts) -> None:
         services.start_soon(parts.acks.run)

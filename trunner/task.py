@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import inspect
 import math
 import random
 import warnings
@@ -28,6 +29,14 @@ A = TypeVar("A", bound=Action)
 def _check_action(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
     if not v.is_async_callable(value):
         raise TypeError(f"{attr.name} must be an async function taking the payload, got {value!r}")
+    try:
+        inspect.signature(value).bind(None)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(
+            f"{attr.name} {value!r} must accept the payload as its one positional argument"
+        ) from None
+    except ValueError:  # no signature to inspect (some builtins): accept it
+        pass
 
 
 def _check_task_name(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:

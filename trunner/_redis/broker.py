@@ -303,6 +303,10 @@ class Broker:
     def open_wake_subscriber(self) -> Subscriber:
         return self.transport.open_subscriber(self.keys.delayed_wake)
 
+    async def delete_group(self) -> int:
+        """Delete every fixed key of the group (its stream, delayed tasks, lease ...)."""
+        return int(await self.transport.execute("DEL", *self.keys.fixed()))
+
     # -- inspection -------------------------------------------------------------------------
 
     async def queue_length(self) -> int:

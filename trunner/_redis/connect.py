@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import trio
+from redis.asyncio.connection import parse_url
 
 from .._util import unwrap_single
 from ..errors import RedisUnavailable
@@ -41,8 +42,14 @@ def check_url(url: object) -> str:
             f"unsupported Redis URL {redact_url(url)!r}: use one of "
             + ", ".join(f"{s}://" for s in SUPPORTED_SCHEMES)
         )
-    if scheme == "memory" and not url[len("memory://") :]:
-        raise ValueError("a memory:// URL needs a name, e.g. memory://demo")
+    if scheme == "memory":
+        if not url[len("memory://") :]:
+            raise ValueError("a memory:// URL needs a name, e.g. memory://demo")
+        return scheme
+    try:
+        parse_url(url)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"invalid Redis URL {redact_url(url)!r}: {exc}") from None
     return scheme
 
 
