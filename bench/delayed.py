@@ -53,9 +53,7 @@ async def one_run(url: str, count: int, over: float) -> dict[str, float]:
             print(json.dumps({"warning": "scheduling outlasted the head start"}))
         await done.wait()
     async with trunner.open_client(url, group) as client:
-        broker = client._open_broker()
-        keys = broker.keys
-        await broker.transport.execute("DEL", keys.stream, keys.dead, keys.delayed)
+        await client._open_broker().delete_group()
     ms = [x * 1000 for x in lateness]
     return {
         "tasks": count,

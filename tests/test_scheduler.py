@@ -321,3 +321,31 @@ async def test_a_new_leader_fires_the_latest_missed_tick_once(
     assert missed <= catch_up[1] * 1000, "fired late, for its own tick"
     assert json.loads(raw.hget(f"trunner:{{{group}}}:cron", "every_second")) >= missed
     assert stats.cron_fired >= 1
+
+
+def test_a_cron_payload_that_cannot_be_sent_is_refused_when_registered() -> None:
+    tasks = trunner.TaskRegistry()
+    with pytest.raises(trunner.InvalidPayload):
+        tasks.cron("* * * * *", "t", {1, 2})
+    with pytest.raises(trunner.InvalidPayload):
+
+        @tasks.cron("* * * * *", payload=object())
+        async def nightly(_: Any) -> None:
+            pass
+
+    assert tasks.crons == []
+
+
+async def test_a_cron_payload_too_large_for_the_runner_skips_the_tick(url: str, group: str) -> None:
+    tasks = trunner.TaskRegistry()
+
+    @tasks.cron("* * * * * *", payload="x" * 5000)
+    async def big(_: Any) -> None:
+        pass
+
+    cfg = config(group, max_payload_bytes=1000)
+    async with trunner.open_runner(url, cfg, tasks) as runner:
+        async for error in runner.errors():
+            assert isinstance(error, trunner.PayloadTooLarge)
+            break
+        assert runner.state is trunner.RunnerState.STARTED, "the leader keeps running"

@@ -30,7 +30,7 @@ from .keys import Keys
 from .message import TaskMessage
 from .runner import Runner, open_runner
 from .stats import RunnerState, RunnerStatistics
-from .task import Task, TaskRegistry
+from .task import CronSchedule, Task, TaskRegistry
 
 __version__ = "0.1.0"
 
@@ -38,6 +38,7 @@ __all__ = [
     "BackendError",
     "Client",
     "Crashed",
+    "CronSchedule",
     "ElectorCrashed",
     "FailedTaskHandler",
     "InvalidMessage",

@@ -21,7 +21,7 @@ import trio
 from ._redis import Broker
 from ._util import ErrorLog, LoopBackoff, logger, wall_ms
 from .election import Elector
-from .errors import BackendError
+from .errors import BackendError, InvalidPayload
 from .message import encode_message
 from .task import CronSchedule
 
@@ -162,13 +162,20 @@ class CronScheduler:
 
     async def _fire(self, elector: Elector, schedule: CronSchedule, tick: float) -> None:
         tick_ms = int(tick * 1000)
-        data = encode_message(
-            schedule.task_name,
-            schedule.payload,
-            enqueued_at=tick,
-            task_id=f"cron:{schedule.name}:{tick_ms}",
-            max_bytes=self._max_bytes,
-        )
+        try:
+            data = encode_message(
+                schedule.task_name,
+                schedule.payload,
+                enqueued_at=tick,
+                task_id=f"cron:{schedule.name}:{tick_ms}",
+                max_bytes=self._max_bytes,
+            )
+        except InvalidPayload as exc:  # too large for this runner's max_payload_bytes
+            self._errors.capture(exc)
+            logger.error(
+                "cron %r: tick skipped, its payload cannot be sent: %s", schedule.name, exc
+            )
+            return
 
         async def fire() -> bool:
             return await self._broker.fire_cron(elector, schedule.name, tick_ms, data)

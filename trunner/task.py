@@ -16,6 +16,7 @@ from croniter import croniter
 
 from . import _validate as v
 from .errors import TaskNotFound
+from .message import encode_message
 
 __all__ = ["Action", "Backoff", "CronSchedule", "Task", "TaskRegistry"]
 
@@ -175,6 +176,10 @@ class CronSchedule:
     payload: Any = None
     timezone: str = attrs.field(default="UTC", validator=_check_timezone)
 
+    def __attrs_post_init__(self) -> None:
+        # A payload that cannot be sent fails here, not at a tick on the leader.
+        encode_message(self.task_name, self.payload, enqueued_at=0.0, max_bytes=1 << 62)
+
     def _iter(self, at: float) -> Any:
         start = datetime.datetime.fromtimestamp(at, zoneinfo.ZoneInfo(self.timezone))
         return croniter(self.expression, start)
@@ -291,6 +296,7 @@ class TaskRegistry:
         timezone: str = "UTC",
         max_retry: int = 0,
         retry_backoff: Backoff = 1.0,
+        retry_backoff_max: float = 3600.0,
         reservation_timeout: float | None = None,
     ) -> Callable[[A], A]: ...
 
@@ -304,6 +310,7 @@ class TaskRegistry:
         timezone: str = "UTC",
         max_retry: int = 0,
         retry_backoff: Backoff = 1.0,
+        retry_backoff_max: float = 3600.0,
         reservation_timeout: float | None = None,
     ) -> CronSchedule | Callable[[A], A]:
         """Run a task periodically, once per tick of a cron ``expression``, group-wide.
@@ -317,12 +324,13 @@ class TaskRegistry:
             return self.add_cron(
                 CronSchedule(name or task_name, expression, task_name, payload, timezone)
             )
-        CronSchedule("check", expression, "check", None, timezone)  # fail before decorating
+        CronSchedule("check", expression, "check", payload, timezone)  # fail before decorating
 
         def decorate(func: A) -> A:
             self.task(
                 max_retry=max_retry,
                 retry_backoff=retry_backoff,
+                retry_backoff_max=retry_backoff_max,
                 reservation_timeout=reservation_timeout,
             )(func)
             task = getattr(func, "__name__", "")
