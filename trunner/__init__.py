@@ -5,7 +5,7 @@ from ._context import current_message, current_runner
 from ._redis.connect import redact_url
 from ._redis.memory import forget_memory_server
 from .client import Client, open_client
-from .config import FailedTaskHandler, RunnerConfig
+from .config import FailedTaskHandler, LongQueueHook, RunnerConfig
 from .errors import (
     BackendError,
     Crashed,
@@ -28,6 +28,7 @@ from .errors import (
 )
 from .keys import Keys
 from .message import TaskMessage
+from .metrics import InstanceInfo, Stats, TaskTiming
 from .runner import Runner, open_runner
 from .stats import RunnerState, RunnerStatistics
 from .task import CronSchedule, Task, TaskRegistry
@@ -41,10 +42,12 @@ __all__ = [
     "CronSchedule",
     "ElectorCrashed",
     "FailedTaskHandler",
+    "InstanceInfo",
     "InvalidMessage",
     "InvalidPayload",
     "Keys",
     "LeadershipLost",
+    "LongQueueHook",
     "MaxRetryExceeded",
     "PayloadTooLarge",
     "RedisCommandError",
@@ -57,12 +60,14 @@ __all__ = [
     "RunnerNotRunning",
     "RunnerState",
     "RunnerStatistics",
+    "Stats",
     "Task",
     "TaskAlreadyDispatched",
     "TaskFailed",
     "TaskMessage",
     "TaskNotFound",
     "TaskRegistry",
+    "TaskTiming",
     "TrunnerError",
     "__version__",
     "current_message",

@@ -11,11 +11,14 @@ from . import _validate as v
 
 if TYPE_CHECKING:
     from .message import TaskMessage
+    from .metrics import Stats
 
-__all__ = ["FailedTaskHandler", "RunnerConfig"]
+__all__ = ["FailedTaskHandler", "LongQueueHook", "RunnerConfig"]
 
 #: ``async def handler(message, error)``: runs when a task is given up on (see the docs).
 FailedTaskHandler = Callable[["TaskMessage", BaseException], Awaitable[Any]]
+#: ``async def hook(stats)``: the leader calls it when the predicted wait is too long.
+LongQueueHook = Callable[["Stats"], Awaitable[Any]]
 
 
 @attrs.frozen(kw_only=True)
@@ -92,6 +95,32 @@ class RunnerConfig:
     max_connections: int = attrs.field(default=20, validator=v.positive_int)
     """Size of the connection pool for control traffic (blocking reads have their own)."""
 
+    min_workers: int | None = attrs.field(default=None, validator=v.optional_positive_int)
+    """Capacity floor when the leader decides capacity (default: ``num_workers``)."""
+
+    max_workers: int | None = attrs.field(default=None, validator=v.optional_positive_int)
+    """Capacity ceiling when the leader decides capacity (default: ``num_workers``)."""
+
+    long_queue_threshold: float | None = attrs.field(
+        default=None, validator=v.optional_positive_number
+    )
+    """Predicted wait (seconds) above which ``long_queue_hook`` is called, and the target
+    of capacity decisions when ``min_workers < max_workers``."""
+
+    long_queue_hook: LongQueueHook | None = attrs.field(
+        default=None, validator=v.optional_async_callable
+    )
+    """``async def hook(stats)``: called by the leader when the predicted wait is too long."""
+
+    stats_interval: float | None = attrs.field(default=None, validator=v.optional_positive_number)
+    """How often the leader aggregates (default: ``long_queue_threshold / 2``, else 60 s)."""
+
+    report_interval: float = attrs.field(default=1.0, validator=v.positive_number)
+    """How often each instance reports its timings and membership and reads its capacity."""
+
+    instance_ttl: float = attrs.field(default=15.0, validator=v.positive_number)
+    """An instance that has not reported for this long counts as gone."""
+
     leader_ttl: float = attrs.field(default=5.0, validator=v.positive_number)
     """Time-to-live of the leadership lease; a crashed leader is replaced after it."""
 
@@ -104,3 +133,26 @@ class RunnerConfig:
     def __attrs_post_init__(self) -> None:
         if self.consumer_name is not None and self.consumer_name.startswith("trunner:"):
             raise ValueError("consumer_name must not start with 'trunner:' (reserved)")
+        low, high = self.worker_bounds
+        if not low <= self.num_workers <= high:
+            raise ValueError(
+                f"num_workers ({self.num_workers}) must lie within min_workers ({low}) and "
+                f"max_workers ({high})"
+            )
+        if low != high and self.long_queue_threshold is None:
+            raise ValueError(
+                "min_workers < max_workers needs long_queue_threshold: the leader sizes "
+                "the pools so that the predicted wait meets it"
+            )
+        if self.instance_ttl <= self.report_interval:
+            raise ValueError(
+                f"instance_ttl ({self.instance_ttl}) must be longer than report_interval "
+                f"({self.report_interval})"
+            )
+
+    @property
+    def worker_bounds(self) -> tuple[int, int]:
+        """(min_workers, max_workers), each defaulting to num_workers."""
+        low = self.min_workers if self.min_workers is not None else self.num_workers
+        high = self.max_workers if self.max_workers is not None else self.num_workers
+        return low, high

@@ -115,7 +115,8 @@ class Fetcher:
         )
         if entries is not None:
             self._counters.fetched += len(entries)
-            self._pool.submit(entries, slots, self.consumer)
+            if self._pool.submit(entries, slots, self.consumer):
+                await self._release_excess()
             await self._recover()
 
     async def _reclaim(self, slots: list[Slot]) -> list[Slot]:
@@ -136,8 +137,10 @@ class Fetcher:
         self._counters.reclaimed += len(entries)
         logger.info("reclaimed %d abandoned or released messages", len(entries))
         used, rest = slots[: len(entries)], slots[len(entries) :]
-        self._pool.submit(entries, used, self.consumer)
+        excess = self._pool.submit(entries, used, self.consumer)
         try:
+            if excess:
+                await self._release_excess()
             await self._recover()
         except BaseException:
             self._pool.unreserve(rest)
@@ -172,6 +175,13 @@ class Fetcher:
                 await trio.sleep(self._backoff.next_delay())
         self._wait_scope = None
 
+    async def _release_excess(self) -> None:
+        """Hand back entries fetched beyond a capacity lowered while the read was blocked."""
+        try:
+            await self._pool.release_queued()
+        except BackendError as exc:  # they stay ours, pending: released at shutdown
+            self._errors.capture(exc)
+
     async def _recover(self) -> None:
         """After a failed call, release what Redis delivered to us that we never saw."""
         if not self._dirty:
@@ -184,6 +194,14 @@ class Fetcher:
         self._dirty = False
         if released:
             logger.info("released %d entries delivered to a failed read", released)
+
+    async def nudge(self) -> None:
+        """Make a blocked read return now (it gives its slots back and reserves again)."""
+        if self._reader is not None:
+            try:
+                await self._reader.interrupt()
+            except BackendError as exc:
+                logger.debug("interrupting a blocked read failed: %s", exc)
 
     async def stop(self) -> None:
         """Stop fetching: wake a wait, and interrupt a blocked read."""

@@ -87,6 +87,31 @@ class Keys:
         """The lock of a unique task's key."""
         return self._key(f"unique:{key}")
 
+    @property
+    def metrics(self) -> str:
+        """The hash of timing totals since the leader last reset them."""
+        return self._key("metrics")
+
+    @property
+    def instances(self) -> str:
+        """The sorted set of live instance ids, scored by last-seen time (ms)."""
+        return self._key("instances")
+
+    @property
+    def instances_info(self) -> str:
+        """The hash of instance id -> its details (JSON)."""
+        return self._key("instances:info")
+
+    @property
+    def capacity(self) -> str:
+        """The hash of the per-instance capacity the leader decided (value, fence, version)."""
+        return self._key("capacity")
+
+    @property
+    def stats(self) -> str:
+        """The statistics of the last completed window (JSON), written by the leader."""
+        return self._key("stats")
+
     def fixed(self) -> list[str]:
         """Every key of the group with a fixed name (unique locks are not listed)."""
         return [
@@ -98,4 +123,9 @@ class Keys:
             self.leader,
             f"{self.leader}:fence",
             self.cron,
+            self.metrics,
+            self.instances,
+            self.instances_info,
+            self.capacity,
+            self.stats,
         ]

@@ -168,6 +168,7 @@ class WorkerPool:
         errors: ErrorLog,
         acks: AckBuffer,
         on_retry_scheduled: Callable[[int], None],
+        on_task_time: Callable[[str, float], None] = lambda _task, _seconds: None,
     ) -> None:
         self._broker = broker
         self._registry = registry
@@ -176,6 +177,7 @@ class WorkerPool:
         self._errors = errors
         self._acks = acks
         self._on_retry_scheduled = on_retry_scheduled
+        self._on_task_time = on_task_time
         self.limiter = trio.CapacityLimiter(config.num_workers)
         self._jobs: dict[str, _Job] = {}
         self._nursery: trio.Nursery | None = None
@@ -229,15 +231,25 @@ class WorkerPool:
     def bind(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
 
-    def submit(self, entries: Sequence[RawEntry], slots: Sequence[Slot], consumer: str) -> None:
+    def submit(self, entries: Sequence[RawEntry], slots: Sequence[Slot], consumer: str) -> int:
         """Start one task per entry, each on one of ``slots``; unused slots are freed.
 
         Synchronous, so that entries a read returned are never lost to a cancellation
-        between the read and here. While stopping, entries are queued for release instead.
+        between the read and here. Entries that may not start — the runner is stopping, or
+        the capacity was lowered while the read was blocked — are queued for release;
+        returns how many (the caller then awaits :meth:`release_queued`).
         """
         assert len(entries) <= len(slots)
         assert self._nursery is not None
-        for entry, slot in zip(entries, slots, strict=False):
+        limiter = self.limiter
+        allowed = int(limiter.total_tokens) - (limiter.borrowed_tokens - len(slots))
+        queued = 0
+        for index, (entry, slot) in enumerate(zip(entries, slots, strict=False)):
+            if index >= allowed and entry.message_id not in self._jobs:
+                self._to_release.append((consumer, entry.message_id, True))
+                limiter.release_on_behalf_of(slot)
+                queued += 1
+                continue
             if self._stopping or entry.message_id in self._jobs:
                 if entry.message_id not in self._jobs:
                     self._to_release.append((consumer, entry.message_id, True))
@@ -250,6 +262,7 @@ class WorkerPool:
             self._nursery.start_soon(self._run_job, job, name=f"trunner job {entry.message_id}")
         self.unreserve(slots[len(entries) :])
         self._counters.max_in_flight = max(self._counters.max_in_flight, len(self._jobs))
+        return queued + (len(entries) if self._stopping else 0)
 
     def _beat_interval(self, task: Task | None) -> float:
         if task is None or task.reservation_timeout is None:
@@ -318,6 +331,7 @@ class WorkerPool:
         if interrupted:
             self._interrupted(job, duration)
             return
+        self._on_task_time(task.name, duration)
         if failure is None:
             self._counters.succeeded += 1
             self._acks.add(job.message_id, self._lock(message))

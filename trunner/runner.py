@@ -49,6 +49,15 @@ from .errors import (
 )
 from .fetcher import Fetcher, ReclaimSchedule
 from .keys import Keys
+from .metrics import (
+    Aggregator,
+    InstanceInfo,
+    MetricsBuffer,
+    Reporter,
+    Stats,
+    read_instances,
+    read_stats,
+)
 from .pool import AckBuffer, WorkerPool
 from .scheduler import CronScheduler, DelayedMover
 from .stats import Counters, RunnerState, RunnerStatistics
@@ -78,6 +87,7 @@ class _Parts:
     pool: WorkerPool
     fetchers: list[Fetcher]
     elector: Elector
+    reporter: Reporter
 
 
 class Runner(Producer):
@@ -109,6 +119,8 @@ class Runner(Producer):
         self._elector: Elector | None = None
         self._mover: DelayedMover | None = None
         self._cron: CronScheduler | None = None
+        self._aggregator: Aggregator | None = None
+        self._fetchers: list[Fetcher] = []
         #: Leader-only work: each runs in a nursery opened on promotion, cancelled on demotion.
         self._leader_chores: list[Callable[[Elector], Awaitable[None]]] = []
 
@@ -133,6 +145,33 @@ class Runner(Producer):
     def elector(self) -> Elector | None:
         """The group's elector while the runner runs (events, fence, current leader)."""
         return self._elector
+
+    async def _apply_capacity(self, value: int) -> None:
+        """Apply the capacity the leader published (within this instance's bounds).
+
+        Lowering it cancels nothing; blocked reads are interrupted so that they give back
+        the worker slots they hold, and take only what the new capacity allows.
+        """
+        if self._pool is None:
+            return
+        low, high = self.config.worker_bounds
+        capacity = max(low, min(high, value))
+        before = int(self._pool.limiter.total_tokens)
+        if capacity == before:
+            return
+        logger.info("capacity: %d -> %d workers", before, capacity)
+        self._pool.limiter.total_tokens = capacity
+        if capacity < before:
+            for fetcher in self._fetchers:
+                await fetcher.nudge()
+
+    async def stats(self) -> Stats:
+        """The group's statistics over the current window (any instance gives the same)."""
+        return await read_stats(self._open_broker(), self.config.instance_ttl)
+
+    async def instances(self) -> list[InstanceInfo]:
+        """The group's live instances, and which one leads."""
+        return await read_instances(self._open_broker(), self.config.instance_ttl)
 
     def _scheduled(self, due_ms: int) -> None:
         if self._mover is not None:
@@ -236,10 +275,24 @@ class Runner(Producer):
 
     def _build(self, broker: Broker) -> _Parts:
         config, counters, errors = self.config, self._counters, self._errors
+        metrics = MetricsBuffer()
         acks = AckBuffer(broker, config, counters, errors)
-        mover = self._mover = DelayedMover(broker, errors)
+        mover = self._mover = DelayedMover(broker, errors, metrics.schedule_pass)
         self._cron = CronScheduler(broker, self.tasks.crons, errors, config.max_payload_bytes)
-        pool = WorkerPool(broker, self.tasks, config, counters, errors, acks, mover.due_at)
+        self._aggregator = Aggregator(broker, config, errors)
+        pool = WorkerPool(
+            broker, self.tasks, config, counters, errors, acks, mover.due_at, metrics.task_time
+        )
+        reporter = Reporter(
+            broker,
+            config,
+            self.consumer_name,
+            self.config.host or socket.gethostname(),
+            metrics,
+            lambda: int(pool.limiter.total_tokens),
+            self._apply_capacity,
+            errors,
+        )
         schedule = ReclaimSchedule(config.reclaim_interval)
         fetchers = [
             Fetcher(broker, pool, config, consumer, schedule, counters, errors)
@@ -253,7 +306,8 @@ class Runner(Producer):
             jitter=config.leader_jitter,
             id=self.consumer_name,
         )
-        return _Parts(acks, mover, pool, fetchers, elector)
+        self._fetchers = fetchers
+        return _Parts(acks, mover, pool, fetchers, elector, reporter)
 
     async def _serve(self, broker: Broker, task_status: trio.TaskStatus[None]) -> None:
         _current_runner.set(self)  # inherited by every task the nurseries below start
@@ -290,6 +344,7 @@ class Runner(Producer):
         await self._cleanup("deleting consumers", self._delete_consumers(broker))
 
     async def _start_services(self, services: trio.Nursery, parts: _Parts) -> None:
+        await services.start(parts.reporter.run)
         services.start_soon(parts.acks.run)
         await services.start(parts.pool.heartbeat_loop)
         await services.start(parts.elector.run)
@@ -308,18 +363,22 @@ class Runner(Producer):
         )
 
     async def _stop_services(self, services: trio.Nursery, parts: _Parts) -> None:
-        """Release interrupted messages, flush acknowledgements, release the leadership."""
+        """Release interrupted messages, flush acknowledgements and timings, release the
+        leadership, leave the group."""
         await self._cleanup("releasing interrupted messages", parts.pool.release_queued())
         parts.acks.close()
-        parts.elector.stop()
         with trio.move_on_after(CLEANUP_TIMEOUT):
             await parts.acks.closed.wait()
+        await self._cleanup("flushing timings", parts.reporter.report())
+        parts.elector.stop()
+        with trio.move_on_after(CLEANUP_TIMEOUT):
             await parts.elector.done.wait()
+        await self._cleanup("leaving the group", parts.reporter.deregister())
         services.cancel_scope.cancel()
 
     async def _lead(self, elector: Elector) -> None:
         """Run the leader chores for as long as each leadership lasts."""
-        builtin = [c.run for c in (self._mover, self._cron) if c is not None]
+        builtin = [c.run for c in (self._mover, self._cron, self._aggregator) if c is not None]
         while True:
             await elector.wait_promoted()
             async with trio.open_nursery() as chores:

@@ -36,9 +36,15 @@ MAX_SLEEP = 5.0
 
 
 class DelayedMover:
-    def __init__(self, broker: Broker, errors: ErrorLog) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        errors: ErrorLog,
+        on_pass: Callable[[float], None] = lambda _seconds: None,
+    ) -> None:
         self._broker = broker
         self._errors = errors
+        self._on_pass = on_pass
         self._wake = trio.Event()
         self._next_due_ms: float | None = None
         self.passes = 0
@@ -83,7 +89,9 @@ class DelayedMover:
                 continue
             backoff.reset()
             self.passes += 1
-            self.pass_seconds += time.perf_counter() - begin
+            seconds = time.perf_counter() - begin
+            self.pass_seconds += seconds
+            self._on_pass(seconds)
             self.moved += moved
             if moved:
                 logger.debug("moved %d due delayed tasks into the stream", moved)

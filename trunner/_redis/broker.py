@@ -49,6 +49,10 @@ def _chunks(items: Sequence[Any], size: int = MAX_IDS_PER_CALL) -> Iterable[Sequ
         yield items[start : start + size]
 
 
+def _floats(flat: Any) -> dict[str, float]:
+    return {_s(flat[i]): float(flat[i + 1]) for i in range(0, len(flat or ()), 2)}
+
+
 def _entries(raw: Any, deliveries: int = 1) -> list[RawEntry]:
     return [RawEntry(_s(e[0]), list(e[1]) if e[1] else None, deliveries) for e in raw or ()]
 
@@ -302,6 +306,82 @@ class Broker:
 
     def open_wake_subscriber(self) -> Subscriber:
         return self.transport.open_subscriber(self.keys.delayed_wake)
+
+    # -- metrics, membership, capacity -----------------------------------------------------
+
+    async def report(
+        self,
+        instance: str,
+        now_ms: int,
+        info: str,
+        increments: Sequence[tuple[str, float]],
+    ) -> tuple[int | None, int | None]:
+        """Add metrics, refresh membership; return the published (capacity, version)."""
+        keys = self.keys
+        flat: list[Arg] = [x for pair in increments for x in pair]
+        reply = await self._script(
+            "report",
+            [keys.metrics, keys.instances, keys.instances_info, keys.capacity],
+            [instance, now_ms, info, *flat],
+        )
+        value, version = reply
+        return (
+            int(value) if value is not None else None,
+            int(version) if version is not None else None,
+        )
+
+    async def deregister(self, instance: str) -> bool:
+        keys = self.keys
+        reply = await self._script("deregister", [keys.instances, keys.instances_info], [instance])
+        return bool(reply)
+
+    async def read_metrics(self) -> dict[str, float]:
+        reply = await self.transport.execute("HGETALL", self.keys.metrics)
+        return _floats(reply)
+
+    async def take_metrics(self, lease: Fence, dead_before_ms: int) -> dict[str, float]:
+        """The window's metrics, reset (leader only); drops instances not seen since."""
+        keys = self.keys
+        reply = await lease.run_fenced(
+            SCRIPTS.metrics_take,
+            [keys.metrics, keys.instances, keys.instances_info],
+            [dead_before_ms, MAX_IDS_PER_CALL],
+        )
+        return _floats(reply)
+
+    async def publish(self, lease: Fence, capacity: int | None, fence: int, stats: str) -> int:
+        """Publish the capacity decision (None: unchanged) and the window's statistics."""
+        keys = self.keys
+        reply = await lease.run_fenced(
+            SCRIPTS.publish_capacity,
+            [keys.capacity, keys.stats],
+            ["" if capacity is None else capacity, fence, stats],
+        )
+        return int(reply or 0)
+
+    async def live_instances(self, seen_since_ms: int) -> list[tuple[str, float, str | None]]:
+        """(id, last seen ms, details JSON) of instances seen since ``seen_since_ms``."""
+        keys = self.keys
+        reply = await self.transport.execute(
+            "ZRANGEBYSCORE", keys.instances, seen_since_ms, "+inf", "WITHSCORES"
+        )
+        ids = [_s(reply[i]) for i in range(0, len(reply), 2)]
+        seen = [float(reply[i]) for i in range(1, len(reply), 2)]
+        if not ids:
+            return []
+        infos = await self.transport.execute("HMGET", keys.instances_info, *ids)
+        return [
+            (i, t, _s(info) if info is not None else None)
+            for i, t, info in zip(ids, seen, infos, strict=True)
+        ]
+
+    async def latest_stats(self) -> str | None:
+        reply = await self.transport.execute("GET", self.keys.stats)
+        return None if reply is None else _s(reply)
+
+    async def leader_id(self) -> str | None:
+        reply = await self.transport.execute("GET", self.keys.leader)
+        return None if reply is None else _s(reply)
 
     async def delete_group(self) -> int:
         """Delete every fixed key of the group (its stream, delayed tasks, lease ...)."""
