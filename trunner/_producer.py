@@ -14,6 +14,7 @@ import attrs
 from ._redis import Broker
 from .errors import RunnerNotRunning, TaskAlreadyDispatched
 from .message import encode_message
+from .metrics import InstanceInfo, Stats, read_instances, read_stats
 from .task import Task, TaskRegistry
 
 __all__ = ["Producer"]
@@ -34,6 +35,7 @@ class Producer:
     _broker: Broker | None = None
     _registry: TaskRegistry | None = None
     _max_payload_bytes: int
+    _instance_ttl: float = 15.0
 
     def _open_broker(self) -> Broker:
         if self._broker is None:
@@ -167,6 +169,14 @@ class Producer:
         if not isinstance(delayed_id, str):
             raise TypeError(f"delayed_id must be a str, got {type(delayed_id).__name__}")
         return await self._open_broker().cancel_delayed(delayed_id)
+
+    async def stats(self) -> Stats:
+        """The group's statistics over the current window (the same from any instance)."""
+        return await read_stats(self._open_broker(), self._instance_ttl)
+
+    async def instances(self) -> list[InstanceInfo]:
+        """The group's live instances, and which one leads."""
+        return await read_instances(self._open_broker(), self._instance_ttl)
 
     async def queue_length(self) -> int:
         """Entries in the group's stream (XLEN): waiting, or delivered and not acknowledged.

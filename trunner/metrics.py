@@ -43,10 +43,13 @@ __all__ = [
     "stats_or_none",
 ]
 
-#: Upper bounds (seconds) of the histogram buckets; one more bucket holds longer times.
+#: Upper bounds (seconds) of the histogram buckets (about x1.5 apart, so a percentile is
+#: within about a third of its value); one more bucket holds longer times.
 BUCKETS = (
-    0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5,
-    1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0,
+    0.001, 0.0015, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075,
+    0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0,
+    30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0, 450.0, 600.0, 900.0, 1200.0, 1800.0,
+    2700.0, 3600.0,
 )  # fmt: skip
 
 

@@ -49,15 +49,7 @@ from .errors import (
 )
 from .fetcher import Fetcher, ReclaimSchedule
 from .keys import Keys
-from .metrics import (
-    Aggregator,
-    InstanceInfo,
-    MetricsBuffer,
-    Reporter,
-    Stats,
-    read_instances,
-    read_stats,
-)
+from .metrics import Aggregator, MetricsBuffer, Reporter
 from .pool import AckBuffer, WorkerPool
 from .scheduler import CronScheduler, DelayedMover
 from .stats import Counters, RunnerState, RunnerStatistics
@@ -109,6 +101,7 @@ class Runner(Producer):
         self.tasks = tasks
         self._registry = tasks
         self._max_payload_bytes = config.max_payload_bytes
+        self._instance_ttl = config.instance_ttl
         self.keys = Keys(config.prefix, config.consumer_group)
         self.consumer_name = config.consumer_name or default_consumer_name(config.host)
         self._state = RunnerState.INIT
@@ -164,14 +157,6 @@ class Runner(Producer):
         if capacity < before:
             for fetcher in self._fetchers:
                 await fetcher.nudge()
-
-    async def stats(self) -> Stats:
-        """The group's statistics over the current window (any instance gives the same)."""
-        return await read_stats(self._open_broker(), self.config.instance_ttl)
-
-    async def instances(self) -> list[InstanceInfo]:
-        """The group's live instances, and which one leads."""
-        return await read_instances(self._open_broker(), self.config.instance_ttl)
 
     def _scheduled(self, due_ms: int) -> None:
         if self._mover is not None:
