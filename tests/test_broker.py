@@ -136,12 +136,20 @@ async def test_schedule_and_cancel(broker: Broker, raw: Any) -> None:
 async def test_a_cron_tick_fires_once(broker: Broker, raw: Any) -> None:
     raw.set(broker.keys.leader, "leader")
     fence = KeyFence(broker, "leader")
-    assert await broker.fire_cron(fence, "report", 60_000, b"m1") is True
-    assert await broker.fire_cron(fence, "report", 60_000, b"m1") is False, "same tick"
-    assert await broker.fire_cron(fence, "report", 30_000, b"m0") is False, "an older tick"
-    assert await broker.fire_cron(fence, "report", 120_000, b"m2") is True
+    assert await broker.fire_cron(fence, "report", 60_000, b"m1") == 1
+    assert await broker.fire_cron(fence, "report", 60_000, b"m1") == 0, "same tick"
+    assert await broker.fire_cron(fence, "report", 30_000, b"m0") == 0, "an older tick"
+    assert await broker.fire_cron(fence, "report", 120_000, b"m2") == 1
     assert await broker.cron_last_fired() == {"report": 120_000}
     assert await broker.queue_length() == 2
+    raw.set("trunner:{" + broker.group + "}:unique:lock", "held")
+    lock = ("trunner:{" + broker.group + "}:unique:lock", "token", 60_000)
+    assert await broker.fire_cron(fence, "report", 180_000, b"m3", lock) == -1, "locked: skip"
+    assert await broker.cron_last_fired() == {"report": 180_000}, "the tick is used up"
+    raw.delete(lock[0])
+    assert await broker.fire_cron(fence, "report", 240_000, b"m4", lock) == 1
+    assert raw.get(lock[0]) == b"token"
+    assert await broker.queue_length() == 3
 
 
 async def test_heartbeat_keeps_own_entries_and_reports_lost_ones(

@@ -58,7 +58,7 @@ def unique_registry(gate: Gate, unique_for: float = 60.0, fail: bool = False) ->
 
 
 def lock_key(group: str, order: int, task: str = "charge") -> str:
-    return f"trunner:{{{group}}}:unique:{task}:{order}"
+    return f"trunner:{{{group}}}:unique:{len(task)}:{task}:{order}"
 
 
 def test_unique_task_options_are_checked() -> None:
@@ -78,8 +78,12 @@ def test_unique_task_options_are_checked() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         tasks.task("e", unique=True, unique_for=5, unique_key=lambda p: p)(action)
-    assert tasks.get("e").key_for(7) == "e:7"
-    assert tasks.get("d").key_for({"x": 1}) == "d"
+    assert tasks.get("e").key_for(7) == "1:e:7"
+    assert tasks.get("d").key_for({"x": 1}) == "1:d"
+    # The length prefix keeps tasks apart whatever their names contain.
+    with pytest.warns(UserWarning, match="the task name is the key"):
+        tasks.task("e:7", unique=True, unique_for=5)(action)
+    assert tasks.get("e:7").key_for(None) != tasks.get("e").key_for(7)
     with pytest.raises(TypeError, match="must return a str or int"):
         tasks.get("e").key_for([1])
 
@@ -90,7 +94,7 @@ async def test_a_second_dispatch_of_a_queued_key_is_refused(url: str, group: str
         first = await runner.dispatch("charge", {"order": 1})
         with pytest.raises(trunner.TaskAlreadyDispatched) as info:
             await runner.dispatch("charge", {"order": 1})
-        assert info.value.unique_keys == ["charge:1"]
+        assert info.value.unique_keys == ["6:charge:1"]
         await runner.dispatch("charge", {"order": 2})  # another key
         assert raw.get(lock_key(group, 1)) is not None
         await gate.wait_started(2)
@@ -192,7 +196,7 @@ async def test_dispatch_many_reports_the_refused_and_enqueues_the_rest(
             await client.dispatch_many("charge", payloads)
         assert info.value.refused == [1, 3]
         assert [i is not None for i in info.value.ids] == [True, False, True, False]
-        assert sorted(info.value.unique_keys) == ["charge:1", "charge:2"]
+        assert sorted(info.value.unique_keys) == ["6:charge:1", "6:charge:2"]
         assert await client.queue_length() == 3
         assert await client.dispatch_many("plain", [1, 1]) != [], "plain tasks are not unique"
 
@@ -254,3 +258,68 @@ def spawn(url: str, group: str, count: int) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         text=True,
     )
+
+
+async def test_cancelling_a_scheduled_retry_releases_the_lock(
+    url: str, group: str, raw: Any
+) -> None:
+    tasks = trunner.TaskRegistry()
+    failed = trio.Event()
+
+    @tasks.task(unique=True, unique_key=lambda p: p, unique_for=60, max_retry=1, retry_backoff=60)
+    async def flaky(_: Any) -> None:
+        failed.set()
+        raise RuntimeError("later")
+
+    async with trunner.open_runner(url, config(group), tasks) as runner:
+        task_id = await runner.dispatch("flaky", 1)
+        await failed.wait()
+
+        async def retry_scheduled() -> bool:
+            return await runner.delayed_count() == 1
+
+        await redis_state(retry_scheduled)
+        assert raw.get(lock_key(group, 1, "flaky")) is not None
+        assert await runner.cancel_delayed(task_id) is True
+        assert raw.get(lock_key(group, 1, "flaky")) is None
+        await runner.dispatch("flaky", 1)  # free again
+
+
+async def test_a_delayed_unique_key_with_a_line_break(url: str, group: str) -> None:
+    gate = Gate()
+    gate.open.set()
+    tasks = unique_registry(gate)
+    async with trunner.open_runner(url, config(group), tasks) as runner:
+        await runner.dispatch_delayed("charge", {"order": "a\nb"}, 0.05)
+        await gate.wait_started(1)
+    assert gate.started == [{"order": "a\nb"}]
+
+
+@pytest.mark.deadline(20)
+async def test_cron_ticks_of_a_unique_task_skip_while_one_runs(url: str, group: str) -> None:
+    started = 0
+    first = trio.Event()
+    hold = trio.Event()
+    tasks = trunner.TaskRegistry()
+
+    async def report(_: Any) -> None:
+        nonlocal started
+        started += 1
+        first.set()
+        await hold.wait()
+
+    with pytest.warns(UserWarning, match="the task name is the key"):
+        tasks.task(unique=True, unique_for=60)(report)
+    tasks.cron("* * * * * *", "report")  # every second
+    async with trunner.open_runner(url, config(group), tasks) as runner:
+        await first.wait()
+        cron = runner._cron
+        assert cron is not None
+
+        async def two_skipped() -> bool:  # ticks while the first run holds the key
+            await trio.lowlevel.checkpoint()
+            return cron.skipped >= 2
+
+        await redis_state(two_skipped, poll=0.1)
+        assert started == 1
+        hold.set()

@@ -4,6 +4,7 @@ from . import election
 from ._context import current_message, current_runner
 from ._redis.connect import redact_url
 from ._redis.memory import forget_memory_server
+from .admin import DeadLetter, GroupInfo
 from .client import Client, open_client
 from .config import FailedTaskHandler, LongQueueHook, RunnerConfig
 from .errors import (
@@ -40,8 +41,10 @@ __all__ = [
     "Client",
     "Crashed",
     "CronSchedule",
+    "DeadLetter",
     "ElectorCrashed",
     "FailedTaskHandler",
+    "GroupInfo",
     "InstanceInfo",
     "InvalidMessage",
     "InvalidPayload",

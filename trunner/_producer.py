@@ -6,14 +6,15 @@ import datetime
 import math
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import attrs
 
 from ._redis import Broker
+from .admin import DeadLetter, GroupInfo, inspect_group, list_dead, replay_dead
 from .errors import RunnerNotRunning, TaskAlreadyDispatched
-from .message import encode_message
+from .message import MessageDecodeError, decode_message, encode_message
 from .metrics import InstanceInfo, Stats, read_instances, read_stats
 from .task import Task, TaskRegistry
 
@@ -165,10 +166,23 @@ class Producer:
         """A delayed task was added (the runner wakes its scheduler if it leads)."""
 
     async def cancel_delayed(self, delayed_id: str) -> bool:
-        """Remove a delayed task that is not due yet; return whether it was found."""
+        """Remove a delayed task that is not due yet; return whether it was found.
+
+        Cancelling the scheduled retry of a unique task releases its key's lock.
+        """
         if not isinstance(delayed_id, str):
             raise TypeError(f"delayed_id must be a str, got {type(delayed_id).__name__}")
-        return await self._open_broker().cancel_delayed(delayed_id)
+        broker = self._open_broker()
+        lock = None
+        data = await broker.delayed_message(delayed_id)
+        if data is not None:
+            try:
+                message = decode_message(delayed_id, [b"payload", data])
+            except MessageDecodeError:
+                message = None
+            if message is not None and message.unique_key and message.unique_token:
+                lock = (broker.keys.unique(message.unique_key), message.unique_token)
+        return await broker.cancel_delayed(delayed_id, lock)
 
     async def stats(self) -> Stats:
         """The group's statistics over the current window (the same from any instance)."""
@@ -177,6 +191,29 @@ class Producer:
     async def instances(self) -> list[InstanceInfo]:
         """The group's live instances, and which one leads."""
         return await read_instances(self._open_broker(), self._instance_ttl)
+
+    async def inspect(self) -> GroupInfo:
+        """The group at a glance: queue, pending per consumer, delayed, dead letters,
+        instances, leader, capacity decision and the leader's last statistics."""
+        return await inspect_group(self._open_broker(), self._instance_ttl)
+
+    async def dead_letters(self, count: int = 100, start: str = "-") -> list[DeadLetter]:
+        """Up to ``count`` dead-letter entries, oldest first, from entry id ``start``."""
+        return await list_dead(self._open_broker(), count, start)
+
+    async def replay_dead_letters(
+        self, ids: Sequence[str] | None = None
+    ) -> tuple[list[str], list[str]]:
+        """Enqueue dead letters again as fresh first attempts (all of them with None).
+
+        Returns (new stream ids, ids of entries left in place because their message
+        cannot be decoded).
+        """
+        return await replay_dead(self._open_broker(), ids, self._max_payload_bytes)
+
+    async def purge_dead_letters(self) -> int:
+        """Delete every dead-letter entry; return how many there were."""
+        return await self._open_broker().purge_dead()
 
     async def queue_length(self) -> int:
         """Entries in the group's stream (XLEN): waiting, or delivered and not acknowledged.

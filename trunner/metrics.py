@@ -213,6 +213,20 @@ class MetricsBuffer:
             self._fields[field] += value
 
 
+class LocalTimings:
+    """Cumulative execution-time histograms of this instance, per task (for Prometheus)."""
+
+    def __init__(self) -> None:
+        self.tasks: dict[str, tuple[list[int], list[float]]] = {}
+
+    def task_time(self, task: str, seconds: float) -> None:
+        entry = self.tasks.get(task)
+        if entry is None:
+            entry = self.tasks[task] = ([0] * (len(BUCKETS) + 1), [0.0])
+        entry[0][bisect.bisect_left(BUCKETS, seconds)] += 1
+        entry[1][0] += seconds
+
+
 def _instances(
     rows: Sequence[tuple[str, float, str | None]], leader: str | None
 ) -> list[InstanceInfo]:

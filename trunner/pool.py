@@ -334,6 +334,7 @@ class WorkerPool:
         self._on_task_time(task.name, duration)
         if failure is None:
             self._counters.succeeded += 1
+            self._counters.task(task.name).succeeded += 1
             self._acks.add(job.message_id, self._lock(message))
             logger.debug(
                 "%s succeeded in %.3f s",
@@ -343,6 +344,7 @@ class WorkerPool:
             )
             return
         self._counters.failed += 1
+        self._counters.task(task.name).failed += 1
         self._errors.capture(
             TaskFailed(message.task_name, message.message_id, message.attempt, failure)
         )
@@ -404,6 +406,7 @@ class WorkerPool:
 
         if await self._transition(job, write, "retry") is True:
             self._counters.retried += 1
+            self._counters.task(task.name).retried += 1
             self._on_retry_scheduled(due_ms)
             logger.info(
                 "%s failed; retry scheduled in %.3f s: %r",
@@ -456,6 +459,7 @@ class WorkerPool:
 
         if await self._transition(job, write, "dead-letter"):
             self._counters.dead_lettered += 1
+            self._counters.task(message.task_name).dead_lettered += 1
             logger.error(
                 "%s dead-lettered, %s: %s%s",
                 _about(message),

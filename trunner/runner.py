@@ -49,10 +49,10 @@ from .errors import (
 )
 from .fetcher import Fetcher, ReclaimSchedule
 from .keys import Keys
-from .metrics import Aggregator, MetricsBuffer, Reporter
+from .metrics import Aggregator, LocalTimings, MetricsBuffer, Reporter
 from .pool import AckBuffer, WorkerPool
 from .scheduler import CronScheduler, DelayedMover
-from .stats import Counters, RunnerState, RunnerStatistics
+from .stats import Counters, RunnerState, RunnerStatistics, TaskTotals
 from .task import TaskRegistry
 
 __all__ = ["Runner", "open_runner"]
@@ -108,12 +108,16 @@ class Runner(Producer):
         self._counters = Counters()
         self._errors = ErrorLog()
         self._stop_requested = trio.Event()
+        self._hurry = False
+        self._drain_scope: trio.CancelScope | None = None
         self._pool: WorkerPool | None = None
         self._elector: Elector | None = None
         self._mover: DelayedMover | None = None
         self._cron: CronScheduler | None = None
         self._aggregator: Aggregator | None = None
         self._fetchers: list[Fetcher] = []
+        #: This instance's execution-time histograms per task (cumulative, for exporters).
+        self.timings = LocalTimings()
         #: Leader-only work: each runs in a nursery opened on promotion, cancelled on demotion.
         self._leader_chores: list[Callable[[Elector], Awaitable[None]]] = []
 
@@ -162,6 +166,10 @@ class Runner(Producer):
         if self._mover is not None:
             self._mover.due_at(due_ms)
 
+    def task_totals(self) -> dict[str, TaskTotals]:
+        """Outcomes per task on this instance since it started (copies)."""
+        return {name: attrs.evolve(t) for name, t in self._counters.per_task.items()}
+
     def statistics(self) -> RunnerStatistics:
         c = self._counters
         pool = self._pool
@@ -198,8 +206,17 @@ class Runner(Producer):
         """
         return aiter(self._errors)
 
-    def stop(self) -> None:
-        """Ask the runner to shut down gracefully (see the module docs); returns at once."""
+    def stop(self, *, drain: bool = True) -> None:
+        """Ask the runner to shut down (see the module docs); returns at once.
+
+        With ``drain=False`` (or when called again with it during a drain) running tasks
+        are cancelled at once instead of given ``drain_timeout``; their messages are
+        released for immediate reclaim, never acknowledged.
+        """
+        if not drain:
+            self._hurry = True
+            if self._drain_scope is not None:
+                self._drain_scope.cancel()
         self._stop_requested.set()
 
     @property
@@ -261,12 +278,18 @@ class Runner(Producer):
     def _build(self, broker: Broker) -> _Parts:
         config, counters, errors = self.config, self._counters, self._errors
         metrics = MetricsBuffer()
+        local = self.timings = LocalTimings()
+
+        def task_time(task: str, seconds: float) -> None:
+            metrics.task_time(task, seconds)
+            local.task_time(task, seconds)
+
         acks = AckBuffer(broker, config, counters, errors)
         mover = self._mover = DelayedMover(broker, errors, metrics.schedule_pass)
-        self._cron = CronScheduler(broker, self.tasks.crons, errors, config.max_payload_bytes)
+        self._cron = CronScheduler(broker, self.tasks, errors, config.max_payload_bytes)
         self._aggregator = Aggregator(broker, config, errors)
         pool = WorkerPool(
-            broker, self.tasks, config, counters, errors, acks, mover.due_at, metrics.task_time
+            broker, self.tasks, config, counters, errors, acks, mover.due_at, task_time
         )
         reporter = Reporter(
             broker,
@@ -397,10 +420,11 @@ class Runner(Producer):
     async def _drain(self, pool: WorkerPool) -> None:
         if not pool.in_flight:
             return
-        timeout = self.config.drain_timeout
+        timeout = 0.0 if self._hurry else self.config.drain_timeout
         logger.info("draining %d running tasks for up to %s s", pool.in_flight, timeout)
-        with trio.move_on_after(timeout):
+        with trio.move_on_after(timeout) as self._drain_scope:
             await pool.wait_idle()
+        self._drain_scope = None
         if pool.in_flight:
             cancelled = pool.cancel_running()
             logger.warning("drain timeout passed: cancelling %d running tasks", cancelled)

@@ -13,7 +13,8 @@ instance or client through the group's wake-up channel.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
+import uuid
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import trio
@@ -23,7 +24,7 @@ from ._util import ErrorLog, LoopBackoff, logger, wall_ms
 from .election import Elector
 from .errors import BackendError, InvalidPayload
 from .message import encode_message
-from .task import CronSchedule
+from .task import CronSchedule, TaskRegistry
 
 __all__ = ["CronScheduler", "DelayedMover"]
 
@@ -79,8 +80,9 @@ class DelayedMover:
                     self.unique_dropped += dropped
                     if dropped:
                         logger.warning(
-                            "dropped %d due unique delayed tasks: their keys were locked",
+                            "dropped %d of the due unique delayed tasks %s: their keys were locked",
                             dropped,
+                            ", ".join(unique[:10]) + (" ..." if len(unique) > 10 else ""),
                         )
             except BackendError as exc:
                 self._errors.capture(exc)
@@ -140,15 +142,17 @@ class CronScheduler:
     def __init__(
         self,
         broker: Broker,
-        schedules: Sequence[CronSchedule],
+        tasks: TaskRegistry,
         errors: ErrorLog,
         max_payload_bytes: int,
     ) -> None:
         self._broker = broker
-        self._schedules = {s.name: s for s in schedules}
+        self._tasks = tasks
+        self._schedules = {s.name: s for s in tasks.crons}
         self._errors = errors
         self._max_bytes = max_payload_bytes
         self.fired = 0
+        self.skipped = 0
 
     async def run(self, elector: Elector) -> None:
         if not self._schedules:
@@ -170,12 +174,20 @@ class CronScheduler:
 
     async def _fire(self, elector: Elector, schedule: CronSchedule, tick: float) -> None:
         tick_ms = int(tick * 1000)
+        task = self._tasks.get(schedule.task_name) if schedule.task_name in self._tasks else None
+        unique_key = token = None
+        lock: tuple[str, str, int] | None = None
+        if task is not None and task.unique:
+            unique_key, token = task.key_for(schedule.payload), uuid.uuid4().hex
+            lock = (self._broker.keys.unique(unique_key), token, task.unique_for_ms)
         try:
             data = encode_message(
                 schedule.task_name,
                 schedule.payload,
                 enqueued_at=tick,
                 task_id=f"cron:{schedule.name}:{tick_ms}",
+                unique_key=unique_key,
+                unique_token=token,
                 max_bytes=self._max_bytes,
             )
         except InvalidPayload as exc:  # too large for this runner's max_payload_bytes
@@ -185,12 +197,21 @@ class CronScheduler:
             )
             return
 
-        async def fire() -> bool:
-            return await self._broker.fire_cron(elector, schedule.name, tick_ms, data)
+        async def fire() -> int:
+            return await self._broker.fire_cron(elector, schedule.name, tick_ms, data, lock)
 
-        if await self._retrying(f"firing cron {schedule.name!r}", fire):
+        outcome = await self._retrying(f"firing cron {schedule.name!r}", fire)
+        if outcome == 1:
             self.fired += 1
             logger.info("cron %r fired its %s tick", schedule.name, time.ctime(tick))
+        elif outcome == -1:
+            self.skipped += 1
+            logger.info(
+                "cron %r: %s tick skipped, the previous run of unique task %r is not finished",
+                schedule.name,
+                time.ctime(tick),
+                schedule.task_name,
+            )
 
     async def _retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         """Call until it succeeds: Redis errors are reported and retried with backoff.

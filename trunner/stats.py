@@ -6,7 +6,7 @@ import enum
 
 import attrs
 
-__all__ = ["Counters", "RunnerState", "RunnerStatistics"]
+__all__ = ["Counters", "RunnerState", "RunnerStatistics", "TaskTotals"]
 
 
 class RunnerState(enum.Enum):
@@ -20,8 +20,20 @@ class RunnerState(enum.Enum):
 
 
 @attrs.define
+class TaskTotals:
+    """Outcomes of one task's attempts on this instance, since it started."""
+
+    succeeded: int = 0
+    failed: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+
+
+@attrs.define
 class Counters:
     """Mutable counters, owned by one runner."""
+
+    per_task: dict[str, TaskTotals] = attrs.field(factory=dict)
 
     fetched: int = 0
     reclaimed: int = 0
@@ -34,6 +46,12 @@ class Counters:
     reservations_lost: int = 0
     acked: int = 0
     max_in_flight: int = 0
+
+    def task(self, name: str) -> TaskTotals:
+        totals = self.per_task.get(name)
+        if totals is None:
+            totals = self.per_task[name] = TaskTotals()
+        return totals
 
 
 @attrs.frozen(kw_only=True)

@@ -112,9 +112,14 @@ class Task:
         return self.max_retry + 1
 
     def key_for(self, payload: Any) -> str:
-        """The unique key of ``payload`` (the task name when there is no unique_key)."""
+        """The lock key of ``payload``: ``<len(name)>:<name>[:<unique_key(payload)>]``.
+
+        The length prefix keeps the keys of different tasks apart whatever their names
+        contain; without a unique_key the task itself is the key.
+        """
+        prefix = f"{len(self.name)}:{self.name}"
         if self.unique_key is None:
-            return self.name
+            return prefix
         key = self.unique_key(payload)
         if isinstance(key, bytes):
             key = key.decode("utf-8", "replace")
@@ -122,7 +127,7 @@ class Task:
             raise TypeError(
                 f"unique_key of task {self.name!r} must return a str or int, got {key!r}"
             )
-        return f"{self.name}:{key}"
+        return f"{prefix}:{key}"
 
     @property
     def unique_for_ms(self) -> int:
@@ -324,17 +329,20 @@ class TaskRegistry:
             return self.add_cron(
                 CronSchedule(name or task_name, expression, task_name, payload, timezone)
             )
-        CronSchedule("check", expression, "check", payload, timezone)  # fail before decorating
+        CronSchedule("check", expression, "check", None, timezone)  # fail before decorating
 
         def decorate(func: A) -> A:
+            task = getattr(func, "__name__", "")
+            schedule = CronSchedule(name or task, expression, task, payload, timezone)
+            if schedule.name in self._crons:
+                raise ValueError(f"a cron schedule named {schedule.name!r} is already registered")
             self.task(
                 max_retry=max_retry,
                 retry_backoff=retry_backoff,
                 retry_backoff_max=retry_backoff_max,
                 reservation_timeout=reservation_timeout,
             )(func)
-            task = getattr(func, "__name__", "")
-            self.add_cron(CronSchedule(name or task, expression, task, payload, timezone))
+            self.add_cron(schedule)
             return func
 
         return decorate

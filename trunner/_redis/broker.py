@@ -6,6 +6,7 @@ script touches is passed in KEYS (all in the group's hash slot).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -137,7 +138,7 @@ class Broker:
         ``unique``: (lock key, token, ttl ms) for a unique task, locked when it is moved.
         """
         keys = self.keys
-        lock = "\n".join(map(str, unique)) if unique else ""
+        lock = json.dumps(list(unique)) if unique else ""
         reply = await self._script(
             "schedule",
             [keys.delayed, keys.delayed_messages, keys.delayed_unique],
@@ -145,12 +146,22 @@ class Broker:
         )
         return bool(reply)
 
-    async def cancel_delayed(self, task_id: str) -> bool:
+    async def delayed_message(self, task_id: str) -> bytes | None:
+        reply = await self.transport.execute("HGET", self.keys.delayed_messages, task_id)
+        return reply if isinstance(reply, bytes) else None
+
+    async def cancel_delayed(self, task_id: str, lock: tuple[str, str] | None = None) -> bool:
+        """Cancel a delayed task; a retry's unique ``lock`` (key, token) is released."""
         keys = self.keys
         reply = await self._script(
             "cancel_delayed",
-            [keys.delayed, keys.delayed_messages, keys.delayed_unique],
-            [task_id],
+            [
+                keys.delayed,
+                keys.delayed_messages,
+                keys.delayed_unique,
+                *([lock[0]] if lock else []),
+            ],
+            [task_id, lock[1] if lock else ""],
         )
         return bool(reply)
 
@@ -281,7 +292,7 @@ class Broker:
         for task_id, spec in zip(task_ids, specs, strict=True):
             if spec is None:
                 continue  # cancelled meanwhile
-            lock, token, ttl = _s(spec).split("\n")
+            lock, token, ttl = json.loads(spec)
             locks.append(lock)
             args += [task_id, token, ttl]
         if not locks:
@@ -293,12 +304,22 @@ class Broker:
         )
         return int(reply[0]), int(reply[1])
 
-    async def fire_cron(self, lease: Fence, name: str, tick_ms: int, data: bytes) -> bool:
-        """Enqueue one tick of a cron schedule unless it was already fired."""
-        reply = await lease.run_fenced(
-            SCRIPTS.cron_fire, [self.keys.cron, self.keys.stream], [name, tick_ms, data]
-        )
-        return bool(reply)
+    async def fire_cron(
+        self,
+        lease: Fence,
+        name: str,
+        tick_ms: int,
+        data: bytes,
+        lock: tuple[str, str, int] | None = None,
+    ) -> int:
+        """Enqueue one tick of a cron schedule unless it was already fired.
+
+        ``lock``: (key, token, ttl ms) of a unique task. Returns 1 when fired, 0 when the
+        tick was already fired, -1 when its key was locked (the tick is skipped).
+        """
+        keys = [self.keys.cron, self.keys.stream, *([lock[0]] if lock else [])]
+        args: list[Arg] = [name, tick_ms, data, *(lock[1:] if lock else [])]
+        return int(await lease.run_fenced(SCRIPTS.cron_fire, keys, args))
 
     async def cron_last_fired(self) -> dict[str, int]:
         reply = await self.transport.execute("HGETALL", self.keys.cron)
@@ -402,6 +423,35 @@ class Broker:
     async def dead_count(self) -> int:
         return int(await self.transport.execute("XLEN", self.keys.dead))
 
-    async def dead_entries(self, count: int = 100) -> list[RawEntry]:
-        reply = await self.transport.execute("XRANGE", self.keys.dead, "-", "+", "COUNT", count)
+    async def dead_entries(self, count: int = 100, start: str = "-") -> list[RawEntry]:
+        reply = await self.transport.execute("XRANGE", self.keys.dead, start, "+", "COUNT", count)
         return _entries(reply)
+
+    async def dead_entry(self, entry_id: str) -> RawEntry | None:
+        reply = await self.transport.execute("XRANGE", self.keys.dead, entry_id, entry_id)
+        entries = _entries(reply)
+        return entries[0] if entries else None
+
+    async def replay_dead(self, items: Sequence[tuple[str, bytes]]) -> list[str | None]:
+        """Move dead-letter entries ``(id, message)`` back into the stream, atomically."""
+        ids: list[str | None] = []
+        for chunk in _chunks(items, MAX_IDS_PER_CALL // 2):
+            flat: list[Arg] = [x for pair in chunk for x in pair]
+            reply = await self._script("replay_dead", [self.keys.dead, self.keys.stream], flat)
+            ids.extend(_s(i) if i else None for i in reply)
+        return ids
+
+    async def purge_dead(self) -> int:
+        """Delete the dead-letter stream; return how many entries it held."""
+        replies = await self.transport.pipeline([("XLEN", self.keys.dead), ("DEL", self.keys.dead)])
+        return int(replies[0]) if isinstance(replies[0], int) else 0
+
+    async def pending_by_consumer(self) -> dict[str, int]:
+        reply = await self.transport.execute("XPENDING", self.keys.stream, self.group)
+        if not reply or not reply[3]:
+            return {}
+        return {_s(name): int(count) for name, count in reply[3]}
+
+    async def capacity_decision(self) -> dict[str, int]:
+        reply = await self.transport.execute("HGETALL", self.keys.capacity)
+        return {_s(reply[i]): int(reply[i + 1]) for i in range(0, len(reply or ()), 2)}

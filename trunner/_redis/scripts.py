@@ -53,6 +53,7 @@ class _Scripts:
         self.heartbeat = _load("heartbeat")
         self.release = _load("release")
         self.delete_consumer = _load("delete_consumer")
+        self.replay_dead = _load("replay_dead")
         self.report = _load("report")
         self.deregister = _load("deregister")
         self.metrics_take = fenced_script("metrics_take", _read("metrics_take"))

@@ -2,8 +2,14 @@
 -- KEYS[1]  the delayed set
 -- KEYS[2]  the delayed messages
 -- KEYS[3]  the unique delayed tasks
+-- KEYS[4]  (optional) the unique lock a scheduled retry holds
 -- ARGV[1]  the task id
+-- ARGV[2]  that lock's token ('' without a lock)
 -- Returns  1 when it was found and removed, 0 otherwise
+local removed = redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
-return redis.call('ZREM', KEYS[1], ARGV[1])
+if removed == 1 and KEYS[4] and redis.call('GET', KEYS[4]) == ARGV[2] then
+  redis.call('DEL', KEYS[4])
+end
+return removed

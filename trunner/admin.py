@@ -1,0 +1,160 @@
+"""Inspection and dead-letter administration of a consumer group.
+
+Available on runners and producer-only clients (``trunner inspect`` and ``trunner
+dead-letter`` use them).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from ._redis import Broker, RawEntry
+from .errors import RedisCommandError
+from .message import MessageDecodeError, decode_message, reencode_for_retry
+from .metrics import InstanceInfo, Stats, read_instances, stats_or_none
+
+__all__ = ["DeadLetter", "GroupInfo", "inspect_group", "list_dead", "replay_dead"]
+
+
+@attrs.frozen
+class DeadLetter:
+    """One entry of the dead-letter stream: a message given up on, and why."""
+
+    id: str
+    """The dead-letter entry's id (use it to replay one)."""
+    task: str
+    reason: str
+    """``max retries exceeded``, ``unknown task``, ``undecodable`` ..."""
+    error: str
+    cause: str
+    attempt: int
+    failed_at: float
+    """Seconds since the epoch."""
+    task_id: str
+    message_id: str
+    consumer: str
+    payload: bytes = attrs.field(repr=False)
+    """The message exactly as it was in the stream."""
+
+
+@attrs.frozen
+class GroupInfo:
+    """A consumer group at a glance."""
+
+    group: str
+    queue_length: int
+    pending: Mapping[str, int]
+    """Delivered, not yet acknowledged, per consumer."""
+    delayed: int
+    dead_letters: int
+    instances: list[InstanceInfo]
+    leader: str | None
+    capacity: Mapping[str, int]
+    """The leader's last capacity decision: value, fence, version (empty if none)."""
+    stats: Stats | None
+    """The leader's last published statistics."""
+
+
+def _text(fields: dict[str, bytes], name: str) -> str:
+    return fields.get(name, b"").decode("utf-8", "replace")
+
+
+def _number(fields: dict[str, bytes], name: str) -> float:
+    try:
+        return float(fields.get(name, b"0"))
+    except ValueError:
+        return 0.0
+
+
+def dead_letter_of(entry: RawEntry) -> DeadLetter:
+    flat = entry.fields or []
+    fields = {flat[i].decode("utf-8", "replace"): flat[i + 1] for i in range(0, len(flat) - 1, 2)}
+    return DeadLetter(
+        id=entry.message_id,
+        task=_text(fields, "task"),
+        reason=_text(fields, "reason"),
+        error=_text(fields, "error"),
+        cause=_text(fields, "cause"),
+        attempt=int(_number(fields, "attempt")),
+        failed_at=_number(fields, "failed_at") / 1000,
+        task_id=_text(fields, "task_id"),
+        message_id=_text(fields, "message_id"),
+        consumer=_text(fields, "consumer"),
+        payload=fields.get("payload", b""),
+    )
+
+
+async def list_dead(broker: Broker, count: int = 100, start: str = "-") -> list[DeadLetter]:
+    return [dead_letter_of(e) for e in await broker.dead_entries(count, start)]
+
+
+async def replay_dead(
+    broker: Broker, ids: Sequence[str] | None = None, max_bytes: int = 1 << 62
+) -> tuple[list[str], list[str]]:
+    """Put dead letters back in the stream as fresh first attempts (same task id).
+
+    ``ids``: the dead-letter entries to replay; None replays all of them. Returns (the new
+    stream ids, the dead-letter ids that could not be replayed because their message
+    cannot be decoded — they stay in the dead-letter stream).
+    """
+    if ids is None:
+        entries = []
+        start = "-"
+        while batch := await broker.dead_entries(500, start):
+            fresh = [e for e in batch if e.message_id != start]
+            if not fresh:
+                break
+            entries.extend(fresh)
+            start = fresh[-1].message_id
+    else:
+        entries = [e for i in ids if (e := await broker.dead_entry(i)) is not None]
+    items: list[tuple[str, bytes]] = []
+    skipped: list[str] = []
+    for entry in entries:
+        letter = dead_letter_of(entry)
+        try:
+            message = decode_message(
+                letter.message_id or entry.message_id, [b"payload", letter.payload]
+            )
+        except MessageDecodeError:
+            skipped.append(entry.message_id)
+            continue
+        again = attrs.evolve(message, enqueued_at=time.time())
+        items.append((entry.message_id, reencode_for_retry(again, 1, max_bytes)))
+    new_ids = await broker.replay_dead(items)
+    return [i for i in new_ids if i is not None], skipped
+
+
+async def inspect_group(broker: Broker, instance_ttl: float = 15.0) -> GroupInfo:
+    try:
+        pending = await broker.pending_by_consumer()
+    except RedisCommandError as exc:
+        if "NOGROUP" not in str(exc):
+            raise
+        pending = {}
+    instances = await read_instances(broker, instance_ttl)
+    return GroupInfo(
+        group=broker.group,
+        queue_length=await broker.queue_length(),
+        pending=pending,
+        delayed=await broker.delayed_count(),
+        dead_letters=await broker.dead_count(),
+        instances=instances,
+        leader=await broker.leader_id(),
+        capacity=await broker.capacity_decision(),
+        stats=stats_or_none(await broker.latest_stats()),
+    )
+
+
+def as_dict(value: Any) -> Any:
+    """A JSON-ready form of the values above (bytes as text)."""
+    return attrs.asdict(
+        value,
+        value_serializer=lambda _inst, _field, v: (
+            v.decode("utf-8", "replace") if isinstance(v, bytes) else v
+        ),
+    )
