@@ -33,6 +33,7 @@ from .metrics import InstanceInfo, Stats, TaskTiming
 from .runner import Runner, open_runner
 from .stats import RunnerState, RunnerStatistics
 from .task import CronSchedule, Task, TaskRegistry
+from .worker import WorkerSettings
 
 __version__ = "0.1.0"
 
@@ -72,6 +73,7 @@ __all__ = [
     "TaskRegistry",
     "TaskTiming",
     "TrunnerError",
+    "WorkerSettings",
     "__version__",
     "current_message",
     "current_runner",

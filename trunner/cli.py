@@ -1,22 +1,40 @@
 """The ``trunner`` command (also ``python -m trunner``).
 
-The command, not the library, owns signals: SIGINT/SIGTERM stop it gracefully.
+::
+
+    trunner worker myapp.worker:settings [--group G] [--workers N] [--redis URL]
+                   [--health-port P] [--metrics-port P] [--log-format text|json]
+    trunner dispatch GROUP TASK JSON [--delay S]
+    trunner inspect GROUP [--json]
+    trunner dead-letter list|replay|purge GROUP
+    trunner demo
+
+The command, not the library, owns signals: SIGINT/SIGTERM stop a worker gracefully, a
+second one stops it at once.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
+import datetime
+import json
 import os
 import signal
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import trio
+from rich.console import Console
+from rich.table import Table
 
 from ._demo import run_demo
 from ._util import leaf_exceptions
+from .admin import GroupInfo, as_dict
+from .client import open_client
 from .errors import TrunnerError
+from .runner import Runner
+from .worker import configure_logging, load_settings, run_worker, worker_config
 
 __all__ = ["main"]
 
@@ -30,20 +48,62 @@ def _level(value: str) -> str:
     return level
 
 
+def _redis_option(parser: argparse.ArgumentParser, default: str | None) -> None:
+    parser.add_argument(
+        "--redis",
+        default=os.environ.get("REDIS_URL", default),
+        help="Redis URL (default: $REDIS_URL" + (f", else {default})" if default else ")"),
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--log-level",
         type=_level,
         default=argparse.SUPPRESS,
-        help="level of the 'trunner' logger (default: WARNING; the demo: CRITICAL)",
+        help="level of the 'trunner' logger (default: INFO for a worker, WARNING otherwise)",
     )
     parser = argparse.ArgumentParser(
         prog="trunner",
         description="A Trio-native distributed task runner on Redis Streams.",
         parents=[common],
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    worker = commands.add_parser(
+        "worker", parents=[common], help="run a worker: module:settings (see the docs)"
+    )
+    worker.add_argument("target", help="module:attribute: WorkerSettings, TaskRegistry, or factory")
+    worker.add_argument("--group", help="consumer group (overrides the settings)")
+    worker.add_argument("--workers", type=int, help="tasks run at once (num_workers)")
+    _redis_option(worker, None)
+    worker.add_argument("--health-port", type=int, help="serve /healthz and /readyz")
+    worker.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics")
+    worker.add_argument("--host", default="0.0.0.0", help="address of the HTTP endpoints")
+    worker.add_argument("--log-format", choices=("text", "json"), default="text")
+
+    dispatch = commands.add_parser("dispatch", parents=[common], help="dispatch one task")
+    dispatch.add_argument("group")
+    dispatch.add_argument("task")
+    dispatch.add_argument("payload", help="the payload, as JSON")
+    dispatch.add_argument("--delay", type=float, help="run it this many seconds from now")
+    _redis_option(dispatch, "redis://127.0.0.1:6379/0")
+
+    inspect = commands.add_parser("inspect", parents=[common], help="show a group at a glance")
+    inspect.add_argument("group")
+    inspect.add_argument("--json", action="store_true", help="print JSON for scripts")
+    _redis_option(inspect, "redis://127.0.0.1:6379/0")
+
+    dead = commands.add_parser("dead-letter", parents=[common], help="the dead-letter stream")
+    dead.add_argument("action", choices=("list", "replay", "purge"))
+    dead.add_argument("group")
+    dead.add_argument("ids", nargs="*", help="replay: these entries only (default: all)")
+    dead.add_argument("--count", type=int, default=50, help="list: how many")
+    dead.add_argument("--json", action="store_true", help="print JSON for scripts")
+    dead.add_argument("--yes", action="store_true", help="purge: do not ask")
+    _redis_option(dead, "redis://127.0.0.1:6379/0")
+
     demo = commands.add_parser(
         "demo",
         parents=[common],
@@ -59,7 +119,129 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def _demo(args: argparse.Namespace) -> None:
+# -- commands -------------------------------------------------------------------------------
+
+
+async def _worker(args: argparse.Namespace) -> int:
+    settings = load_settings(args.target)
+    url = args.redis or settings.redis
+    if not url:
+        raise ValueError("no Redis URL: pass --redis, set REDIS_URL, or give the settings one")
+    runner = Runner(url, worker_config(settings, args.group, args.workers), settings.tasks)
+    clean = await run_worker(
+        runner,
+        health_port=args.health_port,
+        metrics_port=args.metrics_port,
+        host=args.host,
+        on_ready=lambda ports: print(json.dumps({"ready": True, **ports}), flush=True),
+    )
+    return 0 if clean else 1
+
+
+async def _dispatch(args: argparse.Namespace, out: Console) -> int:
+    try:
+        payload = json.loads(args.payload)
+    except ValueError as exc:
+        raise ValueError(f"the payload is not valid JSON: {exc}") from None
+    async with open_client(args.redis, args.group) as client:
+        if args.delay is not None:
+            task_id = await client.dispatch_delayed(args.task, payload, args.delay)
+        else:
+            task_id = await client.dispatch(args.task, payload)
+    out.print(task_id, soft_wrap=True, highlight=False)
+    return 0
+
+
+def _when(seconds: float) -> str:
+    if not seconds:
+        return "-"
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _print_group(info: GroupInfo, out: Console) -> None:
+    out.print(f"[bold]group[/bold] {info.group}")
+    summary = Table(show_header=False, box=None)
+    summary.add_row("queue length", str(info.queue_length))
+    summary.add_row("pending", str(sum(info.pending.values())))
+    summary.add_row("delayed", str(info.delayed))
+    summary.add_row("dead letters", str(info.dead_letters))
+    summary.add_row("leader", info.leader or "-")
+    if info.capacity:
+        summary.add_row(
+            "capacity decision",
+            f"{info.capacity.get('value')} per instance (version {info.capacity.get('version')})",
+        )
+    out.print(summary)
+    instances = Table(title="instances", title_justify="left")
+    for column in ("id", "host", "pid", "capacity", "pending", "last seen", "leader"):
+        instances.add_column(column)
+    for i in info.instances:
+        pending = sum(n for c, n in info.pending.items() if c == i.id or c.startswith(i.id + "/"))
+        instances.add_row(
+            i.id, i.host, str(i.pid), str(i.capacity), str(pending), _when(i.last_seen),
+            "yes" if i.leader else "",
+        )  # fmt: skip
+    out.print(instances)
+    if info.stats is not None and info.stats.tasks:
+        stats = info.stats
+        table = Table(
+            title=f"last window ({stats.window:.0f} s, {stats.throughput:.1f} tasks/s, "
+            f"predicted wait {stats.predicted_wait:.1f} s)",
+            title_justify="left",
+        )
+        for column in ("task", "count", "avg ms", "p50 ms", "p95 ms", "p99 ms"):
+            table.add_column(column, justify="right" if column != "task" else "left")
+        for name, t in stats.tasks.items():
+            table.add_row(
+                name, str(t.count), *(f"{v * 1000:.1f}" for v in (t.average, t.p50, t.p95, t.p99))
+            )
+        out.print(table)
+
+
+async def _inspect(args: argparse.Namespace, out: Console) -> int:
+    async with open_client(args.redis, args.group) as client:
+        info = await client.inspect()
+    if args.json:
+        print(json.dumps(as_dict(info), default=str))
+    else:
+        _print_group(info, out)
+    return 0
+
+
+async def _dead_letter(args: argparse.Namespace, out: Console) -> int:
+    async with open_client(args.redis, args.group) as client:
+        if args.action == "list":
+            letters = await client.dead_letters(args.count)
+            if args.json:
+                print(json.dumps([as_dict(d) for d in letters], default=str))
+                return 0
+            table = Table(title=f"dead letters of {args.group}", title_justify="left")
+            for column in ("id", "task", "attempt", "reason", "error", "failed at"):
+                table.add_column(column)
+            for d in letters:
+                error = d.cause or d.error
+                table.add_row(d.id, d.task, str(d.attempt), d.reason, error, _when(d.failed_at))
+            out.print(table)
+            return 0
+        if args.action == "replay":
+            new, skipped = await client.replay_dead_letters(args.ids or None)
+            out.print(f"replayed {len(new)} dead letters", highlight=False)
+            if skipped:
+                out.print(f"left {len(skipped)} undecodable: {' '.join(skipped)}", highlight=False)
+            return 0
+        count = await client.dead_letter_count()
+        if not args.yes:
+            answer = await trio.to_thread.run_sync(
+                input, f"delete {count} dead letters of {args.group}? [y/N] "
+            )
+            if answer.strip().lower() not in ("y", "yes"):
+                out.print("nothing deleted")
+                return 1
+        out.print(f"deleted {await client.purge_dead_letters()} dead letters", highlight=False)
+        return 0
+
+
+async def _demo(args: argparse.Namespace) -> int:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
 
@@ -72,36 +254,45 @@ async def _demo(args: argparse.Namespace) -> None:
             nursery.start_soon(stop_on_signal)
             await run_demo(args.redis, instances=args.instances, images=args.images)
             nursery.cancel_scope.cancel()
+    return 0
 
 
 def _user_error(error: BaseException) -> BaseException | None:
     """The one trunner error (or bad value) inside ``error``, to print without traceback."""
     leaves = list(leaf_exceptions(error))
-    if len(leaves) == 1 and isinstance(leaves[0], TrunnerError | ValueError | TypeError):
+    if len(leaves) == 1 and isinstance(
+        leaves[0], TrunnerError | ValueError | TypeError | ImportError
+    ):
         return leaves[0]
     return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    default_level = {"demo": "CRITICAL", "worker": "INFO"}.get(args.command, "WARNING")
+    configure_logging(
+        getattr(args, "log_level", default_level), getattr(args, "log_format", "text")
     )
-    default_level = "CRITICAL" if args.command == "demo" else "WARNING"
-    logging.getLogger("trunner").setLevel(getattr(args, "log_level", default_level))
-    if args.command == "demo":
-        if args.instances < 1 or args.images < 0:
-            print("trunner demo: --instances must be >= 1 and --images >= 0", file=sys.stderr)
-            return 2
-        try:
-            trio.run(_demo, args)
-        except BaseException as exc:
-            error = _user_error(exc)
-            if error is None:
-                raise
-            print(f"trunner {args.command}: {type(error).__name__}: {error}", file=sys.stderr)
-            return 1
-    return 0
+    out = Console(highlight=False)
+    if args.command == "demo" and (args.instances < 1 or args.images < 0):
+        print("trunner demo: --instances must be >= 1 and --images >= 0", file=sys.stderr)
+        return 2
+    runs: dict[str, Any] = {
+        "worker": lambda: _worker(args),
+        "dispatch": lambda: _dispatch(args, out),
+        "inspect": lambda: _inspect(args, out),
+        "dead-letter": lambda: _dead_letter(args, out),
+        "demo": lambda: _demo(args),
+    }
+    try:
+        code: int = trio.run(runs[args.command])
+    except BaseException as exc:
+        error = _user_error(exc)
+        if error is None:
+            raise
+        print(f"trunner {args.command}: {type(error).__name__}: {error}", file=sys.stderr)
+        return 1
+    return code
 
 
 if __name__ == "__main__":

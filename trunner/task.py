@@ -371,6 +371,19 @@ class TaskRegistry:
         except KeyError:
             raise TaskNotFound(name) from None
 
+    async def call(
+        self, task_name: str, payload: Any = None, *, sleep_backoff: bool = False
+    ) -> Any:
+        """Run a task now, without Redis, as a runner would (eager mode, for unit tests).
+
+        Same payload round trip, attempts and ``current_message()``; returns the action's
+        result or raises :class:`~trunner.MaxRetryExceeded`. See
+        :func:`trunner.testing.call_task`.
+        """
+        from .testing import call_task  # noqa: PLC0415 - eager mode lives with the test helpers
+
+        return await call_task(self, task_name, payload, sleep_backoff=sleep_backoff)
+
     def __contains__(self, name: object) -> bool:
         return name in self._tasks
 

@@ -1,0 +1,38 @@
+"""Helpers for test suites of code that uses trunner.
+
+* :func:`run_until_idle` waits until a runner's group has nothing left to do;
+* :func:`assert_clean_shutdown` fails when trunner left a Trio task, a thread, a Redis
+  connection or an unreleased message behind;
+* :func:`capture_errors` turns what ``runner.errors()`` yields into test failures;
+* :func:`call_task` (``await tasks.call(name, payload)``) runs a task eagerly, without Redis;
+* :func:`open_runner_factory` opens runners for a test and closes them at its end.
+
+The pytest fixtures built on these live in :mod:`trunner.pytest_plugin` (enable them with
+``pytest --trunner``). This package does not import pytest: it works with any test runner.
+"""
+
+from ._eager import call_task
+from ._errors import CapturedErrors, capture_errors
+from ._factory import RunnerFactory, clean_keys, open_runner_factory
+from ._idle import IdleState, NotIdle, run_until_idle
+from ._leaks import CleanShutdown, ShutdownLeak, assert_clean_shutdown
+
+__all__ = [
+    "CapturedErrors",
+    "CleanShutdown",
+    "IdleState",
+    "NotIdle",
+    "RunnerFactory",
+    "ShutdownLeak",
+    "assert_clean_shutdown",
+    "call_task",
+    "capture_errors",
+    "clean_keys",
+    "open_runner_factory",
+    "run_until_idle",
+]
+
+# Public classes show as trunner.testing.X in tracebacks and reprs.
+for _cls in (CapturedErrors, CleanShutdown, IdleState, NotIdle, RunnerFactory, ShutdownLeak):
+    _cls.__module__ = __name__
+del _cls

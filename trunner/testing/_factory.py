@@ -1,0 +1,139 @@
+"""Runners for one test, opened by a factory and closed with it; cleaning a test Redis."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import trio
+
+from .._redis import open_transport
+from ..config import RunnerConfig
+from ..runner import Runner, open_runner
+from ..task import TaskRegistry
+from ._leaks import PROBE_TIMEOUT, assert_clean_shutdown
+from ._wire import s as _s
+
+__all__ = ["RunnerFactory", "clean_keys", "open_runner_factory"]
+
+
+def _glob_escape(text: str) -> str:
+    return re.sub(r"([\\*?\[\]])", r"\\\1", text)
+
+
+async def clean_keys(url: str, prefixes: Iterable[str] = ("trunner",)) -> int:
+    """Delete every key named ``<prefix>:...`` for each prefix; return how many.
+
+    For the Redis a test suite owns: every group under a prefix is gone afterwards.
+    """
+    deleted = 0
+    async with open_transport(
+        url, client_name="trunner-testing", max_connections=2, connect_timeout=PROBE_TIMEOUT
+    ) as transport:
+        for prefix in sorted(set(prefixes)):
+            cursor = "0"
+            while True:
+                reply = await transport.execute(
+                    "SCAN", cursor, "MATCH", f"{_glob_escape(prefix)}:*", "COUNT", 1000
+                )
+                cursor, found = _s(reply[0]), reply[1]
+                if found:
+                    deleted += int(await transport.execute("DEL", *found))
+                if cursor == "0":
+                    break
+    return deleted
+
+
+class RunnerFactory:
+    """Opens runners for one test: ``runner = await factory(tasks, **config)``.
+
+    Every runner it opened is stopped (gracefully) when the factory closes; get one from
+    :func:`open_runner_factory` or the ``trunner_runner`` fixture.
+    """
+
+    def __init__(self, url: str, group: str, nursery: trio.Nursery) -> None:
+        self.url = url
+        #: The default consumer group of the runners it opens (unique per factory).
+        self.group = group
+        #: Every runner opened, in order.
+        self.runners: list[Runner] = []
+        self._nursery = nursery
+        self._stop: dict[Runner, trio.Event] = {}
+        self._done: dict[Runner, trio.Event] = {}
+
+    def config(self, **overrides: Any) -> RunnerConfig:
+        """A RunnerConfig for this factory's group, with ``overrides``."""
+        values: dict[str, Any] = {"consumer_group": self.group, **overrides}
+        return RunnerConfig(**values)
+
+    async def __call__(
+        self, tasks: TaskRegistry, config: RunnerConfig | None = None, /, **overrides: Any
+    ) -> Runner:
+        """Open a runner of ``tasks`` (started and ready when this returns).
+
+        ``config`` defaults to :meth:`config`; ``overrides`` replace its fields.
+        """
+        if config is None:
+            config = self.config(**overrides)
+        elif overrides:
+            config = attrs.evolve(config, **overrides)
+        runner: Runner = await self._nursery.start(self._serve, tasks, config)
+        return runner
+
+    async def _serve(
+        self,
+        tasks: TaskRegistry,
+        config: RunnerConfig,
+        *,
+        task_status: trio.TaskStatus[Runner] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        stop, done = trio.Event(), trio.Event()
+        try:
+            async with open_runner(self.url, config, tasks) as runner:
+                self.runners.append(runner)
+                self._stop[runner], self._done[runner] = stop, done
+                task_status.started(runner)
+                await stop.wait()
+        finally:
+            done.set()
+
+    async def close(self, runner: Runner) -> None:
+        """Stop ``runner`` gracefully and wait until it has stopped."""
+        if runner not in self._stop:
+            raise ValueError(f"{runner!r} was not opened by this factory")
+        self._stop[runner].set()
+        await self._done[runner].wait()
+
+    def _stop_all(self) -> None:
+        for stop in self._stop.values():
+            stop.set()
+
+
+@asynccontextmanager
+async def open_runner_factory(
+    url: str, group: str | None = None, *, check_shutdown: bool = True
+) -> AsyncIterator[RunnerFactory]:
+    """A :class:`RunnerFactory` for the block; its runners are stopped when it ends.
+
+    ``group`` defaults to a fresh name. With ``check_shutdown`` the end of the block also
+    checks, like :func:`assert_clean_shutdown` (without threads), that nothing of trunner
+    started in the block is left: its tasks, connections, or messages neither
+    acknowledged nor released.
+    """
+    factory_group = group or f"test-{uuid.uuid4().hex[:10]}"
+    check = assert_clean_shutdown(url, threads=False)
+    async with check if check_shutdown else _nothing(), trio.open_nursery() as nursery:
+        factory = RunnerFactory(url, factory_group, nursery)
+        try:
+            yield factory
+        finally:
+            factory._stop_all()
+
+
+@asynccontextmanager
+async def _nothing() -> AsyncIterator[None]:
+    yield

@@ -1,0 +1,391 @@
+"""``assert_clean_shutdown``: nothing of trunner's left after a block."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import threading
+import time
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any
+
+import trio
+
+from .._redis import memory, redact_url
+from .._redis.transport import Arg, translate_error
+from ..keys import RELEASED_CONSUMER
+from ..message import PAYLOAD_FIELD
+from ..runner import Runner
+from ..stats import RunnerState
+from ._wire import field as _field
+from ._wire import s as _s
+from ._wire import task_name as _task_name
+
+__all__ = ["CleanShutdown", "ShutdownLeak", "assert_clean_shutdown"]
+
+#: Bound on each blocking look at a real Redis server during a leak check.
+PROBE_TIMEOUT = 5.0
+#: How long a leak check waits for Redis to notice connections closed just before it.
+CLOSE_GRACE = 1.0
+
+
+_TRUNNER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+#: Where the test helpers run: their tasks belong to the test, not to trunner.
+_HELPERS = (
+    os.path.dirname(os.path.abspath(__file__)) + os.sep,
+    os.path.join(_TRUNNER_DIR, "pytest_plugin.py"),
+)
+
+
+def _bridge_dir() -> str | None:
+    """The directory of trio-asyncio (trunner's bridge to redis-py), without importing it."""
+    spec = importlib.util.find_spec("trio_asyncio")
+    locations = spec.submodule_search_locations if spec is not None else None
+    return os.path.abspath(next(iter(locations))) + os.sep if locations else None
+
+
+_CODE_DIRS = tuple(d for d in (_TRUNNER_DIR, _bridge_dir()) if d is not None)
+_RUN_CODE = Runner.run.__code__
+
+
+def _coro_file(task: trio.lowlevel.Task) -> str:
+    code = getattr(task.coro, "cr_code", None)
+    return os.path.abspath(code.co_filename) if code is not None else ""
+
+
+def _is_trunner_task(task: trio.lowlevel.Task) -> bool:
+    path = _coro_file(task)
+    return path.startswith(_CODE_DIRS) and not path.startswith(_HELPERS)
+
+
+def _runner_of(task: trio.lowlevel.Task) -> Runner | None:
+    """The runner whose ``run`` the task runs, if it does."""
+    coro = task.coro
+    if getattr(coro, "cr_code", None) is not _RUN_CODE:
+        return None
+    frame = getattr(coro, "cr_frame", None)
+    runner = frame.f_locals.get("self") if frame is not None else None
+    return runner if isinstance(runner, Runner) else None
+
+
+def _trunner_tasks() -> dict[trio.lowlevel.Task, trio.lowlevel.Task | None]:
+    """Live Trio tasks running trunner code, each with its nearest trunner ancestor."""
+    found: dict[trio.lowlevel.Task, trio.lowlevel.Task | None] = {}
+    try:
+        root = trio.lowlevel.current_root_task()
+    except RuntimeError:  # not in a Trio run
+        return found
+    stack: list[tuple[trio.lowlevel.Task, trio.lowlevel.Task | None]] = []
+    if root is not None:
+        stack.append((root, None))
+    while stack:
+        task, ancestor = stack.pop()
+        if _is_trunner_task(task):
+            found[task] = ancestor
+            ancestor = task
+        for nursery in task.child_nurseries:
+            stack.extend((child, ancestor) for child in nursery.child_tasks)
+    return found
+
+
+def _idle_trio_threads() -> set[threading.Thread]:
+    """Threads of Trio's thread cache waiting for work: a pool, not a leak."""
+    try:
+        from trio._core._thread_cache import THREAD_CACHE  # noqa: PLC0415
+
+        return {worker._thread for worker in list(THREAD_CACHE._idle_workers)}
+    except (ImportError, AttributeError):  # another Trio version: count them all
+        return set()
+
+
+class _Spotter(trio.abc.Instrument):
+    """Records the runners started (``Runner.run`` spawned) while installed."""
+
+    def __init__(self) -> None:
+        self.runners: list[Runner] = []
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        runner = _runner_of(task)
+        if runner is not None and runner not in self.runners:
+            self.runners.append(runner)
+
+
+class _Probe:
+    """A short-lived blocking look at one Redis server, from outside trunner.
+
+    Leak checks must work from a synchronous ``__exit__``, where trunner's asynchronous
+    boundary cannot run; redis-py's blocking client (``memory://``: fakeredis) does the job.
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.memory = url.startswith("memory://")
+        self._client: Any = None
+        if self.memory:
+            with memory._servers_lock:
+                server = memory._servers.get(url[len("memory://") :])
+            if server is not None:  # forgotten: nothing to look at
+                self._client = memory._client(server)
+            return
+        import redis  # noqa: PLC0415 - a blocking client, for checks only
+
+        self._client = redis.Redis.from_url(
+            url,
+            protocol=2,
+            socket_timeout=PROBE_TIMEOUT,
+            socket_connect_timeout=PROBE_TIMEOUT,
+        )
+        self._client.response_callbacks.clear()
+
+    def execute(self, *args: Arg) -> Any:
+        if self._client is None:
+            return None
+        try:
+            return self._client.execute_command(*args)
+        except Exception as exc:
+            raise translate_error(exc, f"{_s(args[0])} (leak check)") from exc
+
+    def client_list(self) -> list[dict[str, str]]:
+        """CLIENT LIST of a real server (memory:// has no connections)."""
+        if self.memory:
+            return []
+        reply = _s(self.execute("CLIENT", "LIST") or b"")
+        return [
+            dict(item.split("=", 1) for item in line.split(" ") if "=" in item)
+            for line in reply.splitlines()
+            if line
+        ]
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+
+class ShutdownLeak(AssertionError):
+    """:func:`assert_clean_shutdown` found something left behind; ``leaks`` lists them."""
+
+    def __init__(self, leaks: list[str]) -> None:
+        lines = "\n".join(f"  - {leak}" for leak in leaks)
+        super().__init__(
+            f"trunner did not shut down cleanly: {len(leaks)} thing(s) left after the "
+            f"block:\n{lines}"
+        )
+        self.leaks = leaks
+
+
+def _is_ours(client: dict[str, str]) -> bool:
+    return client.get("name", "").startswith("trunner")
+
+
+class CleanShutdown:
+    """The context manager :func:`assert_clean_shutdown` returns (sync and async)."""
+
+    def __init__(self, redis: Sequence[str], *, threads: bool) -> None:
+        self._urls = list(redis)
+        self._check_threads = threads
+        self._tasks: set[trio.lowlevel.Task] = set()
+        self._threads: set[threading.Thread] = set()
+        self._clients: dict[str, set[str]] = {}
+        self._spotter: _Spotter | None = None
+        #: The runners started in the block (found while the block ran in a Trio run).
+        self.runners: list[Runner] = []
+
+    # -- entering ---------------------------------------------------------------------------
+
+    def __enter__(self) -> CleanShutdown:
+        self._threads = set(threading.enumerate())
+        self._tasks = set(_trunner_tasks())
+        for url in self._urls:
+            probe = _Probe(url)
+            try:
+                self._clients[url] = {c.get("id", "") for c in probe.client_list()}
+            finally:
+                probe.close()
+        try:
+            trio.lowlevel.current_task()
+        except RuntimeError:
+            return self  # around trio.run: no Trio task to look at, no runner to find
+        self._spotter = _Spotter()
+        trio.lowlevel.add_instrument(self._spotter)
+        return self
+
+    async def __aenter__(self) -> CleanShutdown:
+        await trio.lowlevel.checkpoint()
+        return self.__enter__()
+
+    # -- leaving ----------------------------------------------------------------------------
+
+    def _stop_spotting(self) -> None:
+        if self._spotter is not None:
+            self.runners = list(self._spotter.runners)
+            with contextlib.suppress(KeyError, ValueError):  # already removed
+                trio.lowlevel.remove_instrument(self._spotter)
+            self._spotter = None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop_spotting()
+        if exc_type is not None:
+            return  # the block's own error says more
+        leaks = self._task_leaks() + self._thread_leaks() + self._pending_leaks()
+        deadline = time.monotonic() + CLOSE_GRACE
+        connections = self._connection_leaks()
+        while connections and time.monotonic() < deadline:
+            time.sleep(0.02)  # a sync exit; a server's view of closed sockets has no event
+            connections = self._connection_leaks()
+        if leaks or connections:
+            raise ShutdownLeak(leaks + connections)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop_spotting()
+        if exc_type is not None:
+            return
+        await trio.lowlevel.checkpoint()
+        leaks = self._task_leaks() + self._thread_leaks() + self._pending_leaks()
+        connections = self._connection_leaks()
+        with trio.move_on_after(CLOSE_GRACE):
+            while connections:
+                await trio.sleep(0.02)  # a server's view of closed sockets has no event
+                connections = self._connection_leaks()
+        if leaks or connections:
+            raise ShutdownLeak(leaks + connections)
+
+    # -- what is left -----------------------------------------------------------------------
+
+    def _task_leaks(self) -> list[str]:
+        now = _trunner_tasks()
+        tops: dict[trio.lowlevel.Task, int] = {}
+        for task in now:
+            top = self._new_top(task, now)
+            if top is not None:
+                tops[top] = tops.get(top, -1) + 1
+        leaks = []
+        for task, under in tops.items():
+            runner = _runner_of(task)
+            text = f"Trio task {task.name!r}" + (f" of {runner!r}" if runner else "")
+            text += " is still running"
+            if under:
+                text += f", with {under} more trunner task(s) under it"
+            leaks.append(text)
+        return leaks
+
+    def _new_top(
+        self, task: trio.lowlevel.Task, now: dict[trio.lowlevel.Task, trio.lowlevel.Task | None]
+    ) -> trio.lowlevel.Task | None:
+        """The outermost trunner task above ``task`` (itself included) started in the
+        block; None when ``task`` or a trunner task above it is older than the block."""
+        top = task
+        while top not in self._tasks:
+            above = now.get(top)
+            if above is None:
+                return top
+            top = above
+        return None
+
+    def _thread_leaks(self) -> list[str]:
+        if not self._check_threads:
+            return []
+        idle = _idle_trio_threads()
+        return [
+            f"thread {t.name!r} (ident {t.ident}) started during the block is still alive"
+            for t in threading.enumerate()
+            if t not in self._threads and t not in idle and t.is_alive()
+        ]
+
+    def _stopped_runners(self) -> list[Runner]:
+        # A runner still running is reported as a task; its connections and messages are
+        # legitimately in use.
+        return [r for r in self.runners if r.state is RunnerState.STOPPED]
+
+    def _connection_leaks(self) -> list[str]:
+        names: dict[str, set[str]] = {url: set() for url in self._urls}
+        for runner in self._stopped_runners():
+            names.setdefault(runner._url, set()).add(f"trunner:{runner.consumer_name}")
+        leaks = []
+        for url, runner_names in names.items():
+            probe = _Probe(url)
+            try:
+                clients = probe.client_list()
+            finally:
+                probe.close()
+            before = self._clients.get(url)
+            for c in clients:
+                new = before is not None and c.get("id") not in before
+                if _is_ours(c) and (new or c.get("name") in runner_names):
+                    leaks.append(
+                        f"Redis connection id={c.get('id')} name={c.get('name')!r} "
+                        f"(addr {c.get('addr')}, last command {c.get('cmd')}) opened "
+                        f"during the block is still open on {redact_url(url)}"
+                    )
+        return leaks
+
+    def _pending_leaks(self) -> list[str]:
+        leaks = []
+        for runner in self._stopped_runners():
+            probe = _Probe(runner._url)
+            try:
+                leaks += _pending_of(probe, runner)
+            finally:
+                probe.close()
+        return leaks
+
+
+def _pending_of(probe: _Probe, runner: Runner) -> list[str]:
+    """Messages still pending for the consumers of a stopped runner (neither acknowledged
+    nor released)."""
+    stream, group = runner.keys.stream, runner.config.consumer_group
+    leaks = []
+    for consumer in runner.consumers:
+        try:
+            entries = probe.execute("XPENDING", stream, group, "-", "+", 100, consumer) or []
+        except Exception as exc:
+            if "NOGROUP" in str(exc) or "no such key" in str(exc):
+                continue  # the group or its stream was deleted
+            raise
+        for entry in entries:
+            message_id = _s(entry[0])
+            body = probe.execute("XRANGE", stream, message_id, message_id)
+            name = _task_name(_field(body[0][1], PAYLOAD_FIELD)) if body else "(deleted)"
+            leaks.append(
+                f"message {message_id} of task {name!r} is still pending for consumer "
+                f"{consumer!r} of {runner!r}: fetched, and neither acknowledged nor "
+                f"released (released ones belong to {RELEASED_CONSUMER!r})"
+            )
+    return leaks
+
+
+def assert_clean_shutdown(
+    redis: str | Sequence[str] = (), *, threads: bool = True
+) -> CleanShutdown:
+    """Fail, naming the culprit, if the block left trunner things running.
+
+    Use it as ``with assert_clean_shutdown(): ...`` or ``async with ...``. After the block
+    (when it raised nothing) it raises :class:`ShutdownLeak` if any of these is left:
+
+    * a Trio task running trunner code (or trio-asyncio's) that was started in the block,
+      except under tasks that existed before it (a runner opened earlier keeps running);
+    * a thread started in the block (``threads=False`` skips this; idle workers of Trio's
+      thread cache are not leaks);
+    * a Redis connection opened by trunner in the block: for every real-Redis URL in
+      ``redis`` (compared by CLIENT LIST id, names starting with ``trunner``), and, on the
+      server of every runner started in the block, that runner's connections;
+    * a message fetched by a runner started in the block that is still pending for one of
+      its consumers: neither acknowledged nor released.
+
+    Runners are found while the block runs inside a Trio run (a Trio instrument watches
+    for ``Runner.run``); around ``trio.run(...)`` only threads and the ``redis`` URLs are
+    checked. The Redis look is a short blocking call, even in the async form.
+    """
+    urls = [redis] if isinstance(redis, str) else list(redis)
+    return CleanShutdown([u for u in urls if not u.startswith("memory://")], threads=threads)
