@@ -12,8 +12,8 @@ from .servers import RedisServer
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
-def run_example(name: str, env: dict[str, str]) -> str:
-    result = run_python(str(EXAMPLES / name), env=env)
+def run_example(name: str, env: dict[str, str], *args: str) -> str:
+    result = run_python(str(EXAMPLES / name), *args, env=env)
     assert result.returncode == 0, result.stderr
     return result.stdout
 
@@ -38,3 +38,31 @@ def test_elector(tier: str, redis_server: RedisServer) -> None:
     assert [line.split(" (fence ")[1][0] for line in out[:3]] == ["1", "2", "3"]
     assert [line.split("run #")[1].split(";")[0] for line in out[:3]] == ["1", "2", "3"]
     assert out[3] == "every candidate led once, one at a time"
+
+
+def test_web_producer() -> None:
+    out = run_example("web_producer.py", {}, "--self-test").splitlines()
+    assert out[0].startswith("listening on http://127.0.0.1:")
+    assert out[1].startswith('HTTP/1.1 202 Accepted {"task_id": "')
+    assert out[2] == "queued: 1"
+
+
+@pytest.mark.parametrize("tier", ["memory", "redis"])
+def test_scheduled(tier: str, redis_server: RedisServer) -> None:
+    env = {"REDIS_URL": redis_server.url} if tier == "redis" else {}
+    out = run_example("scheduled.py", env).splitlines()
+    assert out == [
+        "cancelled: True",
+        "reminder: stretch",
+        "reminder: drink water",
+        "cron fired 2 ticks, each once: True",
+    ]
+
+
+def test_worker_example_loads() -> None:
+    from trunner.worker import load_settings  # noqa: PLC0415
+
+    settings = load_settings("examples.worker:settings")
+    assert settings.tasks.names == {"resize", "rebuild_feed"}
+    assert settings.config is not None
+    assert settings.config.consumer_group == "thumbnails"
