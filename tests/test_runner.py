@@ -280,3 +280,16 @@ async def test_a_runner_starts_when_redis_is_out_of_memory(group: str) -> None:
         client.close()
         async with trunner.open_runner(server.url, config(group), trunner.TaskRegistry()) as runner:
             assert runner.state is trunner.RunnerState.STARTED
+
+
+@pytest.mark.parametrize(("policy", "warned"), [("allkeys-lru", True), ("noeviction", False)])
+async def test_a_warning_when_redis_may_evict_keys(
+    group: str, policy: str, warned: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    with RedisServer("--maxmemory", "100mb", "--maxmemory-policy", policy) as server:
+        async with trunner.open_runner(server.url, config(group), trunner.TaskRegistry()):
+            pass
+    warnings = [r.getMessage() for r in caplog.records if "maxmemory-policy" in r.getMessage()]
+    assert bool(warnings) is warned, warnings
+    if warned:
+        assert "allkeys-lru" in warnings[0]

@@ -270,10 +270,21 @@ class Runner(Producer):
             with trio.fail_after(timeout):
                 await broker.load_scripts()
                 await broker.ensure_group()
+                policy = await broker.eviction_policy()
         except trio.TooSlowError:
             raise RedisUnavailable(
                 f"Redis at {broker.description} did not finish start-up within {timeout} s"
             ) from None
+        if policy is not None and policy[0] != "noeviction":
+            limit = f"maxmemory is {policy[1]} bytes" if policy[1] else "maxmemory is not set yet"
+            logger.warning(
+                "Redis at %s has maxmemory-policy %s (%s): when it is full it may evict "
+                "trunner's keys (queued tasks, delayed tasks, locks, the lease); use "
+                "maxmemory-policy noeviction",
+                broker.description,
+                policy[0],
+                limit,
+            )
 
     def _build(self, broker: Broker) -> _Parts:
         config, counters, errors = self.config, self._counters, self._errors

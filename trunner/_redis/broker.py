@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from ..errors import RedisCommandError
+from ..errors import BackendError, RedisCommandError
 from ..keys import RELEASED_CONSUMER, Keys
 from ..message import PAYLOAD_FIELD
 from .scripts import SCRIPTS, Script
@@ -403,6 +403,18 @@ class Broker:
     async def leader_id(self) -> str | None:
         reply = await self.transport.execute("GET", self.keys.leader)
         return None if reply is None else _s(reply)
+
+    async def eviction_policy(self) -> tuple[str, int] | None:
+        """(maxmemory-policy, maxmemory) of the server; None if CONFIG GET is not allowed."""
+        try:
+            replies = await self.transport.pipeline(
+                [("CONFIG", "GET", "maxmemory-policy"), ("CONFIG", "GET", "maxmemory")]
+            )
+        except BackendError:
+            return None
+        if any(isinstance(r, BaseException) or len(r) < 2 for r in replies):
+            return None
+        return _s(replies[0][1]), int(replies[1][1])
 
     async def delete_group(self) -> int:
         """Delete every fixed key of the group (its stream, delayed tasks, lease ...)."""
