@@ -30,6 +30,7 @@ from .errors import (
 from .keys import Keys
 from .message import TaskMessage
 from .metrics import InstanceInfo, Stats, TaskTiming
+from .redis_handle import Pipeline, RedisHandle, open_redis
 from .runner import Runner, open_runner
 from .stats import RunnerState, RunnerStatistics
 from .task import CronSchedule, Task, TaskRegistry
@@ -54,7 +55,9 @@ __all__ = [
     "LongQueueHook",
     "MaxRetryExceeded",
     "PayloadTooLarge",
+    "Pipeline",
     "RedisCommandError",
+    "RedisHandle",
     "RedisUnavailable",
     "ReservationLost",
     "Runner",
@@ -80,6 +83,7 @@ __all__ = [
     "election",
     "forget_memory_server",
     "open_client",
+    "open_redis",
     "open_runner",
     "redact_url",
 ]

@@ -8,7 +8,10 @@ from contextlib import asynccontextmanager
 from . import _validate as v
 from ._producer import Producer
 from ._redis import Broker, open_transport
+from ._util import run_in_background
+from .errors import Crashed
 from .keys import Keys
+from .redis_handle import RedisHandle
 from .task import TaskRegistry
 
 __all__ = ["Client", "open_client"]
@@ -24,6 +27,8 @@ class Client(Producer):
         self._registry = registry
         self._max_payload_bytes = max_payload_bytes
         self.keys = broker.keys
+        #: A Redis handle batching the commands of concurrent tasks (see RedisHandle).
+        self.redis: RedisHandle
 
     @property
     def consumer_group(self) -> str:
@@ -62,7 +67,13 @@ async def open_client(
         command_timeout=command_timeout,
     ) as transport:
         client = Client(Broker(transport, keys), tasks, max_payload_bytes)
+        handle = client.redis = RedisHandle(transport)
+
+        def crashed(what: str) -> Crashed:
+            return Crashed(f"the client's Redis handle failed: {what}")
+
         try:
-            yield client
+            async with run_in_background(handle.run, handle.close, crashed):
+                yield client
         finally:
             client._broker = None

@@ -36,7 +36,7 @@ import trio
 
 from ._context import _current_runner
 from ._producer import Producer
-from ._redis import Broker, check_url, open_transport
+from ._redis import Broker, Transport, check_url, open_transport
 from ._util import ErrorLog, logger, run_in_background
 from .config import RunnerConfig
 from .election import Elector
@@ -46,11 +46,13 @@ from .errors import (
     RedisUnavailable,
     RunnerAlreadyStarted,
     RunnerCrashed,
+    RunnerNotRunning,
 )
 from .fetcher import Fetcher, ReclaimSchedule
 from .keys import Keys
 from .metrics import Aggregator, LocalTimings, MetricsBuffer, Reporter
 from .pool import AckBuffer, WorkerPool
+from .redis_handle import RedisHandle
 from .scheduler import CronScheduler, DelayedMover
 from .stats import Counters, RunnerState, RunnerStatistics, TaskTotals
 from .task import TaskRegistry
@@ -74,6 +76,7 @@ def default_consumer_name(host: str | None) -> str:
 class _Parts:
     """The components of one run of a runner."""
 
+    pool_transport: Transport
     acks: AckBuffer
     mover: DelayedMover
     pool: WorkerPool
@@ -112,6 +115,7 @@ class Runner(Producer):
         self._drain_scope: trio.CancelScope | None = None
         self._pool: WorkerPool | None = None
         self._elector: Elector | None = None
+        self._redis: RedisHandle | None = None
         self._mover: DelayedMover | None = None
         self._cron: CronScheduler | None = None
         self._aggregator: Aggregator | None = None
@@ -137,6 +141,13 @@ class Runner(Producer):
     def is_leader(self) -> bool:
         """Whether this instance holds the group's leadership lease now."""
         return self._elector is not None and self._elector.is_leader
+
+    @property
+    def redis(self) -> RedisHandle:
+        """A Redis handle for task code, batching commands of concurrent tasks."""
+        if self._redis is None:
+            raise RunnerNotRunning(f"{self!r} is not running")
+        return self._redis
 
     @property
     def elector(self) -> Elector | None:
@@ -326,7 +337,7 @@ class Runner(Producer):
             id=self.consumer_name,
         )
         self._fetchers = fetchers
-        return _Parts(acks, mover, pool, fetchers, elector, reporter)
+        return _Parts(broker.transport, acks, mover, pool, fetchers, elector, reporter)
 
     async def _serve(self, broker: Broker, task_status: trio.TaskStatus[None]) -> None:
         _current_runner.set(self)  # inherited by every task the nurseries below start
@@ -363,6 +374,8 @@ class Runner(Producer):
         await self._cleanup("deleting consumers", self._delete_consumers(broker))
 
     async def _start_services(self, services: trio.Nursery, parts: _Parts) -> None:
+        self._redis = RedisHandle(parts.pool_transport)
+        await services.start(self._redis.run)
         await services.start(parts.reporter.run)
         services.start_soon(parts.acks.run)
         await services.start(parts.pool.heartbeat_loop)
@@ -393,6 +406,8 @@ class Runner(Producer):
         with trio.move_on_after(CLEANUP_TIMEOUT):
             await parts.elector.done.wait()
         await self._cleanup("leaving the group", parts.reporter.deregister())
+        if self._redis is not None:
+            self._redis.close()
         services.cancel_scope.cancel()
 
     async def _lead(self, elector: Elector) -> None:

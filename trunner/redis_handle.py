@@ -1,0 +1,334 @@
+"""A Trio-facing Redis handle for task code, with automatic pipelining.
+
+Commands that concurrent Trio tasks issue within one scheduler tick are sent together: one
+crossing into the Redis client and one round trip, each caller getting its own reply or
+its own exception. Blocking commands and transactions never share a batch.
+
+Get one from a runner (``runner.redis``, ``trunner.current_runner().redis`` inside a
+task), from a client (``client.redis``), or on its own with :func:`open_redis`.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from types import TracebackType
+from typing import Any
+
+import attrs
+import outcome
+import trio
+
+from . import _validate as v
+from ._redis import open_transport
+from ._redis.scripts import Script, make_script
+from ._redis.transport import Arg, ScriptNotLoaded, Transport
+from ._util import run_in_background
+from .errors import Crashed, RedisCommandError, RunnerNotRunning
+
+__all__ = ["Pipeline", "RedisHandle", "open_redis"]
+
+#: Commands that may block the connection: sent on their own, never in a batch.
+BLOCKING = frozenset(
+    {
+        "BLPOP", "BRPOP", "BRPOPLPUSH", "BLMOVE", "BLMPOP", "BZPOPMIN", "BZPOPMAX",
+        "BZMPOP", "WAIT", "WAITAOF", "SUBSCRIBE", "PSUBSCRIBE", "SSUBSCRIBE", "MONITOR",
+        "MULTI", "EXEC", "DISCARD", "WATCH", "UNWATCH",
+    }
+)  # fmt: skip
+#: The most commands one batch carries.
+MAX_BATCH = 1000
+
+
+@attrs.define(eq=False)
+class _Call:
+    args: tuple[Arg, ...]
+    done: trio.Event = attrs.field(factory=trio.Event)
+    result: outcome.Outcome[Any] | None = None
+
+
+class _Batcher:
+    """Collects commands for one tick, then sends them in one pipeline."""
+
+    def __init__(self, transport: Transport) -> None:
+        self._transport = transport
+        self._queue: list[_Call] = []
+        self._wake = trio.Event()
+        self._closing = False
+        self.batches = 0
+        self.commands = 0
+
+    async def call(self, args: tuple[Arg, ...]) -> Any:
+        call = _Call(args)
+        self._queue.append(call)
+        self._wake.set()
+        await call.done.wait()  # cancelled: the command may still run; others unaffected
+        assert call.result is not None
+        return call.result.unwrap()
+
+    def close(self) -> None:
+        self._closing = True
+        self._wake.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            await self._wake.wait()
+            if self._closing:
+                break
+            # One more tick: let every task that is ready add its command to this batch.
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            self._wake = trio.Event()
+            batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+            if self._queue:
+                self._wake.set()
+            await self._send(batch)
+
+    async def _send(self, batch: list[_Call]) -> None:
+        self.batches += 1
+        self.commands += len(batch)
+        try:
+            if len(batch) == 1:
+                replies = [await outcome.acapture(self._transport.execute, *batch[0].args)]
+            else:
+                raw = await self._transport.pipeline([c.args for c in batch])
+                replies = [
+                    outcome.Error(r) if isinstance(r, BaseException) else outcome.Value(r)
+                    for r in raw
+                ]
+        except Exception as exc:  # noqa: BLE001 - the whole batch failed: every caller's error
+            replies = [outcome.Error(exc) for _ in batch]
+        for call, reply in zip(batch, replies, strict=True):
+            call.result = reply
+            call.done.set()
+
+    def fail_pending(self, error: BaseException) -> None:
+        for call in self._queue:
+            call.result = outcome.Error(error)
+            call.done.set()
+        self._queue.clear()
+
+
+def _ok(reply: Any) -> bool:
+    return reply in (b"OK", "OK", True)
+
+
+class _Commands:
+    """The typed commands; subclasses say how one command is sent."""
+
+    async def execute(self, *args: Arg) -> Any:
+        """Any Redis command; its raw reply (bytes, int, list, None ...)."""
+        raise NotImplementedError
+
+    async def get(self, key: str) -> bytes | None:
+        reply: bytes | None = await self.execute("GET", key)
+        return reply
+
+    async def set(
+        self,
+        key: str,
+        value: Arg,
+        *,
+        ex: float | None = None,
+        px: int | None = None,
+        nx: bool = False,
+        xx: bool = False,
+    ) -> bool:
+        """SET; True when it was set (False when ``nx``/``xx`` prevented it)."""
+        args: list[Arg] = ["SET", key, value]
+        if ex is not None:
+            args += ["PX", int(ex * 1000)]
+        if px is not None:
+            args += ["PX", px]
+        if nx:
+            args.append("NX")
+        if xx:
+            args.append("XX")
+        return _ok(await self.execute(*args))
+
+    async def delete(self, *keys: str) -> int:
+        return int(await self.execute("DEL", *keys))
+
+    async def exists(self, *keys: str) -> int:
+        return int(await self.execute("EXISTS", *keys))
+
+    async def incr(self, key: str, amount: int = 1) -> int:
+        if amount == 1:
+            return int(await self.execute("INCR", key))
+        return int(await self.execute("INCRBY", key, amount))
+
+    async def decr(self, key: str, amount: int = 1) -> int:
+        return int(await self.execute("DECRBY", key, amount))
+
+    async def expire(self, key: str, seconds: float) -> bool:
+        return bool(await self.execute("PEXPIRE", key, int(seconds * 1000)))
+
+    async def ttl(self, key: str) -> float | None:
+        """Seconds left, or None when the key has no expiry or does not exist."""
+        ms = int(await self.execute("PTTL", key))
+        return ms / 1000 if ms >= 0 else None
+
+    async def hset(self, key: str, mapping: Mapping[str, Arg]) -> int:
+        flat: list[Arg] = [x for pair in mapping.items() for x in pair]
+        return int(await self.execute("HSET", key, *flat))
+
+    async def hget(self, key: str, field: str) -> bytes | None:
+        reply: bytes | None = await self.execute("HGET", key, field)
+        return reply
+
+    async def hgetall(self, key: str) -> dict[bytes, bytes]:
+        flat = await self.execute("HGETALL", key)
+        return {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}
+
+    async def hincrby(self, key: str, field: str, amount: int = 1) -> int:
+        return int(await self.execute("HINCRBY", key, field, amount))
+
+    async def lpush(self, key: str, *values: Arg) -> int:
+        return int(await self.execute("LPUSH", key, *values))
+
+    async def rpush(self, key: str, *values: Arg) -> int:
+        return int(await self.execute("RPUSH", key, *values))
+
+    async def lrange(self, key: str, start: int, stop: int) -> list[bytes]:
+        reply: list[bytes] = await self.execute("LRANGE", key, start, stop)
+        return reply
+
+    async def sadd(self, key: str, *members: Arg) -> int:
+        return int(await self.execute("SADD", key, *members))
+
+    async def smembers(self, key: str) -> builtins.set[bytes]:
+        return builtins.set(await self.execute("SMEMBERS", key))
+
+    async def zadd(self, key: str, mapping: Mapping[str, float]) -> int:
+        flat: list[Arg] = [x for member, score in mapping.items() for x in (score, member)]
+        return int(await self.execute("ZADD", key, *flat))
+
+    async def zrange(self, key: str, start: int, stop: int) -> list[bytes]:
+        reply: list[bytes] = await self.execute("ZRANGE", key, start, stop)
+        return reply
+
+
+class RedisHandle(_Commands):
+    """Redis for task code: typed commands, batched automatically across tasks."""
+
+    def __init__(self, transport: Transport) -> None:
+        self._transport = transport
+        self._batcher = _Batcher(transport)
+        self._scripts: dict[str, Script] = {}
+        self._open = False
+
+    async def execute(self, *args: Arg) -> Any:
+        if not self._open:
+            raise RunnerNotRunning("the Redis handle is closed")
+        if str(args[0]).upper() in BLOCKING:
+            return await self._transport.execute(*args)
+        return await self._batcher.call(args)
+
+    async def eval(self, script: str, keys: Sequence[str] = (), args: Sequence[Arg] = ()) -> Any:
+        """Run a Lua script (by its SHA1, loading it when Redis does not know it)."""
+        loaded = self._scripts.get(script)
+        if loaded is None:
+            loaded = self._scripts[script] = make_script("user", script)
+        try:
+            return await self.execute("EVALSHA", loaded.sha, len(keys), *keys, *args)
+        except ScriptNotLoaded:
+            pass
+        await self.execute("SCRIPT", "LOAD", loaded.source)
+        return await self.execute("EVALSHA", loaded.sha, len(keys), *keys, *args)
+
+    def pipeline(self, *, transaction: bool = False) -> Pipeline:
+        """Raw commands queued with ``add``, then sent together when the block exits
+        (``transaction``: wrapped in MULTI/EXEC). ``pipeline.results`` holds the replies."""
+        return Pipeline(self, transaction)
+
+    @property
+    def batches(self) -> int:
+        """Round trips made so far (batches of commands)."""
+        return self._batcher.batches
+
+    @property
+    def commands(self) -> int:
+        return self._batcher.commands
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve the batches until :meth:`close` (a runner or open_redis does this)."""
+        self._open = True
+        try:
+            await self._batcher.run(task_status=task_status)
+        finally:
+            self._open = False
+            self._batcher.fail_pending(RunnerNotRunning("the Redis handle was closed"))
+
+    def close(self) -> None:
+        """Stop serving: commands issued from now on fail with RunnerNotRunning."""
+        self._open = False
+        self._batcher.close()
+
+
+class Pipeline:
+    """Raw commands queued with :meth:`add`, sent together when the block exits; their
+    replies are in ``results`` afterwards.
+
+    Without a transaction, a command that failed has its exception (not raised) in
+    ``results``; with ``transaction=True`` (MULTI/EXEC) an aborted transaction raises.
+    """
+
+    def __init__(self, handle: RedisHandle, transaction: bool) -> None:
+        self._handle = handle
+        self._transaction = transaction
+        self._commands: list[tuple[Arg, ...]] = []
+        self.results: list[Any] = []
+
+    def add(self, *args: Arg) -> Pipeline:
+        """Queue one command, e.g. ``p.add("INCR", "hits")``; returns the pipeline."""
+        self._commands.append(args)
+        return self
+
+    async def __aenter__(self) -> Pipeline:
+        await trio.lowlevel.checkpoint()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is not None or not self._commands:
+            return
+        transport = self._handle._transport
+        if self._transaction:
+            replies = await transport.pipeline([("MULTI",), *self._commands, ("EXEC",)])
+            for reply in replies:
+                if isinstance(reply, BaseException):
+                    raise reply  # refused while queueing: nothing ran
+            executed = replies[-1]
+            if executed is None:
+                raise RedisCommandError("the transaction was aborted (a WATCHed key changed)")
+            self.results = list(executed)
+        else:
+            # One round trip of its own; a command that failed has its exception in place.
+            self.results = await transport.pipeline(self._commands)
+
+
+@asynccontextmanager
+async def open_redis(
+    url: str, *, connect_timeout: float = 5.0, max_connections: int = 20
+) -> AsyncIterator[RedisHandle]:
+    """A :class:`RedisHandle` on its own, for code that is not run by a runner."""
+    v.check_positive_number("connect_timeout", connect_timeout)
+    v.check_positive_int("max_connections", max_connections)
+    async with open_transport(
+        url,
+        client_name="trunner-redis",
+        max_connections=max_connections,
+        connect_timeout=connect_timeout,
+    ) as transport:
+        handle = RedisHandle(transport)
+
+        def crashed(what: str) -> Crashed:
+            return Crashed(f"the Redis handle failed: {what}")
+
+        async with run_in_background(handle.run, handle.close, crashed):
+            yield handle
