@@ -328,3 +328,24 @@ async def test_the_handler_sees_current_message_for_every_give_up(
         poison = _add(raw, group, {b"payload": b"{"})
         await handler.wait(2)
     assert sorted(seen) == sorted([unknown, poison])
+
+
+async def test_a_retry_gets_the_payload_as_dispatched(url: str, group: str) -> None:
+    """The failed attempt changed its payload object: the retry must not see that."""
+    seen: list[Any] = []
+    done = trio.Event()
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task(max_retry=1, retry_backoff=0.01)
+    async def mutating(payload: dict[str, Any]) -> None:
+        seen.append(json.loads(json.dumps(payload)))
+        payload["changed"] = True
+        payload["items"].append("extra")
+        if trunner.current_message().attempt == 1:
+            raise RuntimeError("first")
+        done.set()
+
+    async with trunner.open_runner(url, config(group), tasks) as runner:
+        await runner.dispatch("mutating", {"items": ["a"]})
+        await done.wait()
+    assert seen == [{"items": ["a"]}, {"items": ["a"]}]

@@ -12,6 +12,7 @@ stream id. Unknown fields are ignored, so later versions can add fields.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -34,6 +35,14 @@ PAYLOAD_FIELD = b"payload"
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 # For strings holding lone surrogates (valid in Python and in JSON escapes, not in UTF-8).
 _dumps_ascii = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (the standard has no NaN or Infinity)")
+
+
+#: Strict JSON: NaN and Infinity, which the encoder refuses, are refused here too.
+_loads = json.JSONDecoder(parse_constant=_no_constant).decode
 
 
 def _to_json(body: Any) -> bytes:
@@ -111,10 +120,19 @@ def encode_message(
 
 
 def reencode_for_retry(message: TaskMessage, attempt: int, max_bytes: int) -> bytes:
-    """The message of the next attempt of ``message`` (same task id and payload)."""
+    """The message of the next attempt of ``message`` (same task id and payload).
+
+    The payload is read again from the message as stored: the attempt that failed may have
+    changed the object it was given.
+    """
+    payload = message.payload
+    if message.raw:
+        # Not from a stored message (a test's own TaskMessage): use the payload as it is.
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            payload = _loads(message.raw.decode("utf-8"))["payload"]
     return encode_message(
         message.task_name,
-        message.payload,
+        payload,
         attempt=attempt,
         enqueued_at=message.enqueued_at,
         task_id=message.task_id,
@@ -193,7 +211,7 @@ def decode_message(
     except UnicodeDecodeError as exc:
         raise bad(f"the payload is not valid UTF-8: {exc}") from exc
     try:
-        body = json.loads(text)
+        body = _loads(text)
     except (ValueError, RecursionError) as exc:
         raise bad(f"the payload is not valid JSON: {exc}") from exc
     if not isinstance(body, dict):

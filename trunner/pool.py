@@ -10,6 +10,7 @@ back for immediate reclaim, never acknowledged.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -58,7 +59,6 @@ class _Job:
     decode_error: MessageDecodeError | None
     beat_interval: float
     next_beat: float
-    scope: trio.CancelScope | None = None
     finishing: bool = False
     lost: bool = False
 
@@ -326,22 +326,20 @@ class WorkerPool:
             await self._give_up(job, error, "max retries exceeded (redelivered)")
             return
         begin = time.perf_counter()
-        interrupted, failure = await self._guarded(job, task.action, message.payload)
+        failure = await self._guarded(job, task.action, message.payload)
         duration = time.perf_counter() - begin
-        if interrupted:
-            self._interrupted(job, duration)
-            return
         self._on_task_time(task.name, duration)
         if failure is None:
             self._counters.succeeded += 1
             self._counters.task(task.name).succeeded += 1
             self._acks.add(job.message_id, self._lock(message))
-            logger.debug(
-                "%s succeeded in %.3f s",
-                _about(message),
-                duration,
-                extra=_log_fields(message, duration=duration),
-            )
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug(
+                    "%s succeeded in %.3f s",
+                    _about(message),
+                    duration,
+                    extra=_log_fields(message, duration=duration),
+                )
             return
         self._counters.failed += 1
         self._counters.task(task.name).failed += 1
@@ -357,18 +355,21 @@ class WorkerPool:
 
     async def _guarded(
         self, job: _Job, func: Callable[..., Awaitable[Any]], *args: Any
-    ) -> tuple[bool, Exception | None]:
-        """Run user code in a scope the drain timeout can cancel: (interrupted, raised)."""
-        job.scope = scope = trio.CancelScope()
-        if self._cancelling:
-            scope.cancel()
-        failure: Exception | None = None
-        with scope:
-            try:
-                await func(*args)
-            except Exception as exc:  # noqa: BLE001 - user code failures are handled by callers
-                failure = exc
-        return scope.cancelled_caught, failure
+    ) -> Exception | None:
+        """Run user code; return what it raised.
+
+        Past the drain timeout the jobs nursery is cancelled: the job is then recorded as
+        interrupted (its message is released) and the cancellation goes on.
+        """
+        try:
+            await func(*args)
+        except trio.Cancelled:
+            if self._cancelling:
+                self._interrupted(job)
+            raise
+        except Exception as exc:  # noqa: BLE001 - user code failures are handled by callers
+            return exc
+        return None
 
     def _lock(self, message: TaskMessage) -> tuple[str, str] | None:
         """The unique lock a finished message releases: (key, token), or None."""
@@ -382,13 +383,13 @@ class WorkerPool:
         while len(self._kept) > MAX_KEPT:
             del self._kept[next(iter(self._kept))]
 
-    def _interrupted(self, job: _Job, duration: float | None = None) -> None:
+    def _interrupted(self, job: _Job) -> None:
         self._counters.interrupted += 1
         self._to_release.append((job.consumer, job.message_id, True))
         logger.warning(
             "%s interrupted by shutdown; message released",
             _about(job.message),
-            extra=_log_fields(job.message, duration=duration),
+            extra=_log_fields(job.message),
         )
 
     async def _retry(self, job: _Job, task: Task, failure: Exception) -> None:
@@ -421,10 +422,7 @@ class WorkerPool:
         self._errors.capture(error)
         handler = self._config.failed_task_handler
         if handler is not None:
-            interrupted, exc = await self._guarded(job, handler, message, error)
-            if interrupted:
-                self._interrupted(job)
-                return
+            exc = await self._guarded(job, handler, message, error)
             if exc is not None:
                 self._errors.capture(exc)
                 self._keep(job)
@@ -476,7 +474,8 @@ class WorkerPool:
         """
         job.finishing = True  # acknowledged by the write: heartbeats would call it lost
         backoff = LoopBackoff()
-        with trio.move_on_after(TRANSITION_TIMEOUT):
+        # Shielded: the outcome of an attempt that ran is written even past the drain timeout.
+        with trio.move_on_after(TRANSITION_TIMEOUT, shield=True):
             while True:
                 try:
                     return await write()
@@ -562,9 +561,8 @@ class WorkerPool:
     def cancel_running(self) -> int:
         """Cancel every running task (drain timeout passed); return how many."""
         self._cancelling = True
-        for job in self._jobs.values():
-            if job.scope is not None:
-                job.scope.cancel()
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
         return len(self._jobs)
 
     def take_releases(self) -> list[tuple[str, str, bool]]:

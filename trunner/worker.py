@@ -179,13 +179,17 @@ async def run_worker(
 
 
 def configure_logging(level: str, fmt: str) -> None:
+    """Log to stderr at ``level`` — unless logging is configured already (an embedding
+    application, a test run): then it is left as it is."""
+    root = logging.getLogger()
+    if root.handlers:
+        return
     handler = logging.StreamHandler()
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
+    root.addHandler(handler)
     root.setLevel(level)  # the application's own loggers too
     logging.getLogger("trunner").setLevel(level)
     for noisy in ("asyncio", "trio-asyncio", "trio_asyncio"):
