@@ -58,23 +58,27 @@ class IdleState:
         return not (self.queued or self.pending or self.due or self.in_flight or self.acks_buffered)
 
     def describe(self) -> str:
-        pending = "pending"
-        if self.pending_consumers:
-            pending += f" [consumers {_tally(self.pending_consumers)}]"
+        """``1 queued (send: 1); 2 pending (send: 2, by consumer 'host:1:ab': 2); ...``"""
         parts = []
         for count, what, names in [
-            (self.queued, "queued", self.queued_tasks),
-            (self.pending, pending, self.pending_tasks),
-            (self.due, "delayed and due", self.due_tasks),
-            (self.in_flight, "in flight", self.in_flight_tasks),
+            (self.queued, "queued", _tally(self.queued_tasks)),
+            (self.pending, "pending", self._pending_names()),
+            (self.due, "delayed and due", _tally(self.due_tasks)),
+            (self.in_flight, "in flight", _tally(self.in_flight_tasks)),
         ]:
             if count:
-                parts.append(f"{count} {what} ({_tally(names)})" if names else f"{count} {what}")
+                parts.append(f"{count} {what} ({names})" if names else f"{count} {what}")
         if self.acks_buffered:
             parts.append(f"{self.acks_buffered} acknowledgements not written yet")
         if self.delayed:
-            parts.append(f"({self.delayed} delayed, not due yet)")
+            parts.append(f"({self.delayed} delayed, due later)")
         return "; ".join(parts) or "nothing"
+
+    def _pending_names(self) -> str:
+        names = _tally(self.pending_tasks)
+        if self.pending_consumers:
+            names += f", by consumer {_tally(repr(c) for c in self.pending_consumers)}"
+        return names
 
 
 class NotIdle(AssertionError):
@@ -163,7 +167,11 @@ async def _with_names(
             "XPENDING", keys.stream, broker.group, "-", "+", SUMMARY_LIMIT
         )
     pending_ids = [_s(p[0]) for p in pending]
-    bodies = await transport.pipeline([("XRANGE", keys.stream, i, i) for i in pending_ids])
+    bodies = (
+        await transport.pipeline([("XRANGE", keys.stream, i, i) for i in pending_ids])
+        if pending_ids
+        else []
+    )
     due_ids = []
     if state.due:
         due_ids = await transport.execute(

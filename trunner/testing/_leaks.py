@@ -187,7 +187,8 @@ class CleanShutdown:
         self._check_threads = threads
         self._tasks: set[trio.lowlevel.Task] = set()
         self._threads: set[threading.Thread] = set()
-        self._clients: dict[str, set[str]] = {}
+        self._clients: dict[str, set[str]] = {}  # url -> connection ids before the block
+        self._owners: dict[str, set[str]] = {}  # url -> trunner connection names before it
         self._spotter: _Spotter | None = None
         #: The runners started in the block (found while the block ran in a Trio run).
         self.runners: list[Runner] = []
@@ -200,9 +201,11 @@ class CleanShutdown:
         for url in self._urls:
             probe = _Probe(url)
             try:
-                self._clients[url] = {c.get("id", "") for c in probe.client_list()}
+                clients = probe.client_list()
             finally:
                 probe.close()
+            self._clients[url] = {c.get("id", "") for c in clients}
+            self._owners[url] = {c.get("name", "") for c in clients if _is_ours(c)}
         try:
             trio.lowlevel.current_task()
         except RuntimeError:
@@ -319,10 +322,13 @@ class CleanShutdown:
                 clients = probe.client_list()
             finally:
                 probe.close()
-            before = self._clients.get(url)
+            before, owners = self._clients.get(url), self._owners.get(url, set())
             for c in clients:
-                new = before is not None and c.get("id") not in before
-                if _is_ours(c) and (new or c.get("name") in runner_names):
+                name = c.get("name", "")
+                # A new connection of an owner older than the block (a pool growing) is not
+                # the block's: owners are told apart by name (a runner's is unique).
+                new = before is not None and c.get("id") not in before and name not in owners
+                if _is_ours(c) and (new or name in runner_names):
                     leaks.append(
                         f"Redis connection id={c.get('id')} name={c.get('name')!r} "
                         f"(addr {c.get('addr')}, last command {c.get('cmd')}) opened "
