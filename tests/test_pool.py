@@ -6,6 +6,7 @@ from typing import Any
 
 import trio
 
+import trunner
 from trunner._redis import Broker, open_transport
 from trunner._redis.scripts import SCRIPTS
 from trunner._util import ErrorLog
@@ -46,3 +47,40 @@ async def test_a_cancelled_or_failed_flush_keeps_its_acknowledgements(
         assert not any(acks.holds(i) for i in ids)
         assert len(acks) == 0
         assert await broker.pending_count() == 0
+
+
+async def test_a_fetch_never_starts_tasks_beyond_a_lowered_capacity(
+    memory_url: str, group: str
+) -> None:
+    """Slots were reserved for 4, then the capacity dropped to 2 while the read blocked."""
+    from trunner._redis import RawEntry  # noqa: PLC0415
+    from trunner.pool import WorkerPool  # noqa: PLC0415
+
+    tasks = trunner.TaskRegistry()
+    hold = trio.Event()
+
+    @tasks.task
+    async def slow(_: Any) -> None:
+        await hold.wait()
+
+    async with open_transport(
+        memory_url, client_name="t", max_connections=2, connect_timeout=5
+    ) as t:
+        broker = Broker(t, Keys("trunner", group))
+        await broker.ensure_group()
+        cfg = config(group, num_workers=4)
+        counters, errors = Counters(), ErrorLog()
+        acks = AckBuffer(broker, cfg, counters, errors)
+        pool = WorkerPool(broker, tasks, cfg, counters, errors, acks, lambda _due: None)
+        async with trio.open_nursery() as nursery:
+            pool.bind(nursery)
+            slots = pool.try_reserve(4)
+            assert len(slots) == 4
+            pool.limiter.total_tokens = 2
+            data = b'{"task":"slow","payload":null,"attempt":1,"enqueued_at":0}'
+            entries = [RawEntry(f"{i}-0", [b"payload", data]) for i in range(1, 5)]
+            queued = pool.submit(entries, slots, "c")
+            assert (pool.in_flight, queued) == (2, 2), "two started, two handed back"
+            assert [mid for _, mid, _ in pool.take_releases()] == ["3-0", "4-0"]
+            assert pool.limiter.borrowed_tokens == 2
+            hold.set()
