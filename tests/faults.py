@@ -64,8 +64,8 @@ class FaultyTransport(Transport):
             await self._gate(command)
         return await self.inner.pipeline(commands)
 
-    def open_reader(self, name: str) -> Reader:
-        return self.inner.open_reader(name)
+    def open_reader(self, name: str, key: str | None = None) -> Reader:
+        return self.inner.open_reader(name, key)
 
     def open_subscriber(self, channel: str) -> Subscriber:
         return self.inner.open_subscriber(channel)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -11,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 
 REDIS_SERVER = shutil.which("redis-server")
 
@@ -25,14 +27,36 @@ def require_redis_server() -> str:
     return REDIS_SERVER
 
 
-def free_port() -> int:
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(cluster: bool = False) -> int:
+    """A free loopback port; ``cluster``: one whose cluster bus port (+10000) is free too."""
+    if cluster:
+        for _ in range(1000):
+            port = random.randint(20000, 55000)
+            if _bindable(port) and _bindable(port + 10000):
+                return port
+        raise RuntimeError("no free port pair for a cluster node")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        bound: int = sock.getsockname()[1]
+        return bound
 
 
-def _ping(port: int) -> bool:
+def _ping(port: int, tls: dict[str, str] | None = None) -> bool:
+    if tls is not None:
+        try:
+            with redis.Redis(port=port, ssl=True, socket_timeout=0.5, **tls) as client:  # type: ignore[arg-type]
+                return bool(client.ping())
+        except (redis.RedisError, OSError):
+            return False
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
             sock.sendall(b"PING\r\n")
@@ -55,7 +79,7 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self, timeout: float = 10.0) -> None:
+    def start(self, timeout: float = 10.0, tls: dict[str, str] | None = None) -> None:
         assert self.process is None, "already running"
         args = [
             self.binary,
@@ -69,7 +93,7 @@ class RedisServer:
         ]  # fmt: skip
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + timeout
-        while not _ping(self.port):
+        while not _ping(self.port, tls):
             if self.process.poll() is not None:
                 err = self.process.stderr.read().decode() if self.process.stderr else ""
                 logfile = self.dir / "redis.log"

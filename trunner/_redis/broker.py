@@ -75,7 +75,8 @@ class Broker:
     # -- set-up -----------------------------------------------------------------------------
 
     async def load_scripts(self) -> None:
-        await self.transport.pipeline([("SCRIPT", "LOAD", s.source) for s in SCRIPTS.all()])
+        for script in SCRIPTS.all():  # one by one: on Cluster each goes to every primary
+            await self.transport.execute("SCRIPT", "LOAD", script.source)
 
     async def ensure_group(self) -> None:
         """Create the stream and the consumer group if missing (from the stream's start)."""
@@ -168,7 +169,7 @@ class Broker:
     # -- consuming --------------------------------------------------------------------------
 
     def open_reader(self, name: str) -> Reader:
-        return self.transport.open_reader(name)
+        return self.transport.open_reader(name, self.keys.stream)
 
     async def read(self, reader: Reader, consumer: str, count: int, block: float) -> list[RawEntry]:
         reply = await reader.xreadgroup(self.group, consumer, self.keys.stream, count, block)
@@ -407,9 +408,10 @@ class Broker:
     async def eviction_policy(self) -> tuple[str, int] | None:
         """(maxmemory-policy, maxmemory) of the server; None if CONFIG GET is not allowed."""
         try:
-            replies = await self.transport.pipeline(
-                [("CONFIG", "GET", "maxmemory-policy"), ("CONFIG", "GET", "maxmemory")]
-            )
+            replies = [
+                await self.transport.execute("CONFIG", "GET", "maxmemory-policy"),
+                await self.transport.execute("CONFIG", "GET", "maxmemory"),
+            ]
         except BackendError:
             return None
         if any(isinstance(r, BaseException) or len(r) < 2 for r in replies):

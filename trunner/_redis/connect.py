@@ -12,24 +12,50 @@ from redis.asyncio.connection import parse_url
 from .._util import unwrap_single
 from ..errors import RedisUnavailable
 from .memory import MemoryTransport
+from .topology import parse_endpoint
 from .transport import AsyncioTransport, Transport
 
 __all__ = ["SUPPORTED_SCHEMES", "check_url", "open_transport", "redact_url"]
 
-SUPPORTED_SCHEMES = ("redis", "rediss", "unix", "memory")
+SUPPORTED_SCHEMES = (
+    "redis",
+    "rediss",
+    "unix",
+    "memory",
+    "redis+cluster",
+    "rediss+cluster",
+    "redis+sentinel",
+    "rediss+sentinel",
+)
 
 #: Bound on closing connections at shutdown.
 CLOSE_TIMEOUT = 5.0
 
 
 def redact_url(url: str) -> str:
-    """``url`` with its password replaced by ``***``."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None:
+    """``url`` with its passwords replaced by ``***``.
+
+    Covers the password in ``user:password@`` and the ``password`` and
+    ``sentinel_password`` query options, for single-host and multi-host URLs.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
         return url
-    netloc = parts.netloc.rsplit("@", 1)[-1]
-    user = parts.username or ""
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+    rest, qmark, query = rest.partition("?")
+    query, hash_, fragment = query.partition("#")
+    netloc, slash, path = rest.partition("/")
+    userinfo, at, hosts = netloc.rpartition("@")
+    if at and ":" in userinfo:
+        netloc = f"{userinfo.split(':', 1)[0]}:***@{hosts}"
+    if query:
+        pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
+        if any(name in _SECRET_OPTIONS for name, _ in pairs):
+            safe = [(n, "***" if n in _SECRET_OPTIONS else v) for n, v in pairs]
+            query = urllib.parse.urlencode(safe, safe="*/")
+    return f"{scheme}{sep}{netloc}{slash}{path}{qmark}{query}{hash_}{fragment}"
+
+
+_SECRET_OPTIONS = frozenset({"password", "sentinel_password"})
 
 
 def check_url(url: object) -> str:
@@ -47,7 +73,10 @@ def check_url(url: object) -> str:
             raise ValueError("a memory:// URL needs a name, e.g. memory://demo")
         return scheme
     try:
-        parse_url(url)
+        if "+" in scheme:
+            parse_endpoint(url)
+        else:
+            parse_url(url)
     except (ValueError, TypeError) as exc:
         raise ValueError(f"invalid Redis URL {redact_url(url)!r}: {exc}") from None
     return scheme
@@ -83,7 +112,7 @@ async def open_transport(
         async with trio_asyncio.open_loop() as loop:
             transport = AsyncioTransport(
                 loop,
-                url,
+                parse_endpoint(url),
                 description=redact_url(url),
                 client_name=client_name,
                 max_connections=max_connections,

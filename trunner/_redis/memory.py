@@ -92,7 +92,7 @@ class MemoryTransport(Transport):
                 replies.append(exc)
         return replies
 
-    def open_reader(self, name: str) -> Reader:
+    def open_reader(self, name: str, key: str | None = None) -> Reader:
         reader = _MemoryReader(self._server)
         self._readers.add(reader)
         return reader

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import math
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
@@ -22,11 +23,14 @@ from typing import Any, TypeVar
 import redis.asyncio
 import redis.exceptions
 import trio
+from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
 
 from ..errors import BackendError, RedisCommandError, RedisUnavailable
 from .scripts import Script
+from .topology import Endpoint
 
 __all__ = [
     "Arg",
@@ -40,6 +44,12 @@ __all__ = [
 
 Arg = str | bytes | int | float
 T = TypeVar("T")
+
+#: Replies the Cluster client parses for itself (topology and command table).
+_CLUSTER_OWN = ("COMMAND", "CLUSTER", "READONLY", "READWRITE", "ASKING")
+
+#: Commands named by two words, which the Cluster client routes by both.
+_TWO_WORD = frozenset({"SCRIPT", "CONFIG", "CLIENT", "CLUSTER"})
 
 #: How often, and how far apart, an interrupt repeats CLIENT UNBLOCK for a read.
 UNBLOCK_TRIES = 10
@@ -60,7 +70,7 @@ def translate_error(exc: BaseException, where: str) -> BaseException:
         return RedisUnavailable(f"{where}: {type(exc).__name__}: {exc}")
     if isinstance(exc, redis.exceptions.ResponseError):
         return RedisCommandError(f"{where}: {exc}")
-    if isinstance(exc, redis.exceptions.RedisError):
+    if isinstance(exc, redis.exceptions.RedisError | redis.exceptions.RedisClusterException):
         return BackendError(f"{where}: {type(exc).__name__}: {exc}")
     return exc
 
@@ -117,8 +127,9 @@ class Transport(abc.ABC):
         """Run commands in one round trip; each failed one is an exception in its place."""
 
     @abc.abstractmethod
-    def open_reader(self, name: str) -> Reader:
-        """A new reader with a connection of its own (connected on first use)."""
+    def open_reader(self, name: str, key: str | None = None) -> Reader:
+        """A new reader with a connection of its own (connected on first use), to the
+        server of ``key`` (on Cluster: the node serving its slot)."""
 
     @abc.abstractmethod
     def open_subscriber(self, channel: str) -> Subscriber:
@@ -144,7 +155,7 @@ class AsyncioTransport(Transport):
     def __init__(
         self,
         loop: Any,
-        url: str,
+        endpoint: Endpoint,
         *,
         description: str,
         client_name: str,
@@ -154,6 +165,7 @@ class AsyncioTransport(Transport):
     ) -> None:
         self._loop = loop
         self.description = description
+        self.endpoint = endpoint
         common: dict[str, Any] = {
             # No per-read socket timeout: a blocking read may take as long as its BLOCK,
             # and calls are bounded by Trio cancel scopes instead (REDIS-NOTES traps 1, 3).
@@ -163,25 +175,100 @@ class AsyncioTransport(Transport):
             # RESP2 on every connection: the broker parses raw replies of one shape.
             "protocol": 2,
         }
-        if not url.lower().startswith("unix://"):
+        if not endpoint.url.lower().startswith("unix://"):
             common["socket_keepalive"] = True  # TCP only: unix sockets refuse the option
         # No automatic retries: a command whose reply was lost may have run (an XADD would
         # enqueue twice, a claim would leave entries unseen). Callers see the error and
         # decide; pooled connections closed by the server are replaced at checkout.
-        self._pool = redis.asyncio.BlockingConnectionPool.from_url(
-            url,
-            max_connections=max_connections,
-            timeout=None,
-            retry=Retry(NoBackoff(), 0),
-            **common,
-        )
-        self._client = redis.asyncio.Redis(connection_pool=self._pool)
-        self._client.response_callbacks.clear()  # raw replies, parsed by the broker
-        self._reader_pool = redis.asyncio.ConnectionPool.from_url(
-            url, retry=Retry(NoBackoff(), 0), **common
-        )
+        no_retry = Retry(NoBackoff(), 0)
+        self._cluster: redis.asyncio.RedisCluster | None = None
+        self._sentinel: Sentinel | None = None
+        self._client: Any
+        if endpoint.kind == "cluster":
+            self._cluster = self._client = redis.asyncio.RedisCluster(
+                startup_nodes=[ClusterNode(host, port) for host, port in endpoint.nodes],
+                max_connections=max_connections,
+                **common,
+                **endpoint.options,
+            )
+            self._pool: Any = None
+            self._reader_pool: Any = None
+        elif endpoint.kind == "sentinel":
+            sentinel = Sentinel(  # type: ignore[no-untyped-call]
+                list(endpoint.nodes),
+                sentinel_kwargs={
+                    "socket_connect_timeout": connect_timeout,
+                    "protocol": 2,
+                    **endpoint.sentinel_options,
+                },
+                retry=no_retry,
+                **common,
+                **endpoint.options,
+            )
+            assert endpoint.service is not None
+            self._sentinel = sentinel
+            self._client = sentinel.master_for(
+                endpoint.service, redis_class=redis.asyncio.Redis, max_connections=max_connections
+            )
+            self._pool = self._reader_pool = self._client.connection_pool
+        else:
+            self._pool = redis.asyncio.BlockingConnectionPool.from_url(
+                endpoint.url,
+                max_connections=max_connections,
+                timeout=None,
+                retry=no_retry,
+                **common,
+            )
+            self._client = redis.asyncio.Redis(connection_pool=self._pool)
+            self._reader_pool = redis.asyncio.ConnectionPool.from_url(
+                endpoint.url, retry=no_retry, **common
+            )
+        # Raw replies, parsed by the broker; the Cluster client keeps the parsers it needs
+        # itself to learn the topology.
+        callbacks = self._client.response_callbacks
+        for name in list(callbacks):
+            if self._cluster is None or not str(name).upper().startswith(_CLUSTER_OWN):
+                del callbacks[name]
+        # The Cluster client's per-node pools raise at their limit instead of waiting, so
+        # pooled calls wait here: at most max_connections at once, hence per node.
+        self._gate = trio.Semaphore(max_connections) if self._cluster is not None else None
         self.command_timeout = command_timeout
         self._readers: set[_AsyncioReader | _AsyncioSubscriber] = set()
+
+    # -- dedicated connections (blocking reads, subscriptions) -------------------------------
+
+    def _connection(self, key: str | None) -> tuple[Any, str | None]:
+        """A new, unconnected connection for a reader of ``key``: (connection, node name).
+
+        On Cluster it goes to the node serving ``key``'s slot (any node without a key).
+        """
+        if self._cluster is None:
+            return self._reader_pool.make_connection(), None
+        cluster = self._cluster
+        node = cluster.get_node_from_key(key) if key is not None else cluster.get_random_node()
+        if node is None:
+            raise RedisUnavailable(f"no Cluster node serves {key!r} now")
+        return node.connection_class(**node.connection_kwargs), node.name
+
+    async def _after_error(self, error: BaseException) -> None:
+        """A dedicated connection failed: on Cluster, refresh the slot map (a failover, a
+        migration) so that the next connection goes to the right node."""
+        if self._cluster is not None and not isinstance(error, trio.Cancelled):
+            with contextlib.suppress(Exception):
+                await self._cluster.nodes_manager.initialize()
+
+    async def _unblock(self, node: str | None, client_id: int) -> None:
+        if self._cluster is None:
+            await self.execute("CLIENT", "UNBLOCK", client_id)
+            return
+        target = self._cluster.get_node(node_name=node) if node else None
+
+        async def go() -> Any:
+            return await self._client.execute_command(
+                "CLIENT", "UNBLOCK", client_id, target_nodes=target
+            )
+
+        await self._pooled(go, "CLIENT UNBLOCK")
 
     async def run(
         self,
@@ -201,15 +288,27 @@ class AsyncioTransport(Transport):
                 result: T = await self._loop.run_aio_coroutine(make())
         except trio.TooSlowError:
             raise RedisUnavailable(f"{where}: no reply from Redis within {limit} s") from None
-        except (TimeoutError, redis.exceptions.RedisError, OSError, EOFError) as exc:
+        except (
+            TimeoutError,
+            redis.exceptions.RedisError,
+            redis.exceptions.RedisClusterException,
+            OSError,
+            EOFError,
+        ) as exc:
             raise translate_error(exc, where) from exc
         return result
 
+    async def _pooled(self, make: Callable[[], Coroutine[Any, Any, T]], where: str) -> T:
+        if self._gate is None:
+            return await self.run(make, where)
+        async with self._gate:
+            return await self.run(make, where)
+
     async def execute(self, *args: Arg) -> Any:
-        return await self.run(
-            lambda: self._client.execute_command(*args),  # type: ignore[no-untyped-call]
-            str(args[0]),
-        )
+        if self._cluster is not None and str(args[0]).upper() in _TWO_WORD:
+            # The Cluster client routes keyless commands by their full name ("SCRIPT LOAD").
+            args = (f"{args[0]!s} {args[1]!s}", *args[2:])
+        return await self._pooled(lambda: self._client.execute_command(*args), str(args[0]))
 
     async def pipeline(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
         async def go() -> list[Any]:
@@ -219,14 +318,17 @@ class AsyncioTransport(Transport):
                 result: list[Any] = await pipe.execute(raise_on_error=False)
                 return result
 
-        replies = await self.run(go, "pipeline")
+        if self._cluster is not None and any(c[0] in ("MULTI", "EXEC") for c in commands):
+            raise BackendError("transactions are not supported on Redis Cluster by trunner")
+
+        replies = await self._pooled(go, "pipeline")
         return [
             translate_error(r, str(c[0])) if isinstance(r, BaseException) else r
             for r, c in zip(replies, commands, strict=True)
         ]
 
-    def open_reader(self, name: str) -> Reader:
-        reader = _AsyncioReader(self, name)
+    def open_reader(self, name: str, key: str | None = None) -> Reader:
+        reader = _AsyncioReader(self, name, key)
         self._readers.add(reader)
         return reader
 
@@ -244,17 +346,22 @@ class AsyncioTransport(Transport):
 
         async def close() -> None:
             await self._client.aclose()
-            await self._pool.disconnect()
-            await self._reader_pool.disconnect()
+            for pool in {id(p): p for p in (self._pool, self._reader_pool) if p}.values():
+                await pool.disconnect()
+            if self._sentinel is not None:
+                for client in self._sentinel.sentinels:
+                    await client.aclose()
 
         await self.run(close, "close")
 
 
 class _AsyncioReader(Reader):
-    def __init__(self, transport: AsyncioTransport, name: str) -> None:
+    def __init__(self, transport: AsyncioTransport, name: str, key: str | None) -> None:
         self._transport = transport
         self._name = name
-        self._conn: Any = transport._reader_pool.make_connection()  # type: ignore[no-untyped-call]
+        self._key = key
+        self._conn: Any = None
+        self._node: str | None = None
         self._client_id: int | None = None
         self._reading = False
         self._read_done = trio.Event()
@@ -262,6 +369,8 @@ class _AsyncioReader(Reader):
         self._closed = False
 
     async def _connect(self) -> None:
+        if self._conn is None:
+            self._conn, self._node = self._transport._connection(self._key)
         conn = self._conn
         await conn.connect()
         try:
@@ -271,19 +380,21 @@ class _AsyncioReader(Reader):
             self._client_id = -1
 
     async def _read(self, args: Sequence[Arg]) -> Any:
-        conn = self._conn
         try:
-            if self._client_id is None or not conn.is_connected:
+            if self._client_id is None or self._conn is None or not self._conn.is_connected:
                 await self._connect()
             if self._interrupted:
                 return None  # interrupted before it was sent
-            await conn.send_command(*args)
-            return await conn.read_response()
-        except BaseException:
-            # Cancelled, or the connection broke: whatever is in flight on this socket is
-            # unknown, so drop the connection; the next read starts on a fresh one.
+            await self._conn.send_command(*args)
+            return await self._conn.read_response()
+        except BaseException as exc:
+            # Cancelled, or the connection broke, or the slot moved: whatever is in flight on
+            # this socket is unknown, so drop the connection; the next read starts afresh.
             self._client_id = None
-            await conn.disconnect(nowait=True)
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                await conn.disconnect(nowait=True)
+            await self._transport._after_error(exc)
             raise
 
     async def xreadgroup(
@@ -317,7 +428,7 @@ class _AsyncioReader(Reader):
             if not self._reading:
                 break
             if client_id is not None and client_id > 0:
-                await self._transport.execute("CLIENT", "UNBLOCK", client_id)
+                await self._transport._unblock(self._node, client_id)
             with trio.move_on_after(UNBLOCK_RETRY):
                 await self._read_done.wait()
         await trio.lowlevel.checkpoint()
@@ -327,9 +438,13 @@ class _AsyncioReader(Reader):
             return
         self._closed = True
         self._transport._forget_reader(self)
+        conn, self._conn = self._conn, None
+        if conn is None:
+            await trio.lowlevel.checkpoint()
+            return
 
         async def close() -> None:
-            await self._conn.disconnect()
+            await conn.disconnect()
 
         with trio.CancelScope(shield=True):
             await self._transport.run(close, "close reader")
@@ -339,11 +454,13 @@ class _AsyncioSubscriber(Subscriber):
     def __init__(self, transport: AsyncioTransport, channel: str) -> None:
         self._transport = transport
         self._channel = channel.encode()
-        self._conn: Any = transport._reader_pool.make_connection()  # type: ignore[no-untyped-call]
+        self._conn: Any = None
         self._subscribed = False
         self._closed = False
 
     async def _subscribe(self) -> None:
+        if self._conn is None:
+            self._conn, _ = self._transport._connection(None)
         conn = self._conn
         try:
             await conn.connect()
@@ -358,10 +475,10 @@ class _AsyncioSubscriber(Subscriber):
         await self._transport.run(self._subscribe, "SUBSCRIBE")
 
     async def _next(self) -> bytes:
-        conn = self._conn
         try:
-            if not self._subscribed or not conn.is_connected:
+            if not self._subscribed or self._conn is None or not self._conn.is_connected:
                 await self._subscribe()
+            conn = self._conn
             while True:
                 reply = await conn.read_response(timeout=math.inf)
                 kind = reply[0] if isinstance(reply, list) and len(reply) == 3 else None
@@ -370,7 +487,8 @@ class _AsyncioSubscriber(Subscriber):
                     return data
         except BaseException:
             self._subscribed = False
-            await conn.disconnect(nowait=True)
+            if self._conn is not None:
+                await self._conn.disconnect(nowait=True)
             raise
 
     async def next_message(self) -> bytes:
@@ -382,8 +500,13 @@ class _AsyncioSubscriber(Subscriber):
         self._closed = True
         self._transport._forget_reader(self)
 
+        conn = self._conn
+        if conn is None:
+            await trio.lowlevel.checkpoint()
+            return
+
         async def close() -> None:
-            await self._conn.disconnect()
+            await conn.disconnect()
 
         with trio.CancelScope(shield=True):
             await self._transport.run(close, "close subscriber")

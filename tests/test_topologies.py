@@ -1,0 +1,242 @@
+"""Cluster, Sentinel, TLS and ACL: real servers the suite starts itself."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+import trio
+
+import trunner
+
+from .conftest import config, redis_state
+from .servers import RedisServer
+from .topologies import Cluster, SentinelSet, TlsServer
+
+pytestmark = pytest.mark.slow
+FAST_LEADER = {"leader_ttl": 1.0, "leader_wait": 1.2, "report_interval": 0.2}
+
+
+class Runs:
+    """Task executions, awaited by count."""
+
+    def __init__(self) -> None:
+        self.payloads: list[Any] = []
+        self._lot = trio.lowlevel.ParkingLot()
+
+    def registry(self) -> trunner.TaskRegistry:
+        tasks = trunner.TaskRegistry()
+
+        @tasks.task(max_retry=2, retry_backoff=0.05)
+        async def record(payload: Any) -> None:
+            self.payloads.append(payload)
+            self._lot.unpark_all()
+
+        @tasks.task(unique=True, unique_key=lambda p: p, unique_for=30)
+        async def once(payload: Any) -> None:
+            self.payloads.append(("once", payload))
+            self._lot.unpark_all()
+
+        return tasks
+
+    async def wait(self, count: int) -> None:
+        while len(self.payloads) < count:
+            await self._lot.park()
+
+
+async def full_run(url: str, group: str) -> trunner.Stats:
+    """Dispatch, delayed, election, metrics and unique tasks on one deployment."""
+    runs = Runs()
+    cfg = config(group, **FAST_LEADER, stats_interval=0.5)
+    async with (
+        trunner.open_runner(url, cfg, runs.registry()) as a,
+        trunner.open_runner(url, cfg, runs.registry()) as b,
+    ):
+        assert a.is_leader != b.is_leader, "one leader"
+        await a.dispatch_many("record", range(50))
+        await b.dispatch("record", 50)
+        await a.dispatch_delayed("record", "delayed", 0.2)
+        await a.dispatch("once", "k")
+        with pytest.raises(trunner.TaskAlreadyDispatched):
+            await b.dispatch("once", "k")
+        await runs.wait(53)
+
+        async def reported() -> bool:
+            stats = await a.stats()
+            return stats.tasks.get("record") is not None and stats.instances == 2
+
+        await redis_state(reported, poll=0.1)
+        stats = await b.stats()
+        async with a.redis.pipeline() as pipe:  # the task handle on this deployment
+            counter = f"trunner:{{{group}}}:app-counter"
+            pipe.add("INCR", counter).add("INCR", counter)
+        assert pipe.results == [1, 2]
+    assert Counter(p for p in runs.payloads if not isinstance(p, tuple)) == Counter(
+        [*range(51), "delayed"]
+    )
+    return stats
+
+
+# -- TLS --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tls() -> Iterator[TlsServer]:
+    with TlsServer() as server:
+        yield server
+
+
+async def test_tls_with_a_ca_and_a_client_certificate(tls: TlsServer, group: str) -> None:
+    stats = await full_run(tls.url, group)
+    assert stats.instances == 2
+
+
+async def test_tls_without_the_ca_fails_clearly(tls: TlsServer, group: str) -> None:
+    url = f"rediss://127.0.0.1:{tls.port}/0"
+    cfg = config(group, connect_timeout=3.0)
+    with pytest.raises(trunner.RedisUnavailable, match=r"rediss://127\.0\.0\.1"):
+        async with trunner.open_runner(url, cfg, trunner.TaskRegistry()):
+            pass
+
+
+# -- ACL --------------------------------------------------------------------------------------
+
+ACL_COMMANDS = (
+    "+auth +client|setname +client|id +client|unblock +ping +select "
+    "+script|load +evalsha +xgroup|create +xgroup|delconsumer +xadd +xreadgroup +xack +xdel "
+    "+xautoclaim +xclaim +xpending +xlen +xrange +zadd +zcard +zrangebyscore +zrange +zrem "
+    "+hset +hsetnx +hget +hdel +hexists +hgetall +hmget +hincrby +hincrbyfloat +set +get "
+    "+del +incr +pexpire +type +publish +subscribe +config|get"
+)
+
+
+async def test_an_acl_user_limited_to_its_groups_keys(redis_server: RedisServer) -> None:
+    group = f"acl-{uuid.uuid4().hex[:6]}"
+    with redis.Redis.from_url(redis_server.url) as admin:
+        admin.execute_command(
+            "ACL", "SETUSER", f"worker-{group}", "on", ">secret", "resetkeys",
+            f"~trunner:{{{group}}}:*", "resetchannels", f"&trunner:{{{group}}}:*", "-@all",
+            *ACL_COMMANDS.split(),
+        )  # fmt: skip
+        admin.execute_command("ACL", "SETUSER", f"nobody-{group}", "on", ">secret", "-@all")
+    url = f"redis://worker-{group}:secret@127.0.0.1:{redis_server.port}/0"
+    await full_run(url, group)
+    denied = f"redis://nobody-{group}:secret@127.0.0.1:{redis_server.port}/0"
+    with pytest.raises(trunner.TrunnerError, match=r"NOPERM|permission"):
+        async with trunner.open_runner(denied, config(group), trunner.TaskRegistry()):
+            pass
+    other = f"other-{group}"  # the user's keys are those of its group only
+    with pytest.raises(trunner.TrunnerError, match=r"NOPERM|permission|No permissions"):
+        async with trunner.open_runner(url, config(other), trunner.TaskRegistry()):
+            pass
+
+
+# -- prefixes -------------------------------------------------------------------------------
+
+
+async def test_prefixes_keep_environments_apart(redis_server: RedisServer, group: str) -> None:
+    prod, staging = Runs(), Runs()
+    url = redis_server.url
+    async with (
+        trunner.open_runner(url, config(group, prefix="prod"), prod.registry()) as p,
+        trunner.open_runner(url, config(group, prefix="staging"), staging.registry()) as s,
+    ):
+        assert p.is_leader
+        assert s.is_leader, "each environment has its own lease"
+        await p.dispatch_many("record", range(10))
+        await s.dispatch_many("record", range(100, 105))
+        await prod.wait(10)
+        await staging.wait(5)
+        assert [i.id for i in await p.instances()] == [p.consumer_name]
+    assert sorted(prod.payloads) == list(range(10))
+    assert sorted(staging.payloads) == list(range(100, 105))
+
+
+# -- Cluster ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    with Cluster(masters=3, replicas=1) as deployment:
+        yield deployment
+
+
+@pytest.mark.deadline(90)
+async def test_a_full_run_on_a_three_master_cluster(cluster: Cluster) -> None:
+    groups = [f"c{i}-{uuid.uuid4().hex[:6]}" for i in range(6)]
+    masters = {cluster.master_of(f"trunner:{{{g}}}:stream") for g in groups}
+    assert len(masters) >= 2, "groups spread over the masters"
+    for group in groups[:3]:
+        stats = await full_run(cluster.url, group)
+        assert stats.instances == 2
+
+
+async def test_cluster_calls_wait_for_a_free_connection(cluster: Cluster) -> None:
+    """The Cluster client raises at its pool limit; trunner's calls wait instead."""
+    group = f"cc-{uuid.uuid4().hex[:6]}"
+    runs = Runs()
+    cfg = config(group, max_connections=2, num_workers=20)
+    async with trunner.open_runner(cluster.url, cfg, runs.registry()) as runner:
+        async with trio.open_nursery() as nursery:
+            for i in range(100):
+                nursery.start_soon(runner.dispatch, "record", i)
+        await runs.wait(100)
+    assert sorted(runs.payloads) == list(range(100))
+
+
+@pytest.mark.deadline(120)
+async def test_a_cluster_failover_during_a_run(cluster: Cluster) -> None:
+    group = f"fo-{uuid.uuid4().hex[:6]}"
+    runs = Runs()
+    cfg = config(group, **FAST_LEADER)
+    async with trunner.open_runner(cluster.url, cfg, runs.registry()) as runner:
+        await runner.dispatch_many("record", range(100))
+        await runs.wait(100)
+        old, new = await trio.to_thread.run_sync(cluster.failover, f"trunner:{{{group}}}:stream")
+        assert old != new
+        for i in range(100, 200):  # the runner follows the move by itself
+            while True:
+                try:
+                    await runner.dispatch("record", i)
+                    break
+                except trunner.BackendError:
+                    await trio.sleep(0.1)
+        await runs.wait(200)
+
+        async def drained() -> bool:
+            return await runner.pending_count() == 0 and await runner.queue_length() == 0
+
+        await redis_state(drained, poll=0.1)
+    assert set(runs.payloads) == set(range(200)), "nothing lost"
+    duplicated = len(runs.payloads) - 200
+    print(f"cluster failover: 200 tasks, 0 lost, {duplicated} duplicated")
+
+
+# -- Sentinel -----------------------------------------------------------------------------
+
+
+@pytest.mark.deadline(120)
+async def test_a_sentinel_failover_during_a_run(group: str) -> None:
+    with SentinelSet() as sentinels:
+        await full_run(sentinels.url, f"{group}-warm")
+        runs = Runs()
+        cfg = config(group, **FAST_LEADER)
+        async with trunner.open_runner(sentinels.url, cfg, runs.registry()) as runner:
+            await runner.dispatch_many("record", range(100))
+            await runs.wait(100)
+            old, new = await trio.to_thread.run_sync(sentinels.failover)
+            assert old != new
+            for i in range(100, 200):
+                while True:
+                    try:
+                        await runner.dispatch("record", i)
+                        break
+                    except trunner.BackendError:
+                        await trio.sleep(0.1)
+            await runs.wait(200)
+        assert set(runs.payloads) == set(range(200)), "nothing lost"
+        print(f"sentinel failover: 200 tasks, 0 lost, {len(runs.payloads) - 200} duplicated")
