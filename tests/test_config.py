@@ -36,6 +36,8 @@ def test_defaults_match_the_documented_ones() -> None:
     assert config.ack_batch_size == 100
     assert config.ack_flush_interval == 0.005
     assert config.max_connections == 20
+    assert config.janitor_interval == 60.0
+    assert config.stream_retention == 24 * 3600.0
 
 
 def test_consumer_group_is_required() -> None:
@@ -143,6 +145,8 @@ WRONG_TYPES: list[tuple[str, object]] = [
     ("dead_letter_maxlen", True),
     ("dead_letter_maxlen", "1000"),
     ("dead_letter_maxlen", 1000.0),
+    *[(f, "60") for f in ["janitor_interval", "stream_retention"]],
+    *[(f, True) for f in ["janitor_interval", "stream_retention"]],
     *[(f, "5") for f in [*_POSITIVE_DURATIONS, "drain_timeout"]],
     *[(f, True) for f in [*_POSITIVE_DURATIONS, "drain_timeout"]],
     *[(f, None) for f in [*_POSITIVE_DURATIONS, "drain_timeout"]],
@@ -176,6 +180,9 @@ OUT_OF_RANGE: list[tuple[str, object]] = [
     *[(f, -1) for f in _INT_FIELDS],
     ("dead_letter_maxlen", 0),
     ("dead_letter_maxlen", -5),
+    *[(f, 0) for f in ["janitor_interval", "stream_retention"]],
+    *[(f, -1.0) for f in ["janitor_interval", "stream_retention"]],
+    *[(f, math.nan) for f in ["janitor_interval", "stream_retention"]],
     *[(f, 0) for f in _POSITIVE_DURATIONS],
     *[(f, 0.0) for f in _POSITIVE_DURATIONS],
     *[(f, -0.5) for f in _POSITIVE_DURATIONS],
@@ -223,6 +230,10 @@ def test_out_of_range_value_raises_value_error_naming_the_field(field: str, valu
         ("consumer_name", "trunner"),
         ("consumer_name", "my-trunner:1"),
         ("failed_task_handler", _handler),
+        ("janitor_interval", None),
+        ("janitor_interval", 0.5),
+        ("stream_retention", None),
+        ("stream_retention", 3600),
     ],
 )
 def test_boundary_values_are_accepted(field: str, value: object) -> None:

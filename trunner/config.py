@@ -130,6 +130,17 @@ class RunnerConfig:
     leader_jitter: float = attrs.field(default=0.005, validator=v.non_negative_number)
     """Random extra delay of each renewal, after ``leader_ttl / 2``."""
 
+    janitor_interval: float | None = attrs.field(default=60.0, validator=v.optional_positive_number)
+    """How often the leader removes the consumers of instances that are gone (and trims
+    the stream, see ``stream_retention``); None: never."""
+
+    stream_retention: float | None = attrs.field(
+        default=24 * 3600.0, validator=v.optional_positive_number
+    )
+    """With ``delete_on_ack=False``: how long finished messages stay in the stream before
+    the janitor trims them (seconds); None: for ever. Messages not yet delivered or still
+    pending are never trimmed."""
+
     def __attrs_post_init__(self) -> None:
         if self.consumer_name is not None and self.consumer_name.startswith("trunner:"):
             raise ValueError("consumer_name must not start with 'trunner:' (reserved)")

@@ -49,6 +49,7 @@ from .errors import (
     RunnerNotRunning,
 )
 from .fetcher import Fetcher, ReclaimSchedule
+from .janitor import Janitor
 from .keys import Keys
 from .metrics import Aggregator, LocalTimings, MetricsBuffer, Reporter
 from .pool import AckBuffer, WorkerPool
@@ -119,6 +120,7 @@ class Runner(Producer):
         self._mover: DelayedMover | None = None
         self._cron: CronScheduler | None = None
         self._aggregator: Aggregator | None = None
+        self._janitor: Janitor | None = None
         self._fetchers: list[Fetcher] = []
         #: This instance's execution-time histograms per task (cumulative, for exporters).
         self.timings = LocalTimings()
@@ -310,6 +312,7 @@ class Runner(Producer):
         mover = self._mover = DelayedMover(broker, errors, metrics.schedule_pass)
         self._cron = CronScheduler(broker, self.tasks, errors, config.max_payload_bytes)
         self._aggregator = Aggregator(broker, config, errors)
+        self._janitor = Janitor(broker, config, errors, self.consumers)
         pool = WorkerPool(
             broker, self.tasks, config, counters, errors, acks, mover.due_at, task_time
         )
@@ -412,7 +415,8 @@ class Runner(Producer):
 
     async def _lead(self, elector: Elector) -> None:
         """Run the leader chores for as long as each leadership lasts."""
-        builtin = [c.run for c in (self._mover, self._cron, self._aggregator) if c is not None]
+        components = (self._mover, self._cron, self._aggregator, self._janitor)
+        builtin = [c.run for c in components if c is not None]
         while True:
             await elector.wait_promoted()
             async with trio.open_nursery() as chores:

@@ -267,6 +267,26 @@ class Broker:
 
     # -- leader chores (fenced: ``lease`` runs them only for the leader) ---------------------
 
+    async def consumers(self) -> list[tuple[str, int, int]]:
+        """(name, pending entries, idle ms) of every consumer of the group."""
+        try:
+            reply = await self.transport.execute("XINFO", "CONSUMERS", self.keys.stream, self.group)
+        except RedisCommandError as exc:
+            if "NOGROUP" in str(exc) or "no such key" in str(exc):
+                return []
+            raise
+        rows = []
+        for flat in reply or ():
+            info = {_s(flat[i]): flat[i + 1] for i in range(0, len(flat) - 1, 2)}
+            rows.append((_s(info["name"]), int(info["pending"]), int(info["idle"])))
+        return rows
+
+    async def trim_finished(self, lease: Fence, before_ms: int, limit: int) -> tuple[int, str]:
+        """Trim finished messages with ids below ``before_ms`` (leader only):
+        (entries trimmed, the id trimmed below). Undelivered and pending ones stay."""
+        reply = await lease.run_fenced(SCRIPTS.trim, [self.keys.stream], [before_ms, limit])
+        return int(reply[0]), _s(reply[1])
+
     async def move_due(
         self, lease: Fence, now_ms: int, limit: int
     ) -> tuple[int, float | None, list[str]]:

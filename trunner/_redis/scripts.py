@@ -58,6 +58,7 @@ class _Scripts:
         self.deregister = _load("deregister")
         self.metrics_take = fenced_script("metrics_take", _read("metrics_take"))
         self.publish_capacity = fenced_script("publish_capacity", _read("publish_capacity"))
+        self.trim = fenced_script("trim", _read("trim"))
         self.lease_acquire = _load("lease_acquire")
         self.lease_renew = _load("lease_renew")
         self.lease_release = _load("lease_release")

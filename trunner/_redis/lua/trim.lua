@@ -1,0 +1,44 @@
+-- Trim finished messages older than a cutoff from the stream (the leader's janitor, with
+-- delete_on_ack=False). Never trims a message that some group of the stream has not yet
+-- delivered, or that is still pending.
+-- (Behind the fence: KEYS[1] is the lease, ARGV[1] the leader's id.)
+-- KEYS[2]  the task stream
+-- ARGV[2]  the cutoff: messages with ids below <cutoff ms>-0 may go
+-- ARGV[3]  the most entries to trim in this call (approximately)
+-- Returns  {entries trimmed, the id trimmed below}
+local function parse(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  return {tonumber(ms), tonumber(seq)}
+end
+local function less(a, b)
+  return a[1] < b[1] or (a[1] == b[1] and a[2] < b[2])
+end
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  return {0, '0-0'}
+end
+local bound = {tonumber(ARGV[2]), 0}
+for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[2])) do
+  local name, delivered
+  for i = 1, #group, 2 do
+    if group[i] == 'name' then
+      name = group[i + 1]
+    elseif group[i] == 'last-delivered-id' then
+      delivered = group[i + 1]
+    end
+  end
+  local next_id = parse(delivered)
+  next_id[2] = next_id[2] + 1
+  if less(next_id, bound) then
+    bound = next_id
+  end
+  local pending = redis.call('XPENDING', KEYS[2], name)
+  if pending[2] then
+    local oldest = parse(pending[2])
+    if less(oldest, bound) then
+      bound = oldest
+    end
+  end
+end
+local minid = string.format('%d-%d', bound[1], bound[2])
+local trimmed = redis.call('XTRIM', KEYS[2], 'MINID', '~', minid, 'LIMIT', ARGV[3])
+return {trimmed, minid}
