@@ -27,6 +27,7 @@ class Runs:
     def __init__(self) -> None:
         self.payloads: list[Any] = []
         self._lot = trio.lowlevel.ParkingLot()
+        self.finish_once = trio.Event()  # a unique task holds its lock until it finishes
 
     def registry(self) -> trunner.TaskRegistry:
         tasks = trunner.TaskRegistry()
@@ -38,6 +39,7 @@ class Runs:
 
         @tasks.task(unique=True, unique_key=lambda p: p, unique_for=30)
         async def once(payload: Any) -> None:
+            await self.finish_once.wait()
             self.payloads.append(("once", payload))
             self._lot.unpark_all()
 
@@ -51,7 +53,14 @@ class Runs:
 async def full_run(url: str, group: str) -> trunner.Stats:
     """Dispatch, delayed, election, metrics and unique tasks on one deployment."""
     runs = Runs()
-    cfg = config(group, **FAST_LEADER, stats_interval=0.5)
+    cfg = config(
+        group,
+        **FAST_LEADER,
+        stats_interval=0.5,
+        janitor_interval=0.3,
+        delete_on_ack=False,
+        stream_retention=0.2,
+    )
     async with (
         trunner.open_runner(url, cfg, runs.registry()) as a,
         trunner.open_runner(url, cfg, runs.registry()) as b,
@@ -63,6 +72,7 @@ async def full_run(url: str, group: str) -> trunner.Stats:
         await a.dispatch("once", "k")
         with pytest.raises(trunner.TaskAlreadyDispatched):
             await b.dispatch("once", "k")
+        runs.finish_once.set()
         await runs.wait(53)
 
         async def reported() -> bool:
@@ -71,6 +81,10 @@ async def full_run(url: str, group: str) -> trunner.Stats:
 
         await redis_state(reported, poll=0.1)
         stats = await b.stats()
+        leader = a if a.is_leader else b
+        assert leader._janitor is not None
+        # its commands (trimming, consumer clean-up) are allowed here too
+        await leader._janitor.wait_rounds(leader._janitor.rounds + 2)
         async with a.redis.pipeline() as pipe:  # the task handle on this deployment
             counter = f"trunner:{{{group}}}:app-counter"
             pipe.add("INCR", counter).add("INCR", counter)
@@ -110,7 +124,8 @@ ACL_COMMANDS = (
     "+script|load +evalsha +xgroup|create +xgroup|delconsumer +xadd +xreadgroup +xack +xdel "
     "+xautoclaim +xclaim +xpending +xlen +xrange +zadd +zcard +zrangebyscore +zrange +zrem "
     "+hset +hsetnx +hget +hdel +hexists +hgetall +hmget +hincrby +hincrbyfloat +set +get "
-    "+del +incr +pexpire +type +publish +subscribe +config|get"
+    "+del +incr +pexpire +type +publish +subscribe +config|get "
+    "+xinfo|consumers +xinfo|groups +xtrim +exists"
 )
 
 
