@@ -10,6 +10,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -34,6 +35,18 @@ def _bindable(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def stop_process(process: subprocess.Popen[Any]) -> None:
+    """Terminate a process this suite started; kill it if it does not exit in 10 s."""
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def free_port(cluster: bool = False) -> int:
@@ -109,12 +122,7 @@ class RedisServer:
         process, self.process = self.process, None
         if process is None:
             return
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
         if process.stderr:
             process.stderr.close()
 

@@ -50,6 +50,17 @@ class Runs:
             await self._lot.park()
 
 
+async def dispatch_retrying(runner: trunner.Runner, payload: int) -> None:
+    """Dispatch as an application would during a failover: retry until Redis accepts."""
+    while True:
+        try:
+            await runner.dispatch("record", payload)
+        except trunner.BackendError:
+            await trio.sleep(0.1)
+        else:
+            return
+
+
 async def full_run(url: str, group: str) -> trunner.Stats:
     """Dispatch, delayed, election, metrics and unique tasks on one deployment."""
     runs = Runs()
@@ -214,12 +225,7 @@ async def test_a_cluster_failover_during_a_run(cluster: Cluster) -> None:
         old, new = await trio.to_thread.run_sync(cluster.failover, f"trunner:{{{group}}}:stream")
         assert old != new
         for i in range(100, 200):  # the runner follows the move by itself
-            while True:
-                try:
-                    await runner.dispatch("record", i)
-                    break
-                except trunner.BackendError:
-                    await trio.sleep(0.1)
+            await dispatch_retrying(runner, i)
         await runs.wait(200)
 
         async def drained() -> bool:
@@ -246,12 +252,7 @@ async def test_a_sentinel_failover_during_a_run(group: str) -> None:
             old, new = await trio.to_thread.run_sync(sentinels.failover)
             assert old != new
             for i in range(100, 200):
-                while True:
-                    try:
-                        await runner.dispatch("record", i)
-                        break
-                    except trunner.BackendError:
-                        await trio.sleep(0.1)
+                await dispatch_retrying(runner, i)
             await runs.wait(200)
         assert set(runs.payloads) == set(range(200)), "nothing lost"
         print(f"sentinel failover: 200 tasks, 0 lost, {len(runs.payloads) - 200} duplicated")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import redis
 
-from .servers import RedisServer, free_port, require_redis_server
+from .servers import RedisServer, free_port, require_redis_server, stop_process
 
 
 def _wait(check: object, timeout: float, what: str) -> None:
@@ -172,13 +172,7 @@ class SentinelSet:
 
     def close(self) -> None:
         for process in self.sentinels:
-            if process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+            stop_process(process)
         self.sentinels = []
         for server in (self.replica, self.master):
             if server is not None:

@@ -149,6 +149,19 @@ class Transport(abc.ABC):
         return await self.execute("EVALSHA", script.sha, len(keys), *keys, *args)
 
 
+async def _disconnect(transport: AsyncioTransport, conn: Any, where: str) -> None:
+    """Close a dedicated connection (if it was opened), shielded from cancellation."""
+    if conn is None:
+        await trio.lowlevel.checkpoint()
+        return
+
+    async def close() -> None:
+        await conn.disconnect()
+
+    with trio.CancelScope(shield=True):
+        await transport.run(close, where)
+
+
 class AsyncioTransport(Transport):
     """redis-py's asyncio client, run on the trio-asyncio loop ``loop``."""
 
@@ -439,15 +452,7 @@ class _AsyncioReader(Reader):
         self._closed = True
         self._transport._forget_reader(self)
         conn, self._conn = self._conn, None
-        if conn is None:
-            await trio.lowlevel.checkpoint()
-            return
-
-        async def close() -> None:
-            await conn.disconnect()
-
-        with trio.CancelScope(shield=True):
-            await self._transport.run(close, "close reader")
+        await _disconnect(self._transport, conn, "close reader")
 
 
 class _AsyncioSubscriber(Subscriber):
@@ -499,14 +504,4 @@ class _AsyncioSubscriber(Subscriber):
             return
         self._closed = True
         self._transport._forget_reader(self)
-
-        conn = self._conn
-        if conn is None:
-            await trio.lowlevel.checkpoint()
-            return
-
-        async def close() -> None:
-            await conn.disconnect()
-
-        with trio.CancelScope(shield=True):
-            await self._transport.run(close, "close subscriber")
+        await _disconnect(self._transport, self._conn, "close subscriber")
