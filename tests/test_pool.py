@@ -84,3 +84,51 @@ async def test_a_fetch_never_starts_tasks_beyond_a_lowered_capacity(
             assert [mid for _, mid, _ in pool.take_releases()] == ["3-0", "4-0"]
             assert pool.limiter.borrowed_tokens == 2
             hold.set()
+
+
+async def test_a_finished_task_keeps_its_reservation_while_its_ack_fails(
+    url: str, group: str, raw: Any
+) -> None:
+    """Finished, acknowledgement refused for longer than reclaim_delay: the heartbeat keeps
+    the entry fresh, so no other instance reclaims it and runs it again."""
+    from trunner.pool import WorkerPool  # noqa: PLC0415
+
+    tasks = trunner.TaskRegistry()
+    done = trio.Event()
+
+    @tasks.task
+    async def quick(_: Any) -> None:
+        done.set()
+
+    stream = f"trunner:{{{group}}}:stream"
+    cfg = config(group, reclaim_delay=0.6)
+    async with open_transport(url, client_name="t", max_connections=4, connect_timeout=5) as t:
+        faulty = FaultyTransport(t)
+        broker = Broker(faulty, Keys("trunner", group))
+        await broker.ensure_group()
+        data = b'{"task":"quick","payload":null,"attempt":1,"enqueued_at":0}'
+        await broker.enqueue_many([data])
+        reader = broker.open_reader("r")
+        entries = await broker.read(reader, "c", 1, 0.1)
+        await reader.aclose()
+        faulty.fail(script_call(SCRIPTS.ack))
+        counters, errors = Counters(), ErrorLog()
+        acks = AckBuffer(broker, cfg, counters, errors)
+        pool = WorkerPool(broker, tasks, cfg, counters, errors, acks, lambda _due: None)
+        async with trio.open_nursery() as nursery:
+            pool.bind(nursery)
+            nursery.start_soon(acks.run)
+            await nursery.start(pool.heartbeat_loop)
+            pool.submit(entries, pool.try_reserve(1), "c")
+            await done.wait()
+            await trio.sleep(3 * cfg.reclaim_delay)  # acknowledgements keep failing
+            assert faulty.failed >= 2
+            [pending] = raw.xpending_range(stream, group, "-", "+", 10)
+            assert pending["time_since_delivered"] < cfg.reclaim_delay * 1000, (
+                "the entry went stale: another instance would run the task again"
+            )
+            faulty.fail(None)
+            while await broker.pending_count():  # noqa: ASYNC110 - the next retry writes it
+                await trio.sleep(0.05)
+            nursery.cancel_scope.cancel()
+        assert counters.acked == 1

@@ -51,6 +51,15 @@ class Slot:
 
 
 @attrs.define(eq=False)
+class _Beat:
+    """When a reservation's next heartbeat is due, and how often it beats."""
+
+    consumer: str
+    interval: float
+    next_beat: float
+
+
+@attrs.define(eq=False)
 class _Job:
     entry: RawEntry
     consumer: str
@@ -72,7 +81,9 @@ class AckBuffer:
 
     An id stays *held* from :meth:`add` until a flush wrote it: a failed or cancelled flush
     puts its ids back, so a finished task is never forgotten (and never released to run
-    again as if it had not run).
+    again as if it had not run). While held, the pool's heartbeat keeps its reservation
+    fresh (:meth:`beats_due`), so a finished task is not reclaimed and run again while its
+    acknowledgement waits for Redis.
     """
 
     def __init__(
@@ -81,22 +92,32 @@ class AckBuffer:
         self._broker = broker
         self._batch = config.ack_batch_size
         self._interval = config.ack_flush_interval
+        self._reclaim_delay = config.reclaim_delay
         self._counters = counters
         self._errors = errors
         self._ids: list[str] = []  # waiting for the next flush
         self._held: set[str] = set()  # waiting, or being flushed
         self._locks: dict[str, tuple[str, str]] = {}  # id -> unique lock (key, token)
+        self._beats: dict[str, _Beat] = {}  # id -> its reservation's heartbeat schedule
         self._nonempty = trio.Event()
         self._full = trio.Event()
         self._closing = False
         self.closed = trio.Event()
 
-    def add(self, message_id: str, lock: tuple[str, str] | None = None) -> None:
-        """Acknowledge ``message_id`` soon, releasing its unique ``lock`` (key, token)."""
+    def add(
+        self,
+        message_id: str,
+        lock: tuple[str, str] | None = None,
+        beat: _Beat | None = None,
+    ) -> None:
+        """Acknowledge ``message_id`` soon, releasing its unique ``lock`` (key, token);
+        ``beat``: its heartbeat schedule, kept until the acknowledgement is written."""
         self._ids.append(message_id)
         self._held.add(message_id)
         if lock is not None:
             self._locks[message_id] = lock
+        if beat is not None:
+            self._beats[message_id] = beat
         self._nonempty.set()
         if len(self._ids) >= self._batch:
             self._full.set()
@@ -108,6 +129,13 @@ class AckBuffer:
     def __len__(self) -> int:
         return len(self._held)
 
+    def beats_due(self, now: float) -> list[tuple[str, _Beat]]:
+        """Held ids whose reservation is due for a heartbeat: (id, schedule)."""
+        return [(i, beat) for i, beat in self._beats.items() if beat.next_beat <= now]
+
+    def next_beat(self) -> float:
+        return min((beat.next_beat for beat in self._beats.values()), default=math.inf)
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         try:
@@ -116,7 +144,9 @@ class AckBuffer:
             self.closed.set()
 
     async def _loop(self) -> None:
-        backoff = LoopBackoff()
+        # Capped like the heartbeat's retries: a long pause would delay the acknowledgement
+        # for no gain.
+        backoff = LoopBackoff(cap=min(5.0, self._reclaim_delay / 6))
         while True:
             await self._nonempty.wait()
             if not self._closing and len(self._ids) < self._batch:
@@ -146,6 +176,7 @@ class AckBuffer:
                 self._held.difference_update(batch)
                 for message_id in batch:
                     self._locks.pop(message_id, None)
+                    self._beats.pop(message_id, None)
             elif batch:
                 self._ids[:0] = batch
                 self._nonempty.set()
@@ -332,7 +363,8 @@ class WorkerPool:
         if failure is None:
             self._counters.succeeded += 1
             self._counters.task(task.name).succeeded += 1
-            self._acks.add(job.message_id, self._lock(message))
+            beat = _Beat(job.consumer, job.beat_interval, job.next_beat)
+            self._acks.add(job.message_id, self._lock(message), beat)
             if logger.isEnabledFor(logging.DEBUG):
                 logger.debug(
                     "%s succeeded in %.3f s",
@@ -505,7 +537,9 @@ class WorkerPool:
     ) -> None:
         """Keep the reservations of running tasks fresh, so nobody reclaims a live task."""
         task_status.started()
-        backoff = LoopBackoff()
+        # Retries come sooner than the next beat would: a reservation must not go stale
+        # because the loop backed off longer than reclaim_delay allows.
+        backoff = LoopBackoff(cap=min(5.0, self.min_beat_interval / 2))
         while True:
             now = trio.current_time()
             due = [
@@ -517,9 +551,17 @@ class WorkerPool:
             by_consumer: dict[str, list[_Job]] = {}
             for job in due:
                 by_consumer.setdefault(job.consumer, []).append(job)
-            for consumer, jobs in by_consumer.items():
+            # Finished tasks whose acknowledgement is not written yet (Redis trouble):
+            # their reservations stay fresh too, or they would be reclaimed and run again.
+            finished: dict[str, list[tuple[str, _Beat]]] = {}
+            for message_id, beat in self._acks.beats_due(now):
+                finished.setdefault(beat.consumer, []).append((message_id, beat))
+            for consumer in {*by_consumer, *finished}:
+                jobs = by_consumer.get(consumer, [])
+                held = finished.get(consumer, [])
+                ids = [j.message_id for j in jobs] + [i for i, _ in held]
                 try:
-                    lost = set(await self._broker.heartbeat(consumer, [j.message_id for j in jobs]))
+                    lost = set(await self._broker.heartbeat(consumer, ids))
                 except BackendError as exc:
                     self._errors.capture(exc)
                     failed = True
@@ -528,12 +570,14 @@ class WorkerPool:
                     job.next_beat = now + job.beat_interval
                     if job.message_id in lost and job.message_id in self._jobs:
                         self._lost(job)
+                for _, beat in held:
+                    beat.next_beat = now + beat.interval
             if failed:
                 await trio.sleep(backoff.next_delay())
                 continue
             backoff.reset()
             upcoming = [job.next_beat for job in self._jobs.values() if not job.lost]
-            wake = min([now + self.min_beat_interval, *upcoming])
+            wake = min([now + self.min_beat_interval, self._acks.next_beat(), *upcoming])
             await trio.sleep_until(max(wake, trio.current_time() + 0.001))
 
     def _lost(self, job: _Job) -> None:
