@@ -167,7 +167,7 @@ async def test_a_stale_leaders_fenced_write_is_rejected(url: str, key: str, raw:
         assert raw.get(target) == b"by-leader", "the stale write did nothing"
 
 
-async def test_renew_errors_demote_within_one_renew_period(url: str, key: str) -> None:
+async def test_renew_errors_demote_within_one_renew_period(url: str, key: str, raw: Any) -> None:
     async with faulty_elector(url, key) as (elector, faulty):
         assert elector.is_leader
         faulty.fail(script_call(SCRIPTS.lease_renew))
@@ -175,6 +175,9 @@ async def test_renew_errors_demote_within_one_renew_period(url: str, key: str) -
         with trio.fail_after(FAST["ttl"] / 2 + FAST["jitter"] + 0.2):
             await elector.wait_demoted()
         assert trio.current_time() - failing_since <= FAST["ttl"]
+        with trio.fail_after(0.1):  # given back, long before it would expire
+            while raw.exists(key):  # noqa: ASYNC110 - Redis state
+                await trio.sleep(0.005)
         events = await collect(elector, 3)
         assert [type(e) for e in events] == [Promoted, ElectionError, Demoted]
         assert events[1].during == "renew"
@@ -205,6 +208,30 @@ async def test_acquire_errors_are_reported_and_leave_a_follower(url: str, key: s
             await elector.wait_promoted()
             elector.stop()
     assert holder_id != elector.id
+
+
+async def test_a_lease_granted_too_late_is_given_back_not_led_on(
+    url: str, key: str, raw: Any
+) -> None:
+    """Redis answers the election request only after a pause: leading on that answer
+    would step down at once and leave the lease to expire with nobody leading."""
+    async with open_transport(url, client_name="t", max_connections=4, connect_timeout=5) as t:
+        faulty = FaultyTransport(t)
+        faulty.hold(script_call(SCRIPTS.lease_acquire))
+        elector = Elector(faulty, key, **FAST)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(elector.run)
+            while not faulty.held:  # noqa: ASYNC110 - the request is on its way
+                await trio.sleep(0.005)
+            await trio.sleep(FAST["ttl"])  # "paused" for a whole lease period
+            faulty.release_held()
+            with trio.fail_after(0.2):  # granted (the fence counter moved), then deleted
+                while not raw.exists(fence_key_for(key)) or raw.exists(key):  # noqa: ASYNC110
+                    await trio.sleep(0.005)
+            assert elector.promotions == 0, "never led on the late answer"
+            with trio.fail_after(FAST["wait"] + 1.0):
+                await elector.wait_promoted()  # the next attempt, answered in time
+            elector.stop()
 
 
 async def test_a_leader_whose_renewal_hangs_steps_down_before_the_lease_expires(

@@ -216,6 +216,7 @@ class Elector:
                 continue
             if self._lost_at is not None:
                 self._lost_at = None
+                await self._give_back()
                 await self._pause_after_loss()
             else:
                 with trio.move_on_after(self.wait):
@@ -236,8 +237,20 @@ class Elector:
             self._emit(ElectionError(exc, "acquire"))
             logger.warning("election attempt for %r failed: %s", self.key, exc)
             return
-        if fence:
-            self._promote(fence, valid_until=sent + self.ttl)
+        if not fence:
+            return
+        if trio.current_time() - sent >= self.ttl / 2:
+            # Answered so late (Redis was paused or slow) that the lease would be due for
+            # renewal already, if it is still valid at all. Leading on it would flap;
+            # give it back at once instead, so the next attempt by anyone starts clean.
+            logger.warning(
+                "the lease %r was granted %.2f s after asking: giving it back",
+                self.key,
+                trio.current_time() - sent,
+            )
+            await self._give_back()
+            return
+        self._promote(fence, valid_until=sent + self.ttl)
 
     async def _hold(self) -> None:
         """As the leader: renew the lease on time, until stopped or it is lost."""
@@ -293,6 +306,16 @@ class Elector:
                     self._wake.set()
         finally:
             await subscriber.aclose()
+
+    async def _give_back(self) -> None:
+        """Delete the lease if it still names us (we stopped leading on an error or a late
+        answer), so that other candidates need not wait for it to expire."""
+        with trio.move_on_after(RELEASE_TIMEOUT):
+            try:
+                await self._store.release(self.id)
+            except BackendError as exc:
+                self._emit(ElectionError(exc, "release"))
+                logger.debug("giving back the lease %r failed (it will expire): %s", self.key, exc)
 
     async def _release(self) -> None:
         if not self._leader:
