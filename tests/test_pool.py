@@ -132,3 +132,60 @@ async def test_a_finished_task_keeps_its_reservation_while_its_ack_fails(
                 await trio.sleep(0.05)
             nursery.cancel_scope.cancel()
         assert counters.acked == 1
+
+
+async def test_a_heartbeat_whose_reply_is_lost_is_retried_in_time(
+    url: str, group: str, raw: Any
+) -> None:
+    """One heartbeat never gets its reply (dropped on the way): the next one must come
+    within the beat interval, not after the command timeout, or the running task would
+    go stale and be reclaimed while it runs."""
+    from trunner.pool import WorkerPool  # noqa: PLC0415
+
+    tasks = trunner.TaskRegistry()
+    started, finish = trio.Event(), trio.Event()
+
+    @tasks.task
+    async def long(_: Any) -> None:
+        started.set()
+        await finish.wait()
+
+    stream = f"trunner:{{{group}}}:stream"
+    cfg = config(group, reclaim_delay=0.6, command_timeout=30.0)
+    heartbeats = 0
+
+    def first_heartbeat(args: Any) -> bool:
+        nonlocal heartbeats
+        if script_call(SCRIPTS.heartbeat)(args):
+            heartbeats += 1
+            return heartbeats == 1
+        return False
+
+    async with open_transport(url, client_name="t", max_connections=4, connect_timeout=5) as t:
+        faulty = FaultyTransport(t)
+        broker = Broker(faulty, Keys("trunner", group))
+        await broker.ensure_group()
+        await broker.enqueue_many([b'{"task":"long","payload":null,"attempt":1,"enqueued_at":0}'])
+        reader = broker.open_reader("r")
+        entries = await broker.read(reader, "c", 1, 0.1)
+        await reader.aclose()
+        counters, errors = Counters(), ErrorLog()
+        acks = AckBuffer(broker, cfg, counters, errors)
+        pool = WorkerPool(broker, tasks, cfg, counters, errors, acks, lambda _due: None)
+        faulty.hold(first_heartbeat)
+        async with trio.open_nursery() as nursery:
+            pool.bind(nursery)
+            nursery.start_soon(acks.run)
+            await nursery.start(pool.heartbeat_loop)
+            pool.submit(entries, pool.try_reserve(1), "c")
+            await started.wait()
+            await trio.sleep(3 * cfg.reclaim_delay)
+            assert heartbeats >= 3, "beats went on after the lost one"
+            [pending] = raw.xpending_range(stream, group, "-", "+", 10)
+            assert pending["time_since_delivered"] < cfg.reclaim_delay * 1000
+            faulty.release_held()
+            finish.set()
+            while await broker.pending_count():  # noqa: ASYNC110 - acknowledged soon
+                await trio.sleep(0.05)
+            nursery.cancel_scope.cancel()
+        assert counters.reservations_lost == 0

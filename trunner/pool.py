@@ -26,6 +26,7 @@ from .config import RunnerConfig
 from .errors import (
     BackendError,
     MaxRetryExceeded,
+    RedisUnavailable,
     ReservationLost,
     TaskFailed,
     TaskNotFound,
@@ -561,9 +562,19 @@ class WorkerPool:
                 held = finished.get(consumer, [])
                 ids = [j.message_id for j in jobs] + [i for i, _ in held]
                 try:
-                    lost = set(await self._broker.heartbeat(consumer, ids))
-                except BackendError as exc:
-                    self._errors.capture(exc)
+                    # Bounded by the beat interval, not the (longer) command timeout: a
+                    # reply lost on the way must not keep every reservation waiting.
+                    with trio.fail_after(self.min_beat_interval):
+                        lost = set(await self._broker.heartbeat(consumer, ids))
+                except (BackendError, trio.TooSlowError) as exc:
+                    error = (
+                        exc
+                        if isinstance(exc, BackendError)
+                        else RedisUnavailable(
+                            f"heartbeat: no reply within {self.min_beat_interval:.3g} s"
+                        )
+                    )
+                    self._errors.capture(error)
                     failed = True
                     continue
                 for job in jobs:
