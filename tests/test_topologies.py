@@ -12,6 +12,7 @@ import redis
 import trio
 
 import trunner
+from trunner.election import open_elector
 
 from .conftest import config, redis_state
 from .servers import RedisServer
@@ -258,6 +259,22 @@ async def test_a_full_run_on_a_three_master_cluster(cluster: Cluster) -> None:
     for group in groups[:3]:
         stats = await full_run(cluster.url, group)
         assert stats.instances == 2
+
+
+async def test_standalone_electors_and_a_client_on_a_cluster(cluster: Cluster) -> None:
+    key = f"jobs-lease-{uuid.uuid4().hex[:6]}"  # no hash tag: the fence key follows it
+    async with open_elector(cluster.url, key, ttl=1.0, wait=1.2) as a:
+        assert a.is_leader
+        async with open_elector(cluster.url, key, ttl=1.0, wait=1.2) as b:
+            assert not b.is_leader
+            assert await a.eval_fenced("return 1", [], []) == 1
+            a.stop()
+            with trio.fail_after(1.0):
+                await b.wait_promoted()  # the release notification crosses the cluster
+    group = f"cl-{uuid.uuid4().hex[:6]}"
+    async with trunner.open_client(cluster.url, group) as client:
+        await client.dispatch_many("record", range(3))
+        assert await client.queue_length() == 3
 
 
 async def test_cluster_calls_wait_for_a_free_connection(cluster: Cluster) -> None:
