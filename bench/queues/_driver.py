@@ -1,0 +1,229 @@
+"""The protocol every queue under test speaks, so the harness drives them all alike.
+
+Standard library only: this file also runs in the peers' virtual environments. Each
+``q_<name>.py`` beside it implements three functions and calls :func:`main`::
+
+    python q_NAME.py --redis URL --queue Q enqueue --task T --mode single|bulk --n N [--sleep S]
+    python q_NAME.py --redis URL --queue Q dispatch --n N --interval S
+    python q_NAME.py --redis URL --queue Q worker --task T --n N --concurrency C [--batch B]
+                                                 [--linger S] [--progress]
+
+Every command prints JSON lines on stdout (libraries log to stderr):
+
+- enqueue: ``{"event": "enqueued", "n", "seconds", "rate"}`` (only the sending is timed);
+- dispatch: ``{"event": "dispatched", "n", "seconds"}``; each payload carries ``t``, the
+  wall-clock time just before it was sent;
+- worker: ``{"event": "ready"}`` when it consumes, ``{"event": "done", ...}`` once the n-th
+  task finished (timed from the first task's start to the n-th task's end, with the
+  process's own CPU time over that window, and its peak RSS), then it stops gracefully and
+  exits. With ``--linger S`` it idles S seconds first and reports ``{"event": "final"}`` with
+  its RSS (after the linger, and after a ``gc.collect()``). With ``--progress`` it reports
+  ``{"event": "progress", "count", "seconds", "rss_kb", "hwm_kb"}`` every n/10 tasks.
+
+A queue without some feature raises :class:`NotSupported`; the line is then
+``{"event": "unsupported", "reason"}`` and the exit status 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["NotSupported", "Recorder", "main", "make_payloads", "percentile", "proc_status"]
+
+
+#: A worker that has not stopped this long after its last task is ended (reported).
+STOP_TIMEOUT = 30.0
+
+
+class NotSupported(Exception):
+    """The queue has no way to do what was asked (e.g. no bulk enqueue API)."""
+
+
+def emit(record: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(record) + "\n")
+    sys.stdout.flush()
+
+
+def _watchdog(seconds: float) -> None:
+    """End the process if the worker has not stopped ``seconds`` from now (daemon thread)."""
+
+    def fire() -> None:
+        emit({"event": "stop_timeout", "seconds": seconds})
+        os._exit(4)
+
+    timer = threading.Timer(seconds, fire)
+    timer.daemon = True
+    timer.start()
+
+
+def percentile(values: list[float], p: float) -> float:
+    """Nearest-rank percentile (the same rule as bench/delayed.py)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def proc_status(pid: int | str = "self") -> dict[str, int]:
+    """VmRSS and VmHWM (peak RSS) of a process, in kB, from /proc/<pid>/status."""
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                key, value = line.split(":", 1)
+                out[key] = int(value.split()[0])
+    return {"rss_kb": out.get("VmRSS", 0), "hwm_kb": out.get("VmHWM", 0)}
+
+
+def make_payloads(task: str, n: int, sleep: float) -> list[dict[str, Any]]:
+    if task == "sleep":
+        return [{"i": i, "s": sleep} for i in range(n)]
+    return [{"i": i} for i in range(n)]
+
+
+class Recorder:
+    """What every task body calls: ``begin(payload)`` when it starts, ``end()`` when done.
+
+    The same few lines run in every queue's body, so the bodies cost the same everywhere.
+    ``on_complete`` is called (from the thread of the n-th ``end``) after the result is out.
+    """
+
+    def __init__(self, n: int, threadsafe: bool = False, progress: bool = False) -> None:
+        self.n = n
+        self.count = 0
+        #: With ``progress``, a ``{"event": "progress"}`` line (with the RSS) every n/10 tasks.
+        self.step = max(1, n // 10) if progress else 0
+        self.first: tuple[float, float] | None = None
+        self.latencies: list[float] = []
+        self.complete = False
+        self.on_complete: Callable[[], object] = lambda: None
+        self._lock: Any = threading.Lock() if threadsafe else None
+
+    def begin(self, payload: Any) -> None:
+        if self.first is None:
+            self.first = (time.perf_counter(), time.process_time())
+        if isinstance(payload, dict) and "t" in payload:
+            self.latencies.append(time.time() - payload["t"])
+
+    def end(self) -> None:
+        if self._lock is not None:
+            with self._lock:
+                self.count += 1
+                last = self.count == self.n
+        else:
+            self.count += 1
+            last = self.count == self.n
+        if last:
+            self._finish()
+        elif self.step and self.count % self.step == 0:
+            assert self.first is not None
+            seconds = round(time.perf_counter() - self.first[0], 3)
+            emit({"event": "progress", "count": self.count, "seconds": seconds, **proc_status()})
+
+    def _finish(self) -> None:
+        end_perf, end_cpu = time.perf_counter(), time.process_time()
+        assert self.first is not None
+        seconds = end_perf - self.first[0]
+        cpu = end_cpu - self.first[1]
+        record: dict[str, Any] = {
+            "event": "done",
+            "n": self.n,
+            "seconds": round(seconds, 4),
+            "rate": round(self.n / seconds, 1) if seconds > 0 else None,
+            "cpu_seconds": round(cpu, 4),
+            "cpu_ms_per_task": round(cpu * 1000 / self.n, 4),
+            **proc_status(),
+        }
+        if self.latencies:
+            ms = [x * 1000 for x in self.latencies]
+            record.update(
+                p50_ms=round(percentile(ms, 50), 3),
+                p99_ms=round(percentile(ms, 99), 3),
+                max_ms=round(max(ms), 3),
+            )
+        emit(record)
+        self.complete = True
+        _watchdog(STOP_TIMEOUT)
+        self.on_complete()
+
+    def final(self) -> None:
+        """After the linger: RSS of the idle worker, then again after a full collection."""
+        before = proc_status()
+        gc.collect()
+        after = proc_status()
+        emit(
+            {
+                "event": "final",
+                "rss_kb": before["rss_kb"],
+                "rss_after_gc_kb": after["rss_kb"],
+                "hwm_kb": after["hwm_kb"],
+            }
+        )
+
+
+Enqueue = Callable[[str, str, str, list[dict[str, Any]], str], float]
+Dispatch = Callable[[str, str, int, float, Callable[[], dict[str, Any]]], None]
+Work = Callable[
+    [str, str, argparse.Namespace, Recorder, Callable[[], None]], "dict[str, Any] | None"
+]
+
+
+def main(enqueue: Enqueue, dispatch: Dispatch, work: Work, *, threadsafe: bool = False) -> None:
+    """Parse the command line and run one command of one queue implementation.
+
+    ``enqueue(url, queue, task, payloads, mode)`` returns the seconds the sending took;
+    ``dispatch(url, queue, n, interval, make_payload)`` sends ``n`` latency tasks, the i-th
+    at ``start + i * interval``, building each payload just before it is sent;
+    ``work(url, queue, args, recorder, ready)`` runs a worker until ``recorder`` completes,
+    stops it gracefully, and may return a dict reported as ``{"event": "stopped"}``.
+    """
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--redis", required=True)
+    parser.add_argument("--queue", required=True)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("enqueue")
+    p.add_argument("--task", default="noop", choices=["noop", "sleep", "latency"])
+    p.add_argument("--mode", default="single", choices=["single", "bulk"])
+    p.add_argument("--n", type=int, required=True)
+    p.add_argument("--sleep", type=float, default=0.05)
+    p = sub.add_parser("dispatch")
+    p.add_argument("--n", type=int, required=True)
+    p.add_argument("--interval", type=float, default=0.01)
+    p = sub.add_parser("worker")
+    p.add_argument("--task", default="noop", choices=["noop", "sleep", "latency"])
+    p.add_argument("--n", type=int, required=True)
+    p.add_argument("--concurrency", type=int, default=100)
+    p.add_argument("--batch", type=int, default=100)
+    p.add_argument("--linger", type=float, default=0.0)
+    p.add_argument("--progress", action="store_true")
+    args = parser.parse_args()
+    try:
+        if args.command == "enqueue":
+            payloads = make_payloads(args.task, args.n, args.sleep)
+            seconds = enqueue(args.redis, args.queue, args.task, payloads, args.mode)
+            emit(
+                {
+                    "event": "enqueued",
+                    "mode": args.mode,
+                    "n": args.n,
+                    "seconds": round(seconds, 4),
+                    "rate": round(args.n / seconds, 1),
+                }
+            )
+        elif args.command == "dispatch":
+            begin = time.perf_counter()
+            dispatch(args.redis, args.queue, args.n, args.interval, lambda: {"t": time.time()})
+            emit({"event": "dispatched", "n": args.n, "seconds": time.perf_counter() - begin})
+        else:
+            recorder = Recorder(args.n, threadsafe=threadsafe, progress=args.progress)
+            info = work(args.redis, args.queue, args, recorder, lambda: emit({"event": "ready"}))
+            emit({"event": "stopped", **(info or {})})
+    except NotSupported as exc:
+        emit({"event": "unsupported", "reason": str(exc)})
+        sys.exit(3)

@@ -1,0 +1,111 @@
+"""arq under the benchmark protocol (runs in bench/.peers/arq).
+
+arq's own worker (``arq.worker.Worker``) with ``max_jobs`` = the concurrency; every other
+setting is arq's default (it polls its queue every ``poll_delay`` = 0.5 s when idle, and
+keeps results for an hour). arq has no bulk enqueue API.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+from _driver import NotSupported, Recorder, main
+from arq import create_pool
+from arq.connections import RedisSettings
+from arq.worker import Worker, func
+
+REC: Recorder
+
+
+async def noop(ctx: dict[str, Any], payload: Any) -> None:
+    REC.begin(payload)
+    REC.end()
+
+
+async def sleep(ctx: dict[str, Any], payload: Any) -> None:
+    REC.begin(payload)
+    await asyncio.sleep(payload["s"])
+    REC.end()
+
+
+async def latency(ctx: dict[str, Any], payload: Any) -> None:
+    REC.begin(payload)
+    REC.end()
+
+
+def enqueue(url: str, queue: str, task: str, payloads: list[dict[str, Any]], mode: str) -> float:
+    if mode != "single":
+        raise NotSupported("arq has no bulk enqueue API")
+
+    async def run() -> float:
+        pool = await create_pool(RedisSettings.from_dsn(url), default_queue_name=queue)
+        try:
+            begin = time.perf_counter()
+            for payload in payloads:
+                await pool.enqueue_job(task, payload)
+            return time.perf_counter() - begin
+        finally:
+            await pool.aclose()
+
+    return asyncio.run(run())
+
+
+def dispatch(
+    url: str, queue: str, n: int, interval: float, make_payload: Callable[[], dict[str, Any]]
+) -> None:
+    async def run() -> None:
+        pool = await create_pool(RedisSettings.from_dsn(url), default_queue_name=queue)
+        loop = asyncio.get_running_loop()
+        try:
+            start = loop.time()
+            for i in range(n):
+                await asyncio.sleep(max(0.0, start + i * interval - loop.time()))
+                await pool.enqueue_job("latency", make_payload())
+        finally:
+            await pool.aclose()
+
+    asyncio.run(run())
+
+
+def work(
+    url: str, queue: str, args: argparse.Namespace, rec: Recorder, ready: Callable[[], None]
+) -> dict[str, Any]:
+    global REC
+    REC = rec
+
+    async def run() -> dict[str, Any]:
+        done = asyncio.Event()
+        rec.on_complete = done.set
+        worker = Worker(
+            functions=[func(noop, name="noop"), func(sleep, name="sleep"), func(latency)],
+            queue_name=queue,
+            redis_settings=RedisSettings.from_dsn(url),
+            max_jobs=args.concurrency,
+            handle_signals=False,
+        )
+        main_task = asyncio.create_task(worker.main())
+        ready()
+        waiter = asyncio.create_task(done.wait())
+        await asyncio.wait([main_task, waiter], return_when=asyncio.FIRST_COMPLETED)
+        if main_task.done():
+            main_task.result()  # the worker failed: raise its error
+        # Let the last jobs record their results: close() cancels jobs still running.
+        running = [t for t in worker.tasks.values() if not t.done()]
+        if running:
+            await asyncio.wait(running)
+        main_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await main_task
+        await worker.close()
+        return {"complete": worker.jobs_complete, "failed": worker.jobs_failed}
+
+    return asyncio.run(run())
+
+
+if __name__ == "__main__":
+    main(enqueue, dispatch, work)

@@ -1,0 +1,95 @@
+"""dramatiq with its Redis broker under the benchmark protocol (runs in bench/.peers/dramatiq).
+
+dramatiq's own ``Worker`` (what ``dramatiq`` runs in each worker process) with
+``worker_threads`` = the concurrency: plain threads, so the bodies are sync functions and
+the sleep body is ``time.sleep``. Default middleware. No bulk enqueue API (``group`` sends
+one by one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import dramatiq
+from _driver import NotSupported, Recorder, main
+from dramatiq.brokers.redis import RedisBroker
+
+REC: Recorder
+
+
+def noop(payload: Any) -> None:
+    REC.begin(payload)
+    REC.end()
+
+
+def sleep(payload: Any) -> None:
+    REC.begin(payload)
+    time.sleep(payload["s"])
+    REC.end()
+
+
+def latency(payload: Any) -> None:
+    REC.begin(payload)
+    REC.end()
+
+
+def make_broker(url: str, queue: str) -> tuple[RedisBroker, dict[str, Any]]:
+    broker = RedisBroker(url=url)
+    dramatiq.set_broker(broker)
+    actors = {
+        f.__name__: dramatiq.actor(f, actor_name=f.__name__, queue_name=queue, broker=broker)
+        for f in (noop, sleep, latency)
+    }
+    return broker, actors
+
+
+def enqueue(url: str, queue: str, task: str, payloads: list[dict[str, Any]], mode: str) -> float:
+    if mode != "single":
+        raise NotSupported("dramatiq has no bulk enqueue API")
+    broker, actors = make_broker(url, queue)
+    try:
+        begin = time.perf_counter()
+        for payload in payloads:
+            actors[task].send(payload)
+        return time.perf_counter() - begin
+    finally:
+        broker.close()
+
+
+def dispatch(
+    url: str, queue: str, n: int, interval: float, make_payload: Callable[[], dict[str, Any]]
+) -> None:
+    broker, actors = make_broker(url, queue)
+    try:
+        start = time.monotonic()
+        for i in range(n):
+            time.sleep(max(0.0, start + i * interval - time.monotonic()))
+            actors["latency"].send(make_payload())
+    finally:
+        broker.close()
+
+
+def work(
+    url: str, queue: str, args: argparse.Namespace, rec: Recorder, ready: Callable[[], None]
+) -> dict[str, Any]:
+    global REC
+    REC = rec
+    broker, _ = make_broker(url, queue)
+    done = threading.Event()
+    rec.on_complete = done.set
+    worker = dramatiq.Worker(broker, worker_threads=args.concurrency)
+    worker.start()
+    ready()
+    done.wait()
+    worker.stop()
+    broker.close()
+    return {}
+
+
+if __name__ == "__main__":
+    _ = NotSupported
+    main(enqueue, dispatch, work, threadsafe=True)

@@ -1,0 +1,113 @@
+"""saq under the benchmark protocol (runs in bench/.peers/saq).
+
+saq's own worker (``saq.Worker``) with ``concurrency`` = the concurrency, defaults
+otherwise, except a connection pool of 1000 (see ``make_queue``). saq has no bulk enqueue
+API (``Queue.map`` enqueues one by one and waits for the results).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis.asyncio
+from _driver import NotSupported, Recorder, main
+from saq import Worker
+from saq.queue.redis import RedisQueue
+
+REC: Recorder
+
+
+def make_queue(url: str, name: str) -> RedisQueue:
+    # redis-py 8's default pool holds 100 connections: with 100 workers saq ran out of them
+    # ("Too many connections" while finishing a job), so it gets a larger pool.
+    return RedisQueue(redis.asyncio.from_url(url, max_connections=1000), name=name)
+
+
+async def noop(ctx: dict[str, Any], *, payload: Any) -> None:
+    REC.begin(payload)
+    REC.end()
+
+
+async def sleep(ctx: dict[str, Any], *, payload: Any) -> None:
+    REC.begin(payload)
+    await asyncio.sleep(payload["s"])
+    REC.end()
+
+
+async def latency(ctx: dict[str, Any], *, payload: Any) -> None:
+    REC.begin(payload)
+    REC.end()
+
+
+def enqueue(url: str, queue: str, task: str, payloads: list[dict[str, Any]], mode: str) -> float:
+    if mode != "single":
+        raise NotSupported("saq has no bulk enqueue API")
+
+    async def run() -> float:
+        q = make_queue(url, queue)
+        await q.connect()
+        try:
+            begin = time.perf_counter()
+            for payload in payloads:
+                await q.enqueue(task, payload=payload)
+            return time.perf_counter() - begin
+        finally:
+            await q.disconnect()
+
+    return asyncio.run(run())
+
+
+def dispatch(
+    url: str, queue: str, n: int, interval: float, make_payload: Callable[[], dict[str, Any]]
+) -> None:
+    async def run() -> None:
+        q = make_queue(url, queue)
+        await q.connect()
+        loop = asyncio.get_running_loop()
+        try:
+            start = loop.time()
+            for i in range(n):
+                await asyncio.sleep(max(0.0, start + i * interval - loop.time()))
+                await q.enqueue("latency", payload=make_payload())
+        finally:
+            await q.disconnect()
+
+    asyncio.run(run())
+
+
+def work(
+    url: str, queue: str, args: argparse.Namespace, rec: Recorder, ready: Callable[[], None]
+) -> dict[str, Any]:
+    global REC
+    REC = rec
+
+    async def run() -> dict[str, Any]:
+        done = asyncio.Event()
+        rec.on_complete = done.set
+        q = make_queue(url, queue)
+        await q.connect()
+        worker = Worker(
+            q,
+            functions=[("noop", noop), ("sleep", sleep), ("latency", latency)],
+            concurrency=args.concurrency,
+        )
+        main_task = asyncio.create_task(worker.start())
+        ready()
+        waiter = asyncio.create_task(done.wait())
+        await asyncio.wait([main_task, waiter], return_when=asyncio.FIRST_COMPLETED)
+        if main_task.done():
+            main_task.result()
+        await worker.stop()
+        await main_task
+        await q.disconnect()
+        return {}
+
+    return asyncio.run(run())
+
+
+if __name__ == "__main__":
+    main(enqueue, dispatch, work)

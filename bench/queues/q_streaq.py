@@ -1,0 +1,108 @@
+"""streaq under the benchmark protocol, on Trio (runs in bench/.peers/streaq).
+
+streaq's own worker (``streaq.Worker(anyio_backend="trio")``, run with ``run_async`` under
+``trio.run``) with ``concurrency`` = the concurrency, defaults otherwise. Bulk enqueue is
+``Worker.enqueue_many`` (one pipeline).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from typing import Any
+
+import trio
+from _driver import NotSupported, Recorder, main
+from streaq import Worker
+
+REC: Recorder
+
+
+async def noop(payload: Any) -> None:
+    REC.begin(payload)
+    REC.end()
+
+
+async def sleep(payload: Any) -> None:
+    REC.begin(payload)
+    await trio.sleep(payload["s"])
+    REC.end()
+
+
+async def latency(payload: Any) -> None:
+    REC.begin(payload)
+    REC.end()
+
+
+def make_worker(url: str, queue: str, concurrency: int = 100) -> tuple[Worker[Any], dict[str, Any]]:
+    worker: Worker[Any] = Worker(
+        redis_url=url,
+        queue_name=queue,
+        concurrency=concurrency,
+        anyio_backend="trio",
+        handle_signals=False,
+    )
+    registered = {f.__name__: worker.task(f) for f in (noop, sleep, latency)}
+    return worker, registered
+
+
+def enqueue(url: str, queue: str, task: str, payloads: list[dict[str, Any]], mode: str) -> float:
+    worker, registered = make_worker(url, queue)
+
+    async def run() -> float:
+        async with worker:
+            begin = time.perf_counter()
+            if mode == "single":
+                for payload in payloads:
+                    await registered[task].enqueue(payload)
+            else:
+                await worker.enqueue_many([registered[task].enqueue(p) for p in payloads])
+            return time.perf_counter() - begin
+
+    return trio.run(run)
+
+
+def dispatch(
+    url: str, queue: str, n: int, interval: float, make_payload: Callable[[], dict[str, Any]]
+) -> None:
+    worker, registered = make_worker(url, queue)
+
+    async def run() -> None:
+        async with worker:
+            start = trio.current_time()
+            for i in range(n):
+                await trio.sleep_until(start + i * interval)
+                await registered["latency"].enqueue(make_payload())
+
+    trio.run(run)
+
+
+def work(
+    url: str, queue: str, args: argparse.Namespace, rec: Recorder, ready: Callable[[], None]
+) -> dict[str, Any]:
+    global REC
+    REC = rec
+    worker, _ = make_worker(url, queue, args.concurrency)
+
+    async def run() -> dict[str, Any]:
+        done = trio.Event()
+        rec.on_complete = done.set
+        async with trio.open_nursery() as nursery:
+            await nursery.start(worker.run_async)
+            ready()
+            await done.wait()
+            # Cancelling streaq while it finishes a task's bookkeeping hung it for good
+            # (seen with streaq 7.2): wait until nothing runs, then a little more.
+            while worker.running():  # noqa: ASYNC110 (streaq has no event for it)
+                await trio.sleep(0.01)
+            await trio.sleep(0.5)
+            nursery.cancel_scope.cancel()
+        return {}
+
+    return trio.run(run)
+
+
+if __name__ == "__main__":
+    _ = NotSupported
+    main(enqueue, dispatch, work)

@@ -1,0 +1,119 @@
+"""taskiq with taskiq-redis's stream broker under the benchmark protocol
+(runs in bench/.peers/taskiq).
+
+``taskiq_redis.RedisStreamBroker`` (consumer group from the stream's start, so a backlog
+enqueued before the worker starts is read) and taskiq's own ``Receiver`` — what
+``taskiq worker`` runs in each worker process — with ``max_async_tasks`` = the concurrency.
+No result backend. taskiq has no bulk enqueue API.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from _driver import NotSupported, Recorder, main
+from taskiq.receiver import Receiver
+from taskiq_redis import RedisStreamBroker
+
+REC: Recorder
+
+
+async def noop(payload: Any) -> None:
+    REC.begin(payload)
+    REC.end()
+
+
+async def sleep(payload: Any) -> None:
+    REC.begin(payload)
+    await asyncio.sleep(payload["s"])
+    REC.end()
+
+
+async def latency(payload: Any) -> None:
+    REC.begin(payload)
+    REC.end()
+
+
+def make_broker(url: str, queue: str) -> tuple[RedisStreamBroker, dict[str, Any]]:
+    broker = RedisStreamBroker(url, queue_name=queue, consumer_group_name=queue, consumer_id="0")
+    registered = {
+        f.__name__: broker.register_task(f, task_name=f.__name__) for f in (noop, sleep, latency)
+    }
+    return broker, registered
+
+
+def enqueue(url: str, queue: str, task: str, payloads: list[dict[str, Any]], mode: str) -> float:
+    if mode != "single":
+        raise NotSupported("taskiq has no bulk enqueue API")
+    broker, registered = make_broker(url, queue)
+
+    async def run() -> float:
+        await broker.startup()
+        try:
+            begin = time.perf_counter()
+            for payload in payloads:
+                await registered[task].kiq(payload)
+            return time.perf_counter() - begin
+        finally:
+            await broker.shutdown()
+
+    return asyncio.run(run())
+
+
+def dispatch(
+    url: str, queue: str, n: int, interval: float, make_payload: Callable[[], dict[str, Any]]
+) -> None:
+    broker, registered = make_broker(url, queue)
+
+    async def run() -> None:
+        await broker.startup()
+        loop = asyncio.get_running_loop()
+        try:
+            start = loop.time()
+            for i in range(n):
+                await asyncio.sleep(max(0.0, start + i * interval - loop.time()))
+                await registered["latency"].kiq(make_payload())
+        finally:
+            await broker.shutdown()
+
+    asyncio.run(run())
+
+
+def work(
+    url: str, queue: str, args: argparse.Namespace, rec: Recorder, ready: Callable[[], None]
+) -> dict[str, Any]:
+    global REC
+    REC = rec
+    broker, _ = make_broker(url, queue)
+    broker.is_worker_process = True
+
+    async def run() -> dict[str, Any]:
+        done = asyncio.Event()
+        rec.on_complete = done.set
+        finish = asyncio.Event()
+        with ThreadPoolExecutor() as executor:
+            receiver = Receiver(broker, executor=executor, max_async_tasks=args.concurrency)
+            listener = asyncio.create_task(receiver.listen(finish))
+            ready()
+            waiter = asyncio.create_task(done.wait())
+            await asyncio.wait([listener, waiter], return_when=asyncio.FIRST_COMPLETED)
+            if listener.done():
+                listener.result()
+            # Setting the finish event right after the last task hung taskiq's receiver
+            # (its cancelled XREADGROUP never returned; seen with taskiq 0.13): wait a little.
+            await asyncio.sleep(0.5)
+            finish.set()
+            await listener
+        await broker.shutdown()
+        return {}
+
+    return asyncio.run(run())
+
+
+if __name__ == "__main__":
+    main(enqueue, dispatch, work)

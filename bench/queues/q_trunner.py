@@ -1,0 +1,102 @@
+"""trunner under the benchmark protocol (see _driver.py): public API only.
+
+Keys: prefix ``trunner-bench``, consumer group = the queue name, so every key of a run
+contains the queue name (the harness deletes them by it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from typing import Any
+
+import trio
+from _driver import NotSupported, Recorder, main
+
+import trunner
+
+PREFIX = "trunner-bench"
+
+
+def enqueue(url: str, queue: str, task: str, payloads: list[dict[str, Any]], mode: str) -> float:
+    async def run() -> float:
+        async with trunner.open_client(url, queue, prefix=PREFIX) as client:
+            begin = time.perf_counter()
+            if mode == "single":
+                for payload in payloads:
+                    await client.dispatch(task, payload)
+            else:
+                await client.dispatch_many(task, payloads)
+            return time.perf_counter() - begin
+
+    return trio.run(run)
+
+
+def dispatch(
+    url: str, queue: str, n: int, interval: float, make_payload: Callable[[], dict[str, Any]]
+) -> None:
+    async def run() -> None:
+        async with trunner.open_client(url, queue, prefix=PREFIX) as client:
+            start = trio.current_time()
+            for i in range(n):
+                await trio.sleep_until(start + i * interval)
+                await client.dispatch("latency", make_payload())
+
+    trio.run(run)
+
+
+def work(
+    url: str, queue: str, args: argparse.Namespace, rec: Recorder, ready: Callable[[], None]
+) -> dict[str, Any]:
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task
+    async def noop(payload: Any) -> None:
+        rec.begin(payload)
+        rec.end()
+
+    @tasks.task
+    async def sleep(payload: Any) -> None:
+        rec.begin(payload)
+        await trio.sleep(payload["s"])
+        rec.end()
+
+    @tasks.task
+    async def latency(payload: Any) -> None:
+        rec.begin(payload)
+        rec.end()
+
+    async def run() -> dict[str, Any]:
+        done = trio.Event()
+        rec.on_complete = done.set
+        config = trunner.RunnerConfig(
+            consumer_group=queue,
+            prefix=PREFIX,
+            num_workers=args.concurrency,
+            batch_size=args.batch,
+        )
+        begin = time.perf_counter()
+        async with trunner.open_runner(url, config, tasks) as runner:
+            ready()
+            await done.wait()
+            if args.linger:
+                await trio.sleep(args.linger)
+                rec.final()
+            stats = runner.statistics()
+            stop = time.perf_counter()
+        return {
+            "succeeded": stats.succeeded,
+            "failed": stats.failed,
+            "errors": stats.errors,
+            "max_in_flight": stats.max_in_flight,
+            "shutdown_seconds": round(time.perf_counter() - stop, 3),
+            "lifetime_seconds": round(time.perf_counter() - begin, 3),
+        }
+
+    return trio.run(run)
+
+
+if __name__ == "__main__":
+    _ = NotSupported
+    main(enqueue, dispatch, work)

@@ -1,0 +1,1105 @@
+"""trunner's benchmark suite: throughput, latency, precision, failover and memory.
+
+    python bench/run.py [SCENARIO ...] [--runs 3] [--redis URL] [--peers] [--scale F]
+
+Scenarios (default ``all``): ``throughput`` (1), ``latency`` (2), ``sleep`` (3), ``memory``
+(4), ``delayed`` (5), ``failover`` (6), ``ceiling`` (7: the bare redis-py loop alone; it
+also runs beside trunner in 1 and 2, so every ratio is measured in the same run). Each
+scenario runs ``--runs`` times, interleaving the queues run by run, and the median is
+reported. ``--peers`` adds arq, saq, streaq (on Trio), taskiq (Redis stream broker) and
+dramatiq to scenarios 1-3, each installed into its own virtual environment under
+bench/.peers/ and using its own Redis database.
+
+Without ``--redis`` a private redis-server is started on a free loopback port (no
+persistence) and stopped at the end. Every key created is deleted. Prints one JSON line
+per measurement, then a summary table; both are also written to bench/results/<time>/.
+See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import redis
+import trio
+
+import trunner
+
+HERE = Path(__file__).resolve().parent
+QUEUES = HERE / "queues"
+PEERS_DIR = HERE / ".peers"
+SCENARIOS = ["throughput", "latency", "sleep", "memory", "delayed", "failover", "ceiling"]
+
+#: Each peer: the packages installed into its virtual environment, and its Redis database.
+PEERS: dict[str, tuple[list[str], int]] = {
+    "arq": (["arq==0.28.0"], 1),
+    # saq 0.26.4 imports typing_extensions without declaring it.
+    "saq": (["saq[hiredis]==0.26.4", "typing_extensions"], 2),
+    "streaq": (["streaq==7.2.0", "trio"], 3),
+    "taskiq": (["taskiq==0.13.0", "taskiq-redis==1.2.4", "hiredis"], 4),
+    "dramatiq": (["dramatiq[redis]==2.2.1", "hiredis"], 5),
+}
+
+# -- small helpers ---------------------------------------------------------------------------
+
+
+class BenchError(Exception):
+    """One measurement failed; the others go on."""
+
+
+class Unsupported(BenchError):
+    """The queue has no such feature (e.g. no bulk enqueue)."""
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def proc_status(pid: int) -> dict[str, int]:
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                key, value = line.split(":", 1)
+                out[key] = int(value.split()[0])
+    return {"rss_kb": out.get("VmRSS", 0), "hwm_kb": out.get("VmHWM", 0)}
+
+
+def with_db(url: str, db: int) -> str:
+    base, _, last = url.rstrip("/").rpartition("/")
+    if base.endswith("/") or not last.isdigit():  # no database in the URL
+        return f"{url.rstrip('/')}/{db}"
+    return f"{base}/{db}"
+
+
+def loadavg() -> str:
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs, from /proc/stat."""
+    with open("/proc/stat") as f:
+        values = [int(x) for x in f.readline().split()[1:]]
+    idle = values[3] + values[4]  # idle + iowait
+    return sum(values) - idle, sum(values)
+
+
+async def wait_quiet(max_wait: float, threshold: float = 0.2) -> float:
+    """Before a measurement: wait (up to ``max_wait`` s) until the machine's CPUs are less
+    than ``threshold`` busy over one second; return the busy fraction last seen."""
+    deadline = trio.current_time() + max_wait
+    while True:
+        busy0, total0 = cpu_times()
+        await trio.sleep(1.0)
+        busy1, total1 = cpu_times()
+        busy = (busy1 - busy0) / max(1, total1 - total0)
+        if busy < threshold or trio.current_time() >= deadline:
+            return round(busy, 3)
+
+
+def source_digest() -> str:
+    """A digest of trunner's source files: the code measured (others may be editing it)."""
+    digest = hashlib.sha256()
+    root = Path(trunner.__file__).resolve().parent
+    for path in sorted(root.rglob("*")):
+        if path.suffix in {".py", ".lua"}:
+            digest.update(str(path.relative_to(root)).encode() + path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def machine() -> dict[str, Any]:
+    model = "?"
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    rev = subprocess.run(
+        ["git", "-C", str(HERE.parent), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "-C", str(HERE.parent), "status", "--porcelain", "--", "trunner"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    return {
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "trio": trio.__version__,
+        "redis_py": redis.__version__,
+        "trunner": trunner.__version__,
+        "git": rev + ("+uncommitted changes in trunner/" if dirty else ""),
+        "source_digest": source_digest(),
+        "load_at_start": loadavg(),
+    }
+
+
+class Output:
+    """JSON lines to stdout and to results.jsonl; everything else to stderr."""
+
+    def __init__(self, directory: Path, quiet_wait: float = 0.0) -> None:
+        self.directory = directory
+        self.quiet_wait = quiet_wait
+        #: How busy the CPUs were (other processes) just before each measurement.
+        self.busy: list[float] = []
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "logs").mkdir(exist_ok=True)
+        self._jsonl = open(directory / "results.jsonl", "a")  # noqa: SIM115
+
+    def record(self, **fields: Any) -> None:
+        line = json.dumps(fields)
+        print(line, flush=True)
+        self._jsonl.write(line + "\n")
+        self._jsonl.flush()
+
+    def note(self, text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    def log_path(self, name: str) -> Path:
+        return self.directory / "logs" / f"{name}.log"
+
+    def close(self) -> None:
+        self._jsonl.close()
+
+
+# -- Redis -----------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def redis_server(out: Output) -> Iterator[str]:
+    """A private redis-server on a free loopback port, no persistence; stopped at the end."""
+    port = free_port()
+    log = open(out.log_path("redis-server"), "wb")  # noqa: SIM115
+    process = subprocess.Popen(
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--databases",
+            "16",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        client = redis.Redis(port=port)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise
+                time.sleep(0.05)
+        client.close()
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+def redis_version(url: str) -> str:
+    client = redis.Redis.from_url(url)
+    try:
+        return str(client.info("server")["redis_version"])
+    finally:
+        client.close()
+
+
+def delete_matching(url: str, text: str) -> int:
+    """Delete every key whose name contains ``text`` (a unique run id)."""
+    client = redis.Redis.from_url(url)
+    deleted = 0
+    try:
+        batch = []
+        for key in client.scan_iter(match=f"*{text}*", count=1000):
+            batch.append(key)
+            if len(batch) >= 500:
+                deleted += client.delete(*batch)
+                batch = []
+        if batch:
+            deleted += client.delete(*batch)
+    finally:
+        client.close()
+    return deleted
+
+
+def flush_db(url: str) -> None:
+    client = redis.Redis.from_url(url)
+    try:
+        client.flushdb()
+    finally:
+        client.close()
+
+
+def db_size(url: str) -> int:
+    client = redis.Redis.from_url(url)
+    try:
+        return int(client.dbsize())
+    finally:
+        client.close()
+
+
+# -- the queues under test -------------------------------------------------------------------
+
+
+@dataclass
+class Queue:
+    """One implementation of the protocol in bench/queues/_driver.py."""
+
+    name: str
+    python: str
+    url: str
+    #: Keys are told apart by a unique queue name (trunner, ceiling), or the queue owns its
+    #: database (peers), which is flushed.
+    owns_db: bool = False
+    log: Path = field(default=Path("/dev/null"))
+
+    def command(self, queue: str, *args: str) -> list[str]:
+        script = QUEUES / f"q_{self.name}.py"
+        return [self.python, str(script), "--redis", self.url, "--queue", queue, *args]
+
+    async def cleanup(self, queue: str) -> None:
+        if self.owns_db:
+            await trio.to_thread.run_sync(flush_db, self.url)
+        else:
+            await trio.to_thread.run_sync(delete_matching, self.url, queue)
+
+
+def parse_events(data: bytes) -> list[dict[str, Any]]:
+    events = []
+    for line in data.decode(errors="replace").splitlines():
+        with contextlib.suppress(ValueError):
+            event = json.loads(line)
+            if isinstance(event, dict) and "event" in event:
+                events.append(event)
+    return events
+
+
+def open_log(path: Path, command: list[str]) -> BinaryIO:
+    """The log a subprocess's stderr is appended to, headed by its command line."""
+    log = open(path, "ab")  # noqa: SIM115
+    log.write(f"\n$ {' '.join(command)}\n".encode())
+    log.flush()
+    return log
+
+
+async def run_once(q: Queue, queue: str, *args: str, limit: float = 900) -> dict[str, Any]:
+    """Run one enqueue/dispatch command; return its last event."""
+    with open_log(q.log, q.command(queue, *args)) as log:
+        with trio.move_on_after(limit) as scope:
+            result = await trio.run_process(
+                q.command(queue, *args), capture_stdout=True, stderr=log, check=False
+            )
+    if scope.cancelled_caught:
+        raise BenchError(f"{q.name} {args[0]}: no result within {limit} s")
+    events = parse_events(result.stdout)
+    if events and events[-1]["event"] == "unsupported":
+        raise Unsupported(events[-1]["reason"])
+    if result.returncode != 0 or not events:
+        raise BenchError(f"{q.name} {args[0]} failed (status {result.returncode}); see {q.log}")
+    return events[-1]
+
+
+class WorkerProcess:
+    """A worker subprocess, read event by event."""
+
+    def __init__(self, q: Queue, process: trio.Process) -> None:
+        self.q = q
+        self.process = process
+        self._buffer = b""
+        #: Every event read so far.
+        self.seen: list[dict[str, Any]] = []
+
+    @property
+    def pid(self) -> int:
+        return int(self.process.pid)
+
+    async def event(self, *wanted: str) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        while True:
+            while b"\n" not in self._buffer:
+                chunk = await self.process.stdout.receive_some(65536)
+                if not chunk:
+                    status = await self.process.wait()
+                    raise BenchError(
+                        f"{self.q.name} worker exited (status {status}) before "
+                        f"{'/'.join(wanted)}; see {self.q.log}"
+                    )
+                self._buffer += chunk
+            line, self._buffer = self._buffer.split(b"\n", 1)
+            for event in parse_events(line):
+                self.seen.append(event)
+                if event["event"] in wanted:
+                    return event
+                if event["event"] == "unsupported":
+                    raise Unsupported(event["reason"])
+                if event["event"] == "stop_timeout":
+                    raise BenchError(f"{self.q.name} worker did not stop; it was ended")
+
+
+@contextlib.asynccontextmanager
+async def worker_process(q: Queue, queue: str, *args: str) -> AsyncIterator[WorkerProcess]:
+    with open_log(q.log, q.command(queue, "worker", *args)) as log:
+        process = await trio.lowlevel.open_process(
+            q.command(queue, "worker", *args), stdout=subprocess.PIPE, stderr=log
+        )
+    worker = WorkerProcess(q, process)
+    try:
+        yield worker
+        with trio.move_on_after(60):
+            await worker.event("stopped")
+            await process.wait()
+    finally:
+        with trio.CancelScope(shield=True):
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+            if process.stdout is not None:
+                await process.stdout.aclose()
+
+
+# -- scenarios 1-3 (and 7): every queue ------------------------------------------------------
+
+
+@dataclass
+class Settings:
+    runs: int
+    scale: float
+    concurrency: int = 100
+    batch: int = 100
+
+    def worker_args(self, task: str, n: int) -> list[str]:
+        return (
+            f"--task {task} --n {n} --concurrency {self.concurrency} --batch {self.batch}".split()
+        )
+
+    def n(self, count: int) -> int:
+        return max(10, round(count * self.scale))
+
+
+async def throughput(q: Queue, s: Settings) -> dict[str, Any]:
+    """Scenario 1: enqueue one by one, and in bulk; then one worker drains the backlog."""
+    n = s.n(20_000)
+    queue = f"{q.name}-tp-{uuid.uuid4().hex[:8]}"
+    result: dict[str, Any] = {"n": n}
+
+    async def enqueue(mode: str) -> float:
+        event = await run_once(q, queue, "enqueue", "--task", "noop", "--mode", mode, "--n", str(n))
+        return float(event["rate"])
+
+    try:
+        try:  # refused before anything is written when the queue has no bulk API
+            result["enqueue_bulk_rate"] = await enqueue("bulk")
+            await q.cleanup(queue)
+            bulk = True
+        except Unsupported as exc:
+            result["enqueue_bulk"] = f"unsupported: {exc}"
+            bulk = False
+        result["enqueue_single_rate"] = await enqueue("single")
+        if bulk:  # the worker drains a backlog enqueued in bulk (the same entries)
+            await q.cleanup(queue)
+            await enqueue("bulk")
+        async with worker_process(q, queue, *s.worker_args("noop", n)) as worker:
+            with trio.fail_after(900):
+                done = await worker.event("done")
+        result.update(
+            process_rate=done["rate"],
+            process_seconds=done["seconds"],
+            cpu_ms_per_task=done["cpu_ms_per_task"],
+            hwm_mb=round(done["hwm_kb"] / 1024, 1),
+        )
+    finally:
+        await q.cleanup(queue)
+    return result
+
+
+async def latency(q: Queue, s: Settings) -> dict[str, Any]:
+    """Scenario 2: an idle worker; tasks dispatched 10 ms apart; start - dispatch."""
+    n = s.n(500)
+    queue = f"{q.name}-lat-{uuid.uuid4().hex[:8]}"
+    try:
+        async with worker_process(q, queue, *s.worker_args("latency", n)) as worker:
+            with trio.fail_after(60):
+                await worker.event("ready")
+            await trio.sleep(1.0)  # idle: blocked in its read, or between polls
+            await run_once(q, queue, "dispatch", "--n", str(n), "--interval", "0.01")
+            with trio.fail_after(60):
+                done = await worker.event("done")
+    finally:
+        await q.cleanup(queue)
+    return {
+        "n": n,
+        "p50_ms": done["p50_ms"],
+        "p99_ms": done["p99_ms"],
+        "max_ms": done["max_ms"],
+        "cpu_ms_per_task": done["cpu_ms_per_task"],  # at 100 tasks/s, one per read
+    }
+
+
+async def sleep_bound(q: Queue, s: Settings) -> dict[str, Any]:
+    """Scenario 3: 2 000 tasks of ``sleep(0.05)`` at 100 workers; ideal 1.0 s."""
+    n = s.n(2000)
+    ideal = n * 0.05 / s.concurrency
+    queue = f"{q.name}-sleep-{uuid.uuid4().hex[:8]}"
+    try:
+        try:
+            await run_once(q, queue, *f"enqueue --task sleep --mode bulk --n {n}".split())
+        except Unsupported:
+            await q.cleanup(queue)
+            await run_once(q, queue, *f"enqueue --task sleep --mode single --n {n}".split())
+        async with worker_process(q, queue, *s.worker_args("sleep", n)) as worker:
+            with trio.fail_after(300):
+                done = await worker.event("done")
+    finally:
+        await q.cleanup(queue)
+    return {
+        "n": n,
+        "wall_s": done["seconds"],
+        "ideal_s": ideal,
+        "over_ideal": round(done["seconds"] / ideal, 3),
+        "cpu_ms_per_task": done["cpu_ms_per_task"],
+    }
+
+
+# -- scenario 4: the original's harness (trunner only) ---------------------------------------
+
+
+async def memory(q: Queue, s: Settings, workers: int) -> dict[str, Any]:
+    """100 000 tasks of 500 ms on one instance: wall time, peak RSS and RSS growth."""
+    n = s.n(100_000)
+    ideal = n * 0.5 / workers
+    queue = f"{q.name}-mem-{uuid.uuid4().hex[:8]}"
+    samples: list[int] = []
+    try:
+        command = f"--task sleep --n {n} --concurrency {workers} --batch {s.batch}"
+        async with worker_process(q, queue, *command.split(), "--linger", "2", "--progress") as w:
+            with trio.fail_after(60):
+                await w.event("ready")
+            await trio.sleep(1.0)
+            baseline = proc_status(w.pid)
+            async with trio.open_nursery() as nursery:
+
+                async def sample() -> None:
+                    while True:
+                        with contextlib.suppress(OSError):
+                            samples.append(proc_status(w.pid)["rss_kb"])
+                        await trio.sleep(0.2)
+
+                nursery.start_soon(sample)
+                with trio.fail_after(600):
+                    enqueue = f"enqueue --task sleep --mode bulk --n {n} --sleep 0.5"
+                    await run_once(q, queue, *enqueue.split())
+                    done = await w.event("done")
+                    final = await w.event("final")
+                nursery.cancel_scope.cancel()
+    finally:
+        await q.cleanup(queue)
+    # Under full load: RSS when 90 % of the tasks were done minus RSS at 20 % (a leak grows
+    # it; the working set of the concurrent tasks does not).
+    progress = {e["count"]: e["rss_kb"] for e in w.seen if e["event"] == "progress"}
+    marks = sorted(progress)
+    drift = None
+    if len(marks) >= 9:
+        drift = round((progress[marks[8]] - progress[marks[1]]) / 1024, 1)
+    return {
+        "n": n,
+        "workers": workers,
+        "wall_s": done["seconds"],
+        "ideal_s": ideal,
+        "over_ideal": round(done["seconds"] / ideal, 3),
+        "cpu_ms_per_task": done["cpu_ms_per_task"],
+        "rss_idle_mb": round(baseline["rss_kb"] / 1024, 1),
+        "rss_end_mb": round(final["rss_kb"] / 1024, 1),
+        "rss_end_after_gc_mb": round(final["rss_after_gc_kb"] / 1024, 1),
+        "rss_growth_mb": round((final["rss_kb"] - baseline["rss_kb"]) / 1024, 1),
+        "rss_drift_20_90_mb": drift,
+        "peak_rss_mb": round(final["hwm_kb"] / 1024, 1),
+        "max_sampled_rss_mb": round(max(samples, default=0) / 1024, 1),
+    }
+
+
+# -- scenario 5: delayed precision (ported from bench/delayed.py) ----------------------------
+
+
+async def delayed(url: str, count: int, over: float) -> dict[str, Any]:
+    """2 000 delayed tasks due at random times over 10 s; lateness of their starts."""
+    prefix = f"bench-delayed-{uuid.uuid4().hex[:8]}"
+    lateness: list[float] = []
+    done = trio.Event()
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task
+    async def due(payload: float) -> None:
+        lateness.append(time.time() - payload)
+        if len(lateness) == count:
+            done.set()
+
+    config = trunner.RunnerConfig(
+        consumer_group="bench", prefix=prefix, num_workers=100, batch_size=100
+    )
+    warning = None
+    try:
+        async with (
+            trunner.open_runner(url, config, tasks),
+            trunner.open_client(url, "bench", prefix=prefix) as client,
+        ):
+            # Every task is scheduled before the first is due (~1.5 ms per dispatch here).
+            start = time.time() + 1.0 + count * 0.002
+            dues = [start + random.uniform(0, over) for _ in range(count)]
+            for when in dues:
+                await client.dispatch_delayed("due", when, when - time.time())
+            if time.time() > start:
+                warning = "scheduling outlasted the head start"
+            with trio.fail_after(over + 60):
+                await done.wait()
+    finally:
+        await trio.to_thread.run_sync(delete_matching, url, prefix)
+    ms = [x * 1000 for x in lateness]
+    result: dict[str, Any] = {
+        "n": count,
+        "p50_ms": round(percentile(ms, 50), 2),
+        "p99_ms": round(percentile(ms, 99), 2),
+        "max_ms": round(max(ms), 2),
+        "early": sum(1 for x in ms if x < 0),
+    }
+    if warning:
+        result["warning"] = warning
+    return result
+
+
+# -- scenario 6: failover at the runner level ------------------------------------------------
+
+LEADER = """
+import sys, trio, trunner
+async def main(url, prefix):
+    tasks = trunner.TaskRegistry()
+    @tasks.task
+    async def noop(payload): pass
+    config = trunner.RunnerConfig(consumer_group="bench", prefix=prefix, num_workers=10)
+    async with trunner.open_runner(url, config, tasks) as runner:
+        while not (runner.is_leader and runner.statistics().scheduler_passes > 0):
+            await trio.sleep(0.005)
+        print("leader", flush=True)
+        await trio.lowlevel.FdStream(0).receive_some()   # "stop", or EOF
+        stop = trio.current_time()
+    print("stopped", round(trio.current_time() - stop, 4), flush=True)
+trio.run(main, sys.argv[1], sys.argv[2])
+"""
+
+
+async def first_pass(runner: trunner.Runner, limit: float) -> None:
+    """Until ``runner`` (now a follower) led and finished a scheduler pass."""
+    with trio.fail_after(limit):
+        while runner.statistics().scheduler_passes == 0:  # noqa: ASYNC110 (no event for it)
+            await trio.sleep(0.001)
+
+
+@contextlib.asynccontextmanager
+async def leader_process(url: str, prefix: str, out: Output) -> AsyncIterator[trio.Process]:
+    """A runner process that leads the group ``bench`` under ``prefix`` (ready: it led and
+    finished a scheduler pass). Writing to its stdin stops it gracefully."""
+    command = [sys.executable, "-c", LEADER, url, prefix]
+    with open_log(out.log_path("failover-leader"), command) as log:
+        process = await trio.lowlevel.open_process(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log
+        )
+    assert process.stdin is not None
+    assert process.stdout is not None
+    try:
+        line = b""
+        with trio.fail_after(30):
+            while not line.endswith(b"\n"):
+                chunk = await process.stdout.receive_some(1)
+                if not chunk:
+                    raise BenchError("the leader process exited early; see its log")
+                line += chunk
+        assert line.strip() == b"leader", line
+        yield process
+    finally:
+        with trio.CancelScope(shield=True):
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+            await process.stdout.aclose()
+            await process.stdin.aclose()
+
+
+async def failover(url: str, mode: str, out: Output) -> dict[str, Any]:
+    """The leader runner (a process) stops gracefully or is SIGKILLed; time until the
+    follower runner (here) became leader and finished its first scheduler pass."""
+    prefix = f"bench-failover-{uuid.uuid4().hex[:8]}"
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task
+    async def noop(payload: Any) -> None:
+        pass
+
+    config = trunner.RunnerConfig(consumer_group="bench", prefix=prefix, num_workers=10)
+    limit = config.leader_ttl + config.leader_wait + 10
+    result: dict[str, Any] = {"mode": mode}
+    try:
+        async with (
+            leader_process(url, prefix, out) as leader,
+            trunner.open_runner(url, config, tasks) as follower,
+        ):
+            assert not follower.is_leader
+            assert leader.stdin is not None
+            assert leader.stdout is not None
+            if mode == "graceful":
+                await trio.sleep(0.5)
+                start = trio.current_time()
+                await leader.stdin.send_all(b"stop\n")
+                await first_pass(follower, limit)
+                result["seconds"] = round(trio.current_time() - start, 4)
+                await leader.wait()
+                tail = await leader.stdout.receive_some()
+                with contextlib.suppress(ValueError, IndexError):
+                    result["leader_shutdown_s"] = float(tail.split()[1])
+            else:
+                # A random phase of the follower's retry cycle, as in production.
+                await trio.sleep(random.uniform(0.5, 0.5 + config.leader_wait))
+                leader.send_signal(signal.SIGKILL)
+                await leader.wait()
+                start = trio.current_time()
+                await first_pass(follower, limit)
+                result["seconds"] = round(trio.current_time() - start, 4)
+                result["worst_case_s"] = config.leader_ttl + config.leader_wait
+    finally:
+        await trio.to_thread.run_sync(delete_matching, url, prefix)
+    return result
+
+
+# -- peers -----------------------------------------------------------------------------------
+
+
+def install_peer(name: str, out: Output) -> str:
+    """Create bench/.peers/NAME and install the peer into it (once); return its python."""
+    packages, _ = PEERS[name]
+    venv = PEERS_DIR / name
+    python = venv / "bin" / "python"
+    marker = venv / ".bench-installed"
+    spec = "\n".join(packages)
+    if python.exists() and marker.exists() and marker.read_text() == spec:
+        return str(python)
+    out.note(f"installing {name} into {venv} ...")
+    with open(out.log_path(f"install-{name}"), "ab") as log:
+        subprocess.run(
+            [sys.executable, "-m", "venv", "--clear", str(venv)], check=True, stdout=log, stderr=log
+        )
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", *packages],
+            check=True,
+            stdout=log,
+            stderr=log,
+        )
+    marker.write_text(spec)
+    return str(python)
+
+
+def peer_versions(python: str, name: str) -> str:
+    """The versions installed: the peer's packages and its Redis client."""
+    packages = [p.split("[")[0].split("==")[0] for p in PEERS[name][0]]
+    packages += [p for p in ("redis", "coredis", "hiredis", "anyio") if p not in packages]
+    code = (
+        "import importlib.metadata as m, sys\n"
+        "for p in sys.argv[1:]:\n"
+        "    try: print(f'{p}=={m.version(p)}', end=' ')\n"
+        "    except m.PackageNotFoundError: pass\n"
+    )
+    result = subprocess.run(
+        [python, "-c", code, *packages], capture_output=True, text=True, check=False
+    )
+    return result.stdout.strip()
+
+
+# -- summary ---------------------------------------------------------------------------------
+
+Results = dict[tuple[str, str], list[dict[str, Any]]]
+
+#: The summary's rows: label, unit, scenario, metric, higher is better, decimals.
+ROWS: list[tuple[str, str, str, str, bool, int]] = [
+    ("1 enqueue one by one", "tasks/s", "throughput", "enqueue_single_rate", True, 0),
+    ("1 enqueue in bulk (dispatch_many)", "tasks/s", "throughput", "enqueue_bulk_rate", True, 0),
+    ("1 process 20 000 no-op, 100 workers", "tasks/s", "throughput", "process_rate", True, 0),
+    ("1 worker CPU per task", "ms", "throughput", "cpu_ms_per_task", False, 3),
+    ("1 worker peak RSS", "MB", "throughput", "hwm_mb", False, 1),
+    ("2 pickup latency p50", "ms", "latency", "p50_ms", False, 2),
+    ("2 pickup latency p99", "ms", "latency", "p99_ms", False, 2),
+    ("2 pickup latency max", "ms", "latency", "max_ms", False, 2),
+    ("2 worker CPU per task at 100 tasks/s", "ms", "latency", "cpu_ms_per_task", False, 3),
+    ("3 sleep-bound 2 000 x 50 ms: wall", "s", "sleep", "wall_s", False, 3),
+    ("3 sleep-bound: wall / ideal", "x", "sleep", "over_ideal", False, 2),
+    ("4 100 000 x 500 ms: wall", "s", "memory", "wall_s", False, 2),
+    ("4 worker CPU per task", "ms", "memory", "cpu_ms_per_task", False, 3),
+    ("4 peak RSS (VmHWM)", "MB", "memory", "peak_rss_mb", False, 1),
+    ("4 RSS growth (end - idle start)", "MB", "memory", "rss_growth_mb", False, 1),
+    ("4 RSS drift under load (90 % - 20 %)", "MB", "memory", "rss_drift_20_90_mb", False, 1),
+    ("5 delayed lateness p50", "ms", "delayed", "p50_ms", False, 1),
+    ("5 delayed lateness p99", "ms", "delayed", "p99_ms", False, 1),
+    ("5 delayed lateness max", "ms", "delayed", "max_ms", False, 1),
+    ("6 failover, leader stops gracefully", "s", "failover-graceful", "seconds", False, 3),
+    ("6 failover, leader SIGKILLed", "s", "failover-crash", "seconds", False, 2),
+]
+
+
+@dataclass
+class Context:
+    """What the targets are checked against: the ceiling's value, the peers' figures."""
+
+    ceiling: float | None
+    best_peer_rate: float | None
+    lightest_peer_mb: float | None
+
+
+def _targets() -> dict[str, tuple[str, Callable[[float, Context], bool]]]:
+    def of_ceiling(v: float, c: Context) -> bool:
+        return c.ceiling is not None and v >= 0.8 * c.ceiling
+
+    def no_op(v: float, c: Context) -> bool:
+        return v >= 20_000 and (c.best_peer_rate is None or v >= 15 * c.best_peer_rate)
+
+    def rss(v: float, c: Context) -> bool:
+        return v < (c.lightest_peer_mb if c.lightest_peer_mb is not None else 31.0)
+
+    return {
+        "throughput/enqueue_single_rate": (">= 0.8 x ceiling", of_ceiling),
+        "throughput/enqueue_bulk_rate": (">= 0.8 x ceiling", of_ceiling),
+        "throughput/process_rate": (">= 20 000/s and >= 15 x best peer", no_op),
+        "latency/p50_ms": ("<= 2 ms", lambda v, _: v <= 2),
+        "latency/p99_ms": ("<= 10 ms", lambda v, _: v <= 10),
+        "sleep/over_ideal": ("<= 1.3", lambda v, _: v <= 1.3),
+        "memory/peak_rss_mb": ("< lightest peer's peak (arq: 31 MB)", rss),
+        "memory/rss_growth_mb": ("< 10 MB", lambda v, _: v < 10),
+        "delayed/p99_ms": ("<= 100 ms", lambda v, _: v <= 100),
+    }
+
+
+def fmt(value: Any, digits: int) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, str):
+        return value
+    if digits == 0 or abs(value) >= 1000:
+        return f"{value:,.0f}".replace(",", " ")
+    return f"{value:.{digits}f}"
+
+
+def median_of(results: Results, key: tuple[str, str], metric: str) -> float | None:
+    values = [r[metric] for r in results.get(key, []) if isinstance(r.get(metric), int | float)]
+    return statistics.median(values) if values else None
+
+
+def summary(
+    results: Results, notes: dict[str, str], peers: list[str], ideals: dict[str, float]
+) -> str:
+    """The table: trunner, the ceiling (or the ideal), targets, the peers."""
+    rates = [median_of(results, ("throughput", p), "process_rate") for p in peers]
+    best_rate = max((r for r in rates if r is not None), default=None)
+    rss = [median_of(results, ("throughput", p), "hwm_mb") for p in peers]
+    lightest = min((h for h in rss if h is not None), default=None)
+    targets = _targets()
+    head = ["scenario", "unit", "trunner", "ceiling", "trunner / ceiling", "target", "met"]
+    if peers:
+        head += [*peers, "trunner / best peer"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    ran = {scenario for scenario, _ in results}
+    for label, unit, scenario, metric, higher, digits in ROWS:
+        if scenario not in ran:
+            continue
+        key = f"{scenario}/{metric}"
+        value = median_of(results, (scenario, "trunner"), metric)
+        ceiling = median_of(results, (scenario, "ceiling"), metric)
+        shown: Any = ceiling
+        if ceiling is None and key in ideals:
+            ceiling = ideals[key]
+            shown = f"{fmt(ceiling, digits)} (ideal)"
+        ratio = f"{value / ceiling:.2f}" if value is not None and ceiling else "-"
+        target, met = "", "-"
+        if key in targets:
+            target, check = targets[key]
+            if value is not None:
+                ok = check(value, Context(ceiling, best_rate, lightest))
+                met = "yes" if ok else "**no**"
+        cells = [label, unit, fmt(value, digits), fmt(shown, digits), ratio, target, met]
+        if peers:
+            found = []
+            for p in peers:
+                v = median_of(results, (scenario, p), metric)
+                cells.append(fmt(v, digits) if v is not None else notes.get(f"{key}/{p}", "-"))
+                if v is not None:
+                    found.append(v)
+            best = (max if higher else min)(found) if found else None
+            cells.append(f"{value / best:.2f}" if value is not None and best else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+# -- main ------------------------------------------------------------------------------------
+
+#: What a failed measurement may raise (recorded; the suite goes on).
+FAILURES = (
+    BenchError,
+    trio.TooSlowError,
+    OSError,
+    trunner.TrunnerError,
+    redis.RedisError,
+    AssertionError,
+)
+
+
+async def measure(
+    out: Output, results: Results, scenario: str, impl: str, run: int, coro: Any
+) -> None:
+    """Run one measurement; record its result or its failure, never stop the suite."""
+    busy = await wait_quiet(out.quiet_wait) if out.quiet_wait else None
+    if busy is not None:
+        out.busy.append(busy)
+    try:
+        result = await coro
+    except Unsupported as exc:
+        out.record(scenario=scenario, impl=impl, run=run, unsupported=str(exc))
+        return
+    except FAILURES as exc:
+        out.record(scenario=scenario, impl=impl, run=run, error=f"{type(exc).__name__}: {exc}")
+        return
+    except BaseExceptionGroup as group:  # from a nursery
+        failures, rest = group.split(FAILURES)
+        if rest is not None or failures is None:
+            raise
+        errors = "; ".join(f"{type(e).__name__}: {e}" for e in failures.exceptions)
+        out.record(scenario=scenario, impl=impl, run=run, error=errors)
+        return
+    results.setdefault((scenario, impl), []).append(result)
+    out.record(scenario=scenario, impl=impl, run=run, **result, busy_before=busy, load=loadavg())
+
+
+async def setup_peers(
+    args: argparse.Namespace, url: str, out: Output, notes: dict[str, str]
+) -> list[Queue]:
+    """Install the peers (once); a peer that cannot be installed is reported and skipped."""
+    queues = []
+    for name in args.peer or list(PEERS):
+        peer_url = with_db(url, PEERS[name][1] + args.peer_db_offset)
+        try:
+            python = await trio.to_thread.run_sync(install_peer, name, out)
+            if await trio.to_thread.run_sync(db_size, peer_url):
+                raise BenchError(f"database of {peer_url} is not empty: not touching it")
+        except (subprocess.CalledProcessError, OSError, BenchError, redis.RedisError) as exc:
+            out.record(event="peer_unavailable", peer=name, error=str(exc))
+            for scenario, metric, *_ in [r[2:] for r in ROWS]:
+                notes[f"{scenario}/{metric}/{name}"] = "not run"
+            continue
+        versions = await trio.to_thread.run_sync(peer_versions, python, name)
+        out.record(event="peer", peer=name, versions=versions, redis_url=peer_url)
+        queues.append(Queue(name, python, peer_url, owns_db=True, log=out.log_path(name)))
+    return queues
+
+
+async def run_all(
+    args: argparse.Namespace, url: str, out: Output, chosen: set[str], results: Results
+) -> list[str]:
+    """Every chosen scenario, ``--runs`` times; return the peers that ran."""
+    s = Settings(runs=args.runs, scale=args.scale)
+    notes: dict[str, str] = args.notes
+    trunner_queue = Queue("trunner", sys.executable, url, log=out.log_path("trunner"))
+    queues = [] if args.scenarios == ["ceiling"] else [trunner_queue]
+    if chosen & {"throughput", "latency", "ceiling"}:
+        queues.append(Queue("ceiling", sys.executable, url, log=out.log_path("ceiling")))
+        chosen = chosen | ({"throughput", "latency"} if "ceiling" in chosen else set())
+    peers = await setup_peers(args, url, out, notes) if args.peers else []
+    await rounds_1_to_3(args, out, chosen, results, queues, peers, s)
+    await rounds_4_to_6(args, url, out, chosen, results, trunner_queue, s)
+    for q in peers:
+        if median_of(results, ("throughput", q.name), "enqueue_bulk_rate") is None:
+            notes.setdefault(f"throughput/enqueue_bulk_rate/{q.name}", "no bulk API")
+        if median_of(results, ("latency", q.name), "p50_ms") is None:
+            notes.setdefault(f"latency/p50_ms/{q.name}", "failed")
+    return [q.name for q in peers]
+
+
+async def rounds_1_to_3(
+    args: argparse.Namespace,
+    out: Output,
+    chosen: set[str],
+    results: Results,
+    queues: list[Queue],
+    peers: list[Queue],
+    s: Settings,
+) -> None:
+    """Scenarios 1-3 (and 7): the queues take turns, run after run."""
+    with_peers = [q for q in queues if q.name != "ceiling"] + peers
+    for run in range(1, args.runs + 1):
+        if "throughput" in chosen:
+            for q in queues + peers:
+                await measure(out, results, "throughput", q.name, run, throughput(q, s))
+        if "latency" in chosen:
+            for q in queues + peers:
+                await measure(out, results, "latency", q.name, run, latency(q, s))
+        if "sleep" in chosen:
+            for q in with_peers:
+                await measure(out, results, "sleep", q.name, run, sleep_bound(q, s))
+
+
+async def rounds_4_to_6(
+    args: argparse.Namespace,
+    url: str,
+    out: Output,
+    chosen: set[str],
+    results: Results,
+    q: Queue,
+    s: Settings,
+) -> None:
+    """Scenarios 4-6: trunner only."""
+    for run in range(1, args.runs + 1):
+        if "memory" in chosen:
+            work = memory(q, s, args.memory_workers)
+            await measure(out, results, "memory", "trunner", run, work)
+        if "delayed" in chosen:
+            work = delayed(url, s.n(2000), args.delayed_over)
+            await measure(out, results, "delayed", "trunner", run, work)
+        if "failover" in chosen:
+            for mode in ("graceful", "crash"):
+                work = failover(url, mode, out)
+                await measure(out, results, f"failover-{mode}", "trunner", run, work)
+
+
+async def main(args: argparse.Namespace, url: str, out: Output) -> None:
+    chosen = set(SCENARIOS) if "all" in args.scenarios else set(args.scenarios)
+    info = machine() | {"redis": redis_version(url), "redis_url": trunner.redact_url(url)}
+    out.record(event="start", scenarios=sorted(chosen), runs=args.runs, scale=args.scale, **info)
+    results: Results = {}
+    args.notes = {}
+    peers = await run_all(args, url, out, chosen, results)
+    for (scenario, impl), runs in results.items():
+        numeric = [k for k in runs[0] if all(isinstance(r.get(k), int | float) for r in runs)]
+        medians = {k: statistics.median(r[k] for r in runs) for k in numeric}
+        spread = {k: [min(r[k] for r in runs), max(r[k] for r in runs)] for k in numeric}
+        out.record(
+            event="median", scenario=scenario, impl=impl, runs=len(runs), **medians, spread=spread
+        )
+    load_end = loadavg()
+    digest_end = source_digest()
+    out.record(event="end", load_at_end=load_end, source_digest=digest_end)
+    s = Settings(runs=args.runs, scale=args.scale)
+    ideals = {
+        "sleep/wall_s": s.n(2000) * 0.05 / s.concurrency,
+        "sleep/over_ideal": 1.0,
+        "memory/wall_s": s.n(100_000) * 0.5 / args.memory_workers,
+    }
+    table = summary(results, args.notes, peers, ideals)
+    scale = f", task counts scaled by {args.scale}" if args.scale != 1 else ""
+    header = (
+        f"\ntrunner {info['trunner']} ({info['git']}), Python {info['python']}, "
+        f"trio {info['trio']}, redis-py {info['redis_py']}, Redis {info['redis']}; "
+        f"{info['cores']} cores ({info['cpu']}); load average {info['load_at_start']} at "
+        f"start, {load_end} at end. Medians of {args.runs} runs{scale}; scenario 4 with "
+        f"num_workers={args.memory_workers}.\n"
+    )
+    if out.busy:
+        header += (
+            f"CPUs busy with other work just before each measurement: median "
+            f"{statistics.median(out.busy):.0%}, max {max(out.busy):.0%} "
+            f"(waited up to {out.quiet_wait:g} s for < 20 %).\n"
+        )
+    if digest_end != info["source_digest"]:
+        header += "WARNING: trunner's source changed during the run (figures may mix versions).\n"
+    text = header + "\n" + table + "\n"
+    print(text)
+    (out.directory / "summary.md").write_text(text)
+    out.note(f"results in {out.directory}")
+
+
+def cli() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("scenarios", nargs="*", default=["all"], choices=[*SCENARIOS, "all"])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--redis", help="use this Redis (default: start a private one)")
+    parser.add_argument("--peers", action="store_true", help="also run the peers (1-3)")
+    parser.add_argument("--peer", action="append", choices=list(PEERS), help="only this peer")
+    parser.add_argument(
+        "--peer-db-offset",
+        type=int,
+        default=0,
+        help="shift the peers' database numbers (1-5 by default)",
+    )
+    parser.add_argument(
+        "--memory-workers",
+        type=int,
+        default=5000,
+        help="num_workers of scenario 4 (default 5000: ideal 10 s)",
+    )
+    parser.add_argument("--delayed-over", type=float, default=10.0)
+    parser.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        help="multiply the task counts (e.g. 0.1 for a smoke test)",
+    )
+    parser.add_argument("--out", type=Path, help="results directory")
+    parser.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=60.0,
+        help="before each measurement wait up to this long for the CPUs to be < 20%% busy "
+        "(other processes); 0: do not wait",
+    )
+    args = parser.parse_args()
+    if args.peer:
+        args.peers = True
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = Output(args.out or HERE / "results" / stamp, args.quiet_wait)
+    try:
+        if args.redis:
+            trio.run(main, args, args.redis, out)
+        else:
+            with redis_server(out) as url:
+                trio.run(main, args, url, out)
+    finally:
+        out.close()
+
+
+if __name__ == "__main__":
+    cli()
