@@ -15,6 +15,7 @@ from trunner import InvalidMessage, InvalidPayload, PayloadTooLarge, TaskMessage
 from trunner.message import (
     PAYLOAD_FIELD,
     MessageDecodeError,
+    _decode_checked,
     decode_message,
     encode_message,
     reencode_for_retry,
@@ -485,6 +486,88 @@ def test_valid_message_with_random_fields_decodes_or_raises_decode_error(
         assert again.task_name == message.task_name
         assert again.payload == message.payload
         assert again.task_id == message.task_id
+
+
+def decoded_both_ways(fields: Fields, deliveries: int, max_bytes: int | None) -> None:
+    """The fast path of decode_message agrees with the full checks, result or reason."""
+    fast: TaskMessage | str
+    checked: TaskMessage | str
+    try:
+        fast = decode_message("42-0", fields, deliveries=deliveries, max_bytes=max_bytes)
+    except MessageDecodeError as exc:
+        fast = exc.reason
+    try:
+        checked = _decode_checked("42-0", fields, deliveries, max_bytes)
+    except MessageDecodeError as exc:
+        checked = exc.reason
+    assert fast == checked
+    if isinstance(fast, TaskMessage):
+        assert isinstance(checked, TaskMessage)
+        assert type(fast.payload) is type(checked.payload)
+        assert type(fast.enqueued_at) is float
+        assert math.copysign(1, fast.enqueued_at) == math.copysign(1, checked.enqueued_at)
+
+
+unique_keys = st.sampled_from(["unique_key", "unique_token"])
+
+
+@given(
+    overrides=st.dictionaries(known_keys | unique_keys | st.text(max_size=8), json_values),
+    deliveries=st.integers(-1, 10),
+    max_bytes=st.none() | st.integers(0, 200),
+    padding=st.sampled_from(["", " ", "\n", "x"]),
+)
+def test_fast_path_agrees_with_the_full_checks(
+    overrides: dict[str, Any], deliveries: int, max_bytes: int | None, padding: str
+) -> None:
+    data = json.dumps(body(**overrides), ensure_ascii=False).encode("utf-8")
+    for raw in (data, padding.encode() + data, data + padding.encode()):
+        not_bytes: Any = bytearray(raw)
+        variants: list[Fields] = [
+            [PAYLOAD_FIELD, raw],
+            {PAYLOAD_FIELD: raw},
+            [b"other", b"x", PAYLOAD_FIELD, raw],
+            [PAYLOAD_FIELD, not_bytes],
+        ]
+        for fields in variants:
+            decoded_both_ways(fields, deliveries, max_bytes)
+
+
+@given(raw=st.binary(), deliveries=st.integers(1, 3))
+def test_fast_path_agrees_with_the_full_checks_on_any_bytes(raw: bytes, deliveries: int) -> None:
+    decoded_both_ways([PAYLOAD_FIELD, raw], deliveries, MAX)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"task":"t","payload":1,"enqueued_at":1e400}',
+        '{"task":"t","payload":1,"enqueued_at":-1e400}',
+        '{"task":"t","payload":1,"enqueued_at":NaN}',
+        '{"task":"t","payload":1,"enqueued_at":Infinity}',
+        '{"task":"t","payload":1,"enqueued_at":1700000000}',
+        '{"task":"t","payload":1,"enqueued_at":' + "9" * 400 + "}",
+        '{"task":"t","payload":1,"enqueued_at":true}',
+        '{"task":"t","payload":1,"attempt":true}',
+        '{"task":"t","payload":1,"attempt":1.0}',
+        '{"task":"t","payload":1,"attempt":0}',
+        '{"task":"t","payload":1,"id":""}',
+        '{"task":"t","payload":1,"unique_key":"k"}',
+        '{"task":"t","payload":1,"unique_key":"k","unique_token":"x"}',
+        '{"task":"t","payload":1,"unique_key":"","unique_token":"x"}',
+        '{"task":"t","payload":1,"unique_key":null,"unique_token":5}',
+        '{"task":"t","task":"u","payload":1}',
+        '{"task":"t","payload":1} ',
+        ' {"task":"t","payload":1}',
+        '{"task":"t","payload":1}{}',
+        '{"task":"t"}',
+        '{"task":"","payload":1}',
+        "[" * 100_000,
+    ],
+)
+def test_fast_path_agrees_with_the_full_checks_on_edge_cases(text: str) -> None:
+    for deliveries in (0, 1, 2):
+        decoded_both_ways([PAYLOAD_FIELD, text.encode()], deliveries, MAX)
 
 
 def test_a_decoded_message_can_be_reencoded_for_retry() -> None:

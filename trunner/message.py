@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -42,7 +42,11 @@ def _no_constant(name: str) -> Any:
 
 
 #: Strict JSON: NaN and Infinity, which the encoder refuses, are refused here too.
-_loads = json.JSONDecoder(parse_constant=_no_constant).decode
+_decoder = json.JSONDecoder(parse_constant=_no_constant)
+_loads = _decoder.decode
+#: One JSON value at an index: ``(value, end)`` (no whitespace skipped; StopIteration when
+#: there is no value there). The fast path of :func:`decode_message` uses it directly.
+_scan_once: Callable[[str, int], tuple[Any, int]] = _decoder.scan_once  # type: ignore[attr-defined]
 
 
 def _to_json(body: Any) -> bytes:
@@ -197,6 +201,63 @@ def decode_message(
     ``attempt`` of the result counts crash redeliveries: the stored attempt plus every
     delivery of this entry after the first.
     """
+    # The fast path: the entry every dispatch writes, ``[b"payload", <JSON object>]`` with
+    # well-typed fields, checked by exact types (JSON only makes exact dict, str, int,
+    # float). Anything else, good or bad, goes through the full checks below, which say
+    # why an entry is bad.
+    if type(fields) is list and len(fields) == 2 and fields[0] == PAYLOAD_FIELD:
+        raw = fields[1]
+        if type(raw) is bytes and (max_bytes is None or len(raw) <= max_bytes):
+            try:
+                text = raw.decode("utf-8")
+                body, end = _scan_once(text, 0)
+                whole_object = end == len(text) and type(body) is dict
+            except (ValueError, RecursionError, StopIteration):
+                whole_object = False
+            if whole_object:
+                task = body.get("task")
+                attempt = body.get("attempt", 1)
+                enqueued_at = body.get("enqueued_at", 0.0)
+                task_id = body.get("id", message_id)
+                unique_key = body.get("unique_key")
+                unique_token = body.get("unique_token") if unique_key is not None else None
+                if (
+                    type(task) is str
+                    and task
+                    and "payload" in body
+                    and type(attempt) is int
+                    and attempt >= 1
+                    and type(enqueued_at) is float
+                    and enqueued_at - enqueued_at == 0.0  # finite: not inf, not nan
+                    and type(task_id) is str
+                    and task_id
+                    and (
+                        unique_key is None
+                        or (type(unique_key) is str and unique_key and type(unique_token) is str)
+                    )
+                ):
+                    return TaskMessage(
+                        message_id,
+                        task,
+                        body["payload"],
+                        attempt + deliveries - 1 if deliveries > 1 else attempt,
+                        enqueued_at,
+                        task_id,
+                        deliveries,
+                        raw,
+                        unique_key,
+                        unique_token,
+                    )
+    return _decode_checked(message_id, fields, deliveries, max_bytes)
+
+
+def _decode_checked(
+    message_id: str,
+    fields: Sequence[bytes] | Mapping[bytes, bytes] | None,
+    deliveries: int,
+    max_bytes: int | None,
+) -> TaskMessage:
+    """:func:`decode_message` with every check spelled out, and the reason of a refusal."""
     raw = _field(fields, PAYLOAD_FIELD) if fields is not None else None
 
     def bad(reason: str) -> MessageDecodeError:
