@@ -39,6 +39,7 @@ __all__ = [
     "ScriptNotLoaded",
     "Subscriber",
     "Transport",
+    "UnblockableReader",
     "translate_error",
 ]
 
@@ -94,6 +95,66 @@ class Reader(abc.ABC):
     @abc.abstractmethod
     async def aclose(self) -> None:
         """Close the reader's connection."""
+
+
+class UnblockableReader(Reader):
+    """A reader whose interrupt ends a blocked read with CLIENT UNBLOCK.
+
+    CLIENT UNBLOCK ends a blocked read as if its BLOCK time passed: no cancellation, so
+    the connection stays clean and nothing is delivered unseen. Subclasses connect (and
+    learn their ``CLIENT ID``), send and read.
+    """
+
+    def __init__(self) -> None:
+        self._client_id: int | None = None  # -1: CLIENT ID refused (ACL), no fast interrupt
+        self._reading = False
+        self._read_done = trio.Event()
+        self._interrupted = False
+        self._closed = False
+
+    @abc.abstractmethod
+    async def _send_read(self, args: Sequence[Arg], block: float) -> Any:
+        """Send ``args`` on this reader's connection (connecting first) and return the
+        reply, bounded by ``block`` plus the command timeout. If ``_interrupted`` is set
+        once connected, return None without sending. On any error, drop the connection."""
+
+    @abc.abstractmethod
+    async def _unblock(self, client_id: int) -> None:
+        """CLIENT UNBLOCK ``client_id``, on another connection."""
+
+    async def xreadgroup(
+        self, group: str, consumer: str, stream: str, count: int, block: float
+    ) -> Any:
+        args: tuple[Arg, ...] = (
+            "XREADGROUP", "GROUP", group, consumer, "COUNT", count,
+            "BLOCK", max(1, int(block * 1000)), "STREAMS", stream, ">",
+        )  # fmt: skip
+        if self._interrupted:
+            self._interrupted = False
+            await trio.lowlevel.checkpoint()
+            return None
+        self._reading = True
+        self._read_done = trio.Event()
+        try:
+            return await self._send_read(args, block)
+        finally:
+            self._reading = False
+            self._interrupted = False  # an interrupt ends one read
+            self._read_done.set()
+
+    async def interrupt(self) -> None:
+        # The UNBLOCK may reach Redis before the read does, so it is repeated while the
+        # read goes on.
+        self._interrupted = True
+        for _ in range(UNBLOCK_TRIES):
+            client_id = self._client_id
+            if not self._reading:
+                break
+            if client_id is not None and client_id > 0:
+                await self._unblock(client_id)
+            with trio.move_on_after(UNBLOCK_RETRY):
+                await self._read_done.wait()
+        await trio.lowlevel.checkpoint()
 
 
 class Subscriber(abc.ABC):
@@ -368,18 +429,14 @@ class AsyncioTransport(Transport):
         await self.run(close, "close")
 
 
-class _AsyncioReader(Reader):
+class _AsyncioReader(UnblockableReader):
     def __init__(self, transport: AsyncioTransport, name: str, key: str | None) -> None:
+        super().__init__()
         self._transport = transport
         self._name = name
         self._key = key
         self._conn: Any = None
         self._node: str | None = None
-        self._client_id: int | None = None
-        self._reading = False
-        self._read_done = trio.Event()
-        self._interrupted = False
-        self._closed = False
 
     async def _connect(self) -> None:
         if self._conn is None:
@@ -410,41 +467,12 @@ class _AsyncioReader(Reader):
             await self._transport._after_error(exc)
             raise
 
-    async def xreadgroup(
-        self, group: str, consumer: str, stream: str, count: int, block: float
-    ) -> Any:
-        args: tuple[Arg, ...] = (
-            "XREADGROUP", "GROUP", group, consumer, "COUNT", count,
-            "BLOCK", max(1, int(block * 1000)), "STREAMS", stream, ">",
-        )  # fmt: skip
-        if self._interrupted:
-            self._interrupted = False
-            await trio.lowlevel.checkpoint()
-            return None
-        self._reading = True
-        self._read_done = trio.Event()
+    async def _send_read(self, args: Sequence[Arg], block: float) -> Any:
         limit = block + self._transport.command_timeout
-        try:
-            return await self._transport.run(lambda: self._read(args), "XREADGROUP", limit)
-        finally:
-            self._reading = False
-            self._interrupted = False  # an interrupt ends one read
-            self._read_done.set()
+        return await self._transport.run(lambda: self._read(args), "XREADGROUP", limit)
 
-    async def interrupt(self) -> None:
-        # CLIENT UNBLOCK ends a blocked read as if its BLOCK time passed: no cancellation,
-        # so the connection stays clean and nothing is delivered unseen. The UNBLOCK may
-        # reach Redis before the read does, so it is repeated while the read goes on.
-        self._interrupted = True
-        for _ in range(UNBLOCK_TRIES):
-            client_id = self._client_id
-            if not self._reading:
-                break
-            if client_id is not None and client_id > 0:
-                await self._transport._unblock(self._node, client_id)
-            with trio.move_on_after(UNBLOCK_RETRY):
-                await self._read_done.wait()
-        await trio.lowlevel.checkpoint()
+    async def _unblock(self, client_id: int) -> None:
+        await self._transport._unblock(self._node, client_id)
 
     async def aclose(self) -> None:
         if self._closed:
