@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
+import pytest
 import trio
 
 import trunner
@@ -115,8 +116,17 @@ def _id_key(message_id: str) -> tuple[int, int]:
     return int(ms), int(seq)
 
 
-def _open(server_url: str, name: str) -> Any:
-    return open_transport(server_url, client_name=name, max_connections=10, connect_timeout=5.0)
+@pytest.fixture(params=[False, True], ids=["native", "bridged"])
+def bridge(request: pytest.FixtureRequest) -> bool:
+    """Each transport-level test runs on Trio sockets and on the bridged redis-py client."""
+    value: bool = request.param
+    return value
+
+
+def _open(server_url: str, name: str, bridge: bool) -> Any:
+    return open_transport(
+        server_url, client_name=name, max_connections=10, connect_timeout=5.0, bridge=bridge
+    )
 
 
 def check_read_reply(reply: Any, stream: str, count: int) -> list[tuple[str, list[Any]]]:
@@ -152,7 +162,9 @@ async def echoer(transport: Transport, index: int, counts: dict[str, int]) -> No
         token = f"echo-{index}-{n}-{random.getrandbits(32):08x}"
         n += 1
         reply: Any = None
-        with trio.move_on_after(random.choice([0.0005, 0.002, 0.01, 1.0])) as scope:
+        # Deadlines from a few µs (a native round trip takes ~0.1 ms) to 1 s.
+        deadline = random.choice([random.uniform(0, 0.0004), 0.0005, 0.002, 0.01, 1.0])
+        with trio.move_on_after(deadline) as scope:
             reply = await transport.execute("ECHO", token)
         if reply is None:
             assert scope.cancelled_caught
@@ -211,13 +223,13 @@ async def drain(broker: Broker, reader: Reader, log: ReadLog) -> None:
 
 
 async def test_cancelled_blocked_reads_lose_nothing_and_ghosts_are_recovered(
-    redis_server: RedisServer, group: str
+    redis_server: RedisServer, group: str, bridge: bool
 ) -> None:
     keys = trunner.Keys(PREFIX, group)
     produced = Produced()
     log = ReadLog()
     echoes = {"answered": 0, "cancelled": 0}
-    async with _open(redis_server.url, f"bridge-{group}") as transport:
+    async with _open(redis_server.url, f"bridge-{group}", bridge) as transport:
         broker = Broker(transport, keys)
         await broker.ensure_group()
         reader = RecordingReader(broker.open_reader(CONSUMER))
@@ -306,7 +318,7 @@ async def test_ghosts_are_reclaimed_with_the_default_pool_size(
     """
     keys = trunner.Keys(PREFIX, group)
     produced = Produced()
-    async with _open(redis_server.url, f"bridge-{group}") as transport:
+    async with _open(redis_server.url, f"bridge-{group}", bridge=False) as transport:
         broker = Broker(transport, keys)
         await broker.ensure_group()
         ghosts = [await produced.add(broker) for _ in range(5)]
@@ -347,10 +359,10 @@ async def _blocked_clients(transport: Transport, name: str) -> list[dict[str, st
 
 
 async def test_interrupt_ends_a_blocked_read_at_once_and_the_reader_goes_on(
-    redis_server: RedisServer, group: str
+    redis_server: RedisServer, group: str, bridge: bool
 ) -> None:
     name = f"bridge-{group}"
-    async with _open(redis_server.url, name) as transport:
+    async with _open(redis_server.url, name, bridge) as transport:
         broker = Broker(transport, trunner.Keys(PREFIX, group))
         await broker.ensure_group()
         reader = broker.open_reader(CONSUMER)
@@ -394,14 +406,17 @@ async def test_interrupt_ends_a_blocked_read_at_once_and_the_reader_goes_on(
 
 
 async def test_cancelled_commands_with_replies_in_flight_leave_no_stale_reply(
-    redis_server: RedisServer, group: str
+    redis_server: RedisServer, group: str, bridge: bool
 ) -> None:
     """Cancel control commands while their reply is held back by a slow network.
 
     Each reply that arrives afterwards must still be the reply of the command that asked.
     """
     counts = {"answered": 0, "cancelled": 0}
-    async with open_proxy(redis_server.port) as proxy, _open(proxy.url, f"slow-{group}") as t:
+    async with (
+        open_proxy(redis_server.port) as proxy,
+        _open(proxy.url, f"slow-{group}", bridge) as t,
+    ):
         proxy.delay = 0.02
 
         async def one(index: int) -> None:

@@ -12,6 +12,7 @@ from redis.asyncio.connection import parse_url
 from .._util import unwrap_single
 from ..errors import RedisUnavailable
 from .memory import MemoryTransport
+from .native import NativeTransport, native_options
 from .topology import parse_endpoint
 from .transport import AsyncioTransport, Transport
 
@@ -90,8 +91,14 @@ async def open_transport(
     max_connections: int,
     connect_timeout: float,
     command_timeout: float = 10.0,
+    bridge: bool = False,
 ) -> AsyncIterator[Transport]:
-    """Open a transport for ``url`` and check that Redis answers within ``connect_timeout``."""
+    """Open a transport for ``url`` and check that Redis answers within ``connect_timeout``.
+
+    One server is reached over Trio sockets (:class:`NativeTransport`) unless its URL has
+    options only redis-py knows; Cluster and Sentinel use redis-py's asyncio clients on a
+    trio-asyncio loop (:class:`AsyncioTransport`), as does ``bridge=True``.
+    """
     scheme = check_url(url)
     transport: Transport
     if scheme == "memory":
@@ -101,8 +108,25 @@ async def open_transport(
         finally:
             await transport.aclose()
         return
+    address = None if "+" in scheme or bridge else native_options(url)
+    if address is not None:
+        transport = NativeTransport(
+            address,
+            description=redact_url(url),
+            client_name=client_name,
+            max_connections=max_connections,
+            connect_timeout=connect_timeout,
+            command_timeout=command_timeout,
+        )
+        try:
+            await _check_reachable(transport, connect_timeout)
+            yield transport
+        finally:
+            with trio.move_on_after(CLOSE_TIMEOUT, shield=True):
+                await transport.aclose()
+        return
 
-    import trio_asyncio  # noqa: PLC0415 - only needed for real servers
+    import trio_asyncio  # noqa: PLC0415 - only needed for Cluster, Sentinel, rare options
 
     # The loop runs in nurseries, which wrap whatever crosses them in exception groups;
     # a single exception (from start-up, or from the caller's block) leaves as itself.
