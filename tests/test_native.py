@@ -13,13 +13,16 @@ from typing import Any
 import pytest
 import redis
 import trio
+from redis.connection import SSLConnection, UnixDomainSocketConnection, parse_url
 
 import trunner
 from trunner._redis import open_transport
-from trunner._redis.native import NativeTransport, native_options
-from trunner._redis.transport import AsyncioTransport, Transport
+from trunner._redis.bridged import AsyncioTransport
+from trunner._redis.connect import check_url
+from trunner._redis.native import NativeTransport, native_options, parse_server_url
+from trunner._redis.transport import Transport
 
-from .conftest import Tally, config
+from .conftest import Tally, config, run_python
 from .servers import RedisServer
 from .topologies import TlsServer
 
@@ -67,6 +70,49 @@ def test_urls_with_other_options_use_redis_py(url: str) -> None:
     assert native_options(url) is None
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://localhost",
+        "redis://h:7000/5",
+        "redis://u%40x:p%3Aw@h/1?db=3",
+        "redis://:only-password@h:6380/",
+        "redis://h/not-a-db",
+        "rediss://h/0?ssl_cert_reqs=none&ssl_check_hostname=false&socket_connect_timeout=2.5",
+        "rediss://h/0?ssl_ca_certs=%2Fetc%2Fca.pem&client_name=a%20b",
+        "redis://h/0?socket_keepalive=yes&health_check_interval=30&password=q",
+        "redis://[::1]:6379/0",
+        "unix:///tmp/redis.sock?db=4&password=pw",
+        "unix://user@/tmp/redis.sock",
+    ],
+)
+def test_urls_are_read_as_redis_py_reads_them(url: str) -> None:
+    theirs: dict[str, Any] = parse_url(url)  # type: ignore[no-untyped-call]
+    ours = parse_server_url(url)
+    connection_class = theirs.pop("connection_class", None)
+    assert ours.pop("tls", False) == (connection_class is SSLConnection)
+    if connection_class is UnixDomainSocketConnection:
+        assert ours.pop("path") == theirs.pop("path")
+    assert ours == theirs
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("redis://h:99999/0", "Port out of range"),
+        ("redis://h/0?db=x", "Invalid value for 'db'"),
+        ("redis://h/0?socket_connect_timeout=soon", "Invalid value for 'socket_connect_timeout'"),
+    ],
+)
+def test_bad_url_values_are_refused_like_redis_py_does(url: str, problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        parse_server_url(url)
+    with pytest.raises(ValueError, match=problem):
+        parse_url(url)  # type: ignore[no-untyped-call]
+    with pytest.raises(ValueError, match="invalid Redis URL"):
+        check_url(url)
+
+
 def test_a_bad_tls_option_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="ssl_cert_reqs must be one of none, optional"):
         native_options("rediss://localhost/0?ssl_cert_reqs=sometimes")
@@ -85,6 +131,37 @@ async def test_open_transport_picks_the_transport(redis_server: RedisServer) -> 
         assert await fallback.execute("ECHO", "x") == b"x"
     async with opened(redis_server.url, bridge=True) as bridged:
         assert isinstance(bridged, AsyncioTransport)
+
+
+LOADED = """
+import sys, trio, trunner
+
+async def main():
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task
+    async def noop(payload):
+        pass
+
+    config = trunner.RunnerConfig(consumer_group=sys.argv[2])
+    async with trunner.open_runner(sys.argv[1], config, tasks) as runner:
+        await runner.dispatch("noop", 1)
+        await runner.redis.incr("trunner:{%s}:loaded" % sys.argv[2])
+
+trio.run(main)
+heavy = {"redis", "fakeredis", "lupa", "trio_asyncio", "croniter", "asyncio"}
+print(sorted({name.split(".")[0] for name in sys.modules} & heavy))
+"""
+
+
+def test_a_runner_on_one_server_loads_no_redis_py_module(
+    redis_server: RedisServer, raw_server: redis.Redis, group: str
+) -> None:
+    """A worker process pays only for what it uses (RSS: redis-py and fakeredis are ~13 MB)."""
+    done = run_python("-c", LOADED, redis_server.url, group)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[]"]
+    assert raw_server.get(f"trunner:{{{group}}}:loaded") == b"1"
 
 
 # -- connections -------------------------------------------------------------------------------

@@ -12,7 +12,6 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar, overload
 
 import attrs
-from croniter import croniter
 
 from . import _validate as v
 from .errors import TaskNotFound
@@ -154,6 +153,8 @@ class Task:
 
 
 def _check_cron_expression(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
+    from croniter import croniter  # noqa: PLC0415 - loaded only by users of cron
+
     if not isinstance(value, str) or not croniter.is_valid(value):
         raise ValueError(f"{attr.name} is not a valid cron expression: {value!r}")
 
@@ -187,6 +188,8 @@ class CronSchedule:
 
     def _iter(self, at: float) -> Any:
         start = datetime.datetime.fromtimestamp(at, zoneinfo.ZoneInfo(self.timezone))
+        from croniter import croniter  # noqa: PLC0415 - loaded only by users of cron
+
         return croniter(self.expression, start)
 
     def next_tick(self, after: float) -> float:

@@ -7,14 +7,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import trio
-from redis.asyncio.connection import parse_url
 
 from .._util import unwrap_single
 from ..errors import RedisUnavailable
-from .memory import MemoryTransport
 from .native import NativeTransport, native_options
 from .topology import parse_endpoint
-from .transport import AsyncioTransport, Transport
+from .transport import Transport
 
 __all__ = ["SUPPORTED_SCHEMES", "check_url", "open_transport", "redact_url"]
 
@@ -76,8 +74,10 @@ def check_url(url: object) -> str:
     try:
         if "+" in scheme:
             parse_endpoint(url)
-        else:
-            parse_url(url)
+        elif native_options(url) is None:  # options only redis-py reads: let it check them
+            from redis.connection import parse_url  # noqa: PLC0415 - loaded only for these
+
+            parse_url(url)  # type: ignore[no-untyped-call]
     except (ValueError, TypeError) as exc:
         raise ValueError(f"invalid Redis URL {redact_url(url)!r}: {exc}") from None
     return scheme
@@ -97,11 +97,14 @@ async def open_transport(
 
     One server is reached over Trio sockets (:class:`NativeTransport`) unless its URL has
     options only redis-py knows; Cluster and Sentinel use redis-py's asyncio clients on a
-    trio-asyncio loop (:class:`AsyncioTransport`), as does ``bridge=True``.
+    trio-asyncio loop (:class:`~trunner._redis.bridged.AsyncioTransport`), as does
+    ``bridge=True``.
     """
     scheme = check_url(url)
     transport: Transport
     if scheme == "memory":
+        from .memory import MemoryTransport  # noqa: PLC0415 - loads fakeredis
+
         transport = MemoryTransport(url[len("memory://") :])
         try:
             yield transport
@@ -126,7 +129,10 @@ async def open_transport(
                 await transport.aclose()
         return
 
-    import trio_asyncio  # noqa: PLC0415 - only needed for Cluster, Sentinel, rare options
+    # Only Cluster, Sentinel and rare URL options load redis-py's asyncio client.
+    import trio_asyncio  # noqa: PLC0415
+
+    from .bridged import AsyncioTransport  # noqa: PLC0415
 
     # The loop runs in nurseries, which wrap whatever crosses them in exception groups;
     # a single exception (from start-up, or from the caller's block) leaves as itself.

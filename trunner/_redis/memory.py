@@ -15,17 +15,21 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-import fakeredis
-import redis.exceptions
 import trio
 
-from .transport import Arg, Reader, Subscriber, Transport, translate_error
+from .transport import Arg, Reader, Subscriber, Transport
 
 __all__ = ["MemoryTransport", "forget_memory_server", "memory_server_names"]
 
 
+# fakeredis and redis-py are imported on first use: a process that never opens a memory://
+# URL does not load them.
+
+
 class _MemoryServer:
     def __init__(self) -> None:
+        import fakeredis  # noqa: PLC0415 - see above
+
         self.server = fakeredis.FakeServer()
         self.lot = trio.lowlevel.ParkingLot()
 
@@ -58,9 +62,23 @@ def memory_server_names() -> list[str]:
 
 
 def _client(server: _MemoryServer) -> Any:
+    import fakeredis  # noqa: PLC0415 - see above
+
     client = fakeredis.FakeRedis(server=server.server, protocol=2)
     client.response_callbacks.clear()
     return client
+
+
+def _execute(client: Any, args: Sequence[Arg]) -> Any:
+    """Run one command on a fakeredis client; its errors become trunner's."""
+    from redis.exceptions import RedisError  # noqa: PLC0415 - see above
+
+    from .bridged import translate_error  # noqa: PLC0415 - see above
+
+    try:
+        return client.execute_command(*args)
+    except RedisError as exc:
+        raise translate_error(exc, str(args[0])) from exc
 
 
 class MemoryTransport(Transport):
@@ -72,9 +90,7 @@ class MemoryTransport(Transport):
 
     def _run(self, args: Sequence[Arg]) -> Any:
         try:
-            return self._client.execute_command(*args)
-        except redis.exceptions.RedisError as exc:
-            raise translate_error(exc, str(args[0])) from exc
+            return _execute(self._client, args)
         finally:
             self._server.notify()
 
@@ -125,13 +141,8 @@ class _MemoryReader(Reader):
                 await trio.lowlevel.checkpoint()
                 if self._interrupted:
                     return None
-                try:
-                    reply = self._client.execute_command(
-                        "XREADGROUP", "GROUP", group, consumer, "COUNT", count,
-                        "STREAMS", stream, ">",
-                    )  # fmt: skip
-                except redis.exceptions.RedisError as exc:
-                    raise translate_error(exc, "XREADGROUP") from exc
+                read = ("XREADGROUP", "GROUP", group, consumer, "COUNT", count)
+                reply = _execute(self._client, (*read, "STREAMS", stream, ">"))
                 if reply or trio.current_time() >= deadline:
                     return reply
                 with trio.move_on_at(deadline):

@@ -8,7 +8,7 @@ reply is in flight closes that connection, so no later caller can read the stale
 
 Used for ``redis://``, ``rediss://`` and ``unix://`` URLs whose options it knows
 (:func:`native_options`); Cluster, Sentinel and other options use the bridged redis-py
-client (:class:`~trunner._redis.transport.AsyncioTransport`).
+client (:class:`~trunner._redis.bridged.AsyncioTransport`). It imports no redis-py module.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ import contextlib
 import select
 import socket
 import ssl
+import urllib.parse
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import attrs
 import hiredis
 import trio
-from redis.connection import SSLConnection, UnixDomainSocketConnection, parse_url
 
 from ..errors import RedisCommandError, RedisUnavailable
 from .transport import (
@@ -45,8 +45,6 @@ _KNOWN_OPTIONS = frozenset(
         "password",
         "host",
         "port",
-        "path",
-        "connection_class",
         "ssl_ca_certs",
         "ssl_ca_path",
         "ssl_ca_data",
@@ -82,22 +80,68 @@ class ServerAddress:
     client_name: str | None = None  # from the URL: wins over the name trunner gives
 
 
+def _to_bool(value: str) -> bool | None:
+    if value == "":
+        return None
+    return value.upper() not in ("0", "F", "FALSE", "N", "NO")
+
+
+#: How redis-py reads the values of the query options this transport uses.
+_PARSERS: dict[str, Any] = {
+    "db": int,
+    "socket_connect_timeout": float,
+    "health_check_interval": int,
+    "socket_keepalive": _to_bool,
+    "ssl_check_hostname": _to_bool,
+}
+
+
+def parse_server_url(url: str) -> dict[str, Any]:
+    """The options of a ``redis://``, ``rediss://`` or ``unix://`` URL, read as redis-py's
+    ``parse_url`` reads them (same names and values; ``tls`` and ``path`` from the scheme),
+    without importing redis-py. Raises ValueError for a value that cannot be read."""
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme not in ("redis", "rediss", "unix"):
+        raise ValueError("Redis URL must specify one of redis://, rediss://, unix://")
+    options: dict[str, Any] = {}
+    for name, values in urllib.parse.parse_qs(parsed.query).items():
+        if values:
+            reader = _PARSERS.get(name)
+            try:
+                options[name] = reader(values[0]) if reader else values[0]
+            except (TypeError, ValueError):
+                raise ValueError(f"Invalid value for '{name}' in connection URL.") from None
+    if parsed.username:
+        options["username"] = urllib.parse.unquote(parsed.username)
+    if parsed.password:
+        options["password"] = urllib.parse.unquote(parsed.password)
+    if parsed.scheme == "unix":
+        options["path"] = urllib.parse.unquote(parsed.path) if parsed.path else None
+        return options
+    if parsed.hostname:
+        options["host"] = urllib.parse.unquote(parsed.hostname)
+    if parsed.port:  # ValueError for a port out of range or not a number
+        options["port"] = parsed.port
+    if parsed.path and "db" not in options:
+        with contextlib.suppress(ValueError):
+            options["db"] = int(urllib.parse.unquote(parsed.path).replace("/", ""))
+    options["tls"] = parsed.scheme == "rediss"
+    return options
+
+
 def native_options(url: str) -> ServerAddress | None:
     """The address of a single-server URL, or None when it needs redis-py's own client
     (an option this transport does not implement)."""
-    options: dict[str, Any] = parse_url(url)  # type: ignore[no-untyped-call]
+    options = parse_server_url(url)
+    tls = options.pop("tls", False)
+    path = options.pop("path", None)
     if not set(options) <= _KNOWN_OPTIONS:
         return None
     context = None
-    if options.get("connection_class") is SSLConnection:
+    if tls:
         context = _ssl_context(options)
     elif any(name.startswith("ssl_") for name in options):
         return None  # TLS options on a plain URL: let redis-py say what it makes of them
-    path = (
-        options.get("path")
-        if options.get("connection_class") is UnixDomainSocketConnection
-        else None
-    )
     timeout = options.get("socket_connect_timeout")
     return ServerAddress(
         host=options.get("host") or "localhost",

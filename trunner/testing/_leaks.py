@@ -14,7 +14,8 @@ from typing import Any
 import trio
 
 from .._redis import memory, redact_url
-from .._redis.transport import Arg, translate_error
+from .._redis.bridged import translate_error
+from .._redis.transport import Arg
 from ..keys import RELEASED_CONSUMER
 from ..message import PAYLOAD_FIELD
 from ..runner import Runner

@@ -1,0 +1,385 @@
+"""redis-py's asyncio client under Trio: the transport for Cluster and Sentinel.
+
+:class:`AsyncioTransport` runs redis-py's asyncio client on a trio-asyncio loop that the
+transport owns. Control traffic goes through a blocking connection pool; every blocking
+reader gets a dedicated connection of its own, so a blocked XREADGROUP never starves a
+lease renewal or an acknowledgement (REDIS-NOTES trap 4). Every error of the client
+library is translated into :mod:`trunner.errors` here (:func:`translate_error`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, TypeVar
+
+import redis.asyncio
+import redis.exceptions
+import trio
+from redis.asyncio.cluster import ClusterNode
+from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel
+from redis.backoff import NoBackoff
+
+from ..errors import BackendError, RedisCommandError, RedisUnavailable
+from .topology import Endpoint
+from .transport import (
+    Arg,
+    Reader,
+    ScriptNotLoaded,
+    Subscriber,
+    Transport,
+    UnblockableReader,
+)
+
+__all__ = ["AsyncioTransport", "translate_error"]
+
+T = TypeVar("T")
+
+#: Replies the Cluster client parses for itself (topology and command table).
+_CLUSTER_OWN = ("COMMAND", "CLUSTER", "READONLY", "READWRITE", "ASKING")
+
+#: Commands named by two words, which the Cluster client routes by both.
+_TWO_WORD = frozenset({"SCRIPT", "CONFIG", "CLIENT", "CLUSTER"})
+
+
+def translate_error(exc: BaseException, where: str) -> BaseException:
+    """Map an exception of the client library onto trunner's own (others pass through)."""
+    if isinstance(exc, redis.exceptions.NoScriptError):
+        return ScriptNotLoaded(f"{where}: {exc}")
+    if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
+        return RedisUnavailable(f"{where}: {exc}")
+    if isinstance(exc, OSError | asyncio.TimeoutError | EOFError):
+        return RedisUnavailable(f"{where}: {type(exc).__name__}: {exc}")
+    if isinstance(exc, redis.exceptions.ResponseError):
+        return RedisCommandError(f"{where}: {exc}")
+    if isinstance(exc, redis.exceptions.RedisError | redis.exceptions.RedisClusterException):
+        return BackendError(f"{where}: {type(exc).__name__}: {exc}")
+    return exc
+
+
+async def _disconnect(transport: AsyncioTransport, conn: Any, where: str) -> None:
+    """Close a dedicated connection (if it was opened), shielded from cancellation."""
+    if conn is None:
+        await trio.lowlevel.checkpoint()
+        return
+
+    async def close() -> None:
+        await conn.disconnect()
+
+    with trio.CancelScope(shield=True):
+        await transport.run(close, where)
+
+
+class AsyncioTransport(Transport):
+    """redis-py's asyncio client, run on the trio-asyncio loop ``loop``."""
+
+    def __init__(
+        self,
+        loop: Any,
+        endpoint: Endpoint,
+        *,
+        description: str,
+        client_name: str,
+        max_connections: int,
+        connect_timeout: float,
+        command_timeout: float,
+    ) -> None:
+        self._loop = loop
+        self.description = description
+        self.endpoint = endpoint
+        common: dict[str, Any] = {
+            # No per-read socket timeout: a blocking read may take as long as its BLOCK,
+            # and calls are bounded by Trio cancel scopes instead (REDIS-NOTES traps 1, 3).
+            "socket_timeout": None,
+            "socket_connect_timeout": connect_timeout,
+            "client_name": client_name,
+            # RESP2 on every connection: the broker parses raw replies of one shape.
+            "protocol": 2,
+        }
+        if not endpoint.url.lower().startswith("unix://"):
+            common["socket_keepalive"] = True  # TCP only: unix sockets refuse the option
+        # No automatic retries: a command whose reply was lost may have run (an XADD would
+        # enqueue twice, a claim would leave entries unseen). Callers see the error and
+        # decide; pooled connections closed by the server are replaced at checkout.
+        no_retry = Retry(NoBackoff(), 0)
+        self._cluster: redis.asyncio.RedisCluster | None = None
+        self._sentinel: Sentinel | None = None
+        self._client: Any
+        if endpoint.kind == "cluster":
+            self._cluster = self._client = redis.asyncio.RedisCluster(
+                startup_nodes=[ClusterNode(host, port) for host, port in endpoint.nodes],
+                max_connections=max_connections,
+                **common,
+                **endpoint.options,
+            )
+            self._pool: Any = None
+            self._reader_pool: Any = None
+        elif endpoint.kind == "sentinel":
+            sentinel = Sentinel(  # type: ignore[no-untyped-call]
+                list(endpoint.nodes),
+                sentinel_kwargs={
+                    "socket_connect_timeout": connect_timeout,
+                    "protocol": 2,
+                    **endpoint.sentinel_options,
+                },
+                retry=no_retry,
+                **common,
+                **endpoint.options,
+            )
+            assert endpoint.service is not None
+            self._sentinel = sentinel
+            self._client = sentinel.master_for(
+                endpoint.service, redis_class=redis.asyncio.Redis, max_connections=max_connections
+            )
+            self._pool = self._reader_pool = self._client.connection_pool
+        else:
+            self._pool = redis.asyncio.BlockingConnectionPool.from_url(
+                endpoint.url,
+                max_connections=max_connections,
+                timeout=None,
+                retry=no_retry,
+                **common,
+            )
+            self._client = redis.asyncio.Redis(connection_pool=self._pool)
+            self._reader_pool = redis.asyncio.ConnectionPool.from_url(
+                endpoint.url, retry=no_retry, **common
+            )
+        # Raw replies, parsed by the broker; the Cluster client keeps the parsers it needs
+        # itself to learn the topology.
+        callbacks = self._client.response_callbacks
+        for name in list(callbacks):
+            if self._cluster is None or not str(name).upper().startswith(_CLUSTER_OWN):
+                del callbacks[name]
+        # The Cluster client's per-node pools raise at their limit instead of waiting, so
+        # pooled calls wait here: at most max_connections at once, hence per node.
+        self._gate = trio.Semaphore(max_connections) if self._cluster is not None else None
+        self.command_timeout = command_timeout
+        self._readers: set[_AsyncioReader | _AsyncioSubscriber] = set()
+
+    # -- dedicated connections (blocking reads, subscriptions) -------------------------------
+
+    def _connection(self, key: str | None) -> tuple[Any, str | None]:
+        """A new, unconnected connection for a reader of ``key``: (connection, node name).
+
+        On Cluster it goes to the node serving ``key``'s slot (any node without a key).
+        """
+        if self._cluster is None:
+            return self._reader_pool.make_connection(), None
+        cluster = self._cluster
+        node = cluster.get_node_from_key(key) if key is not None else cluster.get_random_node()
+        if node is None:
+            raise RedisUnavailable(f"no Cluster node serves {key!r} now")
+        return node.connection_class(**node.connection_kwargs), node.name
+
+    async def _after_error(self, error: BaseException) -> None:
+        """A dedicated connection failed: on Cluster, refresh the slot map (a failover, a
+        migration) so that the next connection goes to the right node."""
+        if self._cluster is not None and not isinstance(error, trio.Cancelled):
+            with contextlib.suppress(Exception):
+                await self._cluster.nodes_manager.initialize()
+
+    async def _unblock(self, node: str | None, client_id: int) -> None:
+        if self._cluster is None:
+            await self.execute("CLIENT", "UNBLOCK", client_id)
+            return
+        target = self._cluster.get_node(node_name=node) if node else None
+
+        async def go() -> Any:
+            return await self._client.execute_command(
+                "CLIENT", "UNBLOCK", client_id, target_nodes=target
+            )
+
+        await self._pooled(go, "CLIENT UNBLOCK")
+
+    async def run(
+        self,
+        make: Callable[[], Coroutine[Any, Any, T]],
+        where: str,
+        limit: float | None = None,
+    ) -> T:
+        """Run the asyncio coroutine ``make()`` on our loop; translate its errors.
+
+        A call without a reply within ``limit`` seconds (default: the command timeout) raises
+        RedisUnavailable; its connection is dropped (a half-open TCP connection would
+        otherwise block the caller for many minutes). Pass ``math.inf`` for none.
+        """
+        limit = self.command_timeout if limit is None else limit
+        try:
+            with trio.fail_after(limit):
+                result: T = await self._loop.run_aio_coroutine(make())
+        except trio.TooSlowError:
+            raise RedisUnavailable(f"{where}: no reply from Redis within {limit} s") from None
+        except (
+            TimeoutError,
+            redis.exceptions.RedisError,
+            redis.exceptions.RedisClusterException,
+            OSError,
+            EOFError,
+        ) as exc:
+            raise translate_error(exc, where) from exc
+        return result
+
+    async def _pooled(self, make: Callable[[], Coroutine[Any, Any, T]], where: str) -> T:
+        if self._gate is None:
+            return await self.run(make, where)
+        async with self._gate:
+            return await self.run(make, where)
+
+    async def execute(self, *args: Arg) -> Any:
+        if self._cluster is not None and str(args[0]).upper() in _TWO_WORD:
+            # The Cluster client routes keyless commands by their full name ("SCRIPT LOAD").
+            args = (f"{args[0]!s} {args[1]!s}", *args[2:])
+        return await self._pooled(lambda: self._client.execute_command(*args), str(args[0]))
+
+    async def pipeline(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
+        async def go() -> list[Any]:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for command in commands:
+                    pipe.execute_command(*command)
+                result: list[Any] = await pipe.execute(raise_on_error=False)
+                return result
+
+        if self._cluster is not None and any(c[0] in ("MULTI", "EXEC") for c in commands):
+            raise BackendError("transactions are not supported on Redis Cluster by trunner")
+
+        replies = await self._pooled(go, "pipeline")
+        return [
+            translate_error(r, str(c[0])) if isinstance(r, BaseException) else r
+            for r, c in zip(replies, commands, strict=True)
+        ]
+
+    def open_reader(self, name: str, key: str | None = None) -> Reader:
+        reader = _AsyncioReader(self, name, key)
+        self._readers.add(reader)
+        return reader
+
+    def _forget_reader(self, reader: _AsyncioReader | _AsyncioSubscriber) -> None:
+        self._readers.discard(reader)
+
+    def open_subscriber(self, channel: str) -> Subscriber:
+        subscriber = _AsyncioSubscriber(self, channel)
+        self._readers.add(subscriber)
+        return subscriber
+
+    async def aclose(self) -> None:
+        for reader in list(self._readers):
+            await reader.aclose()
+
+        async def close() -> None:
+            await self._client.aclose()
+            for pool in {id(p): p for p in (self._pool, self._reader_pool) if p}.values():
+                await pool.disconnect()
+            if self._sentinel is not None:
+                for client in self._sentinel.sentinels:
+                    await client.aclose()
+
+        await self.run(close, "close")
+
+
+class _AsyncioReader(UnblockableReader):
+    def __init__(self, transport: AsyncioTransport, name: str, key: str | None) -> None:
+        super().__init__()
+        self._transport = transport
+        self._name = name
+        self._key = key
+        self._conn: Any = None
+        self._node: str | None = None
+
+    async def _connect(self) -> None:
+        if self._conn is None:
+            self._conn, self._node = self._transport._connection(self._key)
+        conn = self._conn
+        await conn.connect()
+        try:
+            await conn.send_command("CLIENT", "ID")
+            self._client_id = int(await conn.read_response())
+        except redis.exceptions.ResponseError:  # CLIENT not allowed (ACL): no fast interrupt
+            self._client_id = -1
+
+    async def _read(self, args: Sequence[Arg]) -> Any:
+        try:
+            if self._client_id is None or self._conn is None or not self._conn.is_connected:
+                await self._connect()
+            if self._interrupted:
+                return None  # interrupted before it was sent
+            await self._conn.send_command(*args)
+            return await self._conn.read_response()
+        except BaseException as exc:
+            # Cancelled, or the connection broke, or the slot moved: whatever is in flight on
+            # this socket is unknown, so drop the connection; the next read starts afresh.
+            self._client_id = None
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                await conn.disconnect(nowait=True)
+            await self._transport._after_error(exc)
+            raise
+
+    async def _send_read(self, args: Sequence[Arg], block: float) -> Any:
+        limit = block + self._transport.command_timeout
+        return await self._transport.run(lambda: self._read(args), "XREADGROUP", limit)
+
+    async def _unblock(self, client_id: int) -> None:
+        await self._transport._unblock(self._node, client_id)
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._transport._forget_reader(self)
+        conn, self._conn = self._conn, None
+        await _disconnect(self._transport, conn, "close reader")
+
+
+class _AsyncioSubscriber(Subscriber):
+    def __init__(self, transport: AsyncioTransport, channel: str) -> None:
+        self._transport = transport
+        self._channel = channel.encode()
+        self._conn: Any = None
+        self._subscribed = False
+        self._closed = False
+
+    async def _subscribe(self) -> None:
+        if self._conn is None:
+            self._conn, _ = self._transport._connection(None)
+        conn = self._conn
+        try:
+            await conn.connect()
+            await conn.send_command("SUBSCRIBE", self._channel)
+            await conn.read_response(timeout=math.inf)  # the confirmation
+        except BaseException:
+            await conn.disconnect(nowait=True)
+            raise
+        self._subscribed = True
+
+    async def subscribe(self) -> None:
+        await self._transport.run(self._subscribe, "SUBSCRIBE")
+
+    async def _next(self) -> bytes:
+        try:
+            if not self._subscribed or self._conn is None or not self._conn.is_connected:
+                await self._subscribe()
+            conn = self._conn
+            while True:
+                reply = await conn.read_response(timeout=math.inf)
+                kind = reply[0] if isinstance(reply, list) and len(reply) == 3 else None
+                if kind == b"message" and reply[1] == self._channel:
+                    data: bytes = reply[2]
+                    return data
+        except BaseException:
+            self._subscribed = False
+            if self._conn is not None:
+                await self._conn.disconnect(nowait=True)
+            raise
+
+    async def next_message(self) -> bytes:
+        return await self._transport.run(self._next, "SUBSCRIBE", limit=math.inf)
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._transport._forget_reader(self)
+        await _disconnect(self._transport, self._conn, "close subscriber")
