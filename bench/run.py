@@ -4,11 +4,12 @@
 
 Scenarios (default ``all``): ``throughput`` (1), ``latency`` (2), ``sleep`` (3), ``memory``
 (4), ``delayed`` (5), ``failover`` (6), ``ceiling`` (7: the bare redis-py loop alone; it
-also runs beside trunner in 1 and 2, so every ratio is measured in the same run). Each
-scenario runs ``--runs`` times, interleaving the queues run by run, and the median is
-reported. ``--peers`` adds arq, saq, streaq (on Trio), taskiq (Redis stream broker) and
-dramatiq to scenarios 1-3, each installed into its own virtual environment under
-bench/.peers/ and using its own Redis database.
+also runs beside trunner in 1, 2 and 8, so every ratio is measured in the same run),
+``redis-body`` (8: a backlog of tasks whose body makes one pipelined Redis round trip with
+the queue's own client). Each scenario runs ``--runs`` times, interleaving the queues run
+by run, and the median is reported. ``--peers`` adds arq, saq, streaq (on Trio), taskiq
+(Redis stream broker) and dramatiq to scenarios 1-3 and 8, each installed into its own
+virtual environment under bench/.peers/ and using its own Redis database.
 
 Without ``--redis`` a private redis-server is started on a free loopback port (no
 persistence) and stopped at the end. Every key created is deleted. Prints one JSON line
@@ -45,7 +46,16 @@ import trunner
 HERE = Path(__file__).resolve().parent
 QUEUES = HERE / "queues"
 PEERS_DIR = HERE / ".peers"
-SCENARIOS = ["throughput", "latency", "sleep", "memory", "delayed", "failover", "ceiling"]
+SCENARIOS = [
+    "throughput",
+    "latency",
+    "sleep",
+    "memory",
+    "delayed",
+    "failover",
+    "ceiling",
+    "redis-body",
+]
 
 #: Each peer: the packages installed into its virtual environment, and its Redis database.
 PEERS: dict[str, tuple[list[str], int]] = {
@@ -166,6 +176,8 @@ class Output:
         self.quiet_wait = quiet_wait
         #: How busy the CPUs were (other processes) just before each measurement.
         self.busy: list[float] = []
+        #: (scenario, impl) -> why a queue could not run that scenario.
+        self.unsupported: dict[tuple[str, str], str] = {}
         directory.mkdir(parents=True, exist_ok=True)
         (directory / "logs").mkdir(exist_ok=True)
         self._jsonl = open(directory / "results.jsonl", "a")  # noqa: SIM115
@@ -270,6 +282,15 @@ def flush_db(url: str) -> None:
     client = redis.Redis.from_url(url)
     try:
         client.flushdb()
+    finally:
+        client.close()
+
+
+def get_int(url: str, key: str) -> int | None:
+    client = redis.Redis.from_url(url)
+    try:
+        value = client.get(key)
+        return None if value is None else int(value)
     finally:
         client.close()
 
@@ -502,6 +523,53 @@ async def sleep_bound(q: Queue, s: Settings) -> dict[str, Any]:
         "over_ideal": round(done["seconds"] / ideal, 3),
         "cpu_ms_per_task": done["cpu_ms_per_task"],
     }
+
+
+# -- scenario 8: a task body making one Redis round trip -----------------------------------
+
+
+#: What every roundtrip body names its keys by (bench/queues/_driver.py: ``body_keys``).
+def body_counter(queue: str) -> str:
+    return f"bench-body:{queue}:count"
+
+
+async def redis_body(q: Queue, s: Settings, task: str = "roundtrip") -> dict[str, Any]:
+    """Scenario 8: 20 000 tasks, each body one pipelined round trip (SET NX PX + INCR) with
+    the queue's own Redis client, enqueued the fastest way the queue has (not timed), then
+    drained by one worker process with 100 workers."""
+    n = s.n(20_000)
+    queue = f"{q.name}-body-{uuid.uuid4().hex[:8]}"
+    result: dict[str, Any] = {"n": n, "task": task}
+    try:
+        try:
+            await run_once(q, queue, *f"enqueue --task {task} --mode bulk --n {n}".split())
+            result["enqueued"] = "bulk"
+        except Unsupported:
+            await q.cleanup(queue)
+            await run_once(q, queue, *f"enqueue --task {task} --mode single --n {n}".split())
+            result["enqueued"] = "one by one"
+        async with worker_process(q, queue, *s.worker_args(task, n)) as worker:
+            with trio.fail_after(900):
+                done = await worker.event("done")
+        # Every body ran its round trip: the counter they incremented.
+        count = await trio.to_thread.run_sync(get_int, q.url, body_counter(queue))
+        if count is None or count < n:
+            raise BenchError(f"{q.name}: the bodies' counter is {count} after {n} tasks")
+        stopped = next((e for e in worker.seen if e["event"] == "stopped"), {})
+        if "redis_batches" in stopped:  # trunner: round trips of the automatic pipelining
+            result.update(
+                handle_batches=stopped["redis_batches"], handle_commands=stopped["redis_commands"]
+            )
+        result.update(
+            counter=count,
+            process_rate=done["rate"],
+            process_seconds=done["seconds"],
+            cpu_ms_per_task=done["cpu_ms_per_task"],
+            hwm_mb=round(done["hwm_kb"] / 1024, 1),
+        )
+    finally:
+        await q.cleanup(queue)
+    return result
 
 
 # -- scenario 4: the original's harness (trunner only) ---------------------------------------
@@ -782,7 +850,32 @@ ROWS: list[tuple[str, str, str, str, bool, int]] = [
     ("5 delayed lateness max", "ms", "delayed", "max_ms", False, 1),
     ("6 failover, leader stops gracefully", "s", "failover-graceful", "seconds", False, 3),
     ("6 failover, leader SIGKILLed", "s", "failover-crash", "seconds", False, 2),
+    (
+        "8 process 20 000 x one Redis round trip (pipelined SET NX + INCR), 100 workers",
+        "tasks/s",
+        "redis-body",
+        "process_rate",
+        True,
+        0,
+    ),
+    ("8 worker CPU per task", "ms", "redis-body", "cpu_ms_per_task", False, 3),
+    ("8 worker peak RSS", "MB", "redis-body", "hwm_mb", False, 1),
+    (
+        "8 trunner (auto-pipelined): await set, await incr",
+        "tasks/s",
+        "redis-body",
+        "process_rate",
+        True,
+        0,
+    ),
+    ("8 trunner (auto-pipelined): CPU per task", "ms", "redis-body", "cpu_ms_per_task", False, 3),
 ]
+
+#: Rows whose "trunner" column shows another trunner variant (by its impl name).
+ROW_IMPL = {
+    "8 trunner (auto-pipelined): await set, await incr": "trunner-auto",
+    "8 trunner (auto-pipelined): CPU per task": "trunner-auto",
+}
 
 
 @dataclass
@@ -794,12 +887,17 @@ class Context:
     lightest_peer_mb: float | None
 
 
-def _targets() -> dict[str, tuple[str, Callable[[float, Context], bool]]]:
+def _targets() -> dict[str, tuple[str, Callable[[float, Context], bool | None]]]:
+    """Each target: its text, and its check (None: not checkable, e.g. without the peers)."""
+
     def of_ceiling(v: float, c: Context) -> bool:
         return c.ceiling is not None and v >= 0.8 * c.ceiling
 
     def no_op(v: float, c: Context) -> bool:
         return v >= 20_000 and (c.best_peer_rate is None or v >= 15 * c.best_peer_rate)
+
+    def of_best_peer(v: float, c: Context) -> bool | None:
+        return None if c.best_peer_rate is None else v >= 5 * c.best_peer_rate
 
     def rss(v: float, c: Context) -> bool:
         return v < (c.lightest_peer_mb if c.lightest_peer_mb is not None else 31.0)
@@ -808,6 +906,7 @@ def _targets() -> dict[str, tuple[str, Callable[[float, Context], bool]]]:
         "throughput/enqueue_single_rate": (">= 0.8 x ceiling", of_ceiling),
         "throughput/enqueue_bulk_rate": (">= 0.8 x ceiling", of_ceiling),
         "throughput/process_rate": (">= 20 000/s and >= 15 x best peer", no_op),
+        "redis-body/process_rate": (">= 5 x best peer", of_best_peer),
         "latency/p50_ms": ("<= 2 ms", lambda v, _: v <= 2),
         "latency/p99_ms": ("<= 10 ms", lambda v, _: v <= 10),
         "sleep/over_ideal": ("<= 1.3", lambda v, _: v <= 1.3),
@@ -836,8 +935,11 @@ def summary(
     results: Results, notes: dict[str, str], peers: list[str], ideals: dict[str, float]
 ) -> str:
     """The table: trunner, the ceiling (or the ideal), targets, the peers."""
-    rates = [median_of(results, ("throughput", p), "process_rate") for p in peers]
-    best_rate = max((r for r in rates if r is not None), default=None)
+
+    def best_rate(scenario: str) -> float | None:
+        rates = [median_of(results, (scenario, p), "process_rate") for p in peers]
+        return max((r for r in rates if r is not None), default=None)
+
     rss = [median_of(results, ("throughput", p), "hwm_mb") for p in peers]
     lightest = min((h for h in rss if h is not None), default=None)
     targets = _targets()
@@ -850,7 +952,7 @@ def summary(
         if scenario not in ran:
             continue
         key = f"{scenario}/{metric}"
-        value = median_of(results, (scenario, "trunner"), metric)
+        value = median_of(results, (scenario, ROW_IMPL.get(label, "trunner")), metric)
         ceiling = median_of(results, (scenario, "ceiling"), metric)
         shown: Any = ceiling
         if ceiling is None and key in ideals:
@@ -861,8 +963,8 @@ def summary(
         if key in targets:
             target, check = targets[key]
             if value is not None:
-                ok = check(value, Context(ceiling, best_rate, lightest))
-                met = "yes" if ok else "**no**"
+                ok = check(value, Context(ceiling, best_rate(scenario), lightest))
+                met = "-" if ok is None else "yes" if ok else "**no**"
         cells = [label, unit, fmt(value, digits), fmt(shown, digits), ratio, target, met]
         if peers:
             found = []
@@ -900,6 +1002,7 @@ async def measure(
     try:
         result = await coro
     except Unsupported as exc:
+        out.unsupported[(scenario, impl)] = str(exc)
         out.record(scenario=scenario, impl=impl, run=run, unsupported=str(exc))
         return
     except FAILURES as exc:
@@ -946,7 +1049,7 @@ async def run_all(
     notes: dict[str, str] = args.notes
     trunner_queue = Queue("trunner", sys.executable, url, log=out.log_path("trunner"))
     queues = [] if args.scenarios == ["ceiling"] else [trunner_queue]
-    if chosen & {"throughput", "latency", "ceiling"}:
+    if chosen & {"throughput", "latency", "ceiling", "redis-body"}:
         queues.append(Queue("ceiling", sys.executable, url, log=out.log_path("ceiling")))
         chosen = chosen | ({"throughput", "latency"} if "ceiling" in chosen else set())
     peers = await setup_peers(args, url, out, notes) if args.peers else []
@@ -957,6 +1060,11 @@ async def run_all(
             notes.setdefault(f"throughput/enqueue_bulk_rate/{q.name}", "no bulk API")
         if median_of(results, ("latency", q.name), "p50_ms") is None:
             notes.setdefault(f"latency/p50_ms/{q.name}", "failed")
+        if "redis-body" in chosen:
+            missing = "not supported" if ("redis-body", q.name) in out.unsupported else "failed"
+            for metric in ("process_rate", "cpu_ms_per_task", "hwm_mb"):
+                if median_of(results, ("redis-body", q.name), metric) is None:
+                    notes.setdefault(f"redis-body/{metric}/{q.name}", missing)
     return [q.name for q in peers]
 
 
@@ -969,7 +1077,7 @@ async def rounds_1_to_3(
     peers: list[Queue],
     s: Settings,
 ) -> None:
-    """Scenarios 1-3 (and 7): the queues take turns, run after run."""
+    """Scenarios 1-3 and 8 (and 7): the queues take turns, run after run."""
     with_peers = [q for q in queues if q.name != "ceiling"] + peers
     for run in range(1, args.runs + 1):
         if "throughput" in chosen:
@@ -981,6 +1089,12 @@ async def rounds_1_to_3(
         if "sleep" in chosen:
             for q in with_peers:
                 await measure(out, results, "sleep", q.name, run, sleep_bound(q, s))
+        if "redis-body" in chosen:
+            for q in queues + peers:
+                await measure(out, results, "redis-body", q.name, run, redis_body(q, s))
+                if q.name == "trunner":  # the variant: two awaited commands, auto-pipelined
+                    work = redis_body(q, s, "roundtrip_auto")
+                    await measure(out, results, "redis-body", "trunner-auto", run, work)
 
 
 async def rounds_4_to_6(
@@ -1057,7 +1171,7 @@ def cli() -> None:
     parser.add_argument("scenarios", nargs="*", default=["all"], choices=[*SCENARIOS, "all"])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--redis", help="use this Redis (default: start a private one)")
-    parser.add_argument("--peers", action="store_true", help="also run the peers (1-3)")
+    parser.add_argument("--peers", action="store_true", help="also run the peers (1-3, 8)")
     parser.add_argument("--peer", action="append", choices=list(PEERS), help="only this peer")
     parser.add_argument(
         "--peer-db-offset",

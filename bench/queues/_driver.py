@@ -20,6 +20,11 @@ Every command prints JSON lines on stdout (libraries log to stderr):
   its RSS (after the linger, and after a ``gc.collect()``). With ``--progress`` it reports
   ``{"event": "progress", "count", "seconds", "rss_kb", "hwm_kb"}`` every n/10 tasks.
 
+Task ``roundtrip`` (the redis-body scenario): the body makes one pipelined round trip to
+Redis with the queue's own client, ``SET <key> 1 NX PX 60000`` + ``INCR <counter>``, the
+key and counter named by :func:`body_keys` (``roundtrip_auto``: trunner's variant sending
+the two commands one after the other, pipelined across tasks by its Redis handle).
+
 A queue without some feature raises :class:`NotSupported`; the line is then
 ``{"event": "unsupported", "reason"}`` and the exit status 3.
 """
@@ -36,7 +41,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["NotSupported", "Recorder", "main", "make_payloads", "percentile", "proc_status"]
+__all__ = [
+    "NotSupported",
+    "Recorder",
+    "body_keys",
+    "main",
+    "make_payloads",
+    "percentile",
+    "proc_status",
+]
 
 
 #: A worker that has not stopped this long after its last task is ended (reported).
@@ -79,6 +92,20 @@ def proc_status(pid: int | str = "self") -> dict[str, int]:
                 key, value = line.split(":", 1)
                 out[key] = int(value.split()[0])
     return {"rss_kb": out.get("VmRSS", 0), "hwm_kb": out.get("VmHWM", 0)}
+
+
+#: The tasks a queue may be asked to enqueue or run.
+TASKS = ["noop", "sleep", "latency", "roundtrip", "roundtrip_auto"]
+#: The roundtrip body's SET: only if absent, expiring after this many milliseconds.
+BODY_PX = 60_000
+
+
+def body_keys(queue: str) -> tuple[str, str]:
+    """The roundtrip body's keys: ``(prefix, counter)``; task ``i`` sets ``f"{prefix}:{i}"``
+    and increments ``counter``. Both contain the queue name (the harness deletes the keys
+    of a run by it, and reads the counter once the worker is done)."""
+    prefix = f"bench-body:{queue}"
+    return prefix, f"{prefix}:count"
 
 
 def make_payloads(task: str, n: int, sleep: float) -> list[dict[str, Any]]:
@@ -188,7 +215,7 @@ def main(enqueue: Enqueue, dispatch: Dispatch, work: Work, *, threadsafe: bool =
     parser.add_argument("--queue", required=True)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("enqueue")
-    p.add_argument("--task", default="noop", choices=["noop", "sleep", "latency"])
+    p.add_argument("--task", default="noop", choices=TASKS)
     p.add_argument("--mode", default="single", choices=["single", "bulk"])
     p.add_argument("--n", type=int, required=True)
     p.add_argument("--sleep", type=float, default=0.05)
@@ -196,7 +223,7 @@ def main(enqueue: Enqueue, dispatch: Dispatch, work: Work, *, threadsafe: bool =
     p.add_argument("--n", type=int, required=True)
     p.add_argument("--interval", type=float, default=0.01)
     p = sub.add_parser("worker")
-    p.add_argument("--task", default="noop", choices=["noop", "sleep", "latency"])
+    p.add_argument("--task", default="noop", choices=TASKS)
     p.add_argument("--n", type=int, required=True)
     p.add_argument("--concurrency", type=int, default=100)
     p.add_argument("--batch", type=int, default=100)

@@ -2,7 +2,8 @@
 
 arq's own worker (``arq.worker.Worker``) with ``max_jobs`` = the concurrency; every other
 setting is arq's default (it polls its queue every ``poll_delay`` = 0.5 s when idle, and
-keeps results for an hour). arq has no bulk enqueue API.
+keeps results for an hour). arq has no bulk enqueue API. The roundtrip body uses the
+worker's own client, ``ctx["redis"]`` (an ``ArqRedis``, i.e. a ``redis.asyncio.Redis``).
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from _driver import NotSupported, Recorder, main
+from _driver import BODY_PX, NotSupported, Recorder, body_keys, main
 from arq import create_pool
 from arq.connections import RedisSettings
 from arq.worker import Worker, func
 
 REC: Recorder
+PREFIX, COUNTER = "", ""
 
 
 async def noop(ctx: dict[str, Any], payload: Any) -> None:
@@ -35,6 +37,15 @@ async def sleep(ctx: dict[str, Any], payload: Any) -> None:
 
 async def latency(ctx: dict[str, Any], payload: Any) -> None:
     REC.begin(payload)
+    REC.end()
+
+
+async def roundtrip(ctx: dict[str, Any], payload: Any) -> None:
+    REC.begin(payload)
+    async with ctx["redis"].pipeline(transaction=False) as pipe:
+        pipe.set(f"{PREFIX}:{payload['i']}", 1, nx=True, px=BODY_PX)
+        pipe.incr(COUNTER)
+        await pipe.execute()
     REC.end()
 
 
@@ -75,14 +86,20 @@ def dispatch(
 def work(
     url: str, queue: str, args: argparse.Namespace, rec: Recorder, ready: Callable[[], None]
 ) -> dict[str, Any]:
-    global REC
+    global REC, PREFIX, COUNTER
     REC = rec
+    PREFIX, COUNTER = body_keys(queue)
 
     async def run() -> dict[str, Any]:
         done = asyncio.Event()
         rec.on_complete = done.set
         worker = Worker(
-            functions=[func(noop, name="noop"), func(sleep, name="sleep"), func(latency)],
+            functions=[
+                func(noop, name="noop"),
+                func(sleep, name="sleep"),
+                func(latency),
+                func(roundtrip),
+            ],
             queue_name=queue,
             redis_settings=RedisSettings.from_dsn(url),
             max_jobs=args.concurrency,

@@ -7,6 +7,8 @@ trunner's wire format (one ``payload`` field holding a JSON object):
 - worker: one loop, XREADGROUP COUNT ``--batch`` (BLOCK 1 s), decode each entry's JSON and
   await the body inline, then XACK + XDEL of the whole batch in one pipeline. No
   concurrency, so it has no sleep-bound mode (its ceiling there is the ideal time).
+  The roundtrip body, awaited inline like the others, sends SET NX + INCR in one
+  pipeline on the loop's own client: one task's round trip at a time.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio
-from _driver import NotSupported, Recorder, main
+from _driver import BODY_PX, NotSupported, Recorder, body_keys, main
 from redis.exceptions import ResponseError
 
 GROUP = "bench"
@@ -88,10 +90,20 @@ def work(
         rec.begin(payload)
         rec.end()
 
-    bodies = {"noop": noop, "latency": noop}
+    r = client(url)
+    prefix, counter = body_keys(queue)
+
+    async def roundtrip(payload: Any) -> None:
+        rec.begin(payload)
+        pipe = r.pipeline(transaction=False)
+        pipe.set(f"{prefix}:{payload['i']}", 1, nx=True, px=BODY_PX)
+        pipe.incr(counter)
+        await pipe.execute()
+        rec.end()
+
+    bodies = {"noop": noop, "latency": noop, "roundtrip": roundtrip}
 
     async def run() -> dict[str, Any]:
-        r = client(url)
         stream = stream_key(queue)
         acked = 0
         try:

@@ -3,7 +3,8 @@
 dramatiq's own ``Worker`` (what ``dramatiq`` runs in each worker process) with
 ``worker_threads`` = the concurrency: plain threads, so the bodies are sync functions and
 the sleep body is ``time.sleep``. Default middleware. No bulk enqueue API (``group`` sends
-one by one).
+one by one). The roundtrip body uses a sync ``redis.Redis`` created once per worker process
+at start-up (the bodies run in dramatiq's threads), with a pipeline.
 """
 
 from __future__ import annotations
@@ -15,10 +16,13 @@ from collections.abc import Callable
 from typing import Any
 
 import dramatiq
-from _driver import NotSupported, Recorder, main
+import redis
+from _driver import BODY_PX, NotSupported, Recorder, body_keys, main
 from dramatiq.brokers.redis import RedisBroker
 
 REC: Recorder
+CLIENT: redis.Redis
+PREFIX, COUNTER = "", ""
 
 
 def noop(payload: Any) -> None:
@@ -37,12 +41,21 @@ def latency(payload: Any) -> None:
     REC.end()
 
 
+def roundtrip(payload: Any) -> None:
+    REC.begin(payload)
+    with CLIENT.pipeline(transaction=False) as pipe:
+        pipe.set(f"{PREFIX}:{payload['i']}", 1, nx=True, px=BODY_PX)
+        pipe.incr(COUNTER)
+        pipe.execute()
+    REC.end()
+
+
 def make_broker(url: str, queue: str) -> tuple[RedisBroker, dict[str, Any]]:
     broker = RedisBroker(url=url)
     dramatiq.set_broker(broker)
     actors = {
         f.__name__: dramatiq.actor(f, actor_name=f.__name__, queue_name=queue, broker=broker)
-        for f in (noop, sleep, latency)
+        for f in (noop, sleep, latency, roundtrip)
     }
     return broker, actors
 
@@ -76,8 +89,12 @@ def dispatch(
 def work(
     url: str, queue: str, args: argparse.Namespace, rec: Recorder, ready: Callable[[], None]
 ) -> dict[str, Any]:
-    global REC
+    global REC, CLIENT, PREFIX, COUNTER
     REC = rec
+    PREFIX, COUNTER = body_keys(queue)
+    # One client per worker process. redis-py 8's pools hold 100 connections by default:
+    # the 100 threads would use them all.
+    CLIENT = redis.Redis.from_url(url, max_connections=1000)
     broker, _ = make_broker(url, queue)
     done = threading.Event()
     rec.on_complete = done.set
@@ -87,6 +104,7 @@ def work(
     done.wait()
     worker.stop()
     broker.close()
+    CLIENT.close()
     return {}
 
 

@@ -2,7 +2,8 @@
 
 saq's own worker (``saq.Worker``) with ``concurrency`` = the concurrency, defaults
 otherwise, except a connection pool of 1000 (see ``make_queue``). saq has no bulk enqueue
-API (``Queue.map`` enqueues one by one and waits for the results).
+API (``Queue.map`` enqueues one by one and waits for the results). The roundtrip body
+uses the queue's own client, ``ctx["worker"].queue.redis`` (a ``redis.asyncio.Redis``).
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio
-from _driver import NotSupported, Recorder, main
+from _driver import BODY_PX, NotSupported, Recorder, body_keys, main
 from saq import Worker
 from saq.queue.redis import RedisQueue
 
 REC: Recorder
+PREFIX, COUNTER = "", ""
 
 
 def make_queue(url: str, name: str) -> RedisQueue:
@@ -40,6 +42,15 @@ async def sleep(ctx: dict[str, Any], *, payload: Any) -> None:
 
 async def latency(ctx: dict[str, Any], *, payload: Any) -> None:
     REC.begin(payload)
+    REC.end()
+
+
+async def roundtrip(ctx: dict[str, Any], *, payload: Any) -> None:
+    REC.begin(payload)
+    async with ctx["worker"].queue.redis.pipeline(transaction=False) as pipe:
+        pipe.set(f"{PREFIX}:{payload['i']}", 1, nx=True, px=BODY_PX)
+        pipe.incr(COUNTER)
+        await pipe.execute()
     REC.end()
 
 
@@ -82,8 +93,9 @@ def dispatch(
 def work(
     url: str, queue: str, args: argparse.Namespace, rec: Recorder, ready: Callable[[], None]
 ) -> dict[str, Any]:
-    global REC
+    global REC, PREFIX, COUNTER
     REC = rec
+    PREFIX, COUNTER = body_keys(queue)
 
     async def run() -> dict[str, Any]:
         done = asyncio.Event()
@@ -92,7 +104,12 @@ def work(
         await q.connect()
         worker = Worker(
             q,
-            functions=[("noop", noop), ("sleep", sleep), ("latency", latency)],
+            functions=[
+                ("noop", noop),
+                ("sleep", sleep),
+                ("latency", latency),
+                ("roundtrip", roundtrip),
+            ],
             concurrency=args.concurrency,
         )
         main_task = asyncio.create_task(worker.start())

@@ -2,7 +2,8 @@
 
 streaq's own worker (``streaq.Worker(anyio_backend="trio")``, run with ``run_async`` under
 ``trio.run``) with ``concurrency`` = the concurrency, defaults otherwise. Bulk enqueue is
-``Worker.enqueue_many`` (one pipeline).
+``Worker.enqueue_many`` (one pipeline). The roundtrip body uses the worker's own client,
+``worker.redis`` (coredis, on anyio: it runs under Trio), in a ``pipeline()``.
 """
 
 from __future__ import annotations
@@ -13,10 +14,13 @@ from collections.abc import Callable
 from typing import Any
 
 import trio
-from _driver import NotSupported, Recorder, main
+from _driver import BODY_PX, NotSupported, Recorder, body_keys, main
+from coredis import PureToken  # type: ignore[import-not-found]
 from streaq import Worker
 
 REC: Recorder
+WORKER: Worker[Any]
+PREFIX, COUNTER = "", ""
 
 
 async def noop(payload: Any) -> None:
@@ -35,6 +39,14 @@ async def latency(payload: Any) -> None:
     REC.end()
 
 
+async def roundtrip(payload: Any) -> None:
+    REC.begin(payload)
+    async with WORKER.redis.pipeline(transaction=False) as pipe:
+        pipe.set(f"{PREFIX}:{payload['i']}", "1", condition=PureToken.NX, px=BODY_PX)
+        pipe.incr(COUNTER)
+    REC.end()
+
+
 def make_worker(url: str, queue: str, concurrency: int = 100) -> tuple[Worker[Any], dict[str, Any]]:
     worker: Worker[Any] = Worker(
         redis_url=url,
@@ -43,7 +55,7 @@ def make_worker(url: str, queue: str, concurrency: int = 100) -> tuple[Worker[An
         anyio_backend="trio",
         handle_signals=False,
     )
-    registered = {f.__name__: worker.task(f) for f in (noop, sleep, latency)}
+    registered = {f.__name__: worker.task(f) for f in (noop, sleep, latency, roundtrip)}
     return worker, registered
 
 
@@ -81,9 +93,11 @@ def dispatch(
 def work(
     url: str, queue: str, args: argparse.Namespace, rec: Recorder, ready: Callable[[], None]
 ) -> dict[str, Any]:
-    global REC
+    global REC, WORKER, PREFIX, COUNTER
     REC = rec
+    PREFIX, COUNTER = body_keys(queue)
     worker, _ = make_worker(url, queue, args.concurrency)
+    WORKER = worker
 
     async def run() -> dict[str, Any]:
         done = trio.Event()

@@ -4,7 +4,10 @@
 ``taskiq_redis.RedisStreamBroker`` (consumer group from the stream's start, so a backlog
 enqueued before the worker starts is read) and taskiq's own ``Receiver`` — what
 ``taskiq worker`` runs in each worker process — with ``max_async_tasks`` = the concurrency.
-No result backend. taskiq has no bulk enqueue API.
+No result backend. taskiq has no bulk enqueue API. The roundtrip body uses a
+``redis.asyncio.Redis`` created once per worker process by a ``WORKER_STARTUP`` event
+handler and kept in the broker's state, which the body receives as taskiq documents it
+(``state: TaskiqState = TaskiqDepends()``).
 """
 
 from __future__ import annotations
@@ -16,11 +19,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from _driver import NotSupported, Recorder, main
+import redis.asyncio
+from _driver import BODY_PX, NotSupported, Recorder, body_keys, main
+from taskiq import TaskiqDepends, TaskiqEvents, TaskiqState
 from taskiq.receiver import Receiver
 from taskiq_redis import RedisStreamBroker
 
 REC: Recorder
+PREFIX, COUNTER = "", ""
 
 
 async def noop(payload: Any) -> None:
@@ -39,11 +45,32 @@ async def latency(payload: Any) -> None:
     REC.end()
 
 
+async def roundtrip(payload: Any, state: TaskiqState = TaskiqDepends()) -> None:  # noqa: B008
+    REC.begin(payload)
+    async with state.redis.pipeline(transaction=False) as pipe:
+        pipe.set(f"{PREFIX}:{payload['i']}", 1, nx=True, px=BODY_PX)
+        pipe.incr(COUNTER)
+        await pipe.execute()
+    REC.end()
+
+
 def make_broker(url: str, queue: str) -> tuple[RedisStreamBroker, dict[str, Any]]:
     broker = RedisStreamBroker(url, queue_name=queue, consumer_group_name=queue, consumer_id="0")
     registered = {
-        f.__name__: broker.register_task(f, task_name=f.__name__) for f in (noop, sleep, latency)
+        f.__name__: broker.register_task(f, task_name=f.__name__)
+        for f in (noop, sleep, latency, roundtrip)
     }
+
+    async def startup(state: TaskiqState) -> None:
+        # redis-py 8's pools hold 100 connections by default: the 100 concurrent bodies
+        # would use them all.
+        state.redis = redis.asyncio.Redis.from_url(url, max_connections=1000)
+
+    async def shutdown(state: TaskiqState) -> None:
+        await state.redis.aclose()
+
+    broker.add_event_handler(TaskiqEvents.WORKER_STARTUP, startup)
+    broker.add_event_handler(TaskiqEvents.WORKER_SHUTDOWN, shutdown)
     return broker, registered
 
 
@@ -87,8 +114,9 @@ def dispatch(
 def work(
     url: str, queue: str, args: argparse.Namespace, rec: Recorder, ready: Callable[[], None]
 ) -> dict[str, Any]:
-    global REC
+    global REC, PREFIX, COUNTER
     REC = rec
+    PREFIX, COUNTER = body_keys(queue)
     broker, _ = make_broker(url, queue)
     broker.is_worker_process = True
 

@@ -2,6 +2,11 @@
 
 Keys: prefix ``trunner-bench``, consumer group = the queue name, so every key of a run
 contains the queue name (the harness deletes them by it).
+
+The roundtrip body goes through the task Redis handle, ``trunner.current_runner().redis``:
+``roundtrip`` sends SET NX + INCR in one ``pipeline()`` (a round trip of its own per task);
+``roundtrip_auto`` awaits ``set`` then ``incr``, which the handle pipelines across the
+concurrent tasks (automatic pipelining).
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import trio
-from _driver import NotSupported, Recorder, main
+from _driver import BODY_PX, NotSupported, Recorder, body_keys, main
 
 import trunner
 
@@ -67,6 +72,28 @@ def work(
         rec.begin(payload)
         rec.end()
 
+    prefix, counter = body_keys(queue)
+
+    @tasks.task
+    async def roundtrip(payload: Any) -> None:
+        rec.begin(payload)
+        redis = trunner.current_runner().redis
+        async with redis.pipeline() as pipe:
+            pipe.add("SET", f"{prefix}:{payload['i']}", 1, "NX", "PX", BODY_PX)
+            pipe.add("INCR", counter)
+        for reply in pipe.results:  # not raised by the pipeline: left in place
+            if isinstance(reply, BaseException):
+                raise reply
+        rec.end()
+
+    @tasks.task
+    async def roundtrip_auto(payload: Any) -> None:
+        rec.begin(payload)
+        redis = trunner.current_runner().redis
+        await redis.set(f"{prefix}:{payload['i']}", 1, nx=True, px=BODY_PX)
+        await redis.incr(counter)
+        rec.end()
+
     async def run() -> dict[str, Any]:
         done = trio.Event()
         rec.on_complete = done.set
@@ -84,12 +111,15 @@ def work(
                 await trio.sleep(args.linger)
                 rec.final()
             stats = runner.statistics()
+            handle = runner.redis  # its counts: round trips and commands of the task bodies
             stop = time.perf_counter()
         return {
             "succeeded": stats.succeeded,
             "failed": stats.failed,
             "errors": stats.errors,
             "max_in_flight": stats.max_in_flight,
+            "redis_batches": handle.batches,
+            "redis_commands": handle.commands,
             "shutdown_seconds": round(time.perf_counter() - stop, 3),
             "lifetime_seconds": round(time.perf_counter() - begin, 3),
         }
