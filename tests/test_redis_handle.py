@@ -120,6 +120,63 @@ async def test_pipelines_and_transactions(handle: trunner.RedisHandle, group: st
     assert await handle.eval("return redis.call('GET', KEYS[1])", [f"{group}:t"]) == b"2"
 
 
+async def test_concurrent_pipelines_share_round_trips_and_stay_whole(
+    handle: trunner.RedisHandle, group: str
+) -> None:
+    """Each task's pipeline block goes in the shared batch, its commands next to each other
+    and in order (an INCR right after a SET NX of the same key sees it), with its own
+    replies and its own errors."""
+    await handle.rpush(f"{group}:list", "x")
+    results: dict[int, list[Any]] = {}
+
+    async def task(i: int) -> None:
+        key = f"{group}:p:{i}"
+        async with handle.pipeline() as pipe:
+            pipe.add("SET", key, i, "NX", "PX", 60000).add("INCR", key)
+            pipe.add("INCR", f"{group}:list" if i % 7 == 0 else f"{group}:count")
+        results[i] = pipe.results
+
+    before, sent_before = handle.batches, handle.commands
+    async with trio.open_nursery() as nursery:
+        for i in range(300):
+            nursery.start_soon(task, i)
+    assert handle.commands - sent_before == 900, "the pipelines went through the batches"
+    counts = []
+    for i, (ok, incremented, third) in results.items():
+        assert (ok, incremented) == (b"OK", i + 1)
+        if i % 7 == 0:
+            assert isinstance(third, trunner.RedisCommandError)
+            assert "WRONGTYPE" in str(third)
+        else:
+            counts.append(third)
+    assert sorted(counts) == list(range(1, len(counts) + 1))
+    assert handle.batches - before <= 10, f"{handle.batches - before} round trips"
+
+
+async def test_a_pipeline_longer_than_a_batch_is_sent_whole(
+    handle: trunner.RedisHandle, group: str
+) -> None:
+    key = f"{group}:long"
+    replies: list[Any] = []
+
+    async def small() -> None:
+        replies.append(await handle.incr(f"{group}:small"))
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(5):
+            nursery.start_soon(small)
+        async with handle.pipeline() as pipe:
+            for _ in range(2500):
+                pipe.add("INCR", key)
+    assert pipe.results == list(range(1, 2501))
+    assert sorted(replies) == [1, 2, 3, 4, 5]
+
+
+async def test_set_refuses_two_expiries(handle: trunner.RedisHandle, group: str) -> None:
+    with pytest.raises(ValueError, match="not both"):
+        await handle.set(f"{group}:k", 1, ex=1.0, px=1000)
+
+
 async def test_typed_commands(handle: trunner.RedisHandle, group: str) -> None:
     key = f"{group}:typed"
     assert await handle.set(key, "v", nx=True) is True
@@ -169,3 +226,7 @@ async def test_a_closed_handle_refuses_commands(url: str) -> None:
         pass
     with pytest.raises(trunner.RunnerNotRunning):
         await redis.get("x")
+    for transaction in (False, True):
+        with pytest.raises(trunner.RunnerNotRunning):
+            async with redis.pipeline(transaction=transaction) as pipe:
+                pipe.add("INCR", "x")

@@ -43,9 +43,11 @@ MAX_BATCH = 1000
 
 @attrs.define(eq=False)
 class _Call:
-    args: tuple[Arg, ...]
+    """One caller's commands (one, or a pipeline block's), sent next to each other."""
+
+    commands: list[tuple[Arg, ...]]
     done: trio.Event = attrs.field(factory=trio.Event)
-    result: outcome.Outcome[Any] | None = None
+    result: outcome.Outcome[list[Any]] | None = None
 
 
 class _Batcher:
@@ -60,10 +62,19 @@ class _Batcher:
         self.commands = 0
 
     async def call(self, args: tuple[Arg, ...]) -> Any:
-        call = _Call(args)
+        """One command's reply; its error is raised."""
+        [reply] = await self.call_many([args])
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+    async def call_many(self, commands: list[tuple[Arg, ...]]) -> list[Any]:
+        """The replies of ``commands``, sent in order in one batch; a failed command's
+        exception is in its place."""
+        call = _Call(commands)
         self._queue.append(call)
         self._wake.set()
-        await call.done.wait()  # cancelled: the command may still run; others unaffected
+        await call.done.wait()  # cancelled: the commands may still run; others unaffected
         assert call.result is not None
         return call.result.unwrap()
 
@@ -77,31 +88,48 @@ class _Batcher:
             await self._wake.wait()
             if self._closing:
                 break
-            # One more tick: let every task that is ready add its command to this batch.
+            # One more tick: let every task that is ready add its commands to this batch.
             await trio.lowlevel.cancel_shielded_checkpoint()
             self._wake = trio.Event()
-            batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+            batch = self._take()
             if self._queue:
                 self._wake.set()
             await self._send(batch)
 
+    def _take(self) -> list[_Call]:
+        """The next batch: whole calls, up to MAX_BATCH commands (at least one call)."""
+        size = 0
+        for index, call in enumerate(self._queue):
+            size += len(call.commands)
+            if size > MAX_BATCH and index > 0:
+                batch, self._queue = self._queue[:index], self._queue[index:]
+                return batch
+        batch, self._queue = self._queue, []
+        return batch
+
     async def _send(self, batch: list[_Call]) -> None:
+        commands = [command for call in batch for command in call.commands]
         self.batches += 1
-        self.commands += len(batch)
+        self.commands += len(commands)
         try:
-            if len(batch) == 1:
-                replies = [await outcome.acapture(self._transport.execute, *batch[0].args)]
+            if len(commands) == 1:
+                try:
+                    replies: list[Any] = [await self._transport.execute(*commands[0])]
+                except RedisCommandError as exc:  # an error reply: in its place
+                    replies = [exc]
             else:
-                raw = await self._transport.pipeline([c.args for c in batch])
-                replies = [
-                    outcome.Error(r) if isinstance(r, BaseException) else outcome.Value(r)
-                    for r in raw
-                ]
+                replies = await self._transport.pipeline(commands)
         except Exception as exc:  # noqa: BLE001 - the whole batch failed: every caller's error
-            replies = [outcome.Error(exc) for _ in batch]
-        for call, reply in zip(batch, replies, strict=True):
-            call.result = reply
+            for call in batch:
+                call.result = outcome.Error(exc)
+                call.done.set()
+            return
+        start = 0
+        for call in batch:
+            end = start + len(call.commands)
+            call.result = outcome.Value(replies[start:end])
             call.done.set()
+            start = end
 
     def fail_pending(self, error: BaseException) -> None:
         for call in self._queue:
@@ -136,6 +164,8 @@ class _Commands:
         xx: bool = False,
     ) -> bool:
         """SET; True when it was set (False when ``nx``/``xx`` prevented it)."""
+        if ex is not None and px is not None:
+            raise ValueError("set: give ex (seconds) or px (milliseconds), not both")
         args: list[Arg] = ["SET", key, value]
         if ex is not None:
             args += ["PX", int(ex * 1000)]
@@ -270,8 +300,10 @@ class Pipeline:
     """Raw commands queued with :meth:`add`, sent together when the block exits; their
     replies are in ``results`` afterwards.
 
-    Without a transaction, a command that failed has its exception (not raised) in
-    ``results``; with ``transaction=True`` (MULTI/EXEC) an aborted transaction raises.
+    Without a transaction, the commands go in the handle's next batch (next to each other,
+    in order, with other tasks' commands around them) and a command that failed has its
+    exception (not raised) in ``results``. With ``transaction=True`` they are wrapped in
+    MULTI/EXEC and sent on their own; an aborted transaction raises.
     """
 
     def __init__(self, handle: RedisHandle, transaction: bool) -> None:
@@ -297,6 +329,8 @@ class Pipeline:
     ) -> None:
         if exc_type is not None or not self._commands:
             return
+        if not self._handle._open:
+            raise RunnerNotRunning("the Redis handle is closed")
         transport = self._handle._transport
         if self._transaction:
             replies = await transport.pipeline([("MULTI",), *self._commands, ("EXEC",)])
@@ -308,8 +342,9 @@ class Pipeline:
                 raise RedisCommandError("the transaction was aborted (a WATCHed key changed)")
             self.results = list(executed)
         else:
-            # One round trip of its own; a command that failed has its exception in place.
-            self.results = await transport.pipeline(self._commands)
+            # In the next batch with other tasks' commands, kept together and in order; a
+            # command that failed has its exception in place.
+            self.results = await self._handle._batcher.call_many(self._commands)
 
 
 @asynccontextmanager
