@@ -121,12 +121,8 @@ async def open_transport(
             connect_timeout=connect_timeout,
             command_timeout=command_timeout,
         )
-        try:
-            await _check_reachable(transport, connect_timeout)
+        async with _checked(transport, connect_timeout):
             yield transport
-        finally:
-            with trio.move_on_after(CLOSE_TIMEOUT, shield=True):
-                await transport.aclose()
         return
 
     # Only Cluster, Sentinel and rare URL options load redis-py's asyncio client.
@@ -149,22 +145,29 @@ async def open_transport(
                 connect_timeout=connect_timeout,
                 command_timeout=command_timeout,
             )
-            try:
-                await _check_reachable(transport, connect_timeout)
+            async with _checked(transport, connect_timeout):
                 try:
                     yield transport
                 except BaseException as exc:
                     body_error = exc
                     raise
-            finally:
-                with trio.move_on_after(CLOSE_TIMEOUT, shield=True):
-                    await transport.aclose()
         return
     except BaseExceptionGroup as group:
         to_raise = unwrap_single(group, body_error)
         if to_raise is None:
             raise
     raise to_raise
+
+
+@asynccontextmanager
+async def _checked(transport: Transport, connect_timeout: float) -> AsyncIterator[None]:
+    """Check that Redis answers; close the transport at the end, whatever happens."""
+    try:
+        await _check_reachable(transport, connect_timeout)
+        yield
+    finally:
+        with trio.move_on_after(CLOSE_TIMEOUT, shield=True):
+            await transport.aclose()
 
 
 async def _check_reachable(transport: Transport, limit: float) -> None:

@@ -19,7 +19,7 @@ import select
 import socket
 import ssl
 import urllib.parse
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -227,6 +227,17 @@ def _in_place(reply: Any, where: str) -> Any:
     return reply
 
 
+@contextlib.contextmanager
+def _connection_errors() -> Iterator[None]:
+    """A broken socket or a garbled reply becomes RedisUnavailable."""
+    try:
+        yield
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+        raise RedisUnavailable(f"connection lost: {type(exc).__name__}: {exc}") from None
+    except hiredis.ProtocolError as exc:
+        raise RedisUnavailable(f"protocol error: {exc}") from None
+
+
 class Connection:
     """One socket to Redis, with its reply parser."""
 
@@ -308,25 +319,17 @@ class Connection:
         """
         data = b"".join(pack(command) for command in commands)  # TypeError: nothing sent
         self.broken = True
-        try:
+        with _connection_errors():
             await self._stream.send_all(data)
             replies = [await self._read() for _ in commands]
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            raise RedisUnavailable(f"connection lost: {type(exc).__name__}: {exc}") from None
-        except hiredis.ProtocolError as exc:
-            raise RedisUnavailable(f"protocol error: {exc}") from None
         self.broken = False
         return replies
 
     async def read(self) -> Any:
         """Read one more reply (pub/sub); the connection is broken if this fails."""
         self.broken = True
-        try:
+        with _connection_errors():
             reply = await self._read()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            raise RedisUnavailable(f"connection lost: {type(exc).__name__}: {exc}") from None
-        except hiredis.ProtocolError as exc:
-            raise RedisUnavailable(f"protocol error: {exc}") from None
         self.broken = False
         return reply
 
