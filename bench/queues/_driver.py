@@ -23,7 +23,9 @@ Every command prints JSON lines on stdout (libraries log to stderr):
 Task ``roundtrip`` (the redis-body scenario): the body makes one pipelined round trip to
 Redis with the queue's own client, ``SET <key> 1 NX PX 60000`` + ``INCR <counter>``, the
 key and counter named by :func:`body_keys` (``roundtrip_auto``: trunner's variant sending
-the two commands one after the other, pipelined across tasks by its Redis handle).
+the two commands one after the other, pipelined across tasks by its Redis handle;
+``roundtrip_bridged``: trunner's variant sending them through a redis-py asyncio client of
+its own, bridged into Trio with trio-asyncio).
 
 A queue without some feature raises :class:`NotSupported`; the line is then
 ``{"event": "unsupported", "reason"}`` and the exit status 3.
@@ -95,7 +97,7 @@ def proc_status(pid: int | str = "self") -> dict[str, int]:
 
 
 #: The tasks a queue may be asked to enqueue or run.
-TASKS = ["noop", "sleep", "latency", "roundtrip", "roundtrip_auto"]
+TASKS = ["noop", "sleep", "latency", "roundtrip", "roundtrip_auto", "roundtrip_bridged"]
 #: The roundtrip body's SET: only if absent, expiring after this many milliseconds.
 BODY_PX = 60_000
 

@@ -6,14 +6,18 @@ contains the queue name (the harness deletes them by it).
 The roundtrip body goes through the task Redis handle, ``trunner.current_runner().redis``:
 ``roundtrip`` sends SET NX + INCR in one ``pipeline()`` (a round trip of its own per task);
 ``roundtrip_auto`` awaits ``set`` then ``incr``, which the handle pipelines across the
-concurrent tasks (automatic pipelining).
+concurrent tasks (automatic pipelining). ``roundtrip_bridged`` is what a Trio user without
+the handle would write: a ``redis.asyncio.Redis`` of the worker's own (one per process,
+created at start), its pipeline executed through trio-asyncio (``aio_as_trio``), the runner
+inside ``trio_asyncio.open_loop()``. redis-py's asyncio client and trio-asyncio are imported
+only for that task, so the other scenarios' RSS stays trunner's own.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
@@ -94,6 +98,15 @@ def work(
         await redis.incr(counter)
         rec.end()
 
+    @tasks.task
+    async def roundtrip_bridged(payload: Any) -> None:
+        rec.begin(payload)
+        pipe = Own.client.pipeline(transaction=False)
+        pipe.set(f"{prefix}:{payload['i']}", 1, nx=True, px=BODY_PX)
+        pipe.incr(counter)
+        await Own.aio_as_trio(pipe.execute)()  # one crossing into asyncio per task
+        rec.end()
+
     async def run() -> dict[str, Any]:
         done = trio.Event()
         rec.on_complete = done.set
@@ -124,7 +137,32 @@ def work(
             "lifetime_seconds": round(time.perf_counter() - begin, 3),
         }
 
+    if args.task == "roundtrip_bridged":
+        return trio.run(bridged, url, run)
     return trio.run(run)
+
+
+class Own:
+    """``roundtrip_bridged``: the worker's own redis-py asyncio client, and trio-asyncio's
+    adapter (set by :func:`bridged`)."""
+
+    client: Any = None
+    aio_as_trio: Any = None
+
+
+async def bridged(url: str, run: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+    """Run the worker inside a trio-asyncio loop, with a redis-py asyncio client of its own."""
+    import redis.asyncio  # noqa: PLC0415 - only this task's worker pays for it (its RSS)
+    import trio_asyncio  # noqa: PLC0415 - idem
+
+    Own.aio_as_trio = trio_asyncio.aio_as_trio
+    async with trio_asyncio.open_loop():
+        Own.client = redis.asyncio.Redis.from_url(url)
+        try:
+            return await run()
+        finally:
+            with trio.CancelScope(shield=True):
+                await Own.aio_as_trio(Own.client.aclose)()
 
 
 if __name__ == "__main__":
