@@ -103,10 +103,13 @@ async def redis_state(predicate: Callable[[], Awaitable[bool]], poll: float = 0.
         await trio.sleep(poll)
 
 
-def run_python(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_python(
+    *args: str, env: dict[str, str] | None = None, stdin: int | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run ``python *args`` in a subprocess (60 s at most); its output as text."""
     return subprocess.run(
         [sys.executable, *args],
+        stdin=stdin,
         capture_output=True,
         text=True,
         timeout=60,

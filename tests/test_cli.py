@@ -195,14 +195,26 @@ async def test_dispatch_inspect_and_dead_letters(redis_server: RedisServer, grou
     listed = json.loads(cli("dead-letter", "list", group, "--json", *url).stdout)
     assert [(d["task"], d["reason"]) for d in listed] == [("ghost", "unknown task")]
     assert "unknown task" in cli("dead-letter", "list", group, *url).stdout
+    narrow = run_python("-m", "trunner", "dead-letter", "list", group, *url, env={"COLUMNS": "50"})
+    assert listed[0]["id"] in narrow.stdout, "ids are never cut: they are copied into replay"
     replayed = cli("dead-letter", "replay", group, listed[0]["id"], *url)
     assert "replayed 1 dead letters" in replayed.stdout
     async with trunner.open_client(redis_server.url, group) as client:
         assert await client.dead_letter_count() == 0
         assert await client.queue_length() == 1, "back in the stream"
-    refused = run_python("-m", "trunner", "dead-letter", "purge", group, *url)
+    refused = run_python(
+        "-m", "trunner", "dead-letter", "purge", group, *url, stdin=subprocess.DEVNULL
+    )
     assert refused.returncode == 1, "purge asks first; no answer: nothing deleted"
+    assert "pass --yes in scripts" in refused.stdout
+    assert "Traceback" not in refused.stderr
     assert cli("dead-letter", "purge", group, "--yes", *url).returncode == 0
+
+
+def test_inspecting_an_unknown_group_says_so(redis_server: RedisServer, group: str) -> None:
+    shown = cli("inspect", f"{group}-typo", "--redis", redis_server.url)
+    assert shown.returncode == 0
+    assert f"nothing is known of group '{group}-typo'" in " ".join(shown.stdout.split())
 
 
 def test_bad_payload_json(capsys: pytest.CaptureFixture[str]) -> None:

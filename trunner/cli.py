@@ -182,6 +182,13 @@ def _print_group(info: GroupInfo, out: Console) -> None:
             "yes" if i.leader else "",
         )  # fmt: skip
     out.print(instances)
+    if not (
+        info.instances or info.queue_length or info.pending or info.delayed or info.dead_letters
+    ):
+        out.print(
+            f"nothing is known of group {info.group!r} on this Redis (no instance, no message):"
+            " check the group name, --redis and the key prefix"
+        )
     if info.stats is not None and info.stats.tasks:
         stats = info.stats
         table = Table(
@@ -208,6 +215,15 @@ async def _inspect(args: argparse.Namespace, out: Console) -> int:
     return 0
 
 
+def _ask(question: str) -> str | None:
+    """The user's answer, or None when there is nobody to ask (stdin closed)."""
+    try:
+        return input(question)
+    except EOFError:
+        print()
+        return None
+
+
 async def _dead_letter(args: argparse.Namespace, out: Console) -> int:
     async with open_client(args.redis, args.group) as client:
         if args.action == "list":
@@ -216,8 +232,14 @@ async def _dead_letter(args: argparse.Namespace, out: Console) -> int:
                 print(json.dumps([as_dict(d) for d in letters], default=str))
                 return 0
             table = Table(title=f"dead letters of {args.group}", title_justify="left")
-            for column in ("id", "task", "attempt", "reason", "error", "failed at"):
-                table.add_column(column)
+            # Ids are copied into `replay`: never cut them, whatever the terminal's width.
+            widest = max((len(d.id) for d in letters), default=2)
+            table.add_column("id", no_wrap=True, min_width=widest)
+            table.add_column("task")
+            for column in ("attempt", "reason"):
+                table.add_column(column, no_wrap=True)
+            table.add_column("error")
+            table.add_column("failed at", no_wrap=True)
             for d in letters:
                 error = d.cause or d.error
                 table.add_row(d.id, d.task, str(d.attempt), d.reason, error, _when(d.failed_at))
@@ -232,8 +254,11 @@ async def _dead_letter(args: argparse.Namespace, out: Console) -> int:
         count = await client.dead_letter_count()
         if not args.yes:
             answer = await trio.to_thread.run_sync(
-                input, f"delete {count} dead letters of {args.group}? [y/N] "
+                _ask, f"delete {count} dead letters of {args.group}? [y/N] "
             )
+            if answer is None:
+                out.print("nothing deleted: no answer (stdin is closed); pass --yes in scripts")
+                return 1
             if answer.strip().lower() not in ("y", "yes"):
                 out.print("nothing deleted")
                 return 1
