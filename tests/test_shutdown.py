@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from typing import Any
@@ -14,7 +15,7 @@ import trio_asyncio
 import trunner
 from trunner.keys import RELEASED_CONSUMER
 
-from .conftest import Tally, config
+from .conftest import Tally, config, redis_state
 from .servers import RedisServer
 
 
@@ -104,6 +105,35 @@ async def test_drain_timeout_cancels_and_releases_without_acknowledging(
     assert picked_up < 1.5, picked_up
     assert sorted(tally.payloads) == [1, 2, 3, 4]
     assert {attempt for _, attempt, _ in tally.runs} == {1}
+
+
+async def test_stop_without_drain_during_a_drain_cancels_at_once(
+    url: str, group: str, raw: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A second, impatient stop (the CLI's second signal) ends the 30 s drain at once."""
+    caplog.set_level(logging.INFO, logger="trunner")
+    gate = Gate(2)
+    cfg = config(group, drain_timeout=30.0)
+    async with trunner.open_runner(url, cfg, gate.registry()) as runner:
+        ids = await runner.dispatch_many("gated", [1, 2])
+        await gate.all_started.wait()
+        runner.stop()  # graceful: the drain begins
+
+        async def draining() -> bool:
+            return "draining 2 running tasks" in caplog.text
+
+        await redis_state(draining)
+        hurried = trio.current_time()
+        runner.stop(drain=False)
+    took = trio.current_time() - hurried
+    assert took < 2.0, f"a forced stop took {took:.2f} s"
+    assert sorted(gate.cancelled) == [1, 2]
+    stats = runner.statistics()
+    assert (stats.interrupted, stats.acked, stats.released) == (2, 0, 2)
+    pending = raw.xpending_range(_stream(group), group, "-", "+", 10)
+    assert sorted(p["message_id"].decode() for p in pending) == sorted(ids)
+    assert "stopping at once: cancelling 2 running tasks" in caplog.text
+    assert "drain timeout passed" not in caplog.text
 
 
 async def test_deliveries_the_runner_never_saw_are_released_at_shutdown(

@@ -457,7 +457,10 @@ class Runner(Producer):
         self._drain_scope = None
         if pool.in_flight:
             cancelled = pool.cancel_running()
-            logger.warning("drain timeout passed: cancelling %d running tasks", cancelled)
+            if self._hurry:
+                logger.warning("stopping at once: cancelling %d running tasks", cancelled)
+            else:
+                logger.warning("drain timeout passed: cancelling %d running tasks", cancelled)
             with trio.move_on_after(CANCEL_GRACE):
                 await pool.wait_idle()
 
