@@ -118,6 +118,15 @@ async def test_pipelines_and_transactions(handle: trunner.RedisHandle, group: st
         tx.add("INCR", f"{group}:t").add("INCR", f"{group}:t")
     assert tx.results == [1, 2]
     assert await handle.eval("return redis.call('GET', KEYS[1])", [f"{group}:t"]) == b"2"
+    # A command failing when the transaction runs: its error in place, with Redis's text,
+    # the same on every transport.
+    await handle.rpush(f"{group}:list", "x")
+    async with handle.pipeline(transaction=True) as tx:
+        tx.add("INCR", f"{group}:t").add("INCR", f"{group}:list").add("INCR", f"{group}:t")
+    three, error, four = tx.results
+    assert (three, four) == (3, 4)
+    assert isinstance(error, trunner.RedisCommandError)
+    assert "WRONGTYPE" in str(error)
 
 
 async def test_concurrent_pipelines_share_round_trips_and_stay_whole(

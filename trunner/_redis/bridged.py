@@ -34,7 +34,7 @@ from .transport import (
     UnblockableReader,
 )
 
-__all__ = ["AsyncioTransport", "translate_error"]
+__all__ = ["AsyncioTransport", "translate_error", "translate_reply"]
 
 T = TypeVar("T")
 
@@ -54,10 +54,22 @@ def translate_error(exc: BaseException, where: str) -> BaseException:
     if isinstance(exc, OSError | asyncio.TimeoutError | EOFError):
         return RedisUnavailable(f"{where}: {type(exc).__name__}: {exc}")
     if isinstance(exc, redis.exceptions.ResponseError):
-        return RedisCommandError(f"{where}: {exc}")
+        # The server's text (some redis-py versions print an error made by a parser
+        # outside a connection as its type, e.g. "server:ResponseError").
+        text = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
+        return RedisCommandError(f"{where}: {text}")
     if isinstance(exc, redis.exceptions.RedisError | redis.exceptions.RedisClusterException):
         return BackendError(f"{where}: {type(exc).__name__}: {exc}")
     return exc
+
+
+def translate_reply(reply: Any, where: str) -> Any:
+    """A pipeline's reply: an exception becomes trunner's; so do those inside an EXEC's."""
+    if isinstance(reply, BaseException):
+        return translate_error(reply, where)
+    if where.upper() == "EXEC" and isinstance(reply, list):
+        return [translate_error(r, where) if isinstance(r, BaseException) else r for r in reply]
+    return reply
 
 
 async def _disconnect(transport: AsyncioTransport, conn: Any, where: str) -> None:
@@ -246,10 +258,7 @@ class AsyncioTransport(Transport):
             raise BackendError("transactions are not supported on Redis Cluster by trunner")
 
         replies = await self._pooled(go, "pipeline")
-        return [
-            translate_error(r, str(c[0])) if isinstance(r, BaseException) else r
-            for r, c in zip(replies, commands, strict=True)
-        ]
+        return [translate_reply(r, str(c[0])) for r, c in zip(replies, commands, strict=True)]
 
     def open_reader(self, name: str, key: str | None = None) -> Reader:
         reader = _AsyncioReader(self, name, key)

@@ -101,9 +101,11 @@ class MemoryTransport(Transport):
     async def pipeline(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
         await trio.lowlevel.checkpoint()
         replies: list[Any] = []
+        from .bridged import translate_reply  # noqa: PLC0415 - see above
+
         for command in commands:
             try:
-                replies.append(self._run(command))
+                replies.append(translate_reply(self._run(command), str(command[0])))
             except Exception as exc:  # noqa: BLE001 - each reply or error in its place
                 replies.append(exc)
         return replies
