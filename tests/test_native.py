@@ -23,7 +23,7 @@ from trunner._redis.native import NativeTransport, native_options, parse_server_
 from trunner._redis.transport import Transport
 
 from .conftest import Tally, config, run_python
-from .servers import RedisServer
+from .servers import RedisServer, free_port
 from .topologies import TlsServer
 
 
@@ -110,6 +110,19 @@ def test_bad_url_values_are_refused_like_redis_py_does(url: str, problem: str) -
     with pytest.raises(ValueError, match=problem):
         parse_url(url)  # type: ignore[no-untyped-call]
     with pytest.raises(ValueError, match="invalid Redis URL"):
+        check_url(url)
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("redis://h/abc", "the database in the path must be a number, not 'abc'"),
+        ("redis://h/0/extra", "the database in the path must be a number"),
+        ("redis://h/0?bogus_option=1", "unknown option bogus_option"),
+    ],
+)
+def test_urls_redis_py_would_misread_are_refused(url: str, problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
         check_url(url)
 
 
@@ -271,7 +284,8 @@ async def test_a_wrong_password_is_refused_at_start(
     raw_server.acl_setuser(user, enabled=True, passwords=["+right"], commands=["+@all"], keys="*")
     try:
         url = f"redis://{user}:not-the-s3cret@127.0.0.1:{redis_server.port}/0"
-        with pytest.raises(trunner.RedisUnavailable, match="WRONGPASS") as info:
+        refused = r"refused to log in: .*WRONGPASS"
+        with pytest.raises(trunner.RedisUnavailable, match=refused) as info:
             async with trunner.open_runner(url, config(group), trunner.TaskRegistry()):
                 pass
         assert "not-the-s3cret" not in str(info.value)  # the password is never printed
@@ -280,6 +294,17 @@ async def test_a_wrong_password_is_refused_at_start(
             assert await transport.execute("ACL", "WHOAMI") == user.encode()
     finally:
         raw_server.acl_deluser(user)
+
+
+async def test_connection_failures_say_why(redis_server: RedisServer, group: str) -> None:
+    closed = f"redis://127.0.0.1:{free_port()}/0"
+    with pytest.raises(trunner.RedisUnavailable, match="Connection refused"):
+        async with trunner.open_client(closed, group, connect_timeout=2.0):
+            pass
+    plain_as_tls = f"rediss://127.0.0.1:{redis_server.port}/0"
+    with pytest.raises(trunner.RedisUnavailable, match="is this port serving TLS"):
+        async with trunner.open_client(plain_as_tls, group, connect_timeout=0.5):
+            pass
 
 
 async def test_error_replies_and_bad_arguments(redis_server: RedisServer) -> None:

@@ -74,13 +74,37 @@ def check_url(url: object) -> str:
     try:
         if "+" in scheme:
             parse_endpoint(url)
-        elif native_options(url) is None:  # options only redis-py reads: let it check them
-            from redis.connection import parse_url  # noqa: PLC0415 - loaded only for these
-
-            parse_url(url)  # type: ignore[no-untyped-call]
+        else:
+            path = urllib.parse.urlparse(url).path.strip("/")
+            if scheme != "unix" and path and not path.isdigit():
+                raise ValueError(f"the database in the path must be a number, not {path!r}")
+            if native_options(url) is None:  # options only redis-py reads: let it check them
+                _check_redis_py_options(url)
     except (ValueError, TypeError) as exc:
         raise ValueError(f"invalid Redis URL {redact_url(url)!r}: {exc}") from None
     return scheme
+
+
+def _check_redis_py_options(url: str) -> None:
+    """Refuse query options redis-py's connections do not take (they would fail later,
+    at the first connection, with a TypeError from inside redis-py)."""
+    import inspect  # noqa: PLC0415 - only for URLs with options the native path lacks
+
+    from redis.asyncio import connection  # noqa: PLC0415
+
+    options = dict(connection.parse_url(url))
+    known: set[str] = set()
+    for cls in (
+        connection.AbstractConnection,
+        connection.Connection,
+        connection.SSLConnection,
+        connection.UnixDomainSocketConnection,
+        connection.BlockingConnectionPool,
+    ):
+        known.update(inspect.signature(cls.__init__).parameters)
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ValueError(f"unknown option {', '.join(unknown)} (not a redis-py connection option)")
 
 
 @asynccontextmanager
@@ -176,6 +200,12 @@ async def _check_reachable(transport: Transport, limit: float) -> None:
         with trio.fail_after(limit):
             await transport.execute("PING")
     except trio.TooSlowError:
-        raise RedisUnavailable(f"Redis at {where} did not answer within {limit} s") from None
+        hint = ""
+        if where.split("://", 1)[0].startswith("rediss"):
+            hint = " (no answer to the TLS handshake either: is this port serving TLS?)"
+        raise RedisUnavailable(f"Redis at {where} did not answer within {limit} s{hint}") from None
     except RedisUnavailable as exc:
-        raise RedisUnavailable(f"cannot reach Redis at {where}: {exc}") from exc
+        text = str(exc)
+        if any(code in text for code in ("WRONGPASS", "NOAUTH", "NOPERM")):
+            raise RedisUnavailable(f"Redis at {where} refused to log in: {text}") from None
+        raise RedisUnavailable(f"cannot reach Redis at {where}: {text}") from None

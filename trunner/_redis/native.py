@@ -277,7 +277,13 @@ class Connection:
         except (OSError, ssl.SSLError, trio.BrokenResourceError) as exc:
             if stream is not None:
                 await trio.aclose_forcefully(stream)
-            raise RedisUnavailable(f"connecting: {type(exc).__name__}: {exc}") from None
+            reason = f"{type(exc).__name__}: {exc}"
+            cause = exc.__cause__  # trio: "all attempts failed"; each attempt's error here
+            if isinstance(cause, BaseExceptionGroup):
+                reason += f" ({'; '.join(str(e) for e in cause.exceptions)})"
+            elif cause is not None:
+                reason += f" ({cause})"
+            raise RedisUnavailable(f"connecting: {reason}") from None
         except BaseException:
             if stream is not None:
                 await trio.aclose_forcefully(stream)
