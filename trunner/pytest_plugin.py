@@ -61,7 +61,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if not (config.getoption("trunner") or config.getini("trunner") or url):
         return
     if not config.pluginmanager.hasplugin("trio"):
-        raise pytest.UsageError("trunner's fixtures need pytest-trio: pip install pytest-trio")
+        raise pytest.UsageError(
+            "trunner's fixtures need pytest-trio, installed (pip install pytest-trio) and "
+            "loaded (with PYTEST_DISABLE_PLUGIN_AUTOLOAD set, pass -p trio as well)"
+        )
     if url is not None:
         try:
             check_url(url)
