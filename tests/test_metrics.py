@@ -63,6 +63,38 @@ def test_stats_from_the_metrics_hash() -> None:
     assert all(b / a <= 2.0 for a, b in itertools.pairwise(BUCKETS))
 
 
+def test_percentiles_never_exceed_the_longest_sample() -> None:
+    """A 3.01 s run lands in the 3-5 s bucket; interpolation alone reads p99 as 4.98 s."""
+    buffer = MetricsBuffer()
+    buffer.task_time("once", 3.01)
+    for seconds in (0.011, 0.012, 0.0125):
+        buffer.task_time("few", seconds)  # bucket (0.01, 0.015]
+    fields = fields_of(buffer)
+    assert fields["t:once:max"] == 3.01
+    stats = compute_stats(fields, queue_length=0, instances=[], now=0.0)
+    once, few = stats.tasks["once"], stats.tasks["few"]
+    assert (once.p50, once.p95, once.p99) == (3.01, 3.01, 3.01)
+    assert 0.01 < few.p50 <= few.p95 <= few.p99 <= 0.0125
+    # A report that failed is put back: the maximum stays a maximum, counts add up.
+    again = MetricsBuffer()
+    again.task_time("once", 1.0)
+    again.put_back(list(fields.items()))
+    merged = fields_of(again)
+    assert (merged["t:once:max"], merged["t:once:n"]) == (3.01, 2.0)
+
+
+async def test_the_metrics_hash_keeps_the_largest_sample(url: str, group: str) -> None:
+    async with trunner.open_client(url, group) as client:
+        broker = client._open_broker()
+        await broker.report("a", 1000, "{}", [("t:x:n", 1.0), ("t:x:max", 2.5)])
+        await broker.report("b", 1001, "{}", [("t:x:n", 1.0), ("t:x:max", 0.5)])
+        await broker.report("c", 1002, "{}", [("t:x:n", 2.0), ("t:x:max", 4.25)])
+        fields = await client.redis.hgetall(broker.keys.metrics)
+        await client.redis.delete(broker.keys.metrics, broker.keys.instances)
+    assert float(fields[b"t:x:max"]) == 4.25
+    assert float(fields[b"t:x:n"]) == 4.0
+
+
 async def test_timings_of_two_runners_add_up_in_one_window(url: str, group: str) -> None:
     tasks = trunner.TaskRegistry()
     done = 0

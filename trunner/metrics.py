@@ -112,8 +112,20 @@ class Stats:
         return cls(**data)
 
 
-def _percentile(buckets: Sequence[float], count: float, p: float) -> float:
-    """Estimate from histogram counts: linear within the bucket holding the p-th sample."""
+#: Metrics-hash fields that hold a maximum (report.lua keeps the larger value).
+MAX_SUFFIX = ":max"
+
+
+def _percentile(
+    buckets: Sequence[float], count: float, p: float, longest: float | None = None
+) -> float:
+    """Estimate from histogram counts: linear within the bucket holding the p-th sample,
+    and never above the longest sample when it is known."""
+    estimate = _interpolated(buckets, count, p)
+    return min(estimate, longest) if longest else estimate
+
+
+def _interpolated(buckets: Sequence[float], count: float, p: float) -> float:
     target = p * count
     seen = 0.0
     for i, n in enumerate(buckets):
@@ -138,7 +150,7 @@ def compute_stats(
     last window's): a stuck queue must not look like an empty one.
     """
     tasks: dict[str, dict[str, Any]] = defaultdict(
-        lambda: {"n": 0.0, "s": 0.0, "b": [0.0] * (len(BUCKETS) + 1)}
+        lambda: {"n": 0.0, "s": 0.0, "max": 0.0, "b": [0.0] * (len(BUCKETS) + 1)}
     )
     for field, value in fields.items():
         parts = field.split(":")
@@ -151,13 +163,16 @@ def compute_stats(
                 tasks[name]["b"][index] += value
         elif parts[-1] in ("n", "s"):
             tasks[":".join(parts[1:-1])][parts[-1]] += value
+        elif parts[-1] == "max":
+            entry = tasks[":".join(parts[1:-1])]
+            entry["max"] = max(entry["max"], value)
     timings = {
         name: TaskTiming(
             count=int(t["n"]),
             average=t["s"] / t["n"],
-            p50=_percentile(t["b"], t["n"], 0.50),
-            p95=_percentile(t["b"], t["n"], 0.95),
-            p99=_percentile(t["b"], t["n"], 0.99),
+            p50=_percentile(t["b"], t["n"], 0.50, t["max"]),
+            p95=_percentile(t["b"], t["n"], 0.95, t["max"]),
+            p99=_percentile(t["b"], t["n"], 0.99, t["max"]),
         )
         for name, t in sorted(tasks.items())
         if t["n"] > 0
@@ -187,8 +202,9 @@ class MetricsBuffer:
     """Samples of this instance not yet reported, as increments of the metrics hash.
 
     Fields: ``t:<task>:n`` (count), ``t:<task>:s`` (sum of seconds), ``t:<task>:b:<i>``
-    (samples in histogram bucket i, see :data:`BUCKETS`), ``sched:n`` / ``sched:s`` (the
-    leader's scheduler passes), ``since`` (set by Redis: the window's start, ms).
+    (samples in histogram bucket i, see :data:`BUCKETS`), ``t:<task>:max`` (the longest
+    sample: kept as a maximum, not added up), ``sched:n`` / ``sched:s`` (the leader's
+    scheduler passes), ``since`` (set by Redis: the window's start, ms).
     """
 
     def __init__(self) -> None:
@@ -199,6 +215,8 @@ class MetricsBuffer:
         fields[f"t:{task}:n"] += 1
         fields[f"t:{task}:s"] += seconds
         fields[f"t:{task}:b:{bisect.bisect_left(BUCKETS, seconds)}"] += 1
+        longest = f"t:{task}:max"
+        fields[longest] = max(fields[longest], seconds)
 
     def schedule_pass(self, seconds: float) -> None:
         self._fields["sched:n"] += 1
@@ -209,8 +227,12 @@ class MetricsBuffer:
         return list(fields.items())
 
     def put_back(self, items: Sequence[tuple[str, float]]) -> None:
+        fields = self._fields
         for field, value in items:
-            self._fields[field] += value
+            if field.endswith(MAX_SUFFIX):
+                fields[field] = max(fields[field], value)
+            else:
+                fields[field] += value
 
 
 class LocalTimings:

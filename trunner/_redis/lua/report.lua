@@ -7,14 +7,23 @@
 -- ARGV[1]  this instance's id
 -- ARGV[2]  now (ms)
 -- ARGV[3]  this instance's details (JSON)
--- ARGV[4..] field/increment pairs for the metrics hash (at most 1000 fields)
+-- ARGV[4..] field/increment pairs for the metrics hash (at most 1000 fields); a field
+--          ending in ':max' holds a maximum: the larger of the two values is kept
 -- Returns  {capacity value or false, capacity version or false}
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
 if #ARGV > 3 then
   redis.call('HSETNX', KEYS[1], 'since', ARGV[2])
   for i = 4, #ARGV, 2 do
-    redis.call('HINCRBYFLOAT', KEYS[1], ARGV[i], ARGV[i + 1])
+    local field, value = ARGV[i], ARGV[i + 1]
+    if string.sub(field, -4) == ':max' then
+      local current = tonumber(redis.call('HGET', KEYS[1], field))
+      if current == nil or tonumber(value) > current then
+        redis.call('HSET', KEYS[1], field, value)
+      end
+    else
+      redis.call('HINCRBYFLOAT', KEYS[1], field, value)
+    end
   end
 end
 return redis.call('HMGET', KEYS[4], 'value', 'version')
