@@ -5,6 +5,7 @@ from __future__ import annotations
 import urllib.parse
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import trio
 
@@ -135,16 +136,16 @@ async def open_transport(
         finally:
             await transport.aclose()
         return
+    common: dict[str, Any] = {
+        "description": redact_url(url),
+        "client_name": client_name,
+        "max_connections": max_connections,
+        "connect_timeout": connect_timeout,
+        "command_timeout": command_timeout,
+    }
     address = None if "+" in scheme or bridge else native_options(url)
     if address is not None:
-        transport = NativeTransport(
-            address,
-            description=redact_url(url),
-            client_name=client_name,
-            max_connections=max_connections,
-            connect_timeout=connect_timeout,
-            command_timeout=command_timeout,
-        )
+        transport = NativeTransport(address, **common)
         async with _checked(transport, connect_timeout):
             yield transport
         return
@@ -160,15 +161,7 @@ async def open_transport(
     to_raise: BaseException | None
     try:
         async with trio_asyncio.open_loop() as loop:
-            transport = AsyncioTransport(
-                loop,
-                parse_endpoint(url),
-                description=redact_url(url),
-                client_name=client_name,
-                max_connections=max_connections,
-                connect_timeout=connect_timeout,
-                command_timeout=command_timeout,
-            )
+            transport = AsyncioTransport(loop, parse_endpoint(url), **common)
             async with _checked(transport, connect_timeout):
                 try:
                     yield transport

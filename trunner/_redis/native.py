@@ -419,7 +419,7 @@ class NativeTransport(Transport):
         self.connect_timeout = connect_timeout
         self.command_timeout = command_timeout
         self._pool = _Pool(self, max_connections)
-        self._dedicated: set[_NativeReader | _NativeSubscriber] = set()
+        self._dedicated: set[_Dedicated] = set()
 
     async def _connect(self) -> Connection:
         return await Connection.open(self.address, self.client_name, self.connect_timeout)
@@ -463,7 +463,7 @@ class NativeTransport(Transport):
         self._dedicated.add(subscriber)
         return subscriber
 
-    def _forget(self, owner: _NativeReader | _NativeSubscriber) -> None:
+    def _forget(self, owner: _Dedicated) -> None:
         self._dedicated.discard(owner)
 
     async def aclose(self) -> None:
@@ -472,11 +472,34 @@ class NativeTransport(Transport):
         await self._pool.aclose()
 
 
-class _NativeReader(UnblockableReader):
+class _Dedicated:
+    """A connection of its own (a reader's, a subscriber's), opened on use, dropped when
+    anything goes wrong on it, and given back to nobody."""
+
     def __init__(self, transport: NativeTransport) -> None:
-        super().__init__()
         self._transport = transport
         self._conn: Connection | None = None
+        self._closed = False
+
+    async def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with trio.CancelScope(shield=True):
+                await conn.aclose()
+
+    async def aclose(self) -> None:
+        if self._closed:
+            await trio.lowlevel.checkpoint()
+            return
+        self._closed = True
+        self._transport._forget(self)
+        await self._drop()
+
+
+class _NativeReader(_Dedicated, UnblockableReader):
+    def __init__(self, transport: NativeTransport) -> None:
+        UnblockableReader.__init__(self)
+        _Dedicated.__init__(self, transport)
 
     async def _send_read(self, args: Sequence[Arg], block: float) -> Any:
         transport = self._transport
@@ -514,29 +537,16 @@ class _NativeReader(UnblockableReader):
 
     async def _drop(self) -> None:
         self._client_id = None
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            with trio.CancelScope(shield=True):
-                await conn.aclose()
+        await super()._drop()
 
     async def _unblock(self, client_id: int) -> None:
         await self._transport.execute("CLIENT", "UNBLOCK", client_id)
 
-    async def aclose(self) -> None:
-        if self._closed:
-            await trio.lowlevel.checkpoint()
-            return
-        self._closed = True
-        self._transport._forget(self)
-        await self._drop()
 
-
-class _NativeSubscriber(Subscriber):
+class _NativeSubscriber(_Dedicated, Subscriber):
     def __init__(self, transport: NativeTransport, channel: str) -> None:
-        self._transport = transport
+        super().__init__(transport)
         self._channel = channel.encode()
-        self._conn: Connection | None = None
-        self._closed = False
 
     async def subscribe(self) -> None:
         try:
@@ -579,17 +589,3 @@ class _NativeSubscriber(Subscriber):
             if isinstance(exc, RedisUnavailable):
                 raise RedisUnavailable(f"SUBSCRIBE: {exc}") from None
             raise
-
-    async def _drop(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            with trio.CancelScope(shield=True):
-                await conn.aclose()
-
-    async def aclose(self) -> None:
-        if self._closed:
-            await trio.lowlevel.checkpoint()
-            return
-        self._closed = True
-        self._transport._forget(self)
-        await self._drop()
