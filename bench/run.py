@@ -466,15 +466,20 @@ async def throughput(q: Queue, s: Settings) -> dict[str, Any]:
         async with worker_process(q, queue, *s.worker_args("noop", n)) as worker:
             with trio.fail_after(900):
                 done = await worker.event("done")
-        result.update(
-            process_rate=done["rate"],
-            process_seconds=done["seconds"],
-            cpu_ms_per_task=done["cpu_ms_per_task"],
-            hwm_mb=round(done["hwm_kb"] / 1024, 1),
-        )
+        result.update(processing(done))
     finally:
         await q.cleanup(queue)
     return result
+
+
+def processing(done: dict[str, Any]) -> dict[str, Any]:
+    """The figures of a worker's "done" event: rate, time, CPU per task, peak RSS."""
+    return {
+        "process_rate": done["rate"],
+        "process_seconds": done["seconds"],
+        "cpu_ms_per_task": done["cpu_ms_per_task"],
+        "hwm_mb": round(done["hwm_kb"] / 1024, 1),
+    }
 
 
 async def latency(q: Queue, s: Settings) -> dict[str, Any]:
@@ -560,13 +565,7 @@ async def redis_body(q: Queue, s: Settings, task: str = "roundtrip") -> dict[str
             result.update(
                 handle_batches=stopped["redis_batches"], handle_commands=stopped["redis_commands"]
             )
-        result.update(
-            counter=count,
-            process_rate=done["rate"],
-            process_seconds=done["seconds"],
-            cpu_ms_per_task=done["cpu_ms_per_task"],
-            hwm_mb=round(done["hwm_kb"] / 1024, 1),
-        )
+        result.update(counter=count, **processing(done))
     finally:
         await q.cleanup(queue)
     return result
