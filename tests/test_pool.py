@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import trio
@@ -9,6 +10,7 @@ import trio
 import trunner
 from trunner._redis import Broker, open_transport
 from trunner._redis.scripts import SCRIPTS
+from trunner._redis.transport import Arg
 from trunner._util import ErrorLog
 from trunner.keys import Keys
 from trunner.pool import AckBuffer
@@ -189,3 +191,69 @@ async def test_a_heartbeat_whose_reply_is_lost_is_retried_in_time(
                 await trio.sleep(0.05)
             nursery.cancel_scope.cancel()
         assert counters.reservations_lost == 0
+
+
+class StallingTransport(FaultyTransport):
+    """The event loop blocks (``time.sleep``) right after the first heartbeat's reply came:
+    its deadline passes while the process is not running."""
+
+    def __init__(self, inner: Any, stall: float) -> None:
+        super().__init__(inner)
+        self.stall = stall
+        self.heartbeats: list[float] = []  # trio clock at each heartbeat call
+        self.stalled_until = 0.0
+
+    async def execute(self, *args: Arg) -> Any:
+        reply = await super().execute(*args)
+        if script_call(SCRIPTS.heartbeat)(args):
+            self.heartbeats.append(trio.current_time())
+            if len(self.heartbeats) == 1:
+                time.sleep(self.stall)  # noqa: ASYNC251 - the stall under test
+                self.stalled_until = trio.current_time()
+                await trio.lowlevel.checkpoint()  # the passed deadline strikes here
+        return reply
+
+
+async def test_a_heartbeat_cut_off_by_an_event_loop_stall_beats_again_at_once(
+    url: str, group: str
+) -> None:
+    """A task blocked the loop while a heartbeat was in flight: the beat's deadline passed
+    while nothing ran. The next beat goes out at once, not after a backoff (another stall
+    may begin meanwhile and age the reservations past reclaim_delay)."""
+    from trunner.pool import WorkerPool  # noqa: PLC0415
+
+    tasks = trunner.TaskRegistry()
+    started, finish = trio.Event(), trio.Event()
+
+    @tasks.task
+    async def long(_: Any) -> None:
+        started.set()
+        await finish.wait()
+
+    cfg = config(group, reclaim_delay=0.6, command_timeout=30.0)  # beats every 0.2 s
+    async with open_transport(url, client_name="t", max_connections=4, connect_timeout=5) as t:
+        stalling = StallingTransport(t, stall=0.5)
+        broker = Broker(stalling, Keys("trunner", group))
+        await broker.ensure_group()
+        await broker.enqueue_many([b'{"task":"long","payload":null,"attempt":1,"enqueued_at":0}'])
+        reader = broker.open_reader("r")
+        entries = await broker.read(reader, "c", 1, 0.1)
+        await reader.aclose()
+        counters, errors = Counters(), ErrorLog()
+        acks = AckBuffer(broker, cfg, counters, errors)
+        pool = WorkerPool(broker, tasks, cfg, counters, errors, acks, lambda _due: None)
+        async with trio.open_nursery() as nursery:
+            pool.bind(nursery)
+            nursery.start_soon(acks.run)
+            await nursery.start(pool.heartbeat_loop)
+            pool.submit(entries, pool.try_reserve(1), "c")
+            await started.wait()
+            while len(stalling.heartbeats) < 2:  # noqa: ASYNC110 - the second beat comes soon
+                await trio.sleep(0.01)
+            finish.set()
+            while await broker.pending_count():  # noqa: ASYNC110 - acknowledged soon
+                await trio.sleep(0.05)
+            nursery.cancel_scope.cancel()
+    after_stall = stalling.heartbeats[1] - stalling.stalled_until
+    # A backoff would wait at least 50 ms (LoopBackoff's first delay, 0.1 s x 0.5..1).
+    assert after_stall < 0.03, f"the next beat came {after_stall * 1000:.0f} ms after the stall"

@@ -443,8 +443,9 @@ async def test_an_event_loop_stall_shorter_than_the_reclaim_delay_is_not_stolen(
     redis_server: RedisServer, group: str, raw: Any, tmp_path: Path
 ) -> None:
     """Two workers (reclaim_delay 3 s, so heartbeats every 1 s; reclaim passes every 50 ms)
-    run 300 short tasks while three tasks, one after the other (each once the previous one
-    was acknowledged: two stalls in a row would be one stall of 3.2 s), block their
+    run 300 short tasks while three tasks, one after the other (each once every task
+    dispatched before it finished: a task living through two stalls in a row would see one
+    stall of 3.2 s), block their
     worker's event loop for 1.6 s (``time.sleep``): longer than the heartbeat interval,
     shorter than the reclaim delay. Bound on duplicates: none; each stalled entry stays
     idle < 3 s.
@@ -464,6 +465,9 @@ async def test_an_event_loop_stall_shorter_than_the_reclaim_delay_is_not_stolen(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(lambda: feed(client, fleet.history, items, interval=0.1))
             for n in range(3):
+                # Every task dispatched so far finishes first: none of them (fetched in the
+                # same batch as the last stall, say) lives through two stalls in a row.
+                await fleet.wait_finished(fleet.history.acknowledged())
                 task_id = f"s{n}"
                 fleet.history.invoke([task_id])
                 entry = await client.dispatch("stall", {"id": task_id, "seconds": stall})

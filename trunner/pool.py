@@ -43,6 +43,9 @@ TRANSITION_TIMEOUT = 10.0
 MAX_KEPT = 10_000
 #: Re-encoding a message for its next attempt never fails on size (it came from Redis).
 _NO_LIMIT = 1 << 62
+#: A heartbeat whose deadline is found passed by more than this (seconds) missed it because
+#: the event loop was blocked, not because Redis was slow.
+STALL_SLACK = 0.1
 
 
 class Slot:
@@ -548,7 +551,7 @@ class WorkerPool:
                 for job in self._jobs.values()
                 if job.next_beat <= now and not job.lost and not job.finishing
             ]
-            failed = False
+            failed = stalled = False
             by_consumer: dict[str, list[_Job]] = {}
             for job in due:
                 by_consumer.setdefault(job.consumer, []).append(job)
@@ -561,12 +564,19 @@ class WorkerPool:
                 jobs = by_consumer.get(consumer, [])
                 held = finished.get(consumer, [])
                 ids = [j.message_id for j in jobs] + [i for i, _ in held]
+                began = trio.current_time()
                 try:
                     # Bounded by the beat interval, not the (longer) command timeout: a
                     # reply lost on the way must not keep every reservation waiting.
                     with trio.fail_after(self.min_beat_interval):
                         lost = set(await self._broker.heartbeat(consumer, ids))
                 except (BackendError, trio.TooSlowError) as exc:
+                    # A deadline that passed long ago was passed while this process was
+                    # not running (a task blocked the event loop): that says nothing of
+                    # Redis, and the reservations aged meanwhile. Beat again at once:
+                    # another stall may follow soon, and a backoff would wait it out.
+                    late = trio.current_time() - began - self.min_beat_interval
+                    stalled = stalled or (isinstance(exc, trio.TooSlowError) and late > STALL_SLACK)
                     error = (
                         exc
                         if isinstance(exc, BackendError)
@@ -584,7 +594,10 @@ class WorkerPool:
                 for _, beat in held:
                     beat.next_beat = now + beat.interval
             if failed:
-                await trio.sleep(backoff.next_delay())
+                if stalled:
+                    await trio.lowlevel.checkpoint()
+                else:
+                    await trio.sleep(backoff.next_delay())
                 continue
             backoff.reset()
             upcoming = [job.next_beat for job in self._jobs.values() if not job.lost]
