@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
@@ -10,10 +12,11 @@ import trio
 import trunner
 from trunner._redis import Broker, open_transport
 from trunner._redis.scripts import SCRIPTS
-from trunner._redis.transport import Arg
+from trunner._redis.transport import Arg, Transport
 from trunner._util import ErrorLog
 from trunner.keys import Keys
-from trunner.pool import AckBuffer
+from trunner.message import encode_message
+from trunner.pool import AckBuffer, WorkerPool
 from trunner.stats import Counters
 
 from .conftest import config
@@ -56,7 +59,6 @@ async def test_a_fetch_never_starts_tasks_beyond_a_lowered_capacity(
 ) -> None:
     """Slots were reserved for 4, then the capacity dropped to 2 while the read blocked."""
     from trunner._redis import RawEntry  # noqa: PLC0415
-    from trunner.pool import WorkerPool  # noqa: PLC0415
 
     tasks = trunner.TaskRegistry()
     hold = trio.Event()
@@ -88,13 +90,38 @@ async def test_a_fetch_never_starts_tasks_beyond_a_lowered_capacity(
             hold.set()
 
 
+@asynccontextmanager
+async def pool_running_one(
+    transport: Transport, group: str, tasks: trunner.TaskRegistry, cfg: trunner.RunnerConfig
+) -> AsyncIterator[Counters]:
+    """A pool with its ack buffer and heartbeat loop, running one message of the registry's
+    only task (delivered to consumer "c"); the block ends once it is acknowledged."""
+    broker = Broker(transport, Keys("trunner", group))
+    await broker.ensure_group()
+    [name] = tasks.names
+    await broker.enqueue_many([encode_message(name, None, enqueued_at=0.0, max_bytes=1000)])
+    reader = broker.open_reader("r")
+    entries = await broker.read(reader, "c", 1, 0.1)
+    await reader.aclose()
+    counters, errors = Counters(), ErrorLog()
+    acks = AckBuffer(broker, cfg, counters, errors)
+    pool = WorkerPool(broker, tasks, cfg, counters, errors, acks, lambda _due: None)
+    async with trio.open_nursery() as nursery:
+        pool.bind(nursery)
+        nursery.start_soon(acks.run)
+        await nursery.start(pool.heartbeat_loop)
+        pool.submit(entries, pool.try_reserve(1), "c")
+        yield counters
+        while await broker.pending_count():  # noqa: ASYNC110 - acknowledged soon
+            await trio.sleep(0.05)
+        nursery.cancel_scope.cancel()
+
+
 async def test_a_finished_task_keeps_its_reservation_while_its_ack_fails(
     url: str, group: str, raw: Any
 ) -> None:
     """Finished, acknowledgement refused for longer than reclaim_delay: the heartbeat keeps
     the entry fresh, so no other instance reclaims it and runs it again."""
-    from trunner.pool import WorkerPool  # noqa: PLC0415
-
     tasks = trunner.TaskRegistry()
     done = trio.Event()
 
@@ -106,22 +133,8 @@ async def test_a_finished_task_keeps_its_reservation_while_its_ack_fails(
     cfg = config(group, reclaim_delay=0.6)
     async with open_transport(url, client_name="t", max_connections=4, connect_timeout=5) as t:
         faulty = FaultyTransport(t)
-        broker = Broker(faulty, Keys("trunner", group))
-        await broker.ensure_group()
-        data = b'{"task":"quick","payload":null,"attempt":1,"enqueued_at":0}'
-        await broker.enqueue_many([data])
-        reader = broker.open_reader("r")
-        entries = await broker.read(reader, "c", 1, 0.1)
-        await reader.aclose()
         faulty.fail(script_call(SCRIPTS.ack))
-        counters, errors = Counters(), ErrorLog()
-        acks = AckBuffer(broker, cfg, counters, errors)
-        pool = WorkerPool(broker, tasks, cfg, counters, errors, acks, lambda _due: None)
-        async with trio.open_nursery() as nursery:
-            pool.bind(nursery)
-            nursery.start_soon(acks.run)
-            await nursery.start(pool.heartbeat_loop)
-            pool.submit(entries, pool.try_reserve(1), "c")
+        async with pool_running_one(faulty, group, tasks, cfg) as counters:
             await done.wait()
             await trio.sleep(3 * cfg.reclaim_delay)  # acknowledgements keep failing
             assert faulty.failed >= 2
@@ -129,21 +142,12 @@ async def test_a_finished_task_keeps_its_reservation_while_its_ack_fails(
             assert pending["time_since_delivered"] < cfg.reclaim_delay * 1000, (
                 "the entry went stale: another instance would run the task again"
             )
-            faulty.fail(None)
-            while await broker.pending_count():  # noqa: ASYNC110 - the next retry writes it
-                await trio.sleep(0.05)
-            nursery.cancel_scope.cancel()
+            faulty.fail(None)  # the next retry writes it
         assert counters.acked == 1
 
 
-async def test_a_heartbeat_whose_reply_is_lost_is_retried_in_time(
-    url: str, group: str, raw: Any
-) -> None:
-    """One heartbeat never gets its reply (dropped on the way): the next one must come
-    within the beat interval, not after the command timeout, or the running task would
-    go stale and be reclaimed while it runs."""
-    from trunner.pool import WorkerPool  # noqa: PLC0415
-
+def long_task() -> tuple[trunner.TaskRegistry, trio.Event, trio.Event]:
+    """A registry whose one task runs until told: (registry, started, finish)."""
     tasks = trunner.TaskRegistry()
     started, finish = trio.Event(), trio.Event()
 
@@ -152,6 +156,16 @@ async def test_a_heartbeat_whose_reply_is_lost_is_retried_in_time(
         started.set()
         await finish.wait()
 
+    return tasks, started, finish
+
+
+async def test_a_heartbeat_whose_reply_is_lost_is_retried_in_time(
+    url: str, group: str, raw: Any
+) -> None:
+    """One heartbeat never gets its reply (dropped on the way): the next one must come
+    within the beat interval, not after the command timeout, or the running task would
+    go stale and be reclaimed while it runs."""
+    tasks, started, finish = long_task()
     stream = f"trunner:{{{group}}}:stream"
     cfg = config(group, reclaim_delay=0.6, command_timeout=30.0)
     heartbeats = 0
@@ -165,21 +179,8 @@ async def test_a_heartbeat_whose_reply_is_lost_is_retried_in_time(
 
     async with open_transport(url, client_name="t", max_connections=4, connect_timeout=5) as t:
         faulty = FaultyTransport(t)
-        broker = Broker(faulty, Keys("trunner", group))
-        await broker.ensure_group()
-        await broker.enqueue_many([b'{"task":"long","payload":null,"attempt":1,"enqueued_at":0}'])
-        reader = broker.open_reader("r")
-        entries = await broker.read(reader, "c", 1, 0.1)
-        await reader.aclose()
-        counters, errors = Counters(), ErrorLog()
-        acks = AckBuffer(broker, cfg, counters, errors)
-        pool = WorkerPool(broker, tasks, cfg, counters, errors, acks, lambda _due: None)
         faulty.hold(first_heartbeat)
-        async with trio.open_nursery() as nursery:
-            pool.bind(nursery)
-            nursery.start_soon(acks.run)
-            await nursery.start(pool.heartbeat_loop)
-            pool.submit(entries, pool.try_reserve(1), "c")
+        async with pool_running_one(faulty, group, tasks, cfg) as counters:
             await started.wait()
             await trio.sleep(3 * cfg.reclaim_delay)
             assert heartbeats >= 3, "beats went on after the lost one"
@@ -187,9 +188,6 @@ async def test_a_heartbeat_whose_reply_is_lost_is_retried_in_time(
             assert pending["time_since_delivered"] < cfg.reclaim_delay * 1000
             faulty.release_held()
             finish.set()
-            while await broker.pending_count():  # noqa: ASYNC110 - acknowledged soon
-                await trio.sleep(0.05)
-            nursery.cancel_scope.cancel()
         assert counters.reservations_lost == 0
 
 
@@ -220,40 +218,15 @@ async def test_a_heartbeat_cut_off_by_an_event_loop_stall_beats_again_at_once(
     """A task blocked the loop while a heartbeat was in flight: the beat's deadline passed
     while nothing ran. The next beat goes out at once, not after a backoff (another stall
     may begin meanwhile and age the reservations past reclaim_delay)."""
-    from trunner.pool import WorkerPool  # noqa: PLC0415
-
-    tasks = trunner.TaskRegistry()
-    started, finish = trio.Event(), trio.Event()
-
-    @tasks.task
-    async def long(_: Any) -> None:
-        started.set()
-        await finish.wait()
-
+    tasks, started, finish = long_task()
     cfg = config(group, reclaim_delay=0.6, command_timeout=30.0)  # beats every 0.2 s
     async with open_transport(url, client_name="t", max_connections=4, connect_timeout=5) as t:
         stalling = StallingTransport(t, stall=0.5)
-        broker = Broker(stalling, Keys("trunner", group))
-        await broker.ensure_group()
-        await broker.enqueue_many([b'{"task":"long","payload":null,"attempt":1,"enqueued_at":0}'])
-        reader = broker.open_reader("r")
-        entries = await broker.read(reader, "c", 1, 0.1)
-        await reader.aclose()
-        counters, errors = Counters(), ErrorLog()
-        acks = AckBuffer(broker, cfg, counters, errors)
-        pool = WorkerPool(broker, tasks, cfg, counters, errors, acks, lambda _due: None)
-        async with trio.open_nursery() as nursery:
-            pool.bind(nursery)
-            nursery.start_soon(acks.run)
-            await nursery.start(pool.heartbeat_loop)
-            pool.submit(entries, pool.try_reserve(1), "c")
+        async with pool_running_one(stalling, group, tasks, cfg):
             await started.wait()
             while len(stalling.heartbeats) < 2:  # noqa: ASYNC110 - the second beat comes soon
                 await trio.sleep(0.01)
             finish.set()
-            while await broker.pending_count():  # noqa: ASYNC110 - acknowledged soon
-                await trio.sleep(0.05)
-            nursery.cancel_scope.cancel()
     after_stall = stalling.heartbeats[1] - stalling.stalled_until
     # A backoff would wait at least 50 ms (LoopBackoff's first delay, 0.1 s x 0.5..1).
     assert after_stall < 0.03, f"the next beat came {after_stall * 1000:.0f} ms after the stall"
