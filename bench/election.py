@@ -21,6 +21,7 @@ import uuid
 from pathlib import Path
 
 import trio
+from run import reap
 
 from trunner.election import open_elector
 
@@ -79,12 +80,7 @@ async def crash(url: str, ttl: float, wait: float) -> float:
             await follower.wait_promoted()
             return trio.current_time() - start
     finally:
-        with trio.CancelScope(shield=True):
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
-            if process.stdout is not None:
-                await process.stdout.aclose()
+        await reap(process)
 
 
 async def main(args: argparse.Namespace) -> None:

@@ -414,12 +414,18 @@ async def worker_process(q: Queue, queue: str, *args: str) -> AsyncIterator[Work
             await worker.event("stopped")
             await process.wait()
     finally:
-        with trio.CancelScope(shield=True):
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
-            if process.stdout is not None:
-                await process.stdout.aclose()
+        await reap(process)
+
+
+async def reap(process: trio.Process) -> None:
+    """Kill ``process`` if it still runs, wait for it, close its pipes; never cancelled."""
+    with trio.CancelScope(shield=True):
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        for pipe in (process.stdout, process.stdin):
+            if pipe is not None:
+                await pipe.aclose()
 
 
 # -- scenarios 1-3 (and 7): every queue ------------------------------------------------------
@@ -726,12 +732,7 @@ async def leader_process(url: str, prefix: str, out: Output) -> AsyncIterator[tr
         assert line.strip() == b"leader", line
         yield process
     finally:
-        with trio.CancelScope(shield=True):
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
-            await process.stdout.aclose()
-            await process.stdin.aclose()
+        await reap(process)
 
 
 async def failover(url: str, mode: str, out: Output) -> dict[str, Any]:
