@@ -209,14 +209,22 @@ class MetricsBuffer:
 
     def __init__(self) -> None:
         self._fields: defaultdict[str, float] = defaultdict(float)
+        #: Per task, its field names (count, sum, longest, then one per bucket): built
+        #: once, not for every sample.
+        self._names: dict[str, tuple[str, ...]] = {}
 
     def task_time(self, task: str, seconds: float) -> None:
+        names = self._names.get(task)
+        if names is None:
+            buckets = (f"t:{task}:b:{i}" for i in range(len(BUCKETS) + 1))
+            names = self._names[task] = (
+                f"t:{task}:n", f"t:{task}:s", f"t:{task}{MAX_SUFFIX}", *buckets
+            )  # fmt: skip
         fields = self._fields
-        fields[f"t:{task}:n"] += 1
-        fields[f"t:{task}:s"] += seconds
-        fields[f"t:{task}:b:{bisect.bisect_left(BUCKETS, seconds)}"] += 1
-        longest = f"t:{task}:max"
-        fields[longest] = max(fields[longest], seconds)
+        fields[names[0]] += 1
+        fields[names[1]] += seconds
+        fields[names[2]] = max(fields[names[2]], seconds)
+        fields[names[3 + bisect.bisect_left(BUCKETS, seconds)]] += 1
 
     def schedule_pass(self, seconds: float) -> None:
         self._fields["sched:n"] += 1

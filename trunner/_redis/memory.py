@@ -70,14 +70,17 @@ def _client(server: _MemoryServer) -> Any:
 
 
 def _execute(client: Any, args: Sequence[Arg]) -> Any:
-    """Run one command on a fakeredis client; its errors become trunner's."""
-    from redis.exceptions import RedisError  # noqa: PLC0415 - see above
-
-    from .bridged import translate_error  # noqa: PLC0415 - see above
-
+    """Run one command on a fakeredis client; its errors become trunner's (redis-py is
+    imported on the error path only: this runs for every command)."""
     try:
         return client.execute_command(*args)
-    except RedisError as exc:
+    except Exception as exc:
+        from redis.exceptions import RedisError  # noqa: PLC0415 - see above
+
+        if not isinstance(exc, RedisError):
+            raise
+        from .bridged import translate_error  # noqa: PLC0415 - see above
+
         raise translate_error(exc, str(args[0])) from exc
 
 
