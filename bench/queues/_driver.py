@@ -34,13 +34,14 @@ A queue without some feature raises :class:`NotSupported`; the line is then
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import json
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 __all__ = [
@@ -201,6 +202,15 @@ Dispatch = Callable[[str, str, int, float, Callable[[], dict[str, Any]]], None]
 Work = Callable[
     [str, str, argparse.Namespace, Recorder, Callable[[], None]], "dict[str, Any] | None"
 ]
+
+
+async def paced(n: int, interval: float, send: Callable[[], Awaitable[object]]) -> None:
+    """For asyncio queues: await ``send()`` ``n`` times, the i-th at ``start + i * interval``."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    for i in range(n):
+        await asyncio.sleep(max(0.0, start + i * interval - loop.time()))
+        await send()
 
 
 def main(enqueue: Enqueue, dispatch: Dispatch, work: Work, *, threadsafe: bool = False) -> None:

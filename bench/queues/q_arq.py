@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from _driver import BODY_PX, NotSupported, Recorder, body_keys, main
+from _driver import BODY_PX, NotSupported, Recorder, body_keys, main, paced
 from arq import create_pool
 from arq.connections import RedisSettings
 from arq.worker import Worker, func
@@ -71,12 +71,8 @@ def dispatch(
 ) -> None:
     async def run() -> None:
         pool = await create_pool(RedisSettings.from_dsn(url), default_queue_name=queue)
-        loop = asyncio.get_running_loop()
         try:
-            start = loop.time()
-            for i in range(n):
-                await asyncio.sleep(max(0.0, start + i * interval - loop.time()))
-                await pool.enqueue_job("latency", make_payload())
+            await paced(n, interval, lambda: pool.enqueue_job("latency", make_payload()))
         finally:
             await pool.aclose()
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio
-from _driver import BODY_PX, NotSupported, Recorder, body_keys, main
+from _driver import BODY_PX, NotSupported, Recorder, body_keys, main, paced
 from redis.exceptions import ResponseError
 
 GROUP = "bench"
@@ -68,12 +68,12 @@ def dispatch(
 ) -> None:
     async def run() -> None:
         r = client(url)
-        loop = asyncio.get_running_loop()
         try:
-            start = loop.time()
-            for i in range(n):
-                await asyncio.sleep(max(0.0, start + i * interval - loop.time()))
-                await r.xadd(stream_key(queue), {"payload": encode("latency", make_payload())})
+            await paced(
+                n,
+                interval,
+                lambda: r.xadd(stream_key(queue), {"payload": encode("latency", make_payload())}),
+            )
         finally:
             await r.aclose()
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio
-from _driver import BODY_PX, NotSupported, Recorder, body_keys, main
+from _driver import BODY_PX, NotSupported, Recorder, body_keys, main, paced
 from saq import Worker
 from saq.queue.redis import RedisQueue
 
@@ -78,12 +78,8 @@ def dispatch(
     async def run() -> None:
         q = make_queue(url, queue)
         await q.connect()
-        loop = asyncio.get_running_loop()
         try:
-            start = loop.time()
-            for i in range(n):
-                await asyncio.sleep(max(0.0, start + i * interval - loop.time()))
-                await q.enqueue("latency", payload=make_payload())
+            await paced(n, interval, lambda: q.enqueue("latency", payload=make_payload()))
         finally:
             await q.disconnect()
 

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import redis.asyncio
-from _driver import BODY_PX, NotSupported, Recorder, body_keys, main
+from _driver import BODY_PX, NotSupported, Recorder, body_keys, main, paced
 from taskiq import TaskiqDepends, TaskiqEvents, TaskiqState
 from taskiq.receiver import Receiver
 from taskiq_redis import RedisStreamBroker
@@ -99,12 +99,8 @@ def dispatch(
 
     async def run() -> None:
         await broker.startup()
-        loop = asyncio.get_running_loop()
         try:
-            start = loop.time()
-            for i in range(n):
-                await asyncio.sleep(max(0.0, start + i * interval - loop.time()))
-                await registered["latency"].kiq(make_payload())
+            await paced(n, interval, lambda: registered["latency"].kiq(make_payload()))
         finally:
             await broker.shutdown()
 
