@@ -237,7 +237,7 @@ class CleanShutdown:
         self._stop_spotting()
         if exc_type is not None:
             return  # the block's own error says more
-        leaks = self._task_leaks() + self._thread_leaks() + self._pending_leaks()
+        leaks = self._leaks_but_connections()
         deadline = time.monotonic() + CLOSE_GRACE
         connections = self._connection_leaks()
         while connections and time.monotonic() < deadline:
@@ -256,7 +256,7 @@ class CleanShutdown:
         if exc_type is not None:
             return
         await trio.lowlevel.checkpoint()
-        leaks = self._task_leaks() + self._thread_leaks() + self._pending_leaks()
+        leaks = self._leaks_but_connections()
         connections = self._connection_leaks()
         with trio.move_on_after(CLOSE_GRACE):
             while connections:
@@ -266,6 +266,10 @@ class CleanShutdown:
             raise ShutdownLeak(leaks + connections)
 
     # -- what is left -----------------------------------------------------------------------
+
+    def _leaks_but_connections(self) -> list[str]:
+        """What is left that does not need waiting for (connections may close late)."""
+        return self._task_leaks() + self._thread_leaks() + self._pending_leaks()
 
     def _task_leaks(self) -> list[str]:
         now = _trunner_tasks()
