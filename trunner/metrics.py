@@ -198,6 +198,19 @@ def compute_stats(
     )
 
 
+class _Samples:
+    """One task's samples since the last report, and (optionally) since the start."""
+
+    __slots__ = ("buckets", "count", "longest", "since_start", "total")
+
+    def __init__(self, since_start: tuple[list[int], list[float]] | None) -> None:
+        self.count = 0
+        self.total = 0.0
+        self.longest = 0.0
+        self.buckets = [0] * (len(BUCKETS) + 1)
+        self.since_start = since_start
+
+
 class MetricsBuffer:
     """Samples of this instance not yet reported, as increments of the metrics hash.
 
@@ -205,26 +218,28 @@ class MetricsBuffer:
     (samples in histogram bucket i, see :data:`BUCKETS`), ``t:<task>:max`` (the longest
     sample: kept as a maximum, not added up), ``sched:n`` / ``sched:s`` (the leader's
     scheduler passes), ``since`` (set by Redis: the window's start, ms).
+
+    With ``cumulative``, every task sample also goes into its histograms since the start.
     """
 
-    def __init__(self) -> None:
-        self._fields: defaultdict[str, float] = defaultdict(float)
-        #: Per task, its field names (count, sum, longest, then one per bucket): built
-        #: once, not for every sample.
-        self._names: dict[str, tuple[str, ...]] = {}
+    def __init__(self, cumulative: LocalTimings | None = None) -> None:
+        self._fields: defaultdict[str, float] = defaultdict(float)  # passes, put back
+        self._samples: dict[str, _Samples] = {}
+        self._cumulative = cumulative
 
     def task_time(self, task: str, seconds: float) -> None:
-        names = self._names.get(task)
-        if names is None:
-            buckets = (f"t:{task}:b:{i}" for i in range(len(BUCKETS) + 1))
-            names = self._names[task] = (
-                f"t:{task}:n", f"t:{task}:s", f"t:{task}{MAX_SUFFIX}", *buckets
-            )  # fmt: skip
-        fields = self._fields
-        fields[names[0]] += 1
-        fields[names[1]] += seconds
-        fields[names[2]] = max(fields[names[2]], seconds)
-        fields[names[3 + bisect.bisect_left(BUCKETS, seconds)]] += 1
+        samples = self._samples.get(task)
+        if samples is None:
+            since_start = None if self._cumulative is None else self._cumulative.entry(task)
+            samples = self._samples[task] = _Samples(since_start)
+        bucket = bisect.bisect_left(BUCKETS, seconds)
+        samples.count += 1
+        samples.total += seconds
+        samples.longest = max(samples.longest, seconds)
+        samples.buckets[bucket] += 1
+        if samples.since_start is not None:
+            samples.since_start[0][bucket] += 1
+            samples.since_start[1][0] += seconds
 
     def schedule_pass(self, seconds: float) -> None:
         self._fields["sched:n"] += 1
@@ -232,6 +247,18 @@ class MetricsBuffer:
 
     def take(self) -> list[tuple[str, float]]:
         fields, self._fields = self._fields, defaultdict(float)
+        for task, samples in self._samples.items():
+            if not samples.count:
+                continue
+            fields[f"t:{task}:n"] += samples.count
+            fields[f"t:{task}:s"] += samples.total
+            longest = f"t:{task}{MAX_SUFFIX}"
+            fields[longest] = max(fields[longest], samples.longest)
+            for i, n in enumerate(samples.buckets):
+                if n:
+                    fields[f"t:{task}:b:{i}"] += n
+            samples.count, samples.total, samples.longest = 0, 0.0, 0.0
+            samples.buckets = [0] * (len(BUCKETS) + 1)
         return list(fields.items())
 
     def put_back(self, items: Sequence[tuple[str, float]]) -> None:
@@ -244,15 +271,20 @@ class MetricsBuffer:
 
 
 class LocalTimings:
-    """Cumulative execution-time histograms of this instance, per task (for Prometheus)."""
+    """Cumulative execution-time histograms of this instance, per task (for Prometheus):
+    per task, the count in each bucket of :data:`BUCKETS` and ``[sum of seconds]``."""
 
     def __init__(self) -> None:
         self.tasks: dict[str, tuple[list[int], list[float]]] = {}
 
-    def task_time(self, task: str, seconds: float) -> None:
+    def entry(self, task: str) -> tuple[list[int], list[float]]:
         entry = self.tasks.get(task)
         if entry is None:
             entry = self.tasks[task] = ([0] * (len(BUCKETS) + 1), [0.0])
+        return entry
+
+    def task_time(self, task: str, seconds: float) -> None:
+        entry = self.entry(task)
         entry[0][bisect.bisect_left(BUCKETS, seconds)] += 1
         entry[1][0] += seconds
 

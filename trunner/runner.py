@@ -301,20 +301,15 @@ class Runner(Producer):
 
     def _build(self, broker: Broker) -> _Parts:
         config, counters, errors = self.config, self._counters, self._errors
-        metrics = MetricsBuffer()
-        local = self.timings = LocalTimings()
-
-        def task_time(task: str, seconds: float) -> None:
-            metrics.task_time(task, seconds)
-            local.task_time(task, seconds)
-
+        self.timings = LocalTimings()
+        metrics = MetricsBuffer(cumulative=self.timings)
         acks = AckBuffer(broker, config, counters, errors)
         mover = self._mover = DelayedMover(broker, errors, metrics.schedule_pass)
         self._cron = CronScheduler(broker, self.tasks, errors, config.max_payload_bytes)
         self._aggregator = Aggregator(broker, config, errors)
         self._janitor = Janitor(broker, config, errors, self.consumers)
         pool = WorkerPool(
-            broker, self.tasks, config, counters, errors, acks, mover.due_at, task_time
+            broker, self.tasks, config, counters, errors, acks, mover.due_at, metrics.task_time
         )
         reporter = Reporter(
             broker,
