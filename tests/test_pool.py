@@ -7,12 +7,15 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import pytest
 import trio
+from trio.testing import wait_all_tasks_blocked
 
 import trunner
 from trunner._redis import Broker, open_transport
 from trunner._redis.scripts import SCRIPTS
 from trunner._redis.transport import Arg, Transport
+from trunner._slots import WorkerSlots
 from trunner._util import ErrorLog
 from trunner.keys import Keys
 from trunner.message import encode_message
@@ -79,7 +82,7 @@ async def test_a_fetch_never_starts_tasks_beyond_a_lowered_capacity(
         async with trio.open_nursery() as nursery:
             pool.bind(nursery)
             slots = pool.try_reserve(4)
-            assert len(slots) == 4
+            assert slots == 4
             pool.limiter.total_tokens = 2
             data = b'{"task":"slow","payload":null,"attempt":1,"enqueued_at":0}'
             entries = [RawEntry(f"{i}-0", [b"payload", data]) for i in range(1, 5)]
@@ -230,3 +233,80 @@ async def test_a_heartbeat_cut_off_by_an_event_loop_stall_beats_again_at_once(
     after_stall = stalling.heartbeats[1] - stalling.stalled_until
     # A backoff would wait at least 50 ms (LoopBackoff's first delay, 0.1 s x 0.5..1).
     assert after_stall < 0.03, f"the next beat came {after_stall * 1000:.0f} ms after the stall"
+
+
+# -- worker slots ---------------------------------------------------------------------------
+
+
+async def test_slots_are_taken_up_to_the_capacity_and_waited_for_beyond_it() -> None:
+    slots = WorkerSlots(3)
+    assert slots.take_nowait(2) == 2
+    assert slots.take_nowait(5) == 1
+    assert slots.take_nowait(1) == 0
+    assert (slots.borrowed_tokens, slots.available_tokens) == (3, 0)
+    got: list[int] = []
+
+    async def waiter() -> None:
+        got.append(await slots.take(10))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(waiter)
+        await wait_all_tasks_blocked()
+        assert got == [], "no slot is free: the taker waits"
+        slots.give(2)
+    assert got == [2], "woken by the slots given back, takes what is free"
+    assert slots.borrowed_tokens == 3
+
+
+async def test_a_lowered_capacity_refuses_slots_until_enough_are_given_back() -> None:
+    slots = WorkerSlots(4)
+    assert slots.take_nowait(4) == 4
+    slots.total_tokens = 2
+    slots.give(1)
+    assert slots.take_nowait(1) == 0, "3 held, capacity 2"
+    slots.give(2)
+    assert slots.take_nowait(5) == 1
+    with pytest.raises(ValueError, match="integer >= 1"):
+        slots.total_tokens = 0
+    with pytest.raises(RuntimeError, match="more worker slots given back"):
+        slots.give(3)
+
+
+async def test_a_raised_capacity_wakes_every_waiting_taker() -> None:
+    slots = WorkerSlots(1)
+    assert slots.take_nowait(1) == 1
+    got: list[int] = []
+
+    async def waiter() -> None:
+        got.append(await slots.take(1))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(waiter)
+        nursery.start_soon(waiter)
+        await wait_all_tasks_blocked()
+        slots.total_tokens = 3
+    assert got == [1, 1]
+
+
+async def test_a_cancelled_taker_takes_nothing_and_the_next_one_is_served() -> None:
+    slots = WorkerSlots(1)
+    assert slots.take_nowait(1) == 1
+    got: list[str] = []
+
+    async def waiter(name: str, scope: trio.CancelScope) -> None:
+        with scope:
+            await slots.take(1)
+            got.append(name)
+
+    first, second = trio.CancelScope(), trio.CancelScope()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(waiter, "first", first)
+        await wait_all_tasks_blocked()
+        nursery.start_soon(waiter, "second", second)
+        await wait_all_tasks_blocked()
+        first.cancel()
+        await wait_all_tasks_blocked()
+        assert slots.borrowed_tokens == 1
+        slots.give(1)
+    assert got == ["second"]
+    assert slots.borrowed_tokens == 1

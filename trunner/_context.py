@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextvars
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from .errors import RunnerNotRunning
 from .message import TaskMessage
@@ -13,7 +13,25 @@ if TYPE_CHECKING:
 
 __all__ = ["current_message", "current_runner"]
 
-_current_message: contextvars.ContextVar[TaskMessage] = contextvars.ContextVar(
+
+class MessageSource(Protocol):
+    """What the running task's message comes from: the pool's job, which builds it only
+    when asked for (most tasks never ask), or :class:`Given`."""
+
+    @property
+    def message(self) -> TaskMessage: ...
+
+
+class Given:
+    """A message already built."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message: TaskMessage) -> None:
+        self.message = message
+
+
+_current_message: contextvars.ContextVar[MessageSource] = contextvars.ContextVar(
     "trunner_current_message"
 )
 _current_runner: contextvars.ContextVar[Runner] = contextvars.ContextVar("trunner_current_runner")
@@ -36,6 +54,7 @@ def current_message() -> TaskMessage:
     Raises :class:`RunnerNotRunning` outside of a task executed by a runner.
     """
     try:
-        return _current_message.get()
+        source = _current_message.get()
     except LookupError:
         raise RunnerNotRunning("current_message() is only available inside a task") from None
+    return source.message

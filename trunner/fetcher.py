@@ -22,7 +22,7 @@ from ._redis import Broker, Reader
 from ._util import ErrorLog, LoopBackoff, logger
 from .config import RunnerConfig
 from .errors import BackendError
-from .pool import Slot, WorkerPool
+from .pool import WorkerPool
 from .stats import Counters
 
 __all__ = ["Fetcher", "ReclaimSchedule"]
@@ -96,7 +96,7 @@ class Fetcher:
             self.done.set()
 
     async def _step(self, reader: Reader) -> None:
-        slots: list[Slot] = []
+        slots = 0
         with trio.CancelScope() as self._wait_scope:
             slots = await self._pool.reserve(self._config.batch_size)
         self._wait_scope = None
@@ -109,7 +109,7 @@ class Fetcher:
                 return
         block = min(self._config.block_duration, self._schedule.next_at - trio.current_time())
         entries = await self._call(
-            self._broker.read(reader, self.consumer, len(slots), max(block, MIN_BLOCK)),
+            self._broker.read(reader, self.consumer, slots, max(block, MIN_BLOCK)),
             slots,
             "reading the stream",
         )
@@ -119,25 +119,26 @@ class Fetcher:
                 await self._release_excess()
             await self._recover()
 
-    async def _reclaim(self, slots: list[Slot]) -> list[Slot]:
-        """Fill slots with abandoned or released messages; return the slots left."""
+    async def _reclaim(self, slots: int) -> int:
+        """Fill ``slots`` reserved slots with abandoned or released messages; return how
+        many slots are left."""
         schedule = self._schedule
         reply = await self._call(
-            self._broker.reclaim(self.consumer, self._min_idle_ms, schedule.cursor, len(slots)),
+            self._broker.reclaim(self.consumer, self._min_idle_ms, schedule.cursor, slots),
             slots,
             "reclaiming",
         )
         if reply is None:
             schedule.failed()
-            return []
+            return 0
         cursor, entries = reply
-        schedule.finished(cursor, more=cursor != "0-0" or len(entries) == len(slots))
+        schedule.finished(cursor, more=cursor != "0-0" or len(entries) == slots)
         if not entries:
             return slots
         self._counters.reclaimed += len(entries)
         logger.info("reclaimed %d abandoned or released messages", len(entries))
-        used, rest = slots[: len(entries)], slots[len(entries) :]
-        excess = self._pool.submit(entries, used, self.consumer)
+        rest = slots - len(entries)
+        excess = self._pool.submit(entries, len(entries), self.consumer)
         try:
             if excess:
                 await self._release_excess()
@@ -147,7 +148,7 @@ class Fetcher:
             raise
         return rest
 
-    async def _call(self, call: Awaitable[T], slots: list[Slot], what: str) -> T | None:
+    async def _call(self, call: Awaitable[T], slots: int, what: str) -> T | None:
         """Await a read or claim; on failure free ``slots``, back off, return None."""
         try:
             result: T = await call

@@ -189,6 +189,11 @@ class MessageDecodeError(InvalidMessage):
         self.message = message
 
 
+#: What :func:`decode_fields` finds in an entry: task name, payload, attempt (deliveries
+#: counted), enqueued at, task id, the raw ``payload`` field, unique key, unique token.
+Fields = tuple[str, Any, int, float, str, bytes, str | None, str | None]
+
+
 def decode_message(
     message_id: str,
     fields: Sequence[bytes] | Mapping[bytes, bytes] | None,
@@ -201,54 +206,74 @@ def decode_message(
     ``attempt`` of the result counts crash redeliveries: the stored attempt plus every
     delivery of this entry after the first.
     """
-    # The fast path: the entry every dispatch writes, ``[b"payload", <JSON object>]`` with
-    # well-typed fields, checked by exact types (JSON only makes exact dict, str, int,
-    # float). Anything else, good or bad, goes through the full checks below, which say
-    # why an entry is bad.
-    if type(fields) is list and len(fields) == 2 and fields[0] == PAYLOAD_FIELD:
-        raw = fields[1]
-        if type(raw) is bytes and (max_bytes is None or len(raw) <= max_bytes):
-            try:
-                text = raw.decode("utf-8")
-                body, end = _scan_once(text, 0)
-                whole_object = end == len(text) and type(body) is dict
-            except (ValueError, RecursionError, StopIteration):
-                whole_object = False
-            if whole_object:
-                task = body.get("task")
-                attempt = body.get("attempt", 1)
-                enqueued_at = body.get("enqueued_at", 0.0)
-                task_id = body.get("id", message_id)
-                unique_key = body.get("unique_key")
-                unique_token = body.get("unique_token") if unique_key is not None else None
-                if (
-                    type(task) is str
-                    and task
-                    and "payload" in body
-                    and type(attempt) is int
-                    and attempt >= 1
-                    and type(enqueued_at) is float
-                    and enqueued_at - enqueued_at == 0.0  # finite: not inf, not nan
-                    and type(task_id) is str
-                    and task_id
-                    and (
-                        unique_key is None
-                        or (type(unique_key) is str and unique_key and type(unique_token) is str)
-                    )
-                ):
-                    return TaskMessage(
-                        message_id,
-                        task,
-                        body["payload"],
-                        attempt + deliveries - 1 if deliveries > 1 else attempt,
-                        enqueued_at,
-                        task_id,
-                        deliveries,
-                        raw,
-                        unique_key,
-                        unique_token,
-                    )
-    return _decode_checked(message_id, fields, deliveries, max_bytes)
+    parts = decode_fields(message_id, fields, deliveries, max_bytes)
+    if parts is None:
+        return _decode_checked(message_id, fields, deliveries, max_bytes)
+    task, payload, attempt, enqueued_at, task_id, raw, unique_key, unique_token = parts
+    return TaskMessage(
+        message_id,
+        task,
+        payload,
+        attempt,
+        enqueued_at,
+        task_id,
+        deliveries,
+        raw,
+        unique_key,
+        unique_token,
+    )
+
+
+def decode_fields(
+    message_id: str,
+    fields: Sequence[bytes] | Mapping[bytes, bytes] | None,
+    deliveries: int,
+    max_bytes: int | None,
+) -> Fields | None:
+    """The fast path of :func:`decode_message`, without building a :class:`TaskMessage`:
+    the parts of the entry every dispatch writes, or None for anything else (good or bad:
+    :func:`decode_message` then checks it field by field and says why it is bad).
+
+    The entry every dispatch writes is ``[b"payload", <JSON object>]`` with well-typed
+    fields, checked by exact types (JSON only makes exact dict, str, int, float).
+    """
+    if type(fields) is not list or len(fields) != 2 or fields[0] != PAYLOAD_FIELD:
+        return None
+    raw = fields[1]
+    if type(raw) is not bytes or (max_bytes is not None and len(raw) > max_bytes):
+        return None
+    try:
+        text = raw.decode("utf-8")
+        body, end = _scan_once(text, 0)
+    except (ValueError, RecursionError, StopIteration):
+        return None
+    if end != len(text) or type(body) is not dict:
+        return None
+    task = body.get("task")
+    attempt = body.get("attempt", 1)
+    enqueued_at = body.get("enqueued_at", 0.0)
+    task_id = body.get("id", message_id)
+    unique_key = body.get("unique_key")
+    unique_token = body.get("unique_token") if unique_key is not None else None
+    if (
+        type(task) is str
+        and task
+        and "payload" in body
+        and type(attempt) is int
+        and attempt >= 1
+        and type(enqueued_at) is float
+        and enqueued_at - enqueued_at == 0.0  # finite: not inf, not nan
+        and type(task_id) is str
+        and task_id
+        and (
+            unique_key is None
+            or (type(unique_key) is str and unique_key and type(unique_token) is str)
+        )
+    ):
+        if deliveries > 1:
+            attempt += deliveries - 1
+        return task, body["payload"], attempt, enqueued_at, task_id, raw, unique_key, unique_token
+    return None
 
 
 def _decode_checked(

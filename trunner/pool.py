@@ -1,7 +1,12 @@
-"""Capacity-limited execution: one Trio task per message, heartbeats, ack, retry, give-up.
+"""Capacity-limited execution: workers running messages, heartbeats, ack, retry, give-up.
 
 The pool never takes a message it cannot start: fetchers reserve worker slots first
-(:meth:`WorkerPool.reserve`) and read at most that many messages. A finished message is
+(:meth:`WorkerPool.reserve`) and read at most that many messages. Submitted messages wait
+in a ready queue that *worker* Trio tasks take them from: a worker runs job after job, each
+in a context of its own (:mod:`trunner._isolated`), and the first time a job waits, it makes
+sure there are enough idle workers for every job still ready, so no job ever waits behind
+another. Jobs that never wait (the common case for short tasks) thus cost no Trio task of
+their own. A finished message is
 acknowledged through the :class:`AckBuffer` (batched); a failed one is retried through the
 delayed set or given up (failed-task handler, then the dead-letter stream), each in one
 script. At shutdown, fetched-but-unstarted and interrupted messages are *released*: handed
@@ -10,9 +15,11 @@ back for immediate reclaim, never acknowledged.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import math
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -20,7 +27,9 @@ import attrs
 import trio
 
 from ._context import _current_message
+from ._isolated import run_isolated
 from ._redis import MAX_IDS_PER_CALL, Broker, RawEntry
+from ._slots import WorkerSlots
 from ._util import ErrorLog, LoopBackoff, logger, wall_ms
 from .config import RunnerConfig
 from .errors import (
@@ -31,11 +40,18 @@ from .errors import (
     TaskFailed,
     TaskNotFound,
 )
-from .message import MessageDecodeError, TaskMessage, decode_message, reencode_for_retry
+from .message import (
+    Fields,
+    MessageDecodeError,
+    TaskMessage,
+    decode_fields,
+    decode_message,
+    reencode_for_retry,
+)
 from .stats import Counters
 from .task import Task, TaskRegistry
 
-__all__ = ["AckBuffer", "Slot", "WorkerPool"]
+__all__ = ["AckBuffer", "WorkerPool"]
 
 #: Bound on one state-transition write (retry, dead-letter) including its own retries.
 TRANSITION_TIMEOUT = 10.0
@@ -48,12 +64,6 @@ _NO_LIMIT = 1 << 62
 STALL_SLACK = 0.1
 
 
-class Slot:
-    """A reserved worker slot: the borrower of one CapacityLimiter token."""
-
-    __slots__ = ()
-
-
 @attrs.define(eq=False)
 class _Beat:
     """When a reservation's next heartbeat is due, and how often it beats."""
@@ -64,20 +74,40 @@ class _Beat:
 
 
 @attrs.define(eq=False)
-class _Job:
-    entry: RawEntry
-    consumer: str
-    slot: Slot
-    message: TaskMessage
-    decode_error: MessageDecodeError | None
-    beat_interval: float
-    next_beat: float
+class _Job(_Beat):
+    """A submitted message: ready, then running. Once it succeeded it stays, as its
+    reservation's heartbeat schedule, in the ack buffer until its acknowledgement is
+    written."""
+
+    message_id: str
+    deliveries: int
+    task: Task | None
+    """The registered task, or None (unknown name, or undecodable)."""
+    fields: Fields
+    """What the entry holds (see :data:`trunner.message.Fields`)."""
+    decode_error: MessageDecodeError | None = None
     finishing: bool = False
     lost: bool = False
+    _message: TaskMessage | None = None
 
     @property
-    def message_id(self) -> str:
-        return self.entry.message_id
+    def message(self) -> TaskMessage:
+        """The :class:`TaskMessage`, built when first asked for (most tasks never ask)."""
+        if self._message is None:
+            task_name, payload, attempt, enqueued_at, task_id, raw, key, token = self.fields
+            self._message = TaskMessage(
+                self.message_id,
+                task_name,
+                payload,
+                attempt,
+                enqueued_at,
+                task_id,
+                self.deliveries,
+                raw,
+                key,
+                token,
+            )
+        return self._message
 
 
 class AckBuffer:
@@ -213,8 +243,11 @@ class WorkerPool:
         self._acks = acks
         self._on_retry_scheduled = on_retry_scheduled
         self._on_task_time = on_task_time
-        self.limiter = trio.CapacityLimiter(config.num_workers)
-        self._jobs: dict[str, _Job] = {}
+        self.limiter = WorkerSlots(config.num_workers)
+        self._jobs: dict[str, _Job] = {}  # submitted and not finished: ready or running
+        self._ready: deque[_Job] = deque()  # submitted, not taken by a worker yet
+        self._spare = 0  # workers started that have not taken a job yet
+        self._running = 0  # workers taking jobs, or running one that has not waited yet
         self._nursery: trio.Nursery | None = None
         self._stopping = False
         self._cancelling = False
@@ -226,6 +259,7 @@ class WorkerPool:
         # released as if they had not run. Bounded: the oldest are forgotten first.
         self._kept: dict[str, str] = {}
         self._default_beat = config.reclaim_delay / 3
+        self._infos: dict[str, tuple[Task | None, float]] = {}  # see _task_info
         self.min_beat_interval = min(
             [self._default_beat, *(self._beat_interval(t) for t in registry)]
         )
@@ -236,66 +270,57 @@ class WorkerPool:
     def in_flight(self) -> int:
         return len(self._jobs)
 
-    def try_reserve(self, count: int) -> list[Slot]:
-        """Up to ``count`` free slots, without waiting."""
-        slots: list[Slot] = []
-        for _ in range(count):
-            slot = Slot()
-            try:
-                self.limiter.acquire_on_behalf_of_nowait(slot)
-            except trio.WouldBlock:
-                break
-            slots.append(slot)
-        return slots
+    def try_reserve(self, count: int) -> int:
+        """Take up to ``count`` free slots, without waiting; how many were taken."""
+        return self.limiter.take_nowait(count)
 
-    async def reserve(self, count: int) -> list[Slot]:
-        """At least one and up to ``count`` free slots; waits until one is free."""
-        slots = self.try_reserve(count)
-        if not slots:
-            first = Slot()
-            await self.limiter.acquire_on_behalf_of(first)
-            slots = [first, *self.try_reserve(count - 1)]
-        return slots
+    async def reserve(self, count: int) -> int:
+        """Take at least one and up to ``count`` free slots; waits until one is free."""
+        return await self.limiter.take(count)
 
-    def unreserve(self, slots: Sequence[Slot]) -> None:
-        for slot in slots:
-            self.limiter.release_on_behalf_of(slot)
+    def unreserve(self, count: int) -> None:
+        if count:
+            self.limiter.give(count)
 
     # -- starting ---------------------------------------------------------------------------
 
     def bind(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
 
-    def submit(self, entries: Sequence[RawEntry], slots: Sequence[Slot], consumer: str) -> int:
-        """Start one task per entry, each on one of ``slots``; unused slots are freed.
+    def submit(self, entries: Sequence[RawEntry], reserved: int, consumer: str) -> int:
+        """Queue one job per entry, each on one of the ``reserved`` slots; unused slots are
+        given back.
 
         Synchronous, so that entries a read returned are never lost to a cancellation
         between the read and here. Entries that may not start — the runner is stopping, or
         the capacity was lowered while the read was blocked — are queued for release;
         returns how many (the caller then awaits :meth:`release_queued`).
         """
-        assert len(entries) <= len(slots)
+        assert len(entries) <= reserved
         assert self._nursery is not None
         limiter = self.limiter
-        allowed = int(limiter.total_tokens) - (limiter.borrowed_tokens - len(slots))
-        queued = 0
-        for index, (entry, slot) in enumerate(zip(entries, slots, strict=False)):
+        allowed = limiter.total_tokens - (limiter.borrowed_tokens - reserved)
+        queued = unused = 0
+        now = trio.current_time()
+        for index, entry in enumerate(entries):
             if index >= allowed and entry.message_id not in self._jobs:
                 self._to_release.append((consumer, entry.message_id, True))
-                limiter.release_on_behalf_of(slot)
+                unused += 1
                 queued += 1
                 continue
             if self._stopping or entry.message_id in self._jobs:
                 if entry.message_id not in self._jobs:
                     self._to_release.append((consumer, entry.message_id, True))
-                self.limiter.release_on_behalf_of(slot)
+                unused += 1
                 continue
-            job = self._make_job(entry, slot, consumer)
+            job = self._make_job(entry, consumer, now)
             self._kept.pop(entry.message_id, None)
             self._jobs[entry.message_id] = job
+            self._ready.append(job)
             self._idle = trio.Event() if self._idle.is_set() else self._idle
-            self._nursery.start_soon(self._run_job, job, name=f"trunner job {entry.message_id}")
-        self.unreserve(slots[len(entries) :])
+        if self._ready and not self._spare + self._running:
+            self._add_workers(1)
+        self.unreserve(unused + reserved - len(entries))
         self._counters.max_in_flight = max(self._counters.max_in_flight, len(self._jobs))
         return queued + (len(entries) if self._stopping else 0)
 
@@ -304,30 +329,100 @@ class WorkerPool:
             return self._default_beat
         return min(task.reservation_timeout, self._config.reclaim_delay) / 3
 
-    def _make_job(self, entry: RawEntry, slot: Slot, consumer: str) -> _Job:
+    def _task_info(self, name: str) -> tuple[Task | None, float]:
+        """The registered task of that name (or None) and its heartbeat interval."""
+        info = self._infos.get(name)
+        if info is None:
+            task = self._registry._tasks.get(name)
+            info = (task, self._beat_interval(task))
+            if task is not None:  # unknown names are not remembered: they are unbounded
+                self._infos[name] = info
+        return info
+
+    def _make_job(self, entry: RawEntry, consumer: str, now: float) -> _Job:
+        message_id, deliveries = entry.message_id, entry.deliveries
+        max_bytes = self._config.max_payload_bytes
+        fields = decode_fields(message_id, entry.fields, deliveries, max_bytes)
+        if fields is not None:
+            task, interval = self._task_info(fields[0])
+            return _Job(consumer, interval, now + interval, message_id, deliveries, task, fields)
+        # Not the usual shape: checked field by field, and refused with the reason.
+        error = None
         try:
             message = decode_message(
-                entry.message_id,
-                entry.fields,
-                deliveries=entry.deliveries,
-                max_bytes=self._config.max_payload_bytes,
+                message_id, entry.fields, deliveries=deliveries, max_bytes=max_bytes
             )
-            error = None
         except MessageDecodeError as exc:
             message, error = exc.message, exc
-        task = self._registry._tasks.get(message.task_name)
-        interval = self._beat_interval(task)
+        task, interval = self._task_info(message.task_name) if error is None else (None, 0.0)
+        interval = interval or self._default_beat
+        fields = (
+            message.task_name,
+            message.payload,
+            message.attempt,
+            message.enqueued_at,
+            message.task_id,
+            message.raw,
+            message.unique_key,
+            message.unique_token,
+        )
         return _Job(
-            entry=entry,
-            consumer=consumer,
-            slot=slot,
+            consumer,
+            interval,
+            now + interval,
+            message_id,
+            deliveries,
+            task,
+            fields,
+            error,
             message=message,
-            decode_error=error,
-            beat_interval=interval,
-            next_beat=trio.current_time() + interval,
         )
 
     # -- running ----------------------------------------------------------------------------
+
+    def _add_workers(self, count: int) -> None:
+        assert self._nursery is not None
+        for _ in range(count):
+            self._spare += 1
+            self._nursery.start_soon(self._worker, name="trunner worker")
+
+    def _job_waits(self) -> None:
+        """A job suspended, so its worker is busy: every job still ready gets a worker that
+        is not (started at once, so that they all start in the next scheduling round)."""
+        self._running -= 1
+        missing = len(self._ready) - self._spare - self._running
+        if missing > 0:
+            self._add_workers(missing)
+
+    async def _worker(self) -> None:
+        """Run ready jobs until none is left, each in a fresh copy of this task's context."""
+        self._spare -= 1
+        self._running += 1
+        ready = self._ready
+        try:
+            while ready:
+                job = ready.popleft()
+                if await run_isolated(
+                    self._run_job(job), contextvars.copy_context(), self._job_waits
+                ):
+                    self._running += 1
+        finally:
+            self._running -= 1
+            if ready and not self._spare + self._running:  # cancelled: nobody takes them
+                self._abandon_ready()
+
+    def _abandon_ready(self) -> None:
+        """Give back jobs that never started (their workers were cancelled)."""
+        while self._ready:
+            job = self._ready.popleft()
+            self._to_release.append((job.consumer, job.message_id, True))
+            self._finished(job)
+
+    def _finished(self, job: _Job) -> None:
+        del self._jobs[job.message_id]
+        self.limiter.give()
+        if not self._jobs:
+            self._idle.set()
 
     async def _run_job(self, job: _Job) -> None:
         try:
@@ -341,53 +436,67 @@ class WorkerPool:
                 extra=_log_fields(job.message),
             )
         finally:
-            del self._jobs[job.message_id]
-            self.limiter.release_on_behalf_of(job.slot)
-            if not self._jobs:
-                self._idle.set()
+            self._finished(job)
 
     async def _execute(self, job: _Job) -> None:
-        message = job.message
-        _current_message.set(message)  # for the task, and for the failed-task handler
+        # For the task and for the failed-task handler; built only if asked for.
+        _current_message.set(job)
         if job.decode_error is not None:
             await self._give_up(job, job.decode_error, "undecodable")
             return
-        task = self._registry._tasks.get(message.task_name)
+        task = job.task
+        task_name, payload, attempt, *_ = job.fields
         if task is None:
-            await self._give_up(job, TaskNotFound(message.task_name), "unknown task")
+            await self._give_up(job, TaskNotFound(task_name), "unknown task")
             return
-        if message.attempt > task.max_attempts:
-            error = MaxRetryExceeded(task.name, task.max_attempts, redelivered=True)
+        if attempt > task.max_attempts:
+            error = MaxRetryExceeded(task_name, task.max_attempts, redelivered=True)
             await self._give_up(job, error, "max retries exceeded (redelivered)")
             return
         begin = time.perf_counter()
-        failure = await self._guarded(job, task.action, message.payload)
+        try:  # the hot path of every task: _guarded, inline
+            await task.action(payload)
+        except trio.Cancelled:
+            if self._cancelling:
+                self._interrupted(job)
+            raise
+        except Exception as exc:  # noqa: BLE001 - the task failed: retried or given up
+            failure: Exception | None = exc
+        else:
+            failure = None
         duration = time.perf_counter() - begin
-        self._on_task_time(task.name, duration)
+        self._on_task_time(task_name, duration)
         if failure is None:
-            self._counters.succeeded += 1
-            self._counters.task(task.name).succeeded += 1
-            beat = _Beat(job.consumer, job.beat_interval, job.next_beat)
-            self._acks.add(job.message_id, self._lock(message), beat)
-            if logger.isEnabledFor(logging.DEBUG):
-                logger.debug(
-                    "%s succeeded in %.3f s",
-                    _about(message),
-                    duration,
-                    extra=_log_fields(message, duration=duration),
-                )
+            self._succeeded(job, task_name, duration)
             return
         self._counters.failed += 1
-        self._counters.task(task.name).failed += 1
-        self._errors.capture(
-            TaskFailed(message.task_name, message.message_id, message.attempt, failure)
-        )
-        if message.attempt < task.max_attempts:
+        self._counters.task(task_name).failed += 1
+        self._errors.capture(TaskFailed(task_name, job.message_id, attempt, failure))
+        if attempt < task.max_attempts:
             await self._retry(job, task, failure)
         else:
-            exhausted = MaxRetryExceeded(task.name, message.attempt)
+            exhausted = MaxRetryExceeded(task_name, attempt)
             exhausted.__cause__ = failure
             await self._give_up(job, exhausted, "max retries exceeded")
+
+    def _succeeded(self, job: _Job, task_name: str, duration: float) -> None:
+        counters = self._counters
+        counters.succeeded += 1
+        totals = counters.per_task.get(task_name)
+        if totals is None:
+            totals = counters.task(task_name)
+        totals.succeeded += 1
+        key, token = job.fields[6], job.fields[7]
+        lock = None if key is None or token is None else (self._broker.keys.unique(key), token)
+        self._acks.add(job.message_id, lock, job)  # the job goes on as its heartbeat schedule
+        if logger.isEnabledFor(logging.DEBUG):
+            message = job.message
+            logger.debug(
+                "%s succeeded in %.3f s",
+                _about(message),
+                duration,
+                extra=_log_fields(message, duration=duration),
+            )
 
     async def _guarded(
         self, job: _Job, func: Callable[..., Awaitable[Any]], *args: Any
@@ -588,7 +697,7 @@ class WorkerPool:
                     failed = True
                     continue
                 for job in jobs:
-                    job.next_beat = now + job.beat_interval
+                    job.next_beat = now + job.interval
                     if job.message_id in lost and job.message_id in self._jobs:
                         self._lost(job)
                 for _, beat in held:

@@ -9,7 +9,7 @@ from typing import Any
 
 import trio
 
-from .._context import _current_message
+from .._context import Given, _current_message
 from ..errors import MaxRetryExceeded
 from ..message import PAYLOAD_FIELD, decode_message, encode_message, reencode_for_retry
 from ..task import Task, TaskRegistry
@@ -64,7 +64,7 @@ async def call_task(
     while True:
         result: Any = None
         failure: Exception | None = None
-        token = _current_message.set(message)
+        token = _current_message.set(Given(message))
         try:
             result = await task.action(message.payload)
         except Exception as exc:  # noqa: BLE001 - a failed attempt, like the runner's
