@@ -425,8 +425,32 @@ class WorkerPool:
             self._idle.set()
 
     async def _run_job(self, job: _Job) -> None:
+        """Run one job to its end, in one coroutine (the frames of every job that waits
+        stay in memory while it waits)."""
         try:
-            await self._execute(job)
+            # For the task and for the failed-task handler; built only if asked for.
+            _current_message.set(job)
+            task = job.task
+            if job.decode_error is not None or task is None or job.fields[2] > task.max_attempts:
+                await self._refuse(job, task)
+                return
+            begin = time.perf_counter()
+            try:  # the hot path of every task
+                await task.action(job.fields[1])
+            except trio.Cancelled:
+                if self._cancelling:
+                    self._interrupted(job)
+                raise
+            except Exception as exc:  # noqa: BLE001 - the task failed: retried or given up
+                failure: Exception | None = exc
+            else:
+                failure = None
+            duration = time.perf_counter() - begin
+            self._on_task_time(task.name, duration)
+            if failure is None:
+                self._succeeded(job, task.name, duration)
+            else:
+                await self._failed(job, task, failure)
         except Exception as exc:  # noqa: BLE001 - one message must never crash the runner
             self._errors.capture(exc)
             self._keep(job)
@@ -438,44 +462,26 @@ class WorkerPool:
         finally:
             self._finished(job)
 
-    async def _execute(self, job: _Job) -> None:
-        # For the task and for the failed-task handler; built only if asked for.
-        _current_message.set(job)
+    async def _refuse(self, job: _Job, task: Task | None) -> None:
+        """Give up a message that may not run: undecodable, unknown task, or redelivered
+        past its last attempt."""
         if job.decode_error is not None:
             await self._give_up(job, job.decode_error, "undecodable")
-            return
-        task = job.task
-        task_name, payload, attempt, *_ = job.fields
-        if task is None:
-            await self._give_up(job, TaskNotFound(task_name), "unknown task")
-            return
-        if attempt > task.max_attempts:
-            error = MaxRetryExceeded(task_name, task.max_attempts, redelivered=True)
-            await self._give_up(job, error, "max retries exceeded (redelivered)")
-            return
-        begin = time.perf_counter()
-        try:  # the hot path of every task: _guarded, inline
-            await task.action(payload)
-        except trio.Cancelled:
-            if self._cancelling:
-                self._interrupted(job)
-            raise
-        except Exception as exc:  # noqa: BLE001 - the task failed: retried or given up
-            failure: Exception | None = exc
+        elif task is None:
+            await self._give_up(job, TaskNotFound(job.fields[0]), "unknown task")
         else:
-            failure = None
-        duration = time.perf_counter() - begin
-        self._on_task_time(task_name, duration)
-        if failure is None:
-            self._succeeded(job, task_name, duration)
-            return
+            error = MaxRetryExceeded(task.name, task.max_attempts, redelivered=True)
+            await self._give_up(job, error, "max retries exceeded (redelivered)")
+
+    async def _failed(self, job: _Job, task: Task, failure: Exception) -> None:
+        attempt = job.fields[2]
         self._counters.failed += 1
-        self._counters.task(task_name).failed += 1
-        self._errors.capture(TaskFailed(task_name, job.message_id, attempt, failure))
+        self._counters.task(task.name).failed += 1
+        self._errors.capture(TaskFailed(task.name, job.message_id, attempt, failure))
         if attempt < task.max_attempts:
             await self._retry(job, task, failure)
         else:
-            exhausted = MaxRetryExceeded(task_name, attempt)
+            exhausted = MaxRetryExceeded(task.name, attempt)
             exhausted.__cause__ = failure
             await self._give_up(job, exhausted, "max retries exceeded")
 
