@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import datetime
 import math
+import secrets
 import time
-import uuid
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -17,6 +16,9 @@ from .errors import RunnerNotRunning, TaskAlreadyDispatched
 from .message import MessageDecodeError, decode_message, encode_message
 from .metrics import InstanceInfo, Stats, read_instances, read_stats
 from .task import Task, TaskRegistry
+
+if TYPE_CHECKING:
+    import datetime
 
 __all__ = ["Producer"]
 
@@ -75,7 +77,7 @@ class Producer:
         if task is None or not task.unique:
             return None
         key = task.key_for(payload)
-        return _Unique(key, uuid.uuid4().hex, task.unique_for_ms)
+        return _Unique(key, secrets.token_hex(16), task.unique_for_ms)
 
     async def dispatch(self, task_name: str, payload: Any = None) -> str:
         """Enqueue one task; return its message id (also the task's id).
@@ -132,6 +134,8 @@ class Producer:
         A delay of 0 means as soon as possible. The id can be passed to
         :meth:`cancel_delayed`; it is also the task's ``task_id`` when it runs.
         """
+        import datetime  # noqa: PLC0415 - not loaded by workers that never need it
+
         seconds = delay.total_seconds() if isinstance(delay, datetime.timedelta) else delay
         if not isinstance(seconds, int | float) or isinstance(seconds, bool):
             raise TypeError(f"delay must be seconds or a timedelta, got {type(delay).__name__}")
@@ -144,6 +148,8 @@ class Producer:
 
         A time in the past means as soon as possible.
         """
+        import datetime  # noqa: PLC0415 - not loaded by workers that never need it
+
         if not isinstance(when, datetime.datetime):
             raise TypeError(f"when must be a datetime, got {type(when).__name__}")
         if when.tzinfo is None or when.utcoffset() is None:
@@ -154,7 +160,7 @@ class Producer:
         broker = self._open_broker()
         task = self._task(task_name)
         unique = self._unique(task, payload)
-        task_id = uuid.uuid4().hex
+        task_id = secrets.token_hex(16)
         data = self._encode(task_name, payload, time.time(), task_id, unique)
         due_ms = math.ceil(max(due, 0.0) * 1000)
         lock = (broker.keys.unique(unique.key), unique.token, unique.ttl_ms) if unique else None

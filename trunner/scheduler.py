@@ -12,8 +12,8 @@ instance or client through the group's wake-up channel.
 
 from __future__ import annotations
 
+import secrets
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -178,7 +178,7 @@ class CronScheduler:
         unique_key = token = None
         lock: tuple[str, str, int] | None = None
         if task is not None and task.unique:
-            unique_key, token = task.key_for(schedule.payload), uuid.uuid4().hex
+            unique_key, token = task.key_for(schedule.payload), secrets.token_hex(16)
             lock = (self._broker.keys.unique(unique_key), token, task.unique_for_ms)
         try:
             data = encode_message(

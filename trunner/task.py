@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import datetime
 import inspect
 import math
 import random
 import warnings
-import zoneinfo
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar, overload
 
@@ -162,6 +160,8 @@ def _check_cron_expression(_inst: object, attr: attrs.Attribute[Any], value: obj
 def _check_timezone(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
     if not isinstance(value, str):
         raise TypeError(f"{attr.name} must be a time zone name, got {type(value).__name__}")
+    import zoneinfo  # noqa: PLC0415 - loaded only by users of cron
+
     try:
         zoneinfo.ZoneInfo(value)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
@@ -187,8 +187,12 @@ class CronSchedule:
         encode_message(self.task_name, self.payload, enqueued_at=0.0, max_bytes=1 << 62)
 
     def _iter(self, at: float) -> Any:
+        import datetime  # noqa: PLC0415 - loaded only by users of cron
+        import zoneinfo  # noqa: PLC0415 - idem
+
+        from croniter import croniter  # noqa: PLC0415 - idem
+
         start = datetime.datetime.fromtimestamp(at, zoneinfo.ZoneInfo(self.timezone))
-        from croniter import croniter  # noqa: PLC0415 - loaded only by users of cron
 
         return croniter(self.expression, start)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from importlib import resources
+import pkgutil
 
 import attrs
 
@@ -18,7 +18,10 @@ class Script:
 
 
 def _read(name: str) -> str:
-    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
+    data = pkgutil.get_data(__package__, f"lua/{name}.lua")  # zip-safe, and light to import
+    if data is None:
+        raise FileNotFoundError(f"trunner's script lua/{name}.lua is missing")
+    return data.decode("utf-8")
 
 
 def make_script(name: str, source: str) -> Script:
