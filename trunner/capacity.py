@@ -10,7 +10,7 @@ predicted wait to meet ``long_queue_threshold``, spread over the live instances:
 (the average of the window, or of the last window in which tasks finished). An empty
 queue gives ``min_workers``; a queue with no finished task to size it by gives
 ``max_workers``. Every instance applies the published value to its
-pool's CapacityLimiter within a second; lowering it never cancels running tasks.
+pool's worker slots within a second; lowering it never cancels running tasks.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
     Runner.run ── watcher (turns an outer cancellation into a graceful stop)
        └── shielded: services nursery   ack flusher, heartbeats, delayed mover, elector,
               │                          leadership (chores in a nursery per leadership)
-              └── jobs nursery          one task per running message
+              └── jobs nursery          worker tasks running the fetched messages
                      └── fetchers       XREADGROUP new messages, XAUTOCLAIM abandoned ones
 
 Leaving ``open_runner`` (normally, by an exception, or by cancellation) runs, in order:
