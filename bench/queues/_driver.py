@@ -47,6 +47,7 @@ __all__ = [
     "NotSupported",
     "Recorder",
     "body_keys",
+    "linger",
     "main",
     "make_payloads",
     "percentile",
@@ -201,6 +202,15 @@ Dispatch = Callable[[str, str, int, float, Callable[[], dict[str, Any]]], None]
 Work = Callable[
     [str, str, argparse.Namespace, Recorder, Callable[[], None]], "dict[str, Any] | None"
 ]
+
+
+async def linger(
+    args: argparse.Namespace, rec: Recorder, sleep: Callable[[float], Awaitable[object]]
+) -> None:
+    """With ``--linger S``: idle S seconds, the worker still running, then report "final"."""
+    if args.linger:
+        await sleep(args.linger)
+        rec.final()
 
 
 async def paced(n: int, interval: float, send: Callable[[], Awaitable[object]]) -> None:

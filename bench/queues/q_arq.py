@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from _driver import BODY_PX, NotSupported, Recorder, body_keys, main, paced
+from _driver import BODY_PX, NotSupported, Recorder, body_keys, linger, main, paced
 from arq import create_pool
 from arq.connections import RedisSettings
 from arq.worker import Worker, func
@@ -107,6 +107,7 @@ def work(
         await asyncio.wait([main_task, waiter], return_when=asyncio.FIRST_COMPLETED)
         if main_task.done():
             main_task.result()  # the worker failed: raise its error
+        await linger(args, rec, asyncio.sleep)
         # Let the last jobs record their results: close() cancels jobs still running.
         running = [t for t in worker.tasks.values() if not t.done()]
         if running:

@@ -102,6 +102,9 @@ def work(
     worker.start()
     ready()
     done.wait()
+    if args.linger:  # idle, the worker still running, then report "final"
+        time.sleep(args.linger)
+        rec.final()
     worker.stop()
     broker.close()
     CLIENT.close()

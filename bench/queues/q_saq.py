@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio
-from _driver import BODY_PX, NotSupported, Recorder, body_keys, main, paced
+from _driver import BODY_PX, NotSupported, Recorder, body_keys, linger, main, paced
 from saq import Worker
 from saq.queue.redis import RedisQueue
 
@@ -114,6 +114,7 @@ def work(
         await asyncio.wait([main_task, waiter], return_when=asyncio.FIRST_COMPLETED)
         if main_task.done():
             main_task.result()
+        await linger(args, rec, asyncio.sleep)
         await worker.stop()
         await main_task
         await q.disconnect()

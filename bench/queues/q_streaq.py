@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import trio
-from _driver import BODY_PX, NotSupported, Recorder, body_keys, main
+from _driver import BODY_PX, NotSupported, Recorder, body_keys, linger, main
 from coredis import PureToken  # type: ignore[import-not-found]
 from streaq import Worker
 
@@ -110,6 +110,7 @@ def work(
             # (seen with streaq 7.2): wait until nothing runs, then a little more.
             while worker.running():  # noqa: ASYNC110 (streaq has no event for it)
                 await trio.sleep(0.01)
+            await linger(args, rec, trio.sleep)
             await trio.sleep(0.5)
             nursery.cancel_scope.cancel()
         return {}

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import redis.asyncio
-from _driver import BODY_PX, NotSupported, Recorder, body_keys, main, paced
+from _driver import BODY_PX, NotSupported, Recorder, body_keys, linger, main, paced
 from taskiq import TaskiqDepends, TaskiqEvents, TaskiqState
 from taskiq.receiver import Receiver
 from taskiq_redis import RedisStreamBroker
@@ -128,6 +128,7 @@ def work(
             await asyncio.wait([listener, waiter], return_when=asyncio.FIRST_COMPLETED)
             if listener.done():
                 listener.result()
+            await linger(args, rec, asyncio.sleep)
             # Setting the finish event right after the last task hung taskiq's receiver
             # (its cancelled XREADGROUP never returned; seen with taskiq 0.13): wait a little.
             await asyncio.sleep(0.5)
