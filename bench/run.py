@@ -1202,7 +1202,8 @@ async def main(args: argparse.Namespace, url: str, out: Output) -> None:
 
 def cli() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("scenarios", nargs="*", default=["all"], choices=[*SCENARIOS, "all"])
+    # No choices= here: argparse checks a list default against them, and refuses it.
+    parser.add_argument("scenarios", nargs="*", default=["all"], help=", ".join(SCENARIOS))
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--redis", help="use this Redis (default: start a private one)")
     parser.add_argument("--peers", action="store_true", help="also run the peers (1-4, 8)")
@@ -1235,6 +1236,9 @@ def cli() -> None:
         "(other processes); 0: do not wait",
     )
     args = parser.parse_args()
+    unknown = sorted(set(args.scenarios) - {*SCENARIOS, "all"})
+    if unknown:
+        parser.error(f"unknown scenario {', '.join(unknown)} (choose from {', '.join(SCENARIOS)})")
     if args.peer:
         args.peers = True
     stamp = time.strftime("%Y%m%d-%H%M%S")
