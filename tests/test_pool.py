@@ -310,3 +310,22 @@ async def test_a_cancelled_taker_takes_nothing_and_the_next_one_is_served() -> N
         slots.give(1)
     assert got == ["second"]
     assert slots.borrowed_tokens == 1
+
+
+async def test_takers_that_give_back_and_take_again_at_once_share_the_slots() -> None:
+    """Two fetch loops: each takes, reads (a checkpoint), gives back, and takes again with
+    no checkpoint in between. A slot given back while the other waits goes to it."""
+    slots = WorkerSlots(2)
+    turns = {"a": 0, "b": 0}
+
+    async def loop(name: str) -> None:
+        while sum(turns.values()) < 200:
+            taken = await slots.take(2)
+            turns[name] += 1
+            await trio.lowlevel.checkpoint()  # the read
+            slots.give(taken)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(loop, "a")
+        nursery.start_soon(loop, "b")
+    assert min(turns.values()) >= 50, turns

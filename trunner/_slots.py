@@ -3,7 +3,10 @@
 A counting limiter, like :class:`trio.CapacityLimiter` but with tokens that are plain counts:
 a read reserves up to ``batch_size`` slots in one call and each finished message gives one
 back, with no borrower object per token (the per-message cost of a busy runner matters).
-Waiters (the fetch loops) queue in FIFO order.
+
+Takers (the fetch loops) are served in FIFO order: a slot given back while one waits is
+handed to it at once, so a loop that gives its slots back and takes again without a
+checkpoint between cannot starve the others.
 """
 
 from __future__ import annotations
@@ -28,10 +31,8 @@ class WorkerSlots:
     def total_tokens(self, value: int) -> None:
         if type(value) is not int or value < 1:
             raise ValueError(f"the capacity must be an integer >= 1, got {value!r}")
-        raised = value > self._total
         self._total = value
-        if raised:
-            self._waiters.unpark_all()
+        self._hand_over()
 
     @property
     def borrowed_tokens(self) -> int:
@@ -43,7 +44,12 @@ class WorkerSlots:
         return max(0, self._total - self._used)
 
     def take_nowait(self, count: int) -> int:
-        """Take up to ``count`` free slots; how many were taken (maybe 0)."""
+        """Take up to ``count`` free slots; how many were taken (0 while others wait)."""
+        if self._waiters:
+            return 0
+        return self._grab(count)
+
+    def _grab(self, count: int) -> int:
         taken = min(count, self._total - self._used)
         if taken <= 0:
             return 0
@@ -56,11 +62,11 @@ class WorkerSlots:
         Returns at once, without a checkpoint, when slots are free: the caller's next step
         is a Redis read, which is one.
         """
-        while True:
-            taken = self.take_nowait(count)
-            if taken:
-                return taken
-            await self._waiters.park()
+        taken = self.take_nowait(count)
+        if taken:
+            return taken
+        await self._waiters.park()  # woken holding one slot, handed over by _hand_over()
+        return 1 + self._grab(count - 1)
 
     def give(self, count: int = 1) -> None:
         """Give ``count`` slots back."""
@@ -68,5 +74,10 @@ class WorkerSlots:
         if used < 0:
             raise RuntimeError("more worker slots given back than were taken")
         self._used = used
-        if used < self._total and self._waiters:
+        self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Free slots go to the waiting takers, one each, first come first served."""
+        while self._waiters and self._used < self._total:
+            self._used += 1
             self._waiters.unpark()
