@@ -329,3 +329,53 @@ async def test_takers_that_give_back_and_take_again_at_once_share_the_slots() ->
         nursery.start_soon(loop, "a")
         nursery.start_soon(loop, "b")
     assert min(turns.values()) >= 50, turns
+
+
+async def test_workers_cancelled_while_their_jobs_wait_leave_the_pool_able_to_start_more(
+    memory_url: str, group: str
+) -> None:
+    """Jobs that waited, then were cancelled with their workers (the runner crashed): the
+    pool's count of busy workers must come back to zero, or a message submitted later
+    (a read that returned during the crash) would never get a worker."""
+    tasks = trunner.TaskRegistry()
+    started = 0
+    both = trio.Event()
+    ran = trio.Event()
+
+    @tasks.task
+    async def stuck(_: Any) -> None:
+        nonlocal started
+        started += 1
+        if started == 2:
+            both.set()
+        await trio.sleep_forever()
+
+    @tasks.task
+    async def quick(_: Any) -> None:
+        ran.set()
+
+    def entry(i: int, name: str) -> Any:
+        from trunner._redis import RawEntry  # noqa: PLC0415
+
+        return RawEntry(
+            f"{i}-0", [b"payload", encode_message(name, None, enqueued_at=0.0, max_bytes=1000)]
+        )
+
+    async with open_transport(
+        memory_url, client_name="t", max_connections=2, connect_timeout=5
+    ) as t:
+        broker = Broker(t, Keys("trunner", group))
+        cfg = config(group, num_workers=4)
+        counters, errors = Counters(), ErrorLog()
+        acks = AckBuffer(broker, cfg, counters, errors)
+        pool = WorkerPool(broker, tasks, cfg, counters, errors, acks, lambda _due: None)
+        async with trio.open_nursery() as nursery:
+            pool.bind(nursery)
+            pool.submit([entry(1, "stuck"), entry(2, "stuck")], pool.try_reserve(2), "c")
+            await both.wait()
+            nursery.cancel_scope.cancel()
+        assert pool.in_flight == 0
+        async with trio.open_nursery() as nursery:
+            pool.bind(nursery)
+            pool.submit([entry(3, "quick")], pool.try_reserve(1), "c")
+            await ran.wait()

@@ -17,7 +17,7 @@ import trio
 import trio.lowlevel
 
 import trunner
-from trunner._isolated import run_isolated
+from trunner._isolated import Isolated
 from trunner.keys import RELEASED_CONSUMER
 
 from .conftest import Tally, config, redis_state
@@ -25,33 +25,36 @@ from .conftest import Tally, config, redis_state
 var: contextvars.ContextVar[str] = contextvars.ContextVar("test_workers_var")
 
 
-# -- run_isolated on its own ------------------------------------------------------------------
+# -- Isolated on its own ---------------------------------------------------------------------
+
+
+def no_wait(_: object) -> None:
+    pass
 
 
 async def test_a_coroutine_that_never_waits_returns_without_a_wait_reported() -> None:
-    waits: list[None] = []
-    ran: list[bool] = []
+    waits: list[str] = []
 
-    async def quick() -> None:
-        ran.append(True)
+    async def quick() -> int:
+        return 42
 
-    waited = await run_isolated(quick(), contextvars.copy_context(), lambda: waits.append(None))
-    assert (waited, ran, waits) == (False, [True], [])
+    result = await Isolated(quick(), contextvars.copy_context(), waits.append, "waited")
+    assert (result, waits) == (42, [])
 
 
 async def test_the_first_wait_is_reported_once_before_it_reaches_trio() -> None:
     events: list[str] = []
 
-    async def slow() -> None:
+    async def slow() -> str:
         events.append("started")
         await trio.lowlevel.checkpoint()
         events.append("resumed")
         await trio.sleep(0.01)
-        events.append("done")
+        return "done"
 
-    waited = await run_isolated(slow(), contextvars.copy_context(), lambda: events.append("wait"))
-    assert waited is True
-    assert events == ["started", "wait", "resumed", "done"]
+    result = await Isolated(slow(), contextvars.copy_context(), events.append, "wait")
+    assert result == "done"
+    assert events == ["started", "wait", "resumed"]
 
 
 async def test_each_step_runs_in_the_given_context_and_leaves_the_callers_alone() -> None:
@@ -65,7 +68,7 @@ async def test_each_step_runs_in_the_given_context_and_leaves_the_callers_alone(
         seen.append(var.get())  # still the job's own value after a suspension
 
     context = contextvars.copy_context()
-    await run_isolated(job(), context, lambda: seen.append(var.get()))
+    await Isolated(job(), context, lambda _: seen.append(var.get()), None)
     assert seen == ["caller", "caller", "job"], "the wait callback runs in the caller's context"
     assert var.get() == "caller"
     assert context[var] == "job"
@@ -83,7 +86,7 @@ async def test_trio_answers_reach_the_coroutine_unchanged() -> None:
             raise
 
     with trio.move_on_after(0.01) as scope:
-        await run_isolated(waits_forever(), contextvars.copy_context(), lambda: None)
+        await Isolated(waits_forever(), contextvars.copy_context(), no_wait, None)
     assert scope.cancelled_caught
     assert cleaned == [trio.Cancelled]
 
@@ -92,7 +95,7 @@ async def test_trio_answers_reach_the_coroutine_unchanged() -> None:
         raise KeyError("mine")
 
     with pytest.raises(KeyError, match="mine"):
-        await run_isolated(fails(), contextvars.copy_context(), lambda: None)
+        await Isolated(fails(), contextvars.copy_context(), no_wait, None)
 
 
 async def test_values_sent_back_by_trio_reach_the_coroutine() -> None:
@@ -106,8 +109,51 @@ async def test_values_sent_back_by_trio_reach_the_coroutine() -> None:
         trio.lowlevel.reschedule(trio.lowlevel.current_task(), outcome.Value("hello"))
         woken.append(await trio.lowlevel.wait_task_rescheduled(abort))
 
-    await run_isolated(park(), contextvars.copy_context(), lambda: None)
+    await Isolated(park(), contextvars.copy_context(), no_wait, None)
     assert woken == ["hello"]
+
+
+async def test_the_coroutines_frames_show_in_trios_task_introspection() -> None:
+    """Stack dumps of a waiting worker show the task's own frames, as for a plain await."""
+    parked = trio.Event()
+    release = trio.Event()
+    frames: list[str] = []
+
+    async def user_task_body() -> None:
+        parked.set()
+        await release.wait()
+
+    async def worker() -> None:
+        await Isolated(user_task_body(), contextvars.copy_context(), no_wait, None)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(worker, name="worker")
+        await parked.wait()
+        [task] = [t for t in nursery.child_tasks if t.name == "worker"]
+        frames = [frame.f_code.co_name for frame, _ in task.iter_await_frames()]
+        release.set()
+    assert frames[:2] == ["worker", "user_task_body"]
+    assert "wait" in frames[2:]
+
+
+async def test_closing_the_awaiting_coroutine_closes_the_job_in_its_context() -> None:
+    var.set("caller")
+    seen: list[str] = []
+
+    async def job() -> None:
+        var.set("job")
+        try:
+            await trio.lowlevel.checkpoint()
+        finally:
+            seen.append(var.get())
+
+    async def outer() -> None:
+        await Isolated(job(), contextvars.copy_context(), no_wait, None)
+
+    coro = outer()
+    coro.send(None)  # runs to the job's first suspension (a trap Trio would answer)
+    coro.close()
+    assert seen == ["job"]
 
 
 # -- in a runner ------------------------------------------------------------------------------

@@ -19,39 +19,72 @@ ordinary Trio task; ``trio.lowlevel.current_task()`` is the worker's.
 from __future__ import annotations
 
 import contextvars
-import types
 from collections.abc import Callable, Coroutine, Generator
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-__all__ = ["run_isolated"]
+__all__ = ["Isolated"]
+
+T = TypeVar("T")
+A = TypeVar("A")
 
 
-@types.coroutine
-def run_isolated(
-    coro: Coroutine[Any, Any, None],
-    context: contextvars.Context,
-    on_first_wait: Callable[[], object],
-) -> Generator[Any, Any, bool]:
-    """Await ``coro``, each of its steps run in ``context``; call ``on_first_wait()`` once,
-    when ``coro`` first suspends. Returns whether it suspended.
+class Isolated(Generic[T, A]):
+    """``await Isolated(coro, context, on_first_wait, arg)``: await ``coro``, each of its
+    steps run in ``context``; call ``on_first_wait(arg)`` once, when ``coro`` first
+    suspends (never if it finishes without suspending). ``on_first_wait`` runs in the
+    caller's context, not in ``context``.
 
-    ``on_first_wait`` runs in the caller's context, not in ``context``.
+    An iterator that drives the coroutine step by step (not a generator): it shows the
+    coroutine's frames to Trio's task introspection (``Task.iter_await_frames``) as
+    ``gi_frame`` / ``gi_yieldfrom``, as a ``yield from`` would.
     """
-    try:
-        trap = context.run(coro.send, None)
-    except StopIteration:
-        return False
-    on_first_wait()
-    while True:
-        try:
-            answer = yield trap
-        except BaseException as exc:  # noqa: BLE001 - Trio's answer is the job's to handle
-            try:
-                trap = context.run(coro.throw, exc)
-            except StopIteration:
-                return True
-        else:
-            try:
-                trap = context.run(coro.send, answer)
-            except StopIteration:
-                return True
+
+    __slots__ = ("_arg", "_context", "_coro", "_on_first_wait")
+
+    def __init__(
+        self,
+        coro: Coroutine[Any, Any, T],
+        context: contextvars.Context,
+        on_first_wait: Callable[[A], object],
+        arg: A,
+    ) -> None:
+        self._coro = coro
+        self._context = context
+        self._on_first_wait: Callable[[A], object] | None = on_first_wait
+        self._arg = arg
+
+    def __await__(self) -> Generator[Any, Any, T]:
+        return self  # an iterator speaking the generator protocol (send, throw, close)
+
+    def __iter__(self) -> Isolated[T, A]:
+        return self
+
+    def __next__(self) -> Any:
+        # StopIteration (the coroutine returned) ends the await with its value.
+        on_first_wait = self._on_first_wait
+        if on_first_wait is None:
+            return self._context.run(self._coro.send, None)
+        trap = self._context.run(self._coro.send, None)  # the first step
+        self._on_first_wait = None
+        on_first_wait(self._arg)
+        return trap
+
+    def send(self, answer: Any) -> Any:
+        if self._on_first_wait is not None:
+            return self.__next__()  # the first step: only None can be sent
+        return self._context.run(self._coro.send, answer)
+
+    def throw(self, *exc: Any) -> Any:
+        """Trio's answer is an exception (e.g. ``Cancelled``): the coroutine's to handle."""
+        return self._context.run(self._coro.throw, *exc)
+
+    def close(self) -> None:
+        self._context.run(self._coro.close)
+
+    @property
+    def gi_frame(self) -> Any:
+        return getattr(self._coro, "cr_frame", None)
+
+    @property
+    def gi_yieldfrom(self) -> Any:
+        return getattr(self._coro, "cr_await", None)

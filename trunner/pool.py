@@ -27,7 +27,7 @@ import attrs
 import trio
 
 from ._context import _current_message
-from ._isolated import run_isolated
+from ._isolated import Isolated
 from ._redis import MAX_IDS_PER_CALL, Broker, RawEntry
 from ._slots import WorkerSlots
 from ._util import ErrorLog, LoopBackoff, logger, wall_ms
@@ -88,6 +88,8 @@ class _Job(_Beat):
     decode_error: MessageDecodeError | None = None
     finishing: bool = False
     lost: bool = False
+    waited: bool = False
+    """It suspended at least once (its worker then left the ready jobs to others)."""
     _message: TaskMessage | None = None
 
     @property
@@ -386,9 +388,10 @@ class WorkerPool:
             self._spare += 1
             self._nursery.start_soon(self._worker, name="trunner worker")
 
-    def _job_waits(self) -> None:
-        """A job suspended, so its worker is busy: every job still ready gets a worker that
+    def _job_waits(self, job: _Job) -> None:
+        """``job`` suspended, so its worker is busy: every job still ready gets a worker that
         is not (started at once, so that they all start in the next scheduling round)."""
+        job.waited = True
         self._running -= 1
         missing = len(self._ready) - self._spare - self._running
         if missing > 0:
@@ -401,11 +404,17 @@ class WorkerPool:
         ready = self._ready
         try:
             while ready:
+                if self._cancelling:  # past the drain timeout: what never started is released
+                    self._abandon_ready()
+                    break
                 job = ready.popleft()
-                if await run_isolated(
-                    self._run_job(job), contextvars.copy_context(), self._job_waits
-                ):
-                    self._running += 1
+                try:
+                    await Isolated(
+                        self._run_job(job), contextvars.copy_context(), self._job_waits, job
+                    )
+                finally:
+                    if job.waited:  # back from waiting (or leaving: counted out below)
+                        self._running += 1
         finally:
             self._running -= 1
             if ready and not self._spare + self._running:  # cancelled: nobody takes them
@@ -494,7 +503,8 @@ class WorkerPool:
         totals.succeeded += 1
         key, token = job.fields[6], job.fields[7]
         lock = None if key is None or token is None else (self._broker.keys.unique(key), token)
-        self._acks.add(job.message_id, lock, job)  # the job goes on as its heartbeat schedule
+        # Only the heartbeat schedule stays while the acknowledgement waits, not the job.
+        self._acks.add(job.message_id, lock, _Beat(job.consumer, job.interval, job.next_beat))
         if logger.isEnabledFor(logging.DEBUG):
             message = job.message
             logger.debug(
