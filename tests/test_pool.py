@@ -70,27 +70,35 @@ async def test_a_fetch_never_starts_tasks_beyond_a_lowered_capacity(
     async def slow(_: Any) -> None:
         await hold.wait()
 
-    async with open_transport(
-        memory_url, client_name="t", max_connections=2, connect_timeout=5
-    ) as t:
+    async with (
+        bare_pool(memory_url, group, tasks, num_workers=4) as pool,
+        trio.open_nursery() as nursery,
+    ):
+        pool.bind(nursery)
+        slots = pool.try_reserve(4)
+        assert slots == 4
+        pool.limiter.total_tokens = 2
+        data = b'{"task":"slow","payload":null,"attempt":1,"enqueued_at":0}'
+        entries = [RawEntry(f"{i}-0", [b"payload", data]) for i in range(1, 5)]
+        queued = pool.submit(entries, slots, "c")
+        assert (pool.in_flight, queued) == (2, 2), "two started, two handed back"
+        assert [mid for _, mid, _ in pool.take_releases()] == ["3-0", "4-0"]
+        assert pool.limiter.borrowed_tokens == 2
+        hold.set()
+
+
+@asynccontextmanager
+async def bare_pool(
+    url: str, group: str, tasks: trunner.TaskRegistry, **overrides: Any
+) -> AsyncIterator[WorkerPool]:
+    """A pool on its own (no fetcher, heartbeats or ack flusher), over a fresh group."""
+    async with open_transport(url, client_name="t", max_connections=2, connect_timeout=5) as t:
         broker = Broker(t, Keys("trunner", group))
         await broker.ensure_group()
-        cfg = config(group, num_workers=4)
+        cfg = config(group, **overrides)
         counters, errors = Counters(), ErrorLog()
         acks = AckBuffer(broker, cfg, counters, errors)
-        pool = WorkerPool(broker, tasks, cfg, counters, errors, acks, lambda _due: None)
-        async with trio.open_nursery() as nursery:
-            pool.bind(nursery)
-            slots = pool.try_reserve(4)
-            assert slots == 4
-            pool.limiter.total_tokens = 2
-            data = b'{"task":"slow","payload":null,"attempt":1,"enqueued_at":0}'
-            entries = [RawEntry(f"{i}-0", [b"payload", data]) for i in range(1, 5)]
-            queued = pool.submit(entries, slots, "c")
-            assert (pool.in_flight, queued) == (2, 2), "two started, two handed back"
-            assert [mid for _, mid, _ in pool.take_releases()] == ["3-0", "4-0"]
-            assert pool.limiter.borrowed_tokens == 2
-            hold.set()
+        yield WorkerPool(broker, tasks, cfg, counters, errors, acks, lambda _due: None)
 
 
 @asynccontextmanager
@@ -361,14 +369,7 @@ async def test_workers_cancelled_while_their_jobs_wait_leave_the_pool_able_to_st
             f"{i}-0", [b"payload", encode_message(name, None, enqueued_at=0.0, max_bytes=1000)]
         )
 
-    async with open_transport(
-        memory_url, client_name="t", max_connections=2, connect_timeout=5
-    ) as t:
-        broker = Broker(t, Keys("trunner", group))
-        cfg = config(group, num_workers=4)
-        counters, errors = Counters(), ErrorLog()
-        acks = AckBuffer(broker, cfg, counters, errors)
-        pool = WorkerPool(broker, tasks, cfg, counters, errors, acks, lambda _due: None)
+    async with bare_pool(memory_url, group, tasks, num_workers=4) as pool:
         async with trio.open_nursery() as nursery:
             pool.bind(nursery)
             pool.submit([entry(1, "stuck"), entry(2, "stuck")], pool.try_reserve(2), "c")

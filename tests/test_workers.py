@@ -254,19 +254,14 @@ class SpawnCounter(trio.abc.Instrument):
         self.spawned += 1
 
 
-async def test_tasks_that_never_wait_share_worker_tasks(url: str, group: str) -> None:
+async def test_tasks_that_never_wait_share_worker_tasks(url: str, group: str, tally: Tally) -> None:
     """500 tasks that finish without waiting start far fewer than 500 Trio tasks."""
     n = 500
     tasks = trunner.TaskRegistry()
-    done = trio.Event()
-    count = 0
 
     @tasks.task
-    async def quick(_: Any) -> None:
-        nonlocal count
-        count += 1
-        if count == n:
-            done.set()
+    async def quick(payload: Any) -> None:
+        tally.record(payload)
 
     async with trunner.open_client(url, group) as client:
         await client.dispatch_many("quick", [None] * n)
@@ -275,7 +270,7 @@ async def test_tasks_that_never_wait_share_worker_tasks(url: str, group: str) ->
     async with trunner.open_runner(url, cfg, tasks):
         trio.lowlevel.add_instrument(counter)
         try:
-            await done.wait()
+            await tally.wait(n)
         finally:
             trio.lowlevel.remove_instrument(counter)
     assert counter.spawned < n / 10, f"{counter.spawned} Trio tasks for {n} messages"
