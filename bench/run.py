@@ -920,8 +920,10 @@ def _targets() -> dict[str, tuple[str, Callable[[float, Context], bool | None]]]
     def of_ceiling(v: float, c: Context) -> bool:
         return c.ceiling is not None and v >= 0.8 * c.ceiling
 
-    def no_op(v: float, c: Context) -> bool:
-        return v >= 20_000 and (c.best_peer_rate is None or v >= 15 * c.best_peer_rate)
+    def no_op(v: float, c: Context) -> bool | None:
+        if v < 20_000:
+            return False
+        return None if c.best_peer_rate is None else v >= 15 * c.best_peer_rate
 
     def of_best_peer(v: float, c: Context) -> bool | None:
         return None if c.best_peer_rate is None else v >= 5 * c.best_peer_rate
@@ -1183,7 +1185,8 @@ async def main(args: argparse.Namespace, url: str, out: Output) -> None:
         f"\ntrunner {info['trunner']} ({info['git']}), Python {info['python']}, "
         f"trio {info['trio']}, redis-py {info['redis_py']}, Redis {info['redis']}; "
         f"{info['cores']} cores ({info['cpu']}); load average {info['load_at_start']} at "
-        f"start, {load_end} at end. Medians of {args.runs} runs{scale}; scenario 4 with "
+        f"start, {load_end} at end. Medians of {args.runs} run{'s' * (args.runs != 1)}{scale}; "
+        f"scenario 4 with "
         f"num_workers={args.memory_workers}.\n"
     )
     if out.busy:
@@ -1203,7 +1206,9 @@ async def main(args: argparse.Namespace, url: str, out: Output) -> None:
 def cli() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     # No choices= here: argparse checks a list default against them, and refuses it.
-    parser.add_argument("scenarios", nargs="*", default=["all"], help=", ".join(SCENARIOS))
+    parser.add_argument(
+        "scenarios", nargs="*", default=["all"], help=", ".join([*SCENARIOS, "all (default)"])
+    )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--redis", help="use this Redis (default: start a private one)")
     parser.add_argument("--peers", action="store_true", help="also run the peers (1-4, 8)")
@@ -1220,7 +1225,12 @@ def cli() -> None:
         default=1000,
         help="workers of scenario 4, for every queue (default 1000: ideal 50 s)",
     )
-    parser.add_argument("--delayed-over", type=float, default=10.0)
+    parser.add_argument(
+        "--delayed-over",
+        type=float,
+        default=10.0,
+        help="scenario 5: the delayed tasks fall due over this many seconds (default 10)",
+    )
     parser.add_argument(
         "--scale",
         type=float,
