@@ -134,9 +134,12 @@ class Producer:
         A delay of 0 means as soon as possible. The id can be passed to
         :meth:`cancel_delayed`; it is also the task's ``task_id`` when it runs.
         """
-        import datetime  # noqa: PLC0415 - not loaded by workers that never need it
+        seconds: Any = delay
+        if not isinstance(delay, int | float):
+            import datetime  # noqa: PLC0415 - only for a timedelta; workers never need it
 
-        seconds = delay.total_seconds() if isinstance(delay, datetime.timedelta) else delay
+            if isinstance(delay, datetime.timedelta):
+                seconds = delay.total_seconds()
         if not isinstance(seconds, int | float) or isinstance(seconds, bool):
             raise TypeError(f"delay must be seconds or a timedelta, got {type(delay).__name__}")
         if not math.isfinite(seconds) or seconds < 0:

@@ -209,7 +209,12 @@ def decode_message(
     parts = decode_fields(message_id, fields, deliveries, max_bytes)
     if parts is None:
         return _decode_checked(message_id, fields, deliveries, max_bytes)
-    task, payload, attempt, enqueued_at, task_id, raw, unique_key, unique_token = parts
+    return message_from_fields(message_id, deliveries, parts)
+
+
+def message_from_fields(message_id: str, deliveries: int, fields: Fields) -> TaskMessage:
+    """The :class:`TaskMessage` of what :func:`decode_fields` found."""
+    task, payload, attempt, enqueued_at, task_id, raw, unique_key, unique_token = fields
     return TaskMessage(
         message_id,
         task,
@@ -221,6 +226,20 @@ def decode_message(
         raw,
         unique_key,
         unique_token,
+    )
+
+
+def fields_of(message: TaskMessage) -> Fields:
+    """The inverse of :func:`message_from_fields`."""
+    return (
+        message.task_name,
+        message.payload,
+        message.attempt,
+        message.enqueued_at,
+        message.task_id,
+        message.raw,
+        message.unique_key,
+        message.unique_token,
     )
 
 

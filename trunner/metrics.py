@@ -283,11 +283,6 @@ class LocalTimings:
             entry = self.tasks[task] = ([0] * (len(BUCKETS) + 1), [0.0])
         return entry
 
-    def task_time(self, task: str, seconds: float) -> None:
-        entry = self.entry(task)
-        entry[0][bisect.bisect_left(BUCKETS, seconds)] += 1
-        entry[1][0] += seconds
-
 
 def _instances(
     rows: Sequence[tuple[str, float, str | None]], leader: str | None

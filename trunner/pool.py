@@ -46,6 +46,8 @@ from .message import (
     TaskMessage,
     decode_fields,
     decode_message,
+    fields_of,
+    message_from_fields,
     reencode_for_retry,
 )
 from .stats import Counters
@@ -75,9 +77,7 @@ class _Beat:
 
 @attrs.define(eq=False)
 class _Job(_Beat):
-    """A submitted message: ready, then running. Once it succeeded it stays, as its
-    reservation's heartbeat schedule, in the ack buffer until its acknowledgement is
-    written."""
+    """A submitted message: ready, then running; its own heartbeat schedule meanwhile."""
 
     message_id: str
     deliveries: int
@@ -96,19 +96,7 @@ class _Job(_Beat):
     def message(self) -> TaskMessage:
         """The :class:`TaskMessage`, built when first asked for (most tasks never ask)."""
         if self._message is None:
-            task_name, payload, attempt, enqueued_at, task_id, raw, key, token = self.fields
-            self._message = TaskMessage(
-                self.message_id,
-                task_name,
-                payload,
-                attempt,
-                enqueued_at,
-                task_id,
-                self.deliveries,
-                raw,
-                key,
-                token,
-            )
+            self._message = message_from_fields(self.message_id, self.deliveries, self.fields)
         return self._message
 
 
@@ -355,19 +343,8 @@ class WorkerPool:
                 message_id, entry.fields, deliveries=deliveries, max_bytes=max_bytes
             )
         except MessageDecodeError as exc:
-            message, error = exc.message, exc
-        task, interval = self._task_info(message.task_name) if error is None else (None, 0.0)
-        interval = interval or self._default_beat
-        fields = (
-            message.task_name,
-            message.payload,
-            message.attempt,
-            message.enqueued_at,
-            message.task_id,
-            message.raw,
-            message.unique_key,
-            message.unique_token,
-        )
+            message, error = exc.message, exc  # its stand-in has no task name: no task
+        task, interval = self._task_info(message.task_name)
         return _Job(
             consumer,
             interval,
@@ -375,7 +352,7 @@ class WorkerPool:
             message_id,
             deliveries,
             task,
-            fields,
+            fields_of(message),
             error,
             message=message,
         )
@@ -495,16 +472,11 @@ class WorkerPool:
             await self._give_up(job, exhausted, "max retries exceeded")
 
     def _succeeded(self, job: _Job, task_name: str, duration: float) -> None:
-        counters = self._counters
-        counters.succeeded += 1
-        totals = counters.per_task.get(task_name)
-        if totals is None:
-            totals = counters.task(task_name)
-        totals.succeeded += 1
-        key, token = job.fields[6], job.fields[7]
-        lock = None if key is None or token is None else (self._broker.keys.unique(key), token)
+        self._counters.succeeded += 1
+        self._counters.task(task_name).succeeded += 1
         # Only the heartbeat schedule stays while the acknowledgement waits, not the job.
-        self._acks.add(job.message_id, lock, _Beat(job.consumer, job.interval, job.next_beat))
+        beat = _Beat(job.consumer, job.interval, job.next_beat)
+        self._acks.add(job.message_id, self._lock(job), beat)
         if logger.isEnabledFor(logging.DEBUG):
             message = job.message
             logger.debug(
@@ -532,11 +504,12 @@ class WorkerPool:
             return exc
         return None
 
-    def _lock(self, message: TaskMessage) -> tuple[str, str] | None:
+    def _lock(self, job: _Job) -> tuple[str, str] | None:
         """The unique lock a finished message releases: (key, token), or None."""
-        if message.unique_key is None or message.unique_token is None:
+        key, token = job.fields[6], job.fields[7]
+        if key is None or token is None:
             return None
-        return self._broker.keys.unique(message.unique_key), message.unique_token
+        return self._broker.keys.unique(key), token
 
     def _keep(self, job: _Job) -> None:
         """Leave a message that ran pending, for a later delivery (see ``_kept``)."""
@@ -612,9 +585,7 @@ class WorkerPool:
         maxlen = self._config.dead_letter_maxlen
 
         async def write() -> str | None:
-            return await self._broker.dead_letter(
-                job.message_id, fields, maxlen, self._lock(message)
-            )
+            return await self._broker.dead_letter(job.message_id, fields, maxlen, self._lock(job))
 
         if await self._transition(job, write, "dead-letter"):
             self._counters.dead_lettered += 1
