@@ -13,6 +13,7 @@ import trio
 import trio_asyncio
 
 import trunner
+import trunner.heartbeat
 from trunner.keys import RELEASED_CONSUMER
 
 from .conftest import Tally, config, redis_state
@@ -204,7 +205,7 @@ async def test_an_internal_failure_surfaces_as_runner_crashed(
             await fail.wait()
         raise ZeroDivisionError("bug")
 
-    monkeypatch.setattr(trunner.pool.WorkerPool, "heartbeat_loop", broken)
+    monkeypatch.setattr(trunner.heartbeat.Heartbeater, "run", broken)
     with pytest.raises(trunner.RunnerCrashed) as info:
         async with trunner.open_runner(url, config(group), trunner.TaskRegistry()):
             fail.set()

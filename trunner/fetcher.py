@@ -8,7 +8,11 @@ is due, so slots held by a blocked read never delay recovery.
 
 Each loop owns one consumer name and is the only one that delivers into it, so after a read
 or claim that failed midway (its reply lost), the loop itself can safely release the
-entries Redis delivered that it never saw.
+entries Redis delivered that it never saw (:mod:`trunner.release`).
+
+:meth:`Fetcher.stop` and :meth:`Fetcher.nudge` are synchronous: a small task beside the
+loop sends the ``CLIENT UNBLOCK`` that ends a blocked read, so the read returns what Redis
+delivered to it (never lost to a cancellation).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from ._util import ErrorLog, LoopBackoff, logger
 from .config import RunnerConfig
 from .errors import BackendError
 from .pool import WorkerPool
+from .release import Releaser
 from .stats import Counters
 
 __all__ = ["Fetcher", "ReclaimSchedule"]
@@ -60,10 +65,13 @@ class ReclaimSchedule:
 
 
 class Fetcher:
+    """One fetch loop, reading and claiming into its own consumer until :meth:`stop`."""
+
     def __init__(
         self,
         broker: Broker,
         pool: WorkerPool,
+        releaser: Releaser,
         config: RunnerConfig,
         consumer: str,
         schedule: ReclaimSchedule,
@@ -72,6 +80,7 @@ class Fetcher:
     ) -> None:
         self._broker = broker
         self._pool = pool
+        self._releaser = releaser
         self._config = config
         self.consumer = consumer
         self._schedule = schedule
@@ -83,17 +92,32 @@ class Fetcher:
         self._reader: Reader | None = None
         self._backoff = LoopBackoff()
         self._dirty = False
-        self.done = trio.Event()
+        self._interrupt = trio.Event()
+        self.stopped = trio.Event()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Fetch until :meth:`stop`; ``stopped`` is set once the loop has returned."""
         self._reader = reader = self._broker.open_reader(self.consumer)
         try:
-            task_status.started()
-            while not self._stopping:
-                await self._step(reader)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._interrupter, reader)
+                task_status.started()
+                while not self._stopping:
+                    await self._step(reader)
+                nursery.cancel_scope.cancel()
         finally:
             await reader.aclose()
-            self.done.set()
+            self.stopped.set()
+
+    async def _interrupter(self, reader: Reader) -> None:
+        """End a blocked read whenever asked (stop, nudge), on another connection."""
+        while True:
+            await self._interrupt.wait()
+            self._interrupt = trio.Event()
+            try:
+                await reader.interrupt()
+            except BackendError as exc:  # the read ends by its BLOCK time, or cancellation
+                logger.debug("interrupting a blocked read failed: %s", exc)
 
     async def _step(self, reader: Reader) -> None:
         slots = 0
@@ -179,7 +203,7 @@ class Fetcher:
     async def _release_excess(self) -> None:
         """Hand back entries fetched beyond a capacity lowered while the read was blocked."""
         try:
-            await self._pool.release_queued()
+            await self._releaser.release_queued()
         except BackendError as exc:  # they stay ours, pending: released at shutdown
             self._errors.capture(exc)
 
@@ -188,7 +212,7 @@ class Fetcher:
         if not self._dirty:
             return
         try:
-            released = await self._pool.release_orphans(self.consumer)
+            released = await self._releaser.release_orphans(self.consumer)
         except BackendError as exc:
             self._errors.capture(exc)
             return
@@ -196,21 +220,14 @@ class Fetcher:
         if released:
             logger.info("released %d entries delivered to a failed read", released)
 
-    async def nudge(self) -> None:
+    def nudge(self) -> None:
         """Make a blocked read return now (it gives its slots back and reserves again)."""
-        if self._reader is not None:
-            try:
-                await self._reader.interrupt()
-            except BackendError as exc:
-                logger.debug("interrupting a blocked read failed: %s", exc)
+        self._interrupt.set()
 
-    async def stop(self) -> None:
-        """Stop fetching: wake a wait, and interrupt a blocked read."""
+    def stop(self) -> None:
+        """Stop fetching: wake a wait, and interrupt a blocked read; ``stopped`` is set
+        once the loop has returned."""
         self._stopping = True
         if self._wait_scope is not None:
             self._wait_scope.cancel()
-        if self._reader is not None:
-            try:
-                await self._reader.interrupt()
-            except BackendError as exc:  # the read ends by cancellation instead
-                logger.debug("interrupting a blocked read failed: %s", exc)
+        self._interrupt.set()

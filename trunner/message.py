@@ -23,6 +23,7 @@ import attrs
 from .errors import InvalidMessage, InvalidPayload, PayloadTooLarge
 
 __all__ = [
+    "NO_SIZE_LIMIT",
     "PAYLOAD_FIELD",
     "MessageDecodeError",
     "TaskMessage",
@@ -31,6 +32,9 @@ __all__ = [
 ]
 
 PAYLOAD_FIELD = b"payload"
+#: ``max_bytes`` that never refuses: re-encoding a message that came from Redis (a retry,
+#: a replay) must not fail on its size.
+NO_SIZE_LIMIT = 1 << 62
 
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 # For strings holding lone surrogates (valid in Python and in JSON escapes, not in UTF-8).

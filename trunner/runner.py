@@ -38,6 +38,7 @@ from ._context import _current_runner
 from ._producer import Producer
 from ._redis import Broker, Transport, check_url, open_transport
 from ._util import ErrorLog, logger, run_in_background
+from .acks import AckBuffer
 from .config import RunnerConfig
 from .election import Elector
 from .errors import (
@@ -49,11 +50,15 @@ from .errors import (
     RunnerNotRunning,
 )
 from .fetcher import Fetcher, ReclaimSchedule
+from .heartbeat import Heartbeater
+from .holdings import Holdings
 from .janitor import Janitor
 from .keys import Keys
 from .metrics import Aggregator, LocalTimings, MetricsBuffer, Reporter
-from .pool import AckBuffer, WorkerPool
+from .outcomes import Outcomes
+from .pool import WorkerPool
 from .redis_handle import RedisHandle
+from .release import Releaser
 from .scheduler import CronScheduler, DelayedMover
 from .stats import Counters, RunnerState, RunnerStatistics, TaskTotals
 from .task import TaskRegistry
@@ -78,9 +83,12 @@ class _Parts:
     """The components of one run of a runner."""
 
     pool_transport: Transport
+    holdings: Holdings
     acks: AckBuffer
     mover: DelayedMover
     pool: WorkerPool
+    releaser: Releaser
+    heartbeater: Heartbeater
     fetchers: list[Fetcher]
     elector: Elector
     reporter: Reporter
@@ -115,6 +123,7 @@ class Runner(Producer):
         self._hurry = False
         self._drain_scope: trio.CancelScope | None = None
         self._pool: WorkerPool | None = None
+        self._holdings: Holdings | None = None
         self._elector: Elector | None = None
         self._redis: RedisHandle | None = None
         self._mover: DelayedMover | None = None
@@ -166,14 +175,15 @@ class Runner(Producer):
             return
         low, high = self.config.worker_bounds
         capacity = max(low, min(high, value))
-        before = int(self._pool.limiter.total_tokens)
+        before = self._pool.capacity
         if capacity == before:
             return
         logger.info("capacity: %d -> %d workers", before, capacity)
-        self._pool.limiter.total_tokens = capacity
+        self._pool.capacity = capacity
         if capacity < before:
             for fetcher in self._fetchers:
-                await fetcher.nudge()
+                fetcher.nudge()
+        await trio.lowlevel.checkpoint()
 
     def _scheduled(self, due_ms: int) -> None:
         if self._mover is not None:
@@ -189,7 +199,7 @@ class Runner(Producer):
         mover = self._mover
         return RunnerStatistics(
             state=self._state,
-            capacity=int(pool.limiter.total_tokens) if pool else self.config.num_workers,
+            capacity=pool.capacity if pool else self.config.num_workers,
             in_flight=pool.in_flight if pool else 0,
             max_in_flight=c.max_in_flight,
             fetched=c.fetched,
@@ -303,27 +313,29 @@ class Runner(Producer):
         config, counters, errors = self.config, self._counters, self._errors
         self.timings = LocalTimings()
         metrics = MetricsBuffer(cumulative=self.timings)
-        acks = AckBuffer(broker, config, counters, errors)
+        holdings = self._holdings = Holdings()
+        acks = AckBuffer(broker, config, holdings, counters, errors)
         mover = self._mover = DelayedMover(broker, errors, metrics.schedule_pass)
         self._cron = CronScheduler(broker, self.tasks, errors, config.max_payload_bytes)
         self._aggregator = Aggregator(broker, config, errors)
         self._janitor = Janitor(broker, config, errors, self.consumers)
-        pool = WorkerPool(
-            broker, self.tasks, config, counters, errors, acks, mover.due_at, metrics.task_time
-        )
+        outcomes = Outcomes(broker, config, holdings, acks.add, counters, errors, mover.due_at)
+        pool = WorkerPool(self.tasks, config, holdings, outcomes, counters, metrics.task_time)
+        releaser = Releaser(broker, holdings, counters)
+        heartbeater = Heartbeater(broker, holdings, pool.min_beat_interval, counters, errors)
         reporter = Reporter(
             broker,
             config,
             self.consumer_name,
             self.config.host or socket.gethostname(),
             metrics,
-            lambda: int(pool.limiter.total_tokens),
+            lambda: pool.capacity,
             self._apply_capacity,
             errors,
         )
         schedule = ReclaimSchedule(config.reclaim_interval)
         fetchers = [
-            Fetcher(broker, pool, config, consumer, schedule, counters, errors)
+            Fetcher(broker, pool, releaser, config, consumer, schedule, counters, errors)
             for consumer in self.consumers
         ]
         elector = Elector(
@@ -335,7 +347,18 @@ class Runner(Producer):
             id=self.consumer_name,
         )
         self._fetchers = fetchers
-        return _Parts(broker.transport, acks, mover, pool, fetchers, elector, reporter)
+        return _Parts(
+            broker.transport,
+            holdings,
+            acks,
+            mover,
+            pool,
+            releaser,
+            heartbeater,
+            fetchers,
+            elector,
+            reporter,
+        )
 
     async def _serve(self, broker: Broker, task_status: trio.TaskStatus[None]) -> None:
         _current_runner.set(self)  # inherited by every task the nurseries below start
@@ -359,24 +382,28 @@ class Runner(Producer):
                         if not parts.elector.is_leader:
                             parts.elector.stop()  # a stopping follower must not take the lead
                         await self._stop_fetchers(fetching, parts.fetchers)
-                    await self._cleanup("releasing unstarted messages", self._release(pool, False))
-                    await self._drain(pool)
+                    await self._cleanup(
+                        "releasing unstarted messages", self._release(parts.releaser, False)
+                    )
+                    await self._drain(jobs, pool)
                 await self._stop_services(services, parts)
             clean = True
         finally:
             if not clean:  # a component failed: save what can be saved, then re-raise
                 with trio.CancelScope(shield=True):
                     await self._cleanup("flushing acknowledgements", parts.acks.flush())
-                    await self._cleanup("releasing after a failure", self._release(pool, True))
-        await self._cleanup("final release", self._release(pool, True))
+                    await self._cleanup(
+                        "releasing after a failure", self._release(parts.releaser, True)
+                    )
+        await self._cleanup("final release", self._release(parts.releaser, True))
         await self._cleanup("deleting consumers", self._delete_consumers(broker))
 
     async def _start_services(self, services: trio.Nursery, parts: _Parts) -> None:
         self._redis = RedisHandle(parts.pool_transport)
         await services.start(self._redis.run)
         await services.start(parts.reporter.run)
-        services.start_soon(parts.acks.run)
-        await services.start(parts.pool.heartbeat_loop)
+        await services.start(parts.acks.run)
+        await services.start(parts.heartbeater.run)
         await services.start(parts.elector.run)
         self._elector = parts.elector
         services.start_soon(self._lead, parts.elector)
@@ -395,10 +422,10 @@ class Runner(Producer):
     async def _stop_services(self, services: trio.Nursery, parts: _Parts) -> None:
         """Release interrupted messages, flush acknowledgements and timings, release the
         leadership, leave the group."""
-        await self._cleanup("releasing interrupted messages", parts.pool.release_queued())
-        parts.acks.close()
+        await self._cleanup("releasing interrupted messages", parts.releaser.release_queued())
+        parts.acks.stop()
         with trio.move_on_after(CLEANUP_TIMEOUT):
-            await parts.acks.closed.wait()
+            await parts.acks.stopped.wait()
         await self._cleanup("flushing timings", parts.reporter.report())
         parts.elector.stop()
         with trio.move_on_after(CLEANUP_TIMEOUT):
@@ -428,21 +455,21 @@ class Runner(Producer):
             elector.step_down(str(group.exceptions[0]))
 
     async def _stop_fetchers(self, nursery: trio.Nursery, fetchers: list[Fetcher]) -> None:
+        for fetcher in fetchers:
+            fetcher.stop()
         with trio.move_on_after(FETCHER_GRACE):
             for fetcher in fetchers:
-                await fetcher.stop()
-            for fetcher in fetchers:
-                await fetcher.done.wait()
+                await fetcher.stopped.wait()
         nursery.cancel_scope.cancel()
 
-    async def _release(self, pool: WorkerPool, final: bool) -> None:
-        released = await pool.release_queued()
+    async def _release(self, releaser: Releaser, final: bool) -> None:
+        released = await releaser.release_queued()
         for consumer in self.consumers:
-            released += await pool.release_orphans(consumer, final=final)
+            released += await releaser.release_orphans(consumer, final=final)
         if released:
             logger.info("released %d messages for immediate reclaim", released)
 
-    async def _drain(self, pool: WorkerPool) -> None:
+    async def _drain(self, jobs: trio.Nursery, pool: WorkerPool) -> None:
         if not pool.in_flight:
             return
         timeout = 0.0 if self._hurry else self.config.drain_timeout
@@ -452,6 +479,7 @@ class Runner(Producer):
         self._drain_scope = None
         if pool.in_flight:
             cancelled = pool.cancel_running()
+            jobs.cancel_scope.cancel()
             if self._hurry:
                 logger.warning("stopping at once: cancelling %d running tasks", cancelled)
             else:

@@ -112,7 +112,6 @@ async def _group_state(runner: Runner, detail: bool, within: float = 0.0) -> Idl
     while this runs is still seen at a later step.
     """
     broker = runner._open_broker()
-    pool = runner._pool
     keys, transport = broker.keys, broker.transport
     now_ms = int((time.time() + within) * 1000)
     groups, due, total_delayed = await transport.pipeline(
@@ -142,14 +141,15 @@ async def _group_state(runner: Runner, detail: bool, within: float = 0.0) -> Idl
         queued_entries = await transport.execute(
             "XRANGE", keys.stream, f"({last}", "+", "COUNT", count
         )
-    jobs = list(pool._jobs.values()) if pool is not None else []
+    holdings = runner._holdings
+    jobs = list(holdings.running.values()) if holdings is not None else []
     state = IdleState(
         queued=len(queued_entries or ()),
         pending=pending,
         due=int(due),
         delayed=int(total_delayed) - int(due),
         in_flight=len(jobs),
-        acks_buffered=len(pool._acks) if pool is not None else 0,
+        acks_buffered=len(holdings.finished) if holdings is not None else 0,
     )
     if not detail:
         return state

@@ -1,0 +1,235 @@
+"""What happens once an attempt ends: acknowledged, retried, or given up.
+
+Each end is one state transition of the message in Redis, one command or one script:
+
+* **succeeded**: acknowledged through the :class:`~trunner.acks.AckBuffer` (batched);
+* **failed** with attempts left: re-enqueued for its next attempt through the delayed set
+  after its backoff (``retry.lua``: acknowledge and schedule, atomically);
+* **given up** (failed its last attempt, undecodable, unknown task, or delivered again
+  past its last attempt): the failed-task handler runs, then the message is moved to the
+  dead-letter stream with its reason (``dead_letter.lua``);
+* **interrupted** (still running when the drain timeout passed): released for immediate
+  reclaim, never acknowledged.
+
+A retry or dead-letter write is shielded from cancellation and bounded
+(:data:`TRANSITION_TIMEOUT`): the outcome of an attempt that ran is written even past the
+drain timeout. What cannot be written stays pending for a later delivery (*kept*).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from ._redis import Broker
+from ._util import ErrorLog, LoopBackoff, logger, wall_ms
+from .config import RunnerConfig
+from .errors import BackendError, MaxRetryExceeded, TaskFailed, TaskNotFound
+from .holdings import Holdings, Job
+from .message import NO_SIZE_LIMIT, reencode_for_retry
+from .stats import Counters
+from .task import Task
+
+__all__ = ["TRANSITION_TIMEOUT", "Outcomes"]
+
+#: Bound on one state-transition write (retry, dead-letter) including its own retries.
+TRANSITION_TIMEOUT = 10.0
+
+
+class Outcomes:
+    """Ends attempts: see the module docs. One per runner, used by the pool."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        config: RunnerConfig,
+        holdings: Holdings,
+        add_ack: Callable[[Job], None],
+        counters: Counters,
+        errors: ErrorLog,
+        on_retry_scheduled: Callable[[int], None],
+    ) -> None:
+        self._broker = broker
+        self._config = config
+        self._holdings = holdings
+        self._add_ack = add_ack
+        self._counters = counters
+        self._errors = errors
+        self._on_retry_scheduled = on_retry_scheduled
+
+    def succeeded(self, job: Job, task_name: str, duration: float) -> None:
+        """The attempt returned: acknowledge it (batched)."""
+        counters = self._counters
+        counters.succeeded += 1
+        counters.task(task_name).succeeded += 1
+        self._add_ack(job)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "%s succeeded in %.3f s",
+                job.about(),
+                duration,
+                extra=job.log_fields(duration=duration),
+            )
+
+    async def failed(self, job: Job, task: Task, failure: Exception) -> None:
+        """The attempt raised: retry it, or give up after its last attempt."""
+        attempt = job.fields[2]
+        self._counters.failed += 1
+        self._counters.task(task.name).failed += 1
+        self._errors.capture(TaskFailed(task.name, job.message_id, attempt, failure))
+        if attempt < task.max_attempts:
+            await self._retry(job, task, failure)
+        else:
+            exhausted = MaxRetryExceeded(task.name, attempt)
+            exhausted.__cause__ = failure
+            await self._give_up(job, exhausted, "max retries exceeded")
+
+    async def refuse(self, job: Job, task: Task | None) -> None:
+        """Give up a message that may not run: undecodable, unknown task, or delivered
+        again past its last attempt."""
+        if job.decode_error is not None:
+            await self._give_up(job, job.decode_error, "undecodable")
+        elif task is None:
+            await self._give_up(job, TaskNotFound(job.fields[0]), "unknown task")
+        else:
+            error = MaxRetryExceeded(task.name, task.max_attempts, redelivered=True)
+            await self._give_up(job, error, "max retries exceeded (redelivered)")
+
+    def interrupted(self, job: Job) -> None:
+        """Cancelled past the drain timeout: release the message for immediate reclaim."""
+        self._counters.interrupted += 1
+        self._holdings.release_later(job.consumer, job.message_id)
+        logger.warning(
+            "%s interrupted by shutdown; message released",
+            job.about(),
+            extra=job.log_fields(),
+        )
+
+    def internal_error(self, job: Job, error: Exception) -> None:
+        """A defect of trunner while ending ``job``: it stays pending, the runner goes on."""
+        self._errors.capture(error)
+        self._holdings.keep(job)
+        logger.error(
+            "internal error while handling %s; it stays pending",
+            job.about(),
+            exc_info=error,
+            extra=job.log_fields(),
+        )
+
+    async def _retry(self, job: Job, task: Task, failure: Exception) -> None:
+        message = job.message
+        try:
+            delay = task.retry_delay(message.attempt)
+        except Exception as exc:  # noqa: BLE001 - a broken backoff callable
+            self._errors.capture(exc)
+            delay = 1.0
+        due_ms = wall_ms() + math.ceil(delay * 1000)
+        data = reencode_for_retry(message, message.attempt + 1, NO_SIZE_LIMIT)
+
+        async def write() -> bool:
+            return await self._broker.retry(job.message_id, message.task_id, due_ms, data)
+
+        if await self._transition(job, write, "retry") is True:
+            self._counters.retried += 1
+            self._counters.task(task.name).retried += 1
+            self._on_retry_scheduled(due_ms)
+            logger.info(
+                "%s failed; retry scheduled in %.3f s: %r",
+                job.about(),
+                delay,
+                failure,
+                extra=job.log_fields(),
+            )
+
+    async def _give_up(self, job: Job, error: BaseException, reason: str) -> None:
+        message = job.message
+        self._errors.capture(error)
+        handler = self._config.failed_task_handler
+        if handler is not None:
+            exc = await _guarded(handler, message, error)
+            if exc is not None:
+                self._errors.capture(exc)
+                self._holdings.keep(job)
+                logger.error(
+                    "failed-task handler raised for %s; left pending for a later delivery: %r",
+                    job.about(),
+                    exc,
+                    extra=job.log_fields(),
+                )
+                return
+        fields: list[tuple[str, Any]] = [
+            ("payload", message.raw),
+            ("reason", reason),
+            ("error", f"{type(error).__name__}: {error}"),
+            ("task", message.task_name),
+            ("message_id", message.message_id),
+            ("task_id", message.task_id),
+            ("attempt", message.attempt),
+            ("failed_at", wall_ms()),
+            ("consumer", job.consumer),
+        ]
+        cause = ""
+        if error.__cause__ is not None:
+            cause = f"{type(error.__cause__).__name__}: {error.__cause__}"
+            fields.append(("cause", cause))
+        maxlen = self._config.dead_letter_maxlen
+        lock = job.lock(self._broker.keys)
+
+        async def write() -> str | None:
+            return await self._broker.dead_letter(job.message_id, fields, maxlen, lock)
+
+        if await self._transition(job, write, "dead-letter"):
+            self._counters.dead_lettered += 1
+            self._counters.task(message.task_name).dead_lettered += 1
+            logger.error(
+                "%s dead-lettered, %s: %s%s",
+                job.about(),
+                reason,
+                error,
+                f" ({cause})" if cause else "",
+                extra=job.log_fields(),
+            )
+
+    async def _transition(self, job: Job, write: Callable[[], Awaitable[Any]], what: str) -> Any:
+        """Run one state-transition write, retrying Redis errors for a bounded time.
+
+        If it cannot be written, the message stays pending and is redelivered later.
+        """
+        job.finishing = True  # acknowledged by the write: heartbeats would call it lost
+        backoff = LoopBackoff()
+        # Shielded: the outcome of an attempt that ran is written even past the drain timeout.
+        with trio.move_on_after(TRANSITION_TIMEOUT, shield=True):
+            while True:
+                try:
+                    return await write()
+                except BackendError as exc:
+                    self._errors.capture(exc)
+                    logger.warning(
+                        "%s of %s failed, will retry: %s",
+                        what,
+                        job.about(),
+                        exc,
+                        extra=job.log_fields(),
+                    )
+                await trio.sleep(backoff.next_delay())
+        self._holdings.keep(job)
+        logger.error(
+            "%s of %s could not be written; it stays pending for a later delivery",
+            what,
+            job.about(),
+            extra=job.log_fields(),
+        )
+        return None
+
+
+async def _guarded(func: Callable[..., Awaitable[Any]], *args: Any) -> Exception | None:
+    """Run user code; return what it raised (cancellation passes, see the pool)."""
+    try:
+        await func(*args)
+    except Exception as exc:  # noqa: BLE001 - user code failures are handled by callers
+        return exc
+    return None

@@ -1,0 +1,73 @@
+"""The releaser hands messages back for immediate reclaim by any instance.
+
+Released messages are moved, in one script, to the consumer ``trunner:released`` with an
+idle time far above any reclaim delay, so the next reclaim pass of any instance takes them
+at once. Two kinds:
+
+* **queued** ones (:attr:`Holdings.to_release <trunner.holdings.Holdings>`): fetched but
+  not started at shutdown, fetched beyond a capacity lowered while the read was blocked,
+  or interrupted past the drain timeout;
+* **orphans**: entries pending for one of this instance's consumers that it never saw.
+  A read or claim that failed or was cancelled after Redis sent its reply delivered them
+  ("ghost deliveries"); they never ran.
+
+A release that *gives back* the delivery (the message never ran) also lowers its delivery
+count, so the crash-redelivery rule does not count it as an attempt.
+"""
+
+from __future__ import annotations
+
+from ._redis import MAX_IDS_PER_CALL, Broker
+from .holdings import Holdings
+from .stats import Counters
+
+__all__ = ["Releaser"]
+
+
+class Releaser:
+    """Releases what :class:`~trunner.holdings.Holdings` queued, and orphans."""
+
+    def __init__(self, broker: Broker, holdings: Holdings, counters: Counters) -> None:
+        self._broker = broker
+        self._holdings = holdings
+        self._counters = counters
+
+    async def release_queued(self) -> int:
+        """Release the messages queued for release; return how many were released."""
+        by_consumer: dict[str, list[tuple[str, bool]]] = {}
+        for consumer, message_id, give_back in self._holdings.take_releases():
+            by_consumer.setdefault(consumer, []).append((message_id, give_back))
+        released = 0
+        for consumer, entries in by_consumer.items():
+            released += await self._broker.release(consumer, entries)
+        self._counters.released += released
+        return released
+
+    async def release_orphans(self, consumer: str, *, final: bool = False) -> int:
+        """Release entries pending for ``consumer`` that this instance never saw.
+
+        Held messages (running, or finished with the acknowledgement not written yet) are
+        left alone, and so are kept ones (they ran) unless ``final`` (at shutdown): then
+        they are released too, keeping their attempt. Only call this while no read or
+        claim into ``consumer`` is in progress.
+        """
+        holdings = self._holdings
+        releases: list[tuple[str, bool]] = []
+        start = "-"
+        while True:
+            ids = await self._broker.pending_ids(consumer, start=start)
+            fresh = [i for i in ids if i != start]
+            for message_id in fresh:
+                if holdings.holds(message_id):
+                    continue
+                if message_id in holdings.kept:
+                    if final:
+                        releases.append((message_id, False))
+                    continue
+                releases.append((message_id, True))
+            if not fresh or len(ids) < MAX_IDS_PER_CALL:
+                break
+            start = ids[-1]
+        released = await self._broker.release(consumer, releases) if releases else 0
+        self._counters.released += released
+        return released
