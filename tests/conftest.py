@@ -16,6 +16,7 @@ import trio
 
 import trunner
 from trunner._redis import memory
+from trunner.runner import _Components
 
 from .servers import RedisServer
 
@@ -92,6 +93,12 @@ def config(group: str, **overrides: Any) -> trunner.RunnerConfig:
     }
     values.update(overrides)
     return trunner.RunnerConfig(**values)
+
+
+def parts(runner: trunner.Runner) -> _Components:
+    """The components of a started runner (its janitor, cron scheduler, pool ...)."""
+    assert runner._components is not None, f"{runner!r} was never started"
+    return runner._components
 
 
 async def redis_state(predicate: Callable[[], Awaitable[bool]], poll: float = 0.02) -> None:

@@ -13,7 +13,7 @@ from trunner._redis.scripts import SCRIPTS
 from trunner.janitor import instance_of
 from trunner.keys import Keys
 
-from .conftest import Tally, config, redis_state
+from .conftest import Tally, config, parts, redis_state
 
 FAST = {
     "report_interval": 0.1,
@@ -58,15 +58,13 @@ async def test_the_leader_deletes_consumers_of_gone_instances(
             return "gone:1:bb" not in names and "gone:1:bb/1" not in names
 
         await redis_state(cleaned, poll=0.05)
-        janitor = a._janitor
-        assert janitor is not None
+        janitor = parts(a).janitor
         await janitor.wait_rounds(janitor.rounds + 6)  # past the idle bound: live ones stay
         names = _names(raw, keys)
         assert "held:1:aa" in names, "a consumer with pending entries stays"
         assert live <= names, "consumers of live instances stay"
         assert janitor.consumers_deleted == 2
-        assert b._janitor is not None
-        assert b._janitor.rounds == 0, "followers do no chores"
+        assert parts(b).janitor.rounds == 0, "followers do no chores"
 
 
 async def test_no_janitor_when_disabled(url: str, raw: Any, group: str) -> None:
@@ -76,8 +74,7 @@ async def test_no_janitor_when_disabled(url: str, raw: Any, group: str) -> None:
     cfg = config(group, **{**FAST, "janitor_interval": None})
     async with trunner.open_runner(url, cfg, trunner.TaskRegistry()) as runner:
         await trio.sleep(1.0)  # several would-be rounds
-        assert runner._janitor is not None
-        assert runner._janitor.rounds == 0
+        assert parts(runner).janitor.rounds == 0
     assert "gone:1:cc" in _names(raw, keys)
 
 
@@ -168,8 +165,7 @@ async def test_the_janitor_trims_finished_messages_after_the_retention(
             return int(raw.xlen(keys.stream)) <= 100
 
         await redis_state(trimmed, poll=0.05)
-        janitor = runner._janitor
-        assert janitor is not None
+        janitor = parts(runner).janitor
         assert janitor.entries_trimmed >= 200
         await runner.dispatch("record", 300)  # the stream still works after trimming
         await tally.wait(301)

@@ -14,7 +14,7 @@ import trio
 import trunner
 from trunner.election import open_elector
 
-from .conftest import config, redis_state
+from .conftest import config, parts, redis_state
 from .servers import RedisServer
 from .topologies import Cluster, SentinelSet, TlsServer
 
@@ -153,9 +153,9 @@ async def full_run(url: str, group: str) -> trunner.Stats:
         await redis_state(reported, poll=0.1)
         stats = await b.stats()
         leader = a if a.is_leader else b
-        assert leader._janitor is not None
         # its commands (trimming, consumer clean-up) are allowed here too
-        await leader._janitor.wait_rounds(leader._janitor.rounds + 2)
+        janitor = parts(leader).janitor
+        await janitor.wait_rounds(janitor.rounds + 2)
         async with a.redis.pipeline() as pipe:  # the task handle on this deployment
             counter = f"trunner:{{{group}}}:app-counter"
             pipe.add("INCR", counter).add("INCR", counter)

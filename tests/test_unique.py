@@ -13,7 +13,7 @@ import trio
 
 import trunner
 
-from .conftest import config, redis_state
+from .conftest import config, parts, redis_state
 from .servers import RedisServer
 from .unique_process import dispatch_concurrently, registry
 
@@ -313,8 +313,7 @@ async def test_cron_ticks_of_a_unique_task_skip_while_one_runs(url: str, group: 
     tasks.cron("* * * * * *", "report")  # every second
     async with trunner.open_runner(url, config(group), tasks) as runner:
         await first.wait()
-        cron = runner._cron
-        assert cron is not None
+        cron = parts(runner).cron
 
         async def two_skipped() -> bool:  # ticks while the first run holds the key
             await trio.lowlevel.checkpoint()

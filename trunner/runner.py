@@ -2,22 +2,39 @@
 
 ::
 
-    Runner.run ── watcher (turns an outer cancellation into a graceful stop)
-       └── shielded: services nursery   ack flusher, heartbeats, delayed mover, elector,
-              │                          leadership (chores in a nursery per leadership)
-              └── jobs nursery          worker tasks running the fetched messages
-                     └── fetchers       XREADGROUP new messages, XAUTOCLAIM abandoned ones
+    Runner.run
+    └── watcher nursery: _stop_on_cancel          an outer cancellation → stop()
+        └── shielded: services nursery            (stopped by step 4)
+              ├── RedisHandle.run                 redis_handle.py  task code's batched Redis
+              ├── Reporter.run                    metrics.py       timings, membership, capacity
+              ├── AckBuffer.run                   acks.py
+              ├── Heartbeater.run                 heartbeat.py
+              ├── Elector.run                     election.py      the leader lease
+              ├── Leadership.run                  leadership.py    per promotion, a nursery of
+              │     └── DelayedMover · CronScheduler · Aggregator · Janitor · user chores
+              └── jobs nursery                    pool.py          job loops  (drained by step 3)
+                    └── fetching nursery          fetcher.py, num_fetchers loops (closed by step 1)
+
+Every component has one lifecycle: ``await nursery.start(component.run)``, a synchronous
+``stop()``, and a ``stopped`` event. They share what they must through values and one
+ledger, :class:`~trunner.holdings.Holdings`, never through each other's fields.
 
 Leaving ``open_runner`` (normally, by an exception, or by cancellation) runs, in order:
+
+0. messages read from now on are not started, and a follower stops campaigning (a
+   stopping instance must not take the lead);
 1. fetchers stop: nothing new is read or claimed;
 2. messages fetched but not started are released for immediate reclaim;
 3. running tasks get ``drain_timeout`` to finish (and are acknowledged if they do); the
    ones still running are cancelled and their messages released, never acknowledged;
-4. buffered acknowledgements are flushed; leadership is released (followers are told at
-   once); the delayed mover and heartbeats stop;
+4. the services stop one by one, in the order of :data:`SERVICE_SHUTDOWN` (a sender
+   before its receiver): interrupted messages are released, acknowledgements and timings
+   flushed, the chores stopped and the leadership released (followers are told at once),
+   the instance leaves the group;
 5. anything still pending for this instance is released (a finished task whose
    acknowledgement could not be written stays pending), its consumers are deleted when
    empty, connections are closed, and ``state`` becomes STOPPED.
+
 Every step that talks to Redis is shielded and bounded.
 """
 
@@ -29,21 +46,20 @@ import secrets
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import trio
 
 from ._context import _current_runner
 from ._producer import Producer
-from ._redis import Broker, Transport, check_url, open_transport
+from ._redis import Broker, check_url, open_transport
 from ._util import ErrorLog, logger, run_in_background
 from .acks import AckBuffer
 from .config import RunnerConfig
 from .election import Elector
 from .errors import (
     BackendError,
-    LeadershipLost,
     RedisUnavailable,
     RunnerAlreadyStarted,
     RunnerCrashed,
@@ -54,6 +70,7 @@ from .heartbeat import Heartbeater
 from .holdings import Holdings
 from .janitor import Janitor
 from .keys import Keys
+from .leadership import Chore, Leadership
 from .metrics import Aggregator, LocalTimings, MetricsBuffer, Reporter
 from .outcomes import Outcomes
 from .pool import WorkerPool
@@ -63,9 +80,9 @@ from .scheduler import CronScheduler, DelayedMover
 from .stats import Counters, RunnerState, RunnerStatistics, TaskTotals
 from .task import TaskRegistry
 
-__all__ = ["Runner", "open_runner"]
+__all__ = ["SERVICE_SHUTDOWN", "Runner", "open_runner"]
 
-#: Bound on each cleanup step that talks to Redis during shutdown.
+#: Bound on each shutdown step that talks to Redis.
 CLEANUP_TIMEOUT = 5.0
 #: How long stopped fetchers may take to return before they are cancelled.
 FETCHER_GRACE = 1.0
@@ -79,19 +96,62 @@ def default_consumer_name(host: str | None) -> str:
 
 
 @attrs.frozen
-class _Parts:
-    """The components of one run of a runner."""
+class _Components:
+    """Everything one run of a runner is made of, built once by :meth:`Runner._build`."""
 
-    pool_transport: Transport
+    broker: Broker
+    redis: RedisHandle
     holdings: Holdings
     acks: AckBuffer
-    mover: DelayedMover
+    outcomes: Outcomes
     pool: WorkerPool
     releaser: Releaser
     heartbeater: Heartbeater
-    fetchers: list[Fetcher]
-    elector: Elector
+    fetchers: tuple[Fetcher, ...]
     reporter: Reporter
+    elector: Elector
+    leadership: Leadership
+    mover: DelayedMover
+    cron: CronScheduler
+    aggregator: Aggregator
+    janitor: Janitor
+
+
+class _Stoppable(Protocol):
+    """The lifecycle every component shares: ``run`` until ``stop()``, then ``stopped``."""
+
+    @property
+    def stopped(self) -> trio.Event: ...
+
+    def stop(self) -> None: ...
+
+
+async def _stopped(component: _Stoppable) -> None:
+    """Stop ``component`` and wait until it has (bounded by the step's timeout)."""
+    component.stop()
+    await component.stopped.wait()
+
+
+#: Step 4 of the shutdown, in order; each step is bounded and its errors are logged. The
+#: rule: a sender stops before its receiver. The pool (drained by step 3) handed the
+#: releaser its interrupted messages and the ack buffer its finished ones; the reporter's
+#: last report carries the timings of the last tasks; the chores write as the leader
+#: until they stop, then the elector releases the lease; the heartbeater keeps every
+#: message still held fresh until the instance has left the group.
+SERVICE_SHUTDOWN: tuple[tuple[str, Callable[[_Components], Awaitable[Any]]], ...] = (
+    ("releasing interrupted messages", lambda c: c.releaser.release_queued()),
+    ("flushing acknowledgements", lambda c: _stopped(c.acks)),
+    ("flushing timings", lambda c: c.reporter.report()),
+    ("stopping the leader chores", lambda c: _stopped(c.leadership)),
+    ("releasing the leadership", lambda c: _elector_stopped(c.elector)),
+    ("leaving the group", lambda c: c.reporter.deregister()),
+    ("stopping heartbeats", lambda c: _stopped(c.heartbeater)),
+)
+
+
+async def _elector_stopped(elector: Elector) -> None:
+    elector.stop()
+    await elector.done.wait()
 
 
 class Runner(Producer):
@@ -122,19 +182,11 @@ class Runner(Producer):
         self._stop_requested = trio.Event()
         self._hurry = False
         self._drain_scope: trio.CancelScope | None = None
-        self._pool: WorkerPool | None = None
-        self._holdings: Holdings | None = None
-        self._elector: Elector | None = None
-        self._redis: RedisHandle | None = None
-        self._mover: DelayedMover | None = None
-        self._cron: CronScheduler | None = None
-        self._aggregator: Aggregator | None = None
-        self._janitor: Janitor | None = None
-        self._fetchers: list[Fetcher] = []
+        self._components: _Components | None = None
         #: This instance's execution-time histograms per task (cumulative, for exporters).
         self.timings = LocalTimings()
         #: Leader-only work: each runs in a nursery opened on promotion, cancelled on demotion.
-        self._leader_chores: list[Callable[[Elector], Awaitable[None]]] = []
+        self._leader_chores: list[Chore] = []
 
     def __repr__(self) -> str:
         return (
@@ -151,43 +203,30 @@ class Runner(Producer):
     @property
     def is_leader(self) -> bool:
         """Whether this instance holds the group's leadership lease now."""
-        return self._elector is not None and self._elector.is_leader
+        c = self._components
+        return c is not None and c.elector.is_leader
 
     @property
     def redis(self) -> RedisHandle:
         """A Redis handle for task code, batching commands of concurrent tasks."""
-        if self._redis is None:
+        c = self._components
+        if c is None:
             raise RunnerNotRunning(f"{self!r} is not running")
-        return self._redis
+        return c.redis
 
     @property
     def elector(self) -> Elector | None:
         """The group's elector while the runner runs (events, fence, current leader)."""
-        return self._elector
+        c = self._components
+        return c.elector if c is not None else None
 
-    async def _apply_capacity(self, value: int) -> None:
-        """Apply the capacity the leader published (within this instance's bounds).
+    @property
+    def consumers(self) -> list[str]:
+        """The consumer names this instance reads and claims with."""
+        return [self._fetcher_consumer(i) for i in range(self.config.num_fetchers)]
 
-        Lowering it cancels nothing; blocked reads are interrupted so that they give back
-        the worker slots they hold, and take only what the new capacity allows.
-        """
-        if self._pool is None:
-            return
-        low, high = self.config.worker_bounds
-        capacity = max(low, min(high, value))
-        before = self._pool.capacity
-        if capacity == before:
-            return
-        logger.info("capacity: %d -> %d workers", before, capacity)
-        self._pool.capacity = capacity
-        if capacity < before:
-            for fetcher in self._fetchers:
-                fetcher.nudge()
-        await trio.lowlevel.checkpoint()
-
-    def _scheduled(self, due_ms: int) -> None:
-        if self._mover is not None:
-            self._mover.due_at(due_ms)
+    def _fetcher_consumer(self, index: int) -> str:
+        return self.consumer_name if index == 0 else f"{self.consumer_name}/{index}"
 
     def task_totals(self) -> dict[str, TaskTotals]:
         """Outcomes per task on this instance since it started (copies)."""
@@ -195,12 +234,12 @@ class Runner(Producer):
 
     def statistics(self) -> RunnerStatistics:
         c = self._counters
-        pool = self._pool
-        mover = self._mover
+        parts = self._components
+        mover = parts.mover if parts else None
         return RunnerStatistics(
             state=self._state,
-            capacity=pool.capacity if pool else self.config.num_workers,
-            in_flight=pool.in_flight if pool else 0,
+            capacity=parts.pool.capacity if parts else self.config.num_workers,
+            in_flight=parts.pool.in_flight if parts else 0,
             max_in_flight=c.max_in_flight,
             fetched=c.fetched,
             reclaimed=c.reclaimed,
@@ -217,7 +256,7 @@ class Runner(Producer):
             scheduler_passes=mover.passes if mover else 0,
             scheduler_seconds=mover.pass_seconds if mover else 0.0,
             delayed_moved=mover.moved if mover else 0,
-            cron_fired=self._cron.fired if self._cron else 0,
+            cron_fired=parts.cron.fired if parts else 0,
             unique_dropped=mover.unique_dropped if mover else 0,
         )
 
@@ -242,13 +281,32 @@ class Runner(Producer):
                 self._drain_scope.cancel()
         self._stop_requested.set()
 
-    @property
-    def consumers(self) -> list[str]:
-        """The consumer names this instance reads and claims with."""
-        return [self._fetcher_consumer(i) for i in range(self.config.num_fetchers)]
+    # -- what components call back ----------------------------------------------------------
 
-    def _fetcher_consumer(self, index: int) -> str:
-        return self.consumer_name if index == 0 else f"{self.consumer_name}/{index}"
+    async def _apply_capacity(self, value: int) -> None:
+        """Apply the capacity the leader published (within this instance's bounds).
+
+        Lowering it cancels nothing; blocked reads are interrupted so that they give back
+        the worker slots they hold, and take only what the new capacity allows.
+        """
+        await trio.lowlevel.checkpoint()
+        c = self._components
+        if c is None:
+            return
+        low, high = self.config.worker_bounds
+        capacity = max(low, min(high, value))
+        before = c.pool.capacity
+        if capacity == before:
+            return
+        logger.info("capacity: %d -> %d workers", before, capacity)
+        c.pool.capacity = capacity
+        if capacity < before:
+            for fetcher in c.fetchers:
+                fetcher.nudge()
+
+    def _scheduled(self, due_ms: int) -> None:
+        if self._components is not None:
+            self._components.mover.due_at(due_ms)
 
     # -- life -------------------------------------------------------------------------------
 
@@ -267,19 +325,19 @@ class Runner(Producer):
             ) as transport:
                 broker = Broker(transport, self.keys, delete_on_ack=self.config.delete_on_ack)
                 await self._prepare(broker)
+                self._components = self._build(broker)
                 async with trio.open_nursery() as watcher:
                     watcher.start_soon(self._stop_on_cancel)
                     with trio.CancelScope(shield=True):
-                        await self._serve(broker, task_status)
+                        await self._serve(self._components, task_status)
                     watcher.cancel_scope.cancel()
         finally:
             self._broker = None
             self._state = RunnerState.STOPPED
             self._errors.close()
-            if self._pool is not None:
+            if self._components is not None:
                 logger.info("runner stopped: %s", self.statistics())
-            if self._elector is not None:
-                self._elector._close()
+                self._components.elector._close()
 
     async def _stop_on_cancel(self) -> None:
         try:
@@ -309,35 +367,16 @@ class Runner(Producer):
                 limit,
             )
 
-    def _build(self, broker: Broker) -> _Parts:
+    def _build(self, broker: Broker) -> _Components:
         config, counters, errors = self.config, self._counters, self._errors
-        self.timings = LocalTimings()
         metrics = MetricsBuffer(cumulative=self.timings)
-        holdings = self._holdings = Holdings()
+        holdings = Holdings()
         acks = AckBuffer(broker, config, holdings, counters, errors)
-        mover = self._mover = DelayedMover(broker, errors, metrics.schedule_pass)
-        self._cron = CronScheduler(broker, self.tasks, errors, config.max_payload_bytes)
-        self._aggregator = Aggregator(broker, config, errors)
-        self._janitor = Janitor(broker, config, errors, self.consumers)
+        mover = DelayedMover(broker, errors, metrics.schedule_pass)
         outcomes = Outcomes(broker, config, holdings, acks.add, counters, errors, mover.due_at)
         pool = WorkerPool(self.tasks, config, holdings, outcomes, counters, metrics.task_time)
         releaser = Releaser(broker, holdings, counters)
-        heartbeater = Heartbeater(broker, holdings, pool.min_beat_interval, counters, errors)
-        reporter = Reporter(
-            broker,
-            config,
-            self.consumer_name,
-            self.config.host or socket.gethostname(),
-            metrics,
-            lambda: pool.capacity,
-            self._apply_capacity,
-            errors,
-        )
         schedule = ReclaimSchedule(config.reclaim_interval)
-        fetchers = [
-            Fetcher(broker, pool, releaser, config, consumer, schedule, counters, errors)
-            for consumer in self.consumers
-        ]
         elector = Elector(
             broker.transport,
             self.keys.leader,
@@ -346,67 +385,75 @@ class Runner(Producer):
             jitter=config.leader_jitter,
             id=self.consumer_name,
         )
-        self._fetchers = fetchers
-        return _Parts(
-            broker.transport,
-            holdings,
-            acks,
-            mover,
-            pool,
-            releaser,
-            heartbeater,
-            fetchers,
-            elector,
-            reporter,
+        cron = CronScheduler(broker, self.tasks, errors, config.max_payload_bytes)
+        aggregator = Aggregator(broker, config, errors)
+        janitor = Janitor(broker, config, errors, self.consumers)
+        chores = [mover.run, cron.run, aggregator.run, janitor.run, *self._leader_chores]
+        return _Components(
+            broker=broker,
+            redis=RedisHandle(broker.transport),
+            holdings=holdings,
+            acks=acks,
+            outcomes=outcomes,
+            pool=pool,
+            releaser=releaser,
+            heartbeater=Heartbeater(broker, holdings, pool.min_beat_interval, counters, errors),
+            fetchers=tuple(
+                Fetcher(broker, pool, releaser, config, consumer, schedule, counters, errors)
+                for consumer in self.consumers
+            ),
+            reporter=Reporter(
+                broker,
+                config,
+                self.consumer_name,
+                config.host or socket.gethostname(),
+                metrics,
+                lambda: pool.capacity,
+                self._apply_capacity,
+                errors,
+            ),
+            elector=elector,
+            leadership=Leadership(elector, chores),
+            mover=mover,
+            cron=cron,
+            aggregator=aggregator,
+            janitor=janitor,
         )
 
-    async def _serve(self, broker: Broker, task_status: trio.TaskStatus[None]) -> None:
+    async def _serve(self, c: _Components, task_status: trio.TaskStatus[None]) -> None:
         _current_runner.set(self)  # inherited by every task the nurseries below start
-        parts = self._build(broker)
-        pool = self._pool = parts.pool
         clean = False
         try:
             async with trio.open_nursery() as services:
-                await self._start_services(services, parts)
+                await self._start_services(services, c)
                 async with trio.open_nursery() as jobs:
-                    pool.bind(jobs)
+                    c.pool.bind(jobs)
                     async with trio.open_nursery() as fetching:
-                        for fetcher in parts.fetchers:
+                        for fetcher in c.fetchers:
                             await fetching.start(fetcher.run)
-                        self._started(broker)
+                        self._started(c.broker)
                         task_status.started()
                         await self._stop_requested.wait()
-                        self._state = RunnerState.STOPPING
-                        logger.info("runner stopping: %d tasks running", pool.in_flight)
-                        pool.start_stopping()
-                        if not parts.elector.is_leader:
-                            parts.elector.stop()  # a stopping follower must not take the lead
-                        await self._stop_fetchers(fetching, parts.fetchers)
-                    await self._cleanup(
-                        "releasing unstarted messages", self._release(parts.releaser, False)
-                    )
-                    await self._drain(jobs, pool)
-                await self._stop_services(services, parts)
+                        self._begin_stopping(c)  # 0
+                        await self._stop_fetching(fetching, c)  # 1
+                    await self._release_unstarted(c)  # 2
+                    await self._drain(jobs, c)  # 3
+                await self._stop_services(services, c)  # 4
             clean = True
         finally:
             if not clean:  # a component failed: save what can be saved, then re-raise
                 with trio.CancelScope(shield=True):
-                    await self._cleanup("flushing acknowledgements", parts.acks.flush())
-                    await self._cleanup(
-                        "releasing after a failure", self._release(parts.releaser, True)
-                    )
-        await self._cleanup("final release", self._release(parts.releaser, True))
-        await self._cleanup("deleting consumers", self._delete_consumers(broker))
+                    await self._cleanup("flushing acknowledgements", c.acks.flush())
+                    await self._cleanup("releasing after a failure", self._release(c, True))
+        await self._leave(c)  # 5
 
-    async def _start_services(self, services: trio.Nursery, parts: _Parts) -> None:
-        self._redis = RedisHandle(parts.pool_transport)
-        await services.start(self._redis.run)
-        await services.start(parts.reporter.run)
-        await services.start(parts.acks.run)
-        await services.start(parts.heartbeater.run)
-        await services.start(parts.elector.run)
-        self._elector = parts.elector
-        services.start_soon(self._lead, parts.elector)
+    async def _start_services(self, services: trio.Nursery, c: _Components) -> None:
+        await services.start(c.redis.run)
+        await services.start(c.reporter.run)  # registered before the runner is started
+        await services.start(c.acks.run)
+        await services.start(c.heartbeater.run)
+        await services.start(c.elector.run)  # the first election attempt is made
+        await services.start(c.leadership.run)
 
     def _started(self, broker: Broker) -> None:
         self._broker = broker
@@ -419,57 +466,32 @@ class Runner(Producer):
             broker.description,
         )
 
-    async def _stop_services(self, services: trio.Nursery, parts: _Parts) -> None:
-        """Release interrupted messages, flush acknowledgements and timings, release the
-        leadership, leave the group."""
-        await self._cleanup("releasing interrupted messages", parts.releaser.release_queued())
-        parts.acks.stop()
-        with trio.move_on_after(CLEANUP_TIMEOUT):
-            await parts.acks.stopped.wait()
-        await self._cleanup("flushing timings", parts.reporter.report())
-        parts.elector.stop()
-        with trio.move_on_after(CLEANUP_TIMEOUT):
-            await parts.elector.done.wait()
-        await self._cleanup("leaving the group", parts.reporter.deregister())
-        if self._redis is not None:
-            self._redis.close()
-        services.cancel_scope.cancel()
+    # -- the shutdown steps, in order -------------------------------------------------------
 
-    async def _lead(self, elector: Elector) -> None:
-        """Run the leader chores for as long as each leadership lasts."""
-        components = (self._mover, self._cron, self._aggregator, self._janitor)
-        builtin = [c.run for c in components if c is not None]
-        while True:
-            await elector.wait_promoted()
-            async with trio.open_nursery() as chores:
-                for chore in [*builtin, *self._leader_chores]:
-                    chores.start_soon(self._chore, chore, elector)
-                await elector.wait_demoted()
-                chores.cancel_scope.cancel()
+    def _begin_stopping(self, c: _Components) -> None:
+        """0. Messages read from now on are released, and a follower stops campaigning."""
+        self._state = RunnerState.STOPPING
+        logger.info("runner stopping: %d tasks running", c.pool.in_flight)
+        c.pool.start_stopping()
+        if not c.elector.is_leader:
+            c.elector.stop()  # a stopping follower must not take the lead
 
-    @staticmethod
-    async def _chore(chore: Callable[[Elector], Awaitable[None]], elector: Elector) -> None:
-        try:
-            await chore(elector)
-        except* LeadershipLost as group:  # a fenced write was refused: the lease is gone
-            elector.step_down(str(group.exceptions[0]))
-
-    async def _stop_fetchers(self, nursery: trio.Nursery, fetchers: list[Fetcher]) -> None:
-        for fetcher in fetchers:
+    async def _stop_fetching(self, fetching: trio.Nursery, c: _Components) -> None:
+        """1. Nothing new is read or claimed."""
+        for fetcher in c.fetchers:
             fetcher.stop()
         with trio.move_on_after(FETCHER_GRACE):
-            for fetcher in fetchers:
+            for fetcher in c.fetchers:
                 await fetcher.stopped.wait()
-        nursery.cancel_scope.cancel()
+        fetching.cancel_scope.cancel()
 
-    async def _release(self, releaser: Releaser, final: bool) -> None:
-        released = await releaser.release_queued()
-        for consumer in self.consumers:
-            released += await releaser.release_orphans(consumer, final=final)
-        if released:
-            logger.info("released %d messages for immediate reclaim", released)
+    async def _release_unstarted(self, c: _Components) -> None:
+        """2. Messages fetched but not started are released for immediate reclaim."""
+        await self._cleanup("releasing unstarted messages", self._release(c, False))
 
-    async def _drain(self, jobs: trio.Nursery, pool: WorkerPool) -> None:
+    async def _drain(self, jobs: trio.Nursery, c: _Components) -> None:
+        """3. Running tasks get ``drain_timeout``; then they are cancelled (interrupted)."""
+        pool = c.pool
         if not pool.in_flight:
             return
         timeout = 0.0 if self._hurry else self.config.drain_timeout
@@ -477,15 +499,35 @@ class Runner(Producer):
         with trio.move_on_after(timeout) as self._drain_scope:
             await pool.wait_idle()
         self._drain_scope = None
-        if pool.in_flight:
-            cancelled = pool.cancel_running()
-            jobs.cancel_scope.cancel()
-            if self._hurry:
-                logger.warning("stopping at once: cancelling %d running tasks", cancelled)
-            else:
-                logger.warning("drain timeout passed: cancelling %d running tasks", cancelled)
-            with trio.move_on_after(CANCEL_GRACE):
-                await pool.wait_idle()
+        if not pool.in_flight:
+            return
+        cancelled = pool.cancel_running()
+        jobs.cancel_scope.cancel()
+        if self._hurry:
+            logger.warning("stopping at once: cancelling %d running tasks", cancelled)
+        else:
+            logger.warning("drain timeout passed: cancelling %d running tasks", cancelled)
+        with trio.move_on_after(CANCEL_GRACE):
+            await pool.wait_idle()
+
+    async def _stop_services(self, services: trio.Nursery, c: _Components) -> None:
+        """4. The services stop in the order of :data:`SERVICE_SHUTDOWN`."""
+        for what, step in SERVICE_SHUTDOWN:
+            await self._cleanup(what, step(c))
+        c.redis.close()
+        services.cancel_scope.cancel()
+
+    async def _leave(self, c: _Components) -> None:
+        """5. What is still pending for this instance is released; empty consumers go."""
+        await self._cleanup("final release", self._release(c, True))
+        await self._cleanup("deleting consumers", self._delete_consumers(c.broker))
+
+    async def _release(self, c: _Components, final: bool) -> None:
+        released = await c.releaser.release_queued()
+        for consumer in self.consumers:
+            released += await c.releaser.release_orphans(consumer, final=final)
+        if released:
+            logger.info("released %d messages for immediate reclaim", released)
 
     async def _delete_consumers(self, broker: Broker) -> None:
         for consumer in self.consumers:

@@ -141,7 +141,8 @@ async def _group_state(runner: Runner, detail: bool, within: float = 0.0) -> Idl
         queued_entries = await transport.execute(
             "XRANGE", keys.stream, f"({last}", "+", "COUNT", count
         )
-    holdings = runner._holdings
+    parts = runner._components
+    holdings = parts.holdings if parts is not None else None
     jobs = list(holdings.running.values()) if holdings is not None else []
     state = IdleState(
         queued=len(queued_entries or ()),
@@ -225,11 +226,12 @@ async def run_until_idle(
         raise TypeError(f"run_until_idle() takes a Runner, got {type(runner).__name__}")
     v.check_positive_number("timeout", timeout)
     v.check_non_negative_number("delayed_within", delayed_within)
-    if runner._pool is None or runner._broker is None:
+    parts = runner._components
+    if parts is None or runner._broker is None:
         raise RunnerNotRunning(f"{runner!r} is not running")
+    pool = parts.pool
     with trio.move_on_after(timeout):
         while True:
-            pool = runner._pool
             if pool.in_flight:
                 await pool.wait_idle()
                 continue
