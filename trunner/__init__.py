@@ -1,9 +1,10 @@
 """trunner: a Trio-native distributed task runner on Redis Streams."""
 
 from . import election
-from ._context import current_message, current_runner
+from ._context import current_message
 from ._redis.connect import redact_url
 from ._redis.memory import forget_memory_server
+from ._runner_context import current_runner
 from .admin import DeadLetter, GroupInfo
 from .client import Client, open_client
 from .config import FailedTaskHandler, LongQueueHook, RunnerConfig

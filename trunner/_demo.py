@@ -13,8 +13,9 @@ from typing import Any
 
 import trio
 
-from ._context import current_message, current_runner
+from ._context import current_message
 from ._redis import redact_url
+from ._runner_context import current_runner
 from .client import open_client
 from .config import RunnerConfig
 from .message import TaskMessage

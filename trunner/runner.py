@@ -34,9 +34,9 @@ from typing import Any
 import attrs
 import trio
 
-from ._context import _current_runner
 from ._producer import Producer
 from ._redis import Broker, Transport, check_url, open_transport
+from ._runner_context import _current_runner
 from ._util import ErrorLog, logger, run_in_background
 from .config import RunnerConfig
 from .election import Elector
