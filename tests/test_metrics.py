@@ -13,7 +13,8 @@ import pytest
 import trio
 
 import trunner
-from trunner.metrics import BUCKETS, MetricsBuffer, compute_stats
+from trunner.group_stats import BUCKETS, compute_stats
+from trunner.reporter import MetricsBuffer
 
 from .conftest import config, redis_state
 from .servers import RedisServer

@@ -28,9 +28,9 @@ from .errors import (
     TaskNotFound,
     TrunnerError,
 )
+from .group_stats import InstanceInfo, Stats, TaskTiming
 from .keys import Keys
 from .message import TaskMessage
-from .metrics import InstanceInfo, Stats, TaskTiming
 from .redis_handle import Pipeline, RedisHandle, open_redis
 from .runner import Runner, open_runner
 from .stats import RunnerState, RunnerStatistics

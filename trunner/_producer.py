@@ -11,10 +11,18 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ._redis import Broker
-from .admin import DeadLetter, GroupInfo, inspect_group, list_dead, replay_dead
+from .admin import (
+    DeadLetter,
+    GroupInfo,
+    inspect_group,
+    list_dead,
+    read_instances,
+    read_stats,
+    replay_dead,
+)
 from .errors import RunnerNotRunning, TaskAlreadyDispatched
+from .group_stats import InstanceInfo, Stats
 from .message import MessageDecodeError, decode_message, encode_message
-from .metrics import InstanceInfo, Stats, read_instances, read_stats
 from .task import Task, TaskRegistry
 
 if TYPE_CHECKING:

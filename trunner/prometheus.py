@@ -21,7 +21,7 @@ except ImportError as exc:  # pragma: no cover - depends on the extra
         "Prometheus metrics need the prometheus extra: pip install 'trunner[prometheus]'"
     ) from exc
 
-from .metrics import BUCKETS
+from .group_stats import BUCKETS
 from .stats import TaskTotals
 
 if TYPE_CHECKING:

@@ -38,6 +38,7 @@ from ._producer import Producer
 from ._redis import Broker, Transport, check_url, open_transport
 from ._runner_context import _current_runner
 from ._util import ErrorLog, logger, run_in_background
+from .aggregator import Aggregator
 from .config import RunnerConfig
 from .election import Elector
 from .errors import (
@@ -51,9 +52,9 @@ from .errors import (
 from .fetcher import Fetcher, ReclaimSchedule
 from .janitor import Janitor
 from .keys import Keys
-from .metrics import Aggregator, LocalTimings, MetricsBuffer, Reporter
 from .pool import AckBuffer, WorkerPool
 from .redis_handle import RedisHandle
+from .reporter import LocalTimings, MetricsBuffer, Reporter
 from .scheduler import CronScheduler, DelayedMover
 from .stats import Counters, RunnerState, RunnerStatistics, TaskTotals
 from .task import TaskRegistry
