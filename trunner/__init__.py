@@ -1,5 +1,8 @@
 """trunner: a Trio-native distributed task runner on Redis Streams."""
 
+import warnings
+from typing import TYPE_CHECKING, Any
+
 from . import election
 from ._context import current_message
 from ._redis.connect import redact_url
@@ -28,7 +31,7 @@ from .errors import (
     TaskNotFound,
     TrunnerError,
 )
-from .group_stats import InstanceInfo, Stats, TaskTiming
+from .group_stats import GroupStats, InstanceInfo, TaskTiming
 from .keys import Keys
 from .message import TaskMessage
 from .redis_handle import Pipeline, RedisHandle, open_redis
@@ -48,6 +51,7 @@ __all__ = [
     "ElectorCrashed",
     "FailedTaskHandler",
     "GroupInfo",
+    "GroupStats",
     "InstanceInfo",
     "InvalidMessage",
     "InvalidPayload",
@@ -68,7 +72,6 @@ __all__ = [
     "RunnerNotRunning",
     "RunnerState",
     "RunnerStatistics",
-    "Stats",
     "Task",
     "TaskAlreadyDispatched",
     "TaskFailed",
@@ -88,3 +91,21 @@ __all__ = [
     "open_runner",
     "redact_url",
 ]
+
+#: Deprecated names (removed in the next release), each with its replacement.
+_DEPRECATED = {"Stats": ("GroupStats", GroupStats)}
+
+if TYPE_CHECKING:
+    Stats = GroupStats  # deprecated: use GroupStats
+else:
+
+    def __getattr__(name: str) -> Any:
+        if name in _DEPRECATED:
+            new_name, value = _DEPRECATED[name]
+            warnings.warn(
+                f"trunner.{name} is deprecated, use trunner.{new_name}",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return value
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,7 +16,7 @@ import attrs
 from ._redis import Broker, RawEntry
 from ._util import wall_ms
 from .errors import RedisCommandError
-from .group_stats import InstanceInfo, Stats, compute_stats, stats_or_none
+from .group_stats import GroupStats, InstanceInfo, compute_stats, stats_or_none
 from .message import MessageDecodeError, decode_message, reencode_for_retry
 
 __all__ = [
@@ -65,7 +65,7 @@ class GroupInfo:
     leader: str | None
     capacity: Mapping[str, int]
     """The leader's last capacity decision: value, fence, version (empty if none)."""
-    stats: Stats | None
+    stats: GroupStats | None
     """The leader's last published statistics."""
 
 
@@ -164,7 +164,7 @@ async def read_instances(broker: Broker, ttl: float) -> list[InstanceInfo]:
     return sorted(_instances(rows, await broker.leader_id()), key=lambda i: i.id)
 
 
-async def read_stats(broker: Broker, ttl: float) -> Stats:
+async def read_stats(broker: Broker, ttl: float) -> GroupStats:
     """The group's statistics now, over the current window, from any instance."""
     fields = await broker.read_metrics()
     queue_length = await broker.queue_length()

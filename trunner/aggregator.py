@@ -35,12 +35,12 @@ from .admin import read_instances
 from .config import RunnerConfig
 from .election import Elector
 from .errors import BackendError
-from .group_stats import Stats, compute_stats
+from .group_stats import GroupStats, compute_stats
 
 __all__ = ["Aggregator", "decide_capacity"]
 
 
-def decide_capacity(stats: Stats, config: RunnerConfig) -> int | None:
+def decide_capacity(stats: GroupStats, config: RunnerConfig) -> int | None:
     """Workers per instance for the next round; None when capacity is fixed."""
     low, high = config.worker_bounds
     threshold = config.long_queue_threshold
@@ -64,7 +64,7 @@ class Aggregator:
         broker: Broker,
         config: RunnerConfig,
         errors: ErrorLog,
-        on_stats: Callable[[Stats], Awaitable[None]] | None = None,
+        on_stats: Callable[[GroupStats], Awaitable[None]] | None = None,
     ) -> None:
         self._broker = broker
         self._config = config

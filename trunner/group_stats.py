@@ -2,7 +2,7 @@
 every instance reports, and what is known of each live instance.
 
 :func:`compute_stats` turns the group's metrics hash (its fields are described by
-:class:`~trunner.reporter.MetricsBuffer`) into :class:`Stats`. Nothing here does I/O or
+:class:`~trunner.reporter.MetricsBuffer`) into :class:`GroupStats`. Nothing here does I/O or
 imports the rest of trunner, so the configuration (``long_queue_hook``), the duties and
 the inspection can all name these values.
 """
@@ -18,8 +18,8 @@ import attrs
 
 __all__ = [
     "BUCKETS",
+    "GroupStats",
     "InstanceInfo",
-    "Stats",
     "TaskTiming",
     "compute_stats",
     "stats_or_none",
@@ -60,8 +60,12 @@ class InstanceInfo:
 
 
 @attrs.frozen(kw_only=True)
-class Stats:
-    """The group's statistics over a window (since the leader last reset the metrics)."""
+class GroupStats:
+    """The group's statistics over a window (since the leader last reset the metrics).
+
+    Group-wide, computed from what every instance reports; ``RunnerStatistics`` is one
+    runner's own counters. Formerly ``Stats``, a deprecated alias until the next release.
+    """
 
     at: float
     """When they were computed (seconds since the epoch)."""
@@ -88,7 +92,7 @@ class Stats:
         return json.dumps(attrs.asdict(self), separators=(",", ":"))
 
     @classmethod
-    def from_json(cls, text: str) -> Stats:
+    def from_json(cls, text: str) -> GroupStats:
         data = json.loads(text)
         data["tasks"] = {k: TaskTiming(**v) for k, v in data["tasks"].items()}
         return cls(**data)
@@ -121,8 +125,9 @@ def compute_stats(
     instances: Sequence[InstanceInfo],
     now: float,
     previous_average: float = 0.0,
-) -> Stats:
-    """Stats from a metrics hash (see :class:`~trunner.reporter.MetricsBuffer` for its fields).
+) -> GroupStats:
+    """The group's statistics from a metrics hash (its fields: see
+    :class:`~trunner.reporter.MetricsBuffer`).
 
     A window in which no task finished predicts the wait with ``previous_average`` (the
     last window's): a stuck queue must not look like an empty one.
@@ -162,7 +167,7 @@ def compute_stats(
     capacity = sum(i.capacity for i in instances)
     since = fields.get("since")
     window = max(now - since / 1000, 0.001) if since else 0.0
-    return Stats(
+    return GroupStats(
         at=now,
         window=window,
         tasks=timings,
@@ -176,5 +181,5 @@ def compute_stats(
     )
 
 
-def stats_or_none(text: str | None) -> Stats | None:
-    return Stats.from_json(text) if text else None
+def stats_or_none(text: str | None) -> GroupStats | None:
+    return GroupStats.from_json(text) if text else None

@@ -1,0 +1,35 @@
+"""Renamed public names: the old ones keep working for one release, and warn."""
+
+from __future__ import annotations
+
+import pytest
+
+import trunner
+
+from .conftest import config
+
+
+def test_stats_is_group_stats() -> None:
+    with pytest.warns(
+        DeprecationWarning, match=r"trunner\.Stats is deprecated, use trunner\.GroupStats"
+    ):
+        old = trunner.Stats
+    assert old is trunner.GroupStats
+    with pytest.raises(AttributeError, match="no attribute 'NoSuchName'"):
+        trunner.NoSuchName  # type: ignore[attr-defined]  # noqa: B018
+
+
+async def test_stats_calls_group_stats(memory_url: str, group: str) -> None:
+    tasks = trunner.TaskRegistry()
+    async with (
+        trunner.open_runner(memory_url, config(group), tasks) as runner,
+        trunner.open_client(memory_url, group) as client,
+    ):
+        for producer in (runner, client):
+            with pytest.warns(
+                DeprecationWarning, match=r"stats\(\) is deprecated, use group_stats"
+            ):
+                old = await producer.stats()
+            new = await producer.group_stats()
+            assert isinstance(old, trunner.GroupStats)
+            assert (old.instances, old.total_capacity) == (new.instances, new.total_capacity)
