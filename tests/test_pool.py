@@ -20,7 +20,7 @@ from trunner._util import ErrorLog
 from trunner.keys import Keys
 from trunner.message import encode_message
 from trunner.pool import AckBuffer, WorkerPool
-from trunner.stats import Counters
+from trunner.statistics import Counters
 
 from .conftest import config
 from .faults import FaultyTransport, script_call

@@ -36,7 +36,7 @@ from .keys import Keys
 from .message import TaskMessage
 from .redis_handle import Pipeline, RedisHandle, open_redis
 from .runner import Runner, open_runner
-from .stats import RunnerState, RunnerStatistics
+from .statistics import RunnerState, RunnerStatistics
 from .task import CronSchedule, Task, TaskRegistry
 from .worker import WorkerSettings
 

@@ -23,7 +23,7 @@ from ._util import ErrorLog, LoopBackoff, logger
 from .config import RunnerConfig
 from .errors import BackendError
 from .pool import WorkerPool
-from .stats import Counters
+from .statistics import Counters
 
 __all__ = ["Fetcher", "ReclaimSchedule"]
 

@@ -50,7 +50,7 @@ from .message import (
     message_from_fields,
     reencode_for_retry,
 )
-from .stats import Counters
+from .statistics import Counters
 from .task import Task, TaskRegistry
 
 __all__ = ["AckBuffer", "WorkerPool"]

@@ -22,7 +22,7 @@ except ImportError as exc:  # pragma: no cover - depends on the extra
     ) from exc
 
 from .group_stats import BUCKETS
-from .stats import TaskTotals
+from .statistics import TaskTotals
 
 if TYPE_CHECKING:
     from .runner import Runner

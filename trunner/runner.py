@@ -56,7 +56,7 @@ from .pool import AckBuffer, WorkerPool
 from .redis_handle import RedisHandle
 from .reporter import LocalTimings, MetricsBuffer, Reporter
 from .scheduler import CronScheduler, DelayedMover
-from .stats import Counters, RunnerState, RunnerStatistics, TaskTotals
+from .statistics import Counters, RunnerState, RunnerStatistics, TaskTotals
 from .task import TaskRegistry
 
 __all__ = ["Runner", "open_runner"]

@@ -20,7 +20,7 @@ from ._http import Handler, Response, serve_http
 from ._util import logger
 from .config import RunnerConfig
 from .runner import Runner
-from .stats import RunnerState
+from .statistics import RunnerState
 from .task import TaskRegistry
 
 __all__ = ["WorkerSettings", "load_settings", "run_worker"]
