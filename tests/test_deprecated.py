@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import trunner
+from trunner import election
 
 from .conftest import config
 
@@ -33,3 +34,11 @@ async def test_stats_calls_group_stats(memory_url: str, group: str) -> None:
             new = await producer.group_stats()
             assert isinstance(old, trunner.GroupStats)
             assert (old.instances, old.total_capacity) == (new.instances, new.total_capacity)
+
+
+def test_election_error_is_election_failed() -> None:
+    with pytest.warns(DeprecationWarning, match=r"ElectionError is deprecated, use ElectionFailed"):
+        old = election.ElectionError
+    assert old is election.ElectionFailed
+    with pytest.raises(AttributeError, match="no attribute 'NoSuchName'"):
+        election.NoSuchName  # type: ignore[attr-defined]  # noqa: B018
