@@ -40,6 +40,7 @@ from ._runner_context import _current_runner
 from ._util import ErrorLog, logger, run_in_background
 from .aggregator import Aggregator
 from .config import RunnerConfig
+from .cron import CronScheduler
 from .election import Elector
 from .errors import (
     BackendError,
@@ -52,10 +53,10 @@ from .errors import (
 from .fetcher import Fetcher, ReclaimSchedule
 from .janitor import Janitor
 from .keys import Keys
+from .mover import DelayedMover
 from .pool import AckBuffer, WorkerPool
 from .redis_handle import RedisHandle
 from .reporter import LocalTimings, MetricsBuffer, Reporter
-from .scheduler import CronScheduler, DelayedMover
 from .statistics import Counters, RunnerState, RunnerStatistics, TaskTotals
 from .task import TaskRegistry
 
