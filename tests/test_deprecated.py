@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
+import sys
+
 import pytest
 
 import trunner
-from trunner import election
+from trunner import election, serve
 
 from .conftest import config
 
@@ -42,3 +45,16 @@ def test_election_error_is_election_failed() -> None:
     assert old is election.ElectionFailed
     with pytest.raises(AttributeError, match="no attribute 'NoSuchName'"):
         election.NoSuchName  # type: ignore[attr-defined]  # noqa: B018
+
+
+def test_the_worker_module_is_serve() -> None:
+    sys.modules.pop("trunner.worker", None)
+    try:
+        with pytest.warns(DeprecationWarning, match=r"trunner\.worker is deprecated"):
+            old = importlib.import_module("trunner.worker")
+    finally:
+        sys.modules.pop("trunner.worker", None)
+    assert old.WorkerSettings is serve.WorkerSettings is trunner.WorkerSettings
+    assert old.load_settings is serve.load_settings
+    assert old.run_worker is serve.run_worker
+    assert old.__all__ == ["WorkerSettings", "load_settings", "run_worker"]

@@ -36,9 +36,9 @@ from .keys import Keys
 from .message import TaskMessage
 from .redis_handle import Pipeline, RedisHandle, open_redis
 from .runner import Runner, open_runner
+from .serve import WorkerSettings
 from .statistics import RunnerState, RunnerStatistics
 from .task import CronSchedule, Task, TaskRegistry
-from .worker import WorkerSettings
 
 __version__ = "0.1.0"
 
