@@ -13,7 +13,7 @@ from trunner.acks import AckBuffer
 from trunner.holdings import Holdings
 from trunner.keys import Keys
 from trunner.message import encode_message
-from trunner.stats import Counters
+from trunner.statistics import Counters
 
 from .conftest import config
 from .faults import FaultyTransport, script_call

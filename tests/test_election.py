@@ -19,7 +19,7 @@ import trunner
 from trunner._redis import open_transport
 from trunner._redis.lease import fence_key_for, hash_tag
 from trunner._redis.scripts import SCRIPTS
-from trunner.election import Demoted, ElectionError, Elector, Promoted, open_elector
+from trunner.election import Demoted, ElectionFailed, Elector, Promoted, open_elector
 
 from .conftest import config
 from .faults import FaultyTransport, script_call
@@ -179,7 +179,7 @@ async def test_renew_errors_demote_within_one_renew_period(url: str, key: str, r
             while raw.exists(key):  # noqa: ASYNC110 - Redis state
                 await trio.sleep(0.005)
         events = await collect(elector, 3)
-        assert [type(e) for e in events] == [Promoted, ElectionError, Demoted]
+        assert [type(e) for e in events] == [Promoted, ElectionFailed, Demoted]
         assert events[1].during == "renew"
         assert "renewing failed" in events[2].reason
         faulty.fail(None)
@@ -202,7 +202,7 @@ async def test_acquire_errors_are_reported_and_leave_a_follower(url: str, key: s
             await nursery.start(elector.run)
             assert not elector.is_leader
             events = await collect(elector, 2)
-            assert all(isinstance(e, ElectionError) and e.during == "acquire" for e in events)
+            assert all(isinstance(e, ElectionFailed) and e.during == "acquire" for e in events)
             assert not elector.is_leader
             faulty.fail(None)
             await elector.wait_promoted()

@@ -60,7 +60,7 @@ def test_scheduled(tier: str, redis_server: RedisServer) -> None:
 
 
 def test_worker_example_loads() -> None:
-    from trunner.worker import load_settings  # noqa: PLC0415
+    from trunner.serve import load_settings  # noqa: PLC0415
 
     settings = load_settings("examples.worker:settings")
     assert settings.tasks.names == {"resize", "rebuild_feed"}

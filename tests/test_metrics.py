@@ -13,7 +13,8 @@ import pytest
 import trio
 
 import trunner
-from trunner.metrics import BUCKETS, MetricsBuffer, compute_stats
+from trunner.group_stats import BUCKETS, compute_stats
+from trunner.reporter import MetricsBuffer
 
 from .conftest import config, redis_state
 from .servers import RedisServer
@@ -59,7 +60,7 @@ def test_stats_from_the_metrics_hash() -> None:
     assert stats.window == pytest.approx(10.0)
     assert stats.throughput == pytest.approx(10.1)
     assert stats.predicted_wait == pytest.approx(stats.average * 20 / 4)
-    assert trunner.Stats.from_json(stats.to_json()) == stats
+    assert trunner.GroupStats.from_json(stats.to_json()) == stats
     assert all(b / a <= 2.0 for a, b in itertools.pairwise(BUCKETS))
 
 
@@ -117,10 +118,10 @@ async def test_timings_of_two_runners_add_up_in_one_window(url: str, group: str)
         await all_done.wait()
 
         async def reported() -> bool:
-            return "sleepy" in (s := await b.stats()).tasks and s.tasks["sleepy"].count == 40
+            return "sleepy" in (s := await b.group_stats()).tasks and s.tasks["sleepy"].count == 40
 
         await redis_state(reported)
-        from_a, from_b = await a.stats(), await b.stats()
+        from_a, from_b = await a.group_stats(), await b.group_stats()
     assert from_a.tasks == from_b.tasks, "the same figures from any instance"
     timing = from_a.tasks["sleepy"]
     assert timing.average >= 0.04
@@ -152,10 +153,10 @@ async def test_timings_are_flushed_at_shutdown(url: str, group: str, raw: Any) -
 async def test_the_hook_fires_when_and_only_when_the_predicted_wait_is_too_long(
     url: str, group: str, raw: Any
 ) -> None:
-    hooked: list[trunner.Stats] = []
+    hooked: list[trunner.GroupStats] = []
     hook_called = trio.Event()
 
-    async def hook(stats: trunner.Stats) -> None:
+    async def hook(stats: trunner.GroupStats) -> None:
         hooked.append(stats)
         hook_called.set()
 

@@ -17,7 +17,7 @@ import trunner
 from trunner._redis import Broker, open_transport
 from trunner.election import Elector
 from trunner.keys import Keys
-from trunner.scheduler import MOVE_BATCH, DelayedMover
+from trunner.mover import MOVE_BATCH, DelayedMover
 from trunner.task import CronSchedule
 
 from .conftest import config, redis_state

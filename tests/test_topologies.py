@@ -121,7 +121,7 @@ async def run_through_failover(
     )
 
 
-async def full_run(url: str, group: str) -> trunner.Stats:
+async def full_run(url: str, group: str) -> trunner.GroupStats:
     """Dispatch, delayed, election, metrics and unique tasks on one deployment."""
     runs = Runs()
     cfg = config(
@@ -147,11 +147,11 @@ async def full_run(url: str, group: str) -> trunner.Stats:
         await runs.wait(53)
 
         async def reported() -> bool:
-            stats = await a.stats()
+            stats = await a.group_stats()
             return stats.tasks.get("record") is not None and stats.instances == 2
 
         await redis_state(reported, poll=0.1)
-        stats = await b.stats()
+        stats = await b.group_stats()
         leader = a if a.is_leader else b
         # its commands (trimming, consumer clean-up) are allowed here too
         janitor = parts(leader).janitor

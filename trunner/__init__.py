@@ -1,7 +1,10 @@
 """trunner: a Trio-native distributed task runner on Redis Streams."""
 
+import warnings
+from typing import TYPE_CHECKING, Any
+
 from . import election
-from ._context import current_message, current_runner
+from ._context import current_message
 from ._redis.connect import redact_url
 from ._redis.memory import forget_memory_server
 from .admin import DeadLetter, GroupInfo
@@ -27,14 +30,14 @@ from .errors import (
     TaskNotFound,
     TrunnerError,
 )
+from .group_stats import GroupStats, InstanceInfo, TaskTiming
 from .keys import Keys
 from .message import TaskMessage
-from .metrics import InstanceInfo, Stats, TaskTiming
 from .redis_handle import Pipeline, RedisHandle, open_redis
-from .runner import Runner, open_runner
-from .stats import RunnerState, RunnerStatistics
+from .runner import Runner, current_runner, open_runner
+from .serve import WorkerSettings
+from .statistics import RunnerState, RunnerStatistics
 from .task import CronSchedule, Task, TaskRegistry
-from .worker import WorkerSettings
 
 __version__ = "0.1.0"
 
@@ -47,6 +50,7 @@ __all__ = [
     "ElectorCrashed",
     "FailedTaskHandler",
     "GroupInfo",
+    "GroupStats",
     "InstanceInfo",
     "InvalidMessage",
     "InvalidPayload",
@@ -67,7 +71,6 @@ __all__ = [
     "RunnerNotRunning",
     "RunnerState",
     "RunnerStatistics",
-    "Stats",
     "Task",
     "TaskAlreadyDispatched",
     "TaskFailed",
@@ -87,3 +90,21 @@ __all__ = [
     "open_runner",
     "redact_url",
 ]
+
+#: Deprecated names (removed in the next release), each with its replacement.
+_DEPRECATED = {"Stats": ("GroupStats", GroupStats)}
+
+if TYPE_CHECKING:
+    Stats = GroupStats  # deprecated: use GroupStats
+else:
+
+    def __getattr__(name: str) -> Any:
+        if name in _DEPRECATED:
+            new_name, value = _DEPRECATED[name]
+            warnings.warn(
+                f"trunner.{name} is deprecated, use trunner.{new_name}",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return value
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,17 +1,18 @@
-"""Context of the task being executed, for task code."""
+"""The message of the task being executed, for task code (and for eager mode).
+
+The runner executing it is :func:`trunner.runner.current_runner` (it names the runner);
+this one imports nothing above the message, so the pool and eager mode can use it.
+"""
 
 from __future__ import annotations
 
 import contextvars
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from .errors import RunnerNotRunning
 from .message import TaskMessage
 
-if TYPE_CHECKING:
-    from .runner import Runner
-
-__all__ = ["current_message", "current_runner"]
+__all__ = ["current_message"]
 
 
 class MessageSource(Protocol):
@@ -34,18 +35,6 @@ class Given:
 _current_message: contextvars.ContextVar[MessageSource] = contextvars.ContextVar(
     "trunner_current_message"
 )
-_current_runner: contextvars.ContextVar[Runner] = contextvars.ContextVar("trunner_current_runner")
-
-
-def current_runner() -> Runner:
-    """The runner executing the current task (to dispatch follow-up tasks, for example).
-
-    Raises :class:`RunnerNotRunning` outside of a task executed by a runner.
-    """
-    try:
-        return _current_runner.get()
-    except LookupError:
-        raise RunnerNotRunning("current_runner() is only available inside a task") from None
 
 
 def current_message() -> TaskMessage:

@@ -13,12 +13,12 @@ from typing import Any
 
 import trio
 
-from ._context import current_message, current_runner
+from ._context import current_message
 from ._redis import redact_url
 from .client import open_client
 from .config import RunnerConfig
 from .message import TaskMessage
-from .runner import Runner
+from .runner import Runner, current_runner
 from .task import TaskRegistry
 
 __all__ = ["run_demo"]

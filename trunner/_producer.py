@@ -5,16 +5,25 @@ from __future__ import annotations
 import math
 import secrets
 import time
+import warnings
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from ._redis import Broker
-from .admin import DeadLetter, GroupInfo, inspect_group, list_dead, replay_dead
+from .admin import (
+    DeadLetter,
+    GroupInfo,
+    inspect_group,
+    list_dead,
+    read_instances,
+    read_stats,
+    replay_dead,
+)
 from .errors import RunnerNotRunning, TaskAlreadyDispatched
+from .group_stats import GroupStats, InstanceInfo
 from .message import MessageDecodeError, decode_message, encode_message
-from .metrics import InstanceInfo, Stats, read_instances, read_stats
 from .task import Task, TaskRegistry
 
 if TYPE_CHECKING:
@@ -193,9 +202,22 @@ class Producer:
                 lock = (broker.keys.unique(message.unique_key), message.unique_token)
         return await broker.cancel_delayed(delayed_id, lock)
 
-    async def stats(self) -> Stats:
-        """The group's statistics over the current window (the same from any instance)."""
+    async def group_stats(self) -> GroupStats:
+        """The group's statistics over the current window (the same from any instance).
+
+        Group-wide and read from Redis; ``Runner.statistics()`` is this instance's own.
+        """
         return await read_stats(self._open_broker(), self._instance_ttl)
+
+    async def stats(self) -> GroupStats:
+        """Deprecated alias of :meth:`group_stats` (removed in the next release)."""
+        warnings.warn(
+            "stats() is deprecated, use group_stats(): the group's statistics, not to be "
+            "confused with statistics(), this instance's",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return await self.group_stats()
 
     async def instances(self) -> list[InstanceInfo]:
         """The group's live instances, and which one leads."""

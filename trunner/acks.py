@@ -18,7 +18,7 @@ from ._util import ErrorLog, LoopBackoff, logger
 from .config import RunnerConfig
 from .errors import BackendError
 from .holdings import Holdings, Job
-from .stats import Counters
+from .statistics import Counters
 
 __all__ = ["AckBuffer"]
 

@@ -6,6 +6,7 @@ dead-letter`` use them).
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -13,11 +14,20 @@ from typing import Any
 import attrs
 
 from ._redis import Broker, RawEntry
+from ._util import wall_ms
 from .errors import RedisCommandError
+from .group_stats import GroupStats, InstanceInfo, compute_stats, stats_or_none
 from .message import MessageDecodeError, decode_message, reencode_for_retry
-from .metrics import InstanceInfo, Stats, read_instances, stats_or_none
 
-__all__ = ["DeadLetter", "GroupInfo", "inspect_group", "list_dead", "replay_dead"]
+__all__ = [
+    "DeadLetter",
+    "GroupInfo",
+    "inspect_group",
+    "list_dead",
+    "read_instances",
+    "read_stats",
+    "replay_dead",
+]
 
 
 @attrs.frozen
@@ -55,7 +65,7 @@ class GroupInfo:
     leader: str | None
     capacity: Mapping[str, int]
     """The leader's last capacity decision: value, fence, version (empty if none)."""
-    stats: Stats | None
+    stats: GroupStats | None
     """The leader's last published statistics."""
 
 
@@ -127,6 +137,42 @@ async def replay_dead(
         items.append((entry.message_id, reencode_for_retry(again, 1, max_bytes)))
     new_ids = await broker.replay_dead(items)
     return [i for i in new_ids if i is not None], skipped
+
+
+def _instances(
+    rows: Sequence[tuple[str, float, str | None]], leader: str | None
+) -> list[InstanceInfo]:
+    out = []
+    for instance, seen, info in rows:
+        details = json.loads(info) if info else {}
+        out.append(
+            InstanceInfo(
+                id=instance,
+                host=str(details.get("host", "")),
+                pid=int(details.get("pid", 0)),
+                capacity=int(details.get("capacity", 0)),
+                started_at=float(details.get("started_at", 0.0)),
+                last_seen=seen / 1000,
+                leader=instance == leader,
+            )
+        )
+    return out
+
+
+async def read_instances(broker: Broker, ttl: float) -> list[InstanceInfo]:
+    rows = await broker.live_instances(wall_ms() - int(ttl * 1000))
+    return sorted(_instances(rows, await broker.leader_id()), key=lambda i: i.id)
+
+
+async def read_stats(broker: Broker, ttl: float) -> GroupStats:
+    """The group's statistics now, over the current window, from any instance."""
+    fields = await broker.read_metrics()
+    queue_length = await broker.queue_length()
+    instances = await read_instances(broker, ttl)
+    previous = stats_or_none(await broker.latest_stats())
+    return compute_stats(
+        fields, queue_length, instances, time.time(), previous.average if previous else 0.0
+    )
 
 
 async def inspect_group(broker: Broker, instance_ttl: float = 15.0) -> GroupInfo:

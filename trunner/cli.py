@@ -34,7 +34,7 @@ from .admin import GroupInfo, as_dict
 from .client import open_client
 from .errors import TrunnerError
 from .runner import Runner
-from .worker import configure_logging, load_settings, run_worker, worker_config
+from .serve import configure_logging, load_settings, run_worker, worker_config
 
 __all__ = ["main"]
 

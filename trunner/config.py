@@ -8,17 +8,17 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from . import _validate as v
+from .group_stats import GroupStats
 
 if TYPE_CHECKING:
     from .message import TaskMessage
-    from .metrics import Stats
 
 __all__ = ["FailedTaskHandler", "LongQueueHook", "RunnerConfig"]
 
 #: ``async def handler(message, error)``: runs when a task is given up on (see the docs).
 FailedTaskHandler = Callable[["TaskMessage", BaseException], Awaitable[Any]]
 #: ``async def hook(stats)``: the leader calls it when the predicted wait is too long.
-LongQueueHook = Callable[["Stats"], Awaitable[Any]]
+LongQueueHook = Callable[[GroupStats], Awaitable[Any]]
 
 
 @attrs.frozen(kw_only=True)

@@ -21,9 +21,10 @@ import random
 import re
 import secrets
 import socket
+import warnings
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -38,8 +39,8 @@ from .errors import BackendError, ElectorCrashed, LeadershipLost
 
 __all__ = [
     "Demoted",
-    "ElectionError",
     "ElectionEvent",
+    "ElectionFailed",
     "Elector",
     "Promoted",
     "open_elector",
@@ -67,15 +68,34 @@ class Demoted:
 
 
 @attrs.frozen
-class ElectionError:
-    """A Redis call of the election failed (``during``: acquire, renew or release)."""
+class ElectionFailed:
+    """A Redis call of the election failed (``during``: acquire, renew or release).
+
+    An event that :meth:`Elector.events` yields, not an exception. Formerly
+    ``ElectionError``, a deprecated alias until the next release.
+    """
 
     error: BaseException
     during: str
     at: float = attrs.field(factory=trio.current_time)
 
 
-ElectionEvent = Promoted | Demoted | ElectionError
+ElectionEvent = Promoted | Demoted | ElectionFailed
+
+if TYPE_CHECKING:
+    ElectionError = ElectionFailed  # deprecated: use ElectionFailed
+else:
+
+    def __getattr__(name: str) -> Any:
+        if name == "ElectionError":
+            warnings.warn(
+                "trunner.election.ElectionError is deprecated, use ElectionFailed (an event, "
+                "not an exception)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return ElectionFailed
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def default_id() -> str:
@@ -234,7 +254,7 @@ class Elector:
         try:
             fence = await self._store.acquire(self.id, self._ttl_ms)
         except BackendError as exc:
-            self._emit(ElectionError(exc, "acquire"))
+            self._emit(ElectionFailed(exc, "acquire"))
             logger.warning("election attempt for %r failed: %s", self.key, exc)
             return
         if not fence:
@@ -266,7 +286,7 @@ class Elector:
             try:
                 renewed = await self._store.renew(self.id, self._ttl_ms)
             except BackendError as exc:
-                self._emit(ElectionError(exc, "renew"))
+                self._emit(ElectionFailed(exc, "renew"))
                 self.step_down(f"renewing failed: {exc}")
                 return
         if scope.cancelled_caught:
@@ -314,7 +334,7 @@ class Elector:
             try:
                 await self._store.release(self.id)
             except BackendError as exc:
-                self._emit(ElectionError(exc, "release"))
+                self._emit(ElectionFailed(exc, "release"))
                 logger.debug("giving back the lease %r failed (it will expire): %s", self.key, exc)
 
     async def _release(self) -> None:
@@ -324,7 +344,7 @@ class Elector:
         try:
             await self._store.release(self.id)
         except BackendError as exc:
-            self._emit(ElectionError(exc, "release"))
+            self._emit(ElectionFailed(exc, "release"))
             logger.warning("releasing the lease %r failed (it will expire): %s", self.key, exc)
 
     # -- transitions ------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from .config import RunnerConfig
 from .errors import BackendError
 from .pool import WorkerPool
 from .release import Releaser
-from .stats import Counters
+from .statistics import Counters
 
 __all__ = ["Fetcher", "ReclaimSchedule"]
 

@@ -16,7 +16,7 @@ from ._redis import Broker
 from ._util import ErrorLog, LoopBackoff, logger
 from .errors import BackendError, RedisUnavailable, ReservationLost
 from .holdings import Holdings, Job
-from .stats import Counters
+from .statistics import Counters
 
 __all__ = ["STALL_SLACK", "Heartbeater"]
 

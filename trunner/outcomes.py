@@ -31,7 +31,7 @@ from .config import RunnerConfig
 from .errors import BackendError, MaxRetryExceeded, TaskFailed, TaskNotFound
 from .holdings import Holdings, Job
 from .message import NO_SIZE_LIMIT, reencode_for_retry
-from .stats import Counters
+from .statistics import Counters
 from .task import Task
 
 __all__ = ["TRANSITION_TIMEOUT", "Outcomes"]

@@ -33,7 +33,7 @@ from .config import RunnerConfig
 from .holdings import Holdings, Job, beat_interval
 from .message import MessageDecodeError, decode_fields, decode_message, fields_of
 from .outcomes import Outcomes
-from .stats import Counters
+from .statistics import Counters
 from .task import Task, TaskRegistry
 
 __all__ = ["WorkerPool"]

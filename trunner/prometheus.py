@@ -1,7 +1,8 @@
 """Prometheus metrics of a runner (optional: ``pip install 'trunner[prometheus]'``).
 
-The ``trunner worker`` command serves them with ``--metrics-port``; in your own process,
-:func:`metrics_handler` gives an HTTP handler body, or :func:`collect` the text.
+The ``trunner worker`` command serves them with ``--metrics-port`` (see
+:mod:`trunner.serve`); in your own process, :func:`collect` gives the text to serve from
+any HTTP handler, or register a :class:`RunnerCollector` with your own registry.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ except ImportError as exc:  # pragma: no cover - depends on the extra
         "Prometheus metrics need the prometheus extra: pip install 'trunner[prometheus]'"
     ) from exc
 
-from .metrics import BUCKETS
-from .stats import TaskTotals
+from .group_stats import BUCKETS
+from .statistics import TaskTotals
 
 if TYPE_CHECKING:
     from .runner import Runner

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from ._redis import MAX_IDS_PER_CALL, Broker
 from .holdings import Holdings
-from .stats import Counters
+from .statistics import Counters
 
 __all__ = ["Releaser"]
 

@@ -6,7 +6,7 @@
     └── watcher nursery: _stop_on_cancel          an outer cancellation → stop()
         └── shielded: services nursery            (stopped by step 4)
               ├── RedisHandle.run                 redis_handle.py  task code's batched Redis
-              ├── Reporter.run                    metrics.py       timings, membership, capacity
+              ├── Reporter.run                    reporter.py      timings, membership, capacity
               ├── AckBuffer.run                   acks.py
               ├── Heartbeater.run                 heartbeat.py
               ├── Elector.run                     election.py      the leader lease
@@ -40,6 +40,7 @@ Every step that talks to Redis is shielded and bounded.
 
 from __future__ import annotations
 
+import contextvars
 import os
 import re
 import secrets
@@ -51,12 +52,13 @@ from typing import Any, Protocol
 import attrs
 import trio
 
-from ._context import _current_runner
 from ._producer import Producer
 from ._redis import Broker, check_url, open_transport
 from ._util import ErrorLog, logger, run_in_background
 from .acks import AckBuffer
+from .aggregator import Aggregator
 from .config import RunnerConfig
+from .cron import CronScheduler
 from .election import Elector
 from .errors import (
     BackendError,
@@ -71,16 +73,16 @@ from .holdings import Holdings
 from .janitor import Janitor
 from .keys import Keys
 from .leadership import Chore, Leadership
-from .metrics import Aggregator, LocalTimings, MetricsBuffer, Reporter
+from .mover import DelayedMover
 from .outcomes import Outcomes
 from .pool import WorkerPool
 from .redis_handle import RedisHandle
 from .release import Releaser
-from .scheduler import CronScheduler, DelayedMover
-from .stats import Counters, RunnerState, RunnerStatistics, TaskTotals
+from .reporter import LocalTimings, MetricsBuffer, Reporter
+from .statistics import Counters, RunnerState, RunnerStatistics, TaskTotals
 from .task import TaskRegistry
 
-__all__ = ["SERVICE_SHUTDOWN", "Runner", "open_runner"]
+__all__ = ["SERVICE_SHUTDOWN", "Runner", "current_runner", "open_runner"]
 
 #: Bound on each shutdown step that talks to Redis.
 CLEANUP_TIMEOUT = 5.0
@@ -88,6 +90,20 @@ CLEANUP_TIMEOUT = 5.0
 FETCHER_GRACE = 1.0
 #: How long cancelled tasks may take to unwind after the drain timeout.
 CANCEL_GRACE = 5.0
+
+
+_current_runner: contextvars.ContextVar[Runner] = contextvars.ContextVar("trunner_current_runner")
+
+
+def current_runner() -> Runner:
+    """The runner executing the current task (to dispatch follow-up tasks, for example).
+
+    Raises :class:`RunnerNotRunning` outside of a task executed by a runner.
+    """
+    try:
+        return _current_runner.get()
+    except LookupError:
+        raise RunnerNotRunning("current_runner() is only available inside a task") from None
 
 
 def default_consumer_name(host: str | None) -> str:

@@ -12,6 +12,7 @@ from typing import Any, TypeVar, overload
 import attrs
 
 from . import _validate as v
+from ._eager import run_eagerly
 from .errors import TaskNotFound
 from .message import encode_message
 
@@ -44,6 +45,15 @@ def _check_task_name(_inst: object, attr: attrs.Attribute[Any], value: object) -
         raise ValueError(
             f"task {attr.name} must be non-empty without surrounding spaces: {value!r}"
         )
+
+
+def checked_task_name(task_name: object) -> str:
+    """A task name given to a call by name: a non-empty str (else TypeError, ValueError)."""
+    if not isinstance(task_name, str):
+        raise TypeError(f"task_name must be a str, got {type(task_name).__name__}")
+    if not task_name:
+        raise ValueError("task_name must not be empty")
+    return task_name
 
 
 def _check_backoff(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
@@ -387,9 +397,8 @@ class TaskRegistry:
         result or raises :class:`~trunner.MaxRetryExceeded`. See
         :func:`trunner.testing.call_task`.
         """
-        from .testing import call_task  # noqa: PLC0415 - eager mode lives with the test helpers
-
-        return await call_task(self, task_name, payload, sleep_backoff=sleep_backoff)
+        task = self.get(checked_task_name(task_name))
+        return await run_eagerly(task, payload, sleep_backoff=sleep_backoff)
 
     def __contains__(self, name: object) -> bool:
         return name in self._tasks

@@ -20,7 +20,7 @@ from trunner.message import decode_fields, encode_message
 from trunner.outcomes import Outcomes
 from trunner.pool import WorkerPool
 from trunner.release import Releaser
-from trunner.stats import Counters
+from trunner.statistics import Counters
 
 from ..conftest import config
 

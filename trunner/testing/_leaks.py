@@ -19,7 +19,7 @@ from .._redis.transport import Arg
 from ..keys import RELEASED_CONSUMER
 from ..message import PAYLOAD_FIELD
 from ..runner import Runner
-from ..stats import RunnerState
+from ..statistics import RunnerState
 from ._wire import field as _field
 from ._wire import s as _s
 from ._wire import task_name as _task_name

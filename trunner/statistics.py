@@ -1,4 +1,9 @@
-"""The runner's state and its statistics snapshot."""
+"""One runner's state and its statistics: the counters it keeps of its own activity, and
+the immutable snapshot ``Runner.statistics()`` returns.
+
+Local and synchronous, like Trio's ``statistics()``; the group-wide figures are
+:class:`~trunner.GroupStats` (``group_stats.py``).
+"""
 
 from __future__ import annotations
 

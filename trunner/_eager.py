@@ -1,0 +1,93 @@
+"""Eager mode runs a task's action now, in the calling Trio task, as a runner would, without
+Redis: the payload's round trip, the attempts and ``current_message()`` are a runner's.
+
+``TaskRegistry.call`` and ``trunner.testing.call_task`` use it. It needs only what a task
+offers (:class:`EagerTask`, which :class:`~trunner.Task` is), so the task module can import
+it and nothing here imports the task module back.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import trio
+
+from ._context import Given, _current_message
+from .errors import MaxRetryExceeded
+from .message import PAYLOAD_FIELD, decode_message, encode_message, reencode_for_retry
+
+__all__ = ["DEFAULT_MAX_PAYLOAD_BYTES", "EagerTask", "run_eagerly"]
+
+#: The largest encoded message eager calls accept (``RunnerConfig``'s default).
+DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+#: Re-encoding a message for its next attempt never fails on size (as in the runner).
+_NO_LIMIT = 1 << 62
+
+_eager_ids = itertools.count(1)
+
+
+class EagerTask(Protocol):
+    """What eager mode uses of a task."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def action(self) -> Callable[[Any], Awaitable[Any]]: ...
+    @property
+    def unique(self) -> bool: ...
+    @property
+    def max_attempts(self) -> int: ...
+    def key_for(self, payload: Any) -> str: ...
+    def retry_delay(self, failed_attempt: int) -> float: ...
+
+
+def _eager_id() -> str:
+    return f"{int(time.time() * 1000)}-{next(_eager_ids)}"
+
+
+async def run_eagerly(
+    task: EagerTask,
+    payload: Any = None,
+    *,
+    sleep_backoff: bool = False,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+) -> Any:
+    """Run ``task`` with ``payload`` until an attempt succeeds or the last one failed.
+
+    See :func:`trunner.testing.call_task` for what is and is not emulated.
+    """
+    unique_key = task.key_for(payload) if task.unique else None
+    data = encode_message(
+        task.name,
+        payload,
+        enqueued_at=time.time(),
+        unique_key=unique_key,
+        unique_token=secrets.token_hex(16) if unique_key is not None else None,
+        max_bytes=max_payload_bytes,
+    )
+    message = decode_message(_eager_id(), [PAYLOAD_FIELD, data])
+    while True:
+        result: Any = None
+        failure: Exception | None = None
+        token = _current_message.set(Given(message))
+        try:
+            result = await task.action(message.payload)
+        except Exception as exc:  # noqa: BLE001 - a failed attempt, like the runner's
+            failure = exc
+        finally:
+            _current_message.reset(token)
+        if failure is None:
+            return result
+        if message.attempt >= task.max_attempts:
+            raise MaxRetryExceeded(task.name, message.attempt) from failure
+        delay = task.retry_delay(message.attempt)
+        if sleep_backoff:
+            await trio.sleep(delay)
+        else:
+            await trio.lowlevel.checkpoint()
+        data = reencode_for_retry(message, message.attempt + 1, _NO_LIMIT)
+        message = decode_message(_eager_id(), [PAYLOAD_FIELD, data])

@@ -1,0 +1,120 @@
+"""An aggregator is responsible for the leader's view of the group: every
+``stats_interval`` it takes and resets the group's metrics with a fenced script, computes
+the group's statistics, decides the capacity of the pools, publishes both, and calls
+``long_queue_hook`` when the predicted wait exceeds ``long_queue_threshold``.
+
+It is a leader chore, like the janitor: it runs only while this instance leads.
+
+Capacity: the worker-pool capacity the leader decides and every instance applies
+(:func:`decide_capacity`).
+
+With ``min_workers == max_workers`` (the default: both ``num_workers``) capacity is fixed.
+Otherwise, each aggregation round, the leader asks for enough workers in total for the
+predicted wait to meet ``long_queue_threshold``, spread over the live instances::
+
+    per_instance = clamp(ceil(ceil(average * queue_length / threshold) / instances),
+                         min_workers, max_workers)
+
+(the average of the window, or of the last window in which tasks finished). An empty
+queue gives ``min_workers``; a queue with no finished task to size it by gives
+``max_workers``. Every instance applies the published value to its
+pool's worker slots within a second; lowering it never cancels running tasks.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from ._redis import Broker
+from ._util import ErrorLog, LoopBackoff, logger, wall_ms
+from .admin import read_instances
+from .config import RunnerConfig
+from .election import Elector
+from .errors import BackendError
+from .group_stats import GroupStats, compute_stats
+
+__all__ = ["Aggregator", "decide_capacity"]
+
+
+def decide_capacity(stats: GroupStats, config: RunnerConfig) -> int | None:
+    """Workers per instance for the next round; None when capacity is fixed."""
+    low, high = config.worker_bounds
+    threshold = config.long_queue_threshold
+    if low == high or threshold is None:
+        return None
+    if stats.queue_length == 0:
+        return low
+    if stats.predicted_wait <= 0:
+        return high  # a queue, and no finished task yet to size it by
+    total = stats.predicted_wait * stats.total_capacity  # = average x queue_length
+    needed = math.ceil(total / threshold)
+    per_instance = math.ceil(needed / max(stats.instances, 1))
+    return max(low, min(high, per_instance))
+
+
+class Aggregator:
+    """The leader's periodic statistics, long-queue hook and capacity decision."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        config: RunnerConfig,
+        errors: ErrorLog,
+        on_stats: Callable[[GroupStats], Awaitable[None]] | None = None,
+    ) -> None:
+        self._broker = broker
+        self._config = config
+        self._errors = errors
+        self._on_stats = on_stats
+        threshold = config.long_queue_threshold
+        self.interval = config.stats_interval or (threshold / 2 if threshold else 60.0)
+        self.rounds = 0
+        self._last_average = 0.0
+
+    async def run(self, elector: Elector) -> None:
+        backoff = LoopBackoff()
+        while True:
+            await trio.sleep(self.interval)
+            try:
+                await self._round(elector)
+            except BackendError as exc:
+                self._errors.capture(exc)
+                logger.warning("aggregating the group's metrics failed: %s", exc)
+                await trio.sleep(backoff.next_delay())
+            else:
+                backoff.reset()
+
+    async def _round(self, elector: Elector) -> None:
+        config = self._config
+        ttl_ms = int(config.instance_ttl * 1000)
+        fields = await self._broker.take_metrics(elector, wall_ms() - ttl_ms)
+        queue_length = await self._broker.queue_length()
+        instances = await read_instances(self._broker, config.instance_ttl)
+        stats = compute_stats(fields, queue_length, instances, time.time(), self._last_average)
+        self._last_average = stats.average or self._last_average
+        capacity = decide_capacity(stats, config)
+        await self._broker.publish(elector, capacity, elector.fence or 0, stats.to_json())
+        self.rounds += 1
+        if capacity is not None:
+            logger.debug("capacity decided: %d workers per instance", capacity)
+        threshold = config.long_queue_threshold
+        hook = config.long_queue_hook
+        if threshold is not None and hook is not None and stats.predicted_wait > threshold:
+            logger.warning(
+                "long queue: predicted wait %.1f s > %.1f s (%d queued, %d workers)",
+                stats.predicted_wait,
+                threshold,
+                stats.queue_length,
+                stats.total_capacity,
+            )
+            try:
+                await hook(stats)
+            except Exception as exc:  # noqa: BLE001 - the user's hook must not stop the leader
+                self._errors.capture(exc)
+                logger.exception("long_queue_hook raised")
+        if self._on_stats is not None:
+            await self._on_stats(stats)

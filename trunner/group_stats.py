@@ -1,0 +1,185 @@
+"""The group's statistics are values: what the leader computes from the execution times
+every instance reports, and what is known of each live instance.
+
+:func:`compute_stats` turns the group's metrics hash (its fields are described by
+:class:`~trunner.reporter.MetricsBuffer`) into :class:`GroupStats`. Nothing here does I/O or
+imports the rest of trunner, so the configuration (``long_queue_hook``), the duties and
+the inspection can all name these values.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+__all__ = [
+    "BUCKETS",
+    "GroupStats",
+    "InstanceInfo",
+    "TaskTiming",
+    "compute_stats",
+    "stats_or_none",
+]
+
+#: Upper bounds (seconds) of the histogram buckets (about x1.5 apart, so a percentile is
+#: within about a third of its value); one more bucket holds longer times.
+BUCKETS = (
+    0.001, 0.0015, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075,
+    0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0,
+    30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0, 450.0, 600.0, 900.0, 1200.0, 1800.0,
+    2700.0, 3600.0,
+)  # fmt: skip
+
+
+@attrs.frozen
+class TaskTiming:
+    """Execution times of one task over a window (seconds)."""
+
+    count: int
+    average: float
+    p50: float
+    p95: float
+    p99: float
+
+
+@attrs.frozen
+class InstanceInfo:
+    """One live instance of the group."""
+
+    id: str
+    host: str
+    pid: int
+    capacity: int
+    started_at: float
+    last_seen: float
+    leader: bool
+
+
+@attrs.frozen(kw_only=True)
+class GroupStats:
+    """The group's statistics over a window (since the leader last reset the metrics).
+
+    Group-wide, computed from what every instance reports; ``RunnerStatistics`` is one
+    runner's own counters. Formerly ``Stats``, a deprecated alias until the next release.
+    """
+
+    at: float
+    """When they were computed (seconds since the epoch)."""
+    window: float
+    """The window's length in seconds."""
+    tasks: Mapping[str, TaskTiming]
+    """Execution times per task."""
+    average: float
+    """Average execution time over every task (seconds; 0 without samples)."""
+    schedule_average: float
+    """Average time of one pass of the leader's delayed-task mover (seconds)."""
+    queue_length: int
+    """Entries in the group's stream: waiting or running."""
+    instances: int
+    """Live instances."""
+    total_capacity: int
+    """Workers across the live instances."""
+    predicted_wait: float
+    """average x queue_length / total_capacity: how long a task dispatched now may wait."""
+    throughput: float
+    """Tasks finished per second over the window."""
+
+    def to_json(self) -> str:
+        return json.dumps(attrs.asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> GroupStats:
+        data = json.loads(text)
+        data["tasks"] = {k: TaskTiming(**v) for k, v in data["tasks"].items()}
+        return cls(**data)
+
+
+def _percentile(
+    buckets: Sequence[float], count: float, p: float, longest: float | None = None
+) -> float:
+    """Estimate from histogram counts: linear within the bucket holding the p-th sample,
+    and never above the longest sample when it is known."""
+    estimate = _interpolated(buckets, count, p)
+    return min(estimate, longest) if longest else estimate
+
+
+def _interpolated(buckets: Sequence[float], count: float, p: float) -> float:
+    target = p * count
+    seen = 0.0
+    for i, n in enumerate(buckets):
+        if n and seen + n >= target:
+            lower = BUCKETS[i - 1] if i > 0 else 0.0
+            upper = BUCKETS[i] if i < len(BUCKETS) else lower * 2
+            return lower + (upper - lower) * (target - seen) / n
+        seen += n
+    return BUCKETS[-1]
+
+
+def compute_stats(
+    fields: Mapping[str, float],
+    queue_length: int,
+    instances: Sequence[InstanceInfo],
+    now: float,
+    previous_average: float = 0.0,
+) -> GroupStats:
+    """The group's statistics from a metrics hash (its fields: see
+    :class:`~trunner.reporter.MetricsBuffer`).
+
+    A window in which no task finished predicts the wait with ``previous_average`` (the
+    last window's): a stuck queue must not look like an empty one.
+    """
+    tasks: dict[str, dict[str, Any]] = defaultdict(
+        lambda: {"n": 0.0, "s": 0.0, "max": 0.0, "b": [0.0] * (len(BUCKETS) + 1)}
+    )
+    for field, value in fields.items():
+        parts = field.split(":")
+        if parts[0] != "t" or len(parts) < 3:
+            continue
+        if parts[-2] == "b" and len(parts) >= 4:
+            name = ":".join(parts[1:-2])
+            index = int(parts[-1])
+            if 0 <= index <= len(BUCKETS):
+                tasks[name]["b"][index] += value
+        elif parts[-1] in ("n", "s"):
+            tasks[":".join(parts[1:-1])][parts[-1]] += value
+        elif parts[-1] == "max":
+            entry = tasks[":".join(parts[1:-1])]
+            entry["max"] = max(entry["max"], value)
+    timings = {
+        name: TaskTiming(
+            count=int(t["n"]),
+            average=t["s"] / t["n"],
+            p50=_percentile(t["b"], t["n"], 0.50, t["max"]),
+            p95=_percentile(t["b"], t["n"], 0.95, t["max"]),
+            p99=_percentile(t["b"], t["n"], 0.99, t["max"]),
+        )
+        for name, t in sorted(tasks.items())
+        if t["n"] > 0
+    }
+    count = sum(t["n"] for t in tasks.values())
+    total = sum(t["s"] for t in tasks.values())
+    average = total / count if count else 0.0
+    passes = fields.get("sched:n", 0.0)
+    capacity = sum(i.capacity for i in instances)
+    since = fields.get("since")
+    window = max(now - since / 1000, 0.001) if since else 0.0
+    return GroupStats(
+        at=now,
+        window=window,
+        tasks=timings,
+        average=average,
+        schedule_average=fields.get("sched:s", 0.0) / passes if passes else 0.0,
+        queue_length=queue_length,
+        instances=len(instances),
+        total_capacity=capacity,
+        predicted_wait=(average or previous_average) * queue_length / capacity if capacity else 0.0,
+        throughput=count / window if window else 0.0,
+    )
+
+
+def stats_or_none(text: str | None) -> GroupStats | None:
+    return GroupStats.from_json(text) if text else None

@@ -1,0 +1,128 @@
+"""A delayed mover is responsible for moving delayed tasks and scheduled retries into the
+group's stream once they are due, so that the fetchers deliver them.
+
+It runs as a leader chore (in a nursery that lives exactly as long as one leadership) and
+writes only through fenced scripts, so a deposed leader cannot move a delayed task. Every
+instance has one ready: a new leader starts moving at once; followers do not touch Redis
+for it at all.
+
+Precision: the mover sleeps until the earliest due time (at most ``MAX_SLEEP``), and is
+woken early when a task due sooner is scheduled — by this instance directly, by any other
+instance or client through the group's wake-up channel.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import trio
+
+from ._redis import Broker
+from ._util import ErrorLog, LoopBackoff, logger, wall_ms
+from .election import Elector
+from .errors import BackendError
+
+__all__ = ["DelayedMover"]
+
+#: The most tasks one move call takes: a backlog drains batch after batch.
+MOVE_BATCH = 500
+#: The longest the mover sleeps without looking (a missed wake-up is caught by then).
+MAX_SLEEP = 5.0
+
+
+class DelayedMover:
+    """Moves due delayed tasks into the stream while this instance leads (a leader chore)."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        errors: ErrorLog,
+        on_pass: Callable[[float], None] = lambda _seconds: None,
+    ) -> None:
+        self._broker = broker
+        self._errors = errors
+        self._on_pass = on_pass
+        self._wake = trio.Event()
+        self._next_due_ms: float | None = None
+        self.passes = 0
+        self.pass_seconds = 0.0
+        self.moved = 0
+        self.unique_dropped = 0
+
+    def due_at(self, due_ms: int) -> None:
+        """A task was scheduled for ``due_ms``: wake the mover if it is due first."""
+        if self._next_due_ms is None or due_ms < self._next_due_ms:
+            self._next_due_ms = due_ms
+            self._wake.set()
+
+    async def run(self, elector: Elector) -> None:
+        """Move due tasks for as long as this leadership lasts (a leader chore)."""
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self._listen)
+            await self._move(elector)
+
+    async def _move(self, elector: Elector) -> None:
+        backoff = LoopBackoff()
+        while True:
+            self._wake = trio.Event()
+            begin = time.perf_counter()
+            try:
+                moved, next_due, unique = await self._broker.move_due(
+                    elector, wall_ms(), MOVE_BATCH
+                )
+                if unique:
+                    moved_unique, dropped = await self._broker.move_unique(elector, unique)
+                    moved += moved_unique
+                    self.unique_dropped += dropped
+                    if dropped:
+                        logger.warning(
+                            "dropped %d of the due unique delayed tasks %s: their keys were locked",
+                            dropped,
+                            ", ".join(unique[:10]) + (" ..." if len(unique) > 10 else ""),
+                        )
+            except BackendError as exc:
+                self._errors.capture(exc)
+                logger.warning("moving due delayed tasks failed: %s", exc)
+                await trio.sleep(backoff.next_delay())
+                continue
+            backoff.reset()
+            self.passes += 1
+            seconds = time.perf_counter() - begin
+            self.pass_seconds += seconds
+            self._on_pass(seconds)
+            self.moved += moved
+            if moved:
+                logger.debug("moved %d due delayed tasks into the stream", moved)
+            if moved + len(unique) >= MOVE_BATCH:
+                await trio.lowlevel.checkpoint()
+                continue
+            self._next_due_ms = next_due
+            delay = MAX_SLEEP if next_due is None else (next_due - wall_ms()) / 1000
+            with trio.move_on_after(min(MAX_SLEEP, max(delay, 0.0))):
+                await self._wake.wait()
+
+    async def _listen(self, *, task_status: trio.TaskStatus[None]) -> None:
+        """Wake-ups from other instances: a task due sooner than any other was scheduled."""
+        subscriber = self._broker.open_wake_subscriber()
+        backoff = LoopBackoff()
+        try:
+            try:
+                await subscriber.subscribe()
+            except BackendError as exc:
+                logger.debug("subscribing to delayed wake-ups failed (retrying): %s", exc)
+            task_status.started()
+            while True:
+                try:
+                    data = await subscriber.next_message()
+                except BackendError:
+                    await trio.sleep(backoff.next_delay())
+                    continue
+                backoff.reset()
+                try:
+                    self.due_at(int(data))
+                except ValueError:
+                    self._wake.set()
+        finally:
+            with trio.CancelScope(shield=True):
+                await subscriber.aclose()
