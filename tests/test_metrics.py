@@ -6,6 +6,7 @@ import itertools
 import json
 import os
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -236,6 +237,22 @@ async def test_membership_lists_live_instances_and_the_leader(url: str, group: s
             assert by_id[b.consumer_name].capacity == cfg.num_workers
         # b left gracefully: gone at once, not after instance_ttl
         assert [i.id for i in await a.instances()] == [a.consumer_name]
+
+
+async def test_a_client_judges_liveness_by_the_groups_instance_ttl(
+    url: str, group: str, raw: Any
+) -> None:
+    """An instance last seen 5 s ago is live for a group whose instance_ttl is 15 s, and
+    gone for one whose instance_ttl is 2 s: a client told the group's TTL agrees."""
+    keys = trunner.Keys("trunner", group)
+    seen_ms = int((time.time() - 5) * 1000)
+    raw.zadd(keys.instances, {"old:1:aa": seen_ms})
+    raw.hset(keys.instances_info, "old:1:aa", '{"host":"h","pid":1,"capacity":3}')
+    async with trunner.open_client(url, group) as default:
+        assert [i.id for i in await default.instances()] == ["old:1:aa"]
+    async with trunner.open_client(url, group, instance_ttl=2.0) as short:
+        assert await short.instances() == []
+        assert (await short.group_stats()).instances == 0
 
 
 @pytest.mark.deadline(60)

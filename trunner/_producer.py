@@ -42,12 +42,20 @@ class _Unique:
 
 
 class Producer:
-    """Dispatch methods; subclasses provide the broker while they are open."""
+    """Dispatch and inspection methods, for the runner and the producer-only client.
 
-    _broker: Broker | None = None
-    _registry: TaskRegistry | None = None
-    _max_payload_bytes: int
-    _instance_ttl: float = 15.0
+    ``registry``: the tasks to check names (and unique keys) against, or None to accept
+    any name; ``instance_ttl``: how long an instance that has not reported counts as live
+    (the group's ``RunnerConfig.instance_ttl``). The broker is set while open.
+    """
+
+    def __init__(
+        self, *, registry: TaskRegistry | None, max_payload_bytes: int, instance_ttl: float
+    ) -> None:
+        self._broker: Broker | None = None
+        self._registry = registry
+        self._max_payload_bytes = max_payload_bytes
+        self._instance_ttl = instance_ttl
 
     def _open_broker(self) -> Broker:
         if self._broker is None:

@@ -21,14 +21,21 @@ class Client(Producer):
     """Dispatches tasks to a consumer group. Get one from :func:`open_client`."""
 
     def __init__(
-        self, broker: Broker, registry: TaskRegistry | None, max_payload_bytes: int
+        self,
+        broker: Broker,
+        redis: RedisHandle,
+        *,
+        registry: TaskRegistry | None,
+        max_payload_bytes: int,
+        instance_ttl: float,
     ) -> None:
+        super().__init__(
+            registry=registry, max_payload_bytes=max_payload_bytes, instance_ttl=instance_ttl
+        )
         self._broker = broker
-        self._registry = registry
-        self._max_payload_bytes = max_payload_bytes
         self.keys = broker.keys
         #: A Redis handle batching the commands of concurrent tasks (see RedisHandle).
-        self.redis: RedisHandle
+        self.redis = redis
 
     @property
     def consumer_group(self) -> str:
@@ -46,11 +53,13 @@ async def open_client(
     connect_timeout: float = 5.0,
     command_timeout: float = 10.0,
     max_connections: int = 20,
+    instance_ttl: float = 15.0,
 ) -> AsyncIterator[Client]:
     """Open a producer-only client of ``consumer_group`` on the Redis at ``redis``.
 
     With ``tasks``, dispatching a task name the registry does not know raises
-    :class:`~trunner.TaskNotFound`; without it any name is accepted.
+    :class:`~trunner.TaskNotFound`; without it any name is accepted. ``instance_ttl``: the
+    group's ``RunnerConfig.instance_ttl``, for :meth:`~Client.instances` and statistics.
     """
     keys = Keys(prefix, consumer_group)
     if tasks is not None and not isinstance(tasks, TaskRegistry):
@@ -59,6 +68,7 @@ async def open_client(
     v.check_positive_number("connect_timeout", connect_timeout)
     v.check_positive_number("command_timeout", command_timeout)
     v.check_positive_int("max_connections", max_connections)
+    v.check_positive_number("instance_ttl", instance_ttl)
     async with open_transport(
         redis,
         client_name=f"trunner-client:{consumer_group}",
@@ -66,8 +76,14 @@ async def open_client(
         connect_timeout=connect_timeout,
         command_timeout=command_timeout,
     ) as transport:
-        client = Client(Broker(transport, keys), tasks, max_payload_bytes)
-        handle = client.redis = RedisHandle(transport)
+        handle = RedisHandle(transport)
+        client = Client(
+            Broker(transport, keys),
+            handle,
+            registry=tasks,
+            max_payload_bytes=max_payload_bytes,
+            instance_ttl=instance_ttl,
+        )
 
         def crashed(what: str) -> Crashed:
             return Crashed(f"the client's Redis handle failed: {what}")

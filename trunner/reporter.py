@@ -16,7 +16,7 @@ import json
 import os
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import trio
 
@@ -119,7 +119,8 @@ class LocalTimings:
 
 
 class Reporter:
-    """Reports this instance once per ``report_interval`` (metrics, membership, capacity)."""
+    """Reports this instance once per ``report_interval`` (metrics, membership, capacity),
+    from before the runner is started until :meth:`stop`."""
 
     def __init__(
         self,
@@ -129,7 +130,7 @@ class Reporter:
         host: str,
         buffer: MetricsBuffer,
         capacity: Callable[[], int],
-        apply_capacity: Callable[[int], Awaitable[None]],
+        apply_capacity: Callable[[int], None],
         errors: ErrorLog,
     ) -> None:
         self._broker = broker
@@ -142,6 +143,8 @@ class Reporter:
         self._errors = errors
         self._started_at = time.time()
         self._version: int | None = None
+        self._scope = trio.CancelScope()
+        self.stopped = trio.Event()
 
     def _info(self) -> str:
         return json.dumps(
@@ -170,19 +173,29 @@ class Reporter:
             raise
         if value is not None and version != self._version:
             self._version = version
-            await self._apply(value)
+            self._apply(value)
         return True
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        await self.report()  # registered before the runner reports itself started
-        task_status.started()
-        backoff = LoopBackoff()
-        while True:
-            await trio.sleep(self._interval)
-            if not await self.report():
-                await trio.sleep(backoff.next_delay())
-            else:
-                backoff.reset()
+        """Report now (so the instance is registered once started), then once per
+        ``report_interval`` until :meth:`stop`."""
+        try:
+            with self._scope:
+                await self.report()
+                task_status.started()
+                backoff = LoopBackoff()
+                while True:
+                    await trio.sleep(self._interval)
+                    if not await self.report():
+                        await trio.sleep(backoff.next_delay())
+                    else:
+                        backoff.reset()
+        finally:
+            self.stopped.set()
+
+    def stop(self) -> None:
+        """Stop reporting (a report in progress is cancelled: its samples are kept)."""
+        self._scope.cancel()
 
     async def deregister(self) -> None:
         """Leave the group's live instances at once (graceful shutdown)."""

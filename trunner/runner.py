@@ -148,16 +148,23 @@ async def _stopped(component: _Stoppable) -> None:
     await component.stopped.wait()
 
 
+async def _last_report(reporter: Reporter) -> None:
+    """Stop reporting every second, then report the last timings once."""
+    await _stopped(reporter)
+    await reporter.report()
+
+
 #: Step 4 of the shutdown, in order; each step is bounded and its errors are logged. The
 #: rule: a sender stops before its receiver. The pool (drained by step 3) handed the
 #: releaser its interrupted messages and the ack buffer its finished ones; the reporter's
-#: last report carries the timings of the last tasks; the chores write as the leader
-#: until they stop, then the elector releases the lease; the heartbeater keeps every
-#: message still held fresh until the instance has left the group.
+#: last report carries the timings of the last tasks, and no report follows the instance's
+#: leaving (it would register it again); the chores write as the leader until they stop,
+#: then the elector releases the lease; the heartbeater keeps every message still held
+#: fresh until the instance has left the group.
 SERVICE_SHUTDOWN: tuple[tuple[str, Callable[[_Components], Awaitable[Any]]], ...] = (
     ("releasing interrupted messages", lambda c: c.releaser.release_queued()),
     ("flushing acknowledgements", lambda c: _stopped(c.acks)),
-    ("flushing timings", lambda c: c.reporter.report()),
+    ("flushing timings", lambda c: _last_report(c.reporter)),
     ("stopping the leader chores", lambda c: _stopped(c.leadership)),
     ("releasing the leadership", lambda c: _elector_stopped(c.elector)),
     ("leaving the group", lambda c: c.reporter.deregister()),
@@ -184,12 +191,14 @@ class Runner(Producer):
             raise TypeError(f"tasks must be a TaskRegistry, got {type(tasks).__name__}")
         tasks.check()
         check_url(redis)
+        super().__init__(
+            registry=tasks,
+            max_payload_bytes=config.max_payload_bytes,
+            instance_ttl=config.instance_ttl,
+        )
         self._url = redis
         self.config = config
         self.tasks = tasks
-        self._registry = tasks
-        self._max_payload_bytes = config.max_payload_bytes
-        self._instance_ttl = config.instance_ttl
         self.keys = Keys(config.prefix, config.consumer_group)
         self.consumer_name = config.consumer_name or default_consumer_name(config.host)
         self._state = RunnerState.INIT
@@ -299,13 +308,12 @@ class Runner(Producer):
 
     # -- what components call back ----------------------------------------------------------
 
-    async def _apply_capacity(self, value: int) -> None:
+    def _apply_capacity(self, value: int) -> None:
         """Apply the capacity the leader published (within this instance's bounds).
 
         Lowering it cancels nothing; blocked reads are interrupted so that they give back
         the worker slots they hold, and take only what the new capacity allows.
         """
-        await trio.lowlevel.checkpoint()
         c = self._components
         if c is None:
             return
