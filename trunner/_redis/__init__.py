@@ -2,6 +2,7 @@
 
 from .broker import MAX_IDS_PER_CALL, Broker, RawEntry
 from .connect import check_url, open_transport, redact_url
+from .errors import ScriptNotLoaded
 from .memory import forget_memory_server
 from .transport import Reader, Transport
 
@@ -10,6 +11,7 @@ __all__ = [
     "Broker",
     "RawEntry",
     "Reader",
+    "ScriptNotLoaded",
     "Transport",
     "check_url",
     "forget_memory_server",

@@ -4,12 +4,11 @@
 transport owns. Control traffic goes through a blocking connection pool; every blocking
 reader gets a dedicated connection of its own, so a blocked XREADGROUP never starves a
 lease renewal or an acknowledgement (REDIS-NOTES trap 4). Every error of the client
-library is translated into :mod:`trunner.errors` here (:func:`translate_error`).
+library is translated into :mod:`trunner.errors` by the map of :mod:`.errors`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import math
 from collections.abc import Callable, Coroutine, Sequence
@@ -23,18 +22,12 @@ from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
 
-from ..errors import BackendError, RedisCommandError, RedisUnavailable
+from ..errors import BackendError, RedisUnavailable
+from .errors import map_exceptions, redis_py_errors, redis_py_reply
 from .topology import Endpoint
-from .transport import (
-    Arg,
-    Reader,
-    ScriptNotLoaded,
-    Subscriber,
-    Transport,
-    UnblockableReader,
-)
+from .transport import Arg, Reader, Subscriber, Transport, UnblockableReader
 
-__all__ = ["AsyncioTransport", "translate_error", "translate_reply"]
+__all__ = ["AsyncioTransport"]
 
 T = TypeVar("T")
 
@@ -43,33 +36,6 @@ _CLUSTER_OWN = ("COMMAND", "CLUSTER", "READONLY", "READWRITE", "ASKING")
 
 #: Commands named by two words, which the Cluster client routes by both.
 _TWO_WORD = frozenset({"SCRIPT", "CONFIG", "CLIENT", "CLUSTER"})
-
-
-def translate_error(exc: BaseException, where: str) -> BaseException:
-    """Map an exception of the client library onto trunner's own (others pass through)."""
-    if isinstance(exc, redis.exceptions.NoScriptError):
-        return ScriptNotLoaded(f"{where}: {exc}")
-    if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
-        return RedisUnavailable(f"{where}: {exc}")
-    if isinstance(exc, OSError | asyncio.TimeoutError | EOFError):
-        return RedisUnavailable(f"{where}: {type(exc).__name__}: {exc}")
-    if isinstance(exc, redis.exceptions.ResponseError):
-        # The server's text (some redis-py versions print an error made by a parser
-        # outside a connection as its type, e.g. "server:ResponseError").
-        text = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
-        return RedisCommandError(f"{where}: {text}")
-    if isinstance(exc, redis.exceptions.RedisError | redis.exceptions.RedisClusterException):
-        return BackendError(f"{where}: {type(exc).__name__}: {exc}")
-    return exc
-
-
-def translate_reply(reply: Any, where: str) -> Any:
-    """A pipeline's reply: an exception becomes trunner's; so do those inside an EXEC's."""
-    if isinstance(reply, BaseException):
-        return translate_error(reply, where)
-    if where.upper() == "EXEC" and isinstance(reply, list):
-        return [translate_error(r, where) if isinstance(r, BaseException) else r for r in reply]
-    return reply
 
 
 async def _disconnect(transport: AsyncioTransport, conn: Any, where: str) -> None:
@@ -220,18 +186,10 @@ class AsyncioTransport(Transport):
         """
         limit = self.command_timeout if limit is None else limit
         try:
-            with trio.fail_after(limit):
+            with trio.fail_after(limit), map_exceptions(redis_py_errors, where):
                 result: T = await self._loop.run_aio_coroutine(make())
         except trio.TooSlowError:
             raise RedisUnavailable(f"{where}: no reply from Redis within {limit} s") from None
-        except (
-            TimeoutError,
-            redis.exceptions.RedisError,
-            redis.exceptions.RedisClusterException,
-            OSError,
-            EOFError,
-        ) as exc:
-            raise translate_error(exc, where) from exc
         return result
 
     async def _pooled(self, make: Callable[[], Coroutine[Any, Any, T]], where: str) -> T:
@@ -258,7 +216,7 @@ class AsyncioTransport(Transport):
             raise BackendError("transactions are not supported on Redis Cluster by trunner")
 
         replies = await self._pooled(go, "pipeline")
-        return [translate_reply(r, str(c[0])) for r, c in zip(replies, commands, strict=True)]
+        return [redis_py_reply(r, str(c[0])) for r, c in zip(replies, commands, strict=True)]
 
     def open_reader(self, name: str, key: str | None = None) -> Reader:
         reader = _AsyncioReader(self, name, key)

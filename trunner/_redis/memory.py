@@ -17,13 +17,14 @@ from typing import Any
 
 import trio
 
+from .errors import map_exceptions, redis_py_errors, redis_py_reply
 from .transport import Arg, Reader, Subscriber, Transport
 
 __all__ = ["MemoryTransport", "forget_memory_server", "memory_server_names"]
 
 
-# fakeredis and redis-py are imported on first use: a process that never opens a memory://
-# URL does not load them.
+# fakeredis is imported on first use: a process that never opens a memory:// URL does not
+# load it (nor redis-py, which it imports).
 
 
 class _MemoryServer:
@@ -70,18 +71,9 @@ def _client(server: _MemoryServer) -> Any:
 
 
 def _execute(client: Any, args: Sequence[Arg]) -> Any:
-    """Run one command on a fakeredis client; its errors become trunner's (redis-py is
-    imported on the error path only: this runs for every command)."""
-    try:
+    """Run one command on a fakeredis client; its errors (redis-py's) become trunner's."""
+    with map_exceptions(redis_py_errors, str(args[0])):
         return client.execute_command(*args)
-    except Exception as exc:
-        from redis.exceptions import RedisError  # noqa: PLC0415 - see above
-
-        if not isinstance(exc, RedisError):
-            raise
-        from .bridged import translate_error  # noqa: PLC0415 - see above
-
-        raise translate_error(exc, str(args[0])) from exc
 
 
 class MemoryTransport(Transport):
@@ -104,11 +96,9 @@ class MemoryTransport(Transport):
     async def pipeline(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
         await trio.lowlevel.checkpoint()
         replies: list[Any] = []
-        from .bridged import translate_reply  # noqa: PLC0415 - see above
-
         for command in commands:
             try:
-                replies.append(translate_reply(self._run(command), str(command[0])))
+                replies.append(redis_py_reply(self._run(command), str(command[0])))
             except Exception as exc:  # noqa: BLE001 - each reply or error in its place
                 replies.append(exc)
         return replies

@@ -19,21 +19,16 @@ import select
 import socket
 import ssl
 import urllib.parse
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import attrs
 import hiredis
 import trio
 
-from ..errors import RedisCommandError, RedisUnavailable
-from .transport import (
-    Arg,
-    ScriptNotLoaded,
-    Subscriber,
-    Transport,
-    UnblockableReader,
-)
+from ..errors import RedisUnavailable
+from .errors import hiredis_reply, map_exceptions, reply_error, socket_errors
+from .transport import Arg, Subscriber, Transport, UnblockableReader
 
 __all__ = ["NativeTransport", "ServerAddress", "native_options"]
 
@@ -60,8 +55,6 @@ _KNOWN_OPTIONS = frozenset(
     }
 )
 _CERT_REQS = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
-#: Error replies that mean "not now" rather than "wrong command".
-_UNAVAILABLE = ("LOADING", "MASTERDOWN", "NOAUTH", "WRONGPASS", "TRYAGAIN", "CLUSTERDOWN")
 _READ_SIZE = 65536
 
 
@@ -208,36 +201,6 @@ def pack(args: Sequence[object]) -> bytes:
     return b"".join(out)
 
 
-def error_of(reply: hiredis.ReplyError, where: str) -> Exception:
-    """The exception for an error reply."""
-    message = str(reply)
-    if message.startswith("NOSCRIPT"):
-        return ScriptNotLoaded(f"{where}: {message}")
-    if message.startswith(_UNAVAILABLE):
-        return RedisUnavailable(f"{where}: {message}")
-    return RedisCommandError(f"{where}: {message}")
-
-
-def _in_place(reply: Any, where: str) -> Any:
-    """An error reply becomes its exception; so do those in the reply of an EXEC."""
-    if isinstance(reply, hiredis.ReplyError):
-        return error_of(reply, where)
-    if where == "EXEC" and isinstance(reply, list):
-        return [error_of(r, where) if isinstance(r, hiredis.ReplyError) else r for r in reply]
-    return reply
-
-
-@contextlib.contextmanager
-def _connection_errors() -> Iterator[None]:
-    """A broken socket or a garbled reply becomes RedisUnavailable."""
-    try:
-        yield
-    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-        raise RedisUnavailable(f"connection lost: {type(exc).__name__}: {exc}") from None
-    except hiredis.ProtocolError as exc:
-        raise RedisUnavailable(f"protocol error: {exc}") from None
-
-
 class Connection:
     """One socket to Redis, with its reply parser."""
 
@@ -305,7 +268,7 @@ class Connection:
             if isinstance(reply, hiredis.ReplyError):
                 if command[0] == "AUTH":
                     raise RedisUnavailable(f"AUTH: {reply}")
-                raise error_of(reply, " ".join(str(c) for c in command[:2]))
+                raise reply_error(str(reply), " ".join(str(c) for c in command[:2]))
 
     def idle_ok(self) -> bool:
         """A pooled connection is usable if the server has sent nothing since (no EOF)."""
@@ -325,7 +288,7 @@ class Connection:
         """
         data = b"".join(pack(command) for command in commands)  # TypeError: nothing sent
         self.broken = True
-        with _connection_errors():
+        with map_exceptions(socket_errors, chain=False):
             await self._stream.send_all(data)
             replies = [await self._read() for _ in commands]
         self.broken = False
@@ -334,7 +297,7 @@ class Connection:
     async def read(self) -> Any:
         """Read one more reply (pub/sub); the connection is broken if this fails."""
         self.broken = True
-        with _connection_errors():
+        with map_exceptions(socket_errors, chain=False):
             reply = await self._read()
         self.broken = False
         return reply
@@ -440,7 +403,7 @@ class NativeTransport(Transport):
         where = str(args[0])
         [reply] = await self._bounded([args], where)
         if isinstance(reply, hiredis.ReplyError):
-            raise error_of(reply, where)
+            raise reply_error(str(reply), where)
         return reply
 
     async def pipeline(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
@@ -449,7 +412,7 @@ class NativeTransport(Transport):
             return []
         replies = await self._bounded(commands, "pipeline")
         return [
-            _in_place(reply, str(command[0]).upper())
+            hiredis_reply(reply, str(command[0]).upper())
             for reply, command in zip(replies, commands, strict=True)
         ]
 
@@ -524,7 +487,7 @@ class _NativeReader(_Dedicated, UnblockableReader):
                 raise RedisUnavailable(f"XREADGROUP: {exc}") from None
             raise
         if isinstance(reply, hiredis.ReplyError):
-            raise error_of(reply, "XREADGROUP")
+            raise reply_error(str(reply), "XREADGROUP")
         return reply
 
     async def _connect(self) -> None:
@@ -567,7 +530,7 @@ class _NativeSubscriber(_Dedicated, Subscriber):
             raise
         if isinstance(reply, hiredis.ReplyError):
             await self._drop()
-            raise error_of(reply, "SUBSCRIBE")
+            raise reply_error(str(reply), "SUBSCRIBE")
 
     async def next_message(self) -> bytes:
         try:

@@ -20,7 +20,7 @@ from typing import Any
 
 import trio
 
-from ..errors import RedisCommandError
+from .errors import ScriptNotLoaded
 from .scripts import Script
 
 __all__ = [
@@ -37,10 +37,6 @@ Arg = str | bytes | int | float
 #: How often, and how far apart, an interrupt repeats CLIENT UNBLOCK for a read.
 UNBLOCK_TRIES = 10
 UNBLOCK_RETRY = 0.05
-
-
-class ScriptNotLoaded(RedisCommandError):
-    """EVALSHA of a script Redis does not know (restarted, or SCRIPT FLUSH)."""
 
 
 class Reader(abc.ABC):

@@ -14,7 +14,7 @@ from typing import Any
 import trio
 
 from .._redis import memory, redact_url
-from .._redis.bridged import translate_error
+from .._redis.errors import map_exceptions, redis_py_errors
 from .._redis.transport import Arg
 from ..keys import RELEASED_CONSUMER
 from ..message import PAYLOAD_FIELD
@@ -143,10 +143,8 @@ class _Probe:
     def execute(self, *args: Arg) -> Any:
         if self._client is None:
             return None
-        try:
+        with map_exceptions(redis_py_errors, f"{_s(args[0])} (leak check)"):
             return self._client.execute_command(*args)
-        except Exception as exc:
-            raise translate_error(exc, f"{_s(args[0])} (leak check)") from exc
 
     def client_list(self) -> list[dict[str, str]]:
         """CLIENT LIST of a real server (memory:// has no connections)."""
