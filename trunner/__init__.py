@@ -2,7 +2,7 @@
 
 from . import election
 from ._context import current_message, current_runner
-from ._redis.connect import redact_url
+from ._redis import redact_url
 from ._redis.memory import forget_memory_server
 from .admin import DeadLetter, GroupInfo
 from .client import Client, open_client

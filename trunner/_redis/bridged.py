@@ -24,8 +24,8 @@ from redis.backoff import NoBackoff
 
 from ..errors import BackendError, RedisUnavailable
 from .errors import map_exceptions, redis_py_errors, redis_py_reply
-from .topology import Endpoint
 from .transport import Arg, Reader, Subscriber, Transport, UnblockableReader
+from .urls import Endpoint
 
 __all__ = ["AsyncioTransport"]
 

@@ -7,8 +7,9 @@ of a bridged redis.asyncio call, and cancellation is plain Trio: a call cancelle
 reply is in flight closes that connection, so no later caller can read the stale reply.
 
 Used for ``redis://``, ``rediss://`` and ``unix://`` URLs whose options it knows
-(:func:`native_options`); Cluster, Sentinel and other options use the bridged redis-py
-client (:class:`~trunner._redis.bridged.AsyncioTransport`). It imports no redis-py module.
+(:func:`~trunner._redis.urls.native_options`); Cluster, Sentinel and other options use the
+bridged redis-py client (:class:`~trunner._redis.bridged.AsyncioTransport`). It imports no
+redis-py module.
 """
 
 from __future__ import annotations
@@ -18,160 +19,20 @@ import contextlib
 import select
 import socket
 import ssl
-import urllib.parse
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-import attrs
 import hiredis
 import trio
 
 from ..errors import RedisUnavailable
 from .errors import hiredis_reply, map_exceptions, reply_error, socket_errors
 from .transport import Arg, Subscriber, Transport, UnblockableReader
+from .urls import ServerAddress
 
-__all__ = ["NativeTransport", "ServerAddress", "native_options"]
+__all__ = ["NativeTransport"]
 
-#: URL query options this transport understands; a URL with any other uses redis-py.
-_KNOWN_OPTIONS = frozenset(
-    {
-        "db",
-        "username",
-        "password",
-        "host",
-        "port",
-        "ssl_ca_certs",
-        "ssl_ca_path",
-        "ssl_ca_data",
-        "ssl_certfile",
-        "ssl_keyfile",
-        "ssl_password",
-        "ssl_cert_reqs",
-        "ssl_check_hostname",
-        "socket_connect_timeout",
-        "socket_keepalive",
-        "client_name",
-        "health_check_interval",
-    }
-)
-_CERT_REQS = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
 _READ_SIZE = 65536
-
-
-@attrs.frozen
-class ServerAddress:
-    """Where one server is, and how to log in."""
-
-    host: str = "localhost"
-    port: int = 6379
-    path: str | None = None  # a Unix socket
-    db: int = 0
-    username: str | None = None
-    password: str | None = None
-    ssl_context: ssl.SSLContext | None = None
-    connect_timeout: float | None = None
-    client_name: str | None = None  # from the URL: wins over the name trunner gives
-
-
-def _to_bool(value: str) -> bool | None:
-    if value == "":
-        return None
-    return value.upper() not in ("0", "F", "FALSE", "N", "NO")
-
-
-#: How redis-py reads the values of the query options this transport uses.
-_PARSERS: dict[str, Any] = {
-    "db": int,
-    "socket_connect_timeout": float,
-    "health_check_interval": int,
-    "socket_keepalive": _to_bool,
-    "ssl_check_hostname": _to_bool,
-}
-
-
-def parse_server_url(url: str) -> dict[str, Any]:
-    """The options of a ``redis://``, ``rediss://`` or ``unix://`` URL, read as redis-py's
-    ``parse_url`` reads them (same names and values; ``tls`` and ``path`` from the scheme),
-    without importing redis-py. Raises ValueError for a value that cannot be read."""
-    parsed = urllib.parse.urlparse(url)
-    if parsed.scheme not in ("redis", "rediss", "unix"):
-        raise ValueError("Redis URL must specify one of redis://, rediss://, unix://")
-    options: dict[str, Any] = {}
-    for name, values in urllib.parse.parse_qs(parsed.query).items():
-        if values:
-            reader = _PARSERS.get(name)
-            try:
-                options[name] = reader(values[0]) if reader else values[0]
-            except (TypeError, ValueError):
-                raise ValueError(f"Invalid value for '{name}' in connection URL.") from None
-    if parsed.username:
-        options["username"] = urllib.parse.unquote(parsed.username)
-    if parsed.password:
-        options["password"] = urllib.parse.unquote(parsed.password)
-    if parsed.scheme == "unix":
-        options["path"] = urllib.parse.unquote(parsed.path) if parsed.path else None
-        return options
-    if parsed.hostname:
-        options["host"] = urllib.parse.unquote(parsed.hostname)
-    if parsed.port:  # ValueError for a port out of range or not a number
-        options["port"] = parsed.port
-    if parsed.path and "db" not in options:
-        with contextlib.suppress(ValueError):
-            options["db"] = int(urllib.parse.unquote(parsed.path).replace("/", ""))
-    options["tls"] = parsed.scheme == "rediss"
-    return options
-
-
-def native_options(url: str) -> ServerAddress | None:
-    """The address of a single-server URL, or None when it needs redis-py's own client
-    (an option this transport does not implement)."""
-    options = parse_server_url(url)
-    tls = options.pop("tls", False)
-    path = options.pop("path", None)
-    if not set(options) <= _KNOWN_OPTIONS:
-        return None
-    context = None
-    if tls:
-        context = _ssl_context(options)
-    elif any(name.startswith("ssl_") for name in options):
-        return None  # TLS options on a plain URL: let redis-py say what it makes of them
-    timeout = options.get("socket_connect_timeout")
-    return ServerAddress(
-        host=options.get("host") or "localhost",
-        port=int(options.get("port") or 6379),
-        path=path,
-        db=int(options.get("db") or 0),
-        username=options.get("username"),
-        password=options.get("password"),
-        ssl_context=context,
-        connect_timeout=float(timeout) if timeout is not None else None,
-        client_name=options.get("client_name") or None,
-    )
-
-
-def _ssl_context(options: dict[str, Any]) -> ssl.SSLContext:
-    """The TLS settings of redis-py's SSLConnection, from the same URL options."""
-    reqs = options.get("ssl_cert_reqs", "required")
-    if isinstance(reqs, str):
-        if reqs.lower() not in _CERT_REQS:
-            raise ValueError(f"ssl_cert_reqs must be one of {', '.join(_CERT_REQS)}")
-        reqs = _CERT_REQS[reqs.lower()]
-    check = options.get("ssl_check_hostname", True)
-    if isinstance(check, str):
-        check = check.lower() in ("1", "true", "yes")
-    context = ssl.create_default_context()
-    context.check_hostname = bool(check) and reqs != ssl.CERT_NONE
-    context.verify_mode = reqs
-    if options.get("ssl_certfile") or options.get("ssl_keyfile"):
-        context.load_cert_chain(
-            certfile=options["ssl_certfile"],
-            keyfile=options.get("ssl_keyfile"),
-            password=options.get("ssl_password"),
-        )
-    ca = (options.get("ssl_ca_certs"), options.get("ssl_ca_path"), options.get("ssl_ca_data"))
-    if any(item is not None for item in ca):
-        context.load_verify_locations(cafile=ca[0], capath=ca[1], cadata=ca[2])
-    return context
 
 
 def pack(args: Sequence[object]) -> bytes:
