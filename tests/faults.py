@@ -29,6 +29,7 @@ class FaultyTransport(Transport):
     def __init__(self, inner: Transport) -> None:
         self.inner = inner
         self.description = f"faulty {inner.description}"
+        self.command_timeout = inner.command_timeout
         self._fail: Match | None = None
         self._hold: Match | None = None
         self._released = trio.Event()
@@ -64,8 +65,8 @@ class FaultyTransport(Transport):
             await self._gate(command)
         return await self.inner.pipeline(commands)
 
-    def open_reader(self, name: str, key: str | None = None) -> Reader:
-        return self.inner.open_reader(name, key)
+    def open_reader(self, key: str | None = None) -> Reader:
+        return self.inner.open_reader(key)
 
     def open_subscriber(self, channel: str) -> Subscriber:
         return self.inner.open_subscriber(channel)

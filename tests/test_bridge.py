@@ -232,7 +232,7 @@ async def test_cancelled_blocked_reads_lose_nothing_and_ghosts_are_recovered(
     async with _open(redis_server.url, f"bridge-{group}", bridge) as transport:
         broker = Broker(transport, keys)
         await broker.ensure_group()
-        reader = RecordingReader(broker.open_reader(CONSUMER))
+        reader = RecordingReader(broker.open_reader())
         began = trio.current_time()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(producer, broker, produced)
@@ -365,7 +365,7 @@ async def test_interrupt_ends_a_blocked_read_at_once_and_the_reader_goes_on(
     async with _open(redis_server.url, name, bridge) as transport:
         broker = Broker(transport, trunner.Keys(PREFIX, group))
         await broker.ensure_group()
-        reader = broker.open_reader(CONSUMER)
+        reader = broker.open_reader()
         results: list[tuple[list[str], float]] = []
         finished = trio.Event()
 

@@ -28,7 +28,7 @@ async def broker(url: str, group: str) -> AsyncIterator[Broker]:
 
 
 async def deliver(broker: Broker, consumer: str, count: int) -> list[str]:
-    reader = broker.open_reader(consumer)
+    reader = broker.open_reader()
     try:
         entries = await broker.read(reader, consumer, count, 0.01)
     finally:

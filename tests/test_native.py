@@ -17,7 +17,7 @@ from redis.connection import SSLConnection, UnixDomainSocketConnection, parse_ur
 
 import trunner
 from trunner._redis import open_transport
-from trunner._redis.bridged import AsyncioTransport
+from trunner._redis.bridged import BridgedTransport
 from trunner._redis.native import NativeTransport
 from trunner._redis.transport import Transport
 from trunner._redis.urls import check_url, native_options, parse_endpoint, parse_server_url
@@ -160,10 +160,10 @@ async def test_open_transport_picks_the_transport(redis_server: RedisServer) -> 
         assert isinstance(named, NativeTransport)
         assert await named.execute("CLIENT", "GETNAME") == b"mine"
     async with opened(f"{redis_server.url}?retry_on_timeout=true") as fallback:
-        assert isinstance(fallback, AsyncioTransport)
+        assert isinstance(fallback, BridgedTransport)
         assert await fallback.execute("ECHO", "x") == b"x"
     async with opened(redis_server.url, bridge=True) as bridged:
-        assert isinstance(bridged, AsyncioTransport)
+        assert isinstance(bridged, BridgedTransport)
 
 
 LOADED = """

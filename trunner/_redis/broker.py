@@ -168,8 +168,12 @@ class Broker:
 
     # -- consuming --------------------------------------------------------------------------
 
-    def open_reader(self, name: str) -> Reader:
-        return self.transport.open_reader(name, self.keys.stream)
+    def open_reader(self, consumer: str | None = None) -> Reader:
+        """A reader for the group's stream (on Cluster: on the node serving it).
+
+        ``consumer`` is not used: each read names its consumer.
+        """
+        return self.transport.open_reader(self.keys.stream)
 
     async def read(self, reader: Reader, consumer: str, count: int, block: float) -> list[RawEntry]:
         reply = await reader.xreadgroup(self.group, consumer, self.keys.stream, count, block)

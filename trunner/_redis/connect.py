@@ -34,7 +34,7 @@ async def open_transport(
 
     One server is reached over Trio sockets (:class:`NativeTransport`) unless its URL has
     options only redis-py knows; Cluster and Sentinel use redis-py's asyncio clients on a
-    trio-asyncio loop (:class:`~trunner._redis.bridged.AsyncioTransport`), as does
+    trio-asyncio loop (:class:`~trunner._redis.bridged.BridgedTransport`), as does
     ``bridge=True``.
     """
     scheme = check_url(url)
@@ -42,7 +42,7 @@ async def open_transport(
     if scheme == "memory":
         from .memory import MemoryTransport  # noqa: PLC0415 - loads fakeredis
 
-        transport = MemoryTransport(url[len("memory://") :])
+        transport = MemoryTransport(url[len("memory://") :], command_timeout=command_timeout)
         try:
             yield transport
         finally:
@@ -65,7 +65,7 @@ async def open_transport(
     # Only Cluster, Sentinel and rare URL options load redis-py's asyncio client.
     import trio_asyncio  # noqa: PLC0415
 
-    from .bridged import AsyncioTransport  # noqa: PLC0415
+    from .bridged import BridgedTransport  # noqa: PLC0415
 
     # The loop runs in nurseries, which wrap whatever crosses them in exception groups;
     # a single exception (from start-up, or from the caller's block) leaves as itself.
@@ -73,7 +73,7 @@ async def open_transport(
     to_raise: BaseException | None
     try:
         async with trio_asyncio.open_loop() as loop:
-            transport = AsyncioTransport(loop, parse_endpoint(url), **common)
+            transport = BridgedTransport(loop, parse_endpoint(url), **common)
             async with _checked(transport, connect_timeout):
                 try:
                     yield transport

@@ -18,7 +18,7 @@ from typing import Any
 import trio
 
 from .errors import map_exceptions, redis_py_errors, redis_py_reply
-from .transport import Arg, Reader, Subscriber, Transport
+from .transport import Arg, Dedicated, DedicatedConnections, Reader, Subscriber, Transport
 
 __all__ = ["MemoryTransport", "forget_memory_server", "memory_server_names"]
 
@@ -76,12 +76,15 @@ def _execute(client: Any, args: Sequence[Arg]) -> Any:
         return client.execute_command(*args)
 
 
-class MemoryTransport(Transport):
-    def __init__(self, name: str) -> None:
+class MemoryTransport(DedicatedConnections, Transport):
+    """Commands run on the in-process fakeredis server ``name``, one at a time."""
+
+    def __init__(self, name: str, *, command_timeout: float = 10.0) -> None:
         self.description = f"memory://{name}"
+        self.command_timeout = command_timeout  # never reached: nothing waits for a reply
         self._server = _server(name)
         self._client = _client(self._server)
-        self._readers: set[_MemoryReader | _MemorySubscriber] = set()
+        DedicatedConnections.__init__(self)
 
     def _run(self, args: Sequence[Arg]) -> Any:
         try:
@@ -103,28 +106,34 @@ class MemoryTransport(Transport):
                 replies.append(exc)
         return replies
 
-    def open_reader(self, name: str, key: str | None = None) -> Reader:
-        reader = _MemoryReader(self._server)
-        self._readers.add(reader)
-        return reader
+    def open_reader(self, key: str | None = None) -> Reader:
+        return _MemoryReader(self)
 
     def open_subscriber(self, channel: str) -> Subscriber:
-        subscriber = _MemorySubscriber(self._server, channel)
-        self._readers.add(subscriber)
-        return subscriber
+        return _MemorySubscriber(self, channel)
 
     async def aclose(self) -> None:
-        for reader in self._readers:
-            await reader.aclose()
-        self._readers.clear()
+        await self._close_dedicated()
         self._client.close()
         await trio.lowlevel.checkpoint()
 
 
-class _MemoryReader(Reader):
-    def __init__(self, server: _MemoryServer) -> None:
-        self._server = server
-        self._client = _client(server)
+class _Dedicated(Dedicated[MemoryTransport]):
+    """A fakeredis client of its own on the transport's server."""
+
+    def __init__(self, transport: MemoryTransport) -> None:
+        super().__init__(transport)
+        self._server = transport._server
+        self._client = _client(self._server)
+
+    async def _drop(self) -> None:
+        self._client.close()
+        await trio.lowlevel.checkpoint()
+
+
+class _MemoryReader(_Dedicated, Reader):
+    def __init__(self, transport: MemoryTransport) -> None:
+        super().__init__(transport)
         self._interrupted = False
 
     async def xreadgroup(
@@ -150,15 +159,10 @@ class _MemoryReader(Reader):
         self._server.notify()
         await trio.lowlevel.checkpoint()
 
-    async def aclose(self) -> None:
-        self._client.close()
-        await trio.lowlevel.checkpoint()
 
-
-class _MemorySubscriber(Subscriber):
-    def __init__(self, server: _MemoryServer, channel: str) -> None:
-        self._server = server
-        self._client = _client(server)
+class _MemorySubscriber(_Dedicated, Subscriber):
+    def __init__(self, transport: MemoryTransport, channel: str) -> None:
+        super().__init__(transport)
         self._pubsub = self._client.pubsub()
         self._pubsub.subscribe(channel)
 
@@ -175,7 +179,6 @@ class _MemorySubscriber(Subscriber):
             if message is None:
                 await self._server.lot.park()
 
-    async def aclose(self) -> None:
+    async def _drop(self) -> None:
         self._pubsub.close()
-        self._client.close()
-        await trio.lowlevel.checkpoint()
+        await super()._drop()

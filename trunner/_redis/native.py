@@ -8,7 +8,7 @@ reply is in flight closes that connection, so no later caller can read the stale
 
 Used for ``redis://``, ``rediss://`` and ``unix://`` URLs whose options it knows
 (:func:`~trunner._redis.urls.native_options`); Cluster, Sentinel and other options use the
-bridged redis-py client (:class:`~trunner._redis.bridged.AsyncioTransport`). It imports no
+bridged redis-py client (:class:`~trunner._redis.bridged.BridgedTransport`). It imports no
 redis-py module.
 """
 
@@ -27,7 +27,14 @@ import trio
 
 from ..errors import RedisUnavailable
 from .errors import hiredis_reply, map_exceptions, reply_error, socket_errors
-from .transport import Arg, Subscriber, Transport, UnblockableReader
+from .transport import (
+    Arg,
+    Dedicated,
+    DedicatedConnections,
+    Subscriber,
+    Transport,
+    UnblockableReader,
+)
 from .urls import ServerAddress
 
 __all__ = ["NativeTransport"]
@@ -224,7 +231,7 @@ class _Pool:
         self._idle.clear()
 
 
-class NativeTransport(Transport):
+class NativeTransport(DedicatedConnections, Transport):
     """Commands over Trio sockets to one Redis server."""
 
     def __init__(
@@ -243,12 +250,14 @@ class NativeTransport(Transport):
         self.connect_timeout = connect_timeout
         self.command_timeout = command_timeout
         self._pool = _Pool(self, max_connections)
-        self._dedicated: set[_Dedicated] = set()
+        DedicatedConnections.__init__(self)
 
     async def _connect(self) -> Connection:
         return await Connection.open(self.address, self.client_name, self.connect_timeout)
 
-    async def _bounded(self, commands: Sequence[Sequence[Arg]], where: str) -> list[Any]:
+    async def _call(self, commands: Sequence[Sequence[Arg]], where: str) -> list[Any]:
+        """The replies of ``commands``, sent on a pooled connection, within the command
+        timeout (waiting for the connection included)."""
         try:
             with trio.fail_after(self.command_timeout):
                 async with self._pool.connection() as conn:
@@ -262,7 +271,7 @@ class NativeTransport(Transport):
 
     async def execute(self, *args: Arg) -> Any:
         where = str(args[0])
-        [reply] = await self._bounded([args], where)
+        [reply] = await self._call([args], where)
         if isinstance(reply, hiredis.ReplyError):
             raise reply_error(str(reply), where)
         return reply
@@ -271,53 +280,35 @@ class NativeTransport(Transport):
         if not commands:
             await trio.lowlevel.checkpoint()
             return []
-        replies = await self._bounded(commands, "pipeline")
+        replies = await self._call(commands, "pipeline")
         return [
             hiredis_reply(reply, str(command[0]).upper())
             for reply, command in zip(replies, commands, strict=True)
         ]
 
-    def open_reader(self, name: str, key: str | None = None) -> _NativeReader:
-        reader = _NativeReader(self)
-        self._dedicated.add(reader)
-        return reader
+    def open_reader(self, key: str | None = None) -> _NativeReader:
+        return _NativeReader(self)  # one server: every key is on it
 
     def open_subscriber(self, channel: str) -> _NativeSubscriber:
-        subscriber = _NativeSubscriber(self, channel)
-        self._dedicated.add(subscriber)
-        return subscriber
-
-    def _forget(self, owner: _Dedicated) -> None:
-        self._dedicated.discard(owner)
+        return _NativeSubscriber(self, channel)
 
     async def aclose(self) -> None:
-        for owner in list(self._dedicated):
-            await owner.aclose()
+        await self._close_dedicated()
         await self._pool.aclose()
 
 
-class _Dedicated:
-    """A connection of its own (a reader's, a subscriber's), opened on use, dropped when
-    anything goes wrong on it, and given back to nobody."""
+class _Dedicated(Dedicated[NativeTransport]):
+    """A socket of its own, opened by the transport like a pooled one."""
 
     def __init__(self, transport: NativeTransport) -> None:
-        self._transport = transport
+        super().__init__(transport)
         self._conn: Connection | None = None
-        self._closed = False
 
     async def _drop(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
             with trio.CancelScope(shield=True):
                 await conn.aclose()
-
-    async def aclose(self) -> None:
-        if self._closed:
-            await trio.lowlevel.checkpoint()
-            return
-        self._closed = True
-        self._transport._forget(self)
-        await self._drop()
 
 
 class _NativeReader(_Dedicated, UnblockableReader):
