@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import LeadershipLost, RedisCommandError
+from .resp import as_str
 from .scripts import SCRIPTS, Script
 from .transport import Arg, Subscriber, Transport
 
@@ -26,10 +27,6 @@ def hash_tag(key: str) -> str | None:
 def fence_key_for(key: str) -> str:
     """The fence counter's key: in the lease key's hash slot, so one script can use both."""
     return f"{key}:fence" if hash_tag(key) is not None else f"{{{key}}}:fence"
-
-
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class LeaseStore:
@@ -58,7 +55,7 @@ class LeaseStore:
 
     async def holder(self) -> str | None:
         reply = await self.transport.execute("GET", self.key)
-        return None if reply is None else _s(reply)
+        return None if reply is None else as_str(reply)
 
     async def fenced(
         self, script: Script, owner: str, keys: Sequence[str], args: Sequence[Arg]

@@ -1,8 +1,9 @@
 """A Trio-native transport for one Redis server: sockets in Trio, replies parsed by hiredis.
 
-Commands do not cross into an asyncio loop: a command is packed into RESP bytes, written
-with ``trio.SocketStream`` (or ``trio.SSLStream`` for TLS, or a Unix socket), and its reply
-parsed by hiredis, the parser redis-py itself uses. One round trip costs a fifth of the CPU
+Commands do not cross into an asyncio loop: a command is packed into RESP bytes
+(:func:`~trunner._redis.resp.pack`), written with ``trio.SocketStream`` (or
+``trio.SSLStream`` for TLS, or a Unix socket), and its reply parsed by hiredis, the parser
+redis-py itself uses. One round trip costs a fifth of the CPU
 of a bridged redis.asyncio call, and cancellation is plain Trio: a call cancelled while its
 reply is in flight closes that connection, so no later caller can read the stale reply.
 
@@ -27,6 +28,7 @@ import trio
 
 from ..errors import RedisUnavailable
 from .errors import hiredis_reply, map_exceptions, reply_error, socket_errors
+from .resp import pack
 from .transport import (
     Arg,
     Dedicated,
@@ -40,33 +42,6 @@ from .urls import ServerAddress
 __all__ = ["NativeTransport"]
 
 _READ_SIZE = 65536
-
-
-def pack(args: Sequence[object]) -> bytes:
-    """One command in RESP: an array of bulk strings (task code may pass anything through
-    the Redis handle, so every type is checked)."""
-    out = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        if isinstance(arg, bytes):
-            data = arg
-        elif isinstance(arg, str):
-            data = arg.encode()
-        elif isinstance(arg, bool):
-            raise TypeError("a Redis argument cannot be a bool; use 0/1 or a string")
-        elif isinstance(arg, int):
-            data = b"%d" % arg
-        elif isinstance(arg, float):
-            data = repr(arg).encode()
-        elif isinstance(arg, memoryview | bytearray):
-            data = bytes(arg)
-        else:
-            raise TypeError(
-                f"a Redis argument must be str, bytes, int or float, not {type(arg).__name__}"
-            )
-        out.append(b"$%d\r\n" % len(data))
-        out.append(data)
-        out.append(b"\r\n")
-    return b"".join(out)
 
 
 class Connection:
