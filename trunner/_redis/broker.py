@@ -13,11 +13,12 @@ from typing import Any, Protocol
 from ..errors import BackendError, RedisCommandError
 from ..keys import RELEASED_CONSUMER, Keys
 from ..message import PAYLOAD_FIELD
+from .lease import LeaseStore
 from .resp import RawEntry, as_str, stream_entries
 from .scripts import SCRIPTS, Script
 from .transport import Arg, Reader, Subscriber, Transport
 
-__all__ = ["MAX_IDS_PER_CALL", "Broker", "RawEntry"]
+__all__ = ["MAX_IDS_PER_CALL", "RELEASED_IDLE_MS", "Broker", "Leader", "RawEntry"]
 
 #: The most ids or payloads one script call carries; larger batches are split.
 MAX_IDS_PER_CALL = 1000
@@ -25,8 +26,9 @@ MAX_IDS_PER_CALL = 1000
 RELEASED_IDLE_MS = 10 * 365 * 24 * 3600 * 1000
 
 
-class Fence(Protocol):
-    """Runs a fenced script as the current leader (an ``Elector``)."""
+class Leader(Protocol):
+    """The current leader (an ``Elector``): runs a fenced script, which writes only while
+    the lease still holds the leader's id (else it raises LeadershipLost)."""
 
     async def run_fenced(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any: ...
 
@@ -252,7 +254,7 @@ class Broker:
             await self._script("delete_consumer", [self.keys.stream], [self.group, consumer])
         )
 
-    # -- leader chores (fenced: ``lease`` runs them only for the leader) ---------------------
+    # -- leader chores (fenced: ``leader`` runs them only while it leads) --------------------
 
     async def consumers(self) -> list[tuple[str, int, int]]:
         """(name, pending entries, idle ms) of every consumer of the group."""
@@ -268,21 +270,21 @@ class Broker:
             rows.append((as_str(info["name"]), int(info["pending"]), int(info["idle"])))
         return rows
 
-    async def trim_finished(self, lease: Fence, before_ms: int, limit: int) -> tuple[int, str]:
+    async def trim_finished(self, leader: Leader, before_ms: int, limit: int) -> tuple[int, str]:
         """Trim finished messages with ids below ``before_ms`` (leader only):
         (entries trimmed, the id trimmed below). Undelivered and pending ones stay."""
-        reply = await lease.run_fenced(SCRIPTS.trim, [self.keys.stream], [before_ms, limit])
+        reply = await leader.run_fenced(SCRIPTS.trim, [self.keys.stream], [before_ms, limit])
         return int(reply[0]), as_str(reply[1])
 
     async def move_due(
-        self, lease: Fence, now_ms: int, limit: int
+        self, leader: Leader, now_ms: int, limit: int
     ) -> tuple[int, float | None, list[str]]:
         """Move up to ``limit`` due tasks: (moved, earliest remaining due ms, due unique ids).
 
         Due unique tasks are left for :meth:`move_unique` (their locks must be in KEYS).
         """
         keys = self.keys
-        reply = await lease.run_fenced(
+        reply = await leader.run_fenced(
             SCRIPTS.move_due,
             [keys.delayed, keys.delayed_messages, keys.stream, keys.delayed_unique],
             [now_ms, limit],
@@ -291,7 +293,7 @@ class Broker:
         nxt = float(reply[1]) if reply[1] is not None else None
         return moved, nxt, [as_str(i) for i in reply[2]]
 
-    async def move_unique(self, lease: Fence, task_ids: Sequence[str]) -> tuple[int, int]:
+    async def move_unique(self, leader: Leader, task_ids: Sequence[str]) -> tuple[int, int]:
         """Move due unique tasks, each taking its lock: (moved, dropped: lock was held)."""
         keys = self.keys
         specs = await self.transport.execute("HMGET", keys.delayed_unique, *task_ids)
@@ -305,7 +307,7 @@ class Broker:
             args += [task_id, token, ttl]
         if not locks:
             return 0, 0
-        reply = await lease.run_fenced(
+        reply = await leader.run_fenced(
             SCRIPTS.move_unique,
             [keys.delayed, keys.delayed_messages, keys.stream, keys.delayed_unique, *locks],
             args,
@@ -314,7 +316,7 @@ class Broker:
 
     async def fire_cron(
         self,
-        lease: Fence,
+        leader: Leader,
         name: str,
         tick_ms: int,
         data: bytes,
@@ -327,7 +329,7 @@ class Broker:
         """
         keys = [self.keys.cron, self.keys.stream, *([lock[0]] if lock else [])]
         args: list[Arg] = [name, tick_ms, data, *(lock[1:] if lock else [])]
-        return int(await lease.run_fenced(SCRIPTS.cron_fire, keys, args))
+        return int(await leader.run_fenced(SCRIPTS.cron_fire, keys, args))
 
     async def cron_last_fired(self) -> dict[str, int]:
         reply = await self.transport.execute("HGETALL", self.keys.cron)
@@ -368,20 +370,20 @@ class Broker:
         reply = await self.transport.execute("HGETALL", self.keys.metrics)
         return _floats(reply)
 
-    async def take_metrics(self, lease: Fence, dead_before_ms: int) -> dict[str, float]:
+    async def take_metrics(self, leader: Leader, dead_before_ms: int) -> dict[str, float]:
         """The window's metrics, reset (leader only); drops instances not seen since."""
         keys = self.keys
-        reply = await lease.run_fenced(
+        reply = await leader.run_fenced(
             SCRIPTS.metrics_take,
             [keys.metrics, keys.instances, keys.instances_info],
             [dead_before_ms, MAX_IDS_PER_CALL],
         )
         return _floats(reply)
 
-    async def publish(self, lease: Fence, capacity: int | None, fence: int, stats: str) -> int:
+    async def publish(self, leader: Leader, capacity: int | None, fence: int, stats: str) -> int:
         """Publish the capacity decision (None: unchanged) and the window's statistics."""
         keys = self.keys
-        reply = await lease.run_fenced(
+        reply = await leader.run_fenced(
             SCRIPTS.publish_capacity,
             [keys.capacity, keys.stats],
             ["" if capacity is None else capacity, fence, stats],
@@ -409,8 +411,8 @@ class Broker:
         return None if reply is None else as_str(reply)
 
     async def leader_id(self) -> str | None:
-        reply = await self.transport.execute("GET", self.keys.leader)
-        return None if reply is None else as_str(reply)
+        """The id of the group's leader according to Redis, or None."""
+        return await LeaseStore(self.transport, self.keys.leader).holder()
 
     async def eviction_policy(self) -> tuple[str, int] | None:
         """(maxmemory-policy, maxmemory) of the server; None if CONFIG GET is not allowed."""
@@ -421,7 +423,7 @@ class Broker:
             ]
         except BackendError:
             return None
-        if any(isinstance(r, BaseException) or len(r) < 2 for r in replies):
+        if any(len(r) < 2 for r in replies):
             return None
         return as_str(replies[0][1]), int(replies[1][1])
 

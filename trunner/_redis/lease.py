@@ -6,30 +6,18 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import LeadershipLost, RedisCommandError
+from ..keys import fence_key_for
 from .resp import as_str
 from .scripts import SCRIPTS, Script
 from .transport import Arg, Subscriber, Transport
 
-__all__ = ["LeaseStore", "fence_key_for", "hash_tag"]
-
-
-def hash_tag(key: str) -> str | None:
-    """The Redis Cluster hash tag of ``key`` (the part hashed), or None if it has none."""
-    start = key.find("{")
-    if start < 0:
-        return None
-    end = key.find("}", start + 1)
-    if end <= start + 1:
-        return None
-    return key[start + 1 : end]
-
-
-def fence_key_for(key: str) -> str:
-    """The fence counter's key: in the lease key's hash slot, so one script can use both."""
-    return f"{key}:fence" if hash_tag(key) is not None else f"{{{key}}}:fence"
+__all__ = ["LeaseStore"]
 
 
 class LeaseStore:
+    """The lease on ``key``, its fence counter (:func:`~trunner.keys.fence_key_for`) and
+    the channel its holder announces a release on; every write checks the holder."""
+
     def __init__(self, transport: Transport, key: str) -> None:
         self.transport = transport
         self.key = key
@@ -54,6 +42,7 @@ class LeaseStore:
         return bool(reply)
 
     async def holder(self) -> str | None:
+        """The id the lease holds according to Redis, or None when it is free."""
         reply = await self.transport.execute("GET", self.key)
         return None if reply is None else as_str(reply)
 

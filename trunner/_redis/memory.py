@@ -20,7 +20,7 @@ import trio
 from .errors import map_exceptions, redis_py_errors, redis_py_reply
 from .transport import Arg, Dedicated, DedicatedConnections, Reader, Subscriber, Transport
 
-__all__ = ["MemoryTransport", "forget_memory_server", "memory_server_names"]
+__all__ = ["MemoryTransport", "forget_memory_server"]
 
 
 # fakeredis is imported on first use: a process that never opens a memory:// URL does not
@@ -55,11 +55,6 @@ def forget_memory_server(name: str) -> bool:
     """Drop the in-process server ``name`` and its data; return whether it existed."""
     with _servers_lock:
         return _servers.pop(name, None) is not None
-
-
-def memory_server_names() -> list[str]:
-    with _servers_lock:
-        return sorted(_servers)
 
 
 def _client(server: _MemoryServer) -> Any:
