@@ -7,8 +7,7 @@ from typing import Any
 
 import trio
 
-from trunner._redis.scripts import Script
-from trunner._redis.transport import Arg, Reader, Subscriber, Transport
+from trunner._redis import Arg, Reader, Script, Subscriber, Transport
 from trunner.errors import RedisUnavailable
 
 Match = Callable[[Sequence[Arg]], bool]

@@ -7,11 +7,7 @@ from typing import Any
 
 import pytest
 
-from trunner._redis import Broker, open_transport
-from trunner._redis.broker import RELEASED_IDLE_MS
-from trunner._redis.lease import LeaseStore
-from trunner._redis.scripts import Script
-from trunner._redis.transport import Arg
+from trunner._redis import RELEASED_IDLE_MS, Arg, Broker, LeaseStore, Script, open_transport
 from trunner.errors import LeadershipLost
 from trunner.keys import RELEASED_CONSUMER, Keys
 

@@ -16,8 +16,7 @@ import redis
 import trio
 
 import trunner
-from trunner._redis import open_transport
-from trunner._redis.scripts import SCRIPTS
+from trunner._redis import SCRIPTS, open_transport
 from trunner.election import Demoted, ElectionError, Elector, Promoted, open_elector
 from trunner.keys import fence_key_for, hash_tag
 

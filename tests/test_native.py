@@ -16,11 +16,16 @@ import trio
 from redis.connection import SSLConnection, UnixDomainSocketConnection, parse_url, to_bool
 
 import trunner
-from trunner._redis import open_transport
-from trunner._redis.bridged import BridgedTransport
-from trunner._redis.native import NativeTransport
-from trunner._redis.transport import Transport
-from trunner._redis.urls import check_url, native_options, parse_endpoint, parse_server_url
+from trunner._redis import (
+    BridgedTransport,
+    NativeTransport,
+    Transport,
+    check_url,
+    native_options,
+    open_transport,
+    parse_endpoint,
+    parse_server_url,
+)
 
 from .conftest import Tally, config, run_python
 from .servers import RedisServer, free_port

@@ -12,9 +12,7 @@ import trio
 from trio.testing import wait_all_tasks_blocked
 
 import trunner
-from trunner._redis import Broker, open_transport
-from trunner._redis.scripts import SCRIPTS
-from trunner._redis.transport import Arg, Transport
+from trunner._redis import SCRIPTS, Arg, Broker, Transport, open_transport
 from trunner._slots import WorkerSlots
 from trunner._util import ErrorLog
 from trunner.keys import Keys

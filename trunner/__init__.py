@@ -2,8 +2,7 @@
 
 from . import election
 from ._context import current_message, current_runner
-from ._redis import redact_url
-from ._redis.memory import forget_memory_server
+from ._redis import forget_memory_server, redact_url
 from .admin import DeadLetter, GroupInfo
 from .client import Client, open_client
 from .config import FailedTaskHandler, LongQueueHook, RunnerConfig

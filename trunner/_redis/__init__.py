@@ -5,17 +5,22 @@ Code outside imports from here only, never from a module of this package. What i
 offers: :func:`open_transport` and the :class:`Transport` interface (with :class:`Reader`
 and :class:`Subscriber`), the typed group operations of :class:`Broker`, the leadership
 lease (:class:`LeaseStore`), the Lua scripts (:class:`Script`), URL checks, the
-in-process ``memory://`` servers, and a blocking :class:`Probe` for test helpers.
+in-process ``memory://`` servers, and what the test helpers look at Redis with
+(:class:`Probe`, the queries of :class:`Broker`, :func:`delete_prefixed`).
 """
 
 from typing import TYPE_CHECKING, Any
 
-from .broker import MAX_IDS_PER_CALL, RELEASED_IDLE_MS, Broker, RawEntry
+from .broker import MAX_IDS_PER_CALL, RELEASED_IDLE_MS, Broker, Leader
 from .connect import open_transport
 from .errors import ScriptNotLoaded
+from .inspect import GroupProgress, delete_prefixed
 from .lease import LeaseStore
 from .memory import forget_memory_server
+from .memory import server_client as memory_server_client
 from .native import NativeTransport
+from .probe import Probe
+from .resp import RawEntry
 from .scripts import SCRIPTS, Script, fenced_script, make_script
 from .transport import Arg, Reader, Subscriber, Transport, call_script
 from .urls import check_url, native_options, parse_endpoint, parse_server_url, redact_url
@@ -30,8 +35,11 @@ __all__ = [
     "Arg",
     "BridgedTransport",
     "Broker",
+    "GroupProgress",
+    "Leader",
     "LeaseStore",
     "NativeTransport",
+    "Probe",
     "RawEntry",
     "Reader",
     "Script",
@@ -40,9 +48,11 @@ __all__ = [
     "Transport",
     "call_script",
     "check_url",
+    "delete_prefixed",
     "fenced_script",
     "forget_memory_server",
     "make_script",
+    "memory_server_client",
     "native_options",
     "open_transport",
     "parse_endpoint",

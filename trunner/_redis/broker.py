@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from ..errors import BackendError, RedisCommandError
 from ..keys import RELEASED_CONSUMER, Keys
 from ..message import PAYLOAD_FIELD
+from .inspect import Inspection
 from .lease import LeaseStore
 from .resp import RawEntry, as_str, stream_entries
 from .scripts import SCRIPTS, Script
@@ -42,7 +43,10 @@ def _floats(flat: Any) -> dict[str, float]:
     return {as_str(flat[i]): float(flat[i + 1]) for i in range(0, len(flat or ()), 2)}
 
 
-class Broker:
+class Broker(Inspection):
+    """The group ``keys.group`` on ``transport``: its state transitions here, its
+    read-only queries in :class:`~trunner._redis.inspect.Inspection`."""
+
     def __init__(self, transport: Transport, keys: Keys, *, delete_on_ack: bool = True) -> None:
         self.transport = transport
         self.keys = keys
@@ -431,29 +435,7 @@ class Broker:
         """Delete every fixed key of the group (its stream, delayed tasks, lease ...)."""
         return int(await self.transport.execute("DEL", *self.keys.fixed()))
 
-    # -- inspection -------------------------------------------------------------------------
-
-    async def queue_length(self) -> int:
-        return int(await self.transport.execute("XLEN", self.keys.stream))
-
-    async def pending_count(self) -> int:
-        reply = await self.transport.execute("XPENDING", self.keys.stream, self.group)
-        return int(reply[0]) if reply else 0
-
-    async def delayed_count(self) -> int:
-        return int(await self.transport.execute("ZCARD", self.keys.delayed))
-
-    async def dead_count(self) -> int:
-        return int(await self.transport.execute("XLEN", self.keys.dead))
-
-    async def dead_entries(self, count: int = 100, start: str = "-") -> list[RawEntry]:
-        reply = await self.transport.execute("XRANGE", self.keys.dead, start, "+", "COUNT", count)
-        return stream_entries(reply)
-
-    async def dead_entry(self, entry_id: str) -> RawEntry | None:
-        reply = await self.transport.execute("XRANGE", self.keys.dead, entry_id, entry_id)
-        entries = stream_entries(reply)
-        return entries[0] if entries else None
+    # -- dead letters -----------------------------------------------------------------------
 
     async def replay_dead(self, items: Sequence[tuple[str, bytes]]) -> list[str | None]:
         """Move dead-letter entries ``(id, message)`` back into the stream, atomically."""
@@ -468,13 +450,3 @@ class Broker:
         """Delete the dead-letter stream; return how many entries it held."""
         replies = await self.transport.pipeline([("XLEN", self.keys.dead), ("DEL", self.keys.dead)])
         return int(replies[0]) if isinstance(replies[0], int) else 0
-
-    async def pending_by_consumer(self) -> dict[str, int]:
-        reply = await self.transport.execute("XPENDING", self.keys.stream, self.group)
-        if not reply or not reply[3]:
-            return {}
-        return {as_str(name): int(count) for name, count in reply[3]}
-
-    async def capacity_decision(self) -> dict[str, int]:
-        reply = await self.transport.execute("HGETALL", self.keys.capacity)
-        return {as_str(reply[i]): int(reply[i + 1]) for i in range(0, len(reply or ()), 2)}

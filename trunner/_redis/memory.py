@@ -20,7 +20,7 @@ import trio
 from .errors import map_exceptions, redis_py_errors, redis_py_reply
 from .transport import Arg, Dedicated, DedicatedConnections, Reader, Subscriber, Transport
 
-__all__ = ["MemoryTransport", "forget_memory_server"]
+__all__ = ["MemoryTransport", "forget_memory_server", "has_server", "server_client"]
 
 
 # fakeredis is imported on first use: a process that never opens a memory:// URL does not
@@ -55,6 +55,24 @@ def forget_memory_server(name: str) -> bool:
     """Drop the in-process server ``name`` and its data; return whether it existed."""
     with _servers_lock:
         return _servers.pop(name, None) is not None
+
+
+def has_server(name: str) -> bool:
+    """Whether the in-process server ``name`` exists (was used, and not forgotten)."""
+    with _servers_lock:
+        return name in _servers
+
+
+def server_client(name: str, *, raw: bool = False) -> Any:
+    """A blocking fakeredis client on the in-process server ``name`` (made if missing), to
+    look at it from outside trunner: like ``redis.Redis``, or with ``raw``, with the raw
+    RESP2 replies the transports see."""
+    server = _server(name)
+    if raw:
+        return _client(server)
+    import fakeredis  # noqa: PLC0415 - see above
+
+    return fakeredis.FakeRedis(server=server.server)
 
 
 def _client(server: _MemoryServer) -> Any:
