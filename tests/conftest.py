@@ -9,13 +9,12 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-import fakeredis
 import pytest
 import redis
 import trio
 
 import trunner
-from trunner._redis import memory
+from trunner._redis import forget_memory_server, memory_server_client
 from trunner.runner import _Components
 
 from .servers import RedisServer
@@ -52,7 +51,7 @@ def redis_server() -> Iterator[RedisServer]:
 def memory_url() -> Iterator[str]:
     name = f"test-{uuid.uuid4().hex[:12]}"
     yield f"memory://{name}"
-    memory.forget_memory_server(name)
+    forget_memory_server(name)
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -72,8 +71,7 @@ def group() -> str:
 def raw_client(url: str) -> Any:
     """A synchronous client on the same data, to look at Redis from the outside."""
     if url.startswith("memory://"):
-        server = memory._server(url[len("memory://") :]).server
-        return fakeredis.FakeRedis(server=server)
+        return memory_server_client(url[len("memory://") :])
     return redis.Redis.from_url(url)
 
 

@@ -7,8 +7,7 @@ from typing import Any
 
 import trio
 
-from trunner._redis.scripts import Script
-from trunner._redis.transport import Arg, Reader, Subscriber, Transport
+from trunner._redis import Arg, Reader, Script, Subscriber, Transport
 from trunner.errors import RedisUnavailable
 
 Match = Callable[[Sequence[Arg]], bool]
@@ -29,6 +28,7 @@ class FaultyTransport(Transport):
     def __init__(self, inner: Transport) -> None:
         self.inner = inner
         self.description = f"faulty {inner.description}"
+        self.command_timeout = inner.command_timeout
         self._fail: Match | None = None
         self._hold: Match | None = None
         self._released = trio.Event()
@@ -64,8 +64,8 @@ class FaultyTransport(Transport):
             await self._gate(command)
         return await self.inner.pipeline(commands)
 
-    def open_reader(self, name: str, key: str | None = None) -> Reader:
-        return self.inner.open_reader(name, key)
+    def open_reader(self, key: str | None = None) -> Reader:
+        return self.inner.open_reader(key)
 
     def open_subscriber(self, channel: str) -> Subscriber:
         return self.inner.open_subscriber(channel)

@@ -6,8 +6,7 @@ from typing import Any
 
 import trio
 
-from trunner._redis import Broker, open_transport
-from trunner._redis.scripts import SCRIPTS
+from trunner._redis import SCRIPTS, Broker, open_transport
 from trunner._util import ErrorLog
 from trunner.acks import AckBuffer
 from trunner.holdings import Holdings

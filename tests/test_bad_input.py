@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import trunner
-from trunner._redis import memory
+from trunner._redis import forget_memory_server
 from trunner.message import MessageDecodeError, decode_message
 
 from .conftest import raw_client, redis_state
@@ -165,7 +165,7 @@ async def test_any_stream_entry_is_run_or_dead_lettered_and_the_runner_keeps_ser
                 control = await runner.dispatch(REGISTERED, "still serving")
                 await redis_state(lambda: _has(ran, control), poll=0.01)
     finally:
-        memory.forget_memory_server(name)
+        forget_memory_server(name)
     given_up = (trunner.InvalidMessage, trunner.TaskNotFound, trunner.MaxRetryExceeded)
     assert all(isinstance(e, given_up) for e in errors), errors
 

@@ -7,11 +7,7 @@ from typing import Any
 
 import pytest
 
-from trunner._redis import Broker, open_transport
-from trunner._redis.broker import RELEASED_IDLE_MS
-from trunner._redis.lease import LeaseStore
-from trunner._redis.scripts import Script
-from trunner._redis.transport import Arg
+from trunner._redis import RELEASED_IDLE_MS, Arg, Broker, LeaseStore, Script, open_transport
 from trunner.errors import LeadershipLost
 from trunner.keys import RELEASED_CONSUMER, Keys
 
@@ -28,7 +24,7 @@ async def broker(url: str, group: str) -> AsyncIterator[Broker]:
 
 
 async def deliver(broker: Broker, consumer: str, count: int) -> list[str]:
-    reader = broker.open_reader(consumer)
+    reader = broker.open_reader()
     try:
         entries = await broker.read(reader, consumer, count, 0.01)
     finally:
@@ -87,8 +83,8 @@ async def test_dead_letter_stream_is_capped(broker: Broker) -> None:
     assert 100 <= await broker.dead_count() < 300
 
 
-class KeyFence:
-    """Runs fenced scripts as ``owner`` of the group's lease key."""
+class KeyLeader:
+    """The leader ``owner`` of the group's lease key: runs fenced scripts as it."""
 
     def __init__(self, broker: Broker, owner: str) -> None:
         self._store = LeaseStore(broker.transport, broker.keys.leader)
@@ -100,16 +96,16 @@ class KeyFence:
 
 async def test_move_due_is_capped_and_reports_the_next_due_time(broker: Broker, raw: Any) -> None:
     raw.set(broker.keys.leader, "leader")
-    fence = KeyFence(broker, "leader")
+    leader = KeyLeader(broker, "leader")
     for i in range(450):
         assert await broker.schedule(f"t{i}", 1000 + i, b"due-%d" % i) is True
     await broker.schedule("later", 10_000, b"later")
-    assert await broker.move_due(fence, 5000, 200) == (200, 1200.0, [])
-    assert await broker.move_due(fence, 5000, 200) == (200, 1400.0, [])
-    assert await broker.move_due(fence, 5000, 200) == (50, 10_000.0, [])
-    assert await broker.move_due(fence, 5000, 200) == (0, 10_000.0, [])
+    assert await broker.move_due(leader, 5000, 200) == (200, 1200.0, [])
+    assert await broker.move_due(leader, 5000, 200) == (200, 1400.0, [])
+    assert await broker.move_due(leader, 5000, 200) == (50, 10_000.0, [])
+    assert await broker.move_due(leader, 5000, 200) == (0, 10_000.0, [])
     assert await broker.queue_length() == 450
-    assert await broker.move_due(fence, 10_000, 200) == (1, None, [])
+    assert await broker.move_due(leader, 10_000, 200) == (1, None, [])
     assert await broker.delayed_count() == 0
     assert raw.hlen(broker.keys.delayed_messages) == 0
 
@@ -118,7 +114,7 @@ async def test_only_the_lease_holder_moves_due_tasks(broker: Broker, raw: Any) -
     raw.set(broker.keys.leader, "the-real-leader")
     await broker.schedule("t", 1000, b"m")
     with pytest.raises(LeadershipLost):
-        await broker.move_due(KeyFence(broker, "a-stale-leader"), 5000, 10)
+        await broker.move_due(KeyLeader(broker, "a-stale-leader"), 5000, 10)
     assert await broker.queue_length() == 0
     assert await broker.delayed_count() == 1
 
@@ -135,19 +131,19 @@ async def test_schedule_and_cancel(broker: Broker, raw: Any) -> None:
 
 async def test_a_cron_tick_fires_once(broker: Broker, raw: Any) -> None:
     raw.set(broker.keys.leader, "leader")
-    fence = KeyFence(broker, "leader")
-    assert await broker.fire_cron(fence, "report", 60_000, b"m1") == 1
-    assert await broker.fire_cron(fence, "report", 60_000, b"m1") == 0, "same tick"
-    assert await broker.fire_cron(fence, "report", 30_000, b"m0") == 0, "an older tick"
-    assert await broker.fire_cron(fence, "report", 120_000, b"m2") == 1
+    leader = KeyLeader(broker, "leader")
+    assert await broker.fire_cron(leader, "report", 60_000, b"m1") == 1
+    assert await broker.fire_cron(leader, "report", 60_000, b"m1") == 0, "same tick"
+    assert await broker.fire_cron(leader, "report", 30_000, b"m0") == 0, "an older tick"
+    assert await broker.fire_cron(leader, "report", 120_000, b"m2") == 1
     assert await broker.cron_last_fired() == {"report": 120_000}
     assert await broker.queue_length() == 2
     raw.set("trunner:{" + broker.group + "}:unique:lock", "held")
     lock = ("trunner:{" + broker.group + "}:unique:lock", "token", 60_000)
-    assert await broker.fire_cron(fence, "report", 180_000, b"m3", lock) == -1, "locked: skip"
+    assert await broker.fire_cron(leader, "report", 180_000, b"m3", lock) == -1, "locked: skip"
     assert await broker.cron_last_fired() == {"report": 180_000}, "the tick is used up"
     raw.delete(lock[0])
-    assert await broker.fire_cron(fence, "report", 240_000, b"m4", lock) == 1
+    assert await broker.fire_cron(leader, "report", 240_000, b"m4", lock) == 1
     assert raw.get(lock[0]) == b"token"
     assert await broker.queue_length() == 3
 

@@ -16,10 +16,9 @@ import redis
 import trio
 
 import trunner
-from trunner._redis import open_transport
-from trunner._redis.lease import fence_key_for, hash_tag
-from trunner._redis.scripts import SCRIPTS
+from trunner._redis import SCRIPTS, open_transport
 from trunner.election import Demoted, ElectionFailed, Elector, Promoted, open_elector
+from trunner.keys import fence_key_for, hash_tag
 
 from .conftest import config
 from .faults import FaultyTransport, script_call
@@ -80,6 +79,10 @@ def test_fence_key_shares_the_lease_hash_slot() -> None:
     assert hash_tag(fence_key_for("plain")) == "plain"
     assert hash_tag("a{}b") is None
     assert fence_key_for("a{}b") == "{a{}b}:fence"
+    # A group's fence counter is the one its elector increments, and is deleted with it.
+    keys = trunner.Keys("trunner", "emails")
+    assert keys.fence == fence_key_for(keys.leader) == "trunner:{emails}:leader:fence"
+    assert keys.fence in keys.fixed()
 
 
 @pytest.mark.parametrize("count", [2, 5])

@@ -8,9 +8,7 @@ from typing import Any
 import trio
 
 import trunner
-from trunner._redis import open_transport
-from trunner._redis.scripts import SCRIPTS
-from trunner._redis.transport import Arg
+from trunner._redis import SCRIPTS, Arg, open_transport
 
 from .conftest import config
 from .faults import FaultyTransport, script_call

@@ -9,7 +9,7 @@ import redis
 import trio
 
 import trunner
-from trunner._redis.scripts import SCRIPTS
+from trunner._redis import SCRIPTS
 from trunner.janitor import instance_of
 from trunner.keys import Keys
 

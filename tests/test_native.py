@@ -13,14 +13,19 @@ from typing import Any
 import pytest
 import redis
 import trio
-from redis.connection import SSLConnection, UnixDomainSocketConnection, parse_url
+from redis.connection import SSLConnection, UnixDomainSocketConnection, parse_url, to_bool
 
 import trunner
-from trunner._redis import open_transport
-from trunner._redis.bridged import AsyncioTransport
-from trunner._redis.connect import check_url
-from trunner._redis.native import NativeTransport, native_options, parse_server_url
-from trunner._redis.transport import Transport
+from trunner._redis import (
+    BridgedTransport,
+    NativeTransport,
+    Transport,
+    check_url,
+    native_options,
+    open_transport,
+    parse_endpoint,
+    parse_server_url,
+)
 
 from .conftest import Tally, config, run_python
 from .servers import RedisServer, free_port
@@ -96,6 +101,26 @@ def test_urls_are_read_as_redis_py_reads_them(url: str) -> None:
     assert ours == theirs
 
 
+@pytest.mark.parametrize("value", ["0", "no", "N", "false", "F", "1", "yes", "TRUE", "on", "off"])
+def test_a_boolean_option_means_what_redis_py_makes_of_it_in_every_url(value: str) -> None:
+    """One reading for every scheme: before, Cluster and Sentinel URLs took only 1, true
+    and yes as true (so ``on`` was false there, and true on one server)."""
+    theirs = to_bool(value)  # type: ignore[no-untyped-call]
+    assert isinstance(theirs, bool)
+    assert parse_server_url(f"rediss://h/0?ssl_check_hostname={value}")["ssl_check_hostname"] is (
+        theirs
+    )
+    address = native_options(f"rediss://h/0?ssl_check_hostname={value}")
+    assert address is not None
+    assert address.ssl_context is not None
+    assert address.ssl_context.check_hostname is theirs
+    for url in (
+        f"rediss+cluster://h:7000/?ssl_check_hostname={value}",
+        f"rediss+sentinel://h:26379/service?ssl_check_hostname={value}",
+    ):
+        assert parse_endpoint(url).options["ssl_check_hostname"] is theirs
+
+
 @pytest.mark.parametrize(
     ("url", "problem"),
     [
@@ -140,10 +165,10 @@ async def test_open_transport_picks_the_transport(redis_server: RedisServer) -> 
         assert isinstance(named, NativeTransport)
         assert await named.execute("CLIENT", "GETNAME") == b"mine"
     async with opened(f"{redis_server.url}?retry_on_timeout=true") as fallback:
-        assert isinstance(fallback, AsyncioTransport)
+        assert isinstance(fallback, BridgedTransport)
         assert await fallback.execute("ECHO", "x") == b"x"
     async with opened(redis_server.url, bridge=True) as bridged:
-        assert isinstance(bridged, AsyncioTransport)
+        assert isinstance(bridged, BridgedTransport)
 
 
 LOADED = """

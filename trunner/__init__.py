@@ -5,8 +5,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import election
 from ._context import current_message
-from ._redis.connect import redact_url
-from ._redis.memory import forget_memory_server
+from ._redis import forget_memory_server, redact_url
 from .admin import DeadLetter, GroupInfo
 from .client import Client, open_client
 from .config import FailedTaskHandler, LongQueueHook, RunnerConfig

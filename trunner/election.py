@@ -30,10 +30,7 @@ import attrs
 import trio
 
 from . import _validate as v
-from ._redis import open_transport
-from ._redis.lease import LeaseStore
-from ._redis.scripts import Script, fenced_script
-from ._redis.transport import Arg, Transport
+from ._redis import Arg, LeaseStore, Script, Transport, fenced_script, open_transport
 from ._util import EventLog, LoopBackoff, logger, run_in_background
 from .errors import BackendError, ElectorCrashed, LeadershipLost
 

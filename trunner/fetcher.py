@@ -97,7 +97,7 @@ class Fetcher:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Fetch until :meth:`stop`; ``stopped`` is set once the loop has returned."""
-        self._reader = reader = self._broker.open_reader(self.consumer)
+        self._reader = reader = self._broker.open_reader()
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._interrupter, reader)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import attrs
 
-__all__ = ["RELEASED_CONSUMER", "Keys", "check_name"]
+__all__ = ["RELEASED_CONSUMER", "Keys", "check_name", "fence_key_for", "hash_tag"]
 
 #: The consumer that owns messages released for immediate reclaim (see ``pool``/``fetcher``).
 RELEASED_CONSUMER = "trunner:released"
@@ -27,6 +27,23 @@ def check_name(field: str, value: object) -> str:
     if any(ch.isspace() for ch in value):
         raise ValueError(f"{field} must not contain whitespace (got {value!r})")
     return value
+
+
+def hash_tag(key: str) -> str | None:
+    """The Redis Cluster hash tag of ``key`` (the part hashed), or None if it has none."""
+    start = key.find("{")
+    if start < 0:
+        return None
+    end = key.find("}", start + 1)
+    if end <= start + 1:
+        return None
+    return key[start + 1 : end]
+
+
+def fence_key_for(lease_key: str) -> str:
+    """The fence counter of a leadership lease: in the lease key's hash slot, so that one
+    script can use both."""
+    return f"{lease_key}:fence" if hash_tag(lease_key) is not None else f"{{{lease_key}}}:fence"
 
 
 @attrs.frozen
@@ -75,8 +92,13 @@ class Keys:
 
     @property
     def leader(self) -> str:
-        """The leadership lease (its fence counter is ``leader + ':fence'``)."""
+        """The leadership lease."""
         return self._key("leader")
+
+    @property
+    def fence(self) -> str:
+        """The fence counter of the leadership lease (``leader + ':fence'``)."""
+        return fence_key_for(self.leader)
 
     @property
     def delayed_unique(self) -> str:
@@ -121,7 +143,7 @@ class Keys:
             self.delayed_messages,
             self.delayed_unique,
             self.leader,
-            f"{self.leader}:fence",
+            self.fence,
             self.cron,
             self.metrics,
             self.instances,

@@ -23,8 +23,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from ._redis import check_url, redact_url
-from ._redis.memory import forget_memory_server
+from ._redis import check_url, forget_memory_server, redact_url
 from .client import Client, open_client
 from .testing import RunnerFactory, clean_keys, open_runner_factory
 

@@ -21,9 +21,7 @@ import outcome
 import trio
 
 from . import _validate as v
-from ._redis import open_transport
-from ._redis.scripts import Script, make_script
-from ._redis.transport import Arg, ScriptNotLoaded, Transport
+from ._redis import Arg, Script, Transport, call_script, make_script, open_transport
 from ._util import run_in_background
 from .errors import Crashed, RedisCommandError, RunnerNotRunning
 
@@ -260,12 +258,7 @@ class RedisHandle(_Commands):
         loaded = self._scripts.get(script)
         if loaded is None:
             loaded = self._scripts[script] = make_script("user", script)
-        try:
-            return await self.execute("EVALSHA", loaded.sha, len(keys), *keys, *args)
-        except ScriptNotLoaded:
-            pass
-        await self.execute("SCRIPT", "LOAD", loaded.source)
-        return await self.execute("EVALSHA", loaded.sha, len(keys), *keys, *args)
+        return await call_script(self.execute, loaded, keys, args)  # in the batches
 
     def pipeline(self, *, transaction: bool = False) -> Pipeline:
         """Raw commands queued with ``add``, then sent together when the block exits

@@ -76,7 +76,7 @@ async def pool_running_one(
     await broker.ensure_group()
     [name] = tasks.names
     await broker.enqueue_many([encode_message(name, None, enqueued_at=0.0, max_bytes=1000)])
-    reader = broker.open_reader("r")
+    reader = broker.open_reader()
     entries = await broker.read(reader, "c", 1, 0.1)
     await reader.aclose()
     parts = pool_parts(broker, tasks, cfg)

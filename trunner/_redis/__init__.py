@@ -1,18 +1,70 @@
-"""The Redis boundary: the only package that imports redis, asyncio or trio_asyncio."""
+"""The Redis boundary: the only package that imports redis, asyncio, trio_asyncio,
+fakeredis or hiredis (``tests/test_boundaries.py`` checks it).
 
-from .broker import MAX_IDS_PER_CALL, Broker, RawEntry
-from .connect import check_url, open_transport, redact_url
+Code outside imports from here only, never from a module of this package. What it
+offers: :func:`open_transport` and the :class:`Transport` interface (with :class:`Reader`
+and :class:`Subscriber`), the typed group operations of :class:`Broker`, the leadership
+lease (:class:`LeaseStore`), the Lua scripts (:class:`Script`), URL checks, the
+in-process ``memory://`` servers, and what the test helpers look at Redis with
+(:class:`Probe`, the queries of :class:`Broker`, :func:`delete_prefixed`).
+"""
+
+from typing import TYPE_CHECKING, Any
+
+from .broker import MAX_IDS_PER_CALL, RELEASED_IDLE_MS, Broker, Leader
+from .connect import open_transport
+from .errors import ScriptNotLoaded
+from .inspect import GroupProgress, delete_prefixed
+from .lease import LeaseStore
 from .memory import forget_memory_server
-from .transport import Reader, Transport
+from .memory import server_client as memory_server_client
+from .native import NativeTransport
+from .probe import Probe
+from .resp import RawEntry
+from .scripts import SCRIPTS, Script, fenced_script, make_script
+from .transport import Arg, Reader, Subscriber, Transport, call_script
+from .urls import check_url, native_options, parse_endpoint, parse_server_url, redact_url
+
+if TYPE_CHECKING:
+    from .bridged import BridgedTransport
 
 __all__ = [
     "MAX_IDS_PER_CALL",
+    "RELEASED_IDLE_MS",
+    "SCRIPTS",
+    "Arg",
+    "BridgedTransport",
     "Broker",
+    "GroupProgress",
+    "Leader",
+    "LeaseStore",
+    "NativeTransport",
+    "Probe",
     "RawEntry",
     "Reader",
+    "Script",
+    "ScriptNotLoaded",
+    "Subscriber",
     "Transport",
+    "call_script",
     "check_url",
+    "delete_prefixed",
+    "fenced_script",
     "forget_memory_server",
+    "make_script",
+    "memory_server_client",
+    "native_options",
     "open_transport",
+    "parse_endpoint",
+    "parse_server_url",
     "redact_url",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The bridged transport loads redis-py's asyncio client: only when asked for.
+    if name == "BridgedTransport":
+        from .bridged import BridgedTransport  # noqa: PLC0415
+
+        return BridgedTransport
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,15 +1,15 @@
 """redis-py's asyncio client under Trio: the transport for Cluster and Sentinel.
 
-:class:`AsyncioTransport` runs redis-py's asyncio client on a trio-asyncio loop that the
+:class:`BridgedTransport` runs redis-py's asyncio client on a trio-asyncio loop that the
 transport owns. Control traffic goes through a blocking connection pool; every blocking
 reader gets a dedicated connection of its own, so a blocked XREADGROUP never starves a
-lease renewal or an acknowledgement (REDIS-NOTES trap 4). Every error of the client
-library is translated into :mod:`trunner.errors` here (:func:`translate_error`).
+lease renewal or an acknowledgement (on a shared pool, control commands would wait for a
+connection behind the blocked reads). Every error of the client library is translated
+into :mod:`trunner.errors` by the map of :mod:`.errors`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import math
 from collections.abc import Callable, Coroutine, Sequence
@@ -23,18 +23,20 @@ from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
 
-from ..errors import BackendError, RedisCommandError, RedisUnavailable
-from .topology import Endpoint
+from ..errors import BackendError, RedisUnavailable
+from .errors import map_exceptions, redis_py_errors, redis_py_reply
 from .transport import (
     Arg,
+    Dedicated,
+    DedicatedConnections,
     Reader,
-    ScriptNotLoaded,
     Subscriber,
     Transport,
     UnblockableReader,
 )
+from .urls import Endpoint
 
-__all__ = ["AsyncioTransport", "translate_error", "translate_reply"]
+__all__ = ["BridgedTransport"]
 
 T = TypeVar("T")
 
@@ -45,47 +47,7 @@ _CLUSTER_OWN = ("COMMAND", "CLUSTER", "READONLY", "READWRITE", "ASKING")
 _TWO_WORD = frozenset({"SCRIPT", "CONFIG", "CLIENT", "CLUSTER"})
 
 
-def translate_error(exc: BaseException, where: str) -> BaseException:
-    """Map an exception of the client library onto trunner's own (others pass through)."""
-    if isinstance(exc, redis.exceptions.NoScriptError):
-        return ScriptNotLoaded(f"{where}: {exc}")
-    if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
-        return RedisUnavailable(f"{where}: {exc}")
-    if isinstance(exc, OSError | asyncio.TimeoutError | EOFError):
-        return RedisUnavailable(f"{where}: {type(exc).__name__}: {exc}")
-    if isinstance(exc, redis.exceptions.ResponseError):
-        # The server's text (some redis-py versions print an error made by a parser
-        # outside a connection as its type, e.g. "server:ResponseError").
-        text = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
-        return RedisCommandError(f"{where}: {text}")
-    if isinstance(exc, redis.exceptions.RedisError | redis.exceptions.RedisClusterException):
-        return BackendError(f"{where}: {type(exc).__name__}: {exc}")
-    return exc
-
-
-def translate_reply(reply: Any, where: str) -> Any:
-    """A pipeline's reply: an exception becomes trunner's; so do those inside an EXEC's."""
-    if isinstance(reply, BaseException):
-        return translate_error(reply, where)
-    if where.upper() == "EXEC" and isinstance(reply, list):
-        return [translate_error(r, where) if isinstance(r, BaseException) else r for r in reply]
-    return reply
-
-
-async def _disconnect(transport: AsyncioTransport, conn: Any, where: str) -> None:
-    """Close a dedicated connection (if it was opened), shielded from cancellation."""
-    if conn is None:
-        await trio.lowlevel.checkpoint()
-        return
-
-    async def close() -> None:
-        await conn.disconnect()
-
-    with trio.CancelScope(shield=True):
-        await transport.run(close, where)
-
-
-class AsyncioTransport(Transport):
+class BridgedTransport(DedicatedConnections, Transport):
     """redis-py's asyncio client, run on the trio-asyncio loop ``loop``."""
 
     def __init__(
@@ -101,10 +63,10 @@ class AsyncioTransport(Transport):
     ) -> None:
         self._loop = loop
         self.description = description
-        self.endpoint = endpoint
         common: dict[str, Any] = {
-            # No per-read socket timeout: a blocking read may take as long as its BLOCK,
-            # and calls are bounded by Trio cancel scopes instead (REDIS-NOTES traps 1, 3).
+            # No per-read socket timeout: a blocking read may take as long as its BLOCK
+            # (redis-py's default would fail, then resend, a read blocking for longer), and
+            # a timer per read is costly under the bridge. Trio cancel scopes bound calls.
             "socket_timeout": None,
             "socket_connect_timeout": connect_timeout,
             "client_name": client_name,
@@ -169,7 +131,7 @@ class AsyncioTransport(Transport):
         # pooled calls wait here: at most max_connections at once, hence per node.
         self._gate = trio.Semaphore(max_connections) if self._cluster is not None else None
         self.command_timeout = command_timeout
-        self._readers: set[_AsyncioReader | _AsyncioSubscriber] = set()
+        DedicatedConnections.__init__(self)
 
     # -- dedicated connections (blocking reads, subscriptions) -------------------------------
 
@@ -206,7 +168,21 @@ class AsyncioTransport(Transport):
 
         await self._pooled(go, "CLIENT UNBLOCK")
 
-    async def run(
+    async def _disconnect(self, conn: Any, where: str) -> None:
+        """Close a dedicated connection (if it was opened), shielded from cancellation."""
+        if conn is None:
+            await trio.lowlevel.checkpoint()
+            return
+
+        async def close() -> None:
+            await conn.disconnect()
+
+        with trio.CancelScope(shield=True):
+            await self._call(close, where)
+
+    # -- commands --------------------------------------------------------------------------
+
+    async def _call(
         self,
         make: Callable[[], Coroutine[Any, Any, T]],
         where: str,
@@ -220,25 +196,17 @@ class AsyncioTransport(Transport):
         """
         limit = self.command_timeout if limit is None else limit
         try:
-            with trio.fail_after(limit):
+            with trio.fail_after(limit), map_exceptions(redis_py_errors, where):
                 result: T = await self._loop.run_aio_coroutine(make())
         except trio.TooSlowError:
             raise RedisUnavailable(f"{where}: no reply from Redis within {limit} s") from None
-        except (
-            TimeoutError,
-            redis.exceptions.RedisError,
-            redis.exceptions.RedisClusterException,
-            OSError,
-            EOFError,
-        ) as exc:
-            raise translate_error(exc, where) from exc
         return result
 
     async def _pooled(self, make: Callable[[], Coroutine[Any, Any, T]], where: str) -> T:
         if self._gate is None:
-            return await self.run(make, where)
+            return await self._call(make, where)
         async with self._gate:
-            return await self.run(make, where)
+            return await self._call(make, where)
 
     async def execute(self, *args: Arg) -> Any:
         if self._cluster is not None and str(args[0]).upper() in _TWO_WORD:
@@ -258,24 +226,16 @@ class AsyncioTransport(Transport):
             raise BackendError("transactions are not supported on Redis Cluster by trunner")
 
         replies = await self._pooled(go, "pipeline")
-        return [translate_reply(r, str(c[0])) for r, c in zip(replies, commands, strict=True)]
+        return [redis_py_reply(r, str(c[0])) for r, c in zip(replies, commands, strict=True)]
 
-    def open_reader(self, name: str, key: str | None = None) -> Reader:
-        reader = _AsyncioReader(self, name, key)
-        self._readers.add(reader)
-        return reader
-
-    def _forget_reader(self, reader: _AsyncioReader | _AsyncioSubscriber) -> None:
-        self._readers.discard(reader)
+    def open_reader(self, key: str | None = None) -> Reader:
+        return _BridgedReader(self, key)
 
     def open_subscriber(self, channel: str) -> Subscriber:
-        subscriber = _AsyncioSubscriber(self, channel)
-        self._readers.add(subscriber)
-        return subscriber
+        return _BridgedSubscriber(self, channel)
 
     async def aclose(self) -> None:
-        for reader in list(self._readers):
-            await reader.aclose()
+        await self._close_dedicated()
 
         async def close() -> None:
             await self._client.aclose()
@@ -285,16 +245,32 @@ class AsyncioTransport(Transport):
                 for client in self._sentinel.sentinels:
                     await client.aclose()
 
-        await self.run(close, "close")
+        await self._call(close, "close")
 
 
-class _AsyncioReader(UnblockableReader):
-    def __init__(self, transport: AsyncioTransport, name: str, key: str | None) -> None:
-        super().__init__()
-        self._transport = transport
-        self._name = name
-        self._key = key
+class _Dedicated(Dedicated[BridgedTransport]):
+    """A redis-py connection of its own, made by the transport like a pooled one; used
+    only inside the transport's asyncio loop."""
+
+    #: What closing it is called in errors.
+    _closing = "close"
+
+    def __init__(self, transport: BridgedTransport) -> None:
+        super().__init__(transport)
         self._conn: Any = None
+
+    async def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        await self._transport._disconnect(conn, self._closing)
+
+
+class _BridgedReader(_Dedicated, UnblockableReader):
+    _closing = "close reader"
+
+    def __init__(self, transport: BridgedTransport, key: str | None) -> None:
+        UnblockableReader.__init__(self)
+        _Dedicated.__init__(self, transport)
+        self._key = key
         self._node: str | None = None
 
     async def _connect(self) -> None:
@@ -328,27 +304,19 @@ class _AsyncioReader(UnblockableReader):
 
     async def _send_read(self, args: Sequence[Arg], block: float) -> Any:
         limit = block + self._transport.command_timeout
-        return await self._transport.run(lambda: self._read(args), "XREADGROUP", limit)
+        return await self._transport._call(lambda: self._read(args), "XREADGROUP", limit)
 
     async def _unblock(self, client_id: int) -> None:
         await self._transport._unblock(self._node, client_id)
 
-    async def aclose(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._transport._forget_reader(self)
-        conn, self._conn = self._conn, None
-        await _disconnect(self._transport, conn, "close reader")
 
+class _BridgedSubscriber(_Dedicated, Subscriber):
+    _closing = "close subscriber"
 
-class _AsyncioSubscriber(Subscriber):
-    def __init__(self, transport: AsyncioTransport, channel: str) -> None:
-        self._transport = transport
+    def __init__(self, transport: BridgedTransport, channel: str) -> None:
+        super().__init__(transport)
         self._channel = channel.encode()
-        self._conn: Any = None
         self._subscribed = False
-        self._closed = False
 
     async def _subscribe(self) -> None:
         if self._conn is None:
@@ -364,7 +332,7 @@ class _AsyncioSubscriber(Subscriber):
         self._subscribed = True
 
     async def subscribe(self) -> None:
-        await self._transport.run(self._subscribe, "SUBSCRIBE")
+        await self._transport._call(self._subscribe, "SUBSCRIBE")
 
     async def _next(self) -> bytes:
         try:
@@ -384,11 +352,4 @@ class _AsyncioSubscriber(Subscriber):
             raise
 
     async def next_message(self) -> bytes:
-        return await self._transport.run(self._next, "SUBSCRIBE", limit=math.inf)
-
-    async def aclose(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._transport._forget_reader(self)
-        await _disconnect(self._transport, self._conn, "close subscriber")
+        return await self._transport._call(self._next, "SUBSCRIBE", limit=math.inf)

@@ -10,15 +10,16 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-import attrs
-
 from ..errors import BackendError, RedisCommandError
 from ..keys import RELEASED_CONSUMER, Keys
 from ..message import PAYLOAD_FIELD
+from .inspect import Inspection
+from .lease import LeaseStore
+from .resp import RawEntry, as_str, stream_entries
 from .scripts import SCRIPTS, Script
 from .transport import Arg, Reader, Subscriber, Transport
 
-__all__ = ["MAX_IDS_PER_CALL", "Broker", "RawEntry"]
+__all__ = ["MAX_IDS_PER_CALL", "RELEASED_IDLE_MS", "Broker", "Leader", "RawEntry"]
 
 #: The most ids or payloads one script call carries; larger batches are split.
 MAX_IDS_PER_CALL = 1000
@@ -26,23 +27,11 @@ MAX_IDS_PER_CALL = 1000
 RELEASED_IDLE_MS = 10 * 365 * 24 * 3600 * 1000
 
 
-class Fence(Protocol):
-    """Runs a fenced script as the current leader (an ``Elector``)."""
+class Leader(Protocol):
+    """The current leader (an ``Elector``): runs a fenced script, which writes only while
+    the lease still holds the leader's id (else it raises LeadershipLost)."""
 
     async def run_fenced(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any: ...
-
-
-@attrs.frozen
-class RawEntry:
-    """A stream entry as delivered: id, flat field list, and its delivery count."""
-
-    message_id: str
-    fields: list[bytes] | None
-    deliveries: int = 1
-
-
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _chunks(items: Sequence[Any], size: int = MAX_IDS_PER_CALL) -> Iterable[Sequence[Any]]:
@@ -51,14 +40,13 @@ def _chunks(items: Sequence[Any], size: int = MAX_IDS_PER_CALL) -> Iterable[Sequ
 
 
 def _floats(flat: Any) -> dict[str, float]:
-    return {_s(flat[i]): float(flat[i + 1]) for i in range(0, len(flat or ()), 2)}
+    return {as_str(flat[i]): float(flat[i + 1]) for i in range(0, len(flat or ()), 2)}
 
 
-def _entries(raw: Any, deliveries: int = 1) -> list[RawEntry]:
-    return [RawEntry(_s(e[0]), list(e[1]) if e[1] else None, deliveries) for e in raw or ()]
+class Broker(Inspection):
+    """The group ``keys.group`` on ``transport``: its state transitions here, its
+    read-only queries in :class:`~trunner._redis.inspect.Inspection`."""
 
-
-class Broker:
     def __init__(self, transport: Transport, keys: Keys, *, delete_on_ack: bool = True) -> None:
         self.transport = transport
         self.keys = keys
@@ -95,16 +83,17 @@ class Broker:
         except RedisCommandError:
             return False  # no such stream
         return any(
-            _s(info[i + 1]) == self.group
+            as_str(info[i + 1]) == self.group
             for info in groups
             for i in range(0, len(info) - 1, 2)
-            if _s(info[i]) == "name"
+            if as_str(info[i]) == "name"
         )
 
     # -- producing --------------------------------------------------------------------------
 
     async def enqueue(self, data: bytes) -> str:
-        return _s(await self.transport.execute("XADD", self.keys.stream, "*", PAYLOAD_FIELD, data))
+        reply = await self.transport.execute("XADD", self.keys.stream, "*", PAYLOAD_FIELD, data)
+        return as_str(reply)
 
     async def enqueue_unique(
         self, items: Sequence[tuple[str, str, bytes]], ttl_ms: int
@@ -117,14 +106,14 @@ class Broker:
             for _, token, data in chunk:
                 args += [token, data]
             reply = await self._script("enqueue_unique", keys, args)
-            ids.extend(_s(i) if i else None for i in reply)
+            ids.extend(as_str(i) if i else None for i in reply)
         return ids
 
     async def enqueue_many(self, datas: Sequence[bytes]) -> list[str]:
         ids: list[str] = []
         for chunk in _chunks(datas):
             reply = await self._script("enqueue_many", [self.keys.stream], chunk)
-            ids.extend(_s(i) for i in reply)
+            ids.extend(as_str(i) for i in reply)
         return ids
 
     async def schedule(
@@ -168,14 +157,16 @@ class Broker:
 
     # -- consuming --------------------------------------------------------------------------
 
-    def open_reader(self, name: str) -> Reader:
-        return self.transport.open_reader(name, self.keys.stream)
+    def open_reader(self) -> Reader:
+        """A reader for the group's stream (on Cluster: on the node serving it); each read
+        names its consumer."""
+        return self.transport.open_reader(self.keys.stream)
 
     async def read(self, reader: Reader, consumer: str, count: int, block: float) -> list[RawEntry]:
         reply = await reader.xreadgroup(self.group, consumer, self.keys.stream, count, block)
         if not reply:
             return []
-        return _entries(reply[0][1])
+        return stream_entries(reply[0][1])
 
     async def reclaim(
         self, consumer: str, min_idle_ms: int, cursor: str, count: int
@@ -183,8 +174,8 @@ class Broker:
         reply = await self._script(
             "reclaim", [self.keys.stream], [self.group, consumer, min_idle_ms, cursor, count]
         )
-        entries = [RawEntry(_s(e[0]), list(e[1]) or None, int(e[2])) for e in reply[1]]
-        return _s(reply[0]), entries
+        entries = [RawEntry(as_str(e[0]), list(e[1]) or None, int(e[2])) for e in reply[1]]
+        return as_str(reply[0]), entries
 
     async def ack(
         self, ids: Sequence[str], locks: Mapping[str, tuple[str, str]] | None = None
@@ -225,7 +216,7 @@ class Broker:
             keys,
             [self.group, self._delete, message_id, maxlen or 0, lock[1] if lock else "", *flat],
         )
-        return _s(reply) if reply else None
+        return as_str(reply) if reply else None
 
     async def heartbeat(self, consumer: str, ids: Sequence[str]) -> list[str]:
         """Extend the reservations of ``ids``; return those that are no longer ours."""
@@ -234,7 +225,7 @@ class Broker:
             reply = await self._script(
                 "heartbeat", [self.keys.stream], [self.group, consumer, *chunk]
             )
-            lost.extend(_s(i) for i in reply)
+            lost.extend(as_str(i) for i in reply)
         return lost
 
     async def release(self, consumer: str, entries: Sequence[tuple[str, bool]]) -> int:
@@ -258,14 +249,14 @@ class Broker:
         reply = await self.transport.execute(
             "XPENDING", self.keys.stream, self.group, start, "+", count, consumer
         )
-        return [_s(e[0]) for e in reply or ()]
+        return [as_str(e[0]) for e in reply or ()]
 
     async def delete_consumer_if_idle(self, consumer: str) -> bool:
         return bool(
             await self._script("delete_consumer", [self.keys.stream], [self.group, consumer])
         )
 
-    # -- leader chores (fenced: ``lease`` runs them only for the leader) ---------------------
+    # -- leader chores (fenced: ``leader`` runs them only while it leads) --------------------
 
     async def consumers(self) -> list[tuple[str, int, int]]:
         """(name, pending entries, idle ms) of every consumer of the group."""
@@ -277,34 +268,34 @@ class Broker:
             raise
         rows = []
         for flat in reply or ():
-            info = {_s(flat[i]): flat[i + 1] for i in range(0, len(flat) - 1, 2)}
-            rows.append((_s(info["name"]), int(info["pending"]), int(info["idle"])))
+            info = {as_str(flat[i]): flat[i + 1] for i in range(0, len(flat) - 1, 2)}
+            rows.append((as_str(info["name"]), int(info["pending"]), int(info["idle"])))
         return rows
 
-    async def trim_finished(self, lease: Fence, before_ms: int, limit: int) -> tuple[int, str]:
+    async def trim_finished(self, leader: Leader, before_ms: int, limit: int) -> tuple[int, str]:
         """Trim finished messages with ids below ``before_ms`` (leader only):
         (entries trimmed, the id trimmed below). Undelivered and pending ones stay."""
-        reply = await lease.run_fenced(SCRIPTS.trim, [self.keys.stream], [before_ms, limit])
-        return int(reply[0]), _s(reply[1])
+        reply = await leader.run_fenced(SCRIPTS.trim, [self.keys.stream], [before_ms, limit])
+        return int(reply[0]), as_str(reply[1])
 
     async def move_due(
-        self, lease: Fence, now_ms: int, limit: int
+        self, leader: Leader, now_ms: int, limit: int
     ) -> tuple[int, float | None, list[str]]:
         """Move up to ``limit`` due tasks: (moved, earliest remaining due ms, due unique ids).
 
         Due unique tasks are left for :meth:`move_unique` (their locks must be in KEYS).
         """
         keys = self.keys
-        reply = await lease.run_fenced(
+        reply = await leader.run_fenced(
             SCRIPTS.move_due,
             [keys.delayed, keys.delayed_messages, keys.stream, keys.delayed_unique],
             [now_ms, limit],
         )
         moved = int(reply[0])
         nxt = float(reply[1]) if reply[1] is not None else None
-        return moved, nxt, [_s(i) for i in reply[2]]
+        return moved, nxt, [as_str(i) for i in reply[2]]
 
-    async def move_unique(self, lease: Fence, task_ids: Sequence[str]) -> tuple[int, int]:
+    async def move_unique(self, leader: Leader, task_ids: Sequence[str]) -> tuple[int, int]:
         """Move due unique tasks, each taking its lock: (moved, dropped: lock was held)."""
         keys = self.keys
         specs = await self.transport.execute("HMGET", keys.delayed_unique, *task_ids)
@@ -318,7 +309,7 @@ class Broker:
             args += [task_id, token, ttl]
         if not locks:
             return 0, 0
-        reply = await lease.run_fenced(
+        reply = await leader.run_fenced(
             SCRIPTS.move_unique,
             [keys.delayed, keys.delayed_messages, keys.stream, keys.delayed_unique, *locks],
             args,
@@ -327,7 +318,7 @@ class Broker:
 
     async def fire_cron(
         self,
-        lease: Fence,
+        leader: Leader,
         name: str,
         tick_ms: int,
         data: bytes,
@@ -340,11 +331,11 @@ class Broker:
         """
         keys = [self.keys.cron, self.keys.stream, *([lock[0]] if lock else [])]
         args: list[Arg] = [name, tick_ms, data, *(lock[1:] if lock else [])]
-        return int(await lease.run_fenced(SCRIPTS.cron_fire, keys, args))
+        return int(await leader.run_fenced(SCRIPTS.cron_fire, keys, args))
 
     async def cron_last_fired(self) -> dict[str, int]:
         reply = await self.transport.execute("HGETALL", self.keys.cron)
-        return {_s(reply[i]): int(reply[i + 1]) for i in range(0, len(reply or ()), 2)}
+        return {as_str(reply[i]): int(reply[i + 1]) for i in range(0, len(reply or ()), 2)}
 
     def open_wake_subscriber(self) -> Subscriber:
         return self.transport.open_subscriber(self.keys.delayed_wake)
@@ -381,20 +372,20 @@ class Broker:
         reply = await self.transport.execute("HGETALL", self.keys.metrics)
         return _floats(reply)
 
-    async def take_metrics(self, lease: Fence, dead_before_ms: int) -> dict[str, float]:
+    async def take_metrics(self, leader: Leader, dead_before_ms: int) -> dict[str, float]:
         """The window's metrics, reset (leader only); drops instances not seen since."""
         keys = self.keys
-        reply = await lease.run_fenced(
+        reply = await leader.run_fenced(
             SCRIPTS.metrics_take,
             [keys.metrics, keys.instances, keys.instances_info],
             [dead_before_ms, MAX_IDS_PER_CALL],
         )
         return _floats(reply)
 
-    async def publish(self, lease: Fence, capacity: int | None, fence: int, stats: str) -> int:
+    async def publish(self, leader: Leader, capacity: int | None, fence: int, stats: str) -> int:
         """Publish the capacity decision (None: unchanged) and the window's statistics."""
         keys = self.keys
-        reply = await lease.run_fenced(
+        reply = await leader.run_fenced(
             SCRIPTS.publish_capacity,
             [keys.capacity, keys.stats],
             ["" if capacity is None else capacity, fence, stats],
@@ -407,23 +398,23 @@ class Broker:
         reply = await self.transport.execute(
             "ZRANGEBYSCORE", keys.instances, seen_since_ms, "+inf", "WITHSCORES"
         )
-        ids = [_s(reply[i]) for i in range(0, len(reply), 2)]
+        ids = [as_str(reply[i]) for i in range(0, len(reply), 2)]
         seen = [float(reply[i]) for i in range(1, len(reply), 2)]
         if not ids:
             return []
         infos = await self.transport.execute("HMGET", keys.instances_info, *ids)
         return [
-            (i, t, _s(info) if info is not None else None)
+            (i, t, as_str(info) if info is not None else None)
             for i, t, info in zip(ids, seen, infos, strict=True)
         ]
 
     async def latest_stats(self) -> str | None:
         reply = await self.transport.execute("GET", self.keys.stats)
-        return None if reply is None else _s(reply)
+        return None if reply is None else as_str(reply)
 
     async def leader_id(self) -> str | None:
-        reply = await self.transport.execute("GET", self.keys.leader)
-        return None if reply is None else _s(reply)
+        """The id of the group's leader according to Redis, or None."""
+        return await LeaseStore(self.transport, self.keys.leader).holder()
 
     async def eviction_policy(self) -> tuple[str, int] | None:
         """(maxmemory-policy, maxmemory) of the server; None if CONFIG GET is not allowed."""
@@ -434,37 +425,15 @@ class Broker:
             ]
         except BackendError:
             return None
-        if any(isinstance(r, BaseException) or len(r) < 2 for r in replies):
+        if any(len(r) < 2 for r in replies):
             return None
-        return _s(replies[0][1]), int(replies[1][1])
+        return as_str(replies[0][1]), int(replies[1][1])
 
     async def delete_group(self) -> int:
         """Delete every fixed key of the group (its stream, delayed tasks, lease ...)."""
         return int(await self.transport.execute("DEL", *self.keys.fixed()))
 
-    # -- inspection -------------------------------------------------------------------------
-
-    async def queue_length(self) -> int:
-        return int(await self.transport.execute("XLEN", self.keys.stream))
-
-    async def pending_count(self) -> int:
-        reply = await self.transport.execute("XPENDING", self.keys.stream, self.group)
-        return int(reply[0]) if reply else 0
-
-    async def delayed_count(self) -> int:
-        return int(await self.transport.execute("ZCARD", self.keys.delayed))
-
-    async def dead_count(self) -> int:
-        return int(await self.transport.execute("XLEN", self.keys.dead))
-
-    async def dead_entries(self, count: int = 100, start: str = "-") -> list[RawEntry]:
-        reply = await self.transport.execute("XRANGE", self.keys.dead, start, "+", "COUNT", count)
-        return _entries(reply)
-
-    async def dead_entry(self, entry_id: str) -> RawEntry | None:
-        reply = await self.transport.execute("XRANGE", self.keys.dead, entry_id, entry_id)
-        entries = _entries(reply)
-        return entries[0] if entries else None
+    # -- dead letters -----------------------------------------------------------------------
 
     async def replay_dead(self, items: Sequence[tuple[str, bytes]]) -> list[str | None]:
         """Move dead-letter entries ``(id, message)`` back into the stream, atomically."""
@@ -472,20 +441,10 @@ class Broker:
         for chunk in _chunks(items, MAX_IDS_PER_CALL // 2):
             flat: list[Arg] = [x for pair in chunk for x in pair]
             reply = await self._script("replay_dead", [self.keys.dead, self.keys.stream], flat)
-            ids.extend(_s(i) if i else None for i in reply)
+            ids.extend(as_str(i) if i else None for i in reply)
         return ids
 
     async def purge_dead(self) -> int:
         """Delete the dead-letter stream; return how many entries it held."""
         replies = await self.transport.pipeline([("XLEN", self.keys.dead), ("DEL", self.keys.dead)])
         return int(replies[0]) if isinstance(replies[0], int) else 0
-
-    async def pending_by_consumer(self) -> dict[str, int]:
-        reply = await self.transport.execute("XPENDING", self.keys.stream, self.group)
-        if not reply or not reply[3]:
-            return {}
-        return {_s(name): int(count) for name, count in reply[3]}
-
-    async def capacity_decision(self) -> dict[str, int]:
-        reply = await self.transport.execute("HGETALL", self.keys.capacity)
-        return {_s(reply[i]): int(reply[i + 1]) for i in range(0, len(reply or ()), 2)}

@@ -6,33 +6,18 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import LeadershipLost, RedisCommandError
+from ..keys import fence_key_for
+from .resp import as_str
 from .scripts import SCRIPTS, Script
 from .transport import Arg, Subscriber, Transport
 
-__all__ = ["LeaseStore", "fence_key_for", "hash_tag"]
-
-
-def hash_tag(key: str) -> str | None:
-    """The Redis Cluster hash tag of ``key`` (the part hashed), or None if it has none."""
-    start = key.find("{")
-    if start < 0:
-        return None
-    end = key.find("}", start + 1)
-    if end <= start + 1:
-        return None
-    return key[start + 1 : end]
-
-
-def fence_key_for(key: str) -> str:
-    """The fence counter's key: in the lease key's hash slot, so one script can use both."""
-    return f"{key}:fence" if hash_tag(key) is not None else f"{{{key}}}:fence"
-
-
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+__all__ = ["LeaseStore"]
 
 
 class LeaseStore:
+    """The lease on ``key``, its fence counter (:func:`~trunner.keys.fence_key_for`) and
+    the channel its holder announces a release on; every write checks the holder."""
+
     def __init__(self, transport: Transport, key: str) -> None:
         self.transport = transport
         self.key = key
@@ -57,8 +42,9 @@ class LeaseStore:
         return bool(reply)
 
     async def holder(self) -> str | None:
+        """The id the lease holds according to Redis, or None when it is free."""
         reply = await self.transport.execute("GET", self.key)
-        return None if reply is None else _s(reply)
+        return None if reply is None else as_str(reply)
 
     async def fenced(
         self, script: Script, owner: str, keys: Sequence[str], args: Sequence[Arg]

@@ -17,13 +17,14 @@ from typing import Any
 
 import trio
 
-from .transport import Arg, Reader, Subscriber, Transport
+from .errors import map_exceptions, redis_py_errors, redis_py_reply
+from .transport import Arg, Dedicated, DedicatedConnections, Reader, Subscriber, Transport
 
-__all__ = ["MemoryTransport", "forget_memory_server", "memory_server_names"]
+__all__ = ["MemoryTransport", "forget_memory_server", "has_server", "server_client"]
 
 
-# fakeredis and redis-py are imported on first use: a process that never opens a memory://
-# URL does not load them.
+# fakeredis is imported on first use: a process that never opens a memory:// URL does not
+# load it (nor redis-py, which it imports).
 
 
 class _MemoryServer:
@@ -56,9 +57,22 @@ def forget_memory_server(name: str) -> bool:
         return _servers.pop(name, None) is not None
 
 
-def memory_server_names() -> list[str]:
+def has_server(name: str) -> bool:
+    """Whether the in-process server ``name`` exists (was used, and not forgotten)."""
     with _servers_lock:
-        return sorted(_servers)
+        return name in _servers
+
+
+def server_client(name: str, *, raw: bool = False) -> Any:
+    """A blocking fakeredis client on the in-process server ``name`` (made if missing), to
+    look at it from outside trunner: like ``redis.Redis``, or with ``raw``, with the raw
+    RESP2 replies the transports see."""
+    server = _server(name)
+    if raw:
+        return _client(server)
+    import fakeredis  # noqa: PLC0415 - see above
+
+    return fakeredis.FakeRedis(server=server.server)
 
 
 def _client(server: _MemoryServer) -> Any:
@@ -70,26 +84,20 @@ def _client(server: _MemoryServer) -> Any:
 
 
 def _execute(client: Any, args: Sequence[Arg]) -> Any:
-    """Run one command on a fakeredis client; its errors become trunner's (redis-py is
-    imported on the error path only: this runs for every command)."""
-    try:
+    """Run one command on a fakeredis client; its errors (redis-py's) become trunner's."""
+    with map_exceptions(redis_py_errors, str(args[0])):
         return client.execute_command(*args)
-    except Exception as exc:
-        from redis.exceptions import RedisError  # noqa: PLC0415 - see above
-
-        if not isinstance(exc, RedisError):
-            raise
-        from .bridged import translate_error  # noqa: PLC0415 - see above
-
-        raise translate_error(exc, str(args[0])) from exc
 
 
-class MemoryTransport(Transport):
-    def __init__(self, name: str) -> None:
+class MemoryTransport(DedicatedConnections, Transport):
+    """Commands run on the in-process fakeredis server ``name``, one at a time."""
+
+    def __init__(self, name: str, *, command_timeout: float = 10.0) -> None:
         self.description = f"memory://{name}"
+        self.command_timeout = command_timeout  # never reached: nothing waits for a reply
         self._server = _server(name)
         self._client = _client(self._server)
-        self._readers: set[_MemoryReader | _MemorySubscriber] = set()
+        DedicatedConnections.__init__(self)
 
     def _run(self, args: Sequence[Arg]) -> Any:
         try:
@@ -104,37 +112,41 @@ class MemoryTransport(Transport):
     async def pipeline(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
         await trio.lowlevel.checkpoint()
         replies: list[Any] = []
-        from .bridged import translate_reply  # noqa: PLC0415 - see above
-
         for command in commands:
             try:
-                replies.append(translate_reply(self._run(command), str(command[0])))
+                replies.append(redis_py_reply(self._run(command), str(command[0])))
             except Exception as exc:  # noqa: BLE001 - each reply or error in its place
                 replies.append(exc)
         return replies
 
-    def open_reader(self, name: str, key: str | None = None) -> Reader:
-        reader = _MemoryReader(self._server)
-        self._readers.add(reader)
-        return reader
+    def open_reader(self, key: str | None = None) -> Reader:
+        return _MemoryReader(self)
 
     def open_subscriber(self, channel: str) -> Subscriber:
-        subscriber = _MemorySubscriber(self._server, channel)
-        self._readers.add(subscriber)
-        return subscriber
+        return _MemorySubscriber(self, channel)
 
     async def aclose(self) -> None:
-        for reader in self._readers:
-            await reader.aclose()
-        self._readers.clear()
+        await self._close_dedicated()
         self._client.close()
         await trio.lowlevel.checkpoint()
 
 
-class _MemoryReader(Reader):
-    def __init__(self, server: _MemoryServer) -> None:
-        self._server = server
-        self._client = _client(server)
+class _Dedicated(Dedicated[MemoryTransport]):
+    """A fakeredis client of its own on the transport's server."""
+
+    def __init__(self, transport: MemoryTransport) -> None:
+        super().__init__(transport)
+        self._server = transport._server
+        self._client = _client(self._server)
+
+    async def _drop(self) -> None:
+        self._client.close()
+        await trio.lowlevel.checkpoint()
+
+
+class _MemoryReader(_Dedicated, Reader):
+    def __init__(self, transport: MemoryTransport) -> None:
+        super().__init__(transport)
         self._interrupted = False
 
     async def xreadgroup(
@@ -160,15 +172,10 @@ class _MemoryReader(Reader):
         self._server.notify()
         await trio.lowlevel.checkpoint()
 
-    async def aclose(self) -> None:
-        self._client.close()
-        await trio.lowlevel.checkpoint()
 
-
-class _MemorySubscriber(Subscriber):
-    def __init__(self, server: _MemoryServer, channel: str) -> None:
-        self._server = server
-        self._client = _client(server)
+class _MemorySubscriber(_Dedicated, Subscriber):
+    def __init__(self, transport: MemoryTransport, channel: str) -> None:
+        super().__init__(transport)
         self._pubsub = self._client.pubsub()
         self._pubsub.subscribe(channel)
 
@@ -185,7 +192,6 @@ class _MemorySubscriber(Subscriber):
             if message is None:
                 await self._server.lot.park()
 
-    async def aclose(self) -> None:
+    async def _drop(self) -> None:
         self._pubsub.close()
-        self._client.close()
-        await trio.lowlevel.checkpoint()
+        await super()._drop()

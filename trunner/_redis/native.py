@@ -1,14 +1,16 @@
 """A Trio-native transport for one Redis server: sockets in Trio, replies parsed by hiredis.
 
-Commands do not cross into an asyncio loop: a command is packed into RESP bytes, written
-with ``trio.SocketStream`` (or ``trio.SSLStream`` for TLS, or a Unix socket), and its reply
-parsed by hiredis, the parser redis-py itself uses. One round trip costs a fifth of the CPU
+Commands do not cross into an asyncio loop: a command is packed into RESP bytes
+(:func:`~trunner._redis.resp.pack`), written with ``trio.SocketStream`` (or
+``trio.SSLStream`` for TLS, or a Unix socket), and its reply parsed by hiredis, the parser
+redis-py itself uses. One round trip costs a fifth of the CPU
 of a bridged redis.asyncio call, and cancellation is plain Trio: a call cancelled while its
 reply is in flight closes that connection, so no later caller can read the stale reply.
 
 Used for ``redis://``, ``rediss://`` and ``unix://`` URLs whose options it knows
-(:func:`native_options`); Cluster, Sentinel and other options use the bridged redis-py
-client (:class:`~trunner._redis.bridged.AsyncioTransport`). It imports no redis-py module.
+(:func:`~trunner._redis.urls.native_options`); Cluster, Sentinel and other options use the
+bridged redis-py client (:class:`~trunner._redis.bridged.BridgedTransport`). It imports no
+redis-py module.
 """
 
 from __future__ import annotations
@@ -18,224 +20,28 @@ import contextlib
 import select
 import socket
 import ssl
-import urllib.parse
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-import attrs
 import hiredis
 import trio
 
-from ..errors import RedisCommandError, RedisUnavailable
+from ..errors import RedisUnavailable
+from .errors import hiredis_reply, map_exceptions, reply_error, socket_errors
+from .resp import pack
 from .transport import (
     Arg,
-    ScriptNotLoaded,
+    Dedicated,
+    DedicatedConnections,
     Subscriber,
     Transport,
     UnblockableReader,
 )
+from .urls import ServerAddress
 
-__all__ = ["NativeTransport", "ServerAddress", "native_options"]
+__all__ = ["NativeTransport"]
 
-#: URL query options this transport understands; a URL with any other uses redis-py.
-_KNOWN_OPTIONS = frozenset(
-    {
-        "db",
-        "username",
-        "password",
-        "host",
-        "port",
-        "ssl_ca_certs",
-        "ssl_ca_path",
-        "ssl_ca_data",
-        "ssl_certfile",
-        "ssl_keyfile",
-        "ssl_password",
-        "ssl_cert_reqs",
-        "ssl_check_hostname",
-        "socket_connect_timeout",
-        "socket_keepalive",
-        "client_name",
-        "health_check_interval",
-    }
-)
-_CERT_REQS = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
-#: Error replies that mean "not now" rather than "wrong command".
-_UNAVAILABLE = ("LOADING", "MASTERDOWN", "NOAUTH", "WRONGPASS", "TRYAGAIN", "CLUSTERDOWN")
 _READ_SIZE = 65536
-
-
-@attrs.frozen
-class ServerAddress:
-    """Where one server is, and how to log in."""
-
-    host: str = "localhost"
-    port: int = 6379
-    path: str | None = None  # a Unix socket
-    db: int = 0
-    username: str | None = None
-    password: str | None = None
-    ssl_context: ssl.SSLContext | None = None
-    connect_timeout: float | None = None
-    client_name: str | None = None  # from the URL: wins over the name trunner gives
-
-
-def _to_bool(value: str) -> bool | None:
-    if value == "":
-        return None
-    return value.upper() not in ("0", "F", "FALSE", "N", "NO")
-
-
-#: How redis-py reads the values of the query options this transport uses.
-_PARSERS: dict[str, Any] = {
-    "db": int,
-    "socket_connect_timeout": float,
-    "health_check_interval": int,
-    "socket_keepalive": _to_bool,
-    "ssl_check_hostname": _to_bool,
-}
-
-
-def parse_server_url(url: str) -> dict[str, Any]:
-    """The options of a ``redis://``, ``rediss://`` or ``unix://`` URL, read as redis-py's
-    ``parse_url`` reads them (same names and values; ``tls`` and ``path`` from the scheme),
-    without importing redis-py. Raises ValueError for a value that cannot be read."""
-    parsed = urllib.parse.urlparse(url)
-    if parsed.scheme not in ("redis", "rediss", "unix"):
-        raise ValueError("Redis URL must specify one of redis://, rediss://, unix://")
-    options: dict[str, Any] = {}
-    for name, values in urllib.parse.parse_qs(parsed.query).items():
-        if values:
-            reader = _PARSERS.get(name)
-            try:
-                options[name] = reader(values[0]) if reader else values[0]
-            except (TypeError, ValueError):
-                raise ValueError(f"Invalid value for '{name}' in connection URL.") from None
-    if parsed.username:
-        options["username"] = urllib.parse.unquote(parsed.username)
-    if parsed.password:
-        options["password"] = urllib.parse.unquote(parsed.password)
-    if parsed.scheme == "unix":
-        options["path"] = urllib.parse.unquote(parsed.path) if parsed.path else None
-        return options
-    if parsed.hostname:
-        options["host"] = urllib.parse.unquote(parsed.hostname)
-    if parsed.port:  # ValueError for a port out of range or not a number
-        options["port"] = parsed.port
-    if parsed.path and "db" not in options:
-        with contextlib.suppress(ValueError):
-            options["db"] = int(urllib.parse.unquote(parsed.path).replace("/", ""))
-    options["tls"] = parsed.scheme == "rediss"
-    return options
-
-
-def native_options(url: str) -> ServerAddress | None:
-    """The address of a single-server URL, or None when it needs redis-py's own client
-    (an option this transport does not implement)."""
-    options = parse_server_url(url)
-    tls = options.pop("tls", False)
-    path = options.pop("path", None)
-    if not set(options) <= _KNOWN_OPTIONS:
-        return None
-    context = None
-    if tls:
-        context = _ssl_context(options)
-    elif any(name.startswith("ssl_") for name in options):
-        return None  # TLS options on a plain URL: let redis-py say what it makes of them
-    timeout = options.get("socket_connect_timeout")
-    return ServerAddress(
-        host=options.get("host") or "localhost",
-        port=int(options.get("port") or 6379),
-        path=path,
-        db=int(options.get("db") or 0),
-        username=options.get("username"),
-        password=options.get("password"),
-        ssl_context=context,
-        connect_timeout=float(timeout) if timeout is not None else None,
-        client_name=options.get("client_name") or None,
-    )
-
-
-def _ssl_context(options: dict[str, Any]) -> ssl.SSLContext:
-    """The TLS settings of redis-py's SSLConnection, from the same URL options."""
-    reqs = options.get("ssl_cert_reqs", "required")
-    if isinstance(reqs, str):
-        if reqs.lower() not in _CERT_REQS:
-            raise ValueError(f"ssl_cert_reqs must be one of {', '.join(_CERT_REQS)}")
-        reqs = _CERT_REQS[reqs.lower()]
-    check = options.get("ssl_check_hostname", True)
-    if isinstance(check, str):
-        check = check.lower() in ("1", "true", "yes")
-    context = ssl.create_default_context()
-    context.check_hostname = bool(check) and reqs != ssl.CERT_NONE
-    context.verify_mode = reqs
-    if options.get("ssl_certfile") or options.get("ssl_keyfile"):
-        context.load_cert_chain(
-            certfile=options["ssl_certfile"],
-            keyfile=options.get("ssl_keyfile"),
-            password=options.get("ssl_password"),
-        )
-    ca = (options.get("ssl_ca_certs"), options.get("ssl_ca_path"), options.get("ssl_ca_data"))
-    if any(item is not None for item in ca):
-        context.load_verify_locations(cafile=ca[0], capath=ca[1], cadata=ca[2])
-    return context
-
-
-def pack(args: Sequence[object]) -> bytes:
-    """One command in RESP: an array of bulk strings (task code may pass anything through
-    the Redis handle, so every type is checked)."""
-    out = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        if isinstance(arg, bytes):
-            data = arg
-        elif isinstance(arg, str):
-            data = arg.encode()
-        elif isinstance(arg, bool):
-            raise TypeError("a Redis argument cannot be a bool; use 0/1 or a string")
-        elif isinstance(arg, int):
-            data = b"%d" % arg
-        elif isinstance(arg, float):
-            data = repr(arg).encode()
-        elif isinstance(arg, memoryview | bytearray):
-            data = bytes(arg)
-        else:
-            raise TypeError(
-                f"a Redis argument must be str, bytes, int or float, not {type(arg).__name__}"
-            )
-        out.append(b"$%d\r\n" % len(data))
-        out.append(data)
-        out.append(b"\r\n")
-    return b"".join(out)
-
-
-def error_of(reply: hiredis.ReplyError, where: str) -> Exception:
-    """The exception for an error reply."""
-    message = str(reply)
-    if message.startswith("NOSCRIPT"):
-        return ScriptNotLoaded(f"{where}: {message}")
-    if message.startswith(_UNAVAILABLE):
-        return RedisUnavailable(f"{where}: {message}")
-    return RedisCommandError(f"{where}: {message}")
-
-
-def _in_place(reply: Any, where: str) -> Any:
-    """An error reply becomes its exception; so do those in the reply of an EXEC."""
-    if isinstance(reply, hiredis.ReplyError):
-        return error_of(reply, where)
-    if where == "EXEC" and isinstance(reply, list):
-        return [error_of(r, where) if isinstance(r, hiredis.ReplyError) else r for r in reply]
-    return reply
-
-
-@contextlib.contextmanager
-def _connection_errors() -> Iterator[None]:
-    """A broken socket or a garbled reply becomes RedisUnavailable."""
-    try:
-        yield
-    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-        raise RedisUnavailable(f"connection lost: {type(exc).__name__}: {exc}") from None
-    except hiredis.ProtocolError as exc:
-        raise RedisUnavailable(f"protocol error: {exc}") from None
 
 
 class Connection:
@@ -305,7 +111,7 @@ class Connection:
             if isinstance(reply, hiredis.ReplyError):
                 if command[0] == "AUTH":
                     raise RedisUnavailable(f"AUTH: {reply}")
-                raise error_of(reply, " ".join(str(c) for c in command[:2]))
+                raise reply_error(str(reply), " ".join(str(c) for c in command[:2]))
 
     def idle_ok(self) -> bool:
         """A pooled connection is usable if the server has sent nothing since (no EOF)."""
@@ -325,7 +131,7 @@ class Connection:
         """
         data = b"".join(pack(command) for command in commands)  # TypeError: nothing sent
         self.broken = True
-        with _connection_errors():
+        with map_exceptions(socket_errors, chain=False):
             await self._stream.send_all(data)
             replies = [await self._read() for _ in commands]
         self.broken = False
@@ -334,7 +140,7 @@ class Connection:
     async def read(self) -> Any:
         """Read one more reply (pub/sub); the connection is broken if this fails."""
         self.broken = True
-        with _connection_errors():
+        with map_exceptions(socket_errors, chain=False):
             reply = await self._read()
         self.broken = False
         return reply
@@ -400,7 +206,7 @@ class _Pool:
         self._idle.clear()
 
 
-class NativeTransport(Transport):
+class NativeTransport(DedicatedConnections, Transport):
     """Commands over Trio sockets to one Redis server."""
 
     def __init__(
@@ -419,12 +225,14 @@ class NativeTransport(Transport):
         self.connect_timeout = connect_timeout
         self.command_timeout = command_timeout
         self._pool = _Pool(self, max_connections)
-        self._dedicated: set[_Dedicated] = set()
+        DedicatedConnections.__init__(self)
 
     async def _connect(self) -> Connection:
         return await Connection.open(self.address, self.client_name, self.connect_timeout)
 
-    async def _bounded(self, commands: Sequence[Sequence[Arg]], where: str) -> list[Any]:
+    async def _call(self, commands: Sequence[Sequence[Arg]], where: str) -> list[Any]:
+        """The replies of ``commands``, sent on a pooled connection, within the command
+        timeout (waiting for the connection included)."""
         try:
             with trio.fail_after(self.command_timeout):
                 async with self._pool.connection() as conn:
@@ -438,62 +246,44 @@ class NativeTransport(Transport):
 
     async def execute(self, *args: Arg) -> Any:
         where = str(args[0])
-        [reply] = await self._bounded([args], where)
+        [reply] = await self._call([args], where)
         if isinstance(reply, hiredis.ReplyError):
-            raise error_of(reply, where)
+            raise reply_error(str(reply), where)
         return reply
 
     async def pipeline(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
         if not commands:
             await trio.lowlevel.checkpoint()
             return []
-        replies = await self._bounded(commands, "pipeline")
+        replies = await self._call(commands, "pipeline")
         return [
-            _in_place(reply, str(command[0]).upper())
+            hiredis_reply(reply, str(command[0]).upper())
             for reply, command in zip(replies, commands, strict=True)
         ]
 
-    def open_reader(self, name: str, key: str | None = None) -> _NativeReader:
-        reader = _NativeReader(self)
-        self._dedicated.add(reader)
-        return reader
+    def open_reader(self, key: str | None = None) -> _NativeReader:
+        return _NativeReader(self)  # one server: every key is on it
 
     def open_subscriber(self, channel: str) -> _NativeSubscriber:
-        subscriber = _NativeSubscriber(self, channel)
-        self._dedicated.add(subscriber)
-        return subscriber
-
-    def _forget(self, owner: _Dedicated) -> None:
-        self._dedicated.discard(owner)
+        return _NativeSubscriber(self, channel)
 
     async def aclose(self) -> None:
-        for owner in list(self._dedicated):
-            await owner.aclose()
+        await self._close_dedicated()
         await self._pool.aclose()
 
 
-class _Dedicated:
-    """A connection of its own (a reader's, a subscriber's), opened on use, dropped when
-    anything goes wrong on it, and given back to nobody."""
+class _Dedicated(Dedicated[NativeTransport]):
+    """A socket of its own, opened by the transport like a pooled one."""
 
     def __init__(self, transport: NativeTransport) -> None:
-        self._transport = transport
+        super().__init__(transport)
         self._conn: Connection | None = None
-        self._closed = False
 
     async def _drop(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
             with trio.CancelScope(shield=True):
                 await conn.aclose()
-
-    async def aclose(self) -> None:
-        if self._closed:
-            await trio.lowlevel.checkpoint()
-            return
-        self._closed = True
-        self._transport._forget(self)
-        await self._drop()
 
 
 class _NativeReader(_Dedicated, UnblockableReader):
@@ -524,7 +314,7 @@ class _NativeReader(_Dedicated, UnblockableReader):
                 raise RedisUnavailable(f"XREADGROUP: {exc}") from None
             raise
         if isinstance(reply, hiredis.ReplyError):
-            raise error_of(reply, "XREADGROUP")
+            raise reply_error(str(reply), "XREADGROUP")
         return reply
 
     async def _connect(self) -> None:
@@ -567,7 +357,7 @@ class _NativeSubscriber(_Dedicated, Subscriber):
             raise
         if isinstance(reply, hiredis.ReplyError):
             await self._drop()
-            raise error_of(reply, "SUBSCRIBE")
+            raise reply_error(str(reply), "SUBSCRIBE")
 
     async def next_message(self) -> bytes:
         try:

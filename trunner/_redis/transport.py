@@ -1,35 +1,45 @@
-"""Transports: the only place where commands cross into a Redis client.
+"""The interface of the Redis boundary: what every transport promises, under cancellation too.
 
 Three implementations share one Trio-facing interface:
 
 * :class:`~trunner._redis.native.NativeTransport` talks to one server over Trio sockets,
   with hiredis parsing the replies (``redis://``, ``rediss://``, ``unix://``).
-* :class:`~trunner._redis.bridged.AsyncioTransport` runs redis-py's asyncio client on a
+* :class:`~trunner._redis.bridged.BridgedTransport` runs redis-py's asyncio client on a
   trio-asyncio loop (Cluster, Sentinel, URL options only redis-py implements).
 * :class:`~trunner._redis.memory.MemoryTransport` runs fakeredis in-process.
 
-This module holds what they share, and imports no client library: a worker on one server
-never loads redis-py's asyncio client nor fakeredis.
+Replies are raw, as RESP2 has them (bytes, int, None, lists of those): the broker parses
+them. Errors are trunner's (:mod:`trunner.errors`, translated by :mod:`.errors`); no
+exception of a client library leaves a transport.
+
+One rule holds for every call that crosses: **a cancelled call may still have run on
+Redis**. A command, once written to the socket, cannot be called back; a transport only
+makes sure that its reply, when it comes, is read by nobody (the connection is dropped).
+
+This module holds what the transports share, and imports no client library: a worker on
+one server never loads redis-py nor fakeredis.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Generic, TypeVar
 
 import trio
 
-from ..errors import RedisCommandError
+from .errors import ScriptNotLoaded
 from .scripts import Script
 
 __all__ = [
     "Arg",
+    "Dedicated",
+    "DedicatedConnections",
     "Reader",
-    "ScriptNotLoaded",
     "Subscriber",
     "Transport",
     "UnblockableReader",
+    "call_script",
 ]
 
 Arg = str | bytes | int | float
@@ -39,29 +49,241 @@ UNBLOCK_TRIES = 10
 UNBLOCK_RETRY = 0.05
 
 
-class ScriptNotLoaded(RedisCommandError):
-    """EVALSHA of a script Redis does not know (restarted, or SCRIPT FLUSH)."""
-
-
 class Reader(abc.ABC):
-    """A connection reserved for blocking reads of one fetcher."""
+    """A connection of its own for the blocking reads of one fetcher.
+
+    Blocked reads never hold a connection that control traffic needs: with blocked readers
+    on a shared pool, a lease renewal or an acknowledgement would wait behind them, and
+    could miss its deadline.
+    """
 
     @abc.abstractmethod
     async def xreadgroup(
         self, group: str, consumer: str, stream: str, count: int, block: float
     ) -> Any:
-        """XREADGROUP ... COUNT count BLOCK block*1000 STREAMS stream > (raw reply)."""
+        """``XREADGROUP GROUP group consumer COUNT count BLOCK block STREAMS stream >``.
+
+        Waits up to ``block`` seconds for new entries. Returns the raw reply: None or an
+        empty list when none came, else ``[[stream, [[id, [field, value, ...]], ...]]]``.
+        An interrupted read (:meth:`interrupt`) returns what Redis already delivered to
+        it, or nothing.
+
+        If cancelled, Redis may already have delivered entries to this read: they stay
+        pending for ``consumer`` although nobody saw them (a "ghost delivery"), and must be
+        left to be reclaimed. The connection is dropped; the next read opens another one.
+        A read may also return normally after its scope was cancelled (the bridged
+        transport cannot always stop redis-py in time), with entries: what a read returns
+        must be handed on or released, never dropped.
+
+        Raises:
+            RedisUnavailable: Redis cannot be reached, the connection broke, or no reply
+                came within ``block`` plus the transport's ``command_timeout`` (the
+                connection is dropped: entries delivered to the read are ghosts).
+            RedisCommandError: Redis refused the read (no such group: ``NOGROUP``).
+        """
 
     @abc.abstractmethod
     async def interrupt(self) -> None:
         """Make the read in progress return at once (or, if none is, the next one).
 
-        An interrupted read returns what Redis already delivered to it, or nothing.
+        An interrupted read returns what Redis already delivered to it, or nothing: it is
+        not cancelled, so nothing is delivered unseen and its connection stays in use. This
+        may return before the interrupted read has returned.
+
+        Raises:
+            BackendError: asking Redis to end the read failed; the read then ends at its
+                BLOCK time (or by cancellation).
         """
 
     @abc.abstractmethod
     async def aclose(self) -> None:
-        """Close the reader's connection."""
+        """Close the reader's connection. Closing again only checkpoints.
+
+        The connection is closed even if this call is cancelled.
+        """
+
+
+class Subscriber(abc.ABC):
+    """A connection of its own subscribed to one pub/sub channel.
+
+    Pub/sub delivers at most once: a message published while no subscription is active
+    (before :meth:`subscribe`, or while a lost connection is replaced) is missed. Use a
+    message as a hint to look at Redis, never as the only copy of the data.
+    """
+
+    @abc.abstractmethod
+    async def subscribe(self) -> None:
+        """Connect and subscribe now (otherwise the first :meth:`next_message` does):
+        every message published after this returns is received.
+
+        If cancelled, the subscriber is left unsubscribed; the next call subscribes.
+
+        Raises:
+            RedisUnavailable: Redis cannot be reached, or did not confirm the subscription
+                within the transport's ``command_timeout``.
+            RedisCommandError: Redis refused the subscription.
+        """
+
+    @abc.abstractmethod
+    async def next_message(self) -> bytes:
+        """Wait, for as long as it takes, for the next message published on the channel;
+        return its data. Subscribes first if the subscriber is not subscribed.
+
+        If cancelled, a message arriving at that moment may be lost, and the connection
+        may be dropped (the next call subscribes again).
+
+        Raises:
+            RedisUnavailable: the connection broke (the next call subscribes again).
+            RedisCommandError: Redis refused the subscription.
+        """
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Close the subscriber's connection. Closing again only checkpoints.
+
+        The connection is closed even if this call is cancelled.
+        """
+
+
+class Transport(abc.ABC):
+    """A Trio-facing Redis connection: commands, pipelines, scripts and readers.
+
+    Commands share a pool of connections; readers and subscribers have connections of
+    their own (:meth:`open_reader`, :meth:`open_subscriber`).
+    """
+
+    #: Where this transport connects to, with any password hidden.
+    description: str
+    #: Seconds a command may wait for its reply before it raises RedisUnavailable; a
+    #: blocking read may take its BLOCK time plus this. ``memory://`` never waits: its
+    #: server runs in the process.
+    command_timeout: float
+
+    @abc.abstractmethod
+    async def execute(self, *args: Arg) -> Any:
+        """Run one command; return its raw reply.
+
+        If cancelled, the command may or may not have run; the connection it used is
+        dropped and never reused, so no later call can read its reply.
+
+        Raises:
+            RedisCommandError: Redis answered with an error; :class:`ScriptNotLoaded` for
+                an unknown script (``NOSCRIPT``).
+            RedisUnavailable: Redis cannot be reached, the connection broke (the command
+                may have run), no reply came within ``command_timeout``, or Redis answered
+                "not now" (``LOADING``, ``MASTERDOWN``, ``TRYAGAIN``, a refused login ...).
+            TypeError: an argument is not str, bytes, int or float (native transport;
+                the others raise BackendError). Nothing was sent.
+        """
+
+    @abc.abstractmethod
+    async def pipeline(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
+        """Run ``commands`` in one round trip; return their replies, in order.
+
+        Not a transaction: other clients' commands may run between them (send ``MULTI``
+        ... ``EXEC`` for one; not on Cluster). A command that failed has its exception
+        (as :meth:`execute` would raise it) in its place in the list, not raised; so do
+        the failed commands inside the reply of an ``EXEC``.
+
+        If cancelled, or if the round trip fails, any number of the commands may have run
+        (Redis runs them in order, so those that ran are the first ones).
+
+        Raises:
+            RedisUnavailable: as for :meth:`execute`; the connection is dropped.
+            BackendError: ``MULTI``/``EXEC`` on Cluster (nothing sent).
+            TypeError: as for :meth:`execute` (nothing sent).
+        """
+
+    async def evalsha(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        """Run a script by its SHA1, loading it first if Redis does not know it.
+
+        A script runs atomically in Redis: wholly or not at all. If cancelled, it may or
+        may not have run (and the script may have been loaded).
+
+        Raises:
+            RedisCommandError: the script failed (``error_reply`` or a Lua error).
+            RedisUnavailable: as for :meth:`execute`.
+        """
+        return await call_script(self.execute, script, keys, args)
+
+    @abc.abstractmethod
+    def open_reader(self, key: str | None = None) -> Reader:
+        """A new reader with a connection of its own, opened on its first read, to the
+        server of ``key`` (on Cluster: the node serving its slot). Close it with
+        ``aclose``; closing the transport closes the readers still open."""
+
+    @abc.abstractmethod
+    def open_subscriber(self, channel: str) -> Subscriber:
+        """A new subscriber of ``channel`` with a connection of its own, opened on use.
+        Close it with ``aclose``; closing the transport closes those still open."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Close every connection: the pool's, and those of the readers and subscribers
+        still open. The transport is not used again."""
+
+
+async def call_script(
+    execute: Callable[..., Awaitable[Any]],
+    script: Script,
+    keys: Sequence[str],
+    args: Sequence[Arg],
+) -> Any:
+    """Run ``script`` through ``execute``: EVALSHA, and when Redis does not know the script
+    (restarted, or SCRIPT FLUSH), SCRIPT LOAD then EVALSHA once more."""
+    try:
+        return await execute("EVALSHA", script.sha, len(keys), *keys, *args)
+    except ScriptNotLoaded:
+        pass
+    await execute("SCRIPT", "LOAD", script.source)
+    return await execute("EVALSHA", script.sha, len(keys), *keys, *args)
+
+
+# -- what the implementations share ------------------------------------------------------------
+
+
+class DedicatedConnections:
+    """The dedicated connections a transport opened (readers, subscribers), closed with it."""
+
+    def __init__(self) -> None:
+        self._dedicated: set[Dedicated[Any]] = set()
+
+    def _forget_dedicated(self, dedicated: Dedicated[Any]) -> None:
+        self._dedicated.discard(dedicated)
+
+    async def _close_dedicated(self) -> None:
+        for dedicated in list(self._dedicated):
+            await dedicated.aclose()
+
+
+TransportT = TypeVar("TransportT", bound=DedicatedConnections)
+
+
+class Dedicated(abc.ABC, Generic[TransportT]):
+    """The lifecycle of a connection of its own (a reader's, a subscriber's): opened on
+    use, dropped whenever anything goes wrong on it, given back to nobody, closed once.
+
+    It is known to its transport from creation until it is closed, so that closing the
+    transport closes it.
+    """
+
+    def __init__(self, transport: TransportT) -> None:
+        self._transport = transport
+        self._closed = False
+        transport._dedicated.add(self)
+
+    @abc.abstractmethod
+    async def _drop(self) -> None:
+        """Close the connection, if one is open, even if cancelled; the next use opens
+        another one."""
+
+    async def aclose(self) -> None:
+        if self._closed:
+            await trio.lowlevel.checkpoint()
+            return
+        self._closed = True
+        self._transport._forget_dedicated(self)
+        await self._drop()
 
 
 class UnblockableReader(Reader):
@@ -77,7 +299,6 @@ class UnblockableReader(Reader):
         self._reading = False
         self._read_done = trio.Event()
         self._interrupted = False
-        self._closed = False
 
     @abc.abstractmethod
     async def _send_read(self, args: Sequence[Arg], block: float) -> Any:
@@ -111,7 +332,7 @@ class UnblockableReader(Reader):
 
     async def interrupt(self) -> None:
         # The UNBLOCK may reach Redis before the read does, so it is repeated while the
-        # read goes on.
+        # read goes on, for UNBLOCK_TRIES * UNBLOCK_RETRY seconds at most.
         self._interrupted = True
         for _ in range(UNBLOCK_TRIES):
             client_id = self._client_id
@@ -122,56 +343,3 @@ class UnblockableReader(Reader):
             with trio.move_on_after(UNBLOCK_RETRY):
                 await self._read_done.wait()
         await trio.lowlevel.checkpoint()
-
-
-class Subscriber(abc.ABC):
-    """A connection subscribed to one pub/sub channel."""
-
-    @abc.abstractmethod
-    async def subscribe(self) -> None:
-        """Connect and subscribe now (otherwise the first ``next_message`` does)."""
-
-    @abc.abstractmethod
-    async def next_message(self) -> bytes:
-        """Wait for the next message published on the channel; return its data."""
-
-    @abc.abstractmethod
-    async def aclose(self) -> None:
-        """Close the subscriber's connection."""
-
-
-class Transport(abc.ABC):
-    """A Trio-facing Redis connection: commands, pipelines, scripts and readers."""
-
-    #: Where this transport connects to, with any password hidden.
-    description: str
-
-    @abc.abstractmethod
-    async def execute(self, *args: Arg) -> Any:
-        """Run one command; return its raw reply."""
-
-    @abc.abstractmethod
-    async def pipeline(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
-        """Run commands in one round trip; each failed one is an exception in its place."""
-
-    @abc.abstractmethod
-    def open_reader(self, name: str, key: str | None = None) -> Reader:
-        """A new reader with a connection of its own (connected on first use), to the
-        server of ``key`` (on Cluster: the node serving its slot)."""
-
-    @abc.abstractmethod
-    def open_subscriber(self, channel: str) -> Subscriber:
-        """A new subscriber of ``channel`` with a connection of its own (connected on use)."""
-
-    @abc.abstractmethod
-    async def aclose(self) -> None:
-        """Close every connection."""
-
-    async def evalsha(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:
-        """Run a script by its SHA1, loading it first if Redis does not know it."""
-        try:
-            return await self.execute("EVALSHA", script.sha, len(keys), *keys, *args)
-        except ScriptNotLoaded:
-            pass
-        await self.execute("SCRIPT", "LOAD", script.source)
-        return await self.execute("EVALSHA", script.sha, len(keys), *keys, *args)

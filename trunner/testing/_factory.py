@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
@@ -11,18 +10,13 @@ from typing import Any
 import attrs
 import trio
 
-from .._redis import open_transport
+from .._redis import delete_prefixed, open_transport
 from ..config import RunnerConfig
 from ..runner import Runner, open_runner
 from ..task import TaskRegistry
 from ._leaks import PROBE_TIMEOUT, assert_clean_shutdown
-from ._wire import s as _s
 
 __all__ = ["RunnerFactory", "clean_keys", "open_runner_factory"]
-
-
-def _glob_escape(text: str) -> str:
-    return re.sub(r"([\\*?\[\]])", r"\\\1", text)
 
 
 async def clean_keys(url: str, prefixes: Iterable[str] = ("trunner",)) -> int:
@@ -35,16 +29,7 @@ async def clean_keys(url: str, prefixes: Iterable[str] = ("trunner",)) -> int:
         url, client_name="trunner-testing", max_connections=2, connect_timeout=PROBE_TIMEOUT
     ) as transport:
         for prefix in sorted(set(prefixes)):
-            cursor = "0"
-            while True:
-                reply = await transport.execute(
-                    "SCAN", cursor, "MATCH", f"{_glob_escape(prefix)}:*", "COUNT", 1000
-                )
-                cursor, found = _s(reply[0]), reply[1]
-                if found:
-                    deleted += int(await transport.execute("DEL", *found))
-                if cursor == "0":
-                    break
+            deleted += await delete_prefixed(transport, prefix)
     return deleted
 
 

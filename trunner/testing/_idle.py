@@ -10,11 +10,11 @@ import attrs
 import trio
 
 from .. import _validate as v
+from .._redis import RawEntry
 from ..errors import RunnerNotRunning
 from ..message import PAYLOAD_FIELD
 from ..runner import Runner
 from ._wire import field as _field
-from ._wire import s as _s
 from ._wire import tally as _tally
 from ._wire import task_name as _task_name
 
@@ -112,43 +112,20 @@ async def _group_state(runner: Runner, detail: bool, within: float = 0.0) -> Idl
     while this runs is still seen at a later step.
     """
     broker = runner._open_broker()
-    keys, transport = broker.keys, broker.transport
     now_ms = int((time.time() + within) * 1000)
-    groups, due, total_delayed = await transport.pipeline(
-        [
-            ("XINFO", "GROUPS", keys.stream),
-            ("ZCOUNT", keys.delayed, "-inf", now_ms),
-            ("ZCARD", keys.delayed),
-        ]
-    )
-    if isinstance(due, BaseException):
-        raise due
-    if isinstance(total_delayed, BaseException):
-        raise total_delayed
-    pending, last = 0, None
-    if isinstance(groups, BaseException):
-        if "no such key" not in str(groups):  # no stream yet: nothing was dispatched
-            raise groups
-    else:
-        last = "0-0"  # a stream without our group: every entry is waiting for it
-        for info in groups:
-            fields = {_s(info[i]): info[i + 1] for i in range(0, len(info) - 1, 2)}
-            if _s(fields.get("name")) == broker.group:
-                pending, last = int(fields["pending"]), _s(fields["last-delivered-id"])
+    progress = await broker.progress(now_ms)
     count = SUMMARY_LIMIT if detail else 1
-    queued_entries = []
-    if last is not None:
-        queued_entries = await transport.execute(
-            "XRANGE", keys.stream, f"({last}", "+", "COUNT", count
-        )
+    queued_entries: list[RawEntry] = []
+    if progress.last_delivered is not None:
+        queued_entries = await broker.undelivered(progress.last_delivered, count)
     parts = runner._components
     holdings = parts.holdings if parts is not None else None
     jobs = list(holdings.running.values()) if holdings is not None else []
     state = IdleState(
-        queued=len(queued_entries or ()),
-        pending=pending,
-        due=int(due),
-        delayed=int(total_delayed) - int(due),
+        queued=len(queued_entries),
+        pending=progress.pending,
+        due=progress.due,
+        delayed=progress.delayed - progress.due,
         in_flight=len(jobs),
         acks_buffered=len(holdings.finished) if holdings is not None else 0,
     )
@@ -157,40 +134,22 @@ async def _group_state(runner: Runner, detail: bool, within: float = 0.0) -> Idl
     return await _with_names(runner, state, queued_entries, jobs, now_ms)
 
 
+def _name(entry: RawEntry | None) -> str:
+    return _task_name(_field(entry.fields, PAYLOAD_FIELD)) if entry else "(deleted)"
+
+
 async def _with_names(
-    runner: Runner, state: IdleState, queued: Any, jobs: Sequence[Any], now_ms: int
+    runner: Runner, state: IdleState, queued: list[RawEntry], jobs: Sequence[Any], now_ms: int
 ) -> IdleState:
     broker = runner._open_broker()
-    keys, transport = broker.keys, broker.transport
-    pending: list[Any] = []
-    if state.pending:
-        pending = await transport.execute(
-            "XPENDING", keys.stream, broker.group, "-", "+", SUMMARY_LIMIT
-        )
-    pending_ids = [_s(p[0]) for p in pending]
-    bodies = (
-        await transport.pipeline([("XRANGE", keys.stream, i, i) for i in pending_ids])
-        if pending_ids
-        else []
-    )
-    due_ids = []
-    if state.due:
-        due_ids = await transport.execute(
-            "ZRANGEBYSCORE", keys.delayed, "-inf", now_ms, "LIMIT", 0, SUMMARY_LIMIT
-        )
-    due_messages = (
-        await transport.execute("HMGET", keys.delayed_messages, *due_ids) if due_ids else []
-    )
+    pending = await broker.pending_entries(SUMMARY_LIMIT) if state.pending else []
+    bodies = await broker.entries([message_id for message_id, _ in pending])
+    due_messages = await broker.due_messages(now_ms, SUMMARY_LIMIT) if state.due else []
     return attrs.evolve(
         state,
-        queued_tasks=[_task_name(_field(e[1], PAYLOAD_FIELD)) for e in queued or ()],
-        pending_tasks=[
-            _task_name(_field(b[0][1], PAYLOAD_FIELD))
-            if b and not isinstance(b, BaseException)
-            else "(deleted)"
-            for b in bodies
-        ],
-        pending_consumers=[_s(p[1]) for p in pending],
+        queued_tasks=[_name(entry) for entry in queued],
+        pending_tasks=[_name(body) for body in bodies],
+        pending_consumers=[consumer for _, consumer in pending],
         due_tasks=[_task_name(m) for m in due_messages],
         in_flight_tasks=[job.message.task_name or "(undecodable)" for job in jobs],
     )

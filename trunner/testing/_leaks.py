@@ -9,19 +9,15 @@ import threading
 import time
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Any
 
 import trio
 
-from .._redis import memory, redact_url
-from .._redis.bridged import translate_error
-from .._redis.transport import Arg
+from .._redis import Probe, redact_url
 from ..keys import RELEASED_CONSUMER
 from ..message import PAYLOAD_FIELD
 from ..runner import Runner
 from ..statistics import RunnerState
 from ._wire import field as _field
-from ._wire import s as _s
 from ._wire import task_name as _task_name
 
 __all__ = ["CleanShutdown", "ShutdownLeak", "assert_clean_shutdown"]
@@ -113,57 +109,6 @@ class _Spotter(trio.abc.Instrument):
             self.runners.append(runner)
 
 
-class _Probe:
-    """A short-lived blocking look at one Redis server, from outside trunner.
-
-    Leak checks must work from a synchronous ``__exit__``, where trunner's asynchronous
-    boundary cannot run; redis-py's blocking client (``memory://``: fakeredis) does the job.
-    """
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.memory = url.startswith("memory://")
-        self._client: Any = None
-        if self.memory:
-            with memory._servers_lock:
-                server = memory._servers.get(url[len("memory://") :])
-            if server is not None:  # forgotten: nothing to look at
-                self._client = memory._client(server)
-            return
-        import redis  # noqa: PLC0415 - a blocking client, for checks only
-
-        self._client = redis.Redis.from_url(
-            url,
-            protocol=2,
-            socket_timeout=PROBE_TIMEOUT,
-            socket_connect_timeout=PROBE_TIMEOUT,
-        )
-        self._client.response_callbacks.clear()
-
-    def execute(self, *args: Arg) -> Any:
-        if self._client is None:
-            return None
-        try:
-            return self._client.execute_command(*args)
-        except Exception as exc:
-            raise translate_error(exc, f"{_s(args[0])} (leak check)") from exc
-
-    def client_list(self) -> list[dict[str, str]]:
-        """CLIENT LIST of a real server (memory:// has no connections)."""
-        if self.memory:
-            return []
-        reply = _s(self.execute("CLIENT", "LIST") or b"")
-        return [
-            dict(item.split("=", 1) for item in line.split(" ") if "=" in item)
-            for line in reply.splitlines()
-            if line
-        ]
-
-    def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-
-
 class ShutdownLeak(AssertionError):
     """:func:`assert_clean_shutdown` found something left behind; ``leaks`` lists them."""
 
@@ -200,7 +145,7 @@ class CleanShutdown:
         self._threads = set(threading.enumerate())
         self._tasks = set(_trunner_tasks())
         for url in self._urls:
-            probe = _Probe(url)
+            probe = Probe(url, timeout=PROBE_TIMEOUT)
             try:
                 clients = probe.client_list()
             finally:
@@ -322,7 +267,7 @@ class CleanShutdown:
             names.setdefault(runner._url, set()).add(f"trunner:{runner.consumer_name}")
         leaks = []
         for url, runner_names in names.items():
-            probe = _Probe(url)
+            probe = Probe(url, timeout=PROBE_TIMEOUT)
             try:
                 clients = probe.client_list()
             finally:
@@ -344,7 +289,7 @@ class CleanShutdown:
     def _pending_leaks(self) -> list[str]:
         leaks = []
         for runner in self._stopped_runners():
-            probe = _Probe(runner._url)
+            probe = Probe(runner._url, timeout=PROBE_TIMEOUT)
             try:
                 leaks += _pending_of(probe, runner)
             finally:
@@ -352,22 +297,15 @@ class CleanShutdown:
         return leaks
 
 
-def _pending_of(probe: _Probe, runner: Runner) -> list[str]:
+def _pending_of(probe: Probe, runner: Runner) -> list[str]:
     """Messages still pending for the consumers of a stopped runner (neither acknowledged
     nor released)."""
     stream, group = runner.keys.stream, runner.config.consumer_group
     leaks = []
     for consumer in runner.consumers:
-        try:
-            entries = probe.execute("XPENDING", stream, group, "-", "+", 100, consumer) or []
-        except Exception as exc:
-            if "NOGROUP" in str(exc) or "no such key" in str(exc):
-                continue  # the group or its stream was deleted
-            raise
-        for entry in entries:
-            message_id = _s(entry[0])
-            body = probe.execute("XRANGE", stream, message_id, message_id)
-            name = _task_name(_field(body[0][1], PAYLOAD_FIELD)) if body else "(deleted)"
+        for message_id in probe.pending_ids(stream, group, consumer, 100):
+            fields = probe.entry_fields(stream, message_id)
+            name = _task_name(_field(fields, PAYLOAD_FIELD)) if fields is not None else "(deleted)"
             leaks.append(
                 f"message {message_id} of task {name!r} is still pending for consumer "
                 f"{consumer!r} of {runner!r}: fetched, and neither acknowledged nor "

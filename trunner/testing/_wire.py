@@ -7,11 +7,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["field", "s", "tally", "task_name"]
-
-
-def s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+__all__ = ["field", "tally", "task_name"]
 
 
 def task_name(raw: Any) -> str:

@@ -1,0 +1,175 @@
+"""Looking at a group without changing it: counts, entries, and snapshots for the test kit.
+
+:class:`~trunner._redis.broker.Broker` holds the state transitions of a group; its
+read-only queries are here, in :class:`Inspection`, which the broker inherits, so that
+``broker.queue_length()`` and the rest stay where callers look for them. The test helpers
+(``trunner.testing``) read what they report through the same typed calls instead of
+sending raw commands; :func:`delete_prefixed` cleans a test Redis.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import attrs
+import trio
+
+from .resp import RawEntry, as_str, stream_entries
+
+if TYPE_CHECKING:
+    from ..keys import Keys
+    from .transport import Transport
+
+__all__ = ["GroupProgress", "Inspection", "delete_prefixed"]
+
+
+@attrs.frozen
+class GroupProgress:
+    """Where a group stands, read in one round trip (one moment, on one server)."""
+
+    pending: int
+    """Entries delivered to the group and not acknowledged."""
+    last_delivered: str | None
+    """The id of the last entry delivered to the group: ``0-0`` before the group reads
+    (or exists); None when the stream does not exist (nothing was ever enqueued)."""
+    due: int
+    """Delayed tasks (and retries) due by the time asked about."""
+    delayed: int
+    """Delayed tasks (and retries), due or not."""
+
+
+class Inspection:
+    """The read-only queries of a group (a :class:`~trunner._redis.broker.Broker`)."""
+
+    transport: Transport
+    keys: Keys
+    group: str
+
+    # -- counts -------------------------------------------------------------------------------
+
+    async def queue_length(self) -> int:
+        return int(await self.transport.execute("XLEN", self.keys.stream))
+
+    async def pending_count(self) -> int:
+        reply = await self.transport.execute("XPENDING", self.keys.stream, self.group)
+        return int(reply[0]) if reply else 0
+
+    async def pending_by_consumer(self) -> dict[str, int]:
+        reply = await self.transport.execute("XPENDING", self.keys.stream, self.group)
+        if not reply or not reply[3]:
+            return {}
+        return {as_str(name): int(count) for name, count in reply[3]}
+
+    async def delayed_count(self) -> int:
+        return int(await self.transport.execute("ZCARD", self.keys.delayed))
+
+    async def dead_count(self) -> int:
+        return int(await self.transport.execute("XLEN", self.keys.dead))
+
+    async def capacity_decision(self) -> dict[str, int]:
+        reply = await self.transport.execute("HGETALL", self.keys.capacity)
+        return {as_str(reply[i]): int(reply[i + 1]) for i in range(0, len(reply or ()), 2)}
+
+    # -- dead letters -------------------------------------------------------------------------
+
+    async def dead_entries(self, count: int = 100, start: str = "-") -> list[RawEntry]:
+        reply = await self.transport.execute("XRANGE", self.keys.dead, start, "+", "COUNT", count)
+        return stream_entries(reply)
+
+    async def dead_entry(self, entry_id: str) -> RawEntry | None:
+        reply = await self.transport.execute("XRANGE", self.keys.dead, entry_id, entry_id)
+        entries = stream_entries(reply)
+        return entries[0] if entries else None
+
+    # -- progress, for the test kit's run_until_idle --------------------------------------------
+
+    async def progress(self, due_by_ms: int) -> GroupProgress:
+        """Where the group stands, with the delayed tasks due by ``due_by_ms`` (Unix ms)."""
+        keys = self.keys
+        groups, due, delayed = await self.transport.pipeline(
+            [
+                ("XINFO", "GROUPS", keys.stream),
+                ("ZCOUNT", keys.delayed, "-inf", due_by_ms),
+                ("ZCARD", keys.delayed),
+            ]
+        )
+        if isinstance(due, BaseException):
+            raise due
+        if isinstance(delayed, BaseException):
+            raise delayed
+        pending, last = 0, None
+        if isinstance(groups, BaseException):
+            if "no such key" not in str(groups):  # no stream yet: nothing was dispatched
+                raise groups
+        else:
+            last = "0-0"  # a stream without our group: every entry is waiting for it
+            for info in groups:
+                fields = {as_str(info[i]): info[i + 1] for i in range(0, len(info) - 1, 2)}
+                if as_str(fields.get("name")) == self.group:
+                    pending, last = int(fields["pending"]), as_str(fields["last-delivered-id"])
+        return GroupProgress(pending, last, int(due), int(delayed))
+
+    async def undelivered(self, after: str, count: int) -> list[RawEntry]:
+        """Up to ``count`` entries of the stream after the id ``after``."""
+        reply = await self.transport.execute(
+            "XRANGE", self.keys.stream, f"({after}", "+", "COUNT", count
+        )
+        return stream_entries(reply)
+
+    async def pending_entries(self, count: int) -> list[tuple[str, str]]:
+        """(id, consumer) of up to ``count`` entries pending in the group, oldest first."""
+        reply = await self.transport.execute(
+            "XPENDING", self.keys.stream, self.group, "-", "+", count
+        )
+        return [(as_str(p[0]), as_str(p[1])) for p in reply]
+
+    async def entries(self, ids: Sequence[str]) -> list[RawEntry | None]:
+        """The stream entries ``ids``, in one round trip; None for each deleted one."""
+        if not ids:
+            await trio.lowlevel.checkpoint()
+            return []
+        stream = self.keys.stream
+        replies = await self.transport.pipeline([("XRANGE", stream, i, i) for i in ids])
+        found: list[RawEntry | None] = []
+        for reply in replies:
+            entries = [] if isinstance(reply, BaseException) else stream_entries(reply)
+            found.append(entries[0] if entries else None)
+        return found
+
+    async def due_messages(self, due_by_ms: int, count: int) -> list[bytes | None]:
+        """The messages of up to ``count`` delayed tasks due by ``due_by_ms`` (None for one
+        cancelled meanwhile)."""
+        keys = self.keys
+        ids = await self.transport.execute(
+            "ZRANGEBYSCORE", keys.delayed, "-inf", due_by_ms, "LIMIT", 0, count
+        )
+        if not ids:
+            return []
+        messages: list[bytes | None] = await self.transport.execute(
+            "HMGET", keys.delayed_messages, *ids
+        )
+        return messages
+
+
+def _glob_escape(text: str) -> str:
+    return re.sub(r"([\\*?\[\]])", r"\\\1", text)
+
+
+async def delete_prefixed(transport: Transport, prefix: str) -> int:
+    """Delete every key named ``<prefix>:...``; return how many there were.
+
+    A SCAN loop: keys written meanwhile may be left. For the Redis a test suite owns.
+    """
+    deleted = 0
+    cursor = "0"
+    while True:
+        reply = await transport.execute(
+            "SCAN", cursor, "MATCH", f"{_glob_escape(prefix)}:*", "COUNT", 1000
+        )
+        cursor, found = as_str(reply[0]), reply[1]
+        if found:
+            deleted += int(await transport.execute("DEL", *found))
+        if cursor == "0":
+            return deleted

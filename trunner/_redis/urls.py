@@ -1,0 +1,376 @@
+"""Redis URLs: which schemes trunner takes, what each option means, and where Redis is.
+
+* ``redis://``, ``rediss://`` (TLS), ``unix://``: one server, read as redis-py's
+  ``parse_url`` reads them (:func:`parse_server_url`); the native transport serves those
+  whose options it implements (:func:`native_options`), redis-py the others.
+* ``redis+cluster://[user:password@]host:port[,host:port...]/`` (``rediss+cluster://``
+  for TLS): a Redis Cluster, from any of its nodes.
+* ``redis+sentinel://[user:password@]host:port[,host:port...]/service[/db]``
+  (``rediss+sentinel://``): the master of ``service`` according to the sentinels.
+* ``memory://NAME``: an in-process fakeredis server.
+
+Query parameters pass connection options through to redis-py, e.g.
+``?ssl_ca_certs=/path/ca.pem&ssl_certfile=...&ssl_keyfile=...&ssl_cert_reqs=required``,
+and for Sentinel ``sentinel_username`` / ``sentinel_password`` for the sentinels' own AUTH.
+A boolean option means what redis-py makes of it (:func:`to_bool`), whatever the scheme.
+
+This module imports no client library: redis-py is imported only to check options that
+only redis-py implements.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ssl
+import urllib.parse
+from typing import Any, Literal
+
+import attrs
+
+__all__ = [
+    "SUPPORTED_SCHEMES",
+    "Endpoint",
+    "ServerAddress",
+    "check_url",
+    "native_options",
+    "parse_endpoint",
+    "parse_server_url",
+    "redact_url",
+    "to_bool",
+]
+
+SUPPORTED_SCHEMES = (
+    "redis",
+    "rediss",
+    "unix",
+    "memory",
+    "redis+cluster",
+    "rediss+cluster",
+    "redis+sentinel",
+    "rediss+sentinel",
+)
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its passwords replaced by ``***``.
+
+    Covers the password in ``user:password@`` and the ``password`` and
+    ``sentinel_password`` query options, for single-host and multi-host URLs.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    rest, qmark, query = rest.partition("?")
+    query, hash_, fragment = query.partition("#")
+    netloc, slash, path = rest.partition("/")
+    userinfo, at, hosts = netloc.rpartition("@")
+    if at and ":" in userinfo:
+        netloc = f"{userinfo.split(':', 1)[0]}:***@{hosts}"
+    if query:
+        pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
+        if any(name in _SECRET_OPTIONS for name, _ in pairs):
+            safe = [(n, "***" if n in _SECRET_OPTIONS else v) for n, v in pairs]
+            query = urllib.parse.urlencode(safe, safe="*/")
+    return f"{scheme}{sep}{netloc}{slash}{path}{qmark}{query}{hash_}{fragment}"
+
+
+_SECRET_OPTIONS = frozenset({"password", "sentinel_password"})
+
+
+def check_url(url: object) -> str:
+    """Check a Redis URL; return its scheme. Raises ValueError or TypeError saying why."""
+    if not isinstance(url, str):
+        raise TypeError(f"redis must be a URL string, got {type(url).__name__}")
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme not in SUPPORTED_SCHEMES:
+        raise ValueError(
+            f"unsupported Redis URL {redact_url(url)!r}: use one of "
+            + ", ".join(f"{s}://" for s in SUPPORTED_SCHEMES)
+        )
+    if scheme == "memory":
+        if not url[len("memory://") :]:
+            raise ValueError("a memory:// URL needs a name, e.g. memory://demo")
+        return scheme
+    try:
+        if "+" in scheme:
+            parse_endpoint(url)
+        else:
+            path = urllib.parse.urlparse(url).path.strip("/")
+            if scheme != "unix" and path and not path.isdigit():
+                raise ValueError(f"the database in the path must be a number, not {path!r}")
+            if native_options(url) is None:  # options only redis-py reads: let it check them
+                _check_redis_py_options(url)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"invalid Redis URL {redact_url(url)!r}: {exc}") from None
+    return scheme
+
+
+def _check_redis_py_options(url: str) -> None:
+    """Refuse query options redis-py's connections do not take (they would fail later,
+    at the first connection, with a TypeError from inside redis-py)."""
+    import inspect  # noqa: PLC0415 - only for URLs with options the native path lacks
+
+    from redis.asyncio import connection  # noqa: PLC0415
+
+    options = dict(connection.parse_url(url))
+    known: set[str] = set()
+    for cls in (
+        connection.AbstractConnection,
+        connection.Connection,
+        connection.SSLConnection,
+        connection.UnixDomainSocketConnection,
+        connection.BlockingConnectionPool,
+    ):
+        known.update(inspect.signature(cls.__init__).parameters)
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ValueError(f"unknown option {', '.join(unknown)} (not a redis-py connection option)")
+
+
+#: URL query options the native transport implements; a URL with any other uses redis-py.
+_KNOWN_OPTIONS = frozenset(
+    {
+        "db",
+        "username",
+        "password",
+        "host",
+        "port",
+        "ssl_ca_certs",
+        "ssl_ca_path",
+        "ssl_ca_data",
+        "ssl_certfile",
+        "ssl_keyfile",
+        "ssl_password",
+        "ssl_cert_reqs",
+        "ssl_check_hostname",
+        "socket_connect_timeout",
+        "socket_keepalive",
+        "client_name",
+        "health_check_interval",
+    }
+)
+_CERT_REQS = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
+
+
+@attrs.frozen
+class ServerAddress:
+    """Where one server is, and how to log in."""
+
+    host: str = "localhost"
+    port: int = 6379
+    path: str | None = None  # a Unix socket
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+    ssl_context: ssl.SSLContext | None = None
+    connect_timeout: float | None = None
+    client_name: str | None = None  # from the URL: wins over the name trunner gives
+
+
+def to_bool(value: str) -> bool | None:
+    """A boolean URL option as redis-py reads it: empty is unset (None); ``0``, ``f``,
+    ``false``, ``n`` and ``no`` (any case) are false; anything else is true."""
+    if value == "":
+        return None
+    return value.upper() not in ("0", "F", "FALSE", "N", "NO")
+
+
+#: How redis-py reads the values of the query options this transport uses.
+_PARSERS: dict[str, Any] = {
+    "db": int,
+    "socket_connect_timeout": float,
+    "health_check_interval": int,
+    "socket_keepalive": to_bool,
+    "ssl_check_hostname": to_bool,
+}
+
+
+def parse_server_url(url: str) -> dict[str, Any]:
+    """The options of a ``redis://``, ``rediss://`` or ``unix://`` URL, read as redis-py's
+    ``parse_url`` reads them (same names and values; ``tls`` and ``path`` from the scheme),
+    without importing redis-py. Raises ValueError for a value that cannot be read."""
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme not in ("redis", "rediss", "unix"):
+        raise ValueError("Redis URL must specify one of redis://, rediss://, unix://")
+    options: dict[str, Any] = {}
+    for name, values in urllib.parse.parse_qs(parsed.query).items():
+        if values:
+            reader = _PARSERS.get(name)
+            try:
+                options[name] = reader(values[0]) if reader else values[0]
+            except (TypeError, ValueError):
+                raise ValueError(f"Invalid value for '{name}' in connection URL.") from None
+    if parsed.username:
+        options["username"] = urllib.parse.unquote(parsed.username)
+    if parsed.password:
+        options["password"] = urllib.parse.unquote(parsed.password)
+    if parsed.scheme == "unix":
+        options["path"] = urllib.parse.unquote(parsed.path) if parsed.path else None
+        return options
+    if parsed.hostname:
+        options["host"] = urllib.parse.unquote(parsed.hostname)
+    if parsed.port:  # ValueError for a port out of range or not a number
+        options["port"] = parsed.port
+    if parsed.path and "db" not in options:
+        with contextlib.suppress(ValueError):
+            options["db"] = int(urllib.parse.unquote(parsed.path).replace("/", ""))
+    options["tls"] = parsed.scheme == "rediss"
+    return options
+
+
+def native_options(url: str) -> ServerAddress | None:
+    """The address of a single-server URL for the native transport, or None when it needs
+    redis-py's own client (an option the native transport does not implement)."""
+    options = parse_server_url(url)
+    tls = options.pop("tls", False)
+    path = options.pop("path", None)
+    if not set(options) <= _KNOWN_OPTIONS:
+        return None
+    context = None
+    if tls:
+        context = _ssl_context(options)
+    elif any(name.startswith("ssl_") for name in options):
+        return None  # TLS options on a plain URL: let redis-py say what it makes of them
+    timeout = options.get("socket_connect_timeout")
+    return ServerAddress(
+        host=options.get("host") or "localhost",
+        port=int(options.get("port") or 6379),
+        path=path,
+        db=int(options.get("db") or 0),
+        username=options.get("username"),
+        password=options.get("password"),
+        ssl_context=context,
+        connect_timeout=float(timeout) if timeout is not None else None,
+        client_name=options.get("client_name") or None,
+    )
+
+
+def _ssl_context(options: dict[str, Any]) -> ssl.SSLContext:
+    """The TLS settings of redis-py's SSLConnection, from the same URL options."""
+    reqs = options.get("ssl_cert_reqs", "required")
+    if isinstance(reqs, str):
+        if reqs.lower() not in _CERT_REQS:
+            raise ValueError(f"ssl_cert_reqs must be one of {', '.join(_CERT_REQS)}")
+        reqs = _CERT_REQS[reqs.lower()]
+    check = options.get("ssl_check_hostname", True)  # read by to_bool already
+    context = ssl.create_default_context()
+    context.check_hostname = bool(check) and reqs != ssl.CERT_NONE
+    context.verify_mode = reqs
+    if options.get("ssl_certfile") or options.get("ssl_keyfile"):
+        context.load_cert_chain(
+            certfile=options["ssl_certfile"],
+            keyfile=options.get("ssl_keyfile"),
+            password=options.get("ssl_password"),
+        )
+    ca = (options.get("ssl_ca_certs"), options.get("ssl_ca_path"), options.get("ssl_ca_data"))
+    if any(item is not None for item in ca):
+        context.load_verify_locations(cafile=ca[0], capath=ca[1], cadata=ca[2])
+    return context
+
+
+# -- Cluster and Sentinel ----------------------------------------------------------------------
+
+Kind = Literal["single", "cluster", "sentinel"]
+
+#: Options of Cluster and Sentinel URLs read as booleans (the others pass on as text).
+_BOOLEAN = frozenset({"ssl_check_hostname"})
+_SENTINEL_OWN = {"sentinel_username", "sentinel_password"}
+
+
+@attrs.frozen
+class Endpoint:
+    """Where Redis is, as the bridged transport needs it: one server (its URL), a Cluster
+    (its seed nodes), or a Sentinel-managed master (the sentinels and the service)."""
+
+    kind: Kind
+    url: str
+    nodes: tuple[tuple[str, int], ...] = ()
+    service: str | None = None
+    options: dict[str, Any] = attrs.field(factory=dict)
+    """Connection keyword arguments for redis-py (cluster and sentinel)."""
+    sentinel_options: dict[str, Any] = attrs.field(factory=dict)
+
+
+def _nodes(netloc: str, default_port: int) -> tuple[tuple[str, int], ...]:
+    hosts = netloc.rsplit("@", 1)[-1]
+    nodes = []
+    for part in hosts.split(","):
+        if not part:
+            continue
+        host, _, port = part.rpartition(":") if part.count(":") == 1 else (part, "", "")
+        if part.startswith("["):  # [::1]:7000
+            host, _, port = part[1:].partition("]:")
+        try:
+            nodes.append((host or part, int(port) if port else default_port))
+        except ValueError:
+            raise ValueError(f"bad port in {part!r}") from None
+    if not nodes:
+        raise ValueError("no host:port given")
+    return tuple(nodes)
+
+
+def _options(parts: urllib.parse.SplitResult, tls: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(connection options, the sentinels' own options) from a URL's userinfo and query."""
+    options: dict[str, Any] = {}
+    if parts.username:
+        options["username"] = urllib.parse.unquote(parts.username)
+    if parts.password:
+        options["password"] = urllib.parse.unquote(parts.password)
+    if tls:
+        options["ssl"] = True
+    sentinel_options: dict[str, Any] = {}
+    for name, values in urllib.parse.parse_qs(parts.query).items():
+        value: Any = values[-1]
+        if name in _BOOLEAN:
+            value = to_bool(value)
+        if name in _SENTINEL_OWN:
+            sentinel_options[name.removeprefix("sentinel_")] = value
+        else:
+            options[name] = value
+    if tls:  # the sentinels speak TLS too
+        sentinel_options.setdefault("ssl", True)
+        for name in ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs"):
+            if name in options:
+                sentinel_options.setdefault(name, options[name])
+    return options, sentinel_options
+
+
+def _sentinel(url: str, parts: urllib.parse.SplitResult, tls: bool) -> Endpoint:
+    options, sentinel_options = _options(parts, tls)
+    path = [p for p in parts.path.split("/") if p]
+    if not path:
+        raise ValueError("a Sentinel URL needs the service name: .../service_name[/db]")
+    if len(path) > 2:
+        raise ValueError("a Sentinel URL's path is /service_name[/db]")
+    if len(path) == 2:
+        try:
+            options["db"] = int(path[1])
+        except ValueError:
+            raise ValueError(f"bad database number {path[1]!r}") from None
+    return Endpoint(
+        "sentinel",
+        url,
+        _nodes(parts.netloc, 26379),
+        service=path[0],
+        options=options,
+        sentinel_options=sentinel_options,
+    )
+
+
+def parse_endpoint(url: str) -> Endpoint:
+    """Where the URL says Redis is. Raises ValueError for a Cluster or Sentinel URL that
+    cannot be read (a single-server URL is read by redis-py, or :func:`parse_server_url`)."""
+    scheme = url.split("://", 1)[0].lower()
+    if "+" not in scheme:
+        return Endpoint("single", url)
+    base, _, kind = scheme.partition("+")
+    parts = urllib.parse.urlsplit("x://" + url.split("://", 1)[1])
+    tls = base == "rediss"
+    if kind == "sentinel":
+        return _sentinel(url, parts, tls)
+    if kind == "cluster":
+        if [p for p in parts.path.split("/") if p]:
+            raise ValueError("a Cluster URL has no database or path: Cluster has database 0")
+        options, _ = _options(parts, tls)
+        return Endpoint("cluster", url, _nodes(parts.netloc, 6379), options=options)
+    raise ValueError(f"unknown Redis URL scheme {scheme!r}")
