@@ -58,3 +58,11 @@ def test_the_worker_module_is_serve() -> None:
     assert old.load_settings is serve.load_settings
     assert old.run_worker is serve.run_worker
     assert old.__all__ == ["WorkerSettings", "load_settings", "run_worker"]
+
+
+async def test_elector_done_is_stopped(memory_url: str) -> None:
+    async with election.open_elector(memory_url, "lease") as elector:
+        with pytest.warns(DeprecationWarning, match=r"Elector\.done is deprecated"):
+            done = elector.done
+        assert done is elector.stopped
+    assert elector.stopped.is_set()

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import attrs
 import pytest
 
 from trunner import Keys
-from trunner.keys import RELEASED_CONSUMER, check_name
+from trunner.keys import RELEASED_CONSUMER, DelayedLock, check_name
 
 
 def hash_tag(key: str) -> str:
@@ -107,3 +109,27 @@ def test_check_name_returns_a_valid_name() -> None:
 
 def test_released_consumer_is_in_the_reserved_namespace() -> None:
     assert RELEASED_CONSUMER.startswith("trunner:")
+
+
+def test_a_delayed_lock_is_stored_as_one_json_array() -> None:
+    lock = DelayedLock("trunner:{g}:unique:6:charge:1", "a" * 32, 600_000)
+    assert json.loads(lock.encode()) == ["trunner:{g}:unique:6:charge:1", "a" * 32, 600_000]
+    assert DelayedLock.decode(lock.encode()) == lock
+    assert DelayedLock.decode(lock.encode().encode()) == lock
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        b"trunner:{g}:unique:6:charge:1\ntoken\n600000",  # lines, not JSON
+        b"{}",
+        b'["key", "token"]',
+        b'["key", "token", "600000"]',
+        b'["key", "token", 0]',
+        b'["key", 7, 600000]',
+        b"\xff",
+    ],
+)
+def test_a_delayed_lock_of_another_layout_is_refused_with_the_reason(stored: bytes) -> None:
+    with pytest.raises(ValueError, match="not"):
+        DelayedLock.decode(stored)

@@ -10,8 +10,9 @@ import redis
 import trio
 
 import trunner
+from trunner.runner import _Stoppable
 
-from .conftest import Tally, config, redis_state
+from .conftest import Tally, config, parts, redis_state
 from .servers import RedisServer
 
 
@@ -293,3 +294,25 @@ async def test_a_warning_when_redis_may_evict_keys(
     assert bool(warnings) is warned, warnings
     if warned:
         assert "allkeys-lru" in warnings[0]
+
+
+async def test_every_component_has_the_same_lifecycle_and_has_stopped_after_the_block(
+    url: str, group: str
+) -> None:
+    """run(*, task_status) started by the runner, a synchronous stop(), a stopped event."""
+    async with trunner.open_runner(url, config(group, num_fetchers=2), trunner.TaskRegistry()) as r:
+        c = parts(r)
+        components: list[_Stoppable] = [
+            c.redis,
+            c.reporter,
+            c.acks,
+            c.heartbeater,
+            c.elector,
+            c.leadership,
+            *c.fetchers,
+        ]
+        for component in components:
+            assert callable(component.stop)
+            assert not component.stopped.is_set(), component
+    for component in components:
+        assert component.stopped.is_set(), component

@@ -18,14 +18,19 @@ import trio
 
 from ._context import Given, _current_message
 from .errors import MaxRetryExceeded
-from .message import PAYLOAD_FIELD, decode_message, encode_message, reencode_for_retry
+from .message import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    NO_SIZE_LIMIT,
+    PAYLOAD_FIELD,
+    decode_message,
+    encode_message,
+    reencode_for_retry,
+)
 
 __all__ = ["DEFAULT_MAX_PAYLOAD_BYTES", "EagerTask", "run_eagerly"]
 
 #: The largest encoded message eager calls accept (``RunnerConfig``'s default).
-DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 #: Re-encoding a message for its next attempt never fails on size (as in the runner).
-_NO_LIMIT = 1 << 62
 
 _eager_ids = itertools.count(1)
 
@@ -89,5 +94,5 @@ async def run_eagerly(
             await trio.sleep(delay)
         else:
             await trio.lowlevel.checkpoint()
-        data = reencode_for_retry(message, message.attempt + 1, _NO_LIMIT)
+        data = reencode_for_retry(message, message.attempt + 1, NO_SIZE_LIMIT)
         message = decode_message(_eager_id(), [PAYLOAD_FIELD, data])

@@ -23,6 +23,7 @@ from .admin import (
 )
 from .errors import RunnerNotRunning, TaskAlreadyDispatched
 from .group_stats import GroupStats, InstanceInfo
+from .keys import DelayedLock
 from .message import MessageDecodeError, decode_message, encode_message
 from .task import Task, TaskRegistry
 
@@ -183,7 +184,9 @@ class Producer:
         task_id = secrets.token_hex(16)
         data = self._encode(task_name, payload, time.time(), task_id, unique)
         due_ms = math.ceil(max(due, 0.0) * 1000)
-        lock = (broker.keys.unique(unique.key), unique.token, unique.ttl_ms) if unique else None
+        lock = None
+        if unique is not None:
+            lock = DelayedLock(broker.keys.unique(unique.key), unique.token, unique.ttl_ms)
         await broker.schedule(task_id, due_ms, data, lock)
         self._scheduled(due_ms)
         return task_id

@@ -39,10 +39,6 @@ class WorkerSlots:
         """Slots held now (by reads in progress and by messages in the pool)."""
         return self._used
 
-    @property
-    def available_tokens(self) -> int:
-        return max(0, self._total - self._used)
-
     def take_nowait(self, count: int) -> int:
         """Take up to ``count`` free slots; how many were taken (0 while others wait)."""
         if self._waiters:

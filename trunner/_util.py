@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import random
+import re
+import secrets
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -16,6 +20,7 @@ __all__ = [
     "ErrorLog",
     "EventLog",
     "LoopBackoff",
+    "instance_id",
     "leaf_exceptions",
     "logger",
     "run_in_background",
@@ -113,6 +118,16 @@ def _select_error(
     error = crashed("; ".join(map(repr, leaves)))
     error.__cause__ = group
     return error
+
+
+def instance_id(host: str | None = None) -> str:
+    """A name for this process among a group's instances: ``host:pid:random``.
+
+    ``host`` defaults to the machine's host name, with whitespace and the hash-tag braces
+    (which key names cannot hold) replaced by ``-``.
+    """
+    name = host or re.sub(r"[\s{}]+", "-", socket.gethostname()) or "host"
+    return f"{name}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
 def wall_ms() -> int:

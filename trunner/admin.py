@@ -17,7 +17,7 @@ from ._redis import Broker, RawEntry
 from ._util import wall_ms
 from .errors import RedisCommandError
 from .group_stats import GroupStats, InstanceInfo, compute_stats, stats_or_none
-from .message import MessageDecodeError, decode_message, reencode_for_retry
+from .message import NO_SIZE_LIMIT, MessageDecodeError, decode_message, reencode_for_retry
 
 __all__ = [
     "DeadLetter",
@@ -103,7 +103,7 @@ async def list_dead(broker: Broker, count: int = 100, start: str = "-") -> list[
 
 
 async def replay_dead(
-    broker: Broker, ids: Sequence[str] | None = None, max_bytes: int = 1 << 62
+    broker: Broker, ids: Sequence[str] | None = None, max_bytes: int = NO_SIZE_LIMIT
 ) -> tuple[list[str], list[str]]:
     """Put dead letters back in the stream as fresh first attempts (same task id).
 

@@ -11,6 +11,7 @@ from ._redis import Broker, open_transport
 from ._util import run_in_background
 from .errors import Crashed
 from .keys import Keys
+from .message import DEFAULT_MAX_PAYLOAD_BYTES
 from .redis_handle import RedisHandle
 from .task import TaskRegistry
 
@@ -49,7 +50,7 @@ async def open_client(
     *,
     prefix: str = "trunner",
     tasks: TaskRegistry | None = None,
-    max_payload_bytes: int = 1024 * 1024,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     connect_timeout: float = 5.0,
     command_timeout: float = 10.0,
     max_connections: int = 20,
@@ -89,7 +90,7 @@ async def open_client(
             return Crashed(f"the client's Redis handle failed: {what}")
 
         try:
-            async with run_in_background(handle.run, handle.close, crashed):
+            async with run_in_background(handle.run, handle.stop, crashed):
                 yield client
         finally:
             client._broker = None

@@ -9,6 +9,7 @@ import attrs
 
 from . import _validate as v
 from .group_stats import GroupStats
+from .message import DEFAULT_MAX_PAYLOAD_BYTES
 
 if TYPE_CHECKING:
     from .message import TaskMessage
@@ -80,7 +81,9 @@ class RunnerConfig:
     """A Redis command without a reply for this long fails (its connection is dropped);
     blocking reads get ``block_duration`` more. Guards against half-open connections."""
 
-    max_payload_bytes: int = attrs.field(default=1024 * 1024, validator=v.positive_int)
+    max_payload_bytes: int = attrs.field(
+        default=DEFAULT_MAX_PAYLOAD_BYTES, validator=v.positive_int
+    )
     """The largest encoded task message ``dispatch`` accepts."""
 
     dead_letter_maxlen: int | None = attrs.field(default=100_000, validator=v.optional_positive_int)

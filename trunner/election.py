@@ -16,11 +16,7 @@ so a deposed leader that has not noticed yet cannot act.
 
 from __future__ import annotations
 
-import os
 import random
-import re
-import secrets
-import socket
 import warnings
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -31,7 +27,7 @@ import trio
 
 from . import _validate as v
 from ._redis import Arg, LeaseStore, Script, Transport, fenced_script, open_transport
-from ._util import EventLog, LoopBackoff, logger, run_in_background
+from ._util import EventLog, LoopBackoff, instance_id, logger, run_in_background
 from .errors import BackendError, ElectorCrashed, LeadershipLost
 
 __all__ = [
@@ -95,11 +91,6 @@ else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def default_id() -> str:
-    host = re.sub(r"[\s{}]+", "-", socket.gethostname()) or "host"
-    return f"{host}:{os.getpid()}:{secrets.token_hex(3)}"
-
-
 class Elector:
     """One candidate for the lease on ``key``. Use :func:`open_elector`, or a runner's."""
 
@@ -121,7 +112,7 @@ class Elector:
         if id is not None and (not isinstance(id, str) or not id):
             raise ValueError(f"id must be a non-empty str, got {id!r}")
         self.key = key
-        self.id = id or default_id()
+        self.id = id or instance_id()
         self.ttl = float(ttl)
         self.wait = float(wait)
         self.jitter = float(jitter)
@@ -139,7 +130,16 @@ class Elector:
         self._events: EventLog[ElectionEvent] = EventLog(maxlen=100)
         self._scripts: dict[str, Script] = {}
         self.promotions = 0
-        self.done = trio.Event()
+        #: Set once :meth:`run` has returned (the lease released if it was held).
+        self.stopped = trio.Event()
+
+    @property
+    def done(self) -> trio.Event:
+        """Deprecated alias of :attr:`stopped`."""
+        warnings.warn(
+            "Elector.done is deprecated, use Elector.stopped", DeprecationWarning, stacklevel=2
+        )
+        return self.stopped
 
     def __repr__(self) -> str:
         role = f"leader (fence {self._fence})" if self._leader else "follower"
@@ -224,7 +224,7 @@ class Elector:
                 nursery.cancel_scope.cancel()
                 with trio.move_on_after(RELEASE_TIMEOUT, shield=True):
                     await self._release()
-                self.done.set()
+                self.stopped.set()
 
     async def _campaign(self) -> None:
         while not self._stopping:

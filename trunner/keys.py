@@ -6,9 +6,18 @@ several of them on Redis Cluster: ``<prefix>:{<group>}:stream`` and so on.
 
 from __future__ import annotations
 
+import json
+
 import attrs
 
-__all__ = ["RELEASED_CONSUMER", "Keys", "check_name", "fence_key_for", "hash_tag"]
+__all__ = [
+    "RELEASED_CONSUMER",
+    "DelayedLock",
+    "Keys",
+    "check_name",
+    "fence_key_for",
+    "hash_tag",
+]
 
 #: The consumer that owns messages released for immediate reclaim (see ``pool``/``fetcher``).
 RELEASED_CONSUMER = "trunner:released"
@@ -102,7 +111,8 @@ class Keys:
 
     @property
     def delayed_unique(self) -> str:
-        """The hash of unique delayed task id -> "lock key, token, ttl" (lines)."""
+        """The hash of unique delayed task id -> the lock it takes when due: a JSON array
+        ``["<lock key>", "<token>", <ttl ms>]`` (see :class:`DelayedLock`)."""
         return self._key("delayed:unique")
 
     def unique(self, key: str) -> str:
@@ -151,3 +161,38 @@ class Keys:
             self.capacity,
             self.stats,
         ]
+
+
+@attrs.frozen
+class DelayedLock:
+    """The lock a delayed unique task takes when it is due: the lock's key, the token of
+    its dispatch, and its time-to-live (``unique_for``) in ms.
+
+    Stored in :attr:`Keys.delayed_unique` as a JSON array ``["<key>", "<token>", <ttl>]``:
+    :meth:`encode` writes that layout and :meth:`decode` reads it, nothing else does.
+    """
+
+    key: str
+    token: str
+    ttl_ms: int
+
+    def encode(self) -> str:
+        return json.dumps([self.key, self.token, self.ttl_ms])
+
+    @classmethod
+    def decode(cls, raw: bytes | str) -> DelayedLock:
+        """Read a stored lock; ValueError saying why if it is not that layout."""
+        try:
+            value = json.loads(raw)
+        except (ValueError, RecursionError) as exc:
+            raise ValueError(f"not JSON: {exc}") from None
+        if (
+            not isinstance(value, list)
+            or len(value) != 3
+            or not isinstance(value[0], str)
+            or not isinstance(value[1], str)
+            or type(value[2]) is not int
+            or value[2] <= 0
+        ):
+            raise ValueError(f"not [lock key, token, ttl ms]: {value!r:.200}")
+        return cls(value[0], value[1], value[2])

@@ -23,6 +23,7 @@ import attrs
 from .errors import InvalidMessage, InvalidPayload, PayloadTooLarge
 
 __all__ = [
+    "DEFAULT_MAX_PAYLOAD_BYTES",
     "NO_SIZE_LIMIT",
     "PAYLOAD_FIELD",
     "MessageDecodeError",
@@ -32,6 +33,8 @@ __all__ = [
 ]
 
 PAYLOAD_FIELD = b"payload"
+#: The default of ``max_payload_bytes`` (``RunnerConfig``, ``open_client``, eager mode).
+DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 #: ``max_bytes`` that never refuses: re-encoding a message that came from Redis (a retry,
 #: a replay) must not fail on its size.
 NO_SIZE_LIMIT = 1 << 62

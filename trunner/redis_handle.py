@@ -245,6 +245,8 @@ class RedisHandle(_Commands):
         self._batcher = _Batcher(transport)
         self._scripts: dict[str, Script] = {}
         self._open = False
+        #: Set once :meth:`run` has returned (every pending command failed).
+        self.stopped = trio.Event()
 
     async def execute(self, *args: Arg) -> Any:
         if not self._open:
@@ -275,18 +277,23 @@ class RedisHandle(_Commands):
         return self._batcher.commands
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Serve the batches until :meth:`close` (a runner or open_redis does this)."""
+        """Serve the batches until :meth:`stop` (a runner or open_redis does this)."""
         self._open = True
         try:
             await self._batcher.run(task_status=task_status)
         finally:
             self._open = False
             self._batcher.fail_pending(RunnerNotRunning("the Redis handle was closed"))
+            self.stopped.set()
 
-    def close(self) -> None:
+    def stop(self) -> None:
         """Stop serving: commands issued from now on fail with RunnerNotRunning."""
         self._open = False
         self._batcher.close()
+
+    def close(self) -> None:
+        """The same as :meth:`stop`."""
+        self.stop()
 
 
 class Pipeline:
@@ -358,5 +365,5 @@ async def open_redis(
         def crashed(what: str) -> Crashed:
             return Crashed(f"the Redis handle failed: {what}")
 
-        async with run_in_background(handle.run, handle.close, crashed):
+        async with run_in_background(handle.run, handle.stop, crashed):
             yield handle

@@ -41,9 +41,6 @@ Every step that talks to Redis is shielded and bounded.
 from __future__ import annotations
 
 import contextvars
-import os
-import re
-import secrets
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -54,7 +51,7 @@ import trio
 
 from ._producer import Producer
 from ._redis import Broker, check_url, open_transport
-from ._util import ErrorLog, logger, run_in_background
+from ._util import ErrorLog, instance_id, logger, run_in_background
 from .acks import AckBuffer
 from .aggregator import Aggregator
 from .config import RunnerConfig
@@ -106,11 +103,6 @@ def current_runner() -> Runner:
         raise RunnerNotRunning("current_runner() is only available inside a task") from None
 
 
-def default_consumer_name(host: str | None) -> str:
-    name = host or re.sub(r"[\s{}]+", "-", socket.gethostname()) or "host"
-    return f"{name}:{os.getpid()}:{secrets.token_hex(3)}"
-
-
 @attrs.frozen
 class _Components:
     """Everything one run of a runner is made of, built once by :meth:`Runner._build`."""
@@ -160,21 +152,18 @@ async def _last_report(reporter: Reporter) -> None:
 #: last report carries the timings of the last tasks, and no report follows the instance's
 #: leaving (it would register it again); the chores write as the leader until they stop,
 #: then the elector releases the lease; the heartbeater keeps every message still held
-#: fresh until the instance has left the group.
+#: fresh until the instance has left the group; the Redis handle serves task code (and
+#: failed-task handlers) until the last of them has ended.
 SERVICE_SHUTDOWN: tuple[tuple[str, Callable[[_Components], Awaitable[Any]]], ...] = (
     ("releasing interrupted messages", lambda c: c.releaser.release_queued()),
     ("flushing acknowledgements", lambda c: _stopped(c.acks)),
     ("flushing timings", lambda c: _last_report(c.reporter)),
     ("stopping the leader chores", lambda c: _stopped(c.leadership)),
-    ("releasing the leadership", lambda c: _elector_stopped(c.elector)),
+    ("releasing the leadership", lambda c: _stopped(c.elector)),
     ("leaving the group", lambda c: c.reporter.deregister()),
     ("stopping heartbeats", lambda c: _stopped(c.heartbeater)),
+    ("closing the Redis handle", lambda c: _stopped(c.redis)),
 )
-
-
-async def _elector_stopped(elector: Elector) -> None:
-    elector.stop()
-    await elector.done.wait()
 
 
 class Runner(Producer):
@@ -200,7 +189,7 @@ class Runner(Producer):
         self.config = config
         self.tasks = tasks
         self.keys = Keys(config.prefix, config.consumer_group)
-        self.consumer_name = config.consumer_name or default_consumer_name(config.host)
+        self.consumer_name = config.consumer_name or instance_id(config.host)
         self._state = RunnerState.INIT
         self._counters = Counters()
         self._errors = ErrorLog()
@@ -538,7 +527,6 @@ class Runner(Producer):
         """4. The services stop in the order of :data:`SERVICE_SHUTDOWN`."""
         for what, step in SERVICE_SHUTDOWN:
             await self._cleanup(what, step(c))
-        c.redis.close()
         services.cancel_scope.cancel()
 
     async def _leave(self, c: _Components) -> None:

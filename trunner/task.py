@@ -14,7 +14,7 @@ import attrs
 from . import _validate as v
 from ._eager import run_eagerly
 from .errors import TaskNotFound
-from .message import encode_message
+from .message import NO_SIZE_LIMIT, encode_message
 
 __all__ = ["Action", "Backoff", "CronSchedule", "Task", "TaskRegistry"]
 
@@ -194,7 +194,7 @@ class CronSchedule:
 
     def __attrs_post_init__(self) -> None:
         # A payload that cannot be sent fails here, not at a tick on the leader.
-        encode_message(self.task_name, self.payload, enqueued_at=0.0, max_bytes=1 << 62)
+        encode_message(self.task_name, self.payload, enqueued_at=0.0, max_bytes=NO_SIZE_LIMIT)
 
     def _iter(self, at: float) -> Any:
         import datetime  # noqa: PLC0415 - loaded only by users of cron

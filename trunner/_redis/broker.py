@@ -6,12 +6,11 @@ script touches is passed in KEYS (all in the group's hash slot).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from ..errors import BackendError, RedisCommandError
-from ..keys import RELEASED_CONSUMER, Keys
+from ..keys import RELEASED_CONSUMER, DelayedLock, Keys
 from ..message import PAYLOAD_FIELD
 from .inspect import Inspection
 from .lease import LeaseStore
@@ -121,14 +120,14 @@ class Broker(Inspection):
         task_id: str,
         due_ms: int,
         data: bytes,
-        unique: tuple[str, str, int] | None = None,
+        unique: DelayedLock | None = None,
     ) -> bool:
         """Add a delayed task (replacing one of the same id); True when it is new.
 
-        ``unique``: (lock key, token, ttl ms) for a unique task, locked when it is moved.
+        ``unique``: the lock of a unique task, taken when it is moved.
         """
         keys = self.keys
-        lock = json.dumps(list(unique)) if unique else ""
+        lock = unique.encode() if unique else ""
         reply = await self._script(
             "schedule",
             [keys.delayed, keys.delayed_messages, keys.delayed_unique],
@@ -304,9 +303,9 @@ class Broker(Inspection):
         for task_id, spec in zip(task_ids, specs, strict=True):
             if spec is None:
                 continue  # cancelled meanwhile
-            lock, token, ttl = json.loads(spec)
-            locks.append(lock)
-            args += [task_id, token, ttl]
+            lock = DelayedLock.decode(spec)
+            locks.append(lock.key)
+            args += [task_id, lock.token, lock.ttl_ms]
         if not locks:
             return 0, 0
         reply = await leader.run_fenced(

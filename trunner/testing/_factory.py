@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
@@ -111,14 +112,12 @@ async def open_runner_factory(
     """
     factory_group = group or f"test-{uuid.uuid4().hex[:10]}"
     check = assert_clean_shutdown(url, threads=False)
-    async with check if check_shutdown else _nothing(), trio.open_nursery() as nursery:
+    async with (
+        check if check_shutdown else contextlib.nullcontext(),
+        trio.open_nursery() as nursery,
+    ):
         factory = RunnerFactory(url, factory_group, nursery)
         try:
             yield factory
         finally:
             factory._stop_all()
-
-
-@asynccontextmanager
-async def _nothing() -> AsyncIterator[None]:
-    yield
