@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __all__ = [
     "BackendError",
+    "BadData",
     "Crashed",
     "ElectorCrashed",
     "InvalidMessage",
@@ -107,6 +108,21 @@ class TaskFailed(TrunnerError):
         self.attempt = attempt
         self.error = error
         self.__cause__ = error
+
+
+class BadData(TrunnerError):
+    """A value trunner read from Redis (or a registered setting) is not what it wrote.
+
+    The item was set aside with the reason (see ``trunner.quarantine``): ``source`` names
+    where it was read (``"delayed:unique"``, ``"metrics"``, ``"cron"`` ...), ``item`` which
+    one (a task id, a field, a schedule), ``reason`` what is wrong with it.
+    """
+
+    def __init__(self, source: str, item: str, reason: str) -> None:
+        super().__init__(f"bad data in {source} ({item!r:.120}): {reason}")
+        self.source = source
+        self.item = item
+        self.reason = reason
 
 
 class ReservationLost(TrunnerError):

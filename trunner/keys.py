@@ -144,6 +144,11 @@ class Keys:
         """The statistics of the last completed window (JSON), written by the leader."""
         return self._key("stats")
 
+    @property
+    def quarantine(self) -> str:
+        """The stream of bad data set aside, with the reason (see ``trunner.quarantine``)."""
+        return self._key("quarantine")
+
     def fixed(self) -> list[str]:
         """Every key of the group with a fixed name (unique locks are not listed)."""
         return [
@@ -160,6 +165,7 @@ class Keys:
             self.instances_info,
             self.capacity,
             self.stats,
+            self.quarantine,
         ]
 
 

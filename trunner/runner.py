@@ -272,6 +272,8 @@ class Runner(Producer):
             delayed_moved=mover.moved if mover else 0,
             cron_fired=parts.cron.fired if parts else 0,
             unique_dropped=mover.unique_dropped if mover else 0,
+            quarantined=c.quarantined,
+            chores_restarted=c.chores_restarted,
         )
 
     def errors(self) -> AsyncIterator[BaseException]:
@@ -426,7 +428,7 @@ class Runner(Producer):
                 errors,
             ),
             elector=elector,
-            leadership=Leadership(elector, chores),
+            leadership=Leadership(elector, chores, counters, errors),
             mover=mover,
             cron=cron,
             aggregator=aggregator,

@@ -51,6 +51,8 @@ class Counters:
     reservations_lost: int = 0
     acked: int = 0
     max_in_flight: int = 0
+    quarantined: int = 0
+    chores_restarted: int = 0
 
     def task(self, name: str) -> TaskTotals:
         totals = self.per_task.get(name)
@@ -103,3 +105,7 @@ class RunnerStatistics:
     """Cron ticks this instance fired as leader."""
     unique_dropped: int
     """Due unique delayed tasks this leader dropped because their key was locked."""
+    quarantined: int = 0
+    """Bad items this instance set aside (see :mod:`trunner.quarantine`)."""
+    chores_restarted: int = 0
+    """Leader chores that failed and were restarted after a backoff."""

@@ -443,6 +443,14 @@ class Broker(Inspection):
             ids.extend(as_str(i) if i else None for i in reply)
         return ids
 
+    async def quarantine(self, fields: Sequence[tuple[str, Arg]], maxlen: int) -> str:
+        """Add a record to the quarantine stream (approximately capped at ``maxlen``)."""
+        flat: list[Arg] = [x for pair in fields for x in pair]
+        reply = await self.transport.execute(
+            "XADD", self.keys.quarantine, "MAXLEN", "~", maxlen, "*", *flat
+        )
+        return as_str(reply)
+
     async def purge_dead(self) -> int:
         """Delete the dead-letter stream; return how many entries it held."""
         replies = await self.transport.pipeline([("XLEN", self.keys.dead), ("DEL", self.keys.dead)])

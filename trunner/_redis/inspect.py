@@ -78,6 +78,16 @@ class Inspection:
         reply = await self.transport.execute("XRANGE", self.keys.dead, start, "+", "COUNT", count)
         return stream_entries(reply)
 
+    async def quarantine_count(self) -> int:
+        return int(await self.transport.execute("XLEN", self.keys.quarantine))
+
+    async def quarantine_entries(self, count: int = 100, start: str = "-") -> list[RawEntry]:
+        """Records of the quarantine stream, oldest first, from ``start`` on."""
+        reply = await self.transport.execute(
+            "XRANGE", self.keys.quarantine, start, "+", "COUNT", count
+        )
+        return stream_entries(reply)
+
     async def dead_entry(self, entry_id: str) -> RawEntry | None:
         reply = await self.transport.execute("XRANGE", self.keys.dead, entry_id, entry_id)
         entries = stream_entries(reply)

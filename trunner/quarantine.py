@@ -1,0 +1,162 @@
+"""The quarantine sets bad data aside, so that one bad value costs that value, never a loop.
+
+Every loop of a runner that reads data from Redis or from the user's configuration (the
+delayed mover, cron, the aggregator, the janitor, the reporter, the elector, the fetchers
+and the pool) contains an error to the item that caused it: the item is *set aside* with
+its reason, and the loop goes on. Setting aside means, at once:
+
+* a record in the group's quarantine stream (:attr:`Keys.quarantine
+  <trunner.keys.Keys.quarantine>`): where the item was read, which one, why it is bad, what
+  was done with it, and its value as read (so nothing is lost); ``trunner inspect`` counts
+  them, ``trunner quarantine list`` shows them, :meth:`Client.quarantined
+  <trunner.Client.quarantined>` reads them;
+* one more in ``statistics().quarantined``;
+* a :class:`~trunner.BadData` through ``Runner.errors()``;
+* one log line at ERROR, once per item and reason in the life of the runner (a bad value
+  left in place and read again every round is recorded and logged once).
+
+Messages that cannot run (undecodable entries, unknown tasks) go to the dead-letter stream
+instead, where they can be replayed.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Mapping
+
+import attrs
+
+from ._redis import Broker
+from ._util import ErrorLog, logger
+from .errors import BackendError, BadData
+from .statistics import Counters
+
+__all__ = ["MAX_VALUE_BYTES", "QUARANTINE_MAXLEN", "Quarantine", "QuarantineRecord"]
+
+#: Approximate cap of the quarantine stream (its oldest records are trimmed).
+QUARANTINE_MAXLEN = 10_000
+#: The most bytes of a bad value a record keeps.
+MAX_VALUE_BYTES = 4096
+#: How many (source, item, reason) a runner remembers to record and log each only once.
+MAX_REMEMBERED = 10_000
+
+
+@attrs.frozen
+class QuarantineRecord:
+    """One bad item set aside: where it was read, which one, why, and what was done."""
+
+    id: str
+    """The record's id in the quarantine stream."""
+    source: str
+    """Where the item was read: ``delayed:unique``, ``metrics``, ``cron`` ..."""
+    item: str
+    """Which item: a task id, a hash field, a schedule's name ..."""
+    reason: str
+    action: str
+    """What was done with it: ``removed`` (it is only here now), ``left in place`` ..."""
+    value: bytes = attrs.field(repr=False)
+    """The value as read (at most :data:`MAX_VALUE_BYTES`)."""
+    instance: str
+    """The instance that set it aside."""
+    at: float
+    """When (seconds since the epoch)."""
+
+    @classmethod
+    def from_fields(cls, record_id: str, fields: Mapping[bytes, bytes]) -> QuarantineRecord:
+        """A record as stored (missing or bad fields read as empty, never an error)."""
+
+        def text(name: bytes) -> str:
+            return fields.get(name, b"").decode("utf-8", "replace")
+
+        try:
+            at = float(fields.get(b"at", b"0")) / 1000
+        except ValueError:
+            at = 0.0
+        return cls(
+            id=record_id,
+            source=text(b"source"),
+            item=text(b"item"),
+            reason=text(b"reason"),
+            action=text(b"action"),
+            value=fields.get(b"value", b""),
+            instance=text(b"instance"),
+            at=at,
+        )
+
+
+def record_fields(
+    source: str, item: str, reason: str, value: bytes | str, action: str, instance: str
+) -> list[tuple[str, bytes | str | int]]:
+    """The fields of one quarantine record, as every writer stores them."""
+    raw = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else value
+    return [
+        ("source", source),
+        ("item", _text(item)),
+        ("reason", _text(reason)),
+        ("action", action),
+        ("value", raw[:MAX_VALUE_BYTES]),
+        ("instance", instance),
+        ("at", int(time.time() * 1000)),
+    ]
+
+
+def _text(value: str) -> str:
+    """``value`` as text Redis can store whatever it holds (lone surrogates escaped)."""
+    return value.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+class Quarantine:
+    """Sets bad items aside for one runner (see the module docs)."""
+
+    def __init__(self, broker: Broker, counters: Counters, errors: ErrorLog, instance: str) -> None:
+        self._broker = broker
+        self._counters = counters
+        self._errors = errors
+        self._instance = instance
+        self._seen: collections.OrderedDict[tuple[str, str, str], None] = collections.OrderedDict()
+
+    def fields(
+        self, source: str, item: str, reason: str, value: bytes | str = b"", action: str = ""
+    ) -> list[tuple[str, bytes | str | int]]:
+        """The record's fields, for a script that sets the item aside atomically (then
+        call :meth:`noted`)."""
+        return record_fields(source, item, reason, value, action, self._instance)
+
+    def noted(self, source: str, item: str, reason: str, action: str) -> bool:
+        """Count, report and log an item a script already set aside; False (nothing done)
+        when this runner already noted the same item and reason."""
+        key = (source, item, reason)
+        if key in self._seen:
+            self._seen.move_to_end(key)
+            return False
+        self._seen[key] = None
+        while len(self._seen) > MAX_REMEMBERED:
+            self._seen.popitem(last=False)
+        self._counters.quarantined += 1
+        error = BadData(source, item, reason)
+        self._errors.capture(error)
+        logger.error("%s; %s (see the quarantine: trunner quarantine list)", error, action)
+        return True
+
+    async def set_aside(
+        self,
+        source: str,
+        item: str,
+        reason: str,
+        value: bytes | str = b"",
+        action: str = "left in place",
+    ) -> None:
+        """Record a bad item (once per item and reason), count it, report it, log it.
+
+        The record is best effort: if Redis does not take it, the error is captured and
+        the loop goes on (the item is counted and logged all the same).
+        """
+        if not self.noted(source, item, reason, action):
+            return
+        try:
+            fields = self.fields(source, item, reason, value, action)
+            await self._broker.quarantine(fields, QUARANTINE_MAXLEN)
+        except BackendError as exc:
+            self._errors.capture(exc)
+            logger.warning("recording bad data in the quarantine failed: %s", exc)
