@@ -9,7 +9,7 @@ import pytest
 
 from trunner._redis import RELEASED_IDLE_MS, Arg, Broker, LeaseStore, Script, open_transport
 from trunner.errors import LeadershipLost
-from trunner.keys import RELEASED_CONSUMER, Keys
+from trunner.keys import RELEASED_CONSUMER, Keys, UniqueLock
 
 
 @pytest.fixture
@@ -136,15 +136,15 @@ async def test_a_cron_tick_fires_once(broker: Broker, raw: Any) -> None:
     assert await broker.fire_cron(leader, "report", 60_000, b"m1") == 0, "same tick"
     assert await broker.fire_cron(leader, "report", 30_000, b"m0") == 0, "an older tick"
     assert await broker.fire_cron(leader, "report", 120_000, b"m2") == 1
-    assert await broker.cron_last_fired() == {"report": 120_000}
+    assert await broker.cron_last_fired() == ({"report": 120_000}, [])
     assert await broker.queue_length() == 2
     raw.set("trunner:{" + broker.group + "}:unique:lock", "held")
-    lock = ("trunner:{" + broker.group + "}:unique:lock", "token", 60_000)
+    lock = UniqueLock("trunner:{" + broker.group + "}:unique:lock", "token", 60_000)
     assert await broker.fire_cron(leader, "report", 180_000, b"m3", lock) == -1, "locked: skip"
-    assert await broker.cron_last_fired() == {"report": 180_000}, "the tick is used up"
-    raw.delete(lock[0])
+    assert await broker.cron_last_fired() == ({"report": 180_000}, []), "the tick is used up"
+    raw.delete(lock.key)
     assert await broker.fire_cron(leader, "report", 240_000, b"m4", lock) == 1
-    assert raw.get(lock[0]) == b"token"
+    assert raw.get(lock.key) == b"token"
     assert await broker.queue_length() == 3
 
 

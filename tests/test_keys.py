@@ -8,7 +8,7 @@ import attrs
 import pytest
 
 from trunner import Keys
-from trunner.keys import RELEASED_CONSUMER, DelayedLock, check_name
+from trunner.keys import RELEASED_CONSUMER, UniqueLock, check_name
 
 
 def hash_tag(key: str) -> str:
@@ -112,10 +112,10 @@ def test_released_consumer_is_in_the_reserved_namespace() -> None:
 
 
 def test_a_delayed_lock_is_stored_as_one_json_array() -> None:
-    lock = DelayedLock("trunner:{g}:unique:6:charge:1", "a" * 32, 600_000)
+    lock = UniqueLock("trunner:{g}:unique:6:charge:1", "a" * 32, 600_000)
     assert json.loads(lock.encode()) == ["trunner:{g}:unique:6:charge:1", "a" * 32, 600_000]
-    assert DelayedLock.decode(lock.encode()) == lock
-    assert DelayedLock.decode(lock.encode().encode()) == lock
+    assert UniqueLock.decode(lock.encode()) == lock
+    assert UniqueLock.decode(lock.encode().encode()) == lock
 
 
 @pytest.mark.parametrize(
@@ -132,4 +132,4 @@ def test_a_delayed_lock_is_stored_as_one_json_array() -> None:
 )
 def test_a_delayed_lock_of_another_layout_is_refused_with_the_reason(stored: bytes) -> None:
     with pytest.raises(ValueError, match="not"):
-        DelayedLock.decode(stored)
+        UniqueLock.decode(stored)

@@ -18,6 +18,8 @@ from trunner._redis import Broker, open_transport
 from trunner.election import Elector
 from trunner.keys import Keys
 from trunner.mover import MOVE_BATCH, DelayedMover
+from trunner.quarantine import Quarantine
+from trunner.statistics import Counters
 from trunner.task import CronSchedule
 
 from .conftest import config, redis_state
@@ -188,7 +190,8 @@ async def test_a_backlog_drains_batch_after_batch(redis_server: RedisServer, gro
         for start in range(0, len(commands), 20_000):
             await transport.pipeline(commands[start : start + 20_000])
         elector = Elector(transport, broker.keys.leader, ttl=5.0)
-        mover = DelayedMover(broker, trunner._util.ErrorLog())
+        errors = trunner._util.ErrorLog()
+        mover = DelayedMover(broker, errors, Quarantine(broker, Counters(), errors, "test"))
         async with trio.open_nursery() as nursery:
             await nursery.start(elector.run)
             assert elector.is_leader

@@ -23,7 +23,7 @@ from .admin import (
 )
 from .errors import RunnerNotRunning, TaskAlreadyDispatched
 from .group_stats import GroupStats, InstanceInfo
-from .keys import DelayedLock
+from .keys import UniqueLock
 from .message import MessageDecodeError, decode_message, encode_message
 from .task import Task, TaskRegistry
 
@@ -186,7 +186,7 @@ class Producer:
         due_ms = math.ceil(max(due, 0.0) * 1000)
         lock = None
         if unique is not None:
-            lock = DelayedLock(broker.keys.unique(unique.key), unique.token, unique.ttl_ms)
+            lock = UniqueLock(broker.keys.unique(unique.key), unique.token, unique.ttl_ms)
         await broker.schedule(task_id, due_ms, data, lock)
         self._scheduled(due_ms)
         return task_id

@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from ._redis import Broker, RawEntry
+from ._redis import BadValue, Broker, RawEntry
 from ._util import wall_ms
 from .errors import RedisCommandError
 from .group_stats import GroupStats, InstanceInfo, compute_stats, stats_or_none
@@ -139,29 +139,42 @@ async def replay_dead(
     return [i for i in new_ids if i is not None], skipped
 
 
-def _instances(
+def _instance(instance: str, seen: float, info: str | None, leader: bool) -> InstanceInfo:
+    """An instance from its membership row; ValueError (or TypeError) if its details are
+    not what the reporter writes."""
+    details = json.loads(info) if info else {}
+    if not isinstance(details, dict):
+        raise ValueError(f"not a JSON object: {info!r:.200}")
+    return InstanceInfo(
+        id=instance,
+        host=str(details.get("host", "")),
+        pid=int(details.get("pid", 0)),
+        capacity=int(details.get("capacity", 0)),
+        started_at=float(details.get("started_at", 0.0)),
+        last_seen=seen / 1000,
+        leader=leader,
+    )
+
+
+def instances_of(
     rows: Sequence[tuple[str, float, str | None]], leader: str | None
-) -> list[InstanceInfo]:
-    out = []
+) -> tuple[list[InstanceInfo], list[BadValue]]:
+    """The live instances, sorted by id; an instance whose details cannot be read is
+    listed with none (host, pid, capacity unknown) and returned apart as bad too."""
+    out, bad = [], []
     for instance, seen, info in rows:
-        details = json.loads(info) if info else {}
-        out.append(
-            InstanceInfo(
-                id=instance,
-                host=str(details.get("host", "")),
-                pid=int(details.get("pid", 0)),
-                capacity=int(details.get("capacity", 0)),
-                started_at=float(details.get("started_at", 0.0)),
-                last_seen=seen / 1000,
-                leader=instance == leader,
-            )
-        )
-    return out
+        try:
+            out.append(_instance(instance, seen, info, instance == leader))
+        except (ValueError, TypeError, RecursionError) as exc:
+            bad.append((instance, (info or "").encode("utf-8", "surrogateescape"), str(exc)))
+            out.append(_instance(instance, seen, None, instance == leader))
+    return sorted(out, key=lambda i: i.id), bad
 
 
 async def read_instances(broker: Broker, ttl: float) -> list[InstanceInfo]:
+    """The group's live instances (seen within ``ttl``), and which one leads."""
     rows = await broker.live_instances(wall_ms() - int(ttl * 1000))
-    return sorted(_instances(rows, await broker.leader_id()), key=lambda i: i.id)
+    return instances_of(rows, await broker.leader_id())[0]
 
 
 async def read_stats(broker: Broker, ttl: float) -> GroupStats:

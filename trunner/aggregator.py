@@ -31,11 +31,12 @@ import trio
 
 from ._redis import Broker
 from ._util import ErrorLog, LoopBackoff, logger, wall_ms
-from .admin import read_instances
+from .admin import instances_of
 from .config import RunnerConfig
 from .election import Elector
 from .errors import BackendError
 from .group_stats import GroupStats, compute_stats
+from .quarantine import Quarantine
 
 __all__ = ["Aggregator", "decide_capacity"]
 
@@ -64,11 +65,13 @@ class Aggregator:
         broker: Broker,
         config: RunnerConfig,
         errors: ErrorLog,
+        quarantine: Quarantine,
         on_stats: Callable[[GroupStats], Awaitable[None]] | None = None,
     ) -> None:
         self._broker = broker
         self._config = config
         self._errors = errors
+        self._quarantine = quarantine
         self._on_stats = on_stats
         threshold = config.long_queue_threshold
         self.interval = config.stats_interval or (threshold / 2 if threshold else 60.0)
@@ -84,6 +87,7 @@ class Aggregator:
             except BackendError as exc:
                 self._errors.capture(exc)
                 logger.warning("aggregating the group's metrics failed: %s", exc)
+                await self._quarantine.after_error(exc)
                 await trio.sleep(backoff.next_delay())
             else:
                 backoff.reset()
@@ -91,9 +95,16 @@ class Aggregator:
     async def _round(self, elector: Elector) -> None:
         config = self._config
         ttl_ms = int(config.instance_ttl * 1000)
-        fields = await self._broker.take_metrics(elector, wall_ms() - ttl_ms)
+        fields, bad_fields = await self._broker.take_metrics(elector, wall_ms() - ttl_ms)
         queue_length = await self._broker.queue_length()
-        instances = await read_instances(self._broker, config.instance_ttl)
+        rows = await self._broker.live_instances(wall_ms() - ttl_ms)
+        instances, bad_instances = instances_of(rows, await self._broker.leader_id())
+        quarantine = self._quarantine
+        for field, stored, reason in bad_fields:
+            await quarantine.set_aside("metrics", field, reason, stored, "left out of the window")
+        for instance, stored, reason in bad_instances:
+            action = "listed without its details"
+            await quarantine.set_aside("instances:info", instance, reason, stored, action)
         stats = compute_stats(fields, queue_length, instances, time.time(), self._last_average)
         self._last_average = stats.average or self._last_average
         capacity = decide_capacity(stats, config)

@@ -60,6 +60,12 @@ class RunnerConfig:
     drain_timeout: float = attrs.field(default=30.0, validator=v.non_negative_number)
     """On shutdown, how long running tasks may take to finish before they are cancelled."""
 
+    cancel_grace: float = attrs.field(default=5.0, validator=v.non_negative_number)
+    """After ``drain_timeout``, how long cancelled tasks may take to unwind. A task still
+    running then (it ignores cancellation) is abandoned: its message is released, and
+    ``open_runner`` returns; so leaving it takes at most ``drain_timeout + cancel_grace``
+    plus the bounded clean-up steps."""
+
     prefix: str = attrs.field(default="trunner", validator=v.name)
     """Namespace of every key, so environments can share one Redis."""
 

@@ -5,6 +5,10 @@ It runs as a leader chore (in a nursery that lives exactly as long as one leader
 fires only through a fenced script, so a deposed leader cannot fire a tick. Every instance
 has one ready: a new leader fires the latest tick it missed (once), then goes on; followers
 do not touch Redis for it at all.
+
+Bad data: a schedule whose next tick cannot be computed, or whose unique key cannot be made,
+is set aside (no tick of it is fired by this leader; the quarantine says why) and the other
+schedules go on; a stored last tick that is not a number counts as none.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ from ._redis import Broker
 from ._util import ErrorLog, LoopBackoff, logger
 from .election import Elector
 from .errors import BackendError, InvalidPayload
+from .keys import UniqueLock
 from .message import encode_message
+from .quarantine import Quarantine
 from .task import CronSchedule, TaskRegistry
 
 __all__ = ["CronScheduler"]
@@ -41,12 +47,14 @@ class CronScheduler:
         broker: Broker,
         tasks: TaskRegistry,
         errors: ErrorLog,
+        quarantine: Quarantine,
         max_payload_bytes: int,
     ) -> None:
         self._broker = broker
         self._tasks = tasks
         self._schedules = {s.name: s for s in tasks.crons}
         self._errors = errors
+        self._quarantine = quarantine
         self._max_bytes = max_payload_bytes
         self.fired = 0
         self.skipped = 0
@@ -54,29 +62,64 @@ class CronScheduler:
     async def run(self, elector: Elector) -> None:
         if not self._schedules:
             return
-        last = await self._retrying("reading the cron state", self._broker.cron_last_fired)
+        last = await self._retrying("reading the cron state", self._last_fired)
         now = time.time()
         plan: dict[str, float] = {}
         for name, schedule in self._schedules.items():
-            missed = schedule.prev_tick(now)
+            try:
+                missed, upcoming = schedule.prev_tick(now), schedule.next_tick(now)
+            except ValueError as exc:  # croniter found no tick (a zone or its data changed)
+                await self._set_aside(schedule, f"its ticks cannot be computed: {exc}")
+                continue
             if name in last and last[name] < int(missed * 1000):
                 await self._fire(elector, schedule, missed)
-            plan[name] = schedule.next_tick(now)
-        while True:
+            plan[name] = upcoming
+        while plan:
             name = min(plan, key=plan.__getitem__)
             tick = plan[name]
             await trio.sleep(max(0.0, tick - time.time()))
-            await self._fire(elector, self._schedules[name], tick)
-            plan[name] = self._schedules[name].next_tick(max(tick, time.time()))
+            schedule = self._schedules[name]
+            await self._fire(elector, schedule, tick)
+            try:
+                plan[name] = schedule.next_tick(max(tick, time.time()))
+            except ValueError as exc:
+                del plan[name]
+                await self._set_aside(schedule, f"its next tick cannot be computed: {exc}")
+
+    async def _last_fired(self) -> dict[str, int]:
+        fired, bad = await self._broker.cron_last_fired()
+        for name, value in bad:
+            await self._quarantine.set_aside(
+                "cron",
+                name,
+                "the last tick fired is not a number",
+                value,
+                "left in place: the next tick fired replaces it",
+            )
+        return fired
+
+    async def _set_aside(self, schedule: CronSchedule, reason: str) -> None:
+        await self._quarantine.set_aside(
+            "cron",
+            schedule.name,
+            reason,
+            schedule.expression,
+            "not fired by this leader: correct the schedule and restart the runners",
+        )
 
     async def _fire(self, elector: Elector, schedule: CronSchedule, tick: float) -> None:
         tick_ms = int(tick * 1000)
         task = self._tasks.get(schedule.task_name) if schedule.task_name in self._tasks else None
         unique_key = token = None
-        lock: tuple[str, str, int] | None = None
+        lock: UniqueLock | None = None
         if task is not None and task.unique:
-            unique_key, token = task.key_for(schedule.payload), secrets.token_hex(16)
-            lock = (self._broker.keys.unique(unique_key), token, task.unique_for_ms)
+            try:
+                unique_key = task.key_for(schedule.payload)
+            except Exception as exc:  # noqa: BLE001 - the user's unique_key function
+                await self._set_aside(schedule, f"its unique key cannot be made: {exc!r}")
+                return
+            token = secrets.token_hex(16)
+            lock = UniqueLock(self._broker.keys.unique(unique_key), token, task.unique_for_ms)
         try:
             data = encode_message(
                 schedule.task_name,
@@ -122,4 +165,5 @@ class CronScheduler:
             except BackendError as exc:
                 self._errors.capture(exc)
                 logger.warning("%s failed: %s", what, exc)
+                await self._quarantine.after_error(exc)
             await trio.sleep(backoff.next_delay())

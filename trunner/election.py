@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 import warnings
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -27,8 +27,8 @@ import trio
 
 from . import _validate as v
 from ._redis import Arg, LeaseStore, Script, Transport, fenced_script, open_transport
-from ._util import EventLog, LoopBackoff, instance_id, logger, run_in_background
-from .errors import BackendError, ElectorCrashed, LeadershipLost
+from ._util import EventLog, LoopBackoff, instance_id, logger, run_in_background, wall_ms
+from .errors import BackendError, BadData, ElectorCrashed, LeadershipLost
 
 __all__ = [
     "Demoted",
@@ -103,6 +103,7 @@ class Elector:
         wait: float = 6.0,
         jitter: float = 0.005,
         id: str | None = None,
+        on_bad_data: Callable[[str, str], Awaitable[object]] | None = None,
     ) -> None:
         if not isinstance(key, str) or not key:
             raise ValueError(f"key must be a non-empty str, got {key!r}")
@@ -118,6 +119,7 @@ class Elector:
         self.jitter = float(jitter)
         self._ttl_ms = max(1, int(self.ttl * 1000))
         self._store = LeaseStore(transport, key)
+        self._on_bad_data = on_bad_data
         self._leader = False
         self._fence: int | None = None
         self._valid_until = 0.0
@@ -249,11 +251,13 @@ class Elector:
             return
         sent = trio.current_time()
         try:
-            fence = await self._store.acquire(self.id, self._ttl_ms)
+            fence, repaired = await self._store.acquire(self.id, self._ttl_ms, wall_ms())
         except BackendError as exc:
             self._emit(ElectionFailed(exc, "acquire"))
             logger.warning("election attempt for %r failed: %s", self.key, exc)
             return
+        if repaired:
+            await self._bad_data(repaired)
         if not fence:
             return
         if trio.current_time() - sent >= self.ttl / 2:
@@ -365,6 +369,16 @@ class Elector:
         self._demoted.set()
         self._emit(Demoted(reason))
         logger.info("demoted: %r no longer leads %r: %s", self.id, self.key, reason)
+
+    async def _bad_data(self, repaired: str) -> None:
+        """The acquire script set aside a lease or fence counter trunner cannot have
+        written (see ``lease_acquire.lua``): say so, once per repair."""
+        error = BadData("leader", self.key, repaired)
+        self._emit(ElectionFailed(error, "acquire"))
+        if self._on_bad_data is not None:
+            await self._on_bad_data(self.key, repaired)
+        else:
+            logger.error("%s", error)
 
     def _emit(self, event: ElectionEvent) -> None:
         self._events.capture(event)

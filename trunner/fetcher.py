@@ -27,6 +27,7 @@ from ._util import ErrorLog, LoopBackoff, logger
 from .config import RunnerConfig
 from .errors import BackendError
 from .pool import WorkerPool
+from .quarantine import Quarantine
 from .release import Releaser
 from .statistics import Counters
 
@@ -72,6 +73,7 @@ class Fetcher:
         broker: Broker,
         pool: WorkerPool,
         releaser: Releaser,
+        quarantine: Quarantine,
         config: RunnerConfig,
         consumer: str,
         schedule: ReclaimSchedule,
@@ -81,6 +83,7 @@ class Fetcher:
         self._broker = broker
         self._pool = pool
         self._releaser = releaser
+        self._quarantine = quarantine
         self._config = config
         self.consumer = consumer
         self._schedule = schedule
@@ -191,14 +194,30 @@ class Fetcher:
         self._dirty = True
         logger.warning("%s failed (consumer %s); retrying: %s", what, self.consumer, exc)
         if "NOGROUP" in str(exc):
-            try:
-                await self._broker.ensure_group()
-            except BackendError as again:
-                self._errors.capture(again)
+            await self._recreate_group()
+        else:
+            await self._quarantine.after_error(exc)
         with trio.CancelScope() as self._wait_scope:
             if not self._stopping:
                 await trio.sleep(self._backoff.next_delay())
         self._wait_scope = None
+
+    async def _recreate_group(self) -> None:
+        """The consumer group is gone (deleted, or Redis restored without it): create it
+        again from its recorded floor (see ``Broker.record_floor``), and say so."""
+        try:
+            start = await self._broker.ensure_group()
+        except BackendError as again:
+            self._errors.capture(again)
+            return
+        if start is not None:
+            await self._quarantine.set_aside(
+                "group",
+                self._broker.group,
+                "the consumer group was gone (deleted, or Redis restored without it)",
+                b"",
+                f"recreated from id {start}: messages after it that ran before run again",
+            )
 
     async def _release_excess(self) -> None:
         """Hand back entries fetched beyond a capacity lowered while the read was blocked."""

@@ -136,19 +136,22 @@ def compute_stats(
         lambda: {"n": 0.0, "s": 0.0, "max": 0.0, "b": [0.0] * (len(BUCKETS) + 1)}
     )
     for field, value in fields.items():
+        # t:<task>:n, t:<task>:s, t:<task>:max, t:<task>:b:<index>; a task's name may hold
+        # ':' (and end in ':b'), so the last part decides; fields of another shape (a later
+        # version's, or written by something else) are left out.
         parts = field.split(":")
         if parts[0] != "t" or len(parts) < 3:
             continue
-        if parts[-2] == "b" and len(parts) >= 4:
-            name = ":".join(parts[1:-2])
-            index = int(parts[-1])
-            if 0 <= index <= len(BUCKETS):
-                tasks[name]["b"][index] += value
-        elif parts[-1] in ("n", "s"):
-            tasks[":".join(parts[1:-1])][parts[-1]] += value
-        elif parts[-1] == "max":
+        last = parts[-1]
+        if last in ("n", "s"):
+            tasks[":".join(parts[1:-1])][last] += value
+        elif last == "max":
             entry = tasks[":".join(parts[1:-1])]
             entry["max"] = max(entry["max"], value)
+        elif parts[-2] == "b" and len(parts) >= 4 and last.isascii() and last.isdigit():
+            index = int(last)
+            if index <= len(BUCKETS):
+                tasks[":".join(parts[1:-2])]["b"][index] += value
     timings = {
         name: TaskTiming(
             count=int(t["n"]),
@@ -182,4 +185,11 @@ def compute_stats(
 
 
 def stats_or_none(text: str | None) -> GroupStats | None:
-    return GroupStats.from_json(text) if text else None
+    """The statistics a leader published, or None when there are none (or when what is
+    stored is not what a leader writes: the next round replaces it)."""
+    if not text:
+        return None
+    try:
+        return GroupStats.from_json(text)
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        return None

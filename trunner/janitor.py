@@ -26,6 +26,7 @@ from .config import RunnerConfig
 from .election import Elector
 from .errors import BackendError
 from .keys import RELEASED_CONSUMER
+from .quarantine import Quarantine
 
 __all__ = ["Janitor", "instance_of"]
 
@@ -41,11 +42,17 @@ def instance_of(consumer: str) -> str:
 
 class Janitor:
     def __init__(
-        self, broker: Broker, config: RunnerConfig, errors: ErrorLog, own: list[str]
+        self,
+        broker: Broker,
+        config: RunnerConfig,
+        errors: ErrorLog,
+        quarantine: Quarantine,
+        own: list[str],
     ) -> None:
         self._broker = broker
         self._config = config
         self._errors = errors
+        self._quarantine = quarantine
         self._own = set(own)
         self.rounds = 0
         #: Consumers deleted, and stream entries trimmed, since the runner started.
@@ -65,6 +72,7 @@ class Janitor:
             except BackendError as exc:
                 self._errors.capture(exc)
                 logger.warning("the janitor's round failed: %s", exc)
+                await self._quarantine.after_error(exc)
                 await trio.sleep(backoff.next_delay())
             else:
                 backoff.reset()
@@ -73,6 +81,8 @@ class Janitor:
         """One round: delete gone instances' consumers, trim old finished messages."""
         deleted = await self._delete_gone_consumers()
         trimmed = await self._trim(elector)
+        if not self._config.delete_on_ack:  # finished messages stay: see record_floor
+            await self._broker.record_floor()
         self.rounds += 1
         self.consumers_deleted += deleted
         self.entries_trimmed += trimmed

@@ -12,8 +12,9 @@ import attrs
 
 __all__ = [
     "RELEASED_CONSUMER",
-    "DelayedLock",
     "Keys",
+    "UniqueLock",
+    "aside_key_for",
     "check_name",
     "fence_key_for",
     "hash_tag",
@@ -49,10 +50,22 @@ def hash_tag(key: str) -> str | None:
     return key[start + 1 : end]
 
 
+def _in_slot_of(key: str, suffix: str) -> str:
+    """``key`` + ``suffix``, in ``key``'s hash slot (a key without a hash tag is hashed
+    whole: it becomes the tag)."""
+    return f"{key}{suffix}" if hash_tag(key) is not None else f"{{{key}}}{suffix}"
+
+
 def fence_key_for(lease_key: str) -> str:
     """The fence counter of a leadership lease: in the lease key's hash slot, so that one
     script can use both."""
-    return f"{lease_key}:fence" if hash_tag(lease_key) is not None else f"{{{lease_key}}}:fence"
+    return _in_slot_of(lease_key, ":fence")
+
+
+def aside_key_for(key: str, at_ms: int) -> str:
+    """The name a key holding what trunner cannot have written is renamed to, set aside
+    (in the same hash slot, so the script that finds it can rename it)."""
+    return _in_slot_of(key, f":bad:{at_ms}")
 
 
 @attrs.frozen
@@ -112,7 +125,7 @@ class Keys:
     @property
     def delayed_unique(self) -> str:
         """The hash of unique delayed task id -> the lock it takes when due: a JSON array
-        ``["<lock key>", "<token>", <ttl ms>]`` (see :class:`DelayedLock`)."""
+        ``["<lock key>", "<token>", <ttl ms>]`` (see :class:`UniqueLock`)."""
         return self._key("delayed:unique")
 
     def unique(self, key: str) -> str:
@@ -145,9 +158,39 @@ class Keys:
         return self._key("stats")
 
     @property
+    def floor(self) -> str:
+        """The id below which every message of the stream is finished for the group (see
+        ``group_floor.lua``); a lost group is recreated from it."""
+        return self._key("floor")
+
+    @property
     def quarantine(self) -> str:
         """The stream of bad data set aside, with the reason (see ``trunner.quarantine``)."""
         return self._key("quarantine")
+
+    def types(self) -> dict[str, str]:
+        """The Redis type of every fixed key but the quarantine stream (``TYPE`` names)."""
+        return {
+            self.stream: "stream",
+            self.dead: "stream",
+            self.delayed: "zset",
+            self.delayed_messages: "hash",
+            self.delayed_unique: "hash",
+            self.leader: "string",
+            self.fence: "string",
+            self.cron: "hash",
+            self.metrics: "hash",
+            self.instances: "zset",
+            self.instances_info: "hash",
+            self.capacity: "hash",
+            self.stats: "string",
+            self.floor: "string",
+        }
+
+    @staticmethod
+    def aside(key: str, at_ms: int) -> str:
+        """The name a key of a wrong type is renamed to (see :func:`aside_key_for`)."""
+        return aside_key_for(key, at_ms)
 
     def fixed(self) -> list[str]:
         """Every key of the group with a fixed name (unique locks are not listed)."""
@@ -165,14 +208,16 @@ class Keys:
             self.instances_info,
             self.capacity,
             self.stats,
+            self.floor,
             self.quarantine,
         ]
 
 
 @attrs.frozen
-class DelayedLock:
-    """The lock a delayed unique task takes when it is due: the lock's key, the token of
-    its dispatch, and its time-to-live (``unique_for``) in ms.
+class UniqueLock:
+    """The lock a unique task takes: the lock's key, the token of its dispatch, and its
+    time-to-live (``unique_for``) in ms. A delayed unique task and a cron tick of a unique
+    task take it when they enter the stream.
 
     Stored in :attr:`Keys.delayed_unique` as a JSON array ``["<key>", "<token>", <ttl>]``:
     :meth:`encode` writes that layout and :meth:`decode` reads it, nothing else does.
@@ -186,7 +231,7 @@ class DelayedLock:
         return json.dumps([self.key, self.token, self.ttl_ms])
 
     @classmethod
-    def decode(cls, raw: bytes | str) -> DelayedLock:
+    def decode(cls, raw: bytes | str) -> UniqueLock:
         """Read a stored lock; ValueError saying why if it is not that layout."""
         try:
             value = json.loads(raw)

@@ -6,6 +6,9 @@ writes only through fenced scripts, so a deposed leader cannot move a delayed ta
 instance has one ready: a new leader starts moving at once; followers do not touch Redis
 for it at all.
 
+Bad data: a due unique task whose stored lock cannot be read is set aside (removed from the
+delayed keys, recorded with its message in the quarantine), and the other tasks move on.
+
 Precision: the mover sleeps until the earliest due time (at most ``MAX_SLEEP``), and is
 woken early when a task due sooner is scheduled — by this instance directly, by any other
 instance or client through the group's wake-up channel.
@@ -22,6 +25,7 @@ from ._redis import Broker
 from ._util import ErrorLog, LoopBackoff, logger, wall_ms
 from .election import Elector
 from .errors import BackendError
+from .quarantine import QUARANTINE_MAXLEN, Quarantine
 
 __all__ = ["DelayedMover"]
 
@@ -38,10 +42,12 @@ class DelayedMover:
         self,
         broker: Broker,
         errors: ErrorLog,
+        quarantine: Quarantine,
         on_pass: Callable[[float], None] = lambda _seconds: None,
     ) -> None:
         self._broker = broker
         self._errors = errors
+        self._quarantine = quarantine
         self._on_pass = on_pass
         self._wake = trio.Event()
         self._next_due_ms: float | None = None
@@ -72,18 +78,11 @@ class DelayedMover:
                     elector, wall_ms(), MOVE_BATCH
                 )
                 if unique:
-                    moved_unique, dropped = await self._broker.move_unique(elector, unique)
-                    moved += moved_unique
-                    self.unique_dropped += dropped
-                    if dropped:
-                        logger.warning(
-                            "dropped %d of the due unique delayed tasks %s: their keys were locked",
-                            dropped,
-                            ", ".join(unique[:10]) + (" ..." if len(unique) > 10 else ""),
-                        )
+                    moved += await self._move_unique(elector, unique)
             except BackendError as exc:
                 self._errors.capture(exc)
                 logger.warning("moving due delayed tasks failed: %s", exc)
+                await self._quarantine.after_error(exc)
                 await trio.sleep(backoff.next_delay())
                 continue
             backoff.reset()
@@ -101,6 +100,25 @@ class DelayedMover:
             delay = MAX_SLEEP if next_due is None else (next_due - wall_ms()) / 1000
             with trio.move_on_after(min(MAX_SLEEP, max(delay, 0.0))):
                 await self._wake.wait()
+
+    async def _move_unique(self, elector: Elector, unique: list[str]) -> int:
+        """Move due unique tasks, each taking its lock; set aside those whose stored lock
+        cannot be read. Returns how many were moved."""
+        moved, dropped, bad = await self._broker.move_unique(elector, unique)
+        self.unique_dropped += dropped
+        if dropped:
+            logger.warning(
+                "dropped %d of the due unique delayed tasks %s: their keys were locked",
+                dropped,
+                ", ".join(unique[:10]) + (" ..." if len(unique) > 10 else ""),
+            )
+        quarantine = self._quarantine
+        action = "removed from the delayed tasks (its message is in this record)"
+        for task_id, stored, reason in bad:
+            record = quarantine.fields("delayed:unique", task_id, reason, stored, action)
+            if await self._broker.set_aside_delayed(elector, task_id, record, QUARANTINE_MAXLEN):
+                quarantine.noted("delayed:unique", task_id, reason, action)
+        return moved
 
     async def _listen(self, *, task_status: trio.TaskStatus[None]) -> None:
         """Wake-ups from other instances: a task due sooner than any other was scheduled."""

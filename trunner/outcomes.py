@@ -99,13 +99,19 @@ class Outcomes:
             error = MaxRetryExceeded(task.name, task.max_attempts, redelivered=True)
             await self._give_up(job, error, "max retries exceeded (redelivered)")
 
-    def interrupted(self, job: Job) -> None:
-        """Cancelled past the drain timeout: release the message for immediate reclaim."""
+    def interrupted(self, job: Job, *, attempt_ended: bool = False) -> None:
+        """Cancelled past the drain timeout: release the message for immediate reclaim.
+
+        An attempt cut off while it ran does not count (its delivery is given back); one
+        that had ended (its failed-task handler was cut off) does, so a task that failed
+        its last attempt is given up on at its next delivery, never run again.
+        """
         self._counters.interrupted += 1
-        self._holdings.release_later(job.consumer, job.message_id)
+        self._holdings.release_later(job.consumer, job.message_id, give_back=not attempt_ended)
         logger.warning(
-            "%s interrupted by shutdown; message released",
+            "%s interrupted by shutdown%s; message released",
             job.about(),
+            " while its failure was handled" if attempt_ended else "",
             extra=job.log_fields(),
         )
 

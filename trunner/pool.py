@@ -243,11 +243,13 @@ class WorkerPool:
         """Run one job to its end, in one coroutine (the frames of every job that waits
         stay in memory while it waits)."""
         outcomes = self._outcomes
+        ended = False  # the attempt ran to its end, or may not run: its delivery counts
         try:
             # For the task and for the failed-task handler; built only if asked for.
             _current_message.set(job)
             task = job.task
             if job.decode_error is not None or task is None or job.fields[2] > task.max_attempts:
+                ended = True
                 await outcomes.refuse(job, task)
                 return
             begin = time.perf_counter()
@@ -262,12 +264,14 @@ class WorkerPool:
             if failure is None:
                 self._succeeded(job, task.name, duration)
             else:
+                ended = True
                 await outcomes.failed(job, task, failure)
         except trio.Cancelled:
             # The task, or its failed-task handler, was cancelled with the job loops:
-            # past the drain timeout, that is an interruption (the message is released).
+            # past the drain timeout, that is an interruption (the message is released;
+            # an attempt that ended keeps counting, so it is not run again for nothing).
             if self._cancelling:
-                outcomes.interrupted(job)
+                outcomes.interrupted(job, attempt_ended=ended)
             raise
         except Exception as exc:  # noqa: BLE001 - one message must never crash the runner
             outcomes.internal_error(job, exc)

@@ -26,10 +26,11 @@ import time
 from collections.abc import Mapping
 
 import attrs
+import trio
 
 from ._redis import Broker
-from ._util import ErrorLog, logger
-from .errors import BackendError, BadData
+from ._util import ErrorLog, logger, wall_ms
+from .errors import BackendError, BadData, RedisCommandError
 from .statistics import Counters
 
 __all__ = ["MAX_VALUE_BYTES", "QUARANTINE_MAXLEN", "Quarantine", "QuarantineRecord"]
@@ -40,6 +41,8 @@ QUARANTINE_MAXLEN = 10_000
 MAX_VALUE_BYTES = 4096
 #: How many (source, item, reason) a runner remembers to record and log each only once.
 MAX_REMEMBERED = 10_000
+#: The least time between two looks for keys of the wrong type (seconds, Trio clock).
+REPAIR_INTERVAL = 1.0
 
 
 @attrs.frozen
@@ -114,7 +117,9 @@ class Quarantine:
         self._counters = counters
         self._errors = errors
         self._instance = instance
-        self._seen: collections.OrderedDict[tuple[str, str, str], None] = collections.OrderedDict()
+        self._seen: collections.OrderedDict[tuple[str, str, str], None]
+        self._seen = collections.OrderedDict()
+        self._repaired_at = -REPAIR_INTERVAL
 
     def fields(
         self, source: str, item: str, reason: str, value: bytes | str = b"", action: str = ""
@@ -160,3 +165,28 @@ class Quarantine:
         except BackendError as exc:
             self._errors.capture(exc)
             logger.warning("recording bad data in the quarantine failed: %s", exc)
+
+    async def after_error(self, error: BaseException) -> bool:
+        """Call it with a Redis error a loop got: when it says a key holds a value of the
+        wrong type (someone else wrote there), every fixed key of the group with a wrong
+        type is renamed aside and recorded, so the loop works again. Returns whether
+        anything was set aside. At most one look per :data:`REPAIR_INTERVAL`."""
+        if not isinstance(error, RedisCommandError) or "WRONGTYPE" not in str(error):
+            await trio.lowlevel.checkpoint()
+            return False
+        now = trio.current_time()
+        if now - self._repaired_at < REPAIR_INTERVAL:
+            await trio.lowlevel.checkpoint()
+            return False
+        self._repaired_at = now
+        try:
+            aside = await self._broker.set_aside_wrong_types(
+                self._instance, wall_ms(), QUARANTINE_MAXLEN
+            )
+        except BackendError as exc:
+            self._errors.capture(exc)
+            logger.warning("setting aside keys of the wrong type failed: %s", exc)
+            return False
+        for key, had, to in aside:
+            self.noted(key, key, f"a {had}, not what trunner writes there", f"renamed to {to}")
+        return bool(aside)

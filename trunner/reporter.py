@@ -25,6 +25,7 @@ from ._util import ErrorLog, LoopBackoff, logger, wall_ms
 from .config import RunnerConfig
 from .errors import BackendError
 from .group_stats import BUCKETS
+from .quarantine import Quarantine
 
 __all__ = ["LocalTimings", "MetricsBuffer", "Reporter"]
 
@@ -132,6 +133,7 @@ class Reporter:
         capacity: Callable[[], int],
         apply_capacity: Callable[[int], None],
         errors: ErrorLog,
+        quarantine: Quarantine,
     ) -> None:
         self._broker = broker
         self._interval = config.report_interval
@@ -141,6 +143,7 @@ class Reporter:
         self._capacity = capacity
         self._apply = apply_capacity
         self._errors = errors
+        self._quarantine = quarantine
         self._started_at = time.time()
         self._version: int | None = None
         self._scope = trio.CancelScope()
@@ -160,17 +163,22 @@ class Reporter:
         """One report; False (samples kept for the next) when Redis did not take it."""
         items = self._buffer.take()
         try:
-            value, version = await self._broker.report(
+            value, version, bad = await self._broker.report(
                 self._instance, wall_ms(), self._info(), items
             )
         except BackendError as exc:
             self._buffer.put_back(items)
             self._errors.capture(exc)
             logger.warning("reporting metrics and membership failed: %s", exc)
+            await self._quarantine.after_error(exc)
             return False
         except BaseException:
             self._buffer.put_back(items)
             raise
+        for item, stored, reason in bad:
+            source = "capacity" if item == "capacity" else "metrics"
+            action = "read as no decision" if source == "capacity" else "replaced"
+            await self._quarantine.set_aside(source, item, reason, stored, action)
         if value is not None and version != self._version:
             self._version = version
             self._apply(value)

@@ -12,8 +12,15 @@
               ├── Elector.run                     election.py      the leader lease
               ├── Leadership.run                  leadership.py    per promotion, a nursery of
               │     └── DelayedMover · CronScheduler · Aggregator · Janitor · user chores
-              └── jobs nursery                    pool.py          job loops  (drained by step 3)
-                    └── fetching nursery          fetcher.py, num_fetchers loops (closed by step 1)
+              ├── JobHost.watch                   _jobhost.py      a failure of the job loops
+              └── fetching nursery                fetcher.py       num_fetchers loops (step 1)
+
+    a Trio system task: the job host's nursery   _jobhost.py      (closed by step 3)
+        └── job loops                             pool.py          running the messages
+
+The job loops run outside the runner's tree so that a task ignoring cancellation cannot
+hold the runner's exit: leaving ``open_runner`` takes at most ``drain_timeout +
+cancel_grace`` plus the bounded clean-up steps (each at most ``CLEANUP_TIMEOUT``).
 
 Every component has one lifecycle: ``await nursery.start(component.run)``, a synchronous
 ``stop()``, and a ``stopped`` event. They share what they must through values and one
@@ -27,6 +34,8 @@ Leaving ``open_runner`` (normally, by an exception, or by cancellation) runs, in
 2. messages fetched but not started are released for immediate reclaim;
 3. running tasks get ``drain_timeout`` to finish (and are acknowledged if they do); the
    ones still running are cancelled and their messages released, never acknowledged;
+   those still running ``cancel_grace`` later are abandoned (released too, counted in
+   ``statistics().abandoned`` and logged);
 4. the services stop one by one, in the order of :data:`SERVICE_SHUTDOWN` (a sender
    before its receiver): interrupted messages are released, acknowledgements and timings
    flushed, the chores stopped and the leadership released (followers are told at once),
@@ -49,6 +58,7 @@ from typing import Any, Protocol
 import attrs
 import trio
 
+from ._jobhost import JobHost
 from ._producer import Producer
 from ._redis import Broker, check_url, open_transport
 from ._util import ErrorLog, instance_id, logger, run_in_background
@@ -73,6 +83,7 @@ from .leadership import Chore, Leadership
 from .mover import DelayedMover
 from .outcomes import Outcomes
 from .pool import WorkerPool
+from .quarantine import Quarantine
 from .redis_handle import RedisHandle
 from .release import Releaser
 from .reporter import LocalTimings, MetricsBuffer, Reporter
@@ -85,8 +96,6 @@ __all__ = ["SERVICE_SHUTDOWN", "Runner", "current_runner", "open_runner"]
 CLEANUP_TIMEOUT = 5.0
 #: How long stopped fetchers may take to return before they are cancelled.
 FETCHER_GRACE = 1.0
-#: How long cancelled tasks may take to unwind after the drain timeout.
-CANCEL_GRACE = 5.0
 
 
 _current_runner: contextvars.ContextVar[Runner] = contextvars.ContextVar("trunner_current_runner")
@@ -110,6 +119,7 @@ class _Components:
     broker: Broker
     redis: RedisHandle
     holdings: Holdings
+    quarantine: Quarantine
     acks: AckBuffer
     outcomes: Outcomes
     pool: WorkerPool
@@ -264,6 +274,7 @@ class Runner(Producer):
             dead_lettered=c.dead_lettered,
             released=c.released,
             interrupted=c.interrupted,
+            abandoned=c.abandoned,
             reservations_lost=c.reservations_lost,
             acked=c.acked,
             errors=self._errors.captured,
@@ -386,8 +397,9 @@ class Runner(Producer):
         config, counters, errors = self.config, self._counters, self._errors
         metrics = MetricsBuffer(cumulative=self.timings)
         holdings = Holdings()
+        quarantine = Quarantine(broker, counters, errors, self.consumer_name)
         acks = AckBuffer(broker, config, holdings, counters, errors)
-        mover = DelayedMover(broker, errors, metrics.schedule_pass)
+        mover = DelayedMover(broker, errors, quarantine, metrics.schedule_pass)
         outcomes = Outcomes(broker, config, holdings, acks.add, counters, errors, mover.due_at)
         pool = WorkerPool(self.tasks, config, holdings, outcomes, counters, metrics.task_time)
         releaser = Releaser(broker, holdings, counters)
@@ -399,22 +411,28 @@ class Runner(Producer):
             wait=config.leader_wait,
             jitter=config.leader_jitter,
             id=self.consumer_name,
+            on_bad_data=lambda key, repaired: quarantine.set_aside(
+                "leader", key, repaired, b"", "renamed aside"
+            ),
         )
-        cron = CronScheduler(broker, self.tasks, errors, config.max_payload_bytes)
-        aggregator = Aggregator(broker, config, errors)
-        janitor = Janitor(broker, config, errors, self.consumers)
+        cron = CronScheduler(broker, self.tasks, errors, quarantine, config.max_payload_bytes)
+        aggregator = Aggregator(broker, config, errors, quarantine)
+        janitor = Janitor(broker, config, errors, quarantine, self.consumers)
         chores = [mover.run, cron.run, aggregator.run, janitor.run, *self._leader_chores]
         return _Components(
             broker=broker,
             redis=RedisHandle(broker.transport),
             holdings=holdings,
+            quarantine=quarantine,
             acks=acks,
             outcomes=outcomes,
             pool=pool,
             releaser=releaser,
             heartbeater=Heartbeater(broker, holdings, pool.min_beat_interval, counters, errors),
             fetchers=tuple(
-                Fetcher(broker, pool, releaser, config, consumer, schedule, counters, errors)
+                Fetcher(
+                    broker, pool, releaser, quarantine, config, consumer, schedule, counters, errors
+                )
                 for consumer in self.consumers
             ),
             reporter=Reporter(
@@ -426,6 +444,7 @@ class Runner(Producer):
                 lambda: pool.capacity,
                 self._apply_capacity,
                 errors,
+                quarantine,
             ),
             elector=elector,
             leadership=Leadership(elector, chores, counters, errors),
@@ -441,8 +460,10 @@ class Runner(Producer):
         try:
             async with trio.open_nursery() as services:
                 await self._start_services(services, c)
-                async with trio.open_nursery() as jobs:
-                    c.pool.bind(jobs)
+                jobs = JobHost()
+                c.pool.bind(await jobs.start())
+                services.start_soon(jobs.watch)
+                try:
                     async with trio.open_nursery() as fetching:
                         for fetcher in c.fetchers:
                             await fetching.start(fetcher.run)
@@ -452,7 +473,9 @@ class Runner(Producer):
                         self._begin_stopping(c)  # 0
                         await self._stop_fetching(fetching, c)  # 1
                     await self._release_unstarted(c)  # 2
-                    await self._drain(jobs, c)  # 3
+                    await self._drain(c)  # 3
+                finally:
+                    await self._close_jobs(jobs, c)  # 3, and on a failure too
                 await self._stop_services(services, c)  # 4
             clean = True
         finally:
@@ -504,7 +527,7 @@ class Runner(Producer):
         """2. Messages fetched but not started are released for immediate reclaim."""
         await self._cleanup("releasing unstarted messages", self._release(c, False))
 
-    async def _drain(self, jobs: trio.Nursery, c: _Components) -> None:
+    async def _drain(self, c: _Components) -> None:
         """3. Running tasks get ``drain_timeout``; then they are cancelled (interrupted)."""
         pool = c.pool
         if not pool.in_flight:
@@ -517,13 +540,30 @@ class Runner(Producer):
         if not pool.in_flight:
             return
         cancelled = pool.cancel_running()
-        jobs.cancel_scope.cancel()
         if self._hurry:
             logger.warning("stopping at once: cancelling %d running tasks", cancelled)
         else:
             logger.warning("drain timeout passed: cancelling %d running tasks", cancelled)
-        with trio.move_on_after(CANCEL_GRACE):
-            await pool.wait_idle()
+
+    async def _close_jobs(self, jobs: JobHost, c: _Components) -> None:
+        """3. The job loops end: cancelled, and given ``cancel_grace`` to unwind; tasks that
+        ignore the cancellation longer are abandoned (left to end on their own), and
+        their messages released."""
+        grace = self.config.cancel_grace
+        with trio.CancelScope(shield=True):
+            if await jobs.close(grace):
+                return
+        stuck = list(c.holdings.running.values())
+        for job in stuck:
+            c.holdings.release_later(job.consumer, job.message_id)
+        self._counters.abandoned += len(stuck)
+        logger.error(
+            "%d tasks still ran %s s after they were cancelled (they ignore cancellation): "
+            "abandoned, their messages released for another instance: %s",
+            len(stuck),
+            grace,
+            ", ".join(job.about() for job in stuck[:10]) + (" ..." if len(stuck) > 10 else ""),
+        )
 
     async def _stop_services(self, services: trio.Nursery, c: _Components) -> None:
         """4. The services stop in the order of :data:`SERVICE_SHUTDOWN`."""

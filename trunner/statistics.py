@@ -48,6 +48,7 @@ class Counters:
     dead_lettered: int = 0
     released: int = 0
     interrupted: int = 0
+    abandoned: int = 0
     reservations_lost: int = 0
     acked: int = 0
     max_in_flight: int = 0
@@ -89,6 +90,9 @@ class RunnerStatistics:
     """Messages handed back for immediate reclaim (at shutdown)."""
     interrupted: int
     """Tasks cancelled because they outlived the drain timeout."""
+    abandoned: int = 0
+    """Tasks still running after the cancel grace (they ignore cancellation): left behind
+    when the runner stopped, their messages released."""
     reservations_lost: int
     """Running tasks whose message another consumer claimed."""
     acked: int

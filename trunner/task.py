@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import math
 import random
+import time
 import warnings
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar, overload
@@ -195,6 +196,14 @@ class CronSchedule:
     def __attrs_post_init__(self) -> None:
         # A payload that cannot be sent fails here, not at a tick on the leader.
         encode_message(self.task_name, self.payload, enqueued_at=0.0, max_bytes=NO_SIZE_LIMIT)
+        # croniter accepts expressions that never match (30 February): finding the next
+        # tick now makes them fail here, not on the leader at run time.
+        try:
+            self.next_tick(time.time())
+        except ValueError as exc:
+            raise ValueError(
+                f"cron schedule {self.name!r}: {self.expression!r} never fires ({exc})"
+            ) from None
 
     def _iter(self, at: float) -> Any:
         import datetime  # noqa: PLC0415 - loaded only by users of cron

@@ -11,7 +11,7 @@ in-process ``memory://`` servers, and what the test helpers look at Redis with
 
 from typing import TYPE_CHECKING, Any
 
-from .broker import MAX_IDS_PER_CALL, RELEASED_IDLE_MS, Broker, Leader
+from .broker import MAX_IDS_PER_CALL, RELEASED_IDLE_MS, BadValue, Broker, Leader
 from .connect import open_transport
 from .errors import ScriptNotLoaded
 from .inspect import GroupProgress, delete_prefixed
@@ -33,6 +33,7 @@ __all__ = [
     "RELEASED_IDLE_MS",
     "SCRIPTS",
     "Arg",
+    "BadValue",
     "BridgedTransport",
     "Broker",
     "GroupProgress",

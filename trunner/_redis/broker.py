@@ -6,11 +6,12 @@ script touches is passed in KEYS (all in the group's hash slot).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from ..errors import BackendError, RedisCommandError
-from ..keys import RELEASED_CONSUMER, DelayedLock, Keys
+from ..keys import RELEASED_CONSUMER, Keys, UniqueLock
 from ..message import PAYLOAD_FIELD
 from .inspect import Inspection
 from .lease import LeaseStore
@@ -18,7 +19,7 @@ from .resp import RawEntry, as_str, stream_entries
 from .scripts import SCRIPTS, Script
 from .transport import Arg, Reader, Subscriber, Transport
 
-__all__ = ["MAX_IDS_PER_CALL", "RELEASED_IDLE_MS", "Broker", "Leader", "RawEntry"]
+__all__ = ["MAX_IDS_PER_CALL", "RELEASED_IDLE_MS", "BadValue", "Broker", "Leader", "RawEntry"]
 
 #: The most ids or payloads one script call carries; larger batches are split.
 MAX_IDS_PER_CALL = 1000
@@ -38,8 +39,38 @@ def _chunks(items: Sequence[Any], size: int = MAX_IDS_PER_CALL) -> Iterable[Sequ
         yield items[start : start + size]
 
 
-def _floats(flat: Any) -> dict[str, float]:
-    return {as_str(flat[i]): float(flat[i + 1]) for i in range(0, len(flat or ()), 2)}
+#: A stored value that is not what trunner writes there: (field or item, value, reason).
+BadValue = tuple[str, bytes, str]
+
+
+def _metric_fields(flat: Any) -> tuple[dict[str, float], list[BadValue]]:
+    """A metrics hash as numbers; fields whose value is not a finite number >= 0 apart."""
+    fields: dict[str, float] = {}
+    bad: list[BadValue] = []
+    for i in range(0, len(flat or ()), 2):
+        name, raw = as_str(flat[i]), flat[i + 1]
+        try:
+            value = float(raw)
+        except (TypeError, ValueError):
+            bad.append((name, raw, "not a number"))
+            continue
+        if not math.isfinite(value) or value < 0:
+            bad.append((name, raw, "not a finite number >= 0"))
+            continue
+        fields[name] = value
+    return fields, bad
+
+
+def _is_stream_id(raw: bytes) -> bool:
+    ms, dash, seq = raw.partition(b"-")
+    return bool(dash) and ms.isdigit() and seq.isdigit() and ms.isascii() and seq.isascii()
+
+
+def _int_or_none(raw: Any) -> int | None:
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        return None
 
 
 class Broker(Inspection):
@@ -65,16 +96,27 @@ class Broker(Inspection):
         for script in SCRIPTS.all():  # one by one: on Cluster each goes to every primary
             await self.transport.execute("SCRIPT", "LOAD", script.source)
 
-    async def ensure_group(self) -> None:
-        """Create the stream and the consumer group if missing (from the stream's start)."""
+    async def ensure_group(self) -> str | None:
+        """Create the stream and the consumer group if missing: from the group's recorded
+        floor (see :meth:`record_floor`), else from the stream's start. Returns the id it
+        was created from, or None when it existed."""
+        floor = await self.transport.execute("GET", self.keys.floor)
+        start = as_str(floor) if floor is not None and _is_stream_id(floor) else "0"
         try:
             await self.transport.execute(
-                "XGROUP", "CREATE", self.keys.stream, self.group, "0", "MKSTREAM"
+                "XGROUP", "CREATE", self.keys.stream, self.group, start, "MKSTREAM"
             )
         except RedisCommandError as exc:
             if "BUSYGROUP" in str(exc) or await self._group_exists():
-                return  # e.g. refused because Redis is out of memory, but it is there
+                return None  # e.g. refused because Redis is out of memory, but it is there
             raise
+        return start
+
+    async def record_floor(self) -> str | None:
+        """Record the id below which every message is finished for the group (the oldest
+        pending one, or the next to deliver); None when there is no group."""
+        reply = await self._script("group_floor", [self.keys.stream, self.keys.floor], [self.group])
+        return as_str(reply) if reply else None
 
     async def _group_exists(self) -> bool:
         try:
@@ -120,7 +162,7 @@ class Broker(Inspection):
         task_id: str,
         due_ms: int,
         data: bytes,
-        unique: DelayedLock | None = None,
+        unique: UniqueLock | None = None,
     ) -> bool:
         """Add a delayed task (replacing one of the same id); True when it is new.
 
@@ -294,26 +336,52 @@ class Broker(Inspection):
         nxt = float(reply[1]) if reply[1] is not None else None
         return moved, nxt, [as_str(i) for i in reply[2]]
 
-    async def move_unique(self, leader: Leader, task_ids: Sequence[str]) -> tuple[int, int]:
-        """Move due unique tasks, each taking its lock: (moved, dropped: lock was held)."""
+    async def move_unique(
+        self, leader: Leader, task_ids: Sequence[str]
+    ) -> tuple[int, int, list[tuple[str, bytes, str]]]:
+        """Move due unique tasks, each taking its lock.
+
+        Returns (moved, dropped because their lock was held, bad): ``bad`` holds (task id,
+        stored lock, why it cannot be read) of the tasks whose lock is not what
+        :class:`~trunner.keys.UniqueLock` writes; they are not moved (set them aside).
+        """
         keys = self.keys
         specs = await self.transport.execute("HMGET", keys.delayed_unique, *task_ids)
         locks: list[str] = []
         args: list[Arg] = []
+        bad: list[tuple[str, bytes, str]] = []
         for task_id, spec in zip(task_ids, specs, strict=True):
             if spec is None:
                 continue  # cancelled meanwhile
-            lock = DelayedLock.decode(spec)
+            try:
+                lock = UniqueLock.decode(spec)
+            except ValueError as exc:
+                bad.append((task_id, spec, f"its unique lock cannot be read: {exc}"))
+                continue
             locks.append(lock.key)
             args += [task_id, lock.token, lock.ttl_ms]
         if not locks:
-            return 0, 0
+            return 0, 0, bad
         reply = await leader.run_fenced(
             SCRIPTS.move_unique,
             [keys.delayed, keys.delayed_messages, keys.stream, keys.delayed_unique, *locks],
             args,
         )
-        return int(reply[0]), int(reply[1])
+        return int(reply[0]), int(reply[1]), bad
+
+    async def set_aside_delayed(
+        self, leader: Leader, task_id: str, record: Sequence[tuple[str, Arg]], maxlen: int
+    ) -> bool:
+        """Move a delayed task out of the delayed keys into a quarantine record (with its
+        message); False when it was no longer delayed."""
+        keys = self.keys
+        flat: list[Arg] = [x for pair in record for x in pair]
+        reply = await leader.run_fenced(
+            SCRIPTS.set_aside_delayed,
+            [keys.delayed, keys.delayed_messages, keys.delayed_unique, keys.quarantine],
+            [task_id, maxlen, *flat],
+        )
+        return bool(reply)
 
     async def fire_cron(
         self,
@@ -321,20 +389,30 @@ class Broker(Inspection):
         name: str,
         tick_ms: int,
         data: bytes,
-        lock: tuple[str, str, int] | None = None,
+        lock: UniqueLock | None = None,
     ) -> int:
         """Enqueue one tick of a cron schedule unless it was already fired.
 
-        ``lock``: (key, token, ttl ms) of a unique task. Returns 1 when fired, 0 when the
-        tick was already fired, -1 when its key was locked (the tick is skipped).
+        ``lock``: the lock of a unique task. Returns 1 when fired, 0 when the tick was
+        already fired, -1 when its key was locked (the tick is skipped).
         """
-        keys = [self.keys.cron, self.keys.stream, *([lock[0]] if lock else [])]
-        args: list[Arg] = [name, tick_ms, data, *(lock[1:] if lock else [])]
+        keys = [self.keys.cron, self.keys.stream, *([lock.key] if lock else [])]
+        args: list[Arg] = [name, tick_ms, data, *((lock.token, lock.ttl_ms) if lock else ())]
         return int(await leader.run_fenced(SCRIPTS.cron_fire, keys, args))
 
-    async def cron_last_fired(self) -> dict[str, int]:
+    async def cron_last_fired(self) -> tuple[dict[str, int], list[tuple[str, bytes]]]:
+        """The last tick fired per schedule (ms), and the (name, value) of the entries
+        that are not a tick (left in place: the next tick fired replaces them)."""
         reply = await self.transport.execute("HGETALL", self.keys.cron)
-        return {as_str(reply[i]): int(reply[i + 1]) for i in range(0, len(reply or ()), 2)}
+        fired: dict[str, int] = {}
+        bad: list[tuple[str, bytes]] = []
+        for i in range(0, len(reply or ()), 2):
+            name, value = as_str(reply[i]), reply[i + 1]
+            try:
+                fired[name] = int(value)
+            except ValueError:
+                bad.append((name, value))
+        return fired, bad
 
     def open_wake_subscriber(self) -> Subscriber:
         return self.transport.open_subscriber(self.keys.delayed_wake)
@@ -347,8 +425,10 @@ class Broker(Inspection):
         now_ms: int,
         info: str,
         increments: Sequence[tuple[str, float]],
-    ) -> tuple[int | None, int | None]:
-        """Add metrics, refresh membership; return the published (capacity, version)."""
+    ) -> tuple[int | None, int | None, list[BadValue]]:
+        """Add metrics, refresh membership; return the published (capacity, version) and
+        what was bad: metrics fields that held no number (replaced by the increment) and a
+        capacity decision that is not numbers (read as none)."""
         keys = self.keys
         flat: list[Arg] = [x for pair in increments for x in pair]
         reply = await self._script(
@@ -356,11 +436,16 @@ class Broker(Inspection):
             [keys.metrics, keys.instances, keys.instances_info, keys.capacity],
             [instance, now_ms, info, *flat],
         )
-        value, version = reply
-        return (
-            int(value) if value is not None else None,
-            int(version) if version is not None else None,
-        )
+        value, version, replaced = reply[0], reply[1], reply[2] if len(reply) > 2 else []
+        bad: list[BadValue] = [
+            (as_str(replaced[i]), replaced[i + 1], "not a number: replaced by an increment")
+            for i in range(0, len(replaced), 2)
+        ]
+        capacity, capacity_version = _int_or_none(value), _int_or_none(version)
+        if value is not None and (capacity is None or capacity_version is None):
+            bad.append(("capacity", f"{value!r} {version!r}".encode(), "not numbers"))
+            capacity = capacity_version = None
+        return capacity, capacity_version, bad
 
     async def deregister(self, instance: str) -> bool:
         keys = self.keys
@@ -368,18 +453,22 @@ class Broker(Inspection):
         return bool(reply)
 
     async def read_metrics(self) -> dict[str, float]:
+        """The metrics of the current window (fields that are not numbers left out)."""
         reply = await self.transport.execute("HGETALL", self.keys.metrics)
-        return _floats(reply)
+        return _metric_fields(reply)[0]
 
-    async def take_metrics(self, leader: Leader, dead_before_ms: int) -> dict[str, float]:
-        """The window's metrics, reset (leader only); drops instances not seen since."""
+    async def take_metrics(
+        self, leader: Leader, dead_before_ms: int
+    ) -> tuple[dict[str, float], list[BadValue]]:
+        """The window's metrics, reset (leader only); drops instances not seen since.
+        Fields whose value is not a number are returned apart (they are reset too)."""
         keys = self.keys
         reply = await leader.run_fenced(
             SCRIPTS.metrics_take,
             [keys.metrics, keys.instances, keys.instances_info],
             [dead_before_ms, MAX_IDS_PER_CALL],
         )
-        return _floats(reply)
+        return _metric_fields(reply)
 
     async def publish(self, leader: Leader, capacity: int | None, fence: int, stats: str) -> int:
         """Publish the capacity decision (None: unchanged) and the window's statistics."""
@@ -450,6 +539,26 @@ class Broker(Inspection):
             "XADD", self.keys.quarantine, "MAXLEN", "~", maxlen, "*", *flat
         )
         return as_str(reply)
+
+    async def set_aside_wrong_types(
+        self, instance: str, now_ms: int, maxlen: int
+    ) -> list[tuple[str, str, str]]:
+        """Rename every fixed key holding a value of the wrong type, recording each in the
+        quarantine stream: (key, the type it had, its new name) of each."""
+        keys = self.keys
+        types = keys.types()
+        flat: list[str] = []
+        for key in types:
+            flat += [key, keys.aside(key, now_ms)]
+        reply = await self._script(
+            "set_aside_keys",
+            [keys.quarantine, keys.aside(keys.quarantine, now_ms), *flat],
+            [maxlen, instance, now_ms, *types.values()],
+        )
+        return [
+            (as_str(reply[i]), as_str(reply[i + 1]), as_str(reply[i + 2]))
+            for i in range(0, len(reply), 3)
+        ]
 
     async def purge_dead(self) -> int:
         """Delete the dead-letter stream; return how many entries it held."""

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import LeadershipLost, RedisCommandError
-from ..keys import fence_key_for
+from ..keys import aside_key_for, fence_key_for
 from .resp import as_str
 from .scripts import SCRIPTS, Script
 from .transport import Arg, Subscriber, Transport
@@ -24,12 +24,20 @@ class LeaseStore:
         self.fence_key = fence_key_for(key)
         self.channel = f"{key}:released"
 
-    async def acquire(self, owner: str, ttl_ms: int) -> int:
-        """Take the lease if free: the new fence number, or 0 when someone holds it."""
+    async def acquire(self, owner: str, ttl_ms: int, now_ms: int) -> tuple[int, str]:
+        """Take the lease if free: (the new fence number, or 0 when someone holds it;
+        what was renamed aside because trunner cannot have written it, or '')."""
         reply = await self.transport.evalsha(
-            SCRIPTS.lease_acquire, [self.key, self.fence_key], [owner, ttl_ms]
+            SCRIPTS.lease_acquire,
+            [
+                self.key,
+                self.fence_key,
+                aside_key_for(self.key, now_ms),
+                aside_key_for(self.fence_key, now_ms),
+            ],
+            [owner, ttl_ms],
         )
-        return int(reply)
+        return int(reply[0]), as_str(reply[1] or b"")
 
     async def renew(self, owner: str, ttl_ms: int) -> bool:
         reply = await self.transport.evalsha(SCRIPTS.lease_renew, [self.key], [owner, ttl_ms])

@@ -12,6 +12,7 @@ from types import TracebackType
 
 import trio
 
+from .._jobhost import JobHost
 from .._redis import Probe, redact_url
 from ..keys import RELEASED_CONSUMER
 from ..message import PAYLOAD_FIELD
@@ -45,6 +46,7 @@ def _bridge_dir() -> str | None:
 
 _CODE_DIRS = tuple(d for d in (_TRUNNER_DIR, _bridge_dir()) if d is not None)
 _RUN_CODE = Runner.run.__code__
+_HOST_CODE = JobHost._host.__code__
 
 
 def _coro_file(task: trio.lowlevel.Task) -> str:
@@ -80,11 +82,22 @@ def _trunner_tasks() -> dict[trio.lowlevel.Task, trio.lowlevel.Task | None]:
     while stack:
         task, ancestor = stack.pop()
         if _is_trunner_task(task):
-            found[task] = ancestor
+            found[task] = _owner_of(task) or ancestor
             ancestor = task
         for nursery in task.child_nurseries:
             stack.extend((child, ancestor) for child in nursery.child_tasks)
     return found
+
+
+def _owner_of(task: trio.lowlevel.Task) -> trio.lowlevel.Task | None:
+    """For a runner's job host (a system task, outside the runner's tree): the runner's
+    task, which it belongs to."""
+    coro = task.coro
+    if getattr(coro, "cr_code", None) is not _HOST_CODE:
+        return None
+    frame = getattr(coro, "cr_frame", None)
+    host = frame.f_locals.get("self") if frame is not None else None
+    return host.owner if isinstance(host, JobHost) else None
 
 
 def _idle_trio_threads() -> set[threading.Thread]:

@@ -10,7 +10,8 @@
 -- ARGV[6]  (with a lock) its time-to-live (ms)
 -- Returns  1 when fired, 0 when this tick (or a later one) was already fired, -1 when the
 --          task's key is locked (the previous run is not finished): the tick is skipped
-local last = tonumber(redis.call('HGET', KEYS[2], ARGV[2]) or '0')
+-- (a value that is not a number, written by something else, counts as no tick fired)
+local last = tonumber(redis.call('HGET', KEYS[2], ARGV[2])) or 0
 if last >= tonumber(ARGV[3]) then
   return 0
 end

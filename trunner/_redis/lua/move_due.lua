@@ -5,7 +5,7 @@
 -- KEYS[2]  the delayed set (task id scored by due time in ms)
 -- KEYS[3]  the delayed messages (task id -> encoded message)
 -- KEYS[4]  the task stream
--- KEYS[5]  the unique delayed tasks (task id -> its lock, see keys.DelayedLock)
+-- KEYS[5]  the unique delayed tasks (task id -> its lock, see keys.UniqueLock)
 -- ARGV[2]  now (ms since the epoch)
 -- ARGV[3]  the most tasks to look at in this call
 -- Returns  {moved, due time of the earliest task left (string) or false, {unique due ids}}

@@ -4,7 +4,7 @@
 -- KEYS[2]  the delayed set
 -- KEYS[3]  the delayed messages
 -- KEYS[4]  the task stream
--- KEYS[5]  the unique delayed tasks (task id -> its lock, see keys.DelayedLock)
+-- KEYS[5]  the unique delayed tasks (task id -> its lock, see keys.UniqueLock)
 -- KEYS[6..] the lock of each task (in ARGV order)
 -- ARGV[2..] triples: task id, lock token, lock time-to-live (ms)
 -- Returns  {moved, dropped}

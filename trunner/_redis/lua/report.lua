@@ -9,8 +9,11 @@
 -- ARGV[3]  this instance's details (JSON)
 -- ARGV[4..] field/increment pairs for the metrics hash (at most 1000 fields); a field
 --          ending in ':max' holds a maximum: the larger of the two values is kept
--- Returns  {capacity value or false, capacity version or false}
+-- Returns  {capacity value or false, capacity version or false, replaced}: replaced is a
+--          flat list of the fields (and their values) that held no number, written by
+--          something else: each is replaced by this report's increment
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+local replaced = {}
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
 if #ARGV > 3 then
   redis.call('HSETNX', KEYS[1], 'since', ARGV[2])
@@ -22,8 +25,14 @@ if #ARGV > 3 then
         redis.call('HSET', KEYS[1], field, value)
       end
     else
-      redis.call('HINCRBYFLOAT', KEYS[1], field, value)
+      local added = redis.pcall('HINCRBYFLOAT', KEYS[1], field, value)
+      if type(added) == 'table' and added['err'] then
+        replaced[#replaced + 1] = field
+        replaced[#replaced + 1] = redis.call('HGET', KEYS[1], field) or ''
+        redis.call('HSET', KEYS[1], field, value)
+      end
     end
   end
 end
-return redis.call('HMGET', KEYS[4], 'value', 'version')
+local capacity = redis.call('HMGET', KEYS[4], 'value', 'version')
+return {capacity[1], capacity[2], replaced}

@@ -1,12 +1,12 @@
 -- Schedule a delayed task: it enters the stream when due (moved by the leader).
 -- KEYS[1]  the delayed set (task id scored by due time in ms)
 -- KEYS[2]  the delayed messages (task id -> encoded message)
--- KEYS[3]  the unique delayed tasks (task id -> its lock, see keys.DelayedLock)
+-- KEYS[3]  the unique delayed tasks (task id -> its lock, see keys.UniqueLock)
 -- ARGV[1]  the task id
 -- ARGV[2]  due time (ms since the epoch)
 -- ARGV[3]  the encoded message
 -- ARGV[4]  the wake-up channel, told when this task became the earliest one
--- ARGV[5]  for a unique task: its lock as DelayedLock.encode() writes it, the JSON array
+-- ARGV[5]  for a unique task: its lock as UniqueLock.encode() writes it, the JSON array
 --          ["<lock key>", "<token>", <ttl ms>]; otherwise ''
 -- Returns  1 when added, 0 when a task of this id was already scheduled (now replaced)
 local added = redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])

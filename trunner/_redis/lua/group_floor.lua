@@ -1,0 +1,43 @@
+-- Record the group's floor: the id below which every message of the stream is finished
+-- for this group (its oldest pending entry, or else the next one to deliver). With
+-- delete_on_ack=False the stream keeps finished messages: a lost group is recreated from
+-- its floor, so that it runs nothing older again.
+-- KEYS[1]  the task stream
+-- KEYS[2]  the floor (a string: a stream id)
+-- ARGV[1]  the consumer group
+-- Returns  the floor recorded, or false when the stream or the group does not exist
+local function parse(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  return {tonumber(ms), tonumber(seq)}
+end
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return false
+end
+local floor
+for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+  local name, delivered
+  for i = 1, #group, 2 do
+    if group[i] == 'name' then
+      name = group[i + 1]
+    elseif group[i] == 'last-delivered-id' then
+      delivered = group[i + 1]
+    end
+  end
+  if name == ARGV[1] then
+    floor = parse(delivered)
+    floor[2] = floor[2] + 1
+    local pending = redis.call('XPENDING', KEYS[1], name)
+    if pending[2] then
+      local oldest = parse(pending[2])
+      if oldest[1] < floor[1] or (oldest[1] == floor[1] and oldest[2] < floor[2]) then
+        floor = oldest
+      end
+    end
+  end
+end
+if not floor then
+  return false
+end
+local id = string.format('%d-%d', floor[1], floor[2])
+redis.call('SET', KEYS[2], id)
+return id
