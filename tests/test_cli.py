@@ -8,6 +8,7 @@ import subprocess
 import sys
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -220,3 +221,32 @@ def test_inspecting_an_unknown_group_says_so(redis_server: RedisServer, group: s
 def test_bad_payload_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["dispatch", "g", "t", "{not json", "--redis", "memory://cli"]) == 1
     assert "the payload is not valid JSON" in capsys.readouterr().err
+
+
+async def test_quarantine_list_inspect_and_purge(redis_server: RedisServer, group: str) -> None:
+    url = ["--redis", redis_server.url]
+    keys = trunner.Keys("trunner", group)
+    raw = raw_client(redis_server.url)
+    raw.hset(keys.cron, "nightly", "not a tick")  # read as no tick by the leader's cron
+    tasks = trunner.TaskRegistry()
+
+    @tasks.cron("0 3 * * *", name="nightly")
+    async def nightly(_: Any) -> None: ...
+
+    config = trunner.RunnerConfig(consumer_group=group, block_duration=1.0)
+    async with trunner.open_runner(redis_server.url, config, tasks) as runner:
+
+        async def set_aside() -> bool:
+            return await runner.quarantine_count() == 1
+
+        await redis_state(set_aside)
+    [record] = json.loads(cli("quarantine", "list", group, "--json", *url).stdout)
+    assert (record["source"], record["item"]) == ("cron", "nightly")
+    assert record["value"] == "not a tick"
+    text = " ".join(cli("quarantine", "list", group, *url).stdout.split())
+    assert "the last tick fired is not a number" in text
+    assert "set aside" in cli("inspect", group, *url).stdout
+    assert json.loads(cli("inspect", group, "--json", *url).stdout)["quarantined"] == 1
+    assert cli("quarantine", "purge", group, "--yes", *url).returncode == 0
+    assert "nothing of group" in cli("quarantine", "list", group, *url).stdout
+    raw.close()

@@ -11,6 +11,7 @@ from .client import Client, open_client
 from .config import FailedTaskHandler, LongQueueHook, RunnerConfig
 from .errors import (
     BackendError,
+    BadData,
     Crashed,
     ElectorCrashed,
     InvalidMessage,
@@ -32,6 +33,7 @@ from .errors import (
 from .group_stats import GroupStats, InstanceInfo, TaskTiming
 from .keys import Keys
 from .message import TaskMessage
+from .quarantine import QuarantineRecord
 from .redis_handle import Pipeline, RedisHandle, open_redis
 from .runner import Runner, current_runner, open_runner
 from .serve import WorkerSettings
@@ -42,6 +44,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BackendError",
+    "BadData",
     "Client",
     "Crashed",
     "CronSchedule",
@@ -59,6 +62,7 @@ __all__ = [
     "MaxRetryExceeded",
     "PayloadTooLarge",
     "Pipeline",
+    "QuarantineRecord",
     "RedisCommandError",
     "RedisHandle",
     "RedisUnavailable",

@@ -17,6 +17,7 @@ from .admin import (
     GroupInfo,
     inspect_group,
     list_dead,
+    list_quarantined,
     read_instances,
     read_stats,
     replay_dead,
@@ -25,6 +26,7 @@ from .errors import RunnerNotRunning, TaskAlreadyDispatched
 from .group_stats import GroupStats, InstanceInfo
 from .keys import UniqueLock
 from .message import MessageDecodeError, decode_message, encode_message
+from .quarantine import QuarantineRecord
 from .task import Task, TaskRegistry
 
 if TYPE_CHECKING:
@@ -271,6 +273,19 @@ class Producer:
     async def delayed_count(self) -> int:
         """Tasks waiting in the delayed set (delayed dispatches and scheduled retries)."""
         return await self._open_broker().delayed_count()
+
+    async def quarantined(self, count: int = 100, start: str = "-") -> list[QuarantineRecord]:
+        """Up to ``count`` records of bad data the runners set aside, oldest first, from
+        record id ``start`` (see :mod:`trunner.quarantine`)."""
+        return await list_quarantined(self._open_broker(), count, start)
+
+    async def purge_quarantine(self) -> int:
+        """Delete every quarantine record; return how many there were."""
+        return await self._open_broker().purge_quarantine()
+
+    async def quarantine_count(self) -> int:
+        """Records in the group's quarantine stream."""
+        return await self._open_broker().quarantine_count()
 
     async def dead_letter_count(self) -> int:
         """Entries in the group's dead-letter stream."""

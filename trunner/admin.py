@@ -18,6 +18,7 @@ from ._util import wall_ms
 from .errors import RedisCommandError
 from .group_stats import GroupStats, InstanceInfo, compute_stats, stats_or_none
 from .message import NO_SIZE_LIMIT, MessageDecodeError, decode_message, reencode_for_retry
+from .quarantine import QuarantineRecord
 
 __all__ = [
     "DeadLetter",
@@ -67,6 +68,8 @@ class GroupInfo:
     """The leader's last capacity decision: value, fence, version (empty if none)."""
     stats: GroupStats | None
     """The leader's last published statistics."""
+    quarantined: int = 0
+    """Records in the quarantine stream: bad data set aside (see :mod:`trunner.quarantine`)."""
 
 
 def _text(fields: dict[str, bytes], name: str) -> str:
@@ -206,7 +209,21 @@ async def inspect_group(broker: Broker, instance_ttl: float = 15.0) -> GroupInfo
         leader=await broker.leader_id(),
         capacity=await broker.capacity_decision(),
         stats=stats_or_none(await broker.latest_stats()),
+        quarantined=await broker.quarantine_count(),
     )
+
+
+async def list_quarantined(
+    broker: Broker, count: int = 100, start: str = "-"
+) -> list[QuarantineRecord]:
+    """Up to ``count`` quarantine records, oldest first, from record id ``start``."""
+    entries = await broker.quarantine_entries(count, start)
+    return [QuarantineRecord.from_fields(e.message_id, _pairs(e.fields)) for e in entries]
+
+
+def _pairs(flat: list[bytes] | None) -> dict[bytes, bytes]:
+    flat = flat or []
+    return {flat[i]: flat[i + 1] for i in range(0, len(flat) - 1, 2)}
 
 
 def as_dict(value: Any) -> Any:

@@ -7,6 +7,7 @@
     trunner dispatch GROUP TASK JSON [--delay S]
     trunner inspect GROUP [--json]
     trunner dead-letter list|replay|purge GROUP
+    trunner quarantine list|purge GROUP
     trunner demo
 
 The command, not the library, owns signals: SIGINT/SIGTERM stop a worker gracefully, a
@@ -104,6 +105,16 @@ def _parser() -> argparse.ArgumentParser:
     dead.add_argument("--yes", action="store_true", help="purge: do not ask")
     _redis_option(dead, "redis://127.0.0.1:6379/0")
 
+    quarantine = commands.add_parser(
+        "quarantine", parents=[common], help="bad data the runners set aside"
+    )
+    quarantine.add_argument("action", choices=("list", "purge"))
+    quarantine.add_argument("group")
+    quarantine.add_argument("--count", type=int, default=50, help="list: how many")
+    quarantine.add_argument("--json", action="store_true", help="print JSON for scripts")
+    quarantine.add_argument("--yes", action="store_true", help="purge: do not ask")
+    _redis_option(quarantine, "redis://127.0.0.1:6379/0")
+
     demo = commands.add_parser(
         "demo",
         parents=[common],
@@ -165,6 +176,8 @@ def _print_group(info: GroupInfo, out: Console) -> None:
     summary.add_row("pending", str(sum(info.pending.values())))
     summary.add_row("delayed", str(info.delayed))
     summary.add_row("dead letters", str(info.dead_letters))
+    if info.quarantined:
+        summary.add_row("set aside", f"{info.quarantined} (trunner quarantine list {info.group})")
     summary.add_row("leader", info.leader or "-")
     if info.capacity:
         summary.add_row(
@@ -266,6 +279,40 @@ async def _dead_letter(args: argparse.Namespace, out: Console) -> int:
         return 0
 
 
+async def _quarantine(args: argparse.Namespace, out: Console) -> int:
+    async with open_client(args.redis, args.group) as client:
+        if args.action == "list":
+            records = await client.quarantined(args.count)
+            if args.json:
+                print(json.dumps([as_dict(r) for r in records], default=str))
+                return 0
+            if not records:
+                out.print(f"nothing of group {args.group} was set aside", highlight=False)
+                return 0
+            # One block per record, readable at any width (reasons are sentences).
+            out.print(f"bad data set aside in {args.group}:", highlight=False)
+            for r in records:
+                out.print(
+                    f"\n{r.id}  {_when(r.at)}  {r.source}  {r.item!r}\n"
+                    f"  reason: {r.reason}\n  action: {r.action}\n  by:     {r.instance}",
+                    highlight=False,
+                    soft_wrap=True,
+                    markup=False,
+                )
+            return 0
+        count = await client.quarantine_count()
+        if not args.yes:
+            answer = await trio.to_thread.run_sync(
+                _ask, f"delete {count} quarantine records of {args.group}? [y/N] "
+            )
+            if answer is None or answer.strip().lower() not in ("y", "yes"):
+                closed = " (stdin is closed; pass --yes)" if answer is None else ""
+                out.print(f"nothing deleted{closed}")
+                return 1
+        out.print(f"deleted {await client.purge_quarantine()} quarantine records", highlight=False)
+        return 0
+
+
 async def _demo(args: argparse.Namespace) -> int:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
@@ -307,6 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "dispatch": lambda: _dispatch(args, out),
         "inspect": lambda: _inspect(args, out),
         "dead-letter": lambda: _dead_letter(args, out),
+        "quarantine": lambda: _quarantine(args, out),
         "demo": lambda: _demo(args),
     }
     try:

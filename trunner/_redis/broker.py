@@ -560,6 +560,13 @@ class Broker(Inspection):
             for i in range(0, len(reply), 3)
         ]
 
+    async def purge_quarantine(self) -> int:
+        """Delete the quarantine stream; return how many records it held."""
+        replies = await self.transport.pipeline(
+            [("XLEN", self.keys.quarantine), ("DEL", self.keys.quarantine)]
+        )
+        return int(replies[0]) if isinstance(replies[0], int) else 0
+
     async def purge_dead(self) -> int:
         """Delete the dead-letter stream; return how many entries it held."""
         replies = await self.transport.pipeline([("XLEN", self.keys.dead), ("DEL", self.keys.dead)])

@@ -69,8 +69,15 @@ class Inspection:
         return int(await self.transport.execute("XLEN", self.keys.dead))
 
     async def capacity_decision(self) -> dict[str, int]:
+        """The leader's last capacity decision (fields that are not integers left out)."""
         reply = await self.transport.execute("HGETALL", self.keys.capacity)
-        return {as_str(reply[i]): int(reply[i + 1]) for i in range(0, len(reply or ()), 2)}
+        decision: dict[str, int] = {}
+        for i in range(0, len(reply or ()), 2):
+            try:
+                decision[as_str(reply[i])] = int(reply[i + 1])
+            except ValueError:
+                continue
+        return decision
 
     # -- dead letters -------------------------------------------------------------------------
 
