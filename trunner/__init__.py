@@ -41,6 +41,7 @@ from .statistics import RunnerState, RunnerStatistics
 from .task import CronSchedule, Task, TaskRegistry
 
 __version__ = "0.1.0"
+"""The package version, a string."""
 
 __all__ = [
     "BackendError",

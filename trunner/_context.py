@@ -38,9 +38,19 @@ _current_message: contextvars.ContextVar[MessageSource] = contextvars.ContextVar
 
 
 def current_message() -> TaskMessage:
-    """The message of the task running in this Trio task (its id, attempt, ...).
+    """The message of the task being processed in this Trio task.
 
-    Raises :class:`RunnerNotRunning` outside of a task executed by a runner.
+    Inside a task run by a runner or by an eager call
+    ([``TaskRegistry.call``][trunner.TaskRegistry.call],
+    [``trunner.testing.call_task``][trunner.testing.call_task]): its id, attempt, task id
+    and so on. It also works inside a failed-task handler run by a runner, where it is
+    the message the handler is given.
+
+    Returns:
+        The [``TaskMessage``][trunner.TaskMessage] of the delivery being processed.
+
+    Raises:
+        RunnerNotRunning: Outside of a task.
     """
     try:
         source = _current_message.get()

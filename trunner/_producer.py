@@ -100,11 +100,41 @@ class Producer:
         return _Unique(key, secrets.token_hex(16), task.unique_for_ms)
 
     async def dispatch(self, task_name: str, payload: Any = None) -> str:
-        """Enqueue one task; return its message id (also the task's id).
+        """Add one task to the group's stream.
 
-        The payload must be JSON-serializable; a bad payload or an unknown task name raises
-        before anything is written to Redis. A unique task whose key is already queued
-        raises :class:`~trunner.TaskAlreadyDispatched`.
+        The task name and the payload are checked, and the payload encoded, before
+        anything is written to Redis. The task receives the payload after a JSON round
+        trip: tuples arrive as lists, and dict keys as strings (``{1: "x"}`` arrives as
+        ``{"1": "x"}``).
+
+        For a [unique task](unique-tasks.md), the ``unique_key`` of the payload is
+        computed first (whatever it raises propagates). If its key is locked (a task of
+        the same key is queued and not finished), nothing is written; otherwise the lock
+        is taken and the task added in one script.
+
+        The call is not retried: after a ``RedisUnavailable``, or a cancellation while
+        the command was on its way, the task may or may not have been added.
+
+        Args:
+            task_name: A non-empty task name. A runner, or a client with ``tasks=``, only
+                accepts a name its registry knows.
+            payload: Any JSON-serializable value.
+
+        Returns:
+            The new stream entry's id, which is also the task's id.
+
+        Raises:
+            TypeError: ``task_name`` is not a string, or the ``unique_key`` of a unique
+                task returned something other than a ``str`` or ``int``.
+            ValueError: ``task_name`` is empty.
+            TaskNotFound: The registry does not know ``task_name``.
+            InvalidPayload: The payload is not JSON-serializable (sets, bytes, NaN,
+                infinities, arbitrary objects).
+            PayloadTooLarge: The encoded message exceeds ``max_payload_bytes``.
+            TaskAlreadyDispatched: A unique task whose key is locked.
+            RunnerNotRunning: The runner or client is not open.
+            RedisUnavailable: No connection, or no reply within ``command_timeout``.
+            RedisCommandError: Redis answered with an error.
         """
         broker = self._open_broker()
         task = self._task(task_name)
@@ -120,12 +150,32 @@ class Producer:
         return message_id
 
     async def dispatch_many(self, task_name: str, payloads: Iterable[Any]) -> list[str]:
-        """Enqueue one task per payload, in one round trip per 1000; return their ids.
+        """Add one task per payload, in order.
 
-        Every payload is encoded first: if one is bad, nothing is written. For a unique
-        task, payloads whose key is already queued (or repeats an earlier one of the same
-        call) are refused, the others enqueued, and :class:`~trunner.TaskAlreadyDispatched`
-        says which were refused (``refused``) and gives every id (``ids``).
+        Every payload is checked and encoded first; if one fails, nothing is written. The
+        tasks are then sent in chunks of 1000, each written atomically by one script (one
+        round trip per chunk). If Redis fails after the first chunk, the chunks already
+        sent stay written. An empty iterable returns ``[]`` without contacting Redis.
+
+        For a [unique task](unique-tasks.md), the chunks hold 500 tasks. Payloads whose
+        key is locked, or repeats the key of an earlier payload of the same call (the
+        first one wins), are refused; the others are enqueued. If any was refused, the
+        call raises [``TaskAlreadyDispatched``][trunner.TaskAlreadyDispatched] after
+        enqueuing the others: its ``refused`` holds the indices of the refused payloads,
+        and its ``ids`` the id of each payload (``None`` where refused).
+
+        Args:
+            task_name: A non-empty task name, as for [``dispatch``][trunner.Runner.dispatch].
+            payloads: The payloads, each JSON-serializable.
+
+        Returns:
+            The ids of the new tasks, in the order of ``payloads``.
+
+        Raises:
+            TaskAlreadyDispatched: Some payloads of a unique task were refused; the others
+                were enqueued.
+
+        It raises the other errors of [``dispatch``][trunner.Runner.dispatch] too.
         """
         broker = self._open_broker()
         task = self._task(task_name)
@@ -149,10 +199,36 @@ class Producer:
     async def dispatch_delayed(
         self, task_name: str, payload: Any, delay: float | datetime.timedelta
     ) -> str:
-        """Enqueue a task to run ``delay`` from now (seconds, or a timedelta); return its id.
+        """Schedule one task to be added to the stream ``delay`` from now.
 
-        A delay of 0 means as soon as possible. The id can be passed to
-        :meth:`cancel_delayed`; it is also the task's ``task_id`` when it runs.
+        The task is stored in the group's delayed set, in one script; when it is due, the
+        group's leader moves it into the stream (see
+        [Delayed and periodic tasks](delayed-and-periodic.md)). The task name and payload
+        are checked like [``dispatch``][trunner.Runner.dispatch] checks them, before
+        anything is written. The call is not retried: after a ``RedisUnavailable``, the
+        task may or may not be scheduled.
+
+        A [unique task](unique-tasks.md) is never refused here: its lock is taken when
+        it is moved into the stream. If the key is locked then, the task is dropped
+        (counted in [``RunnerStatistics.unique_dropped``][trunner.RunnerStatistics.unique_dropped]).
+
+        Args:
+            task_name: A non-empty task name, as for [``dispatch``][trunner.Runner.dispatch].
+            payload: Any JSON-serializable value.
+            delay: Seconds (``int`` or ``float``) or a ``datetime.timedelta``; ``0`` means
+                as soon as possible.
+
+        Returns:
+            The task's id, 32 hex digits: its ``task_id`` when it runs (and across its
+            retries), and the argument of [``cancel_delayed``][trunner.Runner.cancel_delayed].
+
+        Raises:
+            TypeError: ``delay`` is neither a number nor a ``timedelta`` (``bool``
+                included).
+            ValueError: ``delay`` is negative, NaN or infinite.
+
+        It raises the other errors of [``dispatch``][trunner.Runner.dispatch] too, except
+        ``TaskAlreadyDispatched``.
         """
         seconds: Any = delay
         if not isinstance(delay, int | float):
@@ -167,9 +243,24 @@ class Producer:
         return await self._schedule(task_name, payload, time.time() + seconds)
 
     async def schedule_for(self, task_name: str, payload: Any, when: datetime.datetime) -> str:
-        """Enqueue a task to run at ``when`` (an aware datetime); return its id.
+        """Schedule one task to be added to the stream at ``when``.
 
-        A time in the past means as soon as possible.
+        Like [``dispatch_delayed``][trunner.Runner.dispatch_delayed], for a point in time.
+
+        Args:
+            task_name: A non-empty task name, as for [``dispatch``][trunner.Runner.dispatch].
+            payload: Any JSON-serializable value.
+            when: An aware ``datetime`` (with a time zone). A time in the past means as
+                soon as possible.
+
+        Returns:
+            The task's id, as ``dispatch_delayed`` returns it.
+
+        Raises:
+            TypeError: ``when`` is not a ``datetime``.
+            ValueError: ``when`` is naive.
+
+        It raises the other errors of ``dispatch_delayed`` too.
         """
         import datetime  # noqa: PLC0415 - not loaded by workers that never need it
 
@@ -197,9 +288,24 @@ class Producer:
         """A delayed task was added (the runner wakes its scheduler if it leads)."""
 
     async def cancel_delayed(self, delayed_id: str) -> bool:
-        """Remove a delayed task that is not due yet; return whether it was found.
+        """Remove a task that waits in the delayed set.
 
+        A scheduled retry is stored under its task id, so ``cancel_delayed(task_id)``
+        removes it too: the task then does not run again and is not dead-lettered.
         Cancelling the scheduled retry of a unique task releases its key's lock.
+
+        Args:
+            delayed_id: The id [``dispatch_delayed``][trunner.Runner.dispatch_delayed] or
+                [``schedule_for``][trunner.Runner.schedule_for] returned, or the task id of
+                a scheduled retry.
+
+        Returns:
+            ``True`` if the task was removed; ``False`` if no such task was waiting: it
+            was already moved into the stream (it then runs as usual), was cancelled
+            before, or never existed.
+
+        Raises:
+            TypeError: ``delayed_id`` is not a string.
         """
         if not isinstance(delayed_id, str):
             raise TypeError(f"delayed_id must be a str, got {type(delayed_id).__name__}")
@@ -216,9 +322,15 @@ class Producer:
         return await broker.cancel_delayed(delayed_id, lock)
 
     async def group_stats(self) -> GroupStats:
-        """The group's statistics over the current window (the same from any instance).
+        """The group's statistics over the current window, computed now.
 
-        Group-wide and read from Redis; ``Runner.statistics()`` is this instance's own.
+        Group-wide and read from Redis, the same from any instance (see
+        [Metrics and capacity](metrics-and-capacity.md));
+        [``Runner.statistics``][trunner.Runner.statistics] is one instance's own.
+        Instances that have not reported for ``instance_ttl`` are not counted.
+
+        Returns:
+            The statistics, as the leader computes them at the end of a window.
         """
         return await read_stats(self._open_broker(), self._instance_ttl)
 
@@ -233,50 +345,97 @@ class Producer:
         return await self.group_stats()
 
     async def instances(self) -> list[InstanceInfo]:
-        """The group's live instances, and which one leads."""
+        """The group's live instances, and which one leads.
+
+        An instance that has not reported for ``instance_ttl`` is not listed.
+
+        Returns:
+            One [``InstanceInfo``][trunner.InstanceInfo] per live instance, by id.
+        """
         return await read_instances(self._open_broker(), self._instance_ttl)
 
     async def inspect(self) -> GroupInfo:
-        """The group at a glance: queue, pending per consumer, delayed, dead letters,
-        instances, leader, capacity decision and the leader's last statistics."""
+        """The group at a glance, as ``trunner inspect`` shows it.
+
+        Returns:
+            The queue, pending messages per consumer, delayed tasks, dead letters, live
+            instances, leader, capacity decision and the leader's last statistics. A
+            group that no runner created yet has no pending messages.
+        """
         return await inspect_group(self._open_broker(), self._instance_ttl)
 
     async def dead_letters(self, count: int = 100, start: str = "-") -> list[DeadLetter]:
-        """Up to ``count`` dead-letter entries, oldest first, from entry id ``start``."""
+        """Read the dead-letter stream, oldest first.
+
+        Args:
+            count: The most entries to return.
+            start: The dead-letter entry id to start at (included); ``"-"``: the oldest.
+
+        Returns:
+            Up to ``count`` entries.
+        """
         return await list_dead(self._open_broker(), count, start)
 
     async def replay_dead_letters(
         self, ids: Sequence[str] | None = None
     ) -> tuple[list[str], list[str]]:
-        """Enqueue dead letters again as fresh first attempts (all of them with None).
+        """Put dead letters back into the stream, as fresh first attempts.
 
-        Returns (new stream ids, ids of entries left in place because their message
-        cannot be decoded).
+        Each replayed entry leaves the dead-letter stream and enters the task stream in
+        one script, with its task id and payload, and attempt 1. An entry whose message
+        cannot be decoded stays in the dead-letter stream. Ids that are not in the
+        dead-letter stream are skipped.
+
+        Args:
+            ids: The dead-letter entry ids to replay; ``None`` replays all of them.
+
+        Returns:
+            The new stream ids, and the ids of the entries left in place because their
+            message cannot be decoded.
         """
         return await replay_dead(self._open_broker(), ids, self._max_payload_bytes)
 
     async def purge_dead_letters(self) -> int:
-        """Delete every dead-letter entry; return how many there were."""
+        """Delete every dead-letter entry.
+
+        Returns:
+            How many entries there were.
+        """
         return await self._open_broker().purge_dead()
 
     async def queue_length(self) -> int:
-        """Entries in the group's stream (XLEN): waiting, or delivered and not acknowledged.
+        """The number of entries in the group's stream (``XLEN``).
 
-        With ``delete_on_ack=False`` acknowledged entries stay in the stream and count too.
+        Waiting messages, plus delivered ones not yet acknowledged. With
+        ``delete_on_ack=False``, acknowledged entries stay in the stream and are counted
+        too.
         """
         return await self._open_broker().queue_length()
 
     async def pending_count(self) -> int:
-        """Messages delivered to a consumer and not yet acknowledged (running, or lost)."""
+        """The number of messages delivered to a consumer and not yet acknowledged.
+
+        Running, released, or abandoned by a dead instance.
+
+        Raises:
+            RedisCommandError: The consumer group does not exist yet (no runner of it
+                has started).
+        """
         return await self._open_broker().pending_count()
 
     async def delayed_count(self) -> int:
-        """Tasks waiting in the delayed set (delayed dispatches and scheduled retries)."""
+        """The number of tasks waiting in the delayed set (``ZCARD``).
+
+        Delayed tasks ([``dispatch_delayed``][trunner.Runner.dispatch_delayed],
+        [``schedule_for``][trunner.Runner.schedule_for]) and scheduled retries that have
+        not been moved into the stream yet. Cron ticks are not counted: they are added to
+        the stream directly.
+        """
         return await self._open_broker().delayed_count()
 
     async def quarantined(self, count: int = 100, start: str = "-") -> list[QuarantineRecord]:
         """Up to ``count`` records of bad data the runners set aside, oldest first, from
-        record id ``start`` (see :mod:`trunner.quarantine`)."""
+        record id ``start`` (see [Bad data in Redis](reliability.md#bad-data-in-redis))."""
         return await list_quarantined(self._open_broker(), count, start)
 
     async def purge_quarantine(self) -> int:
@@ -288,5 +447,5 @@ class Producer:
         return await self._open_broker().quarantine_count()
 
     async def dead_letter_count(self) -> int:
-        """Entries in the group's dead-letter stream."""
+        """The number of entries in the group's dead-letter stream."""
         return await self._open_broker().dead_count()

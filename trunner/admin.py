@@ -33,43 +33,65 @@ __all__ = [
 
 @attrs.frozen
 class DeadLetter:
-    """One entry of the dead-letter stream: a message given up on, and why."""
+    """One entry of the dead-letter stream: a message given up on, and why.
+
+    [``dead_letters``][trunner.Runner.dead_letters] returns them; ``trunner dead-letter``
+    lists them (see [Command line](cli.md)).
+    """
 
     id: str
-    """The dead-letter entry's id (use it to replay one)."""
+    """The dead-letter entry's id (give it to ``replay_dead_letters`` to replay it)."""
     task: str
+    """The task name; ``""`` when the message could not be decoded."""
     reason: str
-    """``max retries exceeded``, ``unknown task``, ``undecodable`` ..."""
+    """``max retries exceeded``, ``max retries exceeded (redelivered)``,
+    ``unknown task`` or ``undecodable``."""
     error: str
+    """The error given to the failed-task handler: ``"<class>: <message>"``."""
     cause: str
+    """Its ``__cause__`` (the last attempt's exception), ``"<class>: <message>"``; ``""``
+    without one."""
     attempt: int
+    """The attempt that was given up."""
     failed_at: float
-    """Seconds since the epoch."""
+    """When it was given up, in seconds since the epoch."""
     task_id: str
+    """The task's id."""
     message_id: str
+    """The stream entry id of the last delivery."""
     consumer: str
+    """The consumer that gave it up."""
     payload: bytes = attrs.field(repr=False)
-    """The message exactly as it was in the stream."""
+    """The message exactly as it was in the stream (not shown in ``repr``)."""
 
 
 @attrs.frozen
 class GroupInfo:
-    """A consumer group at a glance."""
+    """A consumer group at a glance, as [``inspect``][trunner.Runner.inspect] returns it
+    (and ``trunner inspect`` shows it)."""
 
     group: str
+    """The consumer group."""
     queue_length: int
+    """Entries in the group's stream, as [``queue_length``][trunner.Runner.queue_length]
+    counts them."""
     pending: Mapping[str, int]
     """Delivered, not yet acknowledged, per consumer."""
     delayed: int
+    """Tasks waiting in the delayed set."""
     dead_letters: int
+    """Entries in the dead-letter stream."""
     instances: list[InstanceInfo]
+    """The live instances."""
     leader: str | None
+    """The id of the leadership lease's holder; ``None`` when nobody leads."""
     capacity: Mapping[str, int]
     """The leader's last capacity decision: value, fence, version (empty if none)."""
     stats: GroupStats | None
     """The leader's last published statistics."""
     quarantined: int = 0
-    """Records in the quarantine stream: bad data set aside (see :mod:`trunner.quarantine`)."""
+    """Records in the quarantine stream: bad data set aside (see
+    [Bad data in Redis](reliability.md#bad-data-in-redis))."""
 
 
 def _text(fields: dict[str, bytes], name: str) -> str:

@@ -19,7 +19,18 @@ __all__ = ["Client", "open_client"]
 
 
 class Client(Producer):
-    """Dispatches tasks to a consumer group. Get one from :func:`open_client`."""
+    """A producer-only client of one consumer group.
+
+    The object [``open_client``][trunner.open_client] yields; do not create it yourself.
+    It has every [dispatch and inspection method][dispatch-and-inspection-methods] of a
+    runner ([``dispatch``][trunner.Runner.dispatch],
+    [``dispatch_many``][trunner.Runner.dispatch_many],
+    [``dispatch_delayed``][trunner.Runner.dispatch_delayed],
+    [``schedule_for``][trunner.Runner.schedule_for],
+    [``cancel_delayed``][trunner.Runner.cancel_delayed],
+    [``queue_length``][trunner.Runner.queue_length] ...), which behave the same. After
+    the ``open_client`` block they raise [``RunnerNotRunning``][trunner.RunnerNotRunning].
+    """
 
     def __init__(
         self,
@@ -35,11 +46,14 @@ class Client(Producer):
         )
         self._broker = broker
         self.keys = broker.keys
-        #: A Redis handle batching the commands of concurrent tasks (see RedisHandle).
+        """The Redis key names of the group."""
         self.redis = redis
+        """A [Redis handle][trunner.RedisHandle] batching the commands of concurrent Trio
+        tasks, open for the duration of the ``open_client`` block."""
 
     @property
     def consumer_group(self) -> str:
+        """The group this client dispatches to."""
         return self.keys.group
 
 
@@ -56,11 +70,43 @@ async def open_client(
     max_connections: int = 20,
     instance_ttl: float = 15.0,
 ) -> AsyncIterator[Client]:
-    """Open a producer-only client of ``consumer_group`` on the Redis at ``redis``.
+    """Open a producer-only client of ``consumer_group``, for the duration of the block.
 
-    With ``tasks``, dispatching a task name the registry does not know raises
-    :class:`~trunner.TaskNotFound`; without it any name is accepted. ``instance_ttl``: the
-    group's ``RunnerConfig.instance_ttl``, for :meth:`~Client.instances` and statistics.
+    For processes that dispatch tasks but run none. It opens connections only: no
+    fetchers, no workers, no leadership, so it never moves delayed tasks or fires cron
+    ticks. It does not create the consumer group.
+
+    Args:
+        redis: The Redis URL, as for [``open_runner``][trunner.open_runner].
+        consumer_group: The group to dispatch to (a name).
+        prefix: The key prefix. It must match the group's runners.
+        tasks: With a registry, dispatching an unknown task name raises
+            [``TaskNotFound``][trunner.TaskNotFound], and [unique tasks](unique-tasks.md)
+            are dispatched as unique. Without one, any name is accepted, and every task
+            is sent as a plain one.
+        max_payload_bytes: The largest encoded message ``dispatch`` accepts (an int >=
+            1; 1 MiB by default).
+        connect_timeout: Redis must answer a ``PING`` within this time (> 0).
+        command_timeout: A command without a reply for this long fails with
+            [``RedisUnavailable``][trunner.RedisUnavailable] (> 0).
+        max_connections: The size of the connection pool (an int >= 1).
+        instance_ttl: The group's
+            [``RunnerConfig.instance_ttl``][trunner.RunnerConfig.instance_ttl]: an instance
+            that has not reported for this long is not listed by ``instances()`` nor
+            counted by ``group_stats()`` (> 0).
+
+    Yields:
+        The [``Client``][trunner.Client].
+
+    Raises:
+        TypeError: A bad argument, before connecting.
+        ValueError: A bad argument (an invalid URL or group name, an out-of-range
+            number), before connecting.
+        RedisUnavailable: Redis cannot be reached within ``connect_timeout``.
+        Crashed: The client's Redis handle failed.
+
+    An exception from the block leaves as itself. After the block, the client's methods
+    raise [``RunnerNotRunning``][trunner.RunnerNotRunning].
     """
     keys = Keys(prefix, consumer_group)
     if tasks is not None and not isinstance(tasks, TaskRegistry):

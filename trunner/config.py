@@ -16,49 +16,79 @@ if TYPE_CHECKING:
 
 __all__ = ["FailedTaskHandler", "LongQueueHook", "RunnerConfig"]
 
-#: ``async def handler(message, error)``: runs when a task is given up on (see the docs).
 FailedTaskHandler = Callable[["TaskMessage", BaseException], Awaitable[Any]]
-#: ``async def hook(stats)``: the leader calls it when the predicted wait is too long.
+"""The type of [``RunnerConfig.failed_task_handler``][trunner.RunnerConfig.failed_task_handler]:
+``async def handler(message, error)``.
+
+It runs when a message is given up on (see [Giving up](concepts.md#giving-up)), before
+the message is moved to the dead-letter stream. ``error`` is
+[``MaxRetryExceeded``][trunner.MaxRetryExceeded], [``TaskNotFound``][trunner.TaskNotFound]
+or [``InvalidMessage``][trunner.InvalidMessage]. The return value is ignored. If the
+handler raises, the message is not dead-lettered: it stays pending for a later delivery.
+"""
+
 LongQueueHook = Callable[[GroupStats], Awaitable[Any]]
+"""The type of [``RunnerConfig.long_queue_hook``][trunner.RunnerConfig.long_queue_hook]:
+``async def hook(stats)``.
+
+The leader calls it with the window's [``GroupStats``][trunner.GroupStats] when their
+``predicted_wait`` exceeds ``long_queue_threshold``. The return value is ignored; an
+exception is reported through ``runner.errors()`` and does not stop the leader.
+"""
 
 
 @attrs.frozen(kw_only=True)
 class RunnerConfig:
     """How one runner instance of a consumer group behaves.
 
-    Every value is checked when the object is built; a wrong one raises ``TypeError`` or
-    ``ValueError`` naming the field. Durations are in seconds.
+    Keyword arguments only; ``consumer_group`` is required. Every value is checked when the
+    object is built: a wrong type raises ``TypeError`` and an out-of-range value
+    ``ValueError``, both naming the field. To change a value, build a new object with
+    ``attrs.evolve(config, num_workers=50)``, which checks the values again. Durations are
+    in seconds, as ``int`` or ``float`` (not ``bool``). A *name* is a non-empty string
+    without ``{``, ``}`` or whitespace.
+
+    Raises:
+        TypeError: A value of the wrong type.
+        ValueError: A value out of range; ``consumer_name`` starting with ``trunner:``;
+            ``num_workers`` outside ``min_workers`` .. ``max_workers``;
+            ``min_workers < max_workers`` without ``long_queue_threshold``; or
+            ``instance_ttl`` not longer than ``report_interval``.
     """
 
     consumer_group: str = attrs.field(validator=v.name)
-    """The consumer group: every runner of one group shares its stream and its work."""
+    """The consumer group (a name): every runner of one group shares its stream and its
+    work. Required."""
 
     num_workers: int = attrs.field(default=10, validator=v.positive_int)
-    """How many tasks this instance runs at once."""
+    """How many tasks this instance runs at once (an int >= 1)."""
 
     num_fetchers: int = attrs.field(default=1, validator=v.positive_int)
-    """How many concurrent XREADGROUP loops feed the pool (each has its own connection)."""
+    """How many concurrent ``XREADGROUP`` loops feed the workers (an int >= 1). Each has
+    its own connection and consumer name."""
 
     batch_size: int = attrs.field(default=10, validator=v.positive_int)
-    """The most messages one read takes (never more than the free worker slots)."""
+    """The most messages one read or reclaim takes (an int >= 1). It is never more than
+    the free worker slots."""
 
     block_duration: float = attrs.field(default=5.0, validator=v.positive_number)
-    """How long one XREADGROUP waits for new messages before it loops."""
+    """How long one ``XREADGROUP`` waits for new messages (> 0). A read never blocks past
+    the next reclaim pass, so in effect it is at most ``reclaim_interval``."""
 
     reclaim_delay: float = attrs.field(default=300.0, validator=v.positive_number)
-    """A fetched message idle this long (its consumer died) is reclaimed by another one.
-
-    Must be the same on every instance of the group.
-    """
+    """A delivered message idle this long (its instance died) is reclaimed by another
+    instance (> 0). Must be the same on every instance of the group."""
 
     reclaim_interval: float = attrs.field(default=1.0, validator=v.positive_number)
-    """How often this instance looks for abandoned or released messages to reclaim."""
+    """The shortest time between two reclaim passes of this instance, which look for
+    abandoned or released messages (> 0)."""
 
     delete_on_ack: bool = attrs.field(default=True, validator=v.boolean)
-    """Delete a message from the stream (XDEL) when it is acknowledged."""
+    """Delete a message from the stream (``XDEL``) when it is acknowledged (a bool)."""
 
     drain_timeout: float = attrs.field(default=30.0, validator=v.non_negative_number)
-    """On shutdown, how long running tasks may take to finish before they are cancelled."""
+    """On shutdown, how long running tasks may take to finish before they are cancelled
+    (>= 0)."""
 
     cancel_grace: float = attrs.field(default=5.0, validator=v.non_negative_number)
     """After ``drain_timeout``, how long cancelled tasks may take to unwind. A task still
@@ -67,87 +97,109 @@ class RunnerConfig:
     plus the bounded clean-up steps."""
 
     prefix: str = attrs.field(default="trunner", validator=v.name)
-    """Namespace of every key, so environments can share one Redis."""
+    """The namespace of every key (a name), so that environments can share one Redis."""
 
     failed_task_handler: FailedTaskHandler | None = attrs.field(
         default=None, validator=v.optional_async_callable
     )
-    """``async def handler(message, error)``, run before a message is dead-lettered."""
+    """``async def handler(message, error)``, called when a message is given up, before
+    it is dead-lettered (see [the contract](concepts.md#the-failed-task-handler) and
+    [``FailedTaskHandler``][trunner.FailedTaskHandler]). It must be an ``async``
+    function, or an object with an ``async def __call__``: ``TypeError`` otherwise."""
 
     host: str | None = attrs.field(default=None, validator=v.optional_name)
-    """This instance's host name in its consumer name (default: the machine's host name)."""
+    """The host part of the default consumer name (a name). Default: the machine's host
+    name, with braces and whitespace replaced by ``-``."""
 
     consumer_name: str | None = attrs.field(default=None, validator=v.optional_name)
-    """This instance's consumer name (default: ``host:pid:random``). Must be unique."""
+    """This instance's consumer name (a name, not starting with ``trunner:``). Default:
+    ``<host>:<pid>:<6 hex digits>``. It must be unique among running instances. It is
+    also the instance's id in the leadership lease."""
 
     connect_timeout: float = attrs.field(default=5.0, validator=v.positive_number)
-    """Bound on connecting to Redis at start; ``open_runner`` fails after it."""
+    """Bound on reaching Redis at start, and again on loading the scripts and creating
+    the group (> 0); ``open_runner`` fails after it."""
 
     command_timeout: float = attrs.field(default=10.0, validator=v.positive_number)
-    """A Redis command without a reply for this long fails (its connection is dropped);
-    blocking reads get ``block_duration`` more. Guards against half-open connections."""
+    """A Redis command without a reply for this long fails, and its connection is
+    dropped (> 0). Blocking reads get ``block_duration`` more. It guards against
+    half-open connections."""
 
     max_payload_bytes: int = attrs.field(
         default=DEFAULT_MAX_PAYLOAD_BYTES, validator=v.positive_int
     )
-    """The largest encoded task message ``dispatch`` accepts."""
+    """The largest encoded task message ``dispatch`` accepts (an int >= 1; 1 MiB). Larger
+    entries that this runner reads are given up as undecodable."""
 
     dead_letter_maxlen: int | None = attrs.field(default=100_000, validator=v.optional_positive_int)
-    """Approximate cap of the dead-letter stream (oldest entries are trimmed); None: no cap."""
+    """The approximate cap of the dead-letter stream (an int >= 1): the oldest entries
+    are trimmed. ``None``: no cap."""
 
     ack_batch_size: int = attrs.field(default=100, validator=v.positive_int)
-    """Acknowledgements are flushed when this many are buffered ..."""
+    """Acknowledgements are written when this many are buffered (an int >= 1) ..."""
 
     ack_flush_interval: float = attrs.field(default=0.005, validator=v.positive_number)
-    """... or this long after the first one was buffered, whichever comes first."""
+    """... or this long after the first one was buffered, whichever comes first (> 0)."""
 
     max_connections: int = attrs.field(default=20, validator=v.positive_int)
-    """Size of the connection pool for control traffic (blocking reads have their own)."""
+    """The size of the connection pool for everything but blocking reads and pub/sub
+    (an int >= 1)."""
 
     min_workers: int | None = attrs.field(default=None, validator=v.optional_positive_int)
-    """Capacity floor when the leader decides capacity (default: ``num_workers``)."""
+    """The capacity floor when the leader decides each instance's capacity (an int >= 1;
+    default: ``num_workers``). See [Capacity](metrics-and-capacity.md#capacity)."""
 
     max_workers: int | None = attrs.field(default=None, validator=v.optional_positive_int)
-    """Capacity ceiling when the leader decides capacity (default: ``num_workers``)."""
+    """The capacity ceiling when the leader decides each instance's capacity (an int >=
+    1; default: ``num_workers``). ``min_workers < max_workers`` needs
+    ``long_queue_threshold``."""
 
     long_queue_threshold: float | None = attrs.field(
         default=None, validator=v.optional_positive_number
     )
-    """Predicted wait (seconds) above which ``long_queue_hook`` is called, and the target
-    of capacity decisions when ``min_workers < max_workers``."""
+    """The predicted wait above which ``long_queue_hook`` is called, and the target of
+    capacity decisions when ``min_workers < max_workers`` (> 0 or ``None``)."""
 
     long_queue_hook: LongQueueHook | None = attrs.field(
         default=None, validator=v.optional_async_callable
     )
-    """``async def hook(stats)``: called by the leader when the predicted wait is too long."""
+    """``async def hook(stats)``, called by the leader when the predicted wait exceeds
+    ``long_queue_threshold`` (see [``LongQueueHook``][trunner.LongQueueHook]). It must be
+    ``async``: ``TypeError`` otherwise."""
 
     stats_interval: float | None = attrs.field(default=None, validator=v.optional_positive_number)
-    """How often the leader aggregates (default: ``long_queue_threshold / 2``, else 60 s)."""
+    """How often the leader computes the group's statistics (> 0; default:
+    ``long_queue_threshold / 2``, else 60 s)."""
 
     report_interval: float = attrs.field(default=1.0, validator=v.positive_number)
-    """How often each instance reports its timings and membership and reads its capacity."""
+    """How often each instance reports its timings and membership, and reads back its
+    capacity (> 0)."""
 
     instance_ttl: float = attrs.field(default=15.0, validator=v.positive_number)
-    """An instance that has not reported for this long counts as gone."""
+    """An instance that has not reported for this long counts as gone (> 0, longer than
+    ``report_interval``)."""
 
     leader_ttl: float = attrs.field(default=5.0, validator=v.positive_number)
-    """Time-to-live of the leadership lease; a crashed leader is replaced after it."""
+    """The time-to-live of the group's leadership lease (> 0). A crashed leader is
+    replaced after it."""
 
     leader_wait: float = attrs.field(default=6.0, validator=v.positive_number)
-    """How often followers try to take the lease (at once when a leader releases it)."""
+    """How often followers try to take the lease (> 0). They also try at once when a
+    leader releases it."""
 
     leader_jitter: float = attrs.field(default=0.005, validator=v.non_negative_number)
-    """Random extra delay of each renewal, after ``leader_ttl / 2``."""
+    """The random extra delay of each renewal, which happens after ``leader_ttl / 2``
+    (>= 0)."""
 
     janitor_interval: float | None = attrs.field(default=60.0, validator=v.optional_positive_number)
-    """How often the leader removes the consumers of instances that are gone (and trims
-    the stream, see ``stream_retention``); None: never."""
+    """How often the leader deletes the consumers of instances that are gone, and trims
+    the stream (> 0; see [Clean-up](concepts.md#clean-up)). ``None``: never."""
 
     stream_retention: float | None = attrs.field(
         default=24 * 3600.0, validator=v.optional_positive_number
     )
     """With ``delete_on_ack=False``: how long finished messages stay in the stream before
-    the janitor trims them (seconds); None: for ever. Messages not yet delivered or still
+    the janitor trims them (> 0). ``None``: for ever. Messages not yet delivered or still
     pending are never trimmed."""
 
     def __attrs_post_init__(self) -> None:
@@ -172,7 +224,7 @@ class RunnerConfig:
 
     @property
     def worker_bounds(self) -> tuple[int, int]:
-        """(min_workers, max_workers), each defaulting to num_workers."""
+        """``(min_workers, max_workers)``, each defaulting to ``num_workers``."""
         low = self.min_workers if self.min_workers is not None else self.num_workers
         high = self.max_workers if self.max_workers is not None else self.num_workers
         return low, high

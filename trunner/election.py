@@ -1,17 +1,26 @@
-"""Leader election: a fenced Redis lease.
+"""Leader election: a fenced Redis lease, on its own.
+
+A runner uses it for its group ([``Runner.elector``][trunner.Runner.elector]), and you can
+use it for any key, without a runner (see [Leader election](leader-election.md)).
 
 Exactly one elector of a key holds the lease at a time. The lease is one Redis key whose
-value is the holder's id, taken with ``SET key id PX ttl NX``, renewed only by its holder
-after ``ttl/2`` plus a random jitter, and deleted only by its holder. Followers try again
-every ``wait`` seconds, or at once when a holder releases the lease gracefully (it
-publishes on ``<key>:released``). A holder that cannot renew in time — Redis errors, the
-lease taken over, or the renewal not answered before the lease would have expired — steps
-down; a crashed holder's lease expires after ``ttl``.
+value is the holder's id, taken with ``SET key id PX ttl NX``. Only its holder renews it,
+after ``ttl / 2`` plus a random jitter of up to ``jitter`` seconds, and only its holder
+deletes it. Followers try to take it every ``wait`` seconds. When a holder releases the
+lease, it publishes on the channel ``<key>:released``, and the followers try at once.
 
-Every promotion draws a fence number from a counter beside the lease (``INCR``), strictly
-increasing across leaders. Leader-only writes run as fenced scripts that first check,
-inside Redis, that the lease still holds this holder's id (:meth:`Elector.eval_fenced`),
-so a deposed leader that has not noticed yet cannot act.
+A holder steps down when it cannot renew in time: Redis errors, the lease was taken over,
+or no reply came before the lease would have expired. It then waits ``wait`` seconds
+before it runs for election again (after a takeover, a release announced meanwhile ends
+the wait early). The lease of a crashed holder expires after ``ttl``.
+
+Every promotion draws a *fence number* from a counter beside the lease (``INCR``). Fence
+numbers strictly increase from one leader to the next. The counter's key is
+``<key>:fence`` when ``key`` has a hash tag, and ``{<key>}:fence`` otherwise, so that it is
+in the same hash slot as the lease. Leader-only writes run as fenced scripts that first
+check, inside Redis, that the lease still holds this holder's id
+([``Elector.eval_fenced``][trunner.election.Elector.eval_fenced]), so that a deposed leader
+that has not noticed yet cannot act.
 """
 
 from __future__ import annotations
@@ -45,9 +54,10 @@ RELEASE_TIMEOUT = 5.0
 
 @attrs.frozen
 class Promoted:
-    """This elector became the leader, with fence number ``fence``."""
+    """This elector became the leader."""
 
     fence: int
+    """The fence number of this leadership."""
     at: float = attrs.field(factory=trio.current_time)
     """When, on the Trio clock."""
 
@@ -57,23 +67,30 @@ class Demoted:
     """This elector stopped being the leader, and why."""
 
     reason: str
+    """Why: for example ``"released"``, ``"the lease was taken over"``, ``"renewing
+    failed: ..."``."""
     at: float = attrs.field(factory=trio.current_time)
+    """When, on the Trio clock."""
 
 
 @attrs.frozen
 class ElectionFailed:
-    """A Redis call of the election failed (``during``: acquire, renew or release).
+    """A Redis call of the election failed.
 
-    An event that :meth:`Elector.events` yields, not an exception. Formerly
-    ``ElectionError``, a deprecated alias until the next release.
+    An event that [``Elector.events``][trunner.election.Elector.events] yields, not an
+    exception. Formerly ``ElectionError``, a deprecated alias until the next release.
     """
 
     error: BaseException
+    """The error."""
     during: str
+    """``"acquire"``, ``"renew"`` or ``"release"``."""
     at: float = attrs.field(factory=trio.current_time)
+    """When, on the Trio clock."""
 
 
 ElectionEvent = Promoted | Demoted | ElectionFailed
+"""What [``Elector.events``][trunner.election.Elector.events] yields."""
 
 if TYPE_CHECKING:
     ElectionError = ElectionFailed  # deprecated: use ElectionFailed
@@ -92,7 +109,13 @@ else:
 
 
 class Elector:
-    """One candidate for the lease on ``key``. Use :func:`open_elector`, or a runner's."""
+    """One candidate for the lease on ``key``.
+
+    Get one from [``open_elector``][trunner.election.open_elector], or a runner's
+    ([``Runner.elector``][trunner.Runner.elector]); do not create it yourself. ``key``,
+    ``id``, ``ttl``, ``wait`` and ``jitter`` are as given to ``open_elector`` (the numbers
+    as floats).
+    """
 
     def __init__(
         self,
@@ -113,10 +136,15 @@ class Elector:
         if id is not None and (not isinstance(id, str) or not id):
             raise ValueError(f"id must be a non-empty str, got {id!r}")
         self.key = key
+        """The lease's key."""
         self.id = id or instance_id()
+        """This elector's id: the value of the lease while it leads."""
         self.ttl = float(ttl)
+        """The lease's time-to-live, in seconds."""
         self.wait = float(wait)
+        """How often a follower tries to take the lease, in seconds."""
         self.jitter = float(jitter)
+        """The most random extra delay of each renewal, in seconds."""
         self._ttl_ms = max(1, int(self.ttl * 1000))
         self._store = LeaseStore(transport, key)
         self._on_bad_data = on_bad_data
@@ -132,12 +160,14 @@ class Elector:
         self._events: EventLog[ElectionEvent] = EventLog(maxlen=100)
         self._scripts: dict[str, Script] = {}
         self.promotions = 0
-        #: Set once :meth:`run` has returned (the lease released if it was held).
+        """How many times this elector was promoted."""
         self.stopped = trio.Event()
+        """Set once [``run``][trunner.election.Elector.run] has returned (the lease released
+        if it was held)."""
 
     @property
     def done(self) -> trio.Event:
-        """Deprecated alias of :attr:`stopped`."""
+        """Deprecated alias of ``stopped``."""
         warnings.warn(
             "Elector.done is deprecated, use Elector.stopped", DeprecationWarning, stacklevel=2
         )
@@ -151,12 +181,12 @@ class Elector:
 
     @property
     def is_leader(self) -> bool:
-        """Whether this elector holds the lease (as far as it can know without asking)."""
+        """Whether this elector holds the lease, as far as it knows without asking Redis."""
         return self._leader
 
     @property
     def fence(self) -> int | None:
-        """The fence number of the current leadership; None when not the leader."""
+        """The fence number of the current leadership; ``None`` when not the leader."""
         return self._fence
 
     async def wait_promoted(self) -> None:
@@ -168,11 +198,17 @@ class Elector:
         await self._demoted.wait()
 
     def events(self) -> AsyncIterator[ElectionEvent]:
-        """Promotions, demotions and errors as they happen (the newest 100 are kept)."""
+        """Promotions, demotions and Redis errors, as they happen.
+
+        The elector never waits for the reader: the newest 100 events are kept. Each event
+        is yielded to one reader only. The iteration ends after the ``open_elector``
+        block, or once the runner stopped. A cancelled read takes no event.
+        """
         return aiter(self._events)
 
     async def current_leader(self) -> str | None:
-        """The id of the lease's holder according to Redis, or None."""
+        """The id of the lease's holder, according to Redis (``GET``); ``None`` when
+        nobody holds it."""
         return await self._store.holder()
 
     async def eval_fenced(
@@ -180,9 +216,22 @@ class Elector:
     ) -> Any:
         """Run the Lua ``body`` only if this elector still holds the lease, atomically.
 
-        In ``body``, ``KEYS[1]`` is the lease key and ``ARGV[1]`` the holder's id; your keys
-        start at ``KEYS[2]`` and your arguments at ``ARGV[2]``. Raises
-        :class:`~trunner.LeadershipLost` (nothing written) when the lease is not ours.
+        The lease is checked inside Redis, in the same script. In ``body``, ``KEYS[1]`` is
+        the lease key and ``ARGV[1]`` the holder's id; your keys start at ``KEYS[2]`` and
+        your arguments at ``ARGV[2]``. Pass every key you touch in ``keys``; with Redis
+        Cluster in mind, keep them in the lease's hash slot. A refused write does not
+        make the elector step down: call [``step_down``][trunner.election.Elector.step_down].
+
+        Args:
+            body: The Lua script.
+            keys: Your keys, ``KEYS[2]`` on.
+            args: Your arguments, ``ARGV[2]`` on.
+
+        Returns:
+            The script's reply, raw (bytes, ints, lists).
+
+        Raises:
+            LeadershipLost: The lease is not held by this elector; nothing was written.
         """
         if not self._leader:
             raise LeadershipLost(f"{self!r} is not the leader")
@@ -192,15 +241,20 @@ class Elector:
         return await self._store.fenced(script, self.id, keys, args)
 
     async def run_fenced(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:
-        """Run one of trunner's fenced scripts as this leader (see ``eval_fenced``)."""
+        """Internal: run one of trunner's own fenced scripts as this leader (see
+        [``eval_fenced``][trunner.election.Elector.eval_fenced])."""
         if not self._leader:
             raise LeadershipLost(f"{self!r} is not the leader")
         return await self._store.fenced(script, self.id, keys, args)
 
     def step_down(self, reason: str) -> None:
-        """Stop acting as the leader now (a fenced write told us the lease is gone).
+        """Stop acting as the leader now, for example after a fenced write was refused.
 
-        The elector runs for election again after ``wait``.
+        It does nothing when this elector is not the leader. The elector runs for election
+        again after ``wait``.
+
+        Args:
+            reason: Why; the ``Demoted`` event carries it.
         """
         if self._leader:
             self._demote(reason)
@@ -208,14 +262,21 @@ class Elector:
             self._wake.set()
 
     def stop(self) -> None:
-        """Stop campaigning; :meth:`run` releases the lease if held and returns."""
+        """Stop campaigning: [``run``][trunner.election.Elector.run] releases the lease if
+        held, and returns."""
         self._stopping = True
         self._wake.set()
 
     # -- the campaign -----------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Campaign until :meth:`stop`; the first election attempt is made before started."""
+        """The campaign, until [``stop``][trunner.election.Elector.stop]; ``open_elector``
+        runs it for you.
+
+        The first election attempt is made before ``task_status.started()``. On the way
+        out, even when cancelled, the lease is released if held (shielded, bounded by
+        5 s), and followers are told at once.
+        """
         async with trio.open_nursery() as nursery:
             await nursery.start(self._listen)
             try:
@@ -398,10 +459,67 @@ async def open_elector(
     id: str | None = None,
     connect_timeout: float = 5.0,
 ) -> AsyncIterator[Elector]:
-    """Campaign for the lease on ``key`` for the block's duration.
+    """Campaign for the lease on ``key`` for the duration of the block.
 
-    On entry the first election attempt has been made (``is_leader`` tells its outcome);
-    leaving the block releases the lease if held, telling followers at once.
+    When the block starts, the first election attempt has been made, and ``is_leader``
+    tells its outcome. Leaving the block releases the lease if held, and tells the
+    followers at once.
+
+    Args:
+        redis: The Redis URL, as for [``open_runner``][trunner.open_runner].
+        key: The lease's key, a non-empty string.
+        ttl: The lease's time-to-live (> 0). A crashed holder is replaced after it.
+        wait: How often followers try to take the lease (> 0).
+        jitter: The random extra delay of each renewal (>= 0).
+        id: This elector's id, a non-empty string. Default:
+            ``<host>:<pid>:<6 hex digits>``.
+        connect_timeout: Redis must answer a ``PING`` within this time.
+
+    Yields:
+        The [``Elector``][trunner.election.Elector].
+
+    Raises:
+        ValueError: An empty ``key`` or ``id``, or a number out of range (checked once
+            Redis answered).
+        TypeError: A number of the wrong type (checked once Redis answered).
+        RedisUnavailable: Redis cannot be reached within ``connect_timeout``.
+        ElectorCrashed: The elector's background task failed.
+
+    An exception from the block leaves as itself.
+
+    Examples:
+        ```python
+        import trio
+
+        import trunner
+        from trunner.election import open_elector
+
+
+        async def main() -> None:
+            url = "memory://election"
+            async with open_elector(url, "reports:{nightly}:leader", id="a") as a:
+                async with open_elector(url, "reports:{nightly}:leader", id="b") as b:
+                    print("a leads:", a.is_leader, "fence", a.fence, "| b leads:", b.is_leader)
+                    print("current leader:", await b.current_leader())
+                    count = await a.eval_fenced(
+                        "return redis.call('INCR', KEYS[2])", keys=["reports:{nightly}:runs"]
+                    )
+                    print("fenced INCR as a:", count)
+                    try:
+                        await b.eval_fenced("return 1")
+                    except trunner.LeadershipLost as exc:
+                        print("b:", type(exc).__name__)
+
+
+        trio.run(main)
+        ```
+
+        ```text
+        a leads: True fence 1 | b leads: False
+        current leader: a
+        fenced INCR as a: 1
+        b: LeadershipLost
+        ```
     """
     async with open_transport(
         redis, client_name="trunner-elector", max_connections=4, connect_timeout=connect_timeout

@@ -30,18 +30,28 @@ class TrunnerError(Exception):
 
 
 class TaskNotFound(TrunnerError, LookupError):
-    """No task of this name is registered."""
+    """No task of this name is registered (also a ``LookupError``).
+
+    Raised by [``TaskRegistry.get``][trunner.TaskRegistry.get], by dispatching an unknown
+    name through a runner or a client with a registry, and by building a runner whose
+    registry has a cron schedule of an unregistered task
+    ([``TaskRegistry.check``][trunner.TaskRegistry.check]). Given to the failed-task
+    handler for a message with an unknown task.
+    """
 
     def __init__(self, task_name: str) -> None:
         super().__init__(f"no task named {task_name!r} is registered")
         self.task_name = task_name
+        """The unknown name."""
 
 
 class TaskAlreadyDispatched(TrunnerError):
-    """A unique task was refused: one of the same key is queued and not finished.
+    """A [unique task](unique-tasks.md) was refused: a task of the same key is queued
+    and not finished.
 
-    From ``dispatch_many``: ``refused`` holds the indices of the refused payloads and
-    ``ids`` the id of each accepted one (None where refused); the others were enqueued.
+    Raised by [``dispatch``][trunner.Runner.dispatch] and
+    [``dispatch_many``][trunner.Runner.dispatch_many]; from ``dispatch_many``, the
+    payloads not refused were enqueued.
     """
 
     def __init__(
@@ -55,29 +65,49 @@ class TaskAlreadyDispatched(TrunnerError):
         more = f" and {len(unique_keys) - 5} more" if len(unique_keys) > 5 else ""
         super().__init__(f"unique task {task_name!r} is already queued for key(s) {keys}{more}")
         self.task_name = task_name
+        """The task's name."""
         self.unique_keys = unique_keys
+        """The refused keys."""
         self.refused = refused if refused is not None else [0]
+        """The indices of the refused payloads; ``[0]`` from ``dispatch``."""
         self.ids = ids if ids is not None else [None]
+        """Per payload: the new task id, or ``None`` where refused; ``[None]`` from
+        ``dispatch``."""
 
 
 class InvalidPayload(TrunnerError, ValueError):
-    """A payload cannot be encoded (not JSON-serializable, or too large)."""
+    """A payload cannot be encoded: it is not JSON-serializable, or too large (also a
+    ``ValueError``).
+
+    Raised by [``dispatch``][trunner.Runner.dispatch], ``dispatch_many``,
+    ``dispatch_delayed`` and ``schedule_for``, and by building a cron schedule
+    ([``TaskRegistry.cron``][trunner.TaskRegistry.cron],
+    [``CronSchedule``][trunner.CronSchedule]) with such a payload.
+    """
 
 
 class PayloadTooLarge(InvalidPayload):
-    """An encoded task message is larger than ``RunnerConfig.max_payload_bytes``."""
+    """An encoded task message is larger than ``max_payload_bytes``.
+
+    Also reported through [``Runner.errors``][trunner.Runner.errors] when the leader skips
+    a cron tick for that reason.
+    """
 
 
 class InvalidMessage(TrunnerError, ValueError):
-    """A stream entry cannot be decoded into a task message."""
+    """A stream entry cannot be decoded into a task message (also a ``ValueError``).
+
+    Given to the failed-task handler for an undecodable entry; the actual class is an
+    internal subclass (``MessageDecodeError``).
+    """
 
 
 class MaxRetryExceeded(TrunnerError):
     """A task used up its ``max_retry + 1`` attempts.
 
-    ``redelivered``: the message came back after its last allowed attempt without a
-    recorded outcome (the worker running it stopped, or its outcome could not be written),
-    so it was given up on without running again.
+    Given to the failed-task handler. ``__cause__`` is the last attempt's exception, unless
+    the last attempt ended without a result. Also raised by an eager call
+    ([``TaskRegistry.call``][trunner.TaskRegistry.call]) whose last attempt failed.
     """
 
     def __init__(self, task_name: str, attempts: int, *, redelivered: bool = False) -> None:
@@ -91,12 +121,21 @@ class MaxRetryExceeded(TrunnerError):
             text = f"task {task_name!r} failed after {attempts} attempt(s)"
         super().__init__(text)
         self.task_name = task_name
+        """The task's name."""
         self.attempts = attempts
+        """How many attempts it had."""
         self.redelivered = redelivered
+        """``True`` when the message came back after its last allowed attempt without a
+        recorded outcome (its worker stopped, or the outcome could not be written), so
+        it was given up without running again."""
 
 
 class TaskFailed(TrunnerError):
-    """One attempt of a task raised; the original exception is ``__cause__``."""
+    """One attempt of a task raised.
+
+    Reported through [``Runner.errors``][trunner.Runner.errors] for every failed
+    attempt. ``__cause__`` is the task's exception.
+    """
 
     def __init__(self, task_name: str, message_id: str, attempt: int, error: BaseException):
         super().__init__(
@@ -104,16 +143,21 @@ class TaskFailed(TrunnerError):
             f"{type(error).__name__}: {error}"
         )
         self.task_name = task_name
+        """The task's name."""
         self.message_id = message_id
+        """The stream entry id of the delivery."""
         self.attempt = attempt
+        """The attempt that failed, from 1."""
         self.error = error
+        """The task's exception."""
         self.__cause__ = error
 
 
 class BadData(TrunnerError):
     """A value trunner read from Redis (or a registered setting) is not what it wrote.
 
-    The item was set aside with the reason (see ``trunner.quarantine``): ``source`` names
+    The item was set aside with the reason (see
+    [Bad data in Redis](reliability.md#bad-data-in-redis)): ``source`` names
     where it was read (``"delayed:unique"``, ``"metrics"``, ``"cron"`` ...), ``item`` which
     one (a task id, a field, a schedule), ``reason`` what is wrong with it.
     """
@@ -126,40 +170,66 @@ class BadData(TrunnerError):
 
 
 class ReservationLost(TrunnerError):
-    """A running task's message was claimed by another consumer (it may run twice)."""
+    """A running task's message was claimed by another consumer: it may run twice.
+
+    Reported through [``Runner.errors``][trunner.Runner.errors].
+    """
 
 
 class LeadershipLost(TrunnerError):
-    """A leader-only (fenced) write was refused: this instance no longer holds the lease."""
+    """A leader-only (fenced) write was refused: the lease is not held; nothing was
+    written.
+
+    Raised by [``Elector.eval_fenced``][trunner.election.Elector.eval_fenced]. Inside a
+    runner, a leader chore whose fenced write is refused gets it, and the runner steps
+    down.
+    """
 
 
 class RunnerAlreadyStarted(TrunnerError, RuntimeError):
-    """``Runner.run`` was called on a runner that has already been started."""
+    """[``Runner.run``][trunner.Runner.run] was called on a runner that was started before
+    (also a ``RuntimeError``)."""
 
 
 class RunnerNotRunning(TrunnerError, RuntimeError):
-    """The runner or client is not open (not started yet, or already stopped)."""
+    """The runner or client is not open (also a ``RuntimeError``).
+
+    Raised by dispatching or inspecting through a runner before it started or after it
+    stopped, or through a client after its block; by a Redis handle that is closed; and
+    by [``current_message``][trunner.current_message] or
+    [``current_runner``][trunner.current_runner] outside of a task.
+    """
 
 
 class Crashed(TrunnerError):
-    """A background component failed; ``__cause__`` is the exception group of its errors."""
+    """A background component failed; ``__cause__`` is the exception group of its errors.
+
+    The base class of [``RunnerCrashed``][trunner.RunnerCrashed] and
+    [``ElectorCrashed``][trunner.ElectorCrashed]. Raised as itself on leaving
+    [``open_client``][trunner.open_client] or [``open_redis``][trunner.open_redis] when
+    their Redis handle failed.
+    """
 
 
 class RunnerCrashed(Crashed):
-    """An internal component of the runner failed; the cause is the exception group."""
+    """A component of the runner failed: raised on leaving
+    [``open_runner``][trunner.open_runner]. ``__cause__`` is the exception group."""
 
 
 class ElectorCrashed(Crashed):
-    """The elector's background task failed; the cause is the exception group."""
+    """The elector's background task failed: raised on leaving
+    [``open_elector``][trunner.election.open_elector]. ``__cause__`` is the exception
+    group."""
 
 
 class BackendError(TrunnerError):
-    """A Redis operation failed."""
+    """A Redis operation failed: the base class of the two below."""
 
 
 class RedisUnavailable(BackendError, ConnectionError):
-    """Redis cannot be reached, or the connection broke during a command."""
+    """Redis cannot be reached, the connection broke during a command, or no reply came
+    within ``command_timeout`` / ``connect_timeout`` (also a ``ConnectionError``)."""
 
 
 class RedisCommandError(BackendError):
-    """Redis answered a command with an error."""
+    """Redis answered a command with an error (ACL, OOM, wrong type ...)."""

@@ -37,34 +37,56 @@ BUCKETS = (
 
 @attrs.frozen
 class TaskTiming:
-    """Execution times of one task over a window (seconds)."""
+    """Execution times of one task over a window, in seconds (see
+    [``GroupStats.tasks``][trunner.GroupStats.tasks]).
+
+    Percentiles are estimated from a histogram; see
+    [Metrics and capacity](metrics-and-capacity.md#groupstats) for their precision.
+    """
 
     count: int
+    """Attempts that finished in the window."""
     average: float
+    """Their average execution time."""
     p50: float
+    """The median execution time (estimated)."""
     p95: float
+    """The 95th percentile (estimated)."""
     p99: float
+    """The 99th percentile (estimated)."""
 
 
 @attrs.frozen
 class InstanceInfo:
-    """One live instance of the group."""
+    """One live instance of the group, as [``instances``][trunner.Runner.instances] lists
+    it."""
 
     id: str
+    """The instance's id: its consumer name."""
     host: str
+    """The host it runs on."""
     pid: int
+    """Its process id."""
     capacity: int
+    """The tasks it may run at once, as it last reported."""
     started_at: float
+    """When it started, in seconds since the epoch."""
     last_seen: float
+    """When it last reported, in seconds since the epoch."""
     leader: bool
+    """Whether it holds the group's leadership lease."""
 
 
 @attrs.frozen(kw_only=True)
 class GroupStats:
     """The group's statistics over a window (since the leader last reset the metrics).
 
-    Group-wide, computed from what every instance reports; ``RunnerStatistics`` is one
-    runner's own counters. Formerly ``Stats``, a deprecated alias until the next release.
+    Group-wide, computed from what every instance reports (see
+    [Metrics and capacity](metrics-and-capacity.md));
+    [``RunnerStatistics``][trunner.RunnerStatistics] is one runner's own counters.
+    Returned by ``await runner.group_stats()`` and ``client.group_stats()``, and given to
+    the ``long_queue_hook``. Formerly ``Stats``, a deprecated alias until the next
+    release.
     """
 
     at: float
@@ -84,15 +106,19 @@ class GroupStats:
     total_capacity: int
     """Workers across the live instances."""
     predicted_wait: float
-    """average x queue_length / total_capacity: how long a task dispatched now may wait."""
+    """``average * queue_length / total_capacity``: how long a task dispatched now may
+    wait. When no task finished in the window, the last window's average is used, so that
+    a stuck queue does not look like an empty one."""
     throughput: float
     """Tasks finished per second over the window."""
 
     def to_json(self) -> str:
+        """The statistics as compact JSON (what the leader publishes)."""
         return json.dumps(attrs.asdict(self), separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> GroupStats:
+        """The statistics ``to_json`` wrote."""
         data = json.loads(text)
         data["tasks"] = {k: TaskTiming(**v) for k, v in data["tasks"].items()}
         return cls(**data)

@@ -70,10 +70,21 @@ def aside_key_for(key: str, at_ms: int) -> str:
 
 @attrs.frozen
 class Keys:
-    """The key names of one consumer group under one prefix."""
+    """The key names of one consumer group under one prefix.
+
+    Every key carries the hash tag ``{<group>}``, so that all keys of a group are in one
+    Redis Cluster hash slot (see [Redis keys and messages](redis-layout.md)).
+
+    Raises:
+        TypeError: ``prefix`` or ``group`` is not a string.
+        ValueError: ``prefix`` or ``group`` is empty, or holds ``{``, ``}`` or
+            whitespace.
+    """
 
     prefix: str
+    """The key prefix (``RunnerConfig.prefix``)."""
     group: str
+    """The consumer group."""
 
     def __attrs_post_init__(self) -> None:
         check_name("prefix", self.prefix)
@@ -84,77 +95,93 @@ class Keys:
 
     @property
     def stream(self) -> str:
-        """The task stream, read by the consumer group."""
+        """``<prefix>:{<group>}:stream``: the task stream, read by the consumer group."""
         return self._key("stream")
 
     @property
     def dead(self) -> str:
-        """The dead-letter stream."""
+        """``<prefix>:{<group>}:dead``: the dead-letter stream."""
         return self._key("dead")
 
     @property
     def delayed(self) -> str:
-        """The sorted set of delayed task ids (delayed tasks and retries), scored by due ms."""
+        """``<prefix>:{<group>}:delayed``: the delayed task ids (delayed tasks and
+        retries), by due time."""
         return self._key("delayed")
 
     @property
     def delayed_messages(self) -> str:
-        """The hash of delayed task id -> the message to enqueue when it is due."""
+        """``<prefix>:{<group>}:delayed:messages``: delayed task id → the message to
+        enqueue when it is due."""
         return self._key("delayed:messages")
 
     @property
     def delayed_wake(self) -> str:
-        """Pub/sub channel: a delayed task became the earliest one (payload: due ms)."""
+        """``<prefix>:{<group>}:delayed:wake``: a pub/sub channel, told when a delayed
+        task became the earliest one (payload: its due time in ms)."""
         return self._key("delayed:wake")
 
     @property
     def cron(self) -> str:
-        """The hash of cron schedule name -> the last tick fired (ms)."""
+        """``<prefix>:{<group>}:cron``: cron schedule name → the last tick fired (ms)."""
         return self._key("cron")
 
     @property
     def leader(self) -> str:
-        """The leadership lease."""
+        """``<prefix>:{<group>}:leader``: the leadership lease."""
         return self._key("leader")
 
     @property
     def fence(self) -> str:
-        """The fence counter of the leadership lease (``leader + ':fence'``)."""
+        """``<prefix>:{<group>}:leader:fence``: the lease's fence counter."""
         return fence_key_for(self.leader)
 
     @property
     def delayed_unique(self) -> str:
-        """The hash of unique delayed task id -> the lock it takes when due: a JSON array
-        ``["<lock key>", "<token>", <ttl ms>]`` (see :class:`UniqueLock`)."""
+        """``<prefix>:{<group>}:delayed:unique``: delayed unique task id → the lock it
+        takes when due, a JSON array ``["<lock key>", "<token>", <ttl ms>]`` (see
+        [UniqueLock][trunner.keys.UniqueLock])."""
         return self._key("delayed:unique")
 
     def unique(self, key: str) -> str:
-        """The lock of a unique task's key."""
+        """The lock of a unique task's key.
+
+        Args:
+            key: [``Task.key_for(payload)``][trunner.Task.key_for]
+                (``<len>:<task>[:<key>]``).
+
+        Returns:
+            ``<prefix>:{<group>}:unique:<key>``.
+        """
         return self._key(f"unique:{key}")
 
     @property
     def metrics(self) -> str:
-        """The hash of timing totals since the leader last reset them."""
+        """``<prefix>:{<group>}:metrics``: the timing totals since the leader last reset
+        them."""
         return self._key("metrics")
 
     @property
     def instances(self) -> str:
-        """The sorted set of live instance ids, scored by last-seen time (ms)."""
+        """``<prefix>:{<group>}:instances``: the live instance ids, by last-seen time
+        (ms)."""
         return self._key("instances")
 
     @property
     def instances_info(self) -> str:
-        """The hash of instance id -> its details (JSON)."""
+        """``<prefix>:{<group>}:instances:info``: instance id → its details (JSON)."""
         return self._key("instances:info")
 
     @property
     def capacity(self) -> str:
-        """The hash of the per-instance capacity the leader decided (value, fence, version)."""
+        """``<prefix>:{<group>}:capacity``: the per-instance capacity the leader decided
+        (value, fence, version)."""
         return self._key("capacity")
 
     @property
     def stats(self) -> str:
-        """The statistics of the last completed window (JSON), written by the leader."""
+        """``<prefix>:{<group>}:stats``: the statistics of the last completed window
+        (JSON), written by the leader."""
         return self._key("stats")
 
     @property
@@ -193,7 +220,7 @@ class Keys:
         return aside_key_for(key, at_ms)
 
     def fixed(self) -> list[str]:
-        """Every key of the group with a fixed name (unique locks are not listed)."""
+        """Every key of the group with a fixed name (the unique locks are not listed)."""
         return [
             self.stream,
             self.dead,

@@ -66,30 +66,42 @@ def _to_json(body: Any) -> bytes:
 
 @attrs.frozen
 class TaskMessage:
-    """One delivery of a task, as a task handler or the failed-task handler sees it."""
+    """One delivery of a task, as task code and the failed-task handler see it.
+
+    Task code gets it from [``current_message``][trunner.current_message]; the
+    failed-task handler gets it as its first argument.
+    """
 
     message_id: str
-    """The stream entry id of this delivery."""
+    """The stream entry id of this delivery. It is different for each retry."""
     task_name: str
-    """The registered task's name (empty when the entry could not be decoded)."""
+    """The task name; ``""`` when the entry could not be decoded."""
     payload: Any
-    """The decoded payload given to the task's action."""
+    """The decoded payload given to the task's action; ``None`` when undecodable."""
     attempt: int
-    """Which attempt this execution is: 1 for the first; crash redeliveries count."""
+    """Which attempt this is, from 1: the stored attempt plus the crash redeliveries of
+    this entry."""
     enqueued_at: float
-    """When the task was first dispatched (seconds since the epoch)."""
+    """When the task was first dispatched, in seconds since the epoch: for a delayed task,
+    when it was scheduled; for a cron task, the tick. ``0.0`` when undecodable."""
     task_id: str
-    """Stable id of the task across retries (the first entry's stream id by default)."""
+    """The task's stable id across retries: the first entry's stream id for ``dispatch``;
+    the id returned by ``dispatch_delayed`` / ``schedule_for``; ``cron:<schedule
+    name>:<tick in ms>`` for a cron tick."""
     deliveries: int = 1
     """How many times this stream entry has been delivered to a consumer."""
     raw: bytes = attrs.field(default=b"", repr=False)
-    """The entry's ``payload`` field exactly as stored."""
+    """The entry's ``payload`` field exactly as stored (not shown in ``repr``)."""
     unique_key: str | None = None
-    """For a unique task: its key (the lock is released when the task finishes)."""
+    """For a [unique task](unique-tasks.md): its key
+    ([``Task.key_for(payload)``][trunner.Task.key_for]), whose lock is released when the
+    task finishes. ``None`` otherwise."""
     unique_token: str | None = attrs.field(default=None, repr=False)
-    """For a unique task: the token its lock holds."""
+    """For a unique task: the token its lock holds (not shown in ``repr``). ``None``
+    otherwise."""
 
     def with_attempt(self, attempt: int) -> TaskMessage:
+        """A copy with another ``attempt``."""
         return attrs.evolve(self, attempt=attempt)
 
 

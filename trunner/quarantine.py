@@ -56,10 +56,11 @@ class QuarantineRecord:
     item: str
     """Which item: a task id, a hash field, a schedule's name ..."""
     reason: str
+    """What is wrong with it."""
     action: str
     """What was done with it: ``removed`` (it is only here now), ``left in place`` ..."""
     value: bytes = attrs.field(repr=False)
-    """The value as read (at most :data:`MAX_VALUE_BYTES`)."""
+    """The value as read (at most 4096 bytes)."""
     instance: str
     """The instance that set it aside."""
     at: float

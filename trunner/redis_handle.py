@@ -148,6 +148,7 @@ class _Commands:
         raise NotImplementedError
 
     async def get(self, key: str) -> bytes | None:
+        """``GET``: the value, or ``None`` when the key does not exist."""
         reply: bytes | None = await self.execute("GET", key)
         return reply
 
@@ -161,7 +162,22 @@ class _Commands:
         nx: bool = False,
         xx: bool = False,
     ) -> bool:
-        """SET; True when it was set (False when ``nx``/``xx`` prevented it)."""
+        """``SET``, with an optional expiry and condition.
+
+        Args:
+            key: The key.
+            value: The value.
+            ex: Expire after this many seconds (sent as milliseconds).
+            px: Expire after this many milliseconds.
+            nx: Only set the key if it does not exist.
+            xx: Only set the key if it exists.
+
+        Returns:
+            ``True`` when it was set; ``False`` when ``nx`` or ``xx`` prevented it.
+
+        Raises:
+            ValueError: Both ``ex`` and ``px`` were given.
+        """
         if ex is not None and px is not None:
             raise ValueError("set: give ex (seconds) or px (milliseconds), not both")
         args: list[Arg] = ["SET", key, value]
@@ -176,20 +192,25 @@ class _Commands:
         return _ok(await self.execute(*args))
 
     async def delete(self, *keys: str) -> int:
+        """``DEL``: how many of ``keys`` existed."""
         return int(await self.execute("DEL", *keys))
 
     async def exists(self, *keys: str) -> int:
+        """``EXISTS``: how many of ``keys`` exist."""
         return int(await self.execute("EXISTS", *keys))
 
     async def incr(self, key: str, amount: int = 1) -> int:
+        """``INCR`` / ``INCRBY``: the new value."""
         if amount == 1:
             return int(await self.execute("INCR", key))
         return int(await self.execute("INCRBY", key, amount))
 
     async def decr(self, key: str, amount: int = 1) -> int:
+        """``DECRBY``: the new value."""
         return int(await self.execute("DECRBY", key, amount))
 
     async def expire(self, key: str, seconds: float) -> bool:
+        """``PEXPIRE``: whether the key exists (and now expires)."""
         return bool(await self.execute("PEXPIRE", key, int(seconds * 1000)))
 
     async def ttl(self, key: str) -> float | None:
@@ -198,57 +219,95 @@ class _Commands:
         return ms / 1000 if ms >= 0 else None
 
     async def hset(self, key: str, mapping: Mapping[str, Arg]) -> int:
+        """``HSET`` of every field of ``mapping``: how many fields were added."""
         flat: list[Arg] = [x for pair in mapping.items() for x in pair]
         return int(await self.execute("HSET", key, *flat))
 
     async def hget(self, key: str, field: str) -> bytes | None:
+        """``HGET``: the field's value, or ``None``."""
         reply: bytes | None = await self.execute("HGET", key, field)
         return reply
 
     async def hgetall(self, key: str) -> dict[bytes, bytes]:
+        """``HGETALL``: every field and value."""
         flat = await self.execute("HGETALL", key)
         return {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}
 
     async def hincrby(self, key: str, field: str, amount: int = 1) -> int:
+        """``HINCRBY``: the field's new value."""
         return int(await self.execute("HINCRBY", key, field, amount))
 
     async def lpush(self, key: str, *values: Arg) -> int:
+        """``LPUSH``: the list's new length."""
         return int(await self.execute("LPUSH", key, *values))
 
     async def rpush(self, key: str, *values: Arg) -> int:
+        """``RPUSH``: the list's new length."""
         return int(await self.execute("RPUSH", key, *values))
 
     async def lrange(self, key: str, start: int, stop: int) -> list[bytes]:
+        """``LRANGE``: the elements from ``start`` to ``stop``, both included."""
         reply: list[bytes] = await self.execute("LRANGE", key, start, stop)
         return reply
 
     async def sadd(self, key: str, *members: Arg) -> int:
+        """``SADD``: how many members were added."""
         return int(await self.execute("SADD", key, *members))
 
     async def smembers(self, key: str) -> builtins.set[bytes]:
+        """``SMEMBERS``: the members."""
         return builtins.set(await self.execute("SMEMBERS", key))
 
     async def zadd(self, key: str, mapping: Mapping[str, float]) -> int:
+        """``ZADD`` of every member and score of ``mapping``: how many were added."""
         flat: list[Arg] = [x for member, score in mapping.items() for x in (score, member)]
         return int(await self.execute("ZADD", key, *flat))
 
     async def zrange(self, key: str, start: int, stop: int) -> list[bytes]:
+        """``ZRANGE``: the members from ``start`` to ``stop``, both included, by score."""
         reply: list[bytes] = await self.execute("ZRANGE", key, start, stop)
         return reply
 
 
 class RedisHandle(_Commands):
-    """Redis for task code: typed commands, batched automatically across tasks."""
+    """Redis for task code: typed commands, batched automatically across Trio tasks.
+
+    Commands that concurrent Trio tasks issue in the same scheduler tick are sent
+    together, in one round trip; each caller gets its own reply or its own exception.
+    Blocking commands and transactions never share a batch. Get one from a runner
+    ([``runner.redis``][trunner.Runner.redis], ``trunner.current_runner().redis`` inside
+    a task), from a client ([``client.redis``][trunner.Client.redis]), or on its own with
+    [``open_redis``][trunner.open_redis]; do not create it yourself. The whole guide:
+    [Using Redis from your tasks](redis-from-tasks.md).
+
+    Every command raises [``RunnerNotRunning``][trunner.RunnerNotRunning] once the
+    runner, client or ``open_redis`` block has ended,
+    [``RedisUnavailable``][trunner.RedisUnavailable] when Redis cannot be reached or does
+    not answer within the command timeout, and
+    [``RedisCommandError``][trunner.RedisCommandError] for an error reply.
+
+    Cancellation: a cancelled caller stops waiting for its reply, but a command already
+    handed to a batch may still run; the other callers of the batch are unaffected.
+    """
 
     def __init__(self, transport: Transport) -> None:
         self._transport = transport
         self._batcher = _Batcher(transport)
         self._scripts: dict[str, Script] = {}
         self._open = False
-        #: Set once :meth:`run` has returned (every pending command failed).
         self.stopped = trio.Event()
+        """Set once [``run``][trunner.RedisHandle.run] has returned (every command still
+        waiting then failed with ``RunnerNotRunning``)."""
 
     async def execute(self, *args: Arg) -> Any:
+        """Any Redis command, e.g. ``await redis.execute("XADD", "events", "*", "k", "v")``.
+
+        Args:
+            *args: The command name and its arguments.
+
+        Returns:
+            The raw reply: bytes, an int, a list, ``None`` ...
+        """
         if not self._open:
             raise RunnerNotRunning("the Redis handle is closed")
         if str(args[0]).upper() in BLOCKING:
@@ -256,28 +315,49 @@ class RedisHandle(_Commands):
         return await self._batcher.call(args)
 
     async def eval(self, script: str, keys: Sequence[str] = (), args: Sequence[Arg] = ()) -> Any:
-        """Run a Lua script (by its SHA1, loading it when Redis does not know it)."""
+        """Run a Lua script, by its SHA1, loading it when Redis does not know it.
+
+        Args:
+            script: The Lua source.
+            keys: Its ``KEYS``.
+            args: Its ``ARGV``.
+
+        Returns:
+            The script's raw reply.
+        """
         loaded = self._scripts.get(script)
         if loaded is None:
             loaded = self._scripts[script] = make_script("user", script)
         return await call_script(self.execute, loaded, keys, args)  # in the batches
 
     def pipeline(self, *, transaction: bool = False) -> Pipeline:
-        """Raw commands queued with ``add``, then sent together when the block exits
-        (``transaction``: wrapped in MULTI/EXEC). ``pipeline.results`` holds the replies."""
+        """Raw commands queued with ``add``, sent together when the block exits.
+
+        Use it as ``async with redis.pipeline() as p: p.add("INCR", "hits")``; afterwards
+        ``p.results`` holds the replies.
+
+        Args:
+            transaction: Wrap the commands in ``MULTI`` / ``EXEC``.
+
+        Returns:
+            A [``Pipeline``][trunner.Pipeline], an async context manager.
+        """
         return Pipeline(self, transaction)
 
     @property
     def batches(self) -> int:
-        """Round trips made so far (batches of commands)."""
+        """Batches sent so far, one round trip each. Blocking commands and transactions,
+        which are sent on their own, are not counted."""
         return self._batcher.batches
 
     @property
     def commands(self) -> int:
+        """Commands sent in those batches so far."""
         return self._batcher.commands
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Serve the batches until :meth:`stop` (a runner or open_redis does this)."""
+        """Serve the batches until [``stop``][trunner.RedisHandle.stop]; a runner, a client
+        or ``open_redis`` does this for you."""
         self._open = True
         try:
             await self._batcher.run(task_status=task_status)
@@ -287,23 +367,30 @@ class RedisHandle(_Commands):
             self.stopped.set()
 
     def stop(self) -> None:
-        """Stop serving: commands issued from now on fail with RunnerNotRunning."""
+        """Stop serving: commands issued from now on fail with ``RunnerNotRunning``."""
         self._open = False
         self._batcher.close()
 
     def close(self) -> None:
-        """The same as :meth:`stop`."""
+        """The same as [``stop``][trunner.RedisHandle.stop]."""
         self.stop()
 
 
 class Pipeline:
-    """Raw commands queued with :meth:`add`, sent together when the block exits; their
-    replies are in ``results`` afterwards.
+    """Raw commands queued with [``add``][trunner.Pipeline.add], sent together when the
+    block exits; their replies are in ``results`` afterwards.
 
-    Without a transaction, the commands go in the handle's next batch (next to each other,
-    in order, with other tasks' commands around them) and a command that failed has its
-    exception (not raised) in ``results``. With ``transaction=True`` they are wrapped in
-    MULTI/EXEC and sent on their own; an aborted transaction raises.
+    [``RedisHandle.pipeline``][trunner.RedisHandle.pipeline] makes one. Without a
+    transaction, the commands go in the handle's next batch (next to each other, in order,
+    with other tasks' commands around them) and a command that failed has its exception
+    (not raised) in ``results``. With ``transaction=True`` they are wrapped in
+    ``MULTI`` / ``EXEC`` and sent on their own. Nothing is sent when the block raises.
+
+    Raises:
+        RunnerNotRunning: On leaving the block, when the handle is closed.
+        RedisCommandError: On leaving the block, with ``transaction=True``: a command
+            was refused while queueing (nothing ran), or the transaction was aborted (a
+            ``WATCH``ed key changed).
     """
 
     def __init__(self, handle: RedisHandle, transaction: bool) -> None:
@@ -311,9 +398,17 @@ class Pipeline:
         self._transaction = transaction
         self._commands: list[tuple[Arg, ...]] = []
         self.results: list[Any] = []
+        """The replies, in the order of the commands, once the block has exited."""
 
     def add(self, *args: Arg) -> Pipeline:
-        """Queue one command, e.g. ``p.add("INCR", "hits")``; returns the pipeline."""
+        """Queue one command, e.g. ``p.add("INCR", "hits")``.
+
+        Args:
+            *args: The command name and its arguments.
+
+        Returns:
+            The pipeline, so that calls can be chained.
+        """
         self._commands.append(args)
         return self
 
@@ -351,7 +446,27 @@ class Pipeline:
 async def open_redis(
     url: str, *, connect_timeout: float = 5.0, max_connections: int = 20
 ) -> AsyncIterator[RedisHandle]:
-    """A :class:`RedisHandle` on its own, for code that is not run by a runner."""
+    """A [``RedisHandle``][trunner.RedisHandle] on its own, for the duration of the block.
+
+    For code that is not run by a runner. After the block, its commands raise
+    [``RunnerNotRunning``][trunner.RunnerNotRunning].
+
+    Args:
+        url: The Redis URL, as for [``open_runner``][trunner.open_runner].
+        connect_timeout: Redis must answer a ``PING`` within this time (> 0).
+        max_connections: The size of the connection pool (an int >= 1).
+
+    Yields:
+        The handle.
+
+    Raises:
+        TypeError: A bad argument, before connecting.
+        ValueError: A bad argument, before connecting.
+        RedisUnavailable: Redis cannot be reached within ``connect_timeout``.
+        Crashed: The handle failed.
+
+    An exception from the block leaves as itself.
+    """
     v.check_positive_number("connect_timeout", connect_timeout)
     v.check_positive_int("max_connections", max_connections)
     async with open_transport(

@@ -111,9 +111,18 @@ _current_runner: contextvars.ContextVar[Runner] = contextvars.ContextVar("trunne
 
 
 def current_runner() -> Runner:
-    """The runner executing the current task (to dispatch follow-up tasks, for example).
+    """The runner executing the current task.
 
-    Raises :class:`RunnerNotRunning` outside of a task executed by a runner.
+    Inside a task, this is the runner running it: dispatch a follow-up task with
+    ``await trunner.current_runner().dispatch(...)``, or use its
+    [``redis``][trunner.Runner.redis] handle. It also works inside a failed-task handler.
+
+    Returns:
+        The [``Runner``][trunner.Runner] running the current task.
+
+    Raises:
+        RunnerNotRunning: Outside of a task run by a runner (an eager call with
+            [``TaskRegistry.call``][trunner.TaskRegistry.call] included).
     """
     try:
         return _current_runner.get()
@@ -186,10 +195,30 @@ SERVICE_SHUTDOWN: tuple[tuple[str, Callable[[_Components], Awaitable[Any]]], ...
 
 
 class Runner(Producer):
-    """One runner instance of a consumer group. Use :func:`open_runner`.
+    """One runner instance of a consumer group.
 
-    ``Runner(...).run`` follows Trio's ``task_status`` convention, so a runner can also be
-    started with ``await nursery.start(runner.run)`` and stopped with :meth:`stop`.
+    [``open_runner``][trunner.open_runner] creates and runs one for you. To manage it
+    yourself, create it and start it in a nursery with ``await nursery.start(runner.run)``
+    ([``run``][trunner.Runner.run] follows Trio's ``task_status`` convention), and end it
+    with [``stop``][trunner.Runner.stop]. The constructor checks its arguments like
+    ``open_runner`` does, and connects to nothing.
+
+    Besides the members below, a runner has every
+    [dispatch and inspection method][dispatch-and-inspection-methods].
+
+    Args:
+        redis: The Redis URL, as for [``open_runner``][trunner.open_runner].
+        config: The configuration of this instance.
+        tasks: The registry whose tasks this instance runs.
+
+    Raises:
+        TypeError: ``config`` is not a [``RunnerConfig``][trunner.RunnerConfig], ``tasks``
+            is not a [``TaskRegistry``][trunner.TaskRegistry], or ``redis`` is not a
+            string.
+        ValueError: ``redis`` has an unsupported scheme or is not a valid URL, or is
+            ``memory://`` without a name.
+        TaskNotFound: A cron schedule of ``tasks`` names a task that is not registered
+            ([``TaskRegistry.check``][trunner.TaskRegistry.check]).
     """
 
     def __init__(self, redis: str, config: RunnerConfig, tasks: TaskRegistry) -> None:
@@ -206,9 +235,15 @@ class Runner(Producer):
         )
         self._url = redis
         self.config = config
+        """The configuration."""
         self.tasks = tasks
+        """The registry whose tasks this instance runs."""
         self.keys = Keys(config.prefix, config.consumer_group)
+        """The Redis key names of the group."""
         self.consumer_name = config.consumer_name or instance_id(config.host)
+        """This instance's consumer name: ``config.consumer_name``, or
+        ``<host>:<pid>:<6 hex digits>``. It is also the instance's id in the leadership
+        lease and in [``instances``][trunner.Runner.instances]."""
         self._state = RunnerState.INIT
         self._counters = Counters()
         self._errors = ErrorLog()
@@ -216,8 +251,9 @@ class Runner(Producer):
         self._hurry = False
         self._drain_scope: trio.CancelScope | None = None
         self._components: _Components | None = None
-        #: This instance's execution-time histograms per task (cumulative, for exporters).
         self.timings = LocalTimings()
+        """This instance's execution-time histograms per task, cumulative since it started
+        (what the Prometheus exporter publishes)."""
         #: Leader-only work: each runs in a nursery opened on promotion, cancelled on demotion.
         self._leader_chores: list[Chore] = []
 
@@ -231,6 +267,7 @@ class Runner(Producer):
 
     @property
     def state(self) -> RunnerState:
+        """Where the runner is in its life: see [``RunnerState``][trunner.RunnerState]."""
         return self._state
 
     @property
@@ -241,7 +278,14 @@ class Runner(Producer):
 
     @property
     def redis(self) -> RedisHandle:
-        """A Redis handle for task code, batching commands of concurrent tasks."""
+        """The [Redis handle][trunner.RedisHandle] for task code, batched across tasks.
+
+        Inside a task it is also ``trunner.current_runner().redis``. Once the runner has
+        stopped, its commands raise [``RunnerNotRunning``][trunner.RunnerNotRunning].
+
+        Raises:
+            RunnerNotRunning: The runner was never started.
+        """
         c = self._components
         if c is None:
             raise RunnerNotRunning(f"{self!r} is not running")
@@ -249,23 +293,42 @@ class Runner(Producer):
 
     @property
     def elector(self) -> Elector | None:
-        """The group's elector while the runner runs (events, fence, current leader)."""
+        """The group's [elector][trunner.election.Elector], from start-up on; ``None`` before.
+
+        Its events, fence number and current leader are the group's leadership.
+        """
         c = self._components
         return c.elector if c is not None else None
 
     @property
     def consumers(self) -> list[str]:
-        """The consumer names this instance reads and claims with."""
+        """The consumer names of this instance's fetchers.
+
+        ``consumer_name``, then ``consumer_name/1``, ``consumer_name/2`` ... up to
+        ``num_fetchers`` names.
+        """
         return [self._fetcher_consumer(i) for i in range(self.config.num_fetchers)]
 
     def _fetcher_consumer(self, index: int) -> str:
         return self.consumer_name if index == 0 else f"{self.consumer_name}/{index}"
 
     def task_totals(self) -> dict[str, TaskTotals]:
-        """Outcomes per task on this instance since it started (copies)."""
+        """Outcomes per task on this instance since it started.
+
+        Returns:
+            For each task name that ran here, a copy of its totals: the numbers of
+            ``succeeded``, ``failed`` and ``retried`` attempts and of ``dead_lettered``
+            messages.
+        """
         return {name: attrs.evolve(t) for name, t in self._counters.per_task.items()}
 
     def statistics(self) -> RunnerStatistics:
+        """An immutable snapshot of this instance's counters since it started.
+
+        Local and synchronous: it can be called in any state, before the start and after
+        the stop included. The group's statistics are
+        [``group_stats``][trunner.Runner.group_stats].
+        """
         c = self._counters
         parts = self._components
         mover = parts.mover if parts else None
@@ -297,19 +360,45 @@ class Runner(Producer):
         )
 
     def errors(self) -> AsyncIterator[BaseException]:
-        """Errors the runner captured (task failures, Redis errors ...), as they happen.
+        """The errors the runner handled, as they happen.
 
-        The runner never waits for a reader: the newest 1000 are kept. Iteration ends when
-        the runner has stopped and every captured error was read.
+        It yields:
+
+        - [``TaskFailed``][trunner.TaskFailed], for every attempt that raised;
+        - [``MaxRetryExceeded``][trunner.MaxRetryExceeded],
+          [``TaskNotFound``][trunner.TaskNotFound] or
+          [``InvalidMessage``][trunner.InvalidMessage], for every message given up;
+        - the exception raised by a failed-task handler, or by a ``retry_backoff``
+          callable;
+        - [``ReservationLost``][trunner.ReservationLost], when a running message was
+          taken over;
+        - [``PayloadTooLarge``][trunner.PayloadTooLarge], when the leader skipped a cron
+          tick whose message is larger than this runner's ``max_payload_bytes``;
+        - [``BackendError``][trunner.BackendError] subclasses
+          ([``RedisUnavailable``][trunner.RedisUnavailable],
+          [``RedisCommandError``][trunner.RedisCommandError]), for Redis failures the
+          runner retried or gave up on;
+        - unexpected internal errors that were contained to one message.
+
+        The runner never waits for the reader: the newest 1000 errors are kept and older
+        ones are dropped (``statistics().errors`` counts them all). Each error is yielded
+        to one reader only. The iteration ends once the runner has stopped and every kept
+        error was read. A cancelled read takes no error: the next read yields it.
         """
         return aiter(self._errors)
 
     def stop(self, *, drain: bool = True) -> None:
-        """Ask the runner to shut down (see the module docs); returns at once.
+        """Ask for a graceful shutdown; returns at once.
 
-        With ``drain=False`` (or when called again with it during a drain) running tasks
-        are cancelled at once instead of given ``drain_timeout``; their messages are
-        released for immediate reclaim, never acknowledged.
+        [``run``][trunner.Runner.run] returns when the shutdown is done (see
+        [Shutdown](concepts.md#shutdown)). Calling it again does nothing, except with
+        ``drain=False``.
+
+        Args:
+            drain: With ``False`` (also when called again with it during a drain), running
+                tasks are cancelled at once instead of being given up to
+                ``drain_timeout`` to finish; their messages are released for immediate
+                reclaim, never acknowledged.
         """
         if not drain:
             self._hurry = True
@@ -346,7 +435,23 @@ class Runner(Producer):
     # -- life -------------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Start, report started (ready) through ``task_status``, serve until stopped."""
+        """Start, report readiness through ``task_status.started()``, serve, shut down.
+
+        It serves until [``stop``][trunner.Runner.stop] or cancellation. A runner runs
+        once. Started with ``nursery.start``, its errors arrive inside exception groups;
+        [``open_runner``][trunner.open_runner] unwraps them.
+
+        Cancellation: cancelling ``run`` does not cut the shutdown short. It stops the
+        runner gracefully, like ``stop()``: running tasks still get up to
+        ``drain_timeout`` to finish, and each shutdown step that talks to Redis is shielded
+        and bounded (5 s). The cancellation then propagates.
+
+        Raises:
+            RunnerAlreadyStarted: The runner was started before.
+            RedisUnavailable: Redis cannot be reached or did not answer within
+                ``connect_timeout``, or start-up took longer than that again.
+            RedisCommandError: Redis refused a start-up command.
+        """
         if self._state is not RunnerState.INIT:
             raise RunnerAlreadyStarted(f"{self!r} was already started; create a new Runner")
         self._state = RunnerState.STARTING
@@ -612,13 +717,46 @@ class Runner(Producer):
 async def open_runner(
     redis: str, config: RunnerConfig, tasks: TaskRegistry
 ) -> AsyncIterator[Runner]:
-    """Run a runner of ``config.consumer_group`` for the block's duration.
+    """Run one runner instance of ``config.consumer_group`` for the duration of the block.
 
-    ``redis`` is a URL: ``redis://``, ``rediss://``, ``unix://``, or ``memory://NAME`` (an
-    in-process server shared by name). On entry the runner is started and ready; leaving the
-    block shuts it down in order (see :mod:`trunner.runner`). An exception raised in the
-    block propagates as itself; a failure of the runner itself raises
-    :class:`~trunner.RunnerCrashed`.
+    When the block starts, the runner is ``STARTED`` and ready: Redis answered, the scripts
+    are loaded, the consumer group exists, every component runs, and the first attempt to
+    take the group's leadership lease was made (``is_leader`` tells its outcome). Leaving
+    the block, in any way, shuts the runner down in order (see
+    [Shutdown](concepts.md#shutdown)), and the exit waits for the shutdown to finish.
+
+    Cancellation: a cancellation of the block shuts the runner down gracefully, like any
+    other exit: running tasks get up to ``drain_timeout`` to finish, and every shutdown
+    step that talks to Redis is shielded and bounded. The cancellation then propagates.
+
+    Args:
+        redis: The Redis URL: ``redis://``, ``rediss://``, ``unix://``,
+            ``redis+cluster://``, ``redis+sentinel://`` (and their ``rediss+`` forms), or
+            ``memory://NAME``, an in-process server shared by name (see
+            [Deployment](deployment.md#connecting)).
+        config: The configuration of this instance.
+        tasks: The registry whose tasks this instance runs.
+
+    Yields:
+        The started [``Runner``][trunner.Runner].
+
+    Raises:
+        TypeError: ``config`` is not a [``RunnerConfig``][trunner.RunnerConfig], ``tasks``
+            is not a [``TaskRegistry``][trunner.TaskRegistry], or ``redis`` is not a
+            string. Raised before anything starts.
+        ValueError: An unsupported URL scheme, an invalid URL, or ``memory://`` without a
+            name. Raised before anything starts.
+        TaskNotFound: A cron schedule of ``tasks`` names a task that is not registered
+            ([``TaskRegistry.check``][trunner.TaskRegistry.check]). Raised before
+            anything starts.
+        RedisUnavailable: Redis cannot be reached or did not answer within
+            ``config.connect_timeout`` (wrong credentials also end up here), or start-up
+            (loading the scripts, creating the group) took longer than that again.
+        RedisCommandError: Redis refused a start-up command (ACL, out of memory ...).
+        RunnerCrashed: A component of the runner failed; ``__cause__`` is the exception
+            group. See [Exceptions](concepts.md#exceptions).
+
+    An exception raised in the block leaves as itself, after the shutdown.
     """
     runner = Runner(redis, config, tasks)
 

@@ -32,18 +32,27 @@ __all__ = ["WorkerSettings", "load_settings", "run_worker"]
 
 @attrs.frozen
 class WorkerSettings:
-    """What a worker runs: ``tasks``, and optionally its ``config`` and ``redis`` URL.
+    """What ``trunner worker module:attribute`` runs, when the attribute is not a factory.
 
     ``trunner worker myapp.worker:settings`` accepts a ``WorkerSettings``, a
-    ``TaskRegistry`` (then ``--group`` is required), or a function returning either.
+    [``TaskRegistry``][trunner.TaskRegistry] (then ``--group`` is required), or a
+    function returning either. The command line's ``--group``, ``--workers`` and
+    ``--redis`` / ``REDIS_URL`` override the settings. See [Command line](cli.md).
+
+    Raises:
+        TypeError: ``tasks`` is not a ``TaskRegistry``, or ``config`` is neither a
+            ``RunnerConfig`` nor ``None``.
     """
 
     tasks: TaskRegistry = attrs.field(validator=attrs.validators.instance_of(TaskRegistry))
+    """The registry of the tasks to run."""
     config: RunnerConfig | None = attrs.field(
         default=None,
         validator=attrs.validators.optional(attrs.validators.instance_of(RunnerConfig)),
     )
+    """The configuration; without it, ``--group`` is required."""
     redis: str | None = None
+    """The Redis URL; ``--redis`` or ``REDIS_URL`` override it."""
 
 
 def load_settings(target: str) -> WorkerSettings:

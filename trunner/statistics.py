@@ -15,13 +15,23 @@ __all__ = ["Counters", "RunnerState", "RunnerStatistics", "TaskTotals"]
 
 
 class RunnerState(enum.Enum):
-    """Where a runner is in its life: INIT → STARTING → STARTED → STOPPING → STOPPED."""
+    """Where a runner is in its life: ``INIT`` → ``STARTING`` → ``STARTED`` → ``STOPPING``
+    → ``STOPPED``.
+
+    A failed start goes from ``STARTING`` to ``STOPPED``. See
+    [Runner states](concepts.md#runner-states).
+    """
 
     INIT = "init"
+    """Created, not started."""
     STARTING = "starting"
+    """``run`` was called: connecting, loading the scripts, starting the components."""
     STARTED = "started"
+    """Ready: fetching and running tasks."""
     STOPPING = "stopping"
+    """Shutting down: nothing new is started, running tasks drain."""
     STOPPED = "stopped"
+    """Done; a runner is not started again."""
 
 
 @attrs.define
@@ -64,30 +74,40 @@ class Counters:
 
 @attrs.frozen(kw_only=True)
 class RunnerStatistics:
-    """An immutable snapshot of one runner's activity since it started."""
+    """An immutable snapshot of one runner's activity since it started.
+
+    [``Runner.statistics``][trunner.Runner.statistics] returns it. ``scheduler_passes``,
+    ``scheduler_seconds``, ``delayed_moved``, ``cron_fired`` and ``unique_dropped`` count
+    only while the instance leads; they stay 0 on an instance that never led.
+    """
 
     state: RunnerState
+    """The runner's state when the snapshot was taken."""
     capacity: int
-    """Tasks this instance may run at once."""
+    """Tasks this instance may run at once: ``num_workers``, or the capacity the leader
+    decided."""
     in_flight: int
-    """Tasks running now."""
+    """Tasks running now, including failed-task handlers running."""
     max_in_flight: int
     """The most tasks that ran at once."""
     fetched: int
     """Messages read from the stream (new deliveries)."""
     reclaimed: int
-    """Messages claimed from dead or releasing consumers."""
+    """Messages claimed from dead instances, or released by stopping ones."""
     processed: int
-    """Attempts that finished, successfully or not."""
+    """Attempts that finished: ``succeeded + failed``."""
     succeeded: int
+    """Attempts that returned."""
     failed: int
-    """Attempts that raised (each retry counts)."""
+    """Attempts that raised (each attempt counts)."""
     retried: int
-    """Failed attempts scheduled to run again."""
+    """Failed attempts whose retry was scheduled."""
     dead_lettered: int
     """Messages given up on and copied to the dead-letter stream."""
     released: int
-    """Messages handed back for immediate reclaim (at shutdown)."""
+    """Messages handed back for immediate reclaim: at shutdown, deliveries the runner
+    never saw (a read whose reply was lost), and messages fetched beyond a lowered
+    capacity."""
     interrupted: int
     """Tasks cancelled because they outlived the drain timeout."""
     abandoned: int = 0
@@ -98,18 +118,23 @@ class RunnerStatistics:
     acked: int
     """Successful attempts acknowledged in Redis."""
     errors: int
-    """Errors captured (see ``Runner.errors()``)."""
+    """Errors reported through [``Runner.errors``][trunner.Runner.errors], including the
+    ones dropped from its buffer."""
     scheduler_passes: int
-    """Passes of the delayed-task mover while this instance led."""
+    """Passes of the delayed-task mover while this instance led (each looks for due
+    tasks once)."""
     scheduler_seconds: float
-    """Time those passes took, in total (average: divide by ``scheduler_passes``)."""
+    """Time those passes took, in total, in seconds. Divide by ``scheduler_passes`` for
+    the average."""
     delayed_moved: int
     """Delayed tasks and retries this instance moved into the stream as leader."""
     cron_fired: int
     """Cron ticks this instance fired as leader."""
     unique_dropped: int
-    """Due unique delayed tasks this leader dropped because their key was locked."""
+    """Due [unique delayed tasks](unique-tasks.md#delayed-unique-tasks) this instance
+    dropped as leader, because their key was locked."""
     quarantined: int = 0
-    """Bad items this instance set aside (see :mod:`trunner.quarantine`)."""
+    """Bad items this instance set aside (see
+    [Bad data in Redis](reliability.md#bad-data-in-redis))."""
     chores_restarted: int = 0
     """Leader chores that failed and were restarted after a backoff."""

@@ -75,29 +75,64 @@ def _finite_non_negative(value: object) -> bool:
 class Task:
     """A named async action with its retry policy.
 
-    ``max_retry`` is how many times a failed attempt is retried (attempts = max_retry + 1);
-    a redelivery after a crash counts as an attempt. ``reservation_timeout`` bounds how long
-    a running attempt's reservation lasts without a heartbeat: the runner heartbeats it at
-    least every ``min(reservation_timeout, reclaim_delay) / 3``.
+    [``TaskRegistry.task``][trunner.TaskRegistry.task] builds and registers one for you;
+    build one yourself for [``TaskRegistry.register``][trunner.TaskRegistry.register]. Every
+    field is checked when the task is built: ``TypeError`` or ``ValueError`` naming it.
+
+    Raises:
+        TypeError: A field of the wrong type, or an ``action`` that is not async or does
+            not accept the payload as its one positional argument.
+        ValueError: A field out of range; ``unique=True`` without ``unique_for``; or
+            ``unique_key`` or ``unique_for`` without ``unique=True``.
+
+    Warns:
+        UserWarning: A unique task without ``unique_key``: the task name is the key, so at
+            most one task of it is queued at a time.
     """
 
     name: str = attrs.field(validator=_check_task_name)
+    """The name producers dispatch: a non-empty string without surrounding whitespace."""
     action: Action = attrs.field(validator=_check_action)
+    """Called with the payload as its one positional argument; its return value is
+    ignored. An ``async def`` function, or an object with an ``async def __call__`` (not a
+    class)."""
     max_retry: int = attrs.field(default=0, validator=v.non_negative_int, kw_only=True)
+    """How many times a failed attempt is retried (an int >= 0). Crash redeliveries count
+    as attempts."""
     retry_backoff: Backoff = attrs.field(default=1.0, validator=_check_backoff, kw_only=True)
+    """The delay before a retry: a number ``b`` >= 0, or a callable ``attempt -> seconds``.
+
+    With a number, the delay after attempt ``n`` failed is
+    ``min(retry_backoff_max, b * 2**(n-1))``, times a random factor in [0.5, 1].
+    """
     retry_backoff_max: float = attrs.field(
         default=3600.0, validator=v.positive_number, kw_only=True
     )
+    """The cap of the exponential backoff (> 0); not applied to a callable."""
     reservation_timeout: float | None = attrs.field(
         default=None, validator=v.optional_positive_number, kw_only=True
     )
+    """Makes heartbeats more frequent (> 0 or ``None``).
+
+    A running attempt's heartbeats are sent every ``min(reservation_timeout,
+    reclaim_delay) / 3`` instead of every ``reclaim_delay / 3``. It does not limit the
+    task's run time, and the reservation itself always lasts ``reclaim_delay`` (see
+    [Heartbeats](concepts.md#heartbeats-and-reservation_timeout)).
+    """
     unique: bool = attrs.field(default=False, validator=v.boolean, kw_only=True)
+    """A [unique task](unique-tasks.md): a dispatch is refused with
+    [``TaskAlreadyDispatched``][trunner.TaskAlreadyDispatched] while a task of the same
+    key is queued and not finished. Needs ``unique_for``."""
     unique_key: Callable[[Any], Any] | None = attrs.field(
         default=None, validator=v.optional_callable, kw_only=True
     )
+    """``payload -> str or int``, the payload's key; needs ``unique=True``. ``None``: the
+    task name is the key, and a ``UserWarning`` is issued when the task is built."""
     unique_for: float | None = attrs.field(
         default=None, validator=v.optional_positive_number, kw_only=True
     )
+    """Seconds after which the lock of a unique task expires by itself, whether or not
+    the task finished (> 0). Required with ``unique=True``, and only allowed with it."""
 
     def __attrs_post_init__(self) -> None:
         if self.unique and self.unique_for is None:
@@ -117,13 +152,26 @@ class Task:
 
     @property
     def max_attempts(self) -> int:
+        """How many attempts the task gets: ``max_retry + 1``."""
         return self.max_retry + 1
 
     def key_for(self, payload: Any) -> str:
-        """The lock key of ``payload``: ``<len(name)>:<name>[:<unique_key(payload)>]``.
+        """The unique key of ``payload``, whose lock a unique task takes.
 
         The length prefix keeps the keys of different tasks apart whatever their names
-        contain; without a unique_key the task itself is the key.
+        contain; without a ``unique_key`` the task itself is the key.
+
+        Args:
+            payload: The payload of a dispatch.
+
+        Returns:
+            ``"<len(name)>:<name>:<unique_key(payload)>"``, or ``"<len(name)>:<name>"``
+            without ``unique_key``. ``bytes`` keys are decoded as UTF-8.
+
+        Raises:
+            TypeError: ``unique_key`` returned something other than a ``str`` or ``int``.
+
+        Whatever ``unique_key`` raises propagates.
         """
         prefix = f"{len(self.name)}:{self.name}"
         if self.unique_key is None:
@@ -139,13 +187,25 @@ class Task:
 
     @property
     def unique_for_ms(self) -> int:
+        """``unique_for`` in whole milliseconds (at least 1)."""
         return max(1, math.ceil((self.unique_for or 0) * 1000))
 
     def retry_delay(self, failed_attempt: int) -> float:
-        """Seconds to wait before retrying after attempt ``failed_attempt`` (1-based) failed.
+        """The delay before the next attempt, after attempt ``failed_attempt`` failed.
 
-        A number ``b`` gives ``min(cap, b * 2**(attempt-1))`` scaled by a random factor in
-        [0.5, 1] (jitter, so retries of many tasks spread out).
+        A number ``b`` gives ``min(retry_backoff_max, b * 2**(failed_attempt-1))`` scaled
+        by a random factor in [0.5, 1] (jitter, so that retries of many tasks spread out);
+        a callable gives what it returns.
+
+        Args:
+            failed_attempt: The attempt that failed, from 1.
+
+        Returns:
+            Seconds to wait.
+
+        Raises:
+            ValueError: The ``retry_backoff`` callable returned something other than a
+                finite number >= 0.
         """
         backoff = self.retry_backoff
         if callable(backoff):
@@ -183,15 +243,37 @@ def _check_timezone(_inst: object, attr: attrs.Attribute[Any], value: object) ->
 class CronSchedule:
     """A periodic task: ``task_name`` with ``payload`` at every tick of ``expression``.
 
-    ``expression`` has five fields (minute hour day month weekday) or six (seconds last);
-    ticks are computed in ``timezone``. The leader fires each tick once group-wide.
+    [``TaskRegistry.cron``][trunner.TaskRegistry.cron] builds one; build one yourself for
+    [``TaskRegistry.add_cron``][trunner.TaskRegistry.add_cron]. The group's leader fires
+    each tick once group-wide (see [Periodic tasks](delayed-and-periodic.md#periodic-tasks-cron)).
+
+    Raises:
+        TypeError: ``name`` or ``task_name`` is not a string, or ``timezone`` is not a
+            string.
+        ValueError: An empty name or one with surrounding whitespace, an invalid
+            expression, or an unknown time zone.
+        InvalidPayload: ``payload`` is not JSON-serializable.
     """
 
     name: str = attrs.field(validator=_check_task_name)
+    """The schedule's name: a non-empty string without surrounding whitespace. The group
+    keeps the last tick fired per name, so keep it stable."""
     expression: str = attrs.field(validator=_check_cron_expression)
+    """A cron expression: five fields (minute hour day-of-month month day-of-week), or six
+    with seconds as the last field."""
     task_name: str = attrs.field(validator=_check_task_name)
+    """The task to run: a non-empty string without surrounding whitespace."""
     payload: Any = None
+    """The payload of every tick, JSON-serializable.
+
+    It is encoded once when the schedule is built, to check it, and again at every tick.
+    At a tick, a message larger than the leading runner's ``max_payload_bytes`` skips the
+    tick: the leader logs an error and reports
+    [``PayloadTooLarge``][trunner.PayloadTooLarge] through ``runner.errors()``, and fires
+    the next tick as usual.
+    """
     timezone: str = attrs.field(default="UTC", validator=_check_timezone)
+    """The IANA time zone the ticks are computed in."""
 
     def __attrs_post_init__(self) -> None:
         # A payload that cannot be sent fails here, not at a tick on the leader.
@@ -216,25 +298,55 @@ class CronSchedule:
         return croniter(self.expression, start)
 
     def next_tick(self, after: float) -> float:
-        """The first tick strictly after ``after`` (seconds since the epoch)."""
+        """The first tick strictly after ``after``.
+
+        Args:
+            after: Seconds since the epoch.
+
+        Returns:
+            The tick, in seconds since the epoch.
+        """
         tick: float = self._iter(after).get_next(float)
         return tick
 
     def prev_tick(self, at: float) -> float:
-        """The latest tick at or before ``at``."""
+        """The latest tick at or before ``at``.
+
+        Args:
+            at: Seconds since the epoch.
+
+        Returns:
+            The tick, in seconds since the epoch.
+        """
         tick: float = self._iter(at + 0.001).get_prev(float)
         return tick
 
 
 class TaskRegistry:
-    """The tasks a runner can execute, by name."""
+    """The tasks a runner can run, by name, and the cron schedules that run them.
+
+    ``name in registry`` tells whether a task of that name is registered;
+    ``iter(registry)`` gives the registered [``Task``][trunner.Task]s in registration
+    order (a snapshot), and ``len(registry)`` their number.
+    """
 
     def __init__(self) -> None:
         self._tasks: dict[str, Task] = {}
         self._crons: dict[str, CronSchedule] = {}
 
     def register(self, task: Task) -> Task:
-        """Add ``task``; a second task of the same name is an error."""
+        """Add a task.
+
+        Args:
+            task: The task.
+
+        Returns:
+            ``task``.
+
+        Raises:
+            TypeError: ``task`` is not a [``Task``][trunner.Task].
+            ValueError: A task of the same name is registered.
+        """
         if not isinstance(task, Task):
             raise TypeError(f"register() takes a Task, got {type(task).__name__}")
         if task.name in self._tasks:
@@ -271,13 +383,32 @@ class TaskRegistry:
         unique_key: Callable[[Any], Any] | None = None,
         unique_for: float | None = None,
     ) -> A | Callable[[A], A]:
-        """Register an ``async def action(payload)`` as a task (decorator).
+        """Register an ``async def action(payload)`` as a task: a decorator.
 
-        Use as ``@tasks.task``, ``@tasks.task()`` or ``@tasks.task("name", max_retry=3)``;
-        the name defaults to the function's ``__name__``. The function is returned as is.
+        Use it as ``@tasks.task``, ``@tasks.task()`` or ``@tasks.task("name",
+        max_retry=3)``. ``unique=True`` with ``unique_for=seconds`` (and usually
+        ``unique_key=lambda payload: ...``) makes a [unique task](unique-tasks.md).
 
-        ``unique=True`` (with ``unique_for`` seconds, and ``unique_key=lambda payload: ...``)
-        refuses a dispatch while a task of the same key is queued and not finished.
+        Args:
+            name: The task's name; default: the function's ``__name__``.
+            max_retry: See [``Task.max_retry``][trunner.Task.max_retry].
+            retry_backoff: See [``Task.retry_backoff``][trunner.Task.retry_backoff].
+            retry_backoff_max: See [``Task.retry_backoff_max``][trunner.Task.retry_backoff_max].
+            reservation_timeout: See
+                [``Task.reservation_timeout``][trunner.Task.reservation_timeout].
+            unique: See [``Task.unique``][trunner.Task.unique].
+            unique_key: See [``Task.unique_key``][trunner.Task.unique_key].
+            unique_for: See [``Task.unique_for``][trunner.Task.unique_for].
+
+        Returns:
+            The decorator, which returns the function unchanged.
+
+        Raises:
+            ValueError: A task of the same name is registered.
+            TypeError: The callable has no ``__name__`` and no name was given.
+
+        It also raises what [``Task``][trunner.Task] raises for a bad action or bad
+        options.
         """
 
         def decorate(func: A) -> A:
@@ -344,12 +475,39 @@ class TaskRegistry:
         retry_backoff_max: float = 3600.0,
         reservation_timeout: float | None = None,
     ) -> CronSchedule | Callable[[A], A]:
-        """Run a task periodically, once per tick of a cron ``expression``, group-wide.
+        """Run a task at every tick of a cron ``expression``, once per tick group-wide.
 
-        ``tasks.cron("*/5 * * * *", "send_report", {"to": "ops"})`` schedules a registered
-        task; as a decorator, ``@tasks.cron("0 * * * *")`` registers the function as a task
-        (with the given retry options) and schedules it with ``payload``. ``name``
-        identifies the schedule in Redis (default: the task's name); keep it stable.
+        ``tasks.cron("*/5 * * * *", "send_report", {"to": "ops"})`` schedules the task
+        ``send_report``; it does not have to be registered yet, and
+        [``check``][trunner.TaskRegistry.check] verifies that it is. As a decorator,
+        ``@tasks.cron("0 * * * *")`` registers the function as a task (named after its
+        ``__name__``, with the given retry options, as [``task``][trunner.TaskRegistry.task]
+        does) and schedules it with ``payload``; the expression, time zone and payload are
+        checked before the function is registered. See
+        [Periodic tasks](delayed-and-periodic.md#periodic-tasks-cron).
+
+        Args:
+            expression: The cron expression (see
+                [``CronSchedule.expression``][trunner.CronSchedule.expression]).
+            task_name: The task to run. Without it, ``cron`` is a decorator.
+            payload: The payload of every tick, JSON-serializable.
+            name: Identifies the schedule in Redis; default: the task's name. It must be
+                unique among the schedules; keep it stable.
+            timezone: The IANA time zone the ticks are computed in.
+            max_retry: Decorator form only: see [``Task.max_retry``][trunner.Task.max_retry].
+            retry_backoff: Decorator form only.
+            retry_backoff_max: Decorator form only.
+            reservation_timeout: Decorator form only.
+
+        Returns:
+            The new [``CronSchedule``][trunner.CronSchedule]; in the decorator form, the
+            decorator, which returns the function unchanged.
+
+        Raises:
+            ValueError: An invalid expression, an unknown time zone, or a duplicate
+                schedule name.
+            TypeError: A time zone that is not a string.
+            InvalidPayload: A payload that is not JSON-serializable.
         """
         if task_name is not None:
             return self.add_cron(
@@ -374,7 +532,17 @@ class TaskRegistry:
         return decorate
 
     def add_cron(self, schedule: CronSchedule) -> CronSchedule:
-        """Add a cron schedule; a second schedule of the same name is an error."""
+        """Add a cron schedule.
+
+        Args:
+            schedule: The schedule.
+
+        Returns:
+            ``schedule``.
+
+        Raises:
+            ValueError: A schedule of the same name exists.
+        """
         if schedule.name in self._crons:
             raise ValueError(f"a cron schedule named {schedule.name!r} is already registered")
         self._crons[schedule.name] = schedule
@@ -382,16 +550,33 @@ class TaskRegistry:
 
     @property
     def crons(self) -> list[CronSchedule]:
+        """The cron schedules, in registration order (a copy)."""
         return list(self._crons.values())
 
     def check(self) -> None:
-        """Raise :class:`TaskNotFound` if a cron schedule names a task that is not registered."""
+        """Check that every cron schedule names a registered task.
+
+        [``Runner``][trunner.Runner] and [``open_runner``][trunner.open_runner] call it.
+
+        Raises:
+            TaskNotFound: A schedule names a task that is not registered.
+        """
         for schedule in self._crons.values():
             if schedule.task_name not in self._tasks:
                 raise TaskNotFound(schedule.task_name)
 
     def get(self, name: str) -> Task:
-        """The task called ``name``; :class:`TaskNotFound` if there is none."""
+        """The task of that name.
+
+        Args:
+            name: A task name.
+
+        Returns:
+            The registered [``Task``][trunner.Task].
+
+        Raises:
+            TaskNotFound: No task of that name is registered.
+        """
         try:
             return self._tasks[name]
         except KeyError:
@@ -400,11 +585,26 @@ class TaskRegistry:
     async def call(
         self, task_name: str, payload: Any = None, *, sleep_backoff: bool = False
     ) -> Any:
-        """Run a task now, without Redis, as a runner would (eager mode, for unit tests).
+        """Run a task now, without Redis, as a runner would: eager mode, for unit tests.
 
-        Same payload round trip, attempts and ``current_message()``; returns the action's
-        result or raises :class:`~trunner.MaxRetryExceeded`. See
-        :func:`trunner.testing.call_task`.
+        The same as [``trunner.testing.call_task``][trunner.testing.call_task] with this
+        registry: the same payload round trip, attempts and ``current_message()``.
+
+        Args:
+            task_name: A registered task name.
+            payload: The payload, JSON-serializable.
+            sleep_backoff: Sleep the backoff between attempts (on the Trio clock).
+
+        Returns:
+            What the action returns.
+
+        Raises:
+            MaxRetryExceeded: The last attempt failed; ``__cause__`` is its exception.
+            TaskNotFound: No task of that name is registered.
+            TypeError: ``task_name`` is not a string.
+            ValueError: ``task_name`` is empty.
+            InvalidPayload: The payload is not JSON-serializable, or its message is larger
+                than 1 MiB.
         """
         task = self.get(checked_task_name(task_name))
         return await run_eagerly(task, payload, sleep_backoff=sleep_backoff)
@@ -420,4 +620,5 @@ class TaskRegistry:
 
     @property
     def names(self) -> frozenset[str]:
+        """The registered task names."""
         return frozenset(self._tasks)

@@ -52,7 +52,16 @@ def _server(name: str) -> _MemoryServer:
 
 
 def forget_memory_server(name: str) -> bool:
-    """Drop the in-process server ``name`` and its data; return whether it existed."""
+    """Drop the in-process server behind ``memory://NAME``, with its data.
+
+    Use it in test teardown. A later ``memory://NAME`` starts empty.
+
+    Args:
+        name: The ``NAME`` of ``memory://NAME``.
+
+    Returns:
+        Whether the server existed.
+    """
     with _servers_lock:
         return _servers.pop(name, None) is not None
 

@@ -52,10 +52,17 @@ SUPPORTED_SCHEMES = (
 
 
 def redact_url(url: str) -> str:
-    """``url`` with its passwords replaced by ``***``.
+    """``url`` with its passwords replaced by ``***``, for logs and messages.
 
     Covers the password in ``user:password@`` and the ``password`` and
-    ``sentinel_password`` query options, for single-host and multi-host URLs.
+    ``sentinel_password`` query options, for single-host and multi-host URLs: for example
+    ``redis://user:***@host:6379/0``.
+
+    Args:
+        url: A Redis URL.
+
+    Returns:
+        The URL without its passwords; a URL without a password is returned unchanged.
     """
     scheme, sep, rest = url.partition("://")
     if not sep:

@@ -1,14 +1,19 @@
 """Helpers for test suites of code that uses trunner.
 
-* :func:`run_until_idle` waits until a runner's group has nothing left to do;
-* :func:`assert_clean_shutdown` fails when trunner left a Trio task, a thread, a Redis
-  connection or an unreleased message behind;
-* :func:`capture_errors` turns what ``runner.errors()`` yields into test failures;
-* :func:`call_task` (``await tasks.call(name, payload)``) runs a task eagerly, without Redis;
-* :func:`open_runner_factory` opens runners for a test and closes them at its end.
+* [``run_until_idle``][trunner.testing.run_until_idle] waits until a runner's group has
+  nothing left to do;
+* [``assert_clean_shutdown``][trunner.testing.assert_clean_shutdown] fails when trunner
+  left a Trio task, a thread, a Redis connection or an unreleased message behind;
+* [``capture_errors``][trunner.testing.capture_errors] turns what ``runner.errors()``
+  yields into test failures;
+* [``call_task``][trunner.testing.call_task] (``await tasks.call(name, payload)``) runs a
+  task eagerly, without Redis;
+* [``open_runner_factory``][trunner.testing.open_runner_factory] opens runners for a test
+  and closes them at its end.
 
-The pytest fixtures built on these live in :mod:`trunner.pytest_plugin` (enable them with
-``pytest --trunner``). This package does not import pytest: it works with any test runner.
+The pytest fixtures built on these live in ``trunner.pytest_plugin`` (enable them with
+``pytest --trunner``; see [Testing with trunner](testing.md)). This package does not import
+pytest: it works with any test runner.
 """
 
 from ._eager import call_task

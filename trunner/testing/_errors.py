@@ -28,16 +28,19 @@ def _caused_by(
 
 
 class CapturedErrors:
-    """Errors a runner captured; see :func:`capture_errors`.
+    """Errors a runner captured; see [``capture_errors``][trunner.testing.capture_errors].
 
     The errors are taken from the runner's error log as you look (``len``, iteration,
-    :meth:`pop`, :meth:`expect` ...): another reader of ``runner.errors()`` would miss them.
+    [``pop``][trunner.testing.CapturedErrors.pop],
+    [``expect``][trunner.testing.CapturedErrors.expect] ...): another reader of
+    ``runner.errors()`` would miss them.
     """
 
     def __init__(self, runner: Runner) -> None:
         if not isinstance(runner, Runner):
             raise TypeError(f"capture_errors() takes a Runner, got {type(runner).__name__}")
         self.runner = runner
+        """The runner whose errors are collected."""
         self._errors: list[BaseException] = []
 
     def _collect(self) -> list[BaseException]:
@@ -56,12 +59,23 @@ class CapturedErrors:
         return f"<CapturedErrors of {self.runner!r}: {self._collect()!r}>"
 
     def clear(self) -> list[BaseException]:
-        """Consume every error captured so far; return them."""
+        """Consume every error captured so far.
+
+        Returns:
+            The errors, oldest first.
+        """
         errors, self._errors = list(self._collect()), []
         return errors
 
     def pop(self) -> BaseException:
-        """Consume and return the oldest error; AssertionError if there is none."""
+        """Consume the oldest error.
+
+        Returns:
+            The error.
+
+        Raises:
+            AssertionError: No error was captured.
+        """
         errors = self._collect()
         if not errors:
             raise AssertionError(f"{self.runner!r} captured no error")
@@ -84,11 +98,20 @@ class CapturedErrors:
         exc_type: type[BaseException] | tuple[type[BaseException], ...] = Exception,
         match: str | None = None,
     ) -> BaseException:
-        """Consume the oldest error that is, or was caused by, an ``exc_type`` (whose text
-        matches the regular expression ``match``); return that exception.
+        """Consume the oldest error that is, or was caused by, an ``exc_type``.
 
-        ``expect(ValueError)`` finds the :class:`~trunner.TaskFailed` of a task that
-        raised ValueError, and returns the ValueError. AssertionError if there is none.
+        ``expect(ValueError)`` finds the [``TaskFailed``][trunner.TaskFailed] of a task
+        that raised ``ValueError``, and returns the ``ValueError``.
+
+        Args:
+            exc_type: An exception class, or a tuple of them.
+            match: A regular expression the exception's text must match.
+
+        Returns:
+            The matching exception (in the cause chain of the captured error).
+
+        Raises:
+            AssertionError: No captured error matches.
         """
         found = self._find(exc_type, match)
         if found is None:
@@ -102,7 +125,12 @@ class CapturedErrors:
         exc_type: type[BaseException] | tuple[type[BaseException], ...] = Exception,
         match: str | None = None,
     ) -> BaseException:
-        """Like :meth:`expect`, but wait until such an error is captured."""
+        """Like [``expect``][trunner.testing.CapturedErrors.expect], but wait until such an
+        error is captured.
+
+        Raises:
+            AssertionError: The runner stopped without capturing one.
+        """
         errors = aiter(self.runner.errors())
         while True:
             found = self._find(exc_type, match)
@@ -118,7 +146,10 @@ class CapturedErrors:
                 ) from None
 
     def check(self) -> None:
-        """Raise the oldest error not consumed, if any (what leaving the block does)."""
+        """Raise the oldest error not consumed, if any: what leaving the block does.
+
+        A note on it names the other errors not consumed.
+        """
         errors = self._collect()
         if not errors:
             return
@@ -168,12 +199,23 @@ def _about(
 
 
 def capture_errors(runner: Runner) -> CapturedErrors:
-    """Collect the errors ``runner`` captures (what ``runner.errors()`` yields).
+    """Collect the errors ``runner`` captures: what ``runner.errors()`` yields.
 
-    Use as ``with capture_errors(runner) as errors:`` (or ``async with``). Leaving the block
-    raises the oldest error the test did not consume with :meth:`~CapturedErrors.pop`,
-    :meth:`~CapturedErrors.expect`, :meth:`~CapturedErrors.wait_for` or
-    :meth:`~CapturedErrors.clear` (with a note naming the others). An exception raised in
-    the block leaves as itself.
+    Use it as ``with capture_errors(runner) as errors:`` (or ``async with``). Leaving the
+    block raises the oldest error the test did not consume with
+    [``pop``][trunner.testing.CapturedErrors.pop],
+    [``expect``][trunner.testing.CapturedErrors.expect],
+    [``wait_for``][trunner.testing.CapturedErrors.wait_for] or
+    [``clear``][trunner.testing.CapturedErrors.clear], with a note naming the others. An
+    exception raised in the block leaves as itself.
+
+    Args:
+        runner: The runner.
+
+    Returns:
+        A [``CapturedErrors``][trunner.testing.CapturedErrors], a context manager.
+
+    Raises:
+        TypeError: ``runner`` is not a [``Runner``][trunner.Runner].
     """
     return CapturedErrors(runner)

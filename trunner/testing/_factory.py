@@ -21,9 +21,16 @@ __all__ = ["RunnerFactory", "clean_keys", "open_runner_factory"]
 
 
 async def clean_keys(url: str, prefixes: Iterable[str] = ("trunner",)) -> int:
-    """Delete every key named ``<prefix>:...`` for each prefix; return how many.
+    """Delete every key named ``<prefix>:...``, for each prefix.
 
     For the Redis a test suite owns: every group under a prefix is gone afterwards.
+
+    Args:
+        url: The Redis URL.
+        prefixes: The key prefixes.
+
+    Returns:
+        How many keys were deleted.
     """
     deleted = 0
     async with open_transport(
@@ -38,30 +45,43 @@ class RunnerFactory:
     """Opens runners for one test: ``runner = await factory(tasks, **config)``.
 
     Every runner it opened is stopped (gracefully) when the factory closes; get one from
-    :func:`open_runner_factory` or the ``trunner_runner`` fixture.
+    [``open_runner_factory``][trunner.testing.open_runner_factory] or the
+    ``trunner_runner`` fixture.
     """
 
     def __init__(self, url: str, group: str, nursery: trio.Nursery) -> None:
         self.url = url
-        #: The default consumer group of the runners it opens (unique per factory).
+        """The Redis URL of the runners it opens."""
         self.group = group
-        #: Every runner opened, in order.
+        """The default consumer group of the runners it opens (unique per factory)."""
         self.runners: list[Runner] = []
+        """Every runner opened, in order."""
         self._nursery = nursery
         self._stop: dict[Runner, trio.Event] = {}
         self._done: dict[Runner, trio.Event] = {}
 
     def config(self, **overrides: Any) -> RunnerConfig:
-        """A RunnerConfig for this factory's group, with ``overrides``."""
+        """A [``RunnerConfig``][trunner.RunnerConfig] for this factory's group.
+
+        Args:
+            **overrides: Fields of the configuration.
+        """
         values: dict[str, Any] = {"consumer_group": self.group, **overrides}
         return RunnerConfig(**values)
 
     async def __call__(
         self, tasks: TaskRegistry, config: RunnerConfig | None = None, /, **overrides: Any
     ) -> Runner:
-        """Open a runner of ``tasks`` (started and ready when this returns).
+        """Open a runner of ``tasks``, started and ready when this returns.
 
-        ``config`` defaults to :meth:`config`; ``overrides`` replace its fields.
+        Args:
+            tasks: The registry.
+            config: The configuration; default: [``config``][trunner.testing.RunnerFactory.config]
+                ``(**overrides)``.
+            **overrides: Fields that replace those of ``config``.
+
+        Returns:
+            The started runner.
         """
         if config is None:
             config = self.config(**overrides)
@@ -88,7 +108,11 @@ class RunnerFactory:
             done.set()
 
     async def close(self, runner: Runner) -> None:
-        """Stop ``runner`` gracefully and wait until it has stopped."""
+        """Stop ``runner`` gracefully and wait until it has stopped.
+
+        Raises:
+            ValueError: ``runner`` was not opened by this factory.
+        """
         if runner not in self._stop:
             raise ValueError(f"{runner!r} was not opened by this factory")
         self._stop[runner].set()
@@ -103,12 +127,22 @@ class RunnerFactory:
 async def open_runner_factory(
     url: str, group: str | None = None, *, check_shutdown: bool = True
 ) -> AsyncIterator[RunnerFactory]:
-    """A :class:`RunnerFactory` for the block; its runners are stopped when it ends.
+    """A [``RunnerFactory``][trunner.testing.RunnerFactory] for the block; its runners are
+    stopped when it ends.
 
-    ``group`` defaults to a fresh name. With ``check_shutdown`` the end of the block also
-    checks, like :func:`assert_clean_shutdown` (without threads), that nothing of trunner
-    started in the block is left: its tasks, connections, or messages neither
-    acknowledged nor released.
+    Args:
+        url: The Redis URL of the runners.
+        group: Their default consumer group; default: a fresh name.
+        check_shutdown: At the end of the block, also check, like
+            [``assert_clean_shutdown``][trunner.testing.assert_clean_shutdown] (without
+            threads), that nothing of trunner started in the block is left: its tasks,
+            connections, or messages neither acknowledged nor released.
+
+    Yields:
+        The factory.
+
+    Raises:
+        ShutdownLeak: With ``check_shutdown``, something was left.
     """
     factory_group = group or f"test-{uuid.uuid4().hex[:10]}"
     check = assert_clean_shutdown(url, threads=False)

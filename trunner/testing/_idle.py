@@ -28,9 +28,10 @@ SUMMARY_LIMIT = 1000
 
 @attrs.frozen
 class IdleState:
-    """What is left to do in a runner's group (see :func:`run_until_idle`).
+    """What is left to do in a runner's group (see
+    [``run_until_idle``][trunner.testing.run_until_idle]).
 
-    The name lists hold task names, one per message, read up to :data:`SUMMARY_LIMIT`.
+    The name lists hold task names, one per message, read up to 1000 of each kind.
     """
 
     queued: int
@@ -48,17 +49,24 @@ class IdleState:
     acks_buffered: int
     """Finished tasks of this runner whose acknowledgement is not written yet."""
     queued_tasks: list[str] = attrs.field(factory=list)
+    """The task names of the queued messages."""
     pending_tasks: list[str] = attrs.field(factory=list)
+    """The task names of the pending messages."""
     pending_consumers: list[str] = attrs.field(factory=list)
+    """The consumer of each pending message."""
     due_tasks: list[str] = attrs.field(factory=list)
+    """The task names of the due delayed tasks."""
     in_flight_tasks: list[str] = attrs.field(factory=list)
+    """The task names of the tasks running on the runner."""
 
     @property
     def idle(self) -> bool:
+        """Nothing queued, pending, due or running, and no acknowledgement waiting."""
         return not (self.queued or self.pending or self.due or self.in_flight or self.acks_buffered)
 
     def describe(self) -> str:
-        """``1 queued (send: 1); 2 pending (send: 2, by consumer 'host:1:ab': 2); ...``"""
+        """A summary, e.g. ``1 queued (send: 1); 2 pending (send: 2, by consumer
+        'host:1:ab': 2); ...``"""
         parts = []
         for count, what, names in [
             (self.queued, "queued", _tally(self.queued_tasks)),
@@ -82,11 +90,13 @@ class IdleState:
 
 
 class NotIdle(AssertionError):
-    """:func:`run_until_idle` timed out; ``state`` says what was left."""
+    """[``run_until_idle``][trunner.testing.run_until_idle] timed out (an
+    ``AssertionError``)."""
 
     def __init__(self, message: str, state: IdleState) -> None:
         super().__init__(message)
         self.state = state
+        """What was left."""
 
 
 def _activity(runner: Runner) -> tuple[int, ...]:
@@ -167,8 +177,7 @@ async def run_until_idle(
     *,
     delayed_within: float = 0.0,
 ) -> None:
-    """Return once the runner's group has nothing left to do; raise :class:`NotIdle` after
-    ``timeout`` seconds (Trio clock) otherwise.
+    """Return once the runner's group has nothing left to do.
 
     Idle means, all at one moment: nothing queued in the group's stream, no delayed task
     (or retry) due, nothing pending (delivered and not acknowledged, by any consumer of the
@@ -178,8 +187,18 @@ async def run_until_idle(
     Delayed tasks due later do not count, and retries wait in the delayed set for their
     backoff: pass ``delayed_within=s`` to also wait for the delayed tasks (and retries) due
     within ``s`` seconds of each look. While tasks run this waits for the runner's pool to
-    become idle; Redis state has no event to wait for, so it is looked at every
-    :data:`IDLE_POLL` seconds.
+    become idle; Redis state has no event to wait for, so it is looked at every 0.01 s.
+
+    Args:
+        runner: A started runner.
+        timeout: Seconds on the Trio clock (> 0).
+        delayed_within: Seconds (>= 0).
+
+    Raises:
+        NotIdle: The group was not idle after ``timeout``; its ``state`` says what was
+            left.
+        RunnerNotRunning: The runner is not running.
+        TypeError: ``runner`` is not a [``Runner``][trunner.Runner].
     """
     if not isinstance(runner, Runner):
         raise TypeError(f"run_until_idle() takes a Runner, got {type(runner).__name__}")

@@ -123,7 +123,8 @@ class _Spotter(trio.abc.Instrument):
 
 
 class ShutdownLeak(AssertionError):
-    """:func:`assert_clean_shutdown` found something left behind; ``leaks`` lists them."""
+    """[``assert_clean_shutdown``][trunner.testing.assert_clean_shutdown] found something
+    left behind (an ``AssertionError``)."""
 
     def __init__(self, leaks: list[str]) -> None:
         lines = "\n".join(f"  - {leak}" for leak in leaks)
@@ -132,6 +133,7 @@ class ShutdownLeak(AssertionError):
             f"block:\n{lines}"
         )
         self.leaks = leaks
+        """What was left, one description each."""
 
 
 def _is_ours(client: dict[str, str]) -> bool:
@@ -139,7 +141,8 @@ def _is_ours(client: dict[str, str]) -> bool:
 
 
 class CleanShutdown:
-    """The context manager :func:`assert_clean_shutdown` returns (sync and async)."""
+    """The context manager [``assert_clean_shutdown``][trunner.testing.assert_clean_shutdown]
+    returns, sync and async."""
 
     def __init__(self, redis: Sequence[str], *, threads: bool) -> None:
         self._urls = list(redis)
@@ -149,8 +152,8 @@ class CleanShutdown:
         self._clients: dict[str, set[str]] = {}  # url -> connection ids before the block
         self._owners: dict[str, set[str]] = {}  # url -> trunner connection names before it
         self._spotter: _Spotter | None = None
-        #: The runners started in the block (found while the block ran in a Trio run).
         self.runners: list[Runner] = []
+        """The runners started in the block (found while the block ran in a Trio run)."""
 
     # -- entering ---------------------------------------------------------------------------
 
@@ -333,7 +336,8 @@ def assert_clean_shutdown(
     """Fail, naming the culprit, if the block left trunner things running.
 
     Use it as ``with assert_clean_shutdown(): ...`` or ``async with ...``. After the block
-    (when it raised nothing) it raises :class:`ShutdownLeak` if any of these is left:
+    (when it raised nothing) it raises [``ShutdownLeak``][trunner.testing.ShutdownLeak] if
+    any of these is left:
 
     * a Trio task running trunner code (or trio-asyncio's) that was started in the block,
       except under tasks that existed before it (a runner opened earlier keeps running);
@@ -348,6 +352,14 @@ def assert_clean_shutdown(
     Runners are found while the block runs inside a Trio run (a Trio instrument watches
     for ``Runner.run``); around ``trio.run(...)`` only threads and the ``redis`` URLs are
     checked. The Redis look is a short blocking call, even in the async form.
+
+    Args:
+        redis: Real-Redis URLs whose connections to check (``memory://`` URLs are
+            ignored).
+        threads: Check for threads left.
+
+    Returns:
+        A [``CleanShutdown``][trunner.testing.CleanShutdown] context manager.
     """
     urls = [redis] if isinstance(redis, str) else list(redis)
     return CleanShutdown([u for u in urls if not u.startswith("memory://")], threads=threads)
