@@ -1,0 +1,179 @@
+"""Where a dispatched task is, and how it ended: the values task handles return, and the
+one layout of the per-task record that holds a task's outcome.
+
+The record, ``<prefix>:{<group>}:task:<task id>`` (a hash), exists for a task that keeps its
+result (``keep_result``) or reports progress. It is written by the scripts that end an
+attempt — the same script that acknowledges a message writes its outcome — and expires
+``keep_result`` seconds after the outcome (:data:`RUNNING_TTL` while the task runs).
+:func:`record_fields` writes its fields and :func:`read_record` reads them; nothing else
+does. Fields (all text):
+
+====================  =======================================================
+``state``             running, retrying, succeeded, failed, dead, cancelled, expired
+``task``              the task's name
+``attempt``           the attempt that ran last
+``instance``          the consumer that ran it
+``enqueued_at``       seconds since the epoch (dispatch)
+``started_at``        seconds since the epoch (the last attempt's start)
+``finished_at``       seconds since the epoch (the outcome)
+``result``            the result, as JSON (succeeded)
+``error_type``        the exception's class name (failed, dead, retrying: the last error)
+``error``             its message
+``traceback``         its traceback, as text (at most :data:`MAX_TRACEBACK` characters)
+``progress``          the last progress reported, a fraction in [0, 1]
+``progress_message``  its message
+``keep``              ``keep_result`` in seconds
+====================  =======================================================
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+
+import attrs
+
+__all__ = [
+    "MAX_TRACEBACK",
+    "RUNNING_TTL",
+    "RemoteError",
+    "TaskState",
+    "TaskStatus",
+    "read_record",
+]
+
+#: How long a record lives while its task runs (a runner that dies leaves it to expire).
+RUNNING_TTL = 24 * 3600.0
+#: The most characters of a traceback an outcome keeps (the end is kept: the raise site).
+MAX_TRACEBACK = 8000
+
+
+class TaskState(enum.Enum):
+    """Where a task is, as :meth:`TaskHandle.status <trunner.TaskHandle.status>` says."""
+
+    SCHEDULED = "scheduled"
+    """Delayed: in the delayed set until it is due."""
+    QUEUED = "queued"
+    """In the stream, not delivered to any instance yet."""
+    RUNNING = "running"
+    """Delivered to an instance (running, or about to run)."""
+    RETRYING = "retrying"
+    """An attempt failed; the next one waits in the delayed set for its backoff."""
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    """Its last allowed attempt raised: given up on (and dead-lettered)."""
+    DEAD = "dead"
+    """Given up on without a last attempt: its payload did not validate, its task is
+    unknown, or it was delivered again past its last attempt (dead-lettered)."""
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+    """Not started before its ``expires`` time: dropped."""
+    UNKNOWN = "unknown"
+    """Nowhere: finished without keeping its result, its outcome expired, or never
+    dispatched to this group."""
+
+    @property
+    def finished(self) -> bool:
+        """Whether this is an outcome (nothing more happens to the task)."""
+        return self in _FINISHED
+
+
+_FINISHED = frozenset(
+    {
+        TaskState.SUCCEEDED,
+        TaskState.FAILED,
+        TaskState.DEAD,
+        TaskState.CANCELLED,
+        TaskState.EXPIRED,
+    }
+)
+
+
+@attrs.frozen
+class RemoteError:
+    """An exception a task raised on some instance: its class name, message and traceback."""
+
+    type: str
+    message: str
+    traceback: str = attrs.field(default="", repr=False)
+
+    def __str__(self) -> str:
+        return f"{self.type}: {self.message}" if self.message else self.type
+
+
+@attrs.frozen(kw_only=True)
+class TaskStatus:
+    """Where a task is, and what is known of it (fields not known are None)."""
+
+    id: str
+    """The task's id."""
+    state: TaskState
+    task: str | None = None
+    """The task's name."""
+    attempt: int | None = None
+    """The attempt running, or that ran last (1 for the first)."""
+    instance: str | None = None
+    """The instance (consumer) running it, or that ran it last."""
+    progress: float | None = None
+    """The last progress the task reported (0 to 1)."""
+    progress_message: str | None = None
+    enqueued_at: float | None = None
+    """When it was dispatched (seconds since the epoch)."""
+    started_at: float | None = None
+    """When its last attempt started."""
+    finished_at: float | None = None
+    due_at: float | None = None
+    """When a scheduled task or a retry is due."""
+    error: RemoteError | None = None
+    """Why it failed (failed, dead), or why its last attempt failed (retrying)."""
+
+
+#: One stored record: field -> text (bytes as Redis gives them).
+Record = Mapping[bytes, bytes]
+
+
+def record_fields(**fields: str | int | float | None) -> list[tuple[str, str | int | float]]:
+    """Fields of the record, as the scripts store them (None: left out)."""
+    return [(name, value) for name, value in fields.items() if value is not None]
+
+
+def _text(record: Record, name: str) -> str | None:
+    value = record.get(name.encode())
+    return None if value is None else value.decode("utf-8", "replace")
+
+
+def _number(record: Record, name: str) -> float | None:
+    text = _text(record, name)
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def read_record(task_id: str, record: Record) -> TaskStatus | None:
+    """A stored record as a status; None when there is none or its state is not one of
+    the record's (a value written by something else reads as no record)."""
+    try:
+        state = TaskState(_text(record, "state"))
+    except ValueError:
+        return None
+    attempt = _number(record, "attempt")
+    error_type = _text(record, "error_type")
+    error = None
+    if error_type is not None:
+        error = RemoteError(
+            error_type, _text(record, "error") or "", _text(record, "traceback") or ""
+        )
+    return TaskStatus(
+        id=task_id,
+        state=state,
+        task=_text(record, "task"),
+        attempt=int(attempt) if attempt is not None else None,
+        instance=_text(record, "instance"),
+        progress=_number(record, "progress"),
+        progress_message=_text(record, "progress_message"),
+        enqueued_at=_number(record, "enqueued_at"),
+        started_at=_number(record, "started_at"),
+        finished_at=_number(record, "finished_at"),
+        error=error,
+    )
