@@ -25,7 +25,7 @@ from .errors import RunnerNotRunning, TaskAlreadyDispatched
 from .group_stats import GroupStats, InstanceInfo
 from .keys import DelayedLock
 from .message import MessageDecodeError, decode_message, encode_message
-from .task import Task, TaskRegistry
+from .task import Task, TaskRegistry, checked_task_name
 
 if TYPE_CHECKING:
     import datetime
@@ -40,6 +40,8 @@ class _Unique:
     key: str
     token: str
     ttl_ms: int
+    seconds: float
+    """``unique_for``, as the message carries it."""
 
 
 class Producer:
@@ -65,10 +67,7 @@ class Producer:
 
     def _task(self, task_name: str) -> Task | None:
         """The registered task (None without a registry); checks the name."""
-        if not isinstance(task_name, str):
-            raise TypeError(f"task_name must be a str, got {type(task_name).__name__}")
-        if not task_name:
-            raise ValueError("task_name must not be empty")
+        checked_task_name(task_name)
         if self._registry is None:
             return None
         return self._registry.get(task_name)
@@ -88,6 +87,7 @@ class Producer:
             task_id=task_id,
             unique_key=unique.key if unique else None,
             unique_token=unique.token if unique else None,
+            unique_for=unique.seconds if unique else None,
             max_bytes=self._max_payload_bytes,
         )
 
@@ -95,7 +95,7 @@ class Producer:
         if task is None or not task.unique:
             return None
         key = task.key_for(payload)
-        return _Unique(key, secrets.token_hex(16), task.unique_for_ms)
+        return _Unique(key, secrets.token_hex(16), task.unique_for_ms, task.unique_for or 0.0)
 
     async def dispatch(self, task_name: str, payload: Any = None) -> str:
         """Enqueue one task; return its message id (also the task's id).

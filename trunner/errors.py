@@ -7,6 +7,7 @@ __all__ = [
     "BadData",
     "Crashed",
     "ElectorCrashed",
+    "InvalidArgument",
     "InvalidMessage",
     "InvalidPayload",
     "LeadershipLost",
@@ -66,6 +67,11 @@ class InvalidPayload(TrunnerError, ValueError):
 
 class PayloadTooLarge(InvalidPayload):
     """An encoded task message is larger than ``RunnerConfig.max_payload_bytes``."""
+
+
+class InvalidArgument(TrunnerError, ValueError):
+    """A value cannot be sent to Redis: a str holding a lone surrogate (UTF-8 cannot encode
+    it). Nothing was sent."""
 
 
 class InvalidMessage(TrunnerError, ValueError):

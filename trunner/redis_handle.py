@@ -21,7 +21,7 @@ import outcome
 import trio
 
 from . import _validate as v
-from ._redis import Arg, Script, Transport, call_script, make_script, open_transport
+from ._redis import Arg, Script, Transport, call_script, check_args, make_script, open_transport
 from ._util import run_in_background
 from .errors import Crashed, RedisCommandError, RunnerNotRunning
 
@@ -249,8 +249,15 @@ class RedisHandle(_Commands):
         self.stopped = trio.Event()
 
     async def execute(self, *args: Arg) -> Any:
+        """Any Redis command; its raw reply (bytes, int, list, None ...).
+
+        Raises:
+            TypeError, InvalidArgument: an argument that cannot be sent. Nothing is sent
+                (and no other task's command is affected).
+        """
         if not self._open:
             raise RunnerNotRunning("the Redis handle is closed")
+        check_args(args)  # here: a bad argument in a batch would fail the whole batch
         if str(args[0]).upper() in BLOCKING:
             return await self._transport.execute(*args)
         return await self._batcher.call(args)
@@ -313,7 +320,12 @@ class Pipeline:
         self.results: list[Any] = []
 
     def add(self, *args: Arg) -> Pipeline:
-        """Queue one command, e.g. ``p.add("INCR", "hits")``; returns the pipeline."""
+        """Queue one command, e.g. ``p.add("INCR", "hits")``; returns the pipeline.
+
+        Raises:
+            TypeError, InvalidArgument: an argument that cannot be sent.
+        """
+        check_args(args)
         self._commands.append(args)
         return self
 

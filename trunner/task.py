@@ -13,7 +13,8 @@ import attrs
 
 from . import _validate as v
 from ._eager import run_eagerly
-from .errors import TaskNotFound
+from .errors import InvalidPayload, TaskNotFound
+from .keys import utf8_error
 from .message import NO_SIZE_LIMIT, encode_message
 
 __all__ = ["Action", "Backoff", "CronSchedule", "Task", "TaskRegistry"]
@@ -45,14 +46,19 @@ def _check_task_name(_inst: object, attr: attrs.Attribute[Any], value: object) -
         raise ValueError(
             f"task {attr.name} must be non-empty without surrounding spaces: {value!r}"
         )
+    if (why := utf8_error(value)) is not None:
+        raise ValueError(f"task {attr.name} cannot be sent to Redis: {why}")
 
 
 def checked_task_name(task_name: object) -> str:
-    """A task name given to a call by name: a non-empty str (else TypeError, ValueError)."""
+    """A task name given to a call by name: a non-empty str that can be sent to Redis
+    (else TypeError, ValueError)."""
     if not isinstance(task_name, str):
         raise TypeError(f"task_name must be a str, got {type(task_name).__name__}")
     if not task_name:
         raise ValueError("task_name must not be empty")
+    if (why := utf8_error(task_name)) is not None:
+        raise ValueError(f"task_name cannot be sent to Redis: {why}")
     return task_name
 
 
@@ -133,6 +139,10 @@ class Task:
         if isinstance(key, bool) or not isinstance(key, str | int):
             raise TypeError(
                 f"unique_key of task {self.name!r} must return a str or int, got {key!r}"
+            )
+        if isinstance(key, str) and (why := utf8_error(key)) is not None:
+            raise InvalidPayload(
+                f"the unique key of task {self.name!r} cannot be sent to Redis: {why}"
             )
         return f"{prefix}:{key}"
 
@@ -368,6 +378,9 @@ class TaskRegistry:
         """Add a cron schedule; a second schedule of the same name is an error."""
         if schedule.name in self._crons:
             raise ValueError(f"a cron schedule named {schedule.name!r} is already registered")
+        task = self._tasks.get(schedule.task_name)
+        if task is not None and task.unique:
+            task.key_for(schedule.payload)  # a key that cannot be sent fails here
         self._crons[schedule.name] = schedule
         return schedule
 
@@ -376,10 +389,15 @@ class TaskRegistry:
         return list(self._crons.values())
 
     def check(self) -> None:
-        """Raise :class:`TaskNotFound` if a cron schedule names a task that is not registered."""
+        """Raise :class:`TaskNotFound` if a cron schedule names a task that is not registered,
+        and the error of ``key_for`` if a cron schedule of a unique task has a payload whose
+        unique key cannot be sent to Redis."""
         for schedule in self._crons.values():
             if schedule.task_name not in self._tasks:
                 raise TaskNotFound(schedule.task_name)
+            task = self._tasks[schedule.task_name]
+            if task.unique:
+                task.key_for(schedule.payload)
 
     def get(self, name: str) -> Task:
         """The task called ``name``; :class:`TaskNotFound` if there is none."""

@@ -20,7 +20,7 @@ from .memory import forget_memory_server
 from .memory import server_client as memory_server_client
 from .native import NativeTransport
 from .probe import Probe
-from .resp import RawEntry
+from .resp import RawEntry, check_args
 from .scripts import SCRIPTS, Script, fenced_script, make_script
 from .transport import Arg, Reader, Subscriber, Transport, call_script
 from .urls import check_url, native_options, parse_endpoint, parse_server_url, redact_url
@@ -47,6 +47,7 @@ __all__ = [
     "Subscriber",
     "Transport",
     "call_script",
+    "check_args",
     "check_url",
     "delete_prefixed",
     "fenced_script",

@@ -25,6 +25,7 @@ from redis.backoff import NoBackoff
 
 from ..errors import BackendError, RedisUnavailable
 from .errors import map_exceptions, redis_py_errors, redis_py_reply
+from .resp import library_args
 from .transport import (
     Arg,
     Dedicated,
@@ -209,12 +210,15 @@ class BridgedTransport(DedicatedConnections, Transport):
             return await self._call(make, where)
 
     async def execute(self, *args: Arg) -> Any:
+        args = tuple(library_args(args))
         if self._cluster is not None and str(args[0]).upper() in _TWO_WORD:
             # The Cluster client routes keyless commands by their full name ("SCRIPT LOAD").
             args = (f"{args[0]!s} {args[1]!s}", *args[2:])
         return await self._pooled(lambda: self._client.execute_command(*args), str(args[0]))
 
     async def pipeline(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
+        commands = [library_args(command) for command in commands]  # nothing sent if bad
+
         async def go() -> list[Any]:
             async with self._client.pipeline(transaction=False) as pipe:
                 for command in commands:

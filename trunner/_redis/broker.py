@@ -14,7 +14,7 @@ from ..keys import RELEASED_CONSUMER, DelayedLock, Keys
 from ..message import PAYLOAD_FIELD
 from .inspect import Inspection
 from .lease import LeaseStore
-from .resp import RawEntry, as_str, stream_entries
+from .resp import RawEntry, as_str, stream_entries, text_field
 from .scripts import SCRIPTS, Script
 from .transport import Arg, Reader, Subscriber, Transport
 
@@ -207,8 +207,11 @@ class Broker(Inspection):
         maxlen: int | None,
         lock: tuple[str, str] | None = None,
     ) -> str | None:
-        """Acknowledge and copy to the dead-letter stream; release ``lock`` (key, token)."""
-        flat: list[Arg] = [x for pair in fields for x in pair]
+        """Acknowledge and copy to the dead-letter stream; release ``lock`` (key, token).
+
+        A field's text that cannot be sent as it is (a lone surrogate, in an error message
+        say) is written with backslash escapes: the write never fails on it."""
+        flat: list[Any] = [text_field(x) for pair in fields for x in pair]
         keys = [self.keys.stream, self.keys.dead, *([lock[0]] if lock else [])]
         reply = await self._script(
             "dead_letter",
@@ -444,8 +447,9 @@ class Broker(Inspection):
         return ids
 
     async def quarantine(self, fields: Sequence[tuple[str, Arg]], maxlen: int) -> str:
-        """Add a record to the quarantine stream (approximately capped at ``maxlen``)."""
-        flat: list[Arg] = [x for pair in fields for x in pair]
+        """Add a record to the quarantine stream (approximately capped at ``maxlen``); text
+        that cannot be sent as it is is written with backslash escapes."""
+        flat: list[Any] = [text_field(x) for pair in fields for x in pair]
         reply = await self.transport.execute(
             "XADD", self.keys.quarantine, "MAXLEN", "~", maxlen, "*", *flat
         )

@@ -18,6 +18,7 @@ from typing import Any
 import trio
 
 from .errors import map_exceptions, redis_py_errors, redis_py_reply
+from .resp import library_args
 from .transport import Arg, Dedicated, DedicatedConnections, Reader, Subscriber, Transport
 
 __all__ = ["MemoryTransport", "forget_memory_server", "has_server", "server_client"]
@@ -84,7 +85,10 @@ def _client(server: _MemoryServer) -> Any:
 
 
 def _execute(client: Any, args: Sequence[Arg]) -> Any:
-    """Run one command on a fakeredis client; its errors (redis-py's) become trunner's."""
+    """Run one command on a fakeredis client; its errors (redis-py's) become trunner's.
+
+    The arguments are checked first (:func:`~.resp.library_args`)."""
+    args = library_args(args)
     with map_exceptions(redis_py_errors, str(args[0])):
         return client.execute_command(*args)
 
@@ -111,6 +115,8 @@ class MemoryTransport(DedicatedConnections, Transport):
 
     async def pipeline(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
         await trio.lowlevel.checkpoint()
+        for command in commands:  # nothing runs if one cannot be sent, as on a socket
+            library_args(command)
         replies: list[Any] = []
         for command in commands:
             try:

@@ -16,6 +16,12 @@ One rule holds for every call that crosses: **a cancelled call may still have ru
 Redis**. A command, once written to the socket, cannot be called back; a transport only
 makes sure that its reply, when it comes, is read by nobody (the connection is dropped).
 
+Arguments: str, bytes, int or float; a str is sent as UTF-8, with Python's
+``surrogateescape`` so that text read from Redis by :func:`~.resp.as_str` (where bytes
+that are not UTF-8 read as surrogate escapes) goes back as the same bytes. An argument of
+another type raises TypeError, a str holding any other surrogate (a lone ``"\\ud800"``)
+:class:`~trunner.InvalidArgument`: on every transport, before anything is sent.
+
 This module holds what the transports share, and imports no client library: a worker on
 one server never loads redis-py nor fakeredis.
 """
@@ -172,8 +178,9 @@ class Transport(abc.ABC):
             RedisUnavailable: Redis cannot be reached, the connection broke (the command
                 may have run), no reply came within ``command_timeout``, or Redis answered
                 "not now" (``LOADING``, ``MASTERDOWN``, ``TRYAGAIN``, a refused login ...).
-            TypeError: an argument is not str, bytes, int or float (native transport;
-                the others raise BackendError). Nothing was sent.
+            TypeError: an argument is not str, bytes, int or float. Nothing was sent.
+            InvalidArgument: a str argument cannot be encoded (see the module docs).
+                Nothing was sent.
         """
 
     @abc.abstractmethod
@@ -191,7 +198,8 @@ class Transport(abc.ABC):
         Raises:
             RedisUnavailable: as for :meth:`execute`; the connection is dropped.
             BackendError: ``MULTI``/``EXEC`` on Cluster (nothing sent).
-            TypeError: as for :meth:`execute` (nothing sent).
+            TypeError, InvalidArgument: as for :meth:`execute`, for any of the commands
+                (nothing sent).
         """
 
     async def evalsha(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:
