@@ -4,18 +4,22 @@ that every runner of the group still reads."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
+import pytest
 import trio
 
 import trunner
-from trunner.message import NO_SIZE_LIMIT, decode_message, reencode_for_retry
+from trunner.message import NO_SIZE_LIMIT, decode_message, encode_message, reencode_for_retry
 
 from .conftest import config, redis_state
 
 
 def test_a_retry_copies_the_stored_payload_verbatim() -> None:
-    payload = '{"big":1e400,"int":123456789012345678901234567890,"neg":-0.0,"s":"\\ud800","d":1,"d":2}'
+    payload = (
+        '{"big":1e400,"int":123456789012345678901234567890,"neg":-0.0,"s":"\\ud800","d":1,"d":2}'
+    )
     raw = (
         '{"task":"t","payload":' + payload + ',"attempt":1,"enqueued_at":1.5,'
         '"unique_key":"1:t","unique_token":"x","unique_for":2.5,"extra":[1]}'
@@ -65,3 +69,75 @@ async def test_a_payload_python_reads_but_does_not_write_is_retried_after_its_ba
 
         await redis_state(acknowledged)
         assert await runner.dead_letter_count() == 0
+
+
+# -- a message at the size limit ------------------------------------------------------------
+
+LIMIT = 600
+
+
+async def dispatch_at_the_limit(url: str, group: str, raw: Any) -> str:
+    """Dispatch an ``edge`` message of exactly LIMIT bytes, the largest accepted."""
+    stream = f"trunner:{{{group}}}:stream"
+    async with trunner.open_client(url, group, max_payload_bytes=LIMIT) as client:
+        with pytest.raises(trunner.PayloadTooLarge):
+            await client.dispatch("edge", "x" * LIMIT)
+        for _ in range(20):  # the length of enqueued_at may change between two calls
+            now = time.time()
+            base = len(encode_message("edge", "", enqueued_at=now, max_bytes=NO_SIZE_LIMIT))
+            try:
+                message_id = await client.dispatch("edge", "x" * (LIMIT - base))
+            except trunner.PayloadTooLarge:
+                continue
+            [(_, fields)] = raw.xrange(stream, message_id, message_id)
+            if len(fields[b"payload"]) == LIMIT:
+                return message_id
+            raw.xdel(stream, message_id)
+    pytest.fail("could not dispatch a message of exactly LIMIT bytes")
+
+
+def edge_registry(runs: list[int], failures: int, done: trio.Event) -> trunner.TaskRegistry:
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task(max_retry=3, retry_backoff=0.01)
+    async def edge(payload: Any) -> None:
+        runs.append(trunner.current_message().attempt)
+        if len(runs) <= failures:
+            raise RuntimeError("again")
+        done.set()
+
+    return tasks
+
+
+async def test_a_message_at_the_size_limit_keeps_all_its_retries(
+    url: str, group: str, raw: Any
+) -> None:
+    await dispatch_at_the_limit(url, group, raw)
+    runs: list[int] = []
+    done = trio.Event()
+    cfg = config(group, max_payload_bytes=LIMIT)
+    async with trunner.open_runner(url, cfg, edge_registry(runs, 3, done)) as runner:
+        await done.wait()
+        assert runs == [1, 2, 3, 4]
+        assert await runner.dead_letter_count() == 0
+
+
+async def test_a_dead_letter_at_the_size_limit_is_replayed_and_runs(
+    url: str, group: str, raw: Any
+) -> None:
+    await dispatch_at_the_limit(url, group, raw)
+    runs: list[int] = []
+    done = trio.Event()
+    cfg = config(group, max_payload_bytes=LIMIT)
+    async with trunner.open_runner(url, cfg, edge_registry(runs, 4, done)) as runner:
+
+        async def dead() -> bool:
+            return await runner.dead_letter_count() == 1
+
+        await redis_state(dead)
+        assert runs == [1, 2, 3, 4]
+        async with trunner.open_client(url, group, max_payload_bytes=LIMIT) as client:
+            replayed = await client.replay_dead_letters()
+        assert len(replayed[0]) == 1
+        await done.wait()
+        assert runs == [1, 2, 3, 4, 1]

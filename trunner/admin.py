@@ -17,7 +17,13 @@ from ._redis import Broker, RawEntry
 from ._util import wall_ms
 from .errors import RedisCommandError
 from .group_stats import GroupStats, InstanceInfo, compute_stats, stats_or_none
-from .message import NO_SIZE_LIMIT, MessageDecodeError, decode_message, reencode_for_retry
+from .message import (
+    MESSAGE_GROWTH,
+    NO_SIZE_LIMIT,
+    MessageDecodeError,
+    decode_message,
+    reencode_for_retry,
+)
 
 __all__ = [
     "DeadLetter",
@@ -134,7 +140,8 @@ async def replay_dead(
             skipped.append(entry.message_id)
             continue
         again = attrs.evolve(message, enqueued_at=time.time())
-        items.append((entry.message_id, reencode_for_retry(again, 1, max_bytes)))
+        # As a retry, a replay may grow the message a little: runners allow for it.
+        items.append((entry.message_id, reencode_for_retry(again, 1, max_bytes + MESSAGE_GROWTH)))
     new_ids = await broker.replay_dead(items)
     return [i for i in new_ids if i is not None], skipped
 
