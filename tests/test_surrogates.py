@@ -16,8 +16,7 @@ import pytest
 import trio
 
 import trunner
-from trunner._redis import open_transport
-from trunner._redis.resp import as_str, pack
+from trunner._redis import as_str, open_transport, pack
 from trunner.message import (
     NO_SIZE_LIMIT,
     MessageDecodeError,

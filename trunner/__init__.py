@@ -11,6 +11,7 @@ from .client import Client, open_client
 from .config import FailedTaskHandler, LongQueueHook, RunnerConfig
 from .errors import (
     BackendError,
+    CommandNotAllowed,
     Crashed,
     ElectorCrashed,
     InvalidArgument,
@@ -44,6 +45,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BackendError",
     "Client",
+    "CommandNotAllowed",
     "Crashed",
     "CronSchedule",
     "DeadLetter",

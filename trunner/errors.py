@@ -5,6 +5,7 @@ from __future__ import annotations
 __all__ = [
     "BackendError",
     "BadData",
+    "CommandNotAllowed",
     "Crashed",
     "ElectorCrashed",
     "InvalidArgument",
@@ -72,6 +73,12 @@ class PayloadTooLarge(InvalidPayload):
 class InvalidArgument(TrunnerError, ValueError):
     """A value cannot be sent to Redis: a str holding a lone surrogate (UTF-8 cannot encode
     it). Nothing was sent."""
+
+
+class CommandNotAllowed(TrunnerError, ValueError):
+    """The task Redis handle refused a command that would change the state of a connection
+    it shares with other tasks and with the runner (``SELECT``, ``CLIENT REPLY``,
+    ``SUBSCRIBE``, ``MULTI`` ...). The message says what to use instead. Nothing was sent."""
 
 
 class InvalidMessage(TrunnerError, ValueError):

@@ -155,7 +155,8 @@ class Transport(abc.ABC):
     """A Trio-facing Redis connection: commands, pipelines, scripts and readers.
 
     Commands share a pool of connections; readers and subscribers have connections of
-    their own (:meth:`open_reader`, :meth:`open_subscriber`).
+    their own (:meth:`open_reader`, :meth:`open_subscriber`), and so does each blocking
+    command (:meth:`execute_blocking`).
     """
 
     #: Where this transport connects to, with any password hidden.
@@ -181,6 +182,31 @@ class Transport(abc.ABC):
             TypeError: an argument is not str, bytes, int or float. Nothing was sent.
             InvalidArgument: a str argument cannot be encoded (see the module docs).
                 Nothing was sent.
+        """
+
+    @abc.abstractmethod
+    async def execute_blocking(self, *args: Arg, key: str | None = None) -> Any:
+        """Run one command that may block (``BLPOP``, ``XREAD ... BLOCK``, ``WAIT`` ...) on
+        a connection of its own, never one of the pool's: however long it blocks, it delays
+        no other command. Return its raw reply.
+
+        No ``command_timeout`` applies: the command's own timeout bounds it, and ``BLPOP
+        key 0`` waits for as long as it takes (bound it with a Trio cancel scope). Each
+        command running has its connection: they are not counted in ``max_connections``
+        (a command never waits for another one to end, which would change what an
+        ``XREAD ... $`` sees); the connection of a command that returned is kept for the
+        next one (a few at most).
+        ``key``: on Cluster, the command goes to the node serving ``key``'s slot (any node
+        without one).
+
+        If cancelled, the command may or may not have run (a ``BLPOP`` may have popped an
+        element that nobody will see); its connection is dropped, so that its reply is
+        read by nobody and it leaves nothing blocked on the server. ``memory://`` runs the
+        command in a thread of its own, on a fakeredis client of its own, and ends it with
+        ``CLIENT UNBLOCK`` when cancelled.
+
+        Raises:
+            As :meth:`execute` (``RedisUnavailable`` when the connection breaks).
         """
 
     @abc.abstractmethod
