@@ -80,7 +80,11 @@ def _parser() -> argparse.ArgumentParser:
     _redis_option(worker, None)
     worker.add_argument("--health-port", type=int, help="serve /healthz and /readyz")
     worker.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics")
-    worker.add_argument("--host", default="0.0.0.0", help="address of the HTTP endpoints")
+    worker.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address of the HTTP endpoints (default 127.0.0.1; 0.0.0.0 for all interfaces)",
+    )
     worker.add_argument("--log-format", choices=("text", "json"), default="text")
 
     dispatch = commands.add_parser("dispatch", parents=[common], help="dispatch one task")
