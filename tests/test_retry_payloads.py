@@ -138,6 +138,6 @@ async def test_a_dead_letter_at_the_size_limit_is_replayed_and_runs(
         assert runs == [1, 2, 3, 4]
         async with trunner.open_client(url, group, max_payload_bytes=LIMIT) as client:
             replayed = await client.replay_dead_letters()
-        assert len(replayed[0]) == 1
+        assert len(replayed.replayed) == 1
         await done.wait()
         assert runs == [1, 2, 3, 4, 1]

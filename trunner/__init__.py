@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 from . import election
 from ._context import current_message
 from ._redis import forget_memory_server, redact_url
-from .admin import DeadLetter, GroupInfo
+from .admin import DeadLetter, GroupInfo, ReplayResult
 from .client import Client, open_client
 from .config import FailedTaskHandler, LongQueueHook, RunnerConfig
 from .errors import (
@@ -66,6 +66,7 @@ __all__ = [
     "RedisCommandError",
     "RedisHandle",
     "RedisUnavailable",
+    "ReplayResult",
     "ReservationLost",
     "Runner",
     "RunnerAlreadyStarted",

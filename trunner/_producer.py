@@ -15,6 +15,7 @@ from ._redis import Broker
 from .admin import (
     DeadLetter,
     GroupInfo,
+    ReplayResult,
     inspect_group,
     list_dead,
     read_instances,
@@ -243,15 +244,25 @@ class Producer:
         """Up to ``count`` dead-letter entries, oldest first, from entry id ``start``."""
         return await list_dead(self._open_broker(), count, start)
 
-    async def replay_dead_letters(
-        self, ids: Sequence[str] | None = None
-    ) -> tuple[list[str], list[str]]:
+    async def replay_dead_letters(self, ids: Sequence[str] | None = None) -> ReplayResult:
         """Enqueue dead letters again as fresh first attempts (all of them with None).
 
-        Returns (new stream ids, ids of entries left in place because their message
-        cannot be decoded).
+        A dead letter of a unique task takes its key's lock again, atomically with its
+        re-enqueue; if the key is locked (a task of that key is queued or running), it is
+        not replayed and stays in the dead-letter stream. Returns a
+        :class:`~trunner.ReplayResult`: the new stream ids, and why each entry that was
+        not replayed was not (it unpacks as ``(new ids, ids not replayed)``).
         """
-        return await replay_dead(self._open_broker(), ids, self._max_payload_bytes)
+        return await replay_dead(
+            self._open_broker(), ids, self._max_payload_bytes, self._unique_for
+        )
+
+    def _unique_for(self, task_name: str) -> float | None:
+        """The registry's ``unique_for`` of a task (None without one, or not unique)."""
+        registry = self._registry
+        if registry is None or task_name not in registry:
+            return None
+        return registry.get(task_name).unique_for
 
     async def purge_dead_letters(self) -> int:
         """Delete every dead-letter entry; return how many there were."""

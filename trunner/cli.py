@@ -250,10 +250,13 @@ async def _dead_letter(args: argparse.Namespace, out: Console) -> int:
             out.print(table)
             return 0
         if args.action == "replay":
-            new, skipped = await client.replay_dead_letters(args.ids or None)
-            out.print(f"replayed {len(new)} dead letters", highlight=False)
-            if skipped:
-                out.print(f"left {len(skipped)} undecodable: {' '.join(skipped)}", highlight=False)
+            result = await client.replay_dead_letters(args.ids or None)
+            if args.json:
+                print(json.dumps({"replayed": result.replayed, "skipped": result.skipped}))
+                return 0
+            out.print(f"replayed {len(result.replayed)} dead letters", highlight=False)
+            for dead_id, why in result.skipped.items():
+                out.print(f"not replayed {dead_id}: {why}", highlight=False, soft_wrap=True)
             return 0
         count = await client.dead_letter_count()
         if not args.yes:

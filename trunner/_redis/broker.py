@@ -437,14 +437,26 @@ class Broker(Inspection):
 
     # -- dead letters -----------------------------------------------------------------------
 
-    async def replay_dead(self, items: Sequence[tuple[str, bytes]]) -> list[str | None]:
-        """Move dead-letter entries ``(id, message)`` back into the stream, atomically."""
-        ids: list[str | None] = []
+    async def replay_dead(
+        self, items: Sequence[tuple[str, bytes, DelayedLock | None]]
+    ) -> list[str | bool | None]:
+        """Move dead-letter entries ``(id, message, lock)`` back into the stream, atomically;
+        one with a ``lock`` (a unique task's) takes it as it enters, or stays.
+
+        Returns per entry: its new stream id; None when it is no longer in the dead-letter
+        stream; False when its lock is held (it stays in the dead-letter stream).
+        """
+        results: list[str | bool | None] = []
         for chunk in _chunks(items, MAX_IDS_PER_CALL // 2):
-            flat: list[Arg] = [x for pair in chunk for x in pair]
-            reply = await self._script("replay_dead", [self.keys.dead, self.keys.stream], flat)
-            ids.extend(as_str(i) if i else None for i in reply)
-        return ids
+            locks = [lock.key for _, _, lock in chunk if lock is not None]
+            args: list[Arg] = []
+            for dead_id, data, lock in chunk:
+                args += [dead_id, data, *((lock.token, lock.ttl_ms) if lock else ("", 0))]
+            reply = await self._script(
+                "replay_dead", [self.keys.dead, self.keys.stream, *locks], args
+            )
+            results.extend(False if r == 0 else as_str(r) if r else None for r in reply)
+        return results
 
     async def quarantine(self, fields: Sequence[tuple[str, Arg]], maxlen: int) -> str:
         """Add a record to the quarantine stream (approximately capped at ``maxlen``); text
