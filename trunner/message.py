@@ -176,34 +176,39 @@ _WHITESPACE = re.compile(r"[ \t\n\r]*")
 _scan_string: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
 
 
+def _skip(text: str, index: int) -> int:
+    """The index of the first character at or after ``index`` that is not JSON whitespace."""
+    match = _WHITESPACE.match(text, index)
+    return match.end() if match else index
+
+
 def _member_spans(text: str) -> dict[str, tuple[int, int]] | None:
     """Where the value of each member of the JSON object ``text`` is: ``{key: (start, end)}``
     (the last of duplicate keys, as the decoder keeps); None if ``text`` is not an object."""
-    skip = _WHITESPACE.match
     spans: dict[str, tuple[int, int]] = {}
     try:
-        i = skip(text, 0).end()  # type: ignore[union-attr]
+        i = _skip(text, 0)
         if text[i : i + 1] != "{":
             return None
-        i = skip(text, i + 1).end()  # type: ignore[union-attr]
+        i = _skip(text, i + 1)
         if text[i : i + 1] == "}":
             return spans
         while True:
             if text[i : i + 1] != '"':
                 return None
             key, i = _scan_string(text, i + 1)
-            i = skip(text, i).end()  # type: ignore[union-attr]
+            i = _skip(text, i)
             if text[i : i + 1] != ":":
                 return None
-            start = skip(text, i + 1).end()  # type: ignore[union-attr]
+            start = _skip(text, i + 1)
             _, end = _scan_once(text, start)
             spans[key] = (start, end)
-            i = skip(text, end).end()  # type: ignore[union-attr]
+            i = _skip(text, end)
             if text[i : i + 1] == "}":
                 return spans
             if text[i : i + 1] != ",":
                 return None
-            i = skip(text, i + 1).end()  # type: ignore[union-attr]
+            i = _skip(text, i + 1)
     except (ValueError, RecursionError, StopIteration):
         return None
 
