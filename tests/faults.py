@@ -59,6 +59,10 @@ class FaultyTransport(Transport):
         await self._gate(args)
         return await self.inner.execute(*args)
 
+    async def execute_blocking(self, *args: Arg, key: str | None = None) -> Any:
+        await self._gate(args)
+        return await self.inner.execute_blocking(*args, key=key)
+
     async def pipeline(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
         for command in commands:
             await self._gate(command)

@@ -6,14 +6,16 @@ from typing import TYPE_CHECKING, Any
 from . import election
 from ._context import current_message
 from ._redis import forget_memory_server, redact_url
-from .admin import DeadLetter, GroupInfo
+from .admin import DeadLetter, GroupInfo, ReplayResult
 from .client import Client, open_client
 from .config import FailedTaskHandler, LongQueueHook, RunnerConfig
 from .errors import (
     BackendError,
     BadData,
+    CommandNotAllowed,
     Crashed,
     ElectorCrashed,
+    InvalidArgument,
     InvalidMessage,
     InvalidPayload,
     LeadershipLost,
@@ -47,6 +49,7 @@ __all__ = [
     "BackendError",
     "BadData",
     "Client",
+    "CommandNotAllowed",
     "Crashed",
     "CronSchedule",
     "DeadLetter",
@@ -55,6 +58,7 @@ __all__ = [
     "GroupInfo",
     "GroupStats",
     "InstanceInfo",
+    "InvalidArgument",
     "InvalidMessage",
     "InvalidPayload",
     "Keys",
@@ -67,6 +71,7 @@ __all__ = [
     "RedisCommandError",
     "RedisHandle",
     "RedisUnavailable",
+    "ReplayResult",
     "ReservationLost",
     "Runner",
     "RunnerAlreadyStarted",

@@ -15,6 +15,7 @@ from ._redis import Broker
 from .admin import (
     DeadLetter,
     GroupInfo,
+    ReplayResult,
     inspect_group,
     list_dead,
     list_quarantined,
@@ -27,7 +28,7 @@ from .group_stats import GroupStats, InstanceInfo
 from .keys import UniqueLock
 from .message import MessageDecodeError, decode_message, encode_message
 from .quarantine import QuarantineRecord
-from .task import Task, TaskRegistry
+from .task import Task, TaskRegistry, checked_task_name
 
 if TYPE_CHECKING:
     import datetime
@@ -42,6 +43,8 @@ class _Unique:
     key: str
     token: str
     ttl_ms: int
+    seconds: float
+    """``unique_for``, as the message carries it."""
 
 
 class Producer:
@@ -67,10 +70,7 @@ class Producer:
 
     def _task(self, task_name: str) -> Task | None:
         """The registered task (None without a registry); checks the name."""
-        if not isinstance(task_name, str):
-            raise TypeError(f"task_name must be a str, got {type(task_name).__name__}")
-        if not task_name:
-            raise ValueError("task_name must not be empty")
+        checked_task_name(task_name)
         if self._registry is None:
             return None
         return self._registry.get(task_name)
@@ -90,6 +90,7 @@ class Producer:
             task_id=task_id,
             unique_key=unique.key if unique else None,
             unique_token=unique.token if unique else None,
+            unique_for=unique.seconds if unique else None,
             max_bytes=self._max_payload_bytes,
         )
 
@@ -97,7 +98,7 @@ class Producer:
         if task is None or not task.unique:
             return None
         key = task.key_for(payload)
-        return _Unique(key, secrets.token_hex(16), task.unique_for_ms)
+        return _Unique(key, secrets.token_hex(16), task.unique_for_ms, task.unique_for or 0.0)
 
     async def dispatch(self, task_name: str, payload: Any = None) -> str:
         """Add one task to the group's stream.
@@ -376,24 +377,34 @@ class Producer:
         """
         return await list_dead(self._open_broker(), count, start)
 
-    async def replay_dead_letters(
-        self, ids: Sequence[str] | None = None
-    ) -> tuple[list[str], list[str]]:
+    async def replay_dead_letters(self, ids: Sequence[str] | None = None) -> ReplayResult:
         """Put dead letters back into the stream, as fresh first attempts.
 
         Each replayed entry leaves the dead-letter stream and enters the task stream in
-        one script, with its task id and payload, and attempt 1. An entry whose message
-        cannot be decoded stays in the dead-letter stream. Ids that are not in the
-        dead-letter stream are skipped.
+        one script, with its task id and payload, and attempt 1. A dead letter of a unique
+        task takes its key's lock again in the same script; if the key is locked (a task
+        of that key is queued or running), it is not replayed and stays in the dead-letter
+        stream. An entry whose message cannot be decoded stays too, and ids that are not
+        in the dead-letter stream are skipped.
 
         Args:
             ids: The dead-letter entry ids to replay; ``None`` replays all of them.
 
         Returns:
-            The new stream ids, and the ids of the entries left in place because their
-            message cannot be decoded.
+            A [``ReplayResult``][trunner.ReplayResult]: the new stream ids, and why each
+            entry that was not replayed was not (it unpacks as ``(new ids, ids not
+            replayed)``).
         """
-        return await replay_dead(self._open_broker(), ids, self._max_payload_bytes)
+        return await replay_dead(
+            self._open_broker(), ids, self._max_payload_bytes, self._unique_for
+        )
+
+    def _unique_for(self, task_name: str) -> float | None:
+        """The registry's ``unique_for`` of a task (None without one, or not unique)."""
+        registry = self._registry
+        if registry is None or task_name not in registry:
+            return None
+        return registry.get(task_name).unique_for
 
     async def purge_dead_letters(self) -> int:
         """Delete every dead-letter entry.

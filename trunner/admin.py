@@ -7,8 +7,9 @@ dead-letter`` use them).
 from __future__ import annotations
 
 import json
+import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -17,12 +18,22 @@ from ._redis import BadValue, Broker, RawEntry
 from ._util import wall_ms
 from .errors import RedisCommandError
 from .group_stats import GroupStats, InstanceInfo, compute_stats, stats_or_none
-from .message import NO_SIZE_LIMIT, MessageDecodeError, decode_message, reencode_for_retry
+from .keys import UniqueLock
+from .message import (
+    DEFAULT_UNIQUE_FOR,
+    MESSAGE_GROWTH,
+    NO_SIZE_LIMIT,
+    MessageDecodeError,
+    decode_message,
+    reencode_for_retry,
+    stored_unique_for,
+)
 from .quarantine import QuarantineRecord
 
 __all__ = [
     "DeadLetter",
     "GroupInfo",
+    "ReplayResult",
     "inspect_group",
     "list_dead",
     "read_instances",
@@ -127,41 +138,107 @@ async def list_dead(broker: Broker, count: int = 100, start: str = "-") -> list[
     return [dead_letter_of(e) for e in await broker.dead_entries(count, start)]
 
 
+@attrs.frozen
+class ReplayResult:
+    """What :meth:`replay_dead_letters` did: the new stream ids, and why each dead letter
+    that was not replayed was not.
+
+    Unpacks as ``(replayed, list of the ids not replayed)``, as the tuple it replaces.
+    """
+
+    replayed: list[str]
+    """The stream ids of the replayed messages, in the order of the dead letters."""
+    skipped: dict[str, str]
+    """Dead-letter entry id -> why it was not replayed: its message cannot be decoded, its
+    unique key is locked (both stay in the dead-letter stream), or it is not (or no
+    longer) in the dead-letter stream."""
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.replayed, list(self.skipped)))
+
+
+#: Why a dead letter was not replayed (see :class:`ReplayResult`).
+GONE = "not in the dead-letter stream"
+
+
+def _locked(key: str) -> str:
+    return (
+        f"its unique key {key!r} is locked: a task of that key is queued or running; "
+        "it stays in the dead-letter stream"
+    )
+
+
 async def replay_dead(
-    broker: Broker, ids: Sequence[str] | None = None, max_bytes: int = NO_SIZE_LIMIT
-) -> tuple[list[str], list[str]]:
+    broker: Broker,
+    ids: Sequence[str] | None = None,
+    max_bytes: int = NO_SIZE_LIMIT,
+    unique_for: Callable[[str], float | None] = lambda _task: None,
+) -> ReplayResult:
     """Put dead letters back in the stream as fresh first attempts (same task id).
 
-    ``ids``: the dead-letter entries to replay; None replays all of them. Returns (the new
-    stream ids, the dead-letter ids that could not be replayed because their message
-    cannot be decoded — they stay in the dead-letter stream).
+    ``ids``: the dead-letter entries to replay; None replays all of them. A message of a
+    unique task takes its key's lock again as it enters the stream (in the same script),
+    for its ``unique_for`` (from the message; else ``unique_for(task name)``, the
+    registry's; else :data:`~trunner.message.DEFAULT_UNIQUE_FOR`): if the key is locked,
+    it is not replayed and stays in the dead-letter stream.
     """
-    if ids is None:
-        entries = []
-        start = "-"
-        while batch := await broker.dead_entries(500, start):
-            fresh = [e for e in batch if e.message_id != start]
-            if not fresh:
-                break
-            entries.extend(fresh)
-            start = fresh[-1].message_id
-    else:
-        entries = [e for i in ids if (e := await broker.dead_entry(i)) is not None]
-    items: list[tuple[str, bytes]] = []
-    skipped: list[str] = []
-    for entry in entries:
+    skipped: dict[str, str] = {}
+    items: list[tuple[str, bytes, UniqueLock | None]] = []
+    keys: dict[str, str] = {}
+    for entry in await _dead_entries(broker, ids, skipped):
         letter = dead_letter_of(entry)
         try:
             message = decode_message(
                 letter.message_id or entry.message_id, [b"payload", letter.payload]
             )
-        except MessageDecodeError:
-            skipped.append(entry.message_id)
+        except MessageDecodeError as exc:
+            skipped[entry.message_id] = f"its message cannot be decoded: {exc.reason}"
             continue
         again = attrs.evolve(message, enqueued_at=time.time())
-        items.append((entry.message_id, reencode_for_retry(again, 1, max_bytes)))
-    new_ids = await broker.replay_dead(items)
-    return [i for i in new_ids if i is not None], skipped
+        # As a retry, a replay may grow the message a little: runners allow for it.
+        data = reencode_for_retry(again, 1, max_bytes + MESSAGE_GROWTH)
+        lock = None
+        if message.unique_key is not None and message.unique_token is not None:
+            seconds = (
+                stored_unique_for(letter.payload)
+                or unique_for(message.task_name)
+                or DEFAULT_UNIQUE_FOR
+            )
+            key = broker.keys.unique(message.unique_key)
+            lock = UniqueLock(key, message.unique_token, max(1, math.ceil(seconds * 1000)))
+            keys[entry.message_id] = message.unique_key
+        items.append((entry.message_id, data, lock))
+    replayed: list[str] = []
+    for (dead_id, _, _), result in zip(items, await broker.replay_dead(items), strict=True):
+        if isinstance(result, str):
+            replayed.append(result)
+        else:
+            skipped[dead_id] = GONE if result is None else _locked(keys[dead_id])
+    return ReplayResult(replayed, skipped)
+
+
+async def _dead_entries(
+    broker: Broker, ids: Sequence[str] | None, skipped: dict[str, str]
+) -> list[RawEntry]:
+    """The dead-letter entries ``ids`` (all of them for None); those not found go to
+    ``skipped``."""
+    entries: list[RawEntry] = []
+    if ids is not None:
+        for i in ids:
+            entry = await broker.dead_entry(i)
+            if entry is None:
+                skipped[i] = GONE
+            else:
+                entries.append(entry)
+        return entries
+    start = "-"
+    while batch := await broker.dead_entries(500, start):
+        fresh = [e for e in batch if e.message_id != start]
+        if not fresh:
+            break
+        entries.extend(fresh)
+        start = fresh[-1].message_id
+    return entries
 
 
 def _instance(instance: str, seen: float, info: str | None, leader: bool) -> InstanceInfo:

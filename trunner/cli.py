@@ -81,7 +81,11 @@ def _parser() -> argparse.ArgumentParser:
     _redis_option(worker, None)
     worker.add_argument("--health-port", type=int, help="serve /healthz and /readyz")
     worker.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics")
-    worker.add_argument("--host", default="0.0.0.0", help="address of the HTTP endpoints")
+    worker.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address of the HTTP endpoints (default 127.0.0.1; 0.0.0.0 for all interfaces)",
+    )
     worker.add_argument("--log-format", choices=("text", "json"), default="text")
 
     dispatch = commands.add_parser("dispatch", parents=[common], help="dispatch one task")
@@ -259,10 +263,13 @@ async def _dead_letter(args: argparse.Namespace, out: Console) -> int:
             out.print(table)
             return 0
         if args.action == "replay":
-            new, skipped = await client.replay_dead_letters(args.ids or None)
-            out.print(f"replayed {len(new)} dead letters", highlight=False)
-            if skipped:
-                out.print(f"left {len(skipped)} undecodable: {' '.join(skipped)}", highlight=False)
+            result = await client.replay_dead_letters(args.ids or None)
+            if args.json:
+                print(json.dumps({"replayed": result.replayed, "skipped": result.skipped}))
+                return 0
+            out.print(f"replayed {len(result.replayed)} dead letters", highlight=False)
+            for dead_id, why in result.skipped.items():
+                out.print(f"not replayed {dead_id}: {why}", highlight=False, soft_wrap=True)
             return 0
         count = await client.dead_letter_count()
         if not args.yes:

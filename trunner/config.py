@@ -128,8 +128,10 @@ class RunnerConfig:
     max_payload_bytes: int = attrs.field(
         default=DEFAULT_MAX_PAYLOAD_BYTES, validator=v.positive_int
     )
-    """The largest encoded task message ``dispatch`` accepts (an int >= 1; 1 MiB). Larger
-    entries that this runner reads are given up as undecodable."""
+    """The largest encoded task message ``dispatch`` accepts (an int >= 1; 1 MiB). This
+    runner reads entries up to 128 bytes larger (a retry or a replay adds the task id and
+    a longer attempt number: a message dispatched at the limit keeps all of its retries);
+    larger ones are given up as undecodable."""
 
     dead_letter_maxlen: int | None = attrs.field(default=100_000, validator=v.optional_positive_int)
     """The approximate cap of the dead-letter stream (an int >= 1): the oldest entries

@@ -5,8 +5,10 @@ from __future__ import annotations
 __all__ = [
     "BackendError",
     "BadData",
+    "CommandNotAllowed",
     "Crashed",
     "ElectorCrashed",
+    "InvalidArgument",
     "InvalidMessage",
     "InvalidPayload",
     "LeadershipLost",
@@ -92,6 +94,17 @@ class PayloadTooLarge(InvalidPayload):
     Also reported through [``Runner.errors``][trunner.Runner.errors] when the leader skips
     a cron tick for that reason.
     """
+
+
+class InvalidArgument(TrunnerError, ValueError):
+    """A value cannot be sent to Redis: a str holding a lone surrogate (UTF-8 cannot encode
+    it). Nothing was sent."""
+
+
+class CommandNotAllowed(TrunnerError, ValueError):
+    """The task Redis handle refused a command that would change the state of a connection
+    it shares with other tasks and with the runner (``SELECT``, ``CLIENT REPLY``,
+    ``SUBSCRIBE``, ``MULTI`` ...). The message says what to use instead. Nothing was sent."""
 
 
 class InvalidMessage(TrunnerError, ValueError):

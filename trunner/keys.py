@@ -18,6 +18,7 @@ __all__ = [
     "check_name",
     "fence_key_for",
     "hash_tag",
+    "utf8_error",
 ]
 
 #: The consumer that owns messages released for immediate reclaim (see ``pool``/``fetcher``).
@@ -26,12 +27,27 @@ RELEASED_CONSUMER = "trunner:released"
 _FORBIDDEN = frozenset("{}")
 
 
+def utf8_error(value: str) -> str | None:
+    """Why ``value`` cannot be sent to Redis as UTF-8, or None if it can.
+
+    A Python str (and a JSON string, with its ``\\uXXXX`` escapes) may hold a lone
+    surrogate, which UTF-8 cannot encode: such a string can never be a key or an argument.
+    """
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"{value!r:.120} holds a lone surrogate ({exc.reason} at index {exc.start})"
+    return None
+
+
 def check_name(field: str, value: object) -> str:
     """Validate a group name or prefix: a non-empty string without hash-tag braces."""
     if not isinstance(value, str):
         raise TypeError(f"{field} must be a str, got {type(value).__name__}")
     if not value:
         raise ValueError(f"{field} must not be empty")
+    if (why := utf8_error(value)) is not None:
+        raise ValueError(f"{field} cannot be sent to Redis: {why}")
     if _FORBIDDEN & set(value):
         raise ValueError(f"{field} must not contain '{{' or '}}' (got {value!r})")
     if any(ch.isspace() for ch in value):

@@ -7,7 +7,18 @@ A stream entry has one field, ``payload``, holding a UTF-8 JSON object::
 ``attempt`` is the attempt the next execution of this entry is (1 for a fresh dispatch; a
 retry re-enqueues with ``attempt + 1``). ``id`` is present when the task was retried or
 dispatched delayed: it is the task's stable id. Without it the task id is the entry's own
-stream id. Unknown fields are ignored, so later versions can add fields.
+stream id. A unique task adds ``unique_key``, ``unique_token`` and ``unique_for`` (its lock's
+time-to-live, seconds). Unknown fields are ignored, so later versions can add fields.
+
+The strings that become Redis keys or arguments (``task``, ``id``, ``unique_key``,
+``unique_token``) must be encodable as UTF-8: JSON can carry a lone surrogate (``"\\ud800"``),
+UTF-8 cannot. :func:`encode_message` refuses them; a stored entry holding one is
+undecodable. Inside ``payload`` they are fine (they travel as JSON escapes).
+
+A retry or a replay writes the stored ``payload`` back verbatim (:func:`reencode_for_retry`):
+what the task is given never changes between attempts, even for JSON that Python reads but
+would not write (``1e400``), and the message grows by at most :data:`MESSAGE_GROWTH` bytes,
+which the read-side size check allows for.
 """
 
 from __future__ import annotations
@@ -15,15 +26,19 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
 from .errors import InvalidMessage, InvalidPayload, PayloadTooLarge
+from .keys import utf8_error
 
 __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
+    "DEFAULT_UNIQUE_FOR",
+    "MESSAGE_GROWTH",
     "NO_SIZE_LIMIT",
     "PAYLOAD_FIELD",
     "MessageDecodeError",
@@ -38,6 +53,16 @@ DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 #: ``max_bytes`` that never refuses: re-encoding a message that came from Redis (a retry,
 #: a replay) must not fail on its size.
 NO_SIZE_LIMIT = 1 << 62
+#: How many bytes the message of a retry or a replay may add to the message dispatched: the
+#: task id (``,"id":"<stream id>"``, at most 49 bytes), a longer attempt number (at most 19
+#: more digits) and a longer ``enqueued_at`` (at most 16 more characters), 84 in all, rounded
+#: up. A runner reads entries up to ``max_payload_bytes + MESSAGE_GROWTH`` bytes, so that a
+#: message dispatched under the limit survives all of its retries, replays and reclaims.
+MESSAGE_GROWTH = 128
+#: The lock time-to-live (seconds) of a unique message that does not say its own
+#: ``unique_for`` (written before the field existed), when it is replayed from the dead
+#: letters by a client that does not know the task.
+DEFAULT_UNIQUE_FOR = 3600.0
 
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 # For strings holding lone surrogates (valid in Python and in JSON escapes, not in UTF-8).
@@ -56,12 +81,8 @@ _loads = _decoder.decode
 _scan_once: Callable[[str, int], tuple[Any, int]] = _decoder.scan_once  # type: ignore[attr-defined]
 
 
-def _to_json(body: Any) -> bytes:
-    text = _dumps(body)
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        return _dumps_ascii(body).encode("ascii")
+#: Fields of a message that become Redis keys or arguments.
+_KEY_FIELDS = ("task", "id", "unique_key", "unique_token")
 
 
 @attrs.frozen
@@ -114,9 +135,14 @@ def encode_message(
     task_id: str | None = None,
     unique_key: str | None = None,
     unique_token: str | None = None,
+    unique_for: float | None = None,
     max_bytes: int,
 ) -> bytes:
-    """Encode one task message; raise :class:`InvalidPayload` if it cannot be sent."""
+    """Encode one task message; raise :class:`InvalidPayload` if it cannot be sent.
+
+    ``unique_for``: a unique task's lock time-to-live in seconds (written with its key, so
+    that a replay can take the lock again).
+    """
     body: dict[str, Any] = {
         "task": task_name,
         "payload": payload,
@@ -128,12 +154,20 @@ def encode_message(
     if unique_key is not None:
         body["unique_key"] = unique_key
         body["unique_token"] = unique_token
+        if unique_for is not None:
+            body["unique_for"] = unique_for
     try:
-        data = _to_json(body)
+        text = _dumps(body)
     except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidPayload(
             f"payload of task {task_name!r} is not JSON-serializable: {exc}"
         ) from exc
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate: fine in the payload (sent as a JSON escape), never in a key.
+        _check_key_fields(body)
+        data = _dumps_ascii(body).encode("ascii")
     if len(data) > max_bytes:
         raise PayloadTooLarge(
             f"task {task_name!r}: encoded message is {len(data)} bytes, "
@@ -142,27 +176,118 @@ def encode_message(
     return data
 
 
+def _check_key_fields(body: Mapping[str, Any]) -> None:
+    for name in _KEY_FIELDS:
+        value = body.get(name)
+        if isinstance(value, str) and (why := utf8_error(value)) is not None:
+            what = "task name" if name == "task" else f"{name} of task {body.get('task')!r:.80}"
+            raise InvalidPayload(f"the {what} cannot be sent to Redis: {why}")
+
+
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+_scan_string: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
+
+
+def _skip(text: str, index: int) -> int:
+    """The index of the first character at or after ``index`` that is not JSON whitespace."""
+    match = _WHITESPACE.match(text, index)
+    return match.end() if match else index
+
+
+def _member_spans(text: str) -> dict[str, tuple[int, int]] | None:
+    """Where the value of each member of the JSON object ``text`` is: ``{key: (start, end)}``
+    (the last of duplicate keys, as the decoder keeps); None if ``text`` is not an object."""
+    spans: dict[str, tuple[int, int]] = {}
+    try:
+        i = _skip(text, 0)
+        if text[i : i + 1] != "{":
+            return None
+        i = _skip(text, i + 1)
+        if text[i : i + 1] == "}":
+            return spans
+        while True:
+            if text[i : i + 1] != '"':
+                return None
+            key, i = _scan_string(text, i + 1)
+            i = _skip(text, i)
+            if text[i : i + 1] != ":":
+                return None
+            start = _skip(text, i + 1)
+            _, end = _scan_once(text, start)
+            spans[key] = (start, end)
+            i = _skip(text, end)
+            if text[i : i + 1] == "}":
+                return spans
+            if text[i : i + 1] != ",":
+                return None
+            i = _skip(text, i + 1)
+    except (ValueError, RecursionError, StopIteration):
+        return None
+
+
+def stored_unique_for(raw: bytes) -> float | None:
+    """The ``unique_for`` (seconds) a stored message carries, or None (absent or invalid)."""
+    with contextlib.suppress(ValueError, RecursionError):
+        body = _loads(raw.decode("utf-8"))
+        if isinstance(body, dict):
+            seconds = _seconds(body.get("unique_for"))
+            if seconds is not None and seconds > 0:
+                return seconds
+    return None
+
+
 def reencode_for_retry(message: TaskMessage, attempt: int, max_bytes: int) -> bytes:
     """The message of the next attempt of ``message`` (same task id and payload).
 
-    The payload is read again from the message as stored: the attempt that failed may have
-    changed the object it was given.
+    The payload is copied verbatim from the message as stored (its JSON text, not the
+    object decoded from it): the attempt that failed may have changed the object it was
+    given, and JSON that Python reads but does not write back (``1e400`` reads as ``inf``)
+    stays what it was. So does the unique lock's ``unique_for``. A message that is not a
+    stored one (a test's own TaskMessage) is encoded from its fields.
     """
-    payload = message.payload
+    spans = None
+    text = ""
     if message.raw:
-        # Not from a stored message (a test's own TaskMessage): use the payload as it is.
-        with contextlib.suppress(ValueError, KeyError, TypeError):
-            payload = _loads(message.raw.decode("utf-8"))["payload"]
-    return encode_message(
+        with contextlib.suppress(UnicodeDecodeError):
+            text = message.raw.decode("utf-8")
+            spans = _member_spans(text)
+    if spans is None or "payload" not in spans:
+        return encode_message(
+            message.task_name,
+            message.payload,
+            attempt=attempt,
+            enqueued_at=message.enqueued_at,
+            task_id=message.task_id,
+            unique_key=message.unique_key,
+            unique_token=message.unique_token,
+            max_bytes=max_bytes,
+        )
+    unique_for = None
+    if message.unique_key is not None and "unique_for" in spans:
+        unique_for = stored_unique_for(message.raw)
+    start, end = spans["payload"]
+    # The envelope encoded with a placeholder payload, then the stored payload put in its
+    # place: ``{"task":...,"payload":0,...}`` has the placeholder right after the name.
+    envelope = encode_message(
         message.task_name,
-        payload,
+        0,
         attempt=attempt,
         enqueued_at=message.enqueued_at,
         task_id=message.task_id,
         unique_key=message.unique_key,
         unique_token=message.unique_token,
-        max_bytes=max_bytes,
+        unique_for=unique_for,
+        max_bytes=NO_SIZE_LIMIT,
     )
+    head, sep, tail = envelope.partition(b',"payload":0,')
+    assert sep, envelope
+    data = b"".join((head, b',"payload":', text[start:end].encode("utf-8"), b",", tail))
+    if len(data) > max_bytes:
+        raise PayloadTooLarge(
+            f"task {message.task_name!r}: encoded message is {len(data)} bytes, "
+            f"more than max_payload_bytes={max_bytes}"
+        )
+    return data
 
 
 def _seconds(value: Any) -> float | None:
@@ -292,7 +417,7 @@ def decode_fields(
     enqueued_at = body.get("enqueued_at", 0.0)
     task_id = body.get("id", message_id)
     unique_key = body.get("unique_key")
-    unique_token = body.get("unique_token") if unique_key is not None else None
+    unique_token: Any = body.get("unique_token") if unique_key is not None else None
     if (
         type(task) is str
         and task
@@ -308,9 +433,27 @@ def decode_fields(
             or (type(unique_key) is str and unique_key and type(unique_token) is str)
         )
     ):
+        # A string that becomes a Redis key or argument must encode as UTF-8 (JSON escapes
+        # can make lone surrogates); ASCII ones do, and isascii() costs no scan.
+        if (
+            not (task.isascii() and task_id.isascii())
+            or (unique_key is not None and not (unique_key.isascii() and unique_token.isascii()))
+        ) and _key_fields_error(task, task_id, unique_key, unique_token):
+            return None
         if deliveries > 1:
             attempt += deliveries - 1
         return task, body["payload"], attempt, enqueued_at, task_id, raw, unique_key, unique_token
+    return None
+
+
+def _key_fields_error(task: str, task_id: str, unique_key: Any, unique_token: Any) -> str | None:
+    """Why one of the strings that become Redis keys or arguments cannot be sent, or None."""
+    fields = [("task", task), ("id", task_id)]
+    if unique_key is not None:
+        fields += [("unique_key", unique_key), ("unique_token", unique_token)]
+    for name, value in fields:
+        if (why := utf8_error(value)) is not None:
+            return f"'{name}' cannot be sent to Redis as UTF-8: {why}"
     return None
 
 
@@ -360,6 +503,8 @@ def _decode_checked(
         isinstance(unique_key, str) and unique_key and isinstance(unique_token, str)
     ):
         raise bad("'unique_key' and 'unique_token' must be strings")
+    if (why := _key_fields_error(task, task_id, unique_key, unique_token)) is not None:
+        raise bad(why)
     return TaskMessage(
         message_id=message_id,
         task_name=task,

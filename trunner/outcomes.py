@@ -31,7 +31,7 @@ from .config import RunnerConfig
 from .errors import BackendError, MaxRetryExceeded, TaskFailed, TaskNotFound
 from .holdings import Holdings, Job
 from .message import NO_SIZE_LIMIT, reencode_for_retry
-from .statistics import Counters
+from .statistics import UNREGISTERED, Counters
 from .task import Task
 
 __all__ = ["TRANSITION_TIMEOUT", "Outcomes"]
@@ -190,7 +190,10 @@ class Outcomes:
 
         if await self._transition(job, write, "dead-letter"):
             self._counters.dead_lettered += 1
-            self._counters.task(message.task_name).dead_lettered += 1
+            # Per-name counters only for registered tasks: names read from the stream
+            # are unbounded (each junk name would be a counter, and a metric, for ever).
+            name = job.task.name if job.task is not None else UNREGISTERED
+            self._counters.task(name).dead_lettered += 1
             logger.error(
                 "%s dead-lettered, %s: %s%s",
                 job.about(),

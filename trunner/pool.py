@@ -31,7 +31,13 @@ from ._redis import RawEntry
 from ._slots import WorkerSlots
 from .config import RunnerConfig
 from .holdings import Holdings, Job, beat_interval
-from .message import MessageDecodeError, decode_fields, decode_message, fields_of
+from .message import (
+    MESSAGE_GROWTH,
+    MessageDecodeError,
+    decode_fields,
+    decode_message,
+    fields_of,
+)
 from .outcomes import Outcomes
 from .statistics import Counters
 from .task import Task, TaskRegistry
@@ -159,7 +165,7 @@ class WorkerPool:
 
     def _make_job(self, entry: RawEntry, consumer: str, now: float) -> Job:
         message_id, deliveries = entry.message_id, entry.deliveries
-        max_bytes = self._config.max_payload_bytes
+        max_bytes = self._config.max_payload_bytes + MESSAGE_GROWTH  # retries grow a bit
         fields = decode_fields(message_id, entry.fields, deliveries, max_bytes)
         if fields is not None:
             task, interval = self._task_info(fields[0])

@@ -2,7 +2,11 @@
 
 Commands that concurrent Trio tasks issue within one scheduler tick are sent together: one
 crossing into the Redis client and one round trip, each caller getting its own reply or
-its own exception. Blocking commands and transactions never share a batch.
+its own exception. Blocking commands never share a batch nor a pooled connection: each
+runs on a connection of its own. Transactions are sent on their own. Commands that would
+change the state of a connection the handle shares with other tasks and with the runner
+(``SELECT``, ``MULTI`` outside a transaction pipeline, ``SUBSCRIBE``, ``CLIENT REPLY`` ...)
+are refused with :class:`~trunner.CommandNotAllowed`, saying what to use instead.
 
 Get one from a runner (``runner.redis``, ``trunner.current_runner().redis`` inside a
 task), from a client (``client.redis``), or on its own with :func:`open_redis`.
@@ -21,20 +25,104 @@ import outcome
 import trio
 
 from . import _validate as v
-from ._redis import Arg, Script, Transport, call_script, make_script, open_transport
+from ._redis import Arg, Script, Transport, call_script, check_args, make_script, open_transport
 from ._util import run_in_background
-from .errors import Crashed, RedisCommandError, RunnerNotRunning
+from .errors import CommandNotAllowed, Crashed, RedisCommandError, RunnerNotRunning
 
-__all__ = ["Pipeline", "RedisHandle", "open_redis"]
+__all__ = ["Pipeline", "RedisHandle", "check_command", "open_redis"]
 
-#: Commands that may block the connection: sent on their own, never in a batch.
+#: Commands that may block: each is sent on a connection of its own, never in a batch, so
+#: that it delays no other task's commands nor the runner's own.
 BLOCKING = frozenset(
     {
         "BLPOP", "BRPOP", "BRPOPLPUSH", "BLMOVE", "BLMPOP", "BZPOPMIN", "BZPOPMAX",
-        "BZMPOP", "WAIT", "WAITAOF", "SUBSCRIBE", "PSUBSCRIBE", "SSUBSCRIBE", "MONITOR",
-        "MULTI", "EXEC", "DISCARD", "WATCH", "UNWATCH",
+        "BZMPOP", "WAIT", "WAITAOF",
     }
 )  # fmt: skip
+#: Commands that block when given the BLOCK option.
+BLOCKING_WITH_OPTION = frozenset({"XREAD", "XREADGROUP"})
+
+_OWN_CLIENT = "use a Redis client of your own for it"
+_OTHER_URL = (
+    "the handle's connections are set up by trunner from the URL: for other credentials, "
+    "another database or protocol, use open_redis() with another URL"
+)
+_TRANSACTION = "use pipeline(transaction=True), or eval() (a Lua script runs atomically)"
+_STATE = "it would change a connection shared with other tasks and the runner"
+#: Commands that change the state of the connection they are sent on (which the handle
+#: shares with other tasks and with the runner): refused, with what to use instead.
+REFUSED: dict[str, str] = {
+    "SELECT": "every command of the handle goes to the URL's database; for another "
+    "database, use open_redis() with it in the URL (redis://host:6379/1)",
+    "MULTI": _TRANSACTION,
+    "EXEC": _TRANSACTION,
+    "DISCARD": _TRANSACTION,
+    "WATCH": "WATCH needs a connection of its own: " + _TRANSACTION,
+    "UNWATCH": "WATCH needs a connection of its own: " + _TRANSACTION,
+    "SUBSCRIBE": "pub/sub takes a connection over: " + _OWN_CLIENT,
+    "PSUBSCRIBE": "pub/sub takes a connection over: " + _OWN_CLIENT,
+    "SSUBSCRIBE": "pub/sub takes a connection over: " + _OWN_CLIENT,
+    "UNSUBSCRIBE": "pub/sub takes a connection over: " + _OWN_CLIENT,
+    "PUNSUBSCRIBE": "pub/sub takes a connection over: " + _OWN_CLIENT,
+    "SUNSUBSCRIBE": "pub/sub takes a connection over: " + _OWN_CLIENT,
+    "MONITOR": "MONITOR takes a connection over: " + _OWN_CLIENT,
+    "SYNC": "the replication protocol takes a connection over",
+    "PSYNC": "the replication protocol takes a connection over",
+    "REPLCONF": "the replication protocol takes a connection over",
+    "RESET": _OTHER_URL,
+    "HELLO": _OTHER_URL,
+    "AUTH": _OTHER_URL,
+    "QUIT": "the handle's connections are closed by trunner",
+    "READONLY": "trunner sets the Cluster mode of its connections",
+    "READWRITE": "trunner sets the Cluster mode of its connections",
+    "ASKING": "trunner follows Cluster redirections itself",
+}
+#: CLIENT subcommands that leave the connection as it was; the others (REPLY, SETNAME,
+#: SETINFO, TRACKING, CACHING, NO-EVICT, NO-TOUCH ...) are refused.
+CLIENT_ALLOWED = frozenset(
+    {"ID", "INFO", "LIST", "GETNAME", "GETREDIR", "TRACKINGINFO", "KILL", "UNBLOCK", "PAUSE",
+     "UNPAUSE", "HELP"}
+)  # fmt: skip
+
+
+def _word(value: Arg) -> str:
+    """A command word, upper-cased (a bytes one read as Latin-1: never fails)."""
+    if isinstance(value, bytes):
+        return value.decode("latin-1").upper()
+    return str(value).upper()
+
+
+def check_command(args: Sequence[Arg]) -> bool:
+    """Check one command for the handle; return whether it may block.
+
+    Raises:
+        CommandNotAllowed: it would change the state of a shared connection (the message
+            says what to use instead).
+        TypeError, InvalidArgument: an argument cannot be sent (see ``Transport.execute``).
+    """
+    check_args(args)
+    name = _word(args[0])
+    if name in BLOCKING:
+        return True
+    if name in BLOCKING_WITH_OPTION:
+        for arg in args[1:]:
+            word = _word(arg) if isinstance(arg, str | bytes) else ""
+            if word == "STREAMS":
+                break
+            if word == "BLOCK":
+                return True
+        return False
+    hint = REFUSED.get(name)
+    if hint is None and name == "CLIENT":
+        sub = _word(args[1]) if len(args) > 1 else ""
+        if sub not in CLIENT_ALLOWED:
+            name, hint = f"CLIENT {sub}".strip(), ""
+    if hint is not None:
+        text = f"the Redis handle does not send {name}: {_STATE}"
+        raise CommandNotAllowed(f"{text}; {hint}" if hint else text)
+    return False
+
+
 #: The most commands one batch carries.
 MAX_BATCH = 1000
 
@@ -302,16 +390,25 @@ class RedisHandle(_Commands):
     async def execute(self, *args: Arg) -> Any:
         """Any Redis command, e.g. ``await redis.execute("XADD", "events", "*", "k", "v")``.
 
+        A blocking command (``BLPOP``, ``XREAD ... BLOCK`` ...) runs on a connection of its
+        own; the others join the next batch.
+
         Args:
             *args: The command name and its arguments.
 
         Returns:
             The raw reply: bytes, an int, a list, ``None`` ...
+
+        Raises:
+            CommandNotAllowed: a command that would change the state of a connection the
+                handle shares (``SELECT``, ``MULTI``, ``SUBSCRIBE``, ``CLIENT REPLY`` ...).
+            TypeError, InvalidArgument: an argument that cannot be sent. Nothing is sent
+                (and no other task's command is affected).
         """
         if not self._open:
             raise RunnerNotRunning("the Redis handle is closed")
-        if str(args[0]).upper() in BLOCKING:
-            return await self._transport.execute(*args)
+        if check_command(args):
+            return await self._transport.execute_blocking(*args, key=_first_key(args))
         return await self._batcher.call(args)
 
     async def eval(self, script: str, keys: Sequence[str] = (), args: Sequence[Arg] = ()) -> Any:
@@ -408,7 +505,18 @@ class Pipeline:
 
         Returns:
             The pipeline, so that calls can be chained.
+
+        Raises:
+            CommandNotAllowed: as ``RedisHandle.execute``; also a blocking command in a
+                pipeline that is not a transaction (it would stall the batch; inside
+                MULTI/EXEC Redis never blocks).
+            TypeError, InvalidArgument: an argument that cannot be sent.
         """
+        if check_command(args) and not self._transaction:
+            raise CommandNotAllowed(
+                f"a pipeline does not send {_word(args[0])}: it may block, and would hold "
+                "up every command of the batch; send it alone with execute()"
+            )
         self._commands.append(args)
         return self
 
@@ -440,6 +548,23 @@ class Pipeline:
             # In the next batch with other tasks' commands, kept together and in order; a
             # command that failed has its exception in place.
             self.results = await self._handle._batcher.call_many(self._commands)
+
+
+def _first_key(args: Sequence[Arg]) -> str | None:
+    """The first key of a blocking command (on Cluster, its node serves the command)."""
+    name = _word(args[0])
+    index: int | None = 1
+    if name in ("BLMPOP", "BZMPOP"):
+        index = 3  # timeout numkeys key ...
+    elif name in BLOCKING_WITH_OPTION:
+        words = [_word(a) if isinstance(a, str | bytes) else "" for a in args]
+        index = words.index("STREAMS") + 1 if "STREAMS" in words else None
+    elif name in ("WAIT", "WAITAOF"):
+        index = None
+    if index is None or index >= len(args):
+        return None
+    key = args[index]
+    return key.decode("utf-8", "surrogateescape") if isinstance(key, bytes) else str(key)
 
 
 @asynccontextmanager

@@ -318,7 +318,10 @@ class Runner(Producer):
         Returns:
             For each task name that ran here, a copy of its totals: the numbers of
             ``succeeded``, ``failed`` and ``retried`` attempts and of ``dead_lettered``
-            messages.
+            messages. Messages of no registered task (unknown names, undecodable
+            entries) count under the one name ``"(unregistered)"``: names read from
+            Redis never get figures of their own, so this, the timings and the
+            Prometheus metrics stay bounded by the registry.
         """
         return {name: attrs.evolve(t) for name, t in self._counters.per_task.items()}
 

@@ -135,13 +135,16 @@ async def run_worker(
     *,
     health_port: int | None = None,
     metrics_port: int | None = None,
-    host: str = "0.0.0.0",
+    host: str = "127.0.0.1",
     on_ready: Callable[[dict[str, int]], None] = lambda _ports: None,
 ) -> bool:
     """Run ``runner`` until SIGINT/SIGTERM; return True after a clean drain.
 
     The first signal stops it gracefully (drain); a second cancels running tasks at once
-    (their messages are released, never acknowledged).
+    (their messages are released, never acknowledged). The health and metrics endpoints
+    listen on ``host`` (127.0.0.1 by default: pass ``"0.0.0.0"`` for probes from outside
+    the machine or container), with a bounded number of connections (see
+    :mod:`trunner._http`).
     """
     forced = False
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:

@@ -11,7 +11,12 @@ import enum
 
 import attrs
 
-__all__ = ["Counters", "RunnerState", "RunnerStatistics", "TaskTotals"]
+__all__ = ["UNREGISTERED", "Counters", "RunnerState", "RunnerStatistics", "TaskTotals"]
+
+#: The name under which per-task figures count messages of no registered task (unknown
+#: names, undecodable entries): names read from Redis are unbounded, so they never get
+#: figures of their own (in ``task_totals()``, timings, or Prometheus metrics).
+UNREGISTERED = "(unregistered)"
 
 
 class RunnerState(enum.Enum):
@@ -46,7 +51,11 @@ class TaskTotals:
 
 @attrs.define
 class Counters:
-    """Mutable counters, owned by one runner."""
+    """Mutable counters, owned by one runner.
+
+    ``per_task`` is keyed by registered task names, and :data:`UNREGISTERED` for the
+    rest: its size is bounded by the registry.
+    """
 
     per_task: dict[str, TaskTotals] = attrs.field(factory=dict)
 

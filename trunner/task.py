@@ -14,7 +14,8 @@ import attrs
 
 from . import _validate as v
 from ._eager import run_eagerly
-from .errors import TaskNotFound
+from .errors import InvalidPayload, TaskNotFound
+from .keys import utf8_error
 from .message import NO_SIZE_LIMIT, encode_message
 
 __all__ = ["Action", "Backoff", "CronSchedule", "Task", "TaskRegistry"]
@@ -46,14 +47,19 @@ def _check_task_name(_inst: object, attr: attrs.Attribute[Any], value: object) -
         raise ValueError(
             f"task {attr.name} must be non-empty without surrounding spaces: {value!r}"
         )
+    if (why := utf8_error(value)) is not None:
+        raise ValueError(f"task {attr.name} cannot be sent to Redis: {why}")
 
 
 def checked_task_name(task_name: object) -> str:
-    """A task name given to a call by name: a non-empty str (else TypeError, ValueError)."""
+    """A task name given to a call by name: a non-empty str that can be sent to Redis
+    (else TypeError, ValueError)."""
     if not isinstance(task_name, str):
         raise TypeError(f"task_name must be a str, got {type(task_name).__name__}")
     if not task_name:
         raise ValueError("task_name must not be empty")
+    if (why := utf8_error(task_name)) is not None:
+        raise ValueError(f"task_name cannot be sent to Redis: {why}")
     return task_name
 
 
@@ -182,6 +188,10 @@ class Task:
         if isinstance(key, bool) or not isinstance(key, str | int):
             raise TypeError(
                 f"unique_key of task {self.name!r} must return a str or int, got {key!r}"
+            )
+        if isinstance(key, str) and (why := utf8_error(key)) is not None:
+            raise InvalidPayload(
+                f"the unique key of task {self.name!r} cannot be sent to Redis: {why}"
             )
         return f"{prefix}:{key}"
 
@@ -545,6 +555,9 @@ class TaskRegistry:
         """
         if schedule.name in self._crons:
             raise ValueError(f"a cron schedule named {schedule.name!r} is already registered")
+        task = self._tasks.get(schedule.task_name)
+        if task is not None and task.unique:
+            task.key_for(schedule.payload)  # a key that cannot be sent fails here
         self._crons[schedule.name] = schedule
         return schedule
 
@@ -554,16 +567,21 @@ class TaskRegistry:
         return list(self._crons.values())
 
     def check(self) -> None:
-        """Check that every cron schedule names a registered task.
+        """Check that every cron schedule names a registered task, and can be sent.
 
         [``Runner``][trunner.Runner] and [``open_runner``][trunner.open_runner] call it.
 
         Raises:
             TaskNotFound: A schedule names a task that is not registered.
+            ValueError: A cron schedule of a unique task has a payload whose unique key
+                cannot be sent to Redis.
         """
         for schedule in self._crons.values():
             if schedule.task_name not in self._tasks:
                 raise TaskNotFound(schedule.task_name)
+            task = self._tasks[schedule.task_name]
+            if task.unique:
+                task.key_for(schedule.payload)
 
     def get(self, name: str) -> Task:
         """The task of that name.

@@ -20,7 +20,7 @@ from .memory import forget_memory_server
 from .memory import server_client as memory_server_client
 from .native import NativeTransport
 from .probe import Probe
-from .resp import RawEntry
+from .resp import RawEntry, as_str, check_args, pack
 from .scripts import SCRIPTS, Script, fenced_script, make_script
 from .transport import Arg, Reader, Subscriber, Transport, call_script
 from .urls import check_url, native_options, parse_endpoint, parse_server_url, redact_url
@@ -47,7 +47,9 @@ __all__ = [
     "ScriptNotLoaded",
     "Subscriber",
     "Transport",
+    "as_str",
     "call_script",
+    "check_args",
     "check_url",
     "delete_prefixed",
     "fenced_script",
@@ -56,6 +58,7 @@ __all__ = [
     "memory_server_client",
     "native_options",
     "open_transport",
+    "pack",
     "parse_endpoint",
     "parse_server_url",
     "redact_url",

@@ -25,6 +25,7 @@ from redis.backoff import NoBackoff
 
 from ..errors import BackendError, RedisUnavailable
 from .errors import map_exceptions, redis_py_errors, redis_py_reply
+from .resp import library_args
 from .transport import (
     Arg,
     Dedicated,
@@ -42,6 +43,9 @@ T = TypeVar("T")
 
 #: Replies the Cluster client parses for itself (topology and command table).
 _CLUSTER_OWN = ("COMMAND", "CLUSTER", "READONLY", "READWRITE", "ASKING")
+
+#: Idle connections kept for blocking commands, per node (see ``execute_blocking``).
+BLOCKING_IDLE = 2
 
 #: Commands named by two words, which the Cluster client routes by both.
 _TWO_WORD = frozenset({"SCRIPT", "CONFIG", "CLIENT", "CLUSTER"})
@@ -130,6 +134,9 @@ class BridgedTransport(DedicatedConnections, Transport):
         # The Cluster client's per-node pools raise at their limit instead of waiting, so
         # pooled calls wait here: at most max_connections at once, hence per node.
         self._gate = trio.Semaphore(max_connections) if self._cluster is not None else None
+        # Blocking commands: each on a connection of its own (a few kept idle, per node).
+        self._blocking_idle: dict[str | None, list[Any]] = {}
+        self._blocking_all: set[Any] = set()
         self.command_timeout = command_timeout
         DedicatedConnections.__init__(self)
 
@@ -209,12 +216,54 @@ class BridgedTransport(DedicatedConnections, Transport):
             return await self._call(make, where)
 
     async def execute(self, *args: Arg) -> Any:
+        args = tuple(library_args(args))
         if self._cluster is not None and str(args[0]).upper() in _TWO_WORD:
             # The Cluster client routes keyless commands by their full name ("SCRIPT LOAD").
             args = (f"{args[0]!s} {args[1]!s}", *args[2:])
         return await self._pooled(lambda: self._client.execute_command(*args), str(args[0]))
 
+    async def execute_blocking(self, *args: Arg, key: str | None = None) -> Any:
+        args = tuple(library_args(args))
+        where = str(args[0])
+        node = None
+        if self._cluster is not None:
+            target = self._cluster.get_node_from_key(key) if key is not None else None
+            node = target.name if target is not None else None
+        idle = self._blocking_idle.get(node)
+        if idle:
+            conn = idle.pop()
+        else:
+            conn, node = self._connection(key)
+            self._blocking_all.add(conn)
+
+        async def go() -> Any:
+            try:
+                await conn.connect()  # nothing to do when connected
+                await conn.send_command(*args)
+                return await conn.read_response()
+            except redis.exceptions.ResponseError:
+                raise  # an error reply: the connection is in step
+            except BaseException as exc:
+                # Cancelled or broken: whatever is in flight is unknown; drop it.
+                self._blocking_all.discard(conn)
+                await conn.disconnect(nowait=True)
+                await self._after_error(exc)
+                raise
+
+        try:
+            return await self._call(go, where, limit=math.inf)
+        finally:
+            if conn in self._blocking_all:  # in step: a reply, or an error reply
+                kept = self._blocking_idle.setdefault(node, [])
+                if len(kept) < BLOCKING_IDLE:
+                    kept.append(conn)
+                else:
+                    self._blocking_all.discard(conn)
+                    await self._disconnect(conn, "close")
+
     async def pipeline(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
+        commands = [library_args(command) for command in commands]  # nothing sent if bad
+
         async def go() -> list[Any]:
             async with self._client.pipeline(transaction=False) as pipe:
                 for command in commands:
@@ -236,6 +285,10 @@ class BridgedTransport(DedicatedConnections, Transport):
 
     async def aclose(self) -> None:
         await self._close_dedicated()
+        blocking, self._blocking_all = self._blocking_all, set()
+        self._blocking_idle.clear()
+        for conn in blocking:
+            await self._disconnect(conn, "close")
 
         async def close() -> None:
             await self._client.aclose()

@@ -15,7 +15,7 @@ from ..keys import RELEASED_CONSUMER, Keys, UniqueLock
 from ..message import PAYLOAD_FIELD
 from .inspect import Inspection
 from .lease import LeaseStore
-from .resp import RawEntry, as_str, stream_entries
+from .resp import RawEntry, as_str, stream_entries, text_field
 from .scripts import SCRIPTS, Script
 from .transport import Arg, Reader, Subscriber, Transport
 
@@ -249,8 +249,11 @@ class Broker(Inspection):
         maxlen: int | None,
         lock: tuple[str, str] | None = None,
     ) -> str | None:
-        """Acknowledge and copy to the dead-letter stream; release ``lock`` (key, token)."""
-        flat: list[Arg] = [x for pair in fields for x in pair]
+        """Acknowledge and copy to the dead-letter stream; release ``lock`` (key, token).
+
+        A field's text that cannot be sent as it is (a lone surrogate, in an error message
+        say) is written with backslash escapes: the write never fails on it."""
+        flat: list[Any] = [text_field(x) for pair in fields for x in pair]
         keys = [self.keys.stream, self.keys.dead, *([lock[0]] if lock else [])]
         reply = await self._script(
             "dead_letter",
@@ -523,18 +526,31 @@ class Broker(Inspection):
 
     # -- dead letters -----------------------------------------------------------------------
 
-    async def replay_dead(self, items: Sequence[tuple[str, bytes]]) -> list[str | None]:
-        """Move dead-letter entries ``(id, message)`` back into the stream, atomically."""
-        ids: list[str | None] = []
+    async def replay_dead(
+        self, items: Sequence[tuple[str, bytes, UniqueLock | None]]
+    ) -> list[str | bool | None]:
+        """Move dead-letter entries ``(id, message, lock)`` back into the stream, atomically;
+        one with a ``lock`` (a unique task's) takes it as it enters, or stays.
+
+        Returns per entry: its new stream id; None when it is no longer in the dead-letter
+        stream; False when its lock is held (it stays in the dead-letter stream).
+        """
+        results: list[str | bool | None] = []
         for chunk in _chunks(items, MAX_IDS_PER_CALL // 2):
-            flat: list[Arg] = [x for pair in chunk for x in pair]
-            reply = await self._script("replay_dead", [self.keys.dead, self.keys.stream], flat)
-            ids.extend(as_str(i) if i else None for i in reply)
-        return ids
+            locks = [lock.key for _, _, lock in chunk if lock is not None]
+            args: list[Arg] = []
+            for dead_id, data, lock in chunk:
+                args += [dead_id, data, *((lock.token, lock.ttl_ms) if lock else ("", 0))]
+            reply = await self._script(
+                "replay_dead", [self.keys.dead, self.keys.stream, *locks], args
+            )
+            results.extend(False if r == 0 else as_str(r) if r else None for r in reply)
+        return results
 
     async def quarantine(self, fields: Sequence[tuple[str, Arg]], maxlen: int) -> str:
-        """Add a record to the quarantine stream (approximately capped at ``maxlen``)."""
-        flat: list[Arg] = [x for pair in fields for x in pair]
+        """Add a record to the quarantine stream (approximately capped at ``maxlen``); text
+        that cannot be sent as it is is written with backslash escapes."""
+        flat: list[Any] = [text_field(x) for pair in fields for x in pair]
         reply = await self.transport.execute(
             "XADD", self.keys.quarantine, "MAXLEN", "~", maxlen, "*", *flat
         )

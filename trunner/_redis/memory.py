@@ -6,6 +6,12 @@ non-blocking XREADGROUP and parks until another command through any memory trans
 same server has run (or its BLOCK time passes). Writes made to the fake server behind
 trunner's back are seen at the latest when the BLOCK time passes.
 
+Blocking commands sent with :meth:`MemoryTransport.execute_blocking` (task code's BLPOP,
+XREAD BLOCK ...) do block in fakeredis, as on a server: each runs in a worker thread of
+its own, on a fakeredis client of its own (fakeredis wakes it when another client writes).
+A cancelled one is ended with CLIENT UNBLOCK, so no thread stays blocked and no dead
+command swallows a later write.
+
 One server should be used by one Trio run at a time.
 """
 
@@ -18,6 +24,7 @@ from typing import Any
 import trio
 
 from .errors import map_exceptions, redis_py_errors, redis_py_reply
+from .resp import library_args
 from .transport import Arg, Dedicated, DedicatedConnections, Reader, Subscriber, Transport
 
 __all__ = ["MemoryTransport", "forget_memory_server", "has_server", "server_client"]
@@ -93,9 +100,20 @@ def _client(server: _MemoryServer) -> Any:
 
 
 def _execute(client: Any, args: Sequence[Arg]) -> Any:
-    """Run one command on a fakeredis client; its errors (redis-py's) become trunner's."""
+    """Run one command on a fakeredis client; its errors (redis-py's) become trunner's.
+
+    The arguments are checked first (:func:`~.resp.library_args`)."""
+    args = library_args(args)
     with map_exceptions(redis_py_errors, str(args[0])):
         return client.execute_command(*args)
+
+
+#: Blocking commands run at once per transport (each holds a worker thread).
+MAX_BLOCKING = 1000
+#: Idle clients kept for blocking commands.
+BLOCKING_IDLE = 2
+#: How long a cancelled blocking command may take to end after CLIENT UNBLOCK.
+UNBLOCK_WAIT = 5.0
 
 
 class MemoryTransport(DedicatedConnections, Transport):
@@ -106,6 +124,8 @@ class MemoryTransport(DedicatedConnections, Transport):
         self.command_timeout = command_timeout  # never reached: nothing waits for a reply
         self._server = _server(name)
         self._client = _client(self._server)
+        self._threads = trio.CapacityLimiter(MAX_BLOCKING)
+        self._blocking_idle: list[tuple[Any, int]] = []  # (client, its CLIENT ID)
         DedicatedConnections.__init__(self)
 
     def _run(self, args: Sequence[Arg]) -> Any:
@@ -120,6 +140,8 @@ class MemoryTransport(DedicatedConnections, Transport):
 
     async def pipeline(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
         await trio.lowlevel.checkpoint()
+        for command in commands:  # nothing runs if one cannot be sent, as on a socket
+            library_args(command)
         replies: list[Any] = []
         for command in commands:
             try:
@@ -127,6 +149,42 @@ class MemoryTransport(DedicatedConnections, Transport):
             except Exception as exc:  # noqa: BLE001 - each reply or error in its place
                 replies.append(exc)
         return replies
+
+    async def execute_blocking(self, *args: Arg, key: str | None = None) -> Any:
+        args = tuple(library_args(args))
+        await trio.lowlevel.checkpoint()
+        if self._blocking_idle:
+            client, client_id = self._blocking_idle.pop()
+        else:
+            client = _client(self._server)
+            client_id = int(_execute(client, ("CLIENT", "ID")))
+        finished = threading.Event()
+
+        def run() -> Any:
+            try:
+                return _execute(client, args)
+            finally:
+                finished.set()
+
+        try:
+            reply = await trio.to_thread.run_sync(
+                run, abandon_on_cancel=True, limiter=self._threads
+            )
+        except BaseException:
+            if not finished.is_set():  # cancelled while blocked: end it
+                with trio.move_on_after(UNBLOCK_WAIT, shield=True):
+                    while not finished.is_set():
+                        self._run(("CLIENT", "UNBLOCK", client_id))
+                        await trio.sleep(0.005)
+            client.close()
+            raise
+        finally:
+            self._server.notify()  # it may have written (popped): wake the readers
+        if len(self._blocking_idle) < BLOCKING_IDLE:
+            self._blocking_idle.append((client, client_id))
+        else:
+            client.close()
+        return reply
 
     def open_reader(self, key: str | None = None) -> Reader:
         return _MemoryReader(self)
@@ -136,6 +194,9 @@ class MemoryTransport(DedicatedConnections, Transport):
 
     async def aclose(self) -> None:
         await self._close_dedicated()
+        for client, _ in self._blocking_idle:
+            client.close()
+        self._blocking_idle.clear()
         self._client.close()
         await trio.lowlevel.checkpoint()
 

@@ -42,6 +42,10 @@ from .urls import ServerAddress
 __all__ = ["NativeTransport"]
 
 _READ_SIZE = 65536
+#: Idle connections kept for blocking commands (see ``Transport.execute_blocking``).
+BLOCKING_IDLE = 2
+#: Blocking commands that may run at once (each on a connection of its own).
+MAX_BLOCKING = 10_000
 
 
 class Connection:
@@ -162,10 +166,12 @@ class Connection:
 
 
 class _Pool:
-    """Up to ``size`` connections; a caller waits for a free one."""
+    """Up to ``size`` connections; a caller waits for a free one. At most ``max_idle`` idle
+    connections are kept (default: all)."""
 
-    def __init__(self, transport: NativeTransport, size: int) -> None:
+    def __init__(self, transport: NativeTransport, size: int, max_idle: int | None = None) -> None:
         self._transport = transport
+        self._max_idle = size if max_idle is None else max_idle
         self._slots = trio.Semaphore(size)
         self._idle: collections.deque[Connection] = collections.deque()
         self._all: set[Connection] = set()
@@ -189,7 +195,7 @@ class _Pool:
             try:
                 yield conn
             finally:
-                if conn.broken or self.closed:
+                if conn.broken or self.closed or len(self._idle) >= self._max_idle:
                     with trio.CancelScope(shield=True):
                         await self._drop(conn)
                 else:
@@ -225,6 +231,8 @@ class NativeTransport(DedicatedConnections, Transport):
         self.connect_timeout = connect_timeout
         self.command_timeout = command_timeout
         self._pool = _Pool(self, max_connections)
+        #: Connections for blocking commands, apart from the pool: a few are kept idle.
+        self._blocking = _Pool(self, MAX_BLOCKING, max_idle=BLOCKING_IDLE)
         DedicatedConnections.__init__(self)
 
     async def _connect(self) -> Connection:
@@ -251,6 +259,18 @@ class NativeTransport(DedicatedConnections, Transport):
             raise reply_error(str(reply), where)
         return reply
 
+    async def execute_blocking(self, *args: Arg, key: str | None = None) -> Any:
+        where = str(args[0])
+        pack(args)  # TypeError, InvalidArgument: before a connection is taken
+        try:
+            async with self._blocking.connection() as conn:
+                [reply] = await conn.round_trip([args])  # as long as it blocks
+        except RedisUnavailable as exc:
+            raise RedisUnavailable(f"{where}: {exc}") from None
+        if isinstance(reply, hiredis.ReplyError):
+            raise reply_error(str(reply), where)
+        return reply
+
     async def pipeline(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
         if not commands:
             await trio.lowlevel.checkpoint()
@@ -269,6 +289,7 @@ class NativeTransport(DedicatedConnections, Transport):
 
     async def aclose(self) -> None:
         await self._close_dedicated()
+        await self._blocking.aclose()
         await self._pool.aclose()
 
 

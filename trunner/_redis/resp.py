@@ -4,6 +4,13 @@ Replies reach the broker raw, as RESP2 has them: bulk strings are bytes (or str,
 some clients), integers int, nil None, arrays lists; :func:`as_str` and
 :func:`stream_entries` read the shapes every transport returns. Nothing here imports a
 client library.
+
+Text and bytes: a str argument is sent as UTF-8, and :func:`as_str` reads a bulk string as
+UTF-8. Redis holds bytes, not text, so both use Python's ``surrogateescape``: a byte that
+is not valid UTF-8 reads as a surrogate in U+DC80..U+DCFF and is written back as that
+byte, so a name read from Redis (a consumer, a field) round-trips exactly. Any other
+surrogate (a lone ``"\\ud800"``, which JSON escapes can make) has no bytes: sending it
+raises :class:`~trunner.InvalidArgument`, a ValueError, before anything is sent.
 """
 
 from __future__ import annotations
@@ -13,7 +20,90 @@ from typing import Any
 
 import attrs
 
-__all__ = ["RawEntry", "as_str", "pack", "stream_entries"]
+from ..errors import InvalidArgument
+
+__all__ = [
+    "RawEntry",
+    "as_str",
+    "check_args",
+    "encode_str",
+    "library_args",
+    "pack",
+    "stream_entries",
+    "text_field",
+]
+
+
+def encode_str(value: str) -> bytes:
+    """A str argument as Redis gets it: UTF-8, surrogate escapes as the bytes they stand for.
+
+    Raises:
+        InvalidArgument: ``value`` holds another surrogate (it has no bytes).
+    """
+    try:
+        return value.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError as exc:
+        raise InvalidArgument(
+            f"a Redis argument must be valid text: {value!r:.120} holds a lone surrogate "
+            f"at index {exc.start} (UTF-8 cannot encode it)"
+        ) from None
+
+
+def check_args(args: Sequence[object]) -> None:
+    """Check a command's arguments as :func:`pack` would, without packing them.
+
+    Raises:
+        TypeError: an argument is not str, bytes, int or float (or is a bool).
+        InvalidArgument: a str argument cannot be encoded (see :func:`encode_str`).
+    """
+    if not args:
+        raise TypeError("a Redis command needs at least its name")
+    for arg in args:
+        if type(arg) is str:
+            if not arg.isascii():
+                encode_str(arg)
+        elif type(arg) is not bytes and type(arg) is not int and type(arg) is not float:
+            _check_other(arg)
+
+
+def library_args(args: Sequence[Any]) -> Sequence[Any]:
+    """``args`` checked as by :func:`check_args`, for a client library that encodes str
+    strictly (redis-py, fakeredis): a str with surrogate escapes is given as its bytes."""
+    if not args:
+        raise TypeError("a Redis command needs at least its name")
+    converted: list[Any] | None = None
+    for index, arg in enumerate(args):
+        if type(arg) is str:
+            if arg.isascii():
+                continue
+            try:
+                arg.encode()
+            except UnicodeEncodeError:
+                converted = converted or list(args)
+                converted[index] = encode_str(arg)
+        elif type(arg) is not bytes and type(arg) is not int and type(arg) is not float:
+            _check_other(arg)
+    return args if converted is None else converted
+
+
+def text_field(value: object) -> object:
+    """A field of a record people read (a dead letter, a quarantine record): a str that
+    cannot be sent as it is (a lone surrogate) is written with backslash escapes instead,
+    so that writing the record never fails on its text."""
+    if type(value) is str and not value.isascii():
+        return value.encode("utf-8", "backslashreplace")
+    return value
+
+
+def _check_other(arg: object) -> None:
+    if isinstance(arg, bool):
+        raise TypeError("a Redis argument cannot be a bool; use 0/1 or a string")
+    if isinstance(arg, str):
+        encode_str(arg)
+    elif not isinstance(arg, bytes | int | float | memoryview | bytearray):
+        raise TypeError(
+            f"a Redis argument must be str, bytes, int or float, not {type(arg).__name__}"
+        )
 
 
 def pack(args: Sequence[object]) -> bytes:
@@ -24,7 +114,10 @@ def pack(args: Sequence[object]) -> bytes:
         if isinstance(arg, bytes):
             data = arg
         elif isinstance(arg, str):
-            data = arg.encode()
+            try:
+                data = arg.encode()
+            except UnicodeEncodeError:
+                data = encode_str(arg)
         elif isinstance(arg, bool):
             raise TypeError("a Redis argument cannot be a bool; use 0/1 or a string")
         elif isinstance(arg, int):
@@ -44,8 +137,12 @@ def pack(args: Sequence[object]) -> bytes:
 
 
 def as_str(value: Any) -> str:
-    """A bulk string of a reply (bytes, or already str) as text; anything else by ``str``."""
-    return value.decode() if isinstance(value, bytes) else str(value)
+    """A bulk string of a reply (bytes, or already str) as text; anything else by ``str``.
+
+    Never fails: bytes that are not UTF-8 read as surrogate escapes, which :func:`pack`
+    writes back as the same bytes.
+    """
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else str(value)
 
 
 @attrs.frozen

@@ -16,6 +16,12 @@ One rule holds for every call that crosses: **a cancelled call may still have ru
 Redis**. A command, once written to the socket, cannot be called back; a transport only
 makes sure that its reply, when it comes, is read by nobody (the connection is dropped).
 
+Arguments: str, bytes, int or float; a str is sent as UTF-8, with Python's
+``surrogateescape`` so that text read from Redis by :func:`~.resp.as_str` (where bytes
+that are not UTF-8 read as surrogate escapes) goes back as the same bytes. An argument of
+another type raises TypeError, a str holding any other surrogate (a lone ``"\\ud800"``)
+:class:`~trunner.InvalidArgument`: on every transport, before anything is sent.
+
 This module holds what the transports share, and imports no client library: a worker on
 one server never loads redis-py nor fakeredis.
 """
@@ -149,7 +155,8 @@ class Transport(abc.ABC):
     """A Trio-facing Redis connection: commands, pipelines, scripts and readers.
 
     Commands share a pool of connections; readers and subscribers have connections of
-    their own (:meth:`open_reader`, :meth:`open_subscriber`).
+    their own (:meth:`open_reader`, :meth:`open_subscriber`), and so does each blocking
+    command (:meth:`execute_blocking`).
     """
 
     #: Where this transport connects to, with any password hidden.
@@ -172,8 +179,34 @@ class Transport(abc.ABC):
             RedisUnavailable: Redis cannot be reached, the connection broke (the command
                 may have run), no reply came within ``command_timeout``, or Redis answered
                 "not now" (``LOADING``, ``MASTERDOWN``, ``TRYAGAIN``, a refused login ...).
-            TypeError: an argument is not str, bytes, int or float (native transport;
-                the others raise BackendError). Nothing was sent.
+            TypeError: an argument is not str, bytes, int or float. Nothing was sent.
+            InvalidArgument: a str argument cannot be encoded (see the module docs).
+                Nothing was sent.
+        """
+
+    @abc.abstractmethod
+    async def execute_blocking(self, *args: Arg, key: str | None = None) -> Any:
+        """Run one command that may block (``BLPOP``, ``XREAD ... BLOCK``, ``WAIT`` ...) on
+        a connection of its own, never one of the pool's: however long it blocks, it delays
+        no other command. Return its raw reply.
+
+        No ``command_timeout`` applies: the command's own timeout bounds it, and ``BLPOP
+        key 0`` waits for as long as it takes (bound it with a Trio cancel scope). Each
+        command running has its connection: they are not counted in ``max_connections``
+        (a command never waits for another one to end, which would change what an
+        ``XREAD ... $`` sees); the connection of a command that returned is kept for the
+        next one (a few at most).
+        ``key``: on Cluster, the command goes to the node serving ``key``'s slot (any node
+        without one).
+
+        If cancelled, the command may or may not have run (a ``BLPOP`` may have popped an
+        element that nobody will see); its connection is dropped, so that its reply is
+        read by nobody and it leaves nothing blocked on the server. ``memory://`` runs the
+        command in a thread of its own, on a fakeredis client of its own, and ends it with
+        ``CLIENT UNBLOCK`` when cancelled.
+
+        Raises:
+            As :meth:`execute` (``RedisUnavailable`` when the connection breaks).
         """
 
     @abc.abstractmethod
@@ -191,7 +224,8 @@ class Transport(abc.ABC):
         Raises:
             RedisUnavailable: as for :meth:`execute`; the connection is dropped.
             BackendError: ``MULTI``/``EXEC`` on Cluster (nothing sent).
-            TypeError: as for :meth:`execute` (nothing sent).
+            TypeError, InvalidArgument: as for :meth:`execute`, for any of the commands
+                (nothing sent).
         """
 
     async def evalsha(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:

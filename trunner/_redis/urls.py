@@ -21,6 +21,7 @@ only redis-py implements.
 from __future__ import annotations
 
 import contextlib
+import re
 import ssl
 import urllib.parse
 from typing import Any, Literal
@@ -52,36 +53,87 @@ SUPPORTED_SCHEMES = (
 
 
 def redact_url(url: str) -> str:
-    """``url`` with its passwords replaced by ``***``, for logs and messages.
+    """``url`` with every secret replaced by ``***``: the password of ``user:password@``,
+    and the value of every query option that names a secret (``password``,
+    ``sentinel_password``, ``ssl_password``, and any other ``...password``, ``...secret``,
+    ``...token``), for single-host and multi-host URLs.
 
-    Covers the password in ``user:password@`` and the ``password`` and
-    ``sentinel_password`` query options, for single-host and multi-host URLs: for example
-    ``redis://user:***@host:6379/0``.
+    A password is hidden even when it holds characters that a URL parser would read as
+    the end of the host part (``/``, ``?``, ``#``, ``@``: common in unencoded base64
+    secrets), so what is left can never show it: the user information runs to the last
+    ``@`` that is followed by a host list. The rest of the URL is kept as written.
 
     Args:
         url: A Redis URL.
 
     Returns:
-        The URL without its passwords; a URL without a password is returned unchanged.
+        The URL without its secrets; a URL without one is returned unchanged.
     """
     scheme, sep, rest = url.partition("://")
     if not sep:
         return url
-    rest, qmark, query = rest.partition("?")
-    query, hash_, fragment = query.partition("#")
-    netloc, slash, path = rest.partition("/")
-    userinfo, at, hosts = netloc.rpartition("@")
-    if at and ":" in userinfo:
-        netloc = f"{userinfo.split(':', 1)[0]}:***@{hosts}"
-    if query:
-        pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
-        if any(name in _SECRET_OPTIONS for name, _ in pairs):
-            safe = [(n, "***" if n in _SECRET_OPTIONS else v) for n, v in pairs]
-            query = urllib.parse.urlencode(safe, safe="*/")
-    return f"{scheme}{sep}{netloc}{slash}{path}{qmark}{query}{hash_}{fragment}"
+    end = _userinfo_end(rest)
+    hosts_at = 0
+    if end >= 0:
+        user, colon, _ = rest[:end].partition(":")
+        if colon:
+            rest = f"{user}:***{rest[end:]}"
+            end = len(user) + 4
+        hosts_at = end + 1
+    qmark = rest.find("?", hosts_at)
+    if qmark >= 0:
+        rest = rest[: qmark + 1] + _redact_query(rest[qmark + 1 :])
+    return f"{scheme}{sep}{rest}"
 
 
-_SECRET_OPTIONS = frozenset({"password", "sentinel_password"})
+#: What may follow the ``@`` that ends the user information: hosts, ports, and commas
+#: (or nothing, ``unix://user:pw@/path``), up to the path, the query, or the end.
+_HOST_LIST = re.compile(r"[\w.\-\[\]:,%~]*(?=[/?#]|$)")
+#: Where the next query option starts (``&name=``): a secret's value runs to there, so a
+#: secret holding an ``&`` (unencoded) stays hidden whole.
+_OPTION_START = re.compile(r"&(?=[A-Za-z_]\w*=)")
+
+
+def _userinfo_end(rest: str) -> int:
+    """The index of the ``@`` that ends the user information of ``rest`` (a URL after
+    ``scheme://``), or -1: the last ``@`` followed by a host list. Taking the last one
+    never shows part of a password (at worst it hides more than the password)."""
+    at = len(rest)
+    while (at := rest.rfind("@", 0, at)) >= 0:
+        if _HOST_LIST.match(rest, at + 1):
+            return at
+    return -1
+
+
+def _is_secret(name: str) -> bool:
+    return name.lower().endswith(("password", "passwd", "secret", "token"))
+
+
+def _redact_query(query: str) -> str:
+    options = _OPTION_START.split(query)
+    for index, option in enumerate(options):
+        name, eq, _ = option.partition("=")
+        if eq and _is_secret(urllib.parse.unquote(name)):
+            options[index] = f"{name}=***"
+    return "&".join(options)
+
+
+def _password_error(url: str) -> str | None:
+    """Why the password in ``url``'s user information cannot be read as written, or None.
+
+    A ``/``, ``?`` or ``#`` in it ends the host part for every URL parser: the client
+    would read another host, port or database. It must be percent-encoded."""
+    rest = url.partition("://")[2]
+    end = _userinfo_end(rest)
+    password = rest[:end].partition(":")[2] if end >= 0 else ""
+    bad = sorted({c for c in password if c in "/?#"})
+    if not bad:
+        return None
+    codes = ", ".join(f"{c} as %{ord(c):02X}" for c in bad)
+    return (
+        f"the password holds {' '.join(bad)}, which end the host part of a URL: "
+        f"percent-encode it ({codes})"
+    )
 
 
 def check_url(url: object) -> str:
@@ -98,6 +150,8 @@ def check_url(url: object) -> str:
         if not url[len("memory://") :]:
             raise ValueError("a memory:// URL needs a name, e.g. memory://demo")
         return scheme
+    if (why := _password_error(url)) is not None:
+        raise ValueError(f"invalid Redis URL {redact_url(url)!r}: {why}")
     try:
         if "+" in scheme:
             parse_endpoint(url)
@@ -107,7 +161,7 @@ def check_url(url: object) -> str:
                 raise ValueError(f"the database in the path must be a number, not {path!r}")
             if native_options(url) is None:  # options only redis-py reads: let it check them
                 _check_redis_py_options(url)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, OSError) as exc:  # OSError: a TLS file that cannot be read
         raise ValueError(f"invalid Redis URL {redact_url(url)!r}: {exc}") from None
     return scheme
 
@@ -168,7 +222,7 @@ class ServerAddress:
     path: str | None = None  # a Unix socket
     db: int = 0
     username: str | None = None
-    password: str | None = None
+    password: str | None = attrs.field(default=None, repr=False)
     ssl_context: ssl.SSLContext | None = None
     connect_timeout: float | None = None
     client_name: str | None = None  # from the URL: wins over the name trunner gives
@@ -290,12 +344,12 @@ class Endpoint:
     (its seed nodes), or a Sentinel-managed master (the sentinels and the service)."""
 
     kind: Kind
-    url: str
+    url: str = attrs.field(repr=False)
     nodes: tuple[tuple[str, int], ...] = ()
     service: str | None = None
-    options: dict[str, Any] = attrs.field(factory=dict)
+    options: dict[str, Any] = attrs.field(factory=dict, repr=False)
     """Connection keyword arguments for redis-py (cluster and sentinel)."""
-    sentinel_options: dict[str, Any] = attrs.field(factory=dict)
+    sentinel_options: dict[str, Any] = attrs.field(factory=dict, repr=False)
 
 
 def _nodes(netloc: str, default_port: int) -> tuple[tuple[str, int], ...]:

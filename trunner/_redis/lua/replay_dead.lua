@@ -1,15 +1,35 @@
 -- Replay dead-lettered messages: each leaves the dead-letter stream and enters the task
--- stream again, atomically (a message replayed twice at once is enqueued once).
+-- stream again, atomically (a message replayed twice at once is enqueued once). A message
+-- of a unique task takes its lock as it enters, as a dispatch does: if the lock is held
+-- (a task of that key is queued or running), the message is not replayed and stays in the
+-- dead-letter stream.
 -- KEYS[1]  the dead-letter stream
 -- KEYS[2]  the task stream
--- ARGV     pairs: dead-letter entry id, the message to enqueue (at most 500 pairs)
--- Returns  the new entry ids (false for entries no longer in the dead-letter stream)
-local ids = {}
-for i = 1, #ARGV, 2 do
-  if redis.call('XDEL', KEYS[1], ARGV[i]) == 1 then
-    ids[#ids + 1] = redis.call('XADD', KEYS[2], '*', 'payload', ARGV[i + 1])
+-- KEYS[3..] the locks of the unique messages, one per message that has one, in ARGV order
+-- ARGV     quadruples (at most 500): dead-letter entry id, the message to enqueue, its
+--          lock token ('' when it has no lock), the lock time-to-live in ms ('0' idem)
+-- Returns  per message: its new entry id; false when the entry is no longer in the
+--          dead-letter stream; 0 when its lock is held (the entry stays)
+local results = {}
+local lock = 2
+for i = 1, #ARGV, 4 do
+  local id, message, token, ttl = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  local result
+  if #redis.call('XRANGE', KEYS[1], id, id) == 0 then
+    result = false
   else
-    ids[#ids + 1] = false
+    local free = true
+    if token ~= '' then
+      lock = lock + 1
+      free = redis.call('SET', KEYS[lock], token, 'PX', ttl, 'NX')
+    end
+    if free then
+      redis.call('XDEL', KEYS[1], id)
+      result = redis.call('XADD', KEYS[2], '*', 'payload', message)
+    else
+      result = 0
+    end
   end
+  results[#results + 1] = result
 end
-return ids
+return results
