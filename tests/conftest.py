@@ -17,7 +17,7 @@ import trunner
 from trunner._redis import forget_memory_server, memory_server_client
 from trunner.runner import _Components
 
-from .servers import RedisServer
+from .support.servers import RedisServer
 
 #: Default Trio-clock deadline of every async test (override: @pytest.mark.deadline(s)).
 DEFAULT_DEADLINE = 30.0

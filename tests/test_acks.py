@@ -15,7 +15,7 @@ from trunner.message import encode_message
 from trunner.statistics import Counters
 
 from .conftest import config
-from .faults import FaultyTransport, script_call
+from .support.faults import FaultyTransport, script_call
 from .support.pools import job_of
 
 

@@ -24,7 +24,7 @@ from trunner._redis import forget_memory_server
 from trunner.message import MessageDecodeError, decode_message
 
 from .conftest import raw_client, redis_state
-from .servers import RedisServer
+from .support.servers import RedisServer
 
 # -- poison entries: any bytes, any field layout ---------------------------------------------
 

@@ -25,8 +25,8 @@ from trunner._redis import Broker, Reader, Transport, open_transport
 from trunner.message import PAYLOAD_FIELD, encode_message
 
 from .conftest import config, redis_state
-from .proxy import open_proxy
-from .servers import RedisServer
+from .support.proxy import open_proxy
+from .support.servers import RedisServer
 
 PREFIX = "trunner"
 CONSUMER = "bridge-reader"

@@ -17,7 +17,7 @@ from trunner.cli import main
 from trunner.keys import RELEASED_CONSUMER
 
 from .conftest import raw_client, redis_state, run_python
-from .servers import RedisServer
+from .support.servers import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -9,7 +9,7 @@ from trunner._demo import run_demo
 from trunner.cli import main
 
 from .conftest import run_python
-from .servers import RedisServer
+from .support.servers import RedisServer
 
 
 async def test_demo_shares_the_work_and_finishes_clean(url: str) -> None:

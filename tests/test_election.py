@@ -21,8 +21,8 @@ from trunner.election import Demoted, ElectionFailed, Elector, Promoted, open_el
 from trunner.keys import fence_key_for, hash_tag
 
 from .conftest import config
-from .faults import FaultyTransport, script_call
-from .servers import RedisServer
+from .support.faults import FaultyTransport, script_call
+from .support.servers import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -312,7 +312,7 @@ async def test_crash_failover_within_ttl_plus_wait(redis_server: RedisServer, ke
 
 def spawn_elector(url: str, key: str, ttl: float, wait: float) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.elector_process", url, key, str(ttl), str(wait)],
+        [sys.executable, "-m", "tests.processes.elector_process", url, key, str(ttl), str(wait)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import run_python
-from .servers import RedisServer
+from .support.servers import RedisServer
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

@@ -11,8 +11,8 @@ import trio
 import trunner
 
 from .conftest import config, raw_client, redis_state
-from .proxy import open_proxy
-from .servers import RedisServer, free_port
+from .support.proxy import open_proxy
+from .support.servers import RedisServer, free_port
 
 TASK = "work"
 #: How long one task runs: long enough that a fault lands while tasks are running.

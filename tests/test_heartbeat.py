@@ -11,7 +11,7 @@ import trunner
 from trunner._redis import SCRIPTS, Arg, open_transport
 
 from .conftest import config
-from .faults import FaultyTransport, script_call
+from .support.faults import FaultyTransport, script_call
 from .support.pools import pool_running_one
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from .history import Event, History, LogReader
+from .support.history import Event, History, LogReader
 
 
 def run(

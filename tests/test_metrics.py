@@ -18,7 +18,7 @@ from trunner.group_stats import BUCKETS, compute_stats
 from trunner.reporter import MetricsBuffer
 
 from .conftest import config, redis_state
-from .servers import RedisServer
+from .support.servers import RedisServer
 from .test_recovery import Worker
 
 FAST = {

@@ -28,8 +28,8 @@ from trunner._redis import (
 )
 
 from .conftest import Tally, config, run_python
-from .servers import RedisServer, free_port
-from .topologies import TlsServer
+from .support.servers import RedisServer, free_port
+from .support.topologies import TlsServer
 
 
 @asynccontextmanager

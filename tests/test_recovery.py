@@ -17,7 +17,7 @@ import trio
 import trunner
 
 from .conftest import Tally, config, redis_state
-from .servers import RedisServer
+from .support.servers import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -134,7 +134,7 @@ class Worker:
             [
                 sys.executable,
                 "-m",
-                "tests.worker_process",
+                "tests.processes.worker_process",
                 url,
                 group,
                 str(log),

@@ -1,10 +1,10 @@
 """The reliability suite: real worker processes and real Redis servers under faults.
 
-Each scenario runs `trunner worker` processes (tests/reliability_worker.py) whose tasks log
-their executions, dispatches from this process, injects a fault, waits until every
+Each scenario runs `trunner worker` processes (tests/processes/reliability_worker.py) whose
+tasks log their executions, dispatches from this process, injects a fault, waits until every
 acknowledged dispatch finished and the group drained, and checks the merged history
-(tests/history.py): nothing lost, nothing unexpected, and duplicates within the bound the
-scenario states. Each prints its figures (docs/reliability.md collects them).
+(tests/support/history.py): nothing lost, nothing unexpected, and duplicates within the bound
+the scenario states. Each prints its figures (docs/reliability.md collects them).
 
 Timings are scaled down from the defaults (reclaim_delay 300 s, leader_ttl 5 s, BLOCK 5 s)
 to seconds, so that every fault heals within the test's deadline.
@@ -27,10 +27,10 @@ import trio
 import trunner
 
 from .conftest import Tally, config, raw_client, redis_state
-from .fleet import Fleet, feed, open_fleet, payloads
-from .history import Report
-from .proxy import Proxy, open_proxy
-from .servers import RedisServer
+from .support.fleet import Fleet, feed, open_fleet, payloads
+from .support.history import Report
+from .support.proxy import Proxy, open_proxy
+from .support.servers import RedisServer
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import trunner
 from trunner.runner import _Stoppable
 
 from .conftest import Tally, config, parts, redis_state
-from .servers import RedisServer
+from .support.servers import RedisServer
 
 
 def registry(tally: Tally, delay: float = 0.0) -> trunner.TaskRegistry:

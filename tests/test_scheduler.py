@@ -21,7 +21,7 @@ from trunner.mover import MOVE_BATCH, DelayedMover
 from trunner.task import CronSchedule
 
 from .conftest import config, redis_state
-from .servers import RedisServer
+from .support.servers import RedisServer
 from .test_recovery import Worker, read_log
 
 LEADER = {"leader_ttl": 0.5, "leader_wait": 0.6, "leader_jitter": 0.01}

@@ -17,7 +17,7 @@ import trunner.heartbeat
 from trunner.keys import RELEASED_CONSUMER
 
 from .conftest import Tally, config, redis_state
-from .servers import RedisServer
+from .support.servers import RedisServer
 
 
 def _stream(group: str) -> str:

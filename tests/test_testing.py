@@ -25,7 +25,7 @@ from trunner.testing import (
 )
 
 from .conftest import Tally, config
-from .servers import RedisServer
+from .support.servers import RedisServer
 
 pytest_plugins = ["pytester"]
 

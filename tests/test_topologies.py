@@ -15,8 +15,8 @@ import trunner
 from trunner.election import open_elector
 
 from .conftest import config, parts, redis_state
-from .servers import RedisServer
-from .topologies import Cluster, SentinelSet, TlsServer
+from .support.servers import RedisServer
+from .support.topologies import Cluster, SentinelSet, TlsServer
 
 pytestmark = pytest.mark.slow
 FAST_LEADER = {"leader_ttl": 1.0, "leader_wait": 1.2, "report_interval": 0.2}

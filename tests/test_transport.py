@@ -15,7 +15,7 @@ import trio.testing
 import trunner
 from trunner._redis import Transport, open_transport
 
-from .servers import RedisServer
+from .support.servers import RedisServer
 
 
 @pytest.fixture(params=["memory", "native", "bridged"])

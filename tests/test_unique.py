@@ -14,8 +14,8 @@ import trio
 import trunner
 
 from .conftest import config, parts, redis_state
-from .servers import RedisServer
-from .unique_process import dispatch_concurrently, registry
+from .processes.unique_process import dispatch_concurrently, registry
+from .support.servers import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -252,7 +252,7 @@ async def test_concurrent_dispatches_in_two_processes_accept_exactly_one(
 
 def spawn(url: str, group: str, count: int) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.unique_process", url, group, str(count)],
+        [sys.executable, "-m", "tests.processes.unique_process", url, group, str(count)],
         cwd=ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

@@ -1,4 +1,5 @@
-"""``python -m tests.unique_process URL GROUP N``: N concurrent dispatches of one unique key.
+"""``python -m tests.processes.unique_process URL GROUP N``: N concurrent dispatches of one
+unique key.
 
 Prints how many were accepted, once every dispatch returned; waits for "go" on stdin first
 so that several processes start together.

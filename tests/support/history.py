@@ -6,9 +6,9 @@ A run of a reliability scenario records, per task id (the ``id`` in the task's p
   when the call returned ("dispatch acknowledged") or ``fail`` when it raised (the outcome is
   then unknown: Redis may have run the command before the reply was lost);
 - on the worker side (one JSON-lines file per worker process, see
-  :mod:`tests.reliability_worker`): ``started``, then ``finished`` or ``interrupted`` (the run
-  was cancelled by a shutdown), each with the process id, the wall-clock time, the attempt,
-  the stream entry id and a run id unique within the process;
+  :mod:`tests.processes.reliability_worker`): ``started``, then ``finished`` or
+  ``interrupted`` (the run was cancelled by a shutdown), each with the process id, the
+  wall-clock time, the attempt, the stream entry id and a run id unique within the process;
 - process crashes (``crashed(pid, t)``: the test SIGKILLed that worker at ``t``);
 - at the end, the acknowledgement state inferred from Redis: which entries are still in the
   stream or pending (``leftover`` entry ids).

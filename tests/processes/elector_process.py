@@ -1,4 +1,5 @@
-"""``python -m tests.elector_process URL KEY TTL WAIT``: campaign; print "leader" when promoted."""
+"""``python -m tests.processes.elector_process URL KEY TTL WAIT``: campaign for the lease
+KEY; print "leader" when promoted."""
 
 from __future__ import annotations
 

@@ -31,9 +31,9 @@ import trio
 
 import trunner
 
-from .conftest import redis_state
+from ..conftest import redis_state
+from ..processes.reliability_worker import LOG_ENV, OPTIONS_ENV
 from .history import FINISHED, History, LogReader, Report
-from .reliability_worker import LOG_ENV, OPTIONS_ENV
 
 __all__ = ["Fleet", "WorkerProcess", "feed", "leftover", "open_fleet", "payloads"]
 
@@ -43,13 +43,13 @@ POLL = 0.05
 
 
 class WorkerProcess:
-    """One ``trunner worker tests.reliability_worker:settings`` process."""
+    """One ``trunner worker tests.processes.reliability_worker:settings`` process."""
 
     def __init__(self, url: str, log_dir: Path, options: dict[str, Any], name: str) -> None:
         self.name = name
         self.stderr_path = log_dir / f"{name}.stderr"
         env = {**os.environ, LOG_ENV: str(log_dir), OPTIONS_ENV: json.dumps(options)}
-        args = ["-m", "trunner", "worker", "tests.reliability_worker:settings"]
+        args = ["-m", "trunner", "worker", "tests.processes.reliability_worker:settings"]
         with self.stderr_path.open("wb") as stderr:
             self.process = subprocess.Popen(
                 [sys.executable, *args, "--redis", url, "--log-level", "INFO"],

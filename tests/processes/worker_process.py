@@ -1,6 +1,9 @@
-"""A worker process for multi-process tests: ``python -m tests.worker_process URL GROUP LOG``.
+"""A worker process for multi-process tests::
 
-Tasks append one line per event to LOG (``<pid> <event> <payload>``). The process prints
+    python -m tests.processes.worker_process URL GROUP LOG [OPTIONS]
+
+OPTIONS is a JSON object: ``config`` (RunnerConfig arguments) and ``slow_seconds``. Tasks
+append one line per event to LOG (``<pid> <event> <payload>``). The process prints
 ``ready`` once its runner started, and stops gracefully on SIGTERM or SIGINT.
 """
 

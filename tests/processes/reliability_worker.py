@@ -1,7 +1,7 @@
 """The worker of the reliability suite, run through the real command line::
 
     TRUNNER_RELIABILITY_LOG=DIR TRUNNER_RELIABILITY_OPTIONS='{"config": {...}}' \\
-        python -m trunner worker tests.reliability_worker:settings --redis URL
+        python -m trunner worker tests.processes.reliability_worker:settings --redis URL
 
 ``config`` holds the ``RunnerConfig`` arguments (``consumer_group`` included); ``max_retry``
 (default 10) is the tasks' retry count. The command prints ``{"ready": true}`` once the
