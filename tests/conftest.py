@@ -7,6 +7,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,9 @@ from trunner._redis import forget_memory_server, memory_server_client
 from trunner.runner import _Components
 
 from .support.servers import RedisServer
+
+#: The repository's root: the working directory of subprocesses that run ``-m tests...``.
+REPO = Path(__file__).resolve().parent.parent
 
 #: Default Trio-clock deadline of every async test (override: @pytest.mark.deadline(s)).
 DEFAULT_DEADLINE = 30.0

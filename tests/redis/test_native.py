@@ -1,0 +1,355 @@
+"""The Trio-socket transport for one server: routing, pooling, TLS, Unix sockets, errors.
+
+Cancellation with replies in flight and interrupted blocking reads are tested on both
+transports in test_bridge.py; the runner's own tests all run on this transport.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import redis
+import trio
+from redis.connection import SSLConnection, UnixDomainSocketConnection, parse_url, to_bool
+
+import trunner
+from trunner._redis import (
+    BridgedTransport,
+    NativeTransport,
+    Transport,
+    check_url,
+    native_options,
+    open_transport,
+    parse_endpoint,
+    parse_server_url,
+)
+
+from ..conftest import Tally, config, run_python
+from ..support.servers import RedisServer, free_port
+from ..support.topologies import TlsServer
+
+
+@asynccontextmanager
+async def opened(url: str, **options: Any) -> AsyncIterator[Transport]:
+    settings: dict[str, Any] = {"max_connections": 4, "connect_timeout": 5.0} | options
+    async with open_transport(url, client_name="native-test", **settings) as transport:
+        yield transport
+
+
+def connections_received(client: redis.Redis) -> int:
+    stats: dict[str, Any] = client.info("stats")
+    return int(stats["total_connections_received"])
+
+
+# -- which transport a URL gets ----------------------------------------------------------------
+
+
+def test_single_server_urls_are_served_natively() -> None:
+    plain = native_options("redis://user:secret@example.org:6380/3")
+    assert plain is not None
+    assert (plain.host, plain.port, plain.db) == ("example.org", 6380, 3)
+    assert (plain.username, plain.password, plain.ssl_context) == ("user", "secret", None)
+    tls = native_options("rediss://example.org/0?ssl_cert_reqs=none")
+    assert tls is not None
+    assert tls.ssl_context is not None
+    assert tls.ssl_context.check_hostname is False
+    unix = native_options("unix:///run/redis.sock?db=2&socket_connect_timeout=1.5")
+    assert unix is not None
+    assert (unix.path, unix.db, unix.connect_timeout) == ("/run/redis.sock", 2, 1.5)
+    named = native_options("redis://localhost/0?client_name=billing&health_check_interval=5")
+    assert named is not None
+    assert named.client_name == "billing"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://localhost/0?retry_on_timeout=true",  # an option only redis-py implements
+        "redis://localhost/0?ssl_ca_certs=/ca.crt",  # TLS options on a plain URL
+    ],
+)
+def test_urls_with_other_options_use_redis_py(url: str) -> None:
+    assert native_options(url) is None
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://localhost",
+        "redis://h:7000/5",
+        "redis://u%40x:p%3Aw@h/1?db=3",
+        "redis://:only-password@h:6380/",
+        "redis://h/not-a-db",
+        "rediss://h/0?ssl_cert_reqs=none&ssl_check_hostname=false&socket_connect_timeout=2.5",
+        "rediss://h/0?ssl_ca_certs=%2Fetc%2Fca.pem&client_name=a%20b",
+        "redis://h/0?socket_keepalive=yes&health_check_interval=30&password=q",
+        "redis://[::1]:6379/0",
+        "unix:///tmp/redis.sock?db=4&password=pw",
+        "unix://user@/tmp/redis.sock",
+    ],
+)
+def test_urls_are_read_as_redis_py_reads_them(url: str) -> None:
+    theirs: dict[str, Any] = parse_url(url)  # type: ignore[no-untyped-call]
+    ours = parse_server_url(url)
+    connection_class = theirs.pop("connection_class", None)
+    assert ours.pop("tls", False) == (connection_class is SSLConnection)
+    if connection_class is UnixDomainSocketConnection:
+        assert ours.pop("path") == theirs.pop("path")
+    assert ours == theirs
+
+
+@pytest.mark.parametrize("value", ["0", "no", "N", "false", "F", "1", "yes", "TRUE", "on", "off"])
+def test_a_boolean_option_means_what_redis_py_makes_of_it_in_every_url(value: str) -> None:
+    """One reading for every scheme: before, Cluster and Sentinel URLs took only 1, true
+    and yes as true (so ``on`` was false there, and true on one server)."""
+    theirs = to_bool(value)  # type: ignore[no-untyped-call]
+    assert isinstance(theirs, bool)
+    assert parse_server_url(f"rediss://h/0?ssl_check_hostname={value}")["ssl_check_hostname"] is (
+        theirs
+    )
+    address = native_options(f"rediss://h/0?ssl_check_hostname={value}")
+    assert address is not None
+    assert address.ssl_context is not None
+    assert address.ssl_context.check_hostname is theirs
+    for url in (
+        f"rediss+cluster://h:7000/?ssl_check_hostname={value}",
+        f"rediss+sentinel://h:26379/service?ssl_check_hostname={value}",
+    ):
+        assert parse_endpoint(url).options["ssl_check_hostname"] is theirs
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("redis://h:99999/0", "Port out of range"),
+        ("redis://h/0?db=x", "Invalid value for 'db'"),
+        ("redis://h/0?socket_connect_timeout=soon", "Invalid value for 'socket_connect_timeout'"),
+    ],
+)
+def test_bad_url_values_are_refused_like_redis_py_does(url: str, problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        parse_server_url(url)
+    with pytest.raises(ValueError, match=problem):
+        parse_url(url)  # type: ignore[no-untyped-call]
+    with pytest.raises(ValueError, match="invalid Redis URL"):
+        check_url(url)
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("redis://h/abc", "the database in the path must be a number, not 'abc'"),
+        ("redis://h/0/extra", "the database in the path must be a number"),
+        ("redis://h/0?bogus_option=1", "unknown option bogus_option"),
+    ],
+)
+def test_urls_redis_py_would_misread_are_refused(url: str, problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        check_url(url)
+
+
+def test_a_bad_tls_option_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="ssl_cert_reqs must be one of none, optional"):
+        native_options("rediss://localhost/0?ssl_cert_reqs=sometimes")
+
+
+async def test_open_transport_picks_the_transport(redis_server: RedisServer) -> None:
+    async with opened(redis_server.url) as native:
+        assert isinstance(native, NativeTransport)
+        assert await native.execute("PING") in (b"PONG", "PONG")
+        assert await native.execute("CLIENT", "GETNAME") == b"native-test"
+    async with opened(f"{redis_server.url}?client_name=mine") as named:
+        assert isinstance(named, NativeTransport)
+        assert await named.execute("CLIENT", "GETNAME") == b"mine"
+    async with opened(f"{redis_server.url}?retry_on_timeout=true") as fallback:
+        assert isinstance(fallback, BridgedTransport)
+        assert await fallback.execute("ECHO", "x") == b"x"
+    async with opened(redis_server.url, bridge=True) as bridged:
+        assert isinstance(bridged, BridgedTransport)
+
+
+LOADED = """
+import sys, trio, trunner
+
+async def main():
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task
+    async def noop(payload):
+        pass
+
+    config = trunner.RunnerConfig(consumer_group=sys.argv[2])
+    async with trunner.open_runner(sys.argv[1], config, tasks) as runner:
+        await runner.dispatch("noop", 1)
+        await runner.redis.incr("trunner:{%s}:loaded" % sys.argv[2])
+
+trio.run(main)
+heavy = {"redis", "fakeredis", "lupa", "trio_asyncio", "croniter", "asyncio"}
+heavy |= {"datetime", "zoneinfo", "uuid", "zipfile"}  # cron, ids and scripts need none
+print(sorted({name.split(".")[0] for name in sys.modules} & heavy))
+"""
+
+
+def test_a_runner_on_one_server_loads_no_redis_py_module(
+    redis_server: RedisServer, raw_server: redis.Redis, group: str
+) -> None:
+    """A worker process pays only for what it uses (RSS: redis-py and fakeredis are ~13 MB;
+    datetime and zoneinfo, only cron needs them, 0.7 MB; zipfile, from importlib.resources,
+    0.3 MB)."""
+    done = run_python("-c", LOADED, redis_server.url, group)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[]"]
+    assert raw_server.get(f"trunner:{{{group}}}:loaded") == b"1"
+
+
+# -- connections -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def raw_server(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    with redis.Redis(port=redis_server.port) as client:
+        yield client
+
+
+async def test_connections_are_pooled_and_reused(
+    redis_server: RedisServer, raw_server: redis.Redis
+) -> None:
+    async with opened(redis_server.url) as transport:
+        await transport.execute("PING")
+        before = connections_received(raw_server)
+        async with trio.open_nursery() as nursery:
+            for index in range(20):
+                for n in range(50):
+                    nursery.start_soon(transport.execute, "ECHO", f"{index}-{n}")
+        await transport.pipeline([("INCR", "native:{n}:count")] * 10)
+        opened_meanwhile = connections_received(raw_server) - before
+        raw_server.delete("native:{n}:count")
+    # 1 000 concurrent commands with a pool of 4: at most 3 more connections.
+    assert opened_meanwhile <= 3
+
+
+async def test_tls_connections_are_reused(tls: TlsServer) -> None:
+    with tls.client() as raw:
+        async with opened(tls.url) as transport:
+            assert isinstance(transport, NativeTransport)
+            assert await transport.execute("ECHO", "first") == b"first"
+            before = connections_received(raw)
+            for n in range(100):
+                assert await transport.execute("ECHO", str(n)) == str(n).encode()
+            opened_meanwhile = connections_received(raw) - before
+    assert opened_meanwhile == 0
+
+
+@pytest.fixture(scope="module")
+def tls() -> Iterator[TlsServer]:
+    with TlsServer() as server:
+        yield server
+
+
+async def test_a_connection_the_server_closed_while_idle_is_replaced(
+    redis_server: RedisServer, raw_server: redis.Redis
+) -> None:
+    async with opened(redis_server.url) as transport:
+        assert isinstance(transport, NativeTransport)
+        client_id = await transport.execute("CLIENT", "ID")
+        [idle] = transport._pool._idle
+        assert raw_server.client_kill_filter(_id=client_id) == 1
+        assert idle._sock is not None
+        await trio.lowlevel.wait_readable(idle._sock)  # the server's FIN has arrived
+        # The next command notices the closed connection before using it.
+        assert await transport.execute("ECHO", "after") == b"after"
+        assert await transport.execute("CLIENT", "ID") != client_id
+
+
+async def test_a_command_with_no_reply_times_out_and_leaves_no_stale_reply(
+    redis_server: RedisServer, raw_server: redis.Redis
+) -> None:
+    async with opened(redis_server.url, command_timeout=0.3) as transport:
+        await transport.execute("PING")
+        raw_server.client_pause(1000)
+        try:
+            with pytest.raises(trunner.RedisUnavailable, match="no reply from Redis within"):
+                await transport.execute("ECHO", "paused")
+        finally:
+            raw_server.client_unpause()
+        # The paused command's reply arrives on a connection that was closed: nobody reads it.
+        for n in range(5):
+            assert await transport.execute("ECHO", f"after-{n}") == f"after-{n}".encode()
+
+
+async def test_a_unix_socket_runs_tasks(group: str, tally: Tally) -> None:
+    with RedisServer() as server:
+        socket_path = server.dir / "redis.sock"
+        server.stop()
+        server.extra_args += ["--unixsocket", str(socket_path), "--unixsocketperm", "700"]
+        server.start()
+        url = f"unix://{socket_path}?db=1"
+        assert native_options(url) is not None
+        tasks = trunner.TaskRegistry()
+
+        @tasks.task()
+        async def record(payload: int) -> None:
+            tally.record(payload)
+
+        async with trunner.open_runner(url, config(group), tasks) as runner:
+            await runner.dispatch_many("record", list(range(20)))
+            await tally.wait(20)
+        assert sorted(tally.payloads) == list(range(20))
+        with redis.Redis(unix_socket_path=str(socket_path), db=1) as raw:
+            assert raw.exists(f"trunner:{{{group}}}:stream") == 1
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+
+async def test_a_wrong_password_is_refused_at_start(
+    redis_server: RedisServer, raw_server: redis.Redis, group: str
+) -> None:
+    user = f"native-{group}"
+    raw_server.acl_setuser(user, enabled=True, passwords=["+right"], commands=["+@all"], keys="*")
+    try:
+        url = f"redis://{user}:not-the-s3cret@127.0.0.1:{redis_server.port}/0"
+        refused = r"refused to log in: .*WRONGPASS"
+        with pytest.raises(trunner.RedisUnavailable, match=refused) as info:
+            async with trunner.open_runner(url, config(group), trunner.TaskRegistry()):
+                pass
+        assert "not-the-s3cret" not in str(info.value)  # the password is never printed
+        right = f"redis://{user}:right@127.0.0.1:{redis_server.port}/0"
+        async with opened(right) as transport:
+            assert await transport.execute("ACL", "WHOAMI") == user.encode()
+    finally:
+        raw_server.acl_deluser(user)
+
+
+async def test_connection_failures_say_why(redis_server: RedisServer, group: str) -> None:
+    closed = f"redis://127.0.0.1:{free_port()}/0"
+    with pytest.raises(trunner.RedisUnavailable, match="Connection refused"):
+        async with trunner.open_client(closed, group, connect_timeout=2.0):
+            pass
+    plain_as_tls = f"rediss://127.0.0.1:{redis_server.port}/0"
+    with pytest.raises(trunner.RedisUnavailable, match="is this port serving TLS"):
+        async with trunner.open_client(plain_as_tls, group, connect_timeout=0.5):
+            pass
+
+
+async def test_error_replies_and_bad_arguments(redis_server: RedisServer) -> None:
+    async with opened(redis_server.url) as transport:
+        with pytest.raises(trunner.RedisCommandError, match="unknown command"):
+            await transport.execute("NO-SUCH-COMMAND")
+        key = "native:{e}:list"
+        replies = await transport.pipeline(
+            [("DEL", key), ("RPUSH", key, "a"), ("INCR", key), ("LLEN", key)]
+        )
+        assert replies[:2] == [0, 1]
+        assert isinstance(replies[2], trunner.RedisCommandError)
+        assert "WRONGTYPE" in str(replies[2])
+        assert replies[3] == 1
+        for bad in (None, True, object()):
+            with pytest.raises(TypeError, match="a Redis argument"):
+                await transport.execute("ECHO", bad)  # type: ignore[arg-type]
+        # A refused argument sends nothing: the connection is still in step.
+        assert await transport.execute("ECHO", "still") == b"still"
+        await transport.execute("DEL", key)
