@@ -5,6 +5,7 @@ import inspect
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -151,3 +152,24 @@ class Tally:
 @pytest.fixture
 def tally() -> Tally:
     return Tally()
+
+
+class Timeline:
+    """Records (payload, wall time, task id) of each run; tests await counts."""
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[Any, float, str]] = []
+        self._lot = trio.lowlevel.ParkingLot()
+
+    def record(self, payload: Any) -> None:
+        self.runs.append((payload, time.time(), trunner.current_message().task_id))
+        self._lot.unpark_all()
+
+    async def wait(self, count: int) -> None:
+        while len(self.runs) < count:
+            await self._lot.park()
+
+
+@pytest.fixture
+def timeline() -> Timeline:
+    return Timeline()

@@ -1,5 +1,7 @@
-"""The Trio-socket transport for one server: routing, pooling, TLS, Unix sockets, errors.
+"""The Trio-socket transport for one server (trunner/_redis/native.py): routing, pooling,
+TLS, Unix sockets, errors.
 
+How a URL is read, and which transport it gets, is tested in tests/unit/test_urls.py.
 Cancellation with replies in flight and interrupted blocking reads are tested on both
 transports in test_bridge.py; the runner's own tests all run on this transport.
 """
@@ -13,18 +15,14 @@ from typing import Any
 import pytest
 import redis
 import trio
-from redis.connection import SSLConnection, UnixDomainSocketConnection, parse_url, to_bool
 
 import trunner
 from trunner._redis import (
     BridgedTransport,
     NativeTransport,
     Transport,
-    check_url,
     native_options,
     open_transport,
-    parse_endpoint,
-    parse_server_url,
 )
 
 from ..conftest import Tally, config, run_python
@@ -45,115 +43,6 @@ def connections_received(client: redis.Redis) -> int:
 
 
 # -- which transport a URL gets ----------------------------------------------------------------
-
-
-def test_single_server_urls_are_served_natively() -> None:
-    plain = native_options("redis://user:secret@example.org:6380/3")
-    assert plain is not None
-    assert (plain.host, plain.port, plain.db) == ("example.org", 6380, 3)
-    assert (plain.username, plain.password, plain.ssl_context) == ("user", "secret", None)
-    tls = native_options("rediss://example.org/0?ssl_cert_reqs=none")
-    assert tls is not None
-    assert tls.ssl_context is not None
-    assert tls.ssl_context.check_hostname is False
-    unix = native_options("unix:///run/redis.sock?db=2&socket_connect_timeout=1.5")
-    assert unix is not None
-    assert (unix.path, unix.db, unix.connect_timeout) == ("/run/redis.sock", 2, 1.5)
-    named = native_options("redis://localhost/0?client_name=billing&health_check_interval=5")
-    assert named is not None
-    assert named.client_name == "billing"
-
-
-@pytest.mark.parametrize(
-    "url",
-    [
-        "redis://localhost/0?retry_on_timeout=true",  # an option only redis-py implements
-        "redis://localhost/0?ssl_ca_certs=/ca.crt",  # TLS options on a plain URL
-    ],
-)
-def test_urls_with_other_options_use_redis_py(url: str) -> None:
-    assert native_options(url) is None
-
-
-@pytest.mark.parametrize(
-    "url",
-    [
-        "redis://localhost",
-        "redis://h:7000/5",
-        "redis://u%40x:p%3Aw@h/1?db=3",
-        "redis://:only-password@h:6380/",
-        "redis://h/not-a-db",
-        "rediss://h/0?ssl_cert_reqs=none&ssl_check_hostname=false&socket_connect_timeout=2.5",
-        "rediss://h/0?ssl_ca_certs=%2Fetc%2Fca.pem&client_name=a%20b",
-        "redis://h/0?socket_keepalive=yes&health_check_interval=30&password=q",
-        "redis://[::1]:6379/0",
-        "unix:///tmp/redis.sock?db=4&password=pw",
-        "unix://user@/tmp/redis.sock",
-    ],
-)
-def test_urls_are_read_as_redis_py_reads_them(url: str) -> None:
-    theirs: dict[str, Any] = parse_url(url)  # type: ignore[no-untyped-call]
-    ours = parse_server_url(url)
-    connection_class = theirs.pop("connection_class", None)
-    assert ours.pop("tls", False) == (connection_class is SSLConnection)
-    if connection_class is UnixDomainSocketConnection:
-        assert ours.pop("path") == theirs.pop("path")
-    assert ours == theirs
-
-
-@pytest.mark.parametrize("value", ["0", "no", "N", "false", "F", "1", "yes", "TRUE", "on", "off"])
-def test_a_boolean_option_means_what_redis_py_makes_of_it_in_every_url(value: str) -> None:
-    """One reading for every scheme: before, Cluster and Sentinel URLs took only 1, true
-    and yes as true (so ``on`` was false there, and true on one server)."""
-    theirs = to_bool(value)  # type: ignore[no-untyped-call]
-    assert isinstance(theirs, bool)
-    assert parse_server_url(f"rediss://h/0?ssl_check_hostname={value}")["ssl_check_hostname"] is (
-        theirs
-    )
-    address = native_options(f"rediss://h/0?ssl_check_hostname={value}")
-    assert address is not None
-    assert address.ssl_context is not None
-    assert address.ssl_context.check_hostname is theirs
-    for url in (
-        f"rediss+cluster://h:7000/?ssl_check_hostname={value}",
-        f"rediss+sentinel://h:26379/service?ssl_check_hostname={value}",
-    ):
-        assert parse_endpoint(url).options["ssl_check_hostname"] is theirs
-
-
-@pytest.mark.parametrize(
-    ("url", "problem"),
-    [
-        ("redis://h:99999/0", "Port out of range"),
-        ("redis://h/0?db=x", "Invalid value for 'db'"),
-        ("redis://h/0?socket_connect_timeout=soon", "Invalid value for 'socket_connect_timeout'"),
-    ],
-)
-def test_bad_url_values_are_refused_like_redis_py_does(url: str, problem: str) -> None:
-    with pytest.raises(ValueError, match=problem):
-        parse_server_url(url)
-    with pytest.raises(ValueError, match=problem):
-        parse_url(url)  # type: ignore[no-untyped-call]
-    with pytest.raises(ValueError, match="invalid Redis URL"):
-        check_url(url)
-
-
-@pytest.mark.parametrize(
-    ("url", "problem"),
-    [
-        ("redis://h/abc", "the database in the path must be a number, not 'abc'"),
-        ("redis://h/0/extra", "the database in the path must be a number"),
-        ("redis://h/0?bogus_option=1", "unknown option bogus_option"),
-    ],
-)
-def test_urls_redis_py_would_misread_are_refused(url: str, problem: str) -> None:
-    with pytest.raises(ValueError, match=problem):
-        check_url(url)
-
-
-def test_a_bad_tls_option_is_a_clear_error() -> None:
-    with pytest.raises(ValueError, match="ssl_cert_reqs must be one of none, optional"):
-        native_options("rediss://localhost/0?ssl_cert_reqs=sometimes")
 
 
 async def test_open_transport_picks_the_transport(redis_server: RedisServer) -> None:

@@ -7,7 +7,9 @@ from typing import Any
 
 import attrs
 import pytest
+import trio
 
+import trunner
 from trunner import RunnerConfig
 
 
@@ -253,3 +255,16 @@ def test_the_failed_task_handler_must_be_async() -> None:
 
     with pytest.raises(TypeError, match="failed_task_handler must be an async function"):
         RunnerConfig(consumer_group="g", failed_task_handler=handler)  # type: ignore[arg-type]
+
+
+async def test_fixed_capacity_and_config_checks(group: str) -> None:
+    with pytest.raises(ValueError, match="needs long_queue_threshold"):
+        trunner.RunnerConfig(consumer_group=group, num_workers=3, min_workers=1, max_workers=5)
+    with pytest.raises(ValueError, match="must lie within"):
+        trunner.RunnerConfig(consumer_group=group, num_workers=10, max_workers=5)
+    with pytest.raises(ValueError, match="instance_ttl"):
+        trunner.RunnerConfig(consumer_group=group, instance_ttl=0.5, report_interval=1.0)
+    with pytest.raises(TypeError, match="long_queue_hook must be an async function"):
+        trunner.RunnerConfig(consumer_group=group, long_queue_hook=print)  # type: ignore[arg-type]
+    assert trunner.RunnerConfig(consumer_group=group).worker_bounds == (10, 10)
+    await trio.lowlevel.checkpoint()

@@ -1,7 +1,8 @@
-"""Task and TaskRegistry: registration, validation, and the retry backoff."""
+"""Task and TaskRegistry: registration, validation, the retry backoff, and cron schedules."""
 
 from __future__ import annotations
 
+import datetime
 import math
 from collections.abc import Callable
 from typing import Any
@@ -12,6 +13,9 @@ import pytest
 import trunner
 import trunner.task
 from trunner import Task, TaskNotFound, TaskRegistry, TrunnerError
+from trunner.task import CronSchedule
+
+from ..conftest import config
 
 
 async def noop(payload: Any) -> None:
@@ -402,3 +406,55 @@ def test_an_action_must_take_the_payload() -> None:
     with pytest.raises(TypeError, match="must accept the payload"):
         tasks.task(two_arguments)  # type: ignore[type-var]
     tasks.task(payload_and_options)
+
+
+# -- cron schedules ---------------------------------------------------------------------------
+
+
+def test_cron_schedules_compute_ticks() -> None:
+    every_5 = CronSchedule("r", "*/5 * * * *", "t")
+    at = datetime.datetime(2026, 11, 29, 10, 7, 30, tzinfo=datetime.UTC).timestamp()
+    assert (
+        every_5.next_tick(at)
+        == datetime.datetime(2026, 11, 29, 10, 10, tzinfo=datetime.UTC).timestamp()
+    )
+    assert (
+        every_5.prev_tick(at)
+        == datetime.datetime(2026, 11, 29, 10, 5, tzinfo=datetime.UTC).timestamp()
+    )
+    assert every_5.prev_tick(every_5.next_tick(at)) == every_5.next_tick(at), "on a tick"
+    paris = CronSchedule("p", "0 9 * * *", "t", timezone="Europe/Paris")
+    assert datetime.datetime.fromtimestamp(paris.next_tick(at), datetime.UTC).hour == 8
+
+
+def test_cron_registration_checks() -> None:
+    tasks = trunner.TaskRegistry()
+    with pytest.raises(ValueError, match="not a valid cron expression"):
+        tasks.cron("every minute", "t")
+    with pytest.raises(ValueError, match="unknown timezone"):
+        tasks.cron("* * * * *", "t", timezone="Mars/Olympus")
+    tasks.cron("* * * * *", "missing")
+    with pytest.raises(trunner.TaskNotFound):
+        trunner.Runner("memory://x", config("g"), tasks)
+
+    @tasks.cron("0 * * * *", payload={"k": 1}, max_retry=2)
+    async def hourly(_: Any) -> None:
+        pass
+
+    assert tasks.get("hourly").max_retry == 2
+    with pytest.raises(ValueError, match="already registered"):
+        tasks.cron("0 * * * *", "hourly")
+    assert [c.name for c in tasks.crons] == ["missing", "hourly"]
+
+
+def test_a_cron_payload_that_cannot_be_sent_is_refused_when_registered() -> None:
+    tasks = trunner.TaskRegistry()
+    with pytest.raises(trunner.InvalidPayload):
+        tasks.cron("* * * * *", "t", {1, 2})
+    with pytest.raises(trunner.InvalidPayload):
+
+        @tasks.cron("* * * * *", payload=object())
+        async def nightly(_: Any) -> None:
+            pass
+
+    assert tasks.crons == []
