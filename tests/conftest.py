@@ -16,10 +16,12 @@ import redis
 import trio
 
 import trunner
+from trunner import Keys
 from trunner._redis import forget_memory_server, memory_server_client
 from trunner.runner import _Components
 
 from .support.servers import RedisServer
+from .support.topologies import Cluster, TlsServer
 
 #: The repository's root: the working directory of subprocesses that run ``-m tests...``.
 REPO = Path(__file__).resolve().parent.parent
@@ -52,6 +54,20 @@ def redis_server() -> Iterator[RedisServer]:
         yield server
 
 
+@pytest.fixture(scope="module")
+def tls() -> Iterator[TlsServer]:
+    """A redis-server that speaks TLS only, for the tests of one module."""
+    with TlsServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    """A Redis Cluster of three masters with a replica each, for the tests of one module."""
+    with Cluster(masters=3, replicas=1) as deployment:
+        yield deployment
+
+
 @pytest.fixture
 def memory_url() -> Iterator[str]:
     name = f"test-{uuid.uuid4().hex[:12]}"
@@ -71,6 +87,12 @@ def url(request: pytest.FixtureRequest) -> Iterator[str]:
 @pytest.fixture
 def group() -> str:
     return f"g-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def keys(group: str) -> Keys:
+    """The Redis key names of the test's group, under the default prefix."""
+    return Keys("trunner", group)
 
 
 def raw_client(url: str) -> Any:
@@ -173,3 +195,52 @@ class Timeline:
 @pytest.fixture
 def timeline() -> Timeline:
     return Timeline()
+
+
+class Gate:
+    """Tasks that record when they start and wait for the test to let them finish.
+
+    ``registry()`` holds two tasks: ``gated`` records its payload in ``started``, waits
+    until ``open`` is set (or for ``seconds``, if given), and then records it in
+    ``finished`` (in ``cancelled`` if it was cancelled instead); ``noop`` does nothing.
+    Tasks of a registry of the test's own record their start with :meth:`enter`.
+    """
+
+    def __init__(self) -> None:
+        self.started: list[Any] = []
+        self.finished: list[Any] = []
+        self.cancelled: list[Any] = []
+        self.open = trio.Event()
+        self._lot = trio.lowlevel.ParkingLot()
+
+    def enter(self, payload: Any) -> None:
+        """Record that a task started with ``payload``."""
+        self.started.append(payload)
+        self._lot.unpark_all()
+
+    async def wait_started(self, count: int = 1) -> None:
+        """Wait until ``count`` tasks have started."""
+        while len(self.started) < count:
+            await self._lot.park()
+
+    def registry(self, seconds: float | None = None) -> trunner.TaskRegistry:
+        tasks = trunner.TaskRegistry()
+
+        @tasks.task
+        async def gated(payload: Any) -> None:
+            self.enter(payload)
+            try:
+                if seconds is None:
+                    await self.open.wait()
+                else:
+                    await trio.sleep(seconds)
+            except trio.Cancelled:
+                self.cancelled.append(payload)
+                raise
+            self.finished.append(payload)
+
+        @tasks.task
+        async def noop(_: Any) -> None:
+            pass
+
+        return tasks

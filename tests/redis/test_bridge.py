@@ -224,6 +224,23 @@ async def drain(broker: Broker, reader: Reader, log: ReadLog) -> None:
         log.returned.extend(e.message_id for e in entries)
 
 
+def _is_empty(producer: trunner.Runner | trunner.Client) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return await producer.queue_length() == 0 and await producer.pending_count() == 0
+
+    return check
+
+
+async def _blocked_clients(transport: Transport, name: str) -> list[dict[str, str]]:
+    """CLIENT LIST entries of connections called ``name`` that are blocked in a command."""
+    listing = (await transport.execute("CLIENT", "LIST")).decode()
+    clients = [
+        dict(field.split("=", 1) for field in line.split(" ") if "=" in field)
+        for line in listing.splitlines()
+    ]
+    return [c for c in clients if c.get("name") == name and "b" in c.get("flags", "")]
+
+
 async def test_cancelled_blocked_reads_lose_nothing_and_ghosts_are_recovered(
     redis_server: RedisServer, group: str, bridge: bool
 ) -> None:
@@ -341,23 +358,6 @@ async def test_ghosts_are_reclaimed_with_the_default_pool_size(
             f"entries idle for 5 s with reclaim_delay=0.2 s were not reclaimed: {stats}"
         )
         await redis_state(_is_empty(runner))
-
-
-def _is_empty(producer: trunner.Runner | trunner.Client) -> Callable[[], Awaitable[bool]]:
-    async def check() -> bool:
-        return await producer.queue_length() == 0 and await producer.pending_count() == 0
-
-    return check
-
-
-async def _blocked_clients(transport: Transport, name: str) -> list[dict[str, str]]:
-    """CLIENT LIST entries of connections called ``name`` that are blocked in a command."""
-    listing = (await transport.execute("CLIENT", "LIST")).decode()
-    clients = [
-        dict(field.split("=", 1) for field in line.split(" ") if "=" in field)
-        for line in listing.splitlines()
-    ]
-    return [c for c in clients if c.get("name") == name and "b" in c.get("flags", "")]
 
 
 async def test_interrupt_ends_a_blocked_read_at_once_and_the_reader_goes_on(

@@ -13,11 +13,11 @@ from trunner.keys import RELEASED_CONSUMER, Keys
 
 
 @pytest.fixture
-async def broker(url: str, group: str) -> AsyncIterator[Broker]:
+async def broker(url: str, keys: Keys) -> AsyncIterator[Broker]:
     async with open_transport(
         url, client_name="test", max_connections=4, connect_timeout=5.0
     ) as transport:
-        broker = Broker(transport, Keys("trunner", group))
+        broker = Broker(transport, keys)
         await broker.ensure_group()
         await broker.ensure_group()  # creating twice is fine
         yield broker
@@ -30,6 +30,17 @@ async def deliver(broker: Broker, consumer: str, count: int) -> list[str]:
     finally:
         await reader.aclose()
     return [e.message_id for e in entries]
+
+
+class KeyLeader:
+    """The leader ``owner`` of the group's lease key: runs fenced scripts as it."""
+
+    def __init__(self, broker: Broker, owner: str) -> None:
+        self._store = LeaseStore(broker.transport, broker.keys.leader)
+        self._owner = owner
+
+    async def run_fenced(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        return await self._store.fenced(script, self._owner, keys, args)
 
 
 async def test_enqueue_many_splits_large_batches(broker: Broker) -> None:
@@ -48,27 +59,25 @@ async def test_ack_acknowledges_and_deletes(broker: Broker) -> None:
     assert await broker.queue_length() == 1
 
 
-async def test_retry_is_atomic_and_idempotent(broker: Broker, raw: Any, group: str) -> None:
+async def test_retry_is_atomic_and_idempotent(broker: Broker, raw: Any, keys: Keys) -> None:
     await broker.enqueue(b"first")
     (message_id,) = await deliver(broker, "c1", 1)
     assert await broker.retry(message_id, "task-1", 5000, b"second") is True
     assert await broker.retry(message_id, "task-1", 5000, b"second") is False, "not pending"
     assert await broker.pending_count() == 0
     assert await broker.queue_length() == 0
-    assert raw.zrange(f"trunner:{{{group}}}:delayed", 0, -1, withscores=True) == [
-        (b"task-1", 5000.0)
-    ]
-    assert raw.hgetall(f"trunner:{{{group}}}:delayed:messages") == {b"task-1": b"second"}
+    assert raw.zrange(keys.delayed, 0, -1, withscores=True) == [(b"task-1", 5000.0)]
+    assert raw.hgetall(keys.delayed_messages) == {b"task-1": b"second"}
 
 
-async def test_dead_letter_writes_once(broker: Broker, raw: Any, group: str) -> None:
+async def test_dead_letter_writes_once(broker: Broker, raw: Any, keys: Keys) -> None:
     await broker.enqueue(b"poison")
     (message_id,) = await deliver(broker, "c1", 1)
     fields: list[tuple[str, str | bytes]] = [("payload", b"poison"), ("reason", "undecodable")]
     dead_id = await broker.dead_letter(message_id, fields, maxlen=10)
     assert dead_id is not None
     assert await broker.dead_letter(message_id, fields, maxlen=10) is None
-    ((entry_id, entry),) = raw.xrange(f"trunner:{{{group}}}:dead")
+    ((entry_id, entry),) = raw.xrange(keys.dead)
     assert entry_id.decode() == dead_id
     assert entry == {b"payload": b"poison", b"reason": b"undecodable"}
     assert await broker.pending_count() == 0
@@ -81,17 +90,6 @@ async def test_dead_letter_stream_is_capped(broker: Broker) -> None:
         await broker.dead_letter(message_id, [("reason", "r")], maxlen=100)
     # Approximate trimming (MAXLEN ~) keeps at least 100 and far fewer than 300.
     assert 100 <= await broker.dead_count() < 300
-
-
-class KeyLeader:
-    """The leader ``owner`` of the group's lease key: runs fenced scripts as it."""
-
-    def __init__(self, broker: Broker, owner: str) -> None:
-        self._store = LeaseStore(broker.transport, broker.keys.leader)
-        self._owner = owner
-
-    async def run_fenced(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:
-        return await self._store.fenced(script, self._owner, keys, args)
 
 
 async def test_move_due_is_capped_and_reports_the_next_due_time(broker: Broker, raw: Any) -> None:
@@ -138,8 +136,8 @@ async def test_a_cron_tick_fires_once(broker: Broker, raw: Any) -> None:
     assert await broker.fire_cron(leader, "report", 120_000, b"m2") == 1
     assert await broker.cron_last_fired() == {"report": 120_000}
     assert await broker.queue_length() == 2
-    raw.set("trunner:{" + broker.group + "}:unique:lock", "held")
-    lock = ("trunner:{" + broker.group + "}:unique:lock", "token", 60_000)
+    raw.set(broker.keys.unique("lock"), "held")
+    lock = (broker.keys.unique("lock"), "token", 60_000)
     assert await broker.fire_cron(leader, "report", 180_000, b"m3", lock) == -1, "locked: skip"
     assert await broker.cron_last_fired() == {"report": 180_000}, "the tick is used up"
     raw.delete(lock[0])
@@ -149,15 +147,14 @@ async def test_a_cron_tick_fires_once(broker: Broker, raw: Any) -> None:
 
 
 async def test_heartbeat_keeps_own_entries_and_reports_lost_ones(
-    broker: Broker, raw: Any, group: str
+    broker: Broker, raw: Any, group: str, keys: Keys
 ) -> None:
     await broker.enqueue_many([b"a", b"b"])
     mine, stolen = await deliver(broker, "c1", 2)
-    raw.xclaim(f"trunner:{{{group}}}:stream", group, "c2", 0, [stolen])
+    raw.xclaim(keys.stream, group, "c2", 0, [stolen])
     assert await broker.heartbeat("c1", [mine, stolen, "0-1"]) == [stolen, "0-1"]
     pending = {
-        p["message_id"].decode(): p
-        for p in raw.xpending_range(f"trunner:{{{group}}}:stream", group, "-", "+", 10)
+        p["message_id"].decode(): p for p in raw.xpending_range(keys.stream, group, "-", "+", 10)
     }
     assert pending[mine]["consumer"] == b"c1"
     assert pending[mine]["times_delivered"] == 1, "a heartbeat is not a delivery"
@@ -165,16 +162,15 @@ async def test_heartbeat_keeps_own_entries_and_reports_lost_ones(
 
 
 async def test_release_hands_entries_back_for_immediate_reclaim(
-    broker: Broker, raw: Any, group: str
+    broker: Broker, raw: Any, group: str, keys: Keys
 ) -> None:
     await broker.enqueue_many([b"a", b"b", b"c"])
     a, b, c = await deliver(broker, "c1", 3)
-    raw.xclaim(f"trunner:{{{group}}}:stream", group, "c2", 0, [c])
+    raw.xclaim(keys.stream, group, "c2", 0, [c])
     released = await broker.release("c1", [(a, True), (b, False), (c, True)])
     assert released == 2, "only the consumer's own entries"
     pending = {
-        p["message_id"].decode(): p
-        for p in raw.xpending_range(f"trunner:{{{group}}}:stream", group, "-", "+", 10)
+        p["message_id"].decode(): p for p in raw.xpending_range(keys.stream, group, "-", "+", 10)
     }
     assert pending[a]["consumer"].decode() == RELEASED_CONSUMER
     assert pending[a]["times_delivered"] == 0, "the delivery is given back"
@@ -196,14 +192,14 @@ async def test_pending_ids_pages_through_a_consumer(broker: Broker) -> None:
 
 
 async def test_delete_consumer_only_when_it_has_nothing_pending(
-    broker: Broker, raw: Any, group: str
+    broker: Broker, raw: Any, group: str, keys: Keys
 ) -> None:
     await broker.enqueue(b"x")
     (message_id,) = await deliver(broker, "c1", 1)
     await deliver(broker, "c2", 1)  # c2 exists, with nothing pending
     assert await broker.delete_consumer_if_idle("c1") is False
     assert await broker.delete_consumer_if_idle("c2") is True
-    consumers = {c["name"] for c in raw.xinfo_consumers(f"trunner:{{{group}}}:stream", group)}
+    consumers = {c["name"] for c in raw.xinfo_consumers(keys.stream, group)}
     assert consumers == {b"c1"}
     await broker.ack([message_id])
     assert await broker.delete_consumer_if_idle("c1") is True

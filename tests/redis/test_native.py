@@ -17,6 +17,7 @@ import redis
 import trio
 
 import trunner
+from trunner import Keys
 from trunner._redis import (
     BridgedTransport,
     NativeTransport,
@@ -40,6 +41,12 @@ async def opened(url: str, **options: Any) -> AsyncIterator[Transport]:
 def connections_received(client: redis.Redis) -> int:
     stats: dict[str, Any] = client.info("stats")
     return int(stats["total_connections_received"])
+
+
+@pytest.fixture(scope="module")
+def raw_server(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    with redis.Redis(port=redis_server.port) as client:
+        yield client
 
 
 # -- which transport a URL gets ----------------------------------------------------------------
@@ -97,12 +104,6 @@ def test_a_runner_on_one_server_loads_no_redis_py_module(
 # -- connections -------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def raw_server(redis_server: RedisServer) -> Iterator[redis.Redis]:
-    with redis.Redis(port=redis_server.port) as client:
-        yield client
-
-
 async def test_connections_are_pooled_and_reused(
     redis_server: RedisServer, raw_server: redis.Redis
 ) -> None:
@@ -130,12 +131,6 @@ async def test_tls_connections_are_reused(tls: TlsServer) -> None:
                 assert await transport.execute("ECHO", str(n)) == str(n).encode()
             opened_meanwhile = connections_received(raw) - before
     assert opened_meanwhile == 0
-
-
-@pytest.fixture(scope="module")
-def tls() -> Iterator[TlsServer]:
-    with TlsServer() as server:
-        yield server
 
 
 async def test_a_connection_the_server_closed_while_idle_is_replaced(
@@ -169,7 +164,7 @@ async def test_a_command_with_no_reply_times_out_and_leaves_no_stale_reply(
             assert await transport.execute("ECHO", f"after-{n}") == f"after-{n}".encode()
 
 
-async def test_a_unix_socket_runs_tasks(group: str, tally: Tally) -> None:
+async def test_a_unix_socket_runs_tasks(group: str, keys: Keys, tally: Tally) -> None:
     with RedisServer() as server:
         socket_path = server.dir / "redis.sock"
         server.stop()
@@ -188,7 +183,7 @@ async def test_a_unix_socket_runs_tasks(group: str, tally: Tally) -> None:
             await tally.wait(20)
         assert sorted(tally.payloads) == list(range(20))
         with redis.Redis(unix_socket_path=str(socket_path), db=1) as raw:
-            assert raw.exists(f"trunner:{{{group}}}:stream") == 1
+            assert raw.exists(keys.stream) == 1
 
 
 # -- errors ------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -12,6 +12,7 @@ import redis
 import trio
 
 import trunner
+from trunner import Keys
 from trunner.election import open_elector
 
 from ..conftest import config, parts, redis_state
@@ -169,12 +170,6 @@ async def full_run(url: str, group: str) -> trunner.GroupStats:
 # -- TLS --------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def tls() -> Iterator[TlsServer]:
-    with TlsServer() as server:
-        yield server
-
-
 async def test_tls_with_a_ca_and_a_client_certificate(tls: TlsServer, group: str) -> None:
     stats = await full_run(tls.url, group)
     assert stats.instances == 2
@@ -245,16 +240,10 @@ async def test_prefixes_keep_environments_apart(redis_server: RedisServer, group
 # -- Cluster ------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    with Cluster(masters=3, replicas=1) as deployment:
-        yield deployment
-
-
 @pytest.mark.deadline(90)
 async def test_a_full_run_on_a_three_master_cluster(cluster: Cluster) -> None:
     groups = [f"c{i}-{uuid.uuid4().hex[:6]}" for i in range(6)]
-    masters = {cluster.master_of(f"trunner:{{{g}}}:stream") for g in groups}
+    masters = {cluster.master_of(Keys("trunner", g).stream) for g in groups}
     assert len(masters) >= 2, "groups spread over the masters"
     for group in groups[:3]:
         stats = await full_run(cluster.url, group)
@@ -293,7 +282,7 @@ async def test_cluster_calls_wait_for_a_free_connection(cluster: Cluster) -> Non
 @pytest.mark.deadline(120)
 async def test_a_cluster_failover_during_a_run(cluster: Cluster) -> None:
     group = f"fo-{uuid.uuid4().hex[:6]}"
-    stream = f"trunner:{{{group}}}:stream"
+    stream = Keys("trunner", group).stream
     await run_through_failover(cluster.url, group, lambda: cluster.failover(stream), "cluster")
 
 

@@ -13,6 +13,7 @@ import trio
 import trio.testing
 
 import trunner
+from trunner import Keys
 from trunner._redis import Transport, open_transport
 
 from ..support.servers import RedisServer
@@ -43,9 +44,9 @@ async def test_every_transport_has_the_command_timeout_it_was_opened_with(
 
 
 async def test_closing_a_reader_or_a_subscriber_again_only_checkpoints(
-    transport: Transport, group: str
+    transport: Transport, group: str, keys: Keys
 ) -> None:
-    stream = f"trunner:{{{group}}}:stream"
+    stream = keys.stream
     await transport.execute("XGROUP", "CREATE", stream, group, "0", "MKSTREAM")
     reader = transport.open_reader(stream)
     assert await reader.xreadgroup(group, "c", stream, 1, 0.01) in (None, [])

@@ -10,6 +10,7 @@ import pytest
 import trio
 
 import trunner
+from trunner import Keys
 
 from ..conftest import config, redis_state
 
@@ -33,7 +34,7 @@ class _AsIf:
 
 
 async def test_the_hook_fires_when_and_only_when_the_predicted_wait_is_too_long(
-    url: str, group: str, raw: Any
+    url: str, group: str, keys: Keys, raw: Any
 ) -> None:
     hooked: list[trunner.GroupStats] = []
     hook_called = trio.Event()
@@ -59,7 +60,7 @@ async def test_the_hook_fires_when_and_only_when_the_predicted_wait_is_too_long(
         await runner.dispatch_many("work", range(3))
 
         async def a_window_with_timings() -> bool:
-            stats = raw.get(f"trunner:{{{group}}}:stats")
+            stats = raw.get(keys.stats)
             return stats is not None and json.loads(stats)["average"] > 0
 
         await redis_state(a_window_with_timings)
@@ -76,22 +77,24 @@ async def test_the_hook_fires_when_and_only_when_the_predicted_wait_is_too_long(
     assert stats.total_capacity == 1
 
 
-async def test_a_follower_cannot_reset_or_publish(url: str, group: str, raw: Any) -> None:
+async def test_a_follower_cannot_reset_or_publish(
+    url: str, group: str, keys: Keys, raw: Any
+) -> None:
     cfg = config(group, **FAST)
     async with (
         trunner.open_runner(url, cfg, trunner.TaskRegistry()) as leader,
         trunner.open_runner(url, cfg, trunner.TaskRegistry()) as follower,
     ):
         assert leader.is_leader
-        raw.hset(f"trunner:{{{group}}}:metrics", "t:x:n", 3)
+        raw.hset(keys.metrics, "t:x:n", 3)
         broker = follower._open_broker()
         assert follower.elector is not None
         with pytest.raises(trunner.LeadershipLost):
             await broker.take_metrics(_AsIf(follower.elector), 0)
         with pytest.raises(trunner.LeadershipLost):
             await broker.publish(_AsIf(follower.elector), 99, 1, "{}")
-        assert raw.hget(f"trunner:{{{group}}}:metrics", "t:x:n") == b"3"
-        assert raw.hget(f"trunner:{{{group}}}:capacity", "value") != b"99"
+        assert raw.hget(keys.metrics, "t:x:n") == b"3"
+        assert raw.hget(keys.capacity, "value") != b"99"
 
 
 async def test_capacity_follows_the_backlog_within_bounds(

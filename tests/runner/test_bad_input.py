@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import trunner
+from trunner import Keys
 from trunner._redis import forget_memory_server
 from trunner.message import MessageDecodeError, decode_message
 
@@ -112,70 +113,9 @@ def expected_outcome(entry_id: str, fields: dict[bytes, bytes]) -> str:
     return "ran"
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(batch=entries)
-async def test_any_stream_entry_is_run_or_dead_lettered_and_the_runner_keeps_serving(
-    batch: list[dict[bytes, bytes]],
-) -> None:
-    name, group = f"poison-{uuid.uuid4().hex[:12]}", "poison"
-    url, stream = f"memory://{name}", "trunner:{poison}:stream"
-    ran: list[str] = []
-    errors: list[BaseException] = []
-    tasks = trunner.TaskRegistry()
-
-    @tasks.task
-    async def record(_: Any) -> None:
-        ran.append(trunner.current_message().message_id)
-
-    async def collect(runner: trunner.Runner) -> None:
-        async for error in runner.errors():
-            errors.append(error)
-
-    cfg = trunner.RunnerConfig(
-        consumer_group=group, block_duration=0.05, max_payload_bytes=MAX_BYTES
-    )
-    try:
-        with trio.fail_after(20):
-            async with (
-                trio.open_nursery() as nursery,
-                trunner.open_runner(url, cfg, tasks) as runner,
-            ):
-                nursery.start_soon(collect, runner)
-                raw = raw_client(url)
-                ids = [raw.xadd(stream, fields).decode() for fields in batch]
-                expected = {i: expected_outcome(i, f) for i, f in zip(ids, batch, strict=True)}
-                for outcome in set(expected.values()):
-                    event(outcome)  # pytest --hypothesis-show-statistics shows the mix
-
-                def dead_reasons() -> dict[str, str]:
-                    dead = raw.xrange("trunner:{poison}:dead")
-                    return {f[b"message_id"].decode(): f[b"reason"].decode() for _, f in dead}
-
-                async def settled() -> bool:
-                    await trio.lowlevel.checkpoint()
-                    done = set(ran) | set(dead_reasons())
-                    return done >= set(ids) and raw.xpending(stream, group)["pending"] == 0
-
-                with trio.move_on_after(5):
-                    await redis_state(settled, poll=0.01)
-                assert runner.state is trunner.RunnerState.STARTED
-                outcomes = dict.fromkeys(ran, "ran") | dead_reasons()
-                assert outcomes == expected
-                assert raw.xlen(stream) == 0, "every entry was acknowledged and deleted"
-                control = await runner.dispatch(REGISTERED, "still serving")
-                await redis_state(lambda: _has(ran, control), poll=0.01)
-    finally:
-        forget_memory_server(name)
-    given_up = (trunner.InvalidMessage, trunner.TaskNotFound, trunner.MaxRetryExceeded)
-    assert all(isinstance(e, given_up) for e in errors), errors
-
-
 async def _has(ran: list[str], message_id: str) -> bool:
     await trio.lowlevel.checkpoint()
     return message_id in ran
-
-
-# -- refused calls write nothing: checked on a real Redis ------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -214,6 +154,68 @@ def registry() -> trunner.TaskRegistry:
         await trio.lowlevel.checkpoint()
 
     return tasks
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batch=entries)
+async def test_any_stream_entry_is_run_or_dead_lettered_and_the_runner_keeps_serving(
+    batch: list[dict[bytes, bytes]],
+) -> None:
+    name, group = f"poison-{uuid.uuid4().hex[:12]}", "poison"
+    keys = Keys("trunner", group)
+    url, stream = f"memory://{name}", keys.stream
+    ran: list[str] = []
+    errors: list[BaseException] = []
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task
+    async def record(_: Any) -> None:
+        ran.append(trunner.current_message().message_id)
+
+    async def collect(runner: trunner.Runner) -> None:
+        async for error in runner.errors():
+            errors.append(error)
+
+    cfg = trunner.RunnerConfig(
+        consumer_group=group, block_duration=0.05, max_payload_bytes=MAX_BYTES
+    )
+    try:
+        with trio.fail_after(20):
+            async with (
+                trio.open_nursery() as nursery,
+                trunner.open_runner(url, cfg, tasks) as runner,
+            ):
+                nursery.start_soon(collect, runner)
+                raw = raw_client(url)
+                ids = [raw.xadd(stream, fields).decode() for fields in batch]
+                expected = {i: expected_outcome(i, f) for i, f in zip(ids, batch, strict=True)}
+                for outcome in set(expected.values()):
+                    event(outcome)  # pytest --hypothesis-show-statistics shows the mix
+
+                def dead_reasons() -> dict[str, str]:
+                    dead = raw.xrange(keys.dead)
+                    return {f[b"message_id"].decode(): f[b"reason"].decode() for _, f in dead}
+
+                async def settled() -> bool:
+                    await trio.lowlevel.checkpoint()
+                    done = set(ran) | set(dead_reasons())
+                    return done >= set(ids) and raw.xpending(stream, group)["pending"] == 0
+
+                with trio.move_on_after(5):
+                    await redis_state(settled, poll=0.01)
+                assert runner.state is trunner.RunnerState.STARTED
+                outcomes = dict.fromkeys(ran, "ran") | dead_reasons()
+                assert outcomes == expected
+                assert raw.xlen(stream) == 0, "every entry was acknowledged and deleted"
+                control = await runner.dispatch(REGISTERED, "still serving")
+                await redis_state(lambda: _has(ran, control), poll=0.01)
+    finally:
+        forget_memory_server(name)
+    given_up = (trunner.InvalidMessage, trunner.TaskNotFound, trunner.MaxRetryExceeded)
+    assert all(isinstance(e, given_up) for e in errors), errors
+
+
+# -- refused calls write nothing: checked on a real Redis ------------------------------------
 
 
 NAIVE = datetime.datetime(2030, 1, 1)

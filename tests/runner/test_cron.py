@@ -15,6 +15,7 @@ import pytest
 import trio
 
 import trunner
+from trunner import Keys
 
 from ..conftest import Timeline, config
 
@@ -54,7 +55,7 @@ async def test_each_cron_tick_fires_once_group_wide(
 
 @pytest.mark.deadline(30)
 async def test_a_new_leader_fires_the_latest_missed_tick_once(
-    url: str, group: str, timeline: Timeline, raw: Any
+    url: str, group: str, keys: Keys, timeline: Timeline, raw: Any
 ) -> None:
     tasks = cron_registry(timeline)
     async with trunner.open_runner(url, config(group), tasks):
@@ -68,7 +69,7 @@ async def test_a_new_leader_fires_the_latest_missed_tick_once(
     missed = int(catch_up[2].rsplit(":", 1)[1])
     assert missed > first + 1000, "a tick missed while nobody led"
     assert missed <= catch_up[1] * 1000, "fired late, for its own tick"
-    assert json.loads(raw.hget(f"trunner:{{{group}}}:cron", "every_second")) >= missed
+    assert json.loads(raw.hget(keys.cron, "every_second")) >= missed
     assert stats.cron_fired >= 1
 
 

@@ -15,6 +15,7 @@ import redis
 import trio
 
 import trunner
+from trunner import Keys
 from trunner._redis import SCRIPTS, open_transport
 from trunner.election import Demoted, ElectionFailed, Elector, Promoted, open_elector
 from trunner.keys import fence_key_for, hash_tag
@@ -68,6 +69,25 @@ async def collect(elector: Elector, count: int) -> list[Any]:
         if len(events) == count:
             break
     return events
+
+
+def spawn_elector(url: str, key: str, ttl: float, wait: float) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.processes.elector_process", url, key, str(ttl), str(wait)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def kill(process: subprocess.Popen[str]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+
+
+def fast_leader(group: str, **more: Any) -> trunner.RunnerConfig:
+    return config(group, leader_ttl=0.3, leader_wait=0.4, leader_jitter=0.01, **more)
 
 
 def test_fence_key_shares_the_lease_hash_slot() -> None:
@@ -307,26 +327,7 @@ async def test_crash_failover_within_ttl_plus_wait(redis_server: RedisServer, ke
     assert failover <= ttl + wait + 1.0
 
 
-def spawn_elector(url: str, key: str, ttl: float, wait: float) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.processes.elector_process", url, key, str(ttl), str(wait)],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-
-
-def kill(process: subprocess.Popen[str]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGKILL)
-        process.wait()
-
-
 # -- inside the runner ----------------------------------------------------------------------
-
-
-def fast_leader(group: str, **more: Any) -> trunner.RunnerConfig:
-    return config(group, leader_ttl=0.3, leader_wait=0.4, leader_jitter=0.01, **more)
 
 
 async def test_one_runner_of_a_group_leads(url: str, group: str) -> None:
@@ -345,11 +346,11 @@ async def test_one_runner_of_a_group_leads(url: str, group: str) -> None:
 
 
 async def test_a_leading_runner_releases_the_lease_before_its_block_exits(
-    url: str, group: str, raw: Any
+    url: str, group: str, keys: Keys, raw: Any
 ) -> None:
     tasks = trunner.TaskRegistry()
     slow = config(group)  # default timings: without the release a follower waits up to 6 s
-    lease = f"trunner:{{{group}}}:leader"
+    lease = keys.leader
     leader = trunner.Runner(url, slow, tasks)
     exited = trio.Event()
 
@@ -372,7 +373,7 @@ async def test_a_leading_runner_releases_the_lease_before_its_block_exits(
 
 
 async def test_leader_chores_live_exactly_as_long_as_the_leadership(
-    url: str, group: str, raw: Any
+    url: str, group: str, keys: Keys, raw: Any
 ) -> None:
     started: list[int | None] = []
     cancelled: list[int | None] = []
@@ -395,11 +396,11 @@ async def test_leader_chores_live_exactly_as_long_as_the_leadership(
         assert len(started) == 1
         elector = runner.elector
         assert elector is not None
-        raw.set(f"trunner:{{{group}}}:leader", "usurper")  # the lease is lost
+        raw.set(keys.leader, "usurper")  # the lease is lost
         await elector.wait_demoted()
         await trio.testing.wait_all_tasks_blocked()
         assert len(cancelled) == 1, "the chore ended with the leadership"
-        raw.delete(f"trunner:{{{group}}}:leader")
+        raw.delete(keys.leader)
         await elector.wait_promoted()
         await trio.testing.wait_all_tasks_blocked()
         assert len(started) == 2
@@ -411,11 +412,13 @@ async def test_leader_chores_live_exactly_as_long_as_the_leadership(
     assert second > first
 
 
-async def test_a_fenced_refusal_demotes_the_runner(url: str, group: str, raw: Any) -> None:
+async def test_a_fenced_refusal_demotes_the_runner(
+    url: str, group: str, keys: Keys, raw: Any
+) -> None:
     refused = trio.Event()
 
     async def chore(elector: Elector) -> None:
-        raw.set(f"trunner:{{{group}}}:leader", "usurper")
+        raw.set(keys.leader, "usurper")
         try:
             await elector.eval_fenced("return 1")
         finally:

@@ -11,6 +11,7 @@ import pytest
 import trio
 
 import trunner
+from trunner import Keys
 
 from ..conftest import Tally, config, redis_state
 
@@ -34,15 +35,28 @@ class Handled:
             await self._lot.park()
 
 
-def dead_entries(raw: Any, group: str) -> list[dict[str, str]]:
-    entries = raw.xrange(f"trunner:{{{group}}}:dead")
+def dead_entries(raw: Any, keys: Keys) -> list[dict[str, str]]:
+    entries = raw.xrange(keys.dead)
     return [
         {k.decode(): v.decode("utf-8", "replace") for k, v in fields.items()}
         for _, fields in entries
     ]
 
 
-async def test_failing_task_is_retried_then_dead_lettered(url: str, group: str, raw: Any) -> None:
+def _add(raw: Any, keys: Keys, fields: dict[bytes, bytes]) -> str:
+    entry_id: bytes = raw.xadd(keys.stream, fields)
+    return entry_id.decode()
+
+
+async def trunner_dispatch_unknown(raw: Any, keys: Keys) -> str:
+    await trio.lowlevel.checkpoint()
+    body = {"task": "nope", "payload": 1, "attempt": 1, "enqueued_at": time.time()}
+    return _add(raw, keys, {b"payload": json.dumps(body).encode()})
+
+
+async def test_failing_task_is_retried_then_dead_lettered(
+    url: str, group: str, keys: Keys, raw: Any
+) -> None:
     attempts: list[int] = []
     tasks = trunner.TaskRegistry()
 
@@ -79,7 +93,7 @@ async def test_failing_task_is_retried_then_dead_lettered(url: str, group: str, 
     assert isinstance(error.__cause__, ValueError)
     assert (message.task_name, message.payload, message.attempt) == ("flaky", 7, 3)
     assert message.task_id == task_id, "retries keep the task id"
-    (dead,) = dead_entries(raw, group)
+    (dead,) = dead_entries(raw, keys)
     assert dead["reason"] == "max retries exceeded"
     assert dead["task"] == "flaky"
     assert dead["task_id"] == task_id
@@ -90,7 +104,7 @@ async def test_failing_task_is_retried_then_dead_lettered(url: str, group: str, 
 
 
 async def test_retry_is_acknowledged_and_scheduled_in_the_delayed_set(
-    url: str, group: str, raw: Any
+    url: str, group: str, keys: Keys, raw: Any
 ) -> None:
     failed = trio.Event()
     tasks = trunner.TaskRegistry()
@@ -111,9 +125,9 @@ async def test_retry_is_acknowledged_and_scheduled_in_the_delayed_set(
         await redis_state(scheduled)
         assert await runner.queue_length() == 0, "the failed entry is acknowledged and deleted"
         assert await runner.pending_count() == 0
-    ((member, score),) = raw.zrange(f"trunner:{{{group}}}:delayed", 0, -1, withscores=True)
+    ((member, score),) = raw.zrange(keys.delayed, 0, -1, withscores=True)
     assert member.decode() == task_id, "the delayed set holds the task id"
-    body = json.loads(raw.hget(f"trunner:{{{group}}}:delayed:messages", member))
+    body = json.loads(raw.hget(keys.delayed_messages, member))
     assert body["attempt"] == 2
     assert body["id"] == task_id
     assert body["payload"] == {"x": 1}
@@ -139,11 +153,6 @@ async def test_a_retry_that_succeeds(url: str, group: str, tally: Tally) -> None
     assert handler.calls == []
 
 
-def _add(raw: Any, group: str, fields: dict[bytes, bytes]) -> str:
-    entry_id: bytes = raw.xadd(f"trunner:{{{group}}}:stream", fields)
-    return entry_id.decode()
-
-
 POISON: list[tuple[dict[bytes, bytes], str]] = [
     ({b"payload": b"\xff\xfe not utf-8"}, "not valid UTF-8"),
     ({b"payload": b"{not json"}, "not valid JSON"),
@@ -155,7 +164,7 @@ POISON: list[tuple[dict[bytes, bytes], str]] = [
 
 
 async def test_poison_entries_are_dead_lettered_and_the_runner_keeps_serving(
-    url: str, group: str, raw: Any, tally: Tally
+    url: str, group: str, keys: Keys, raw: Any, tally: Tally
 ) -> None:
     tasks = trunner.TaskRegistry()
 
@@ -165,8 +174,8 @@ async def test_poison_entries_are_dead_lettered_and_the_runner_keeps_serving(
 
     handler = Handled()
     async with trunner.open_runner(url, config(group, failed_task_handler=handler), tasks) as r:
-        ids = [_add(raw, group, fields) for fields, _ in POISON]
-        unknown = await trunner_dispatch_unknown(raw, group)
+        ids = [_add(raw, keys, fields) for fields, _ in POISON]
+        unknown = await trunner_dispatch_unknown(raw, keys)
         await r.dispatch("record", "still serving")
         await tally.wait(1)
         await handler.wait(len(POISON) + 1)
@@ -184,18 +193,14 @@ async def test_poison_entries_are_dead_lettered_and_the_runner_keeps_serving(
     message, error = by_id[unknown]
     assert isinstance(error, trunner.TaskNotFound)
     assert message.task_name == "nope"
-    reasons = {d["message_id"]: d["reason"] for d in dead_entries(raw, group)}
+    reasons = {d["message_id"]: d["reason"] for d in dead_entries(raw, keys)}
     assert reasons[unknown] == "unknown task"
     assert all(reasons[i] == "undecodable" for i in ids)
 
 
-async def trunner_dispatch_unknown(raw: Any, group: str) -> str:
-    await trio.lowlevel.checkpoint()
-    body = {"task": "nope", "payload": 1, "attempt": 1, "enqueued_at": time.time()}
-    return _add(raw, group, {b"payload": json.dumps(body).encode()})
-
-
-async def test_without_a_handler_messages_are_dead_lettered(url: str, group: str, raw: Any) -> None:
+async def test_without_a_handler_messages_are_dead_lettered(
+    url: str, group: str, keys: Keys, raw: Any
+) -> None:
     tasks = trunner.TaskRegistry()
 
     @tasks.task
@@ -209,14 +214,14 @@ async def test_without_a_handler_messages_are_dead_lettered(url: str, group: str
             return await runner.dead_letter_count() == 1
 
         await redis_state(settled)
-    (dead,) = dead_entries(raw, group)
+    (dead,) = dead_entries(raw, keys)
     assert dead["reason"] == "max retries exceeded"
     assert "KeyError" in dead["cause"]
 
 
 @pytest.mark.deadline(20)
 async def test_a_handler_that_raises_leaves_the_message_pending_for_later(
-    url: str, group: str, raw: Any
+    url: str, group: str, keys: Keys, raw: Any
 ) -> None:
     tasks = trunner.TaskRegistry()
 
@@ -243,7 +248,7 @@ async def test_a_handler_that_raises_leaves_the_message_pending_for_later(
     assert isinstance(second[1], trunner.MaxRetryExceeded), "redelivered past its attempts"
     assert second[0].attempt == 2
     assert second[0].deliveries == 2
-    dead = dead_entries(raw, group)
+    dead = dead_entries(raw, keys)
     assert [d["reason"] for d in dead] == ["max retries exceeded (redelivered)"]
 
 
@@ -312,7 +317,7 @@ async def test_a_message_kept_after_its_handler_raised_keeps_its_attempt_across_
 
 
 async def test_the_handler_sees_current_message_for_every_give_up(
-    url: str, group: str, raw: Any
+    url: str, group: str, keys: Keys, raw: Any
 ) -> None:
     seen: list[str] = []
 
@@ -324,8 +329,8 @@ async def test_the_handler_sees_current_message_for_every_give_up(
     handler = Handler()
     cfg = config(group, failed_task_handler=handler)
     async with trunner.open_runner(url, cfg, trunner.TaskRegistry()):
-        unknown = await trunner_dispatch_unknown(raw, group)
-        poison = _add(raw, group, {b"payload": b"{"})
+        unknown = await trunner_dispatch_unknown(raw, keys)
+        poison = _add(raw, keys, {b"payload": b"{"})
         await handler.wait(2)
     assert sorted(seen) == sorted([unknown, poison])
 

@@ -106,6 +106,14 @@ def _fault_config(group: str) -> trunner.RunnerConfig:
     return config(group, reclaim_delay=120.0, reclaim_interval=0.05, connect_timeout=1.0)
 
 
+def _flush_scripts(url: str) -> None:
+    raw = raw_client(url)
+    try:
+        raw.script_flush()
+    finally:
+        raw.close()
+
+
 # -- unreachable at start ---------------------------------------------------------------------
 
 
@@ -202,14 +210,6 @@ async def test_scripts_are_reloaded_when_redis_forgot_them(group: str) -> None:
                 await work.wait_seen(range(-1, 20))
                 await redis_state(_is_empty(client))  # acknowledged: the ack script ran
                 assert await runner.delayed_count() == 0
-
-
-def _flush_scripts(url: str) -> None:
-    raw = raw_client(url)
-    try:
-        raw.script_flush()
-    finally:
-        raw.close()
 
 
 # -- the network breaks -----------------------------------------------------------------------

@@ -8,6 +8,7 @@ from typing import Any
 import trio
 
 import trunner
+from trunner import Keys
 from trunner._redis import SCRIPTS, Arg, open_transport
 
 from ..conftest import config
@@ -15,8 +16,42 @@ from ..support.faults import FaultyTransport, script_call
 from ..support.pools import pool_running_one
 
 
+def long_task() -> tuple[trunner.TaskRegistry, trio.Event, trio.Event]:
+    """A registry whose one task runs until told: (registry, started, finish)."""
+    tasks = trunner.TaskRegistry()
+    started, finish = trio.Event(), trio.Event()
+
+    @tasks.task
+    async def long(_: Any) -> None:
+        started.set()
+        await finish.wait()
+
+    return tasks, started, finish
+
+
+class StallingTransport(FaultyTransport):
+    """The event loop blocks (``time.sleep``) right after the first heartbeat's reply came:
+    its deadline passes while the process is not running."""
+
+    def __init__(self, inner: Any, stall: float) -> None:
+        super().__init__(inner)
+        self.stall = stall
+        self.heartbeats: list[float] = []  # trio clock at each heartbeat call
+        self.stalled_until = 0.0
+
+    async def execute(self, *args: Arg) -> Any:
+        reply = await super().execute(*args)
+        if script_call(SCRIPTS.heartbeat)(args):
+            self.heartbeats.append(trio.current_time())
+            if len(self.heartbeats) == 1:
+                time.sleep(self.stall)  # noqa: ASYNC251 - the stall under test
+                self.stalled_until = trio.current_time()
+                await trio.lowlevel.checkpoint()  # the passed deadline strikes here
+        return reply
+
+
 async def test_a_finished_task_keeps_its_reservation_while_its_ack_fails(
-    url: str, group: str, raw: Any
+    url: str, group: str, keys: Keys, raw: Any
 ) -> None:
     """Finished, acknowledgement refused for longer than reclaim_delay: the heartbeat keeps
     the entry fresh, so no other instance reclaims it and runs it again."""
@@ -27,7 +62,7 @@ async def test_a_finished_task_keeps_its_reservation_while_its_ack_fails(
     async def quick(_: Any) -> None:
         done.set()
 
-    stream = f"trunner:{{{group}}}:stream"
+    stream = keys.stream
     cfg = config(group, reclaim_delay=0.6)
     async with open_transport(url, client_name="t", max_connections=4, connect_timeout=5) as t:
         faulty = FaultyTransport(t)
@@ -44,27 +79,14 @@ async def test_a_finished_task_keeps_its_reservation_while_its_ack_fails(
         assert counters.acked == 1
 
 
-def long_task() -> tuple[trunner.TaskRegistry, trio.Event, trio.Event]:
-    """A registry whose one task runs until told: (registry, started, finish)."""
-    tasks = trunner.TaskRegistry()
-    started, finish = trio.Event(), trio.Event()
-
-    @tasks.task
-    async def long(_: Any) -> None:
-        started.set()
-        await finish.wait()
-
-    return tasks, started, finish
-
-
 async def test_a_heartbeat_whose_reply_is_lost_is_retried_in_time(
-    url: str, group: str, raw: Any
+    url: str, group: str, keys: Keys, raw: Any
 ) -> None:
     """One heartbeat never gets its reply (dropped on the way): the next one must come
     within the beat interval, not after the command timeout, or the running task would
     go stale and be reclaimed while it runs."""
     tasks, started, finish = long_task()
-    stream = f"trunner:{{{group}}}:stream"
+    stream = keys.stream
     cfg = config(group, reclaim_delay=0.6, command_timeout=30.0)
     heartbeats = 0
 
@@ -87,27 +109,6 @@ async def test_a_heartbeat_whose_reply_is_lost_is_retried_in_time(
             faulty.release_held()
             finish.set()
         assert counters.reservations_lost == 0
-
-
-class StallingTransport(FaultyTransport):
-    """The event loop blocks (``time.sleep``) right after the first heartbeat's reply came:
-    its deadline passes while the process is not running."""
-
-    def __init__(self, inner: Any, stall: float) -> None:
-        super().__init__(inner)
-        self.stall = stall
-        self.heartbeats: list[float] = []  # trio clock at each heartbeat call
-        self.stalled_until = 0.0
-
-    async def execute(self, *args: Arg) -> Any:
-        reply = await super().execute(*args)
-        if script_call(SCRIPTS.heartbeat)(args):
-            self.heartbeats.append(trio.current_time())
-            if len(self.heartbeats) == 1:
-                time.sleep(self.stall)  # noqa: ASYNC251 - the stall under test
-                self.stalled_until = trio.current_time()
-                await trio.lowlevel.checkpoint()  # the passed deadline strikes here
-        return reply
 
 
 async def test_a_heartbeat_cut_off_by_an_event_loop_stall_beats_again_at_once(

@@ -28,6 +28,17 @@ def _names(raw: Any, keys: Keys) -> set[str]:
     return {(r.get("name") or r[b"name"]).decode() for r in rows}
 
 
+def _trim(raw: Any, keys: Keys, before_ms: int, leader: str = "me") -> list[Any]:
+    result: list[Any] = raw.eval(
+        SCRIPTS.trim.source, 2, keys.leader, keys.stream, leader, before_ms, 10_000
+    )
+    return result
+
+
+def _ids(raw: Any, keys: Keys) -> list[bytes]:
+    return [entry_id for entry_id, _ in raw.xrange(keys.stream)]
+
+
 def test_instance_of_strips_the_fetcher_suffix() -> None:
     assert instance_of("host:1:ab") == "host:1:ab"
     assert instance_of("host:1:ab/3") == "host:1:ab"
@@ -35,9 +46,8 @@ def test_instance_of_strips_the_fetcher_suffix() -> None:
 
 
 async def test_the_leader_deletes_consumers_of_gone_instances(
-    url: str, raw: Any, group: str
+    url: str, raw: Any, group: str, keys: Keys
 ) -> None:
-    keys = Keys("trunner", group)
     raw.xgroup_create(keys.stream, group, "0", mkstream=True)
     raw.xadd(keys.stream, {"x": "held by a gone instance"})
     raw.xreadgroup(group, "held:1:aa", {keys.stream: ">"}, count=1)  # pending: keep it
@@ -67,8 +77,7 @@ async def test_the_leader_deletes_consumers_of_gone_instances(
         assert parts(b).janitor.rounds == 0, "followers do no chores"
 
 
-async def test_no_janitor_when_disabled(url: str, raw: Any, group: str) -> None:
-    keys = Keys("trunner", group)
+async def test_no_janitor_when_disabled(url: str, raw: Any, group: str, keys: Keys) -> None:
     raw.xgroup_create(keys.stream, group, "0", mkstream=True)
     raw.execute_command("XGROUP", "CREATECONSUMER", keys.stream, group, "gone:1:cc")
     cfg = config(group, **{**FAST, "janitor_interval": None})
@@ -81,21 +90,9 @@ async def test_no_janitor_when_disabled(url: str, raw: Any, group: str) -> None:
 # -- trimming -----------------------------------------------------------------------------
 
 
-def _trim(raw: Any, keys: Keys, before_ms: int, leader: str = "me") -> list[Any]:
-    result: list[Any] = raw.eval(
-        SCRIPTS.trim.source, 2, keys.leader, keys.stream, leader, before_ms, 10_000
-    )
-    return result
-
-
-def _ids(raw: Any, keys: Keys) -> list[bytes]:
-    return [entry_id for entry_id, _ in raw.xrange(keys.stream)]
-
-
 async def test_trim_never_passes_an_undelivered_or_pending_message(
-    url: str, raw: Any, group: str
+    url: str, raw: Any, group: str, keys: Keys
 ) -> None:
-    keys = Keys("trunner", group)
     raw.set(keys.leader, "me")
     ids = [raw.xadd(keys.stream, {"n": i}) for i in range(500)]
     raw.xgroup_create(keys.stream, group, "0")
@@ -129,8 +126,7 @@ async def test_trim_never_passes_an_undelivered_or_pending_message(
     assert _ids(raw, keys) == before
 
 
-async def test_trim_is_fenced(url: str, raw: Any, group: str) -> None:
-    keys = Keys("trunner", group)
+async def test_trim_is_fenced(url: str, raw: Any, group: str, keys: Keys) -> None:
     raw.set(keys.leader, "someone-else")
     raw.xadd(keys.stream, {"n": 1})
     raw.xgroup_create(keys.stream, group, "$")
@@ -139,15 +135,14 @@ async def test_trim_is_fenced(url: str, raw: Any, group: str) -> None:
     assert raw.xlen(keys.stream) == 1
 
 
-async def test_trim_of_a_missing_stream_does_nothing(url: str, raw: Any, group: str) -> None:
-    keys = Keys("trunner", group)
+async def test_trim_of_a_missing_stream_does_nothing(url: str, raw: Any, keys: Keys) -> None:
     raw.set(keys.leader, "me")
     assert _trim(raw, keys, 2**52) == [0, b"0-0"]
 
 
 @pytest.mark.deadline(30)
 async def test_the_janitor_trims_finished_messages_after_the_retention(
-    url: str, raw: Any, group: str, tally: Tally
+    url: str, raw: Any, group: str, keys: Keys, tally: Tally
 ) -> None:
     tasks = trunner.TaskRegistry()
 
@@ -156,7 +151,6 @@ async def test_the_janitor_trims_finished_messages_after_the_retention(
         tally.record(payload)
 
     cfg = config(group, **FAST, delete_on_ack=False, stream_retention=0.5)
-    keys = Keys("trunner", group)
     async with trunner.open_runner(url, cfg, tasks) as runner:
         await runner.dispatch_many("record", range(300))
         await tally.wait(300)

@@ -20,7 +20,7 @@ from trunner.mover import MOVE_BATCH, DelayedMover
 
 from ..conftest import Timeline, config, redis_state
 from ..support.servers import RedisServer
-from .test_recovery import Worker, read_log
+from ..support.workers import Worker, read_log
 
 LEADER = {"leader_ttl": 0.5, "leader_wait": 0.6, "leader_jitter": 0.01}
 

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import signal
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,28 +11,34 @@ import pytest
 import trio
 
 import trunner
+from trunner import Keys
 
-from ..conftest import REPO, Tally, config, redis_state
+from ..conftest import Tally, config, redis_state
 from ..support.servers import RedisServer
+from ..support.workers import Worker, read_log
 
 
-def _stream(group: str) -> str:
-    return f"trunner:{{{group}}}:stream"
-
-
-def take_as_dead_consumer(raw: Any, group: str, count: int) -> list[str]:
+def take_as_dead_consumer(raw: Any, keys: Keys, count: int) -> list[str]:
     """Deliver ``count`` messages to a consumer that then "dies" (never acks)."""
-    raw.xgroup_create(_stream(group), group, id="0", mkstream=True)
-    reply = raw.xreadgroup(group, "dead-consumer", {_stream(group): ">"}, count=count)
+    raw.xgroup_create(keys.stream, keys.group, id="0", mkstream=True)
+    reply = raw.xreadgroup(keys.group, "dead-consumer", {keys.stream: ">"}, count=count)
     return [entry_id.decode() for entry_id, _ in reply[0][1]]
 
 
+@pytest.fixture
+def workers(redis_server: RedisServer) -> Iterator[list[Worker]]:
+    started: list[Worker] = []
+    yield started
+    for worker in started:
+        worker.close()
+
+
 async def test_messages_of_a_dead_consumer_are_reclaimed(
-    url: str, group: str, raw: Any, tally: Tally
+    url: str, group: str, keys: Keys, raw: Any, tally: Tally
 ) -> None:
     async with trunner.open_client(url, group) as client:
         await client.dispatch_many("record", range(5))
-    taken = take_as_dead_consumer(raw, group, 5)
+    taken = take_as_dead_consumer(raw, keys, 5)
     tasks = trunner.TaskRegistry()
 
     @tasks.task(max_retry=2)
@@ -60,11 +62,11 @@ async def test_messages_of_a_dead_consumer_are_reclaimed(
 
 
 async def test_a_crash_on_the_last_attempt_gives_up_without_running(
-    url: str, group: str, raw: Any, tally: Tally
+    url: str, group: str, keys: Keys, raw: Any, tally: Tally
 ) -> None:
     async with trunner.open_client(url, group) as client:
         await client.dispatch("record", "x")
-    take_as_dead_consumer(raw, group, 1)
+    take_as_dead_consumer(raw, keys, 1)
     tasks = trunner.TaskRegistry()
 
     @tasks.task  # max_retry=0: one attempt, which the dead consumer used
@@ -79,13 +81,13 @@ async def test_a_crash_on_the_last_attempt_gives_up_without_running(
 
         await redis_state(dead_lettered)
     assert tally.runs == []
-    ((_, fields),) = raw.xrange(f"trunner:{{{group}}}:dead")
+    ((_, fields),) = raw.xrange(keys.dead)
     assert fields[b"reason"] == b"max retries exceeded (redelivered)"
 
 
 @pytest.mark.deadline(20)
 async def test_heartbeats_keep_a_long_task_from_being_reclaimed(
-    url: str, group: str, raw: Any
+    url: str, group: str, keys: Keys, raw: Any
 ) -> None:
     starts: list[str] = []
     started = trio.Event()
@@ -111,7 +113,7 @@ async def test_heartbeats_keep_a_long_task_from_being_reclaimed(
         max_idle = 0
         with trio.move_on_after(6 * reclaim_delay):
             while True:
-                (pending,) = raw.xpending_range(_stream(group), group, "-", "+", 10)
+                (pending,) = raw.xpending_range(keys.stream, group, "-", "+", 10)
                 assert pending["times_delivered"] == 1
                 max_idle = max(max_idle, pending["time_since_delivered"])
                 await trio.sleep(0.02)
@@ -124,59 +126,6 @@ async def test_heartbeats_keep_a_long_task_from_being_reclaimed(
 
 
 # -- real processes -----------------------------------------------------------------------
-
-
-class Worker:
-    def __init__(self, url: str, group: str, log: Path, options: dict[str, Any]) -> None:
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.processes.worker_process",
-                url,
-                group,
-                str(log),
-                json.dumps(options),
-            ],
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-
-    async def ready(self) -> None:
-        assert self.process.stdout is not None
-        line = await trio.to_thread.run_sync(self.process.stdout.readline)
-        assert line.strip() == "ready", line
-
-    def kill(self) -> None:
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait()
-
-    def terminate(self) -> int:
-        self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(timeout=30)
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-        if self.process.stdout:
-            self.process.stdout.close()
-
-
-@pytest.fixture
-def workers(redis_server: RedisServer) -> Iterator[list[Worker]]:
-    started: list[Worker] = []
-    yield started
-    for worker in started:
-        worker.close()
-
-
-def read_log(path: Path) -> list[tuple[int, str, Any]]:
-    if not path.exists():
-        return []
-    lines = path.read_text(encoding="utf-8").splitlines()
-    return [(int(p), e, json.loads(v)) for p, e, v in (line.split(" ", 2) for line in lines)]
 
 
 @pytest.mark.deadline(60)

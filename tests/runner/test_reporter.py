@@ -17,10 +17,11 @@ import pytest
 import trio
 
 import trunner
+from trunner import Keys
 
 from ..conftest import config, redis_state
 from ..support.servers import RedisServer
-from .test_recovery import Worker
+from ..support.workers import Worker
 
 FAST = {
     "leader_ttl": 0.5,
@@ -31,7 +32,7 @@ FAST = {
 }
 
 
-async def test_the_metrics_hash_keeps_the_largest_sample(url: str, group: str) -> None:
+async def test_the_metrics_hash_keeps_the_largest_sample(url: str, group: str, keys: Keys) -> None:
     async with trunner.open_client(url, group) as client:
         broker = client._open_broker()
         await broker.report("a", 1000, "{}", [("t:x:n", 1.0), ("t:x:max", 2.5)])
@@ -78,7 +79,7 @@ async def test_timings_of_two_runners_add_up_in_one_window(url: str, group: str)
     assert from_a.total_capacity == 2 * cfg.num_workers
 
 
-async def test_timings_are_flushed_at_shutdown(url: str, group: str, raw: Any) -> None:
+async def test_timings_are_flushed_at_shutdown(url: str, group: str, keys: Keys, raw: Any) -> None:
     tasks = trunner.TaskRegistry()
     done = trio.Event()
     count = 0
@@ -94,7 +95,7 @@ async def test_timings_are_flushed_at_shutdown(url: str, group: str, raw: Any) -
     async with trunner.open_runner(url, cfg, tasks) as runner:
         await runner.dispatch_many("quick", range(5))
         await done.wait()
-    assert float(raw.hget(f"trunner:{{{group}}}:metrics", "t:quick:n")) == 5
+    assert float(raw.hget(keys.metrics, "t:quick:n")) == 5
 
 
 async def test_membership_lists_live_instances_and_the_leader(url: str, group: str) -> None:
@@ -114,11 +115,10 @@ async def test_membership_lists_live_instances_and_the_leader(url: str, group: s
 
 
 async def test_a_client_judges_liveness_by_the_groups_instance_ttl(
-    url: str, group: str, raw: Any
+    url: str, group: str, keys: Keys, raw: Any
 ) -> None:
     """An instance last seen 5 s ago is live for a group whose instance_ttl is 15 s, and
     gone for one whose instance_ttl is 2 s: a client told the group's TTL agrees."""
-    keys = trunner.Keys("trunner", group)
     seen_ms = int((time.time() - 5) * 1000)
     raw.zadd(keys.instances, {"old:1:aa": seen_ms})
     raw.hset(keys.instances_info, "old:1:aa", '{"host":"h","pid":1,"capacity":3}')

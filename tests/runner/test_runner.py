@@ -10,6 +10,7 @@ import redis
 import trio
 
 import trunner
+from trunner import Keys
 from trunner.runner import _Stoppable
 
 from ..conftest import Tally, config, parts, redis_state
@@ -29,7 +30,7 @@ def registry(tally: Tally, delay: float = 0.0) -> trunner.TaskRegistry:
 
 
 async def test_every_dispatched_task_runs_and_is_acknowledged(
-    url: str, group: str, tally: Tally, raw: Any
+    url: str, group: str, keys: Keys, tally: Tally, raw: Any
 ) -> None:
     tasks = registry(tally)
     async with trunner.open_runner(url, config(group), tasks) as runner:
@@ -49,7 +50,7 @@ async def test_every_dispatched_task_runs_and_is_acknowledged(
     assert stats.succeeded == stats.acked == stats.processed == 120
     assert stats.failed == stats.dead_lettered == stats.retried == 0
     assert runner.statistics().state is trunner.RunnerState.STOPPED
-    stream = f"trunner:{{{group}}}:stream"
+    stream = keys.stream
     assert raw.xlen(stream) == 0
     assert raw.xpending(stream, group)["pending"] == 0
 
@@ -65,7 +66,7 @@ async def test_dispatch_returns_the_stream_entry_id_and_task_id(
 
 
 async def test_without_delete_on_ack_entries_stay_in_the_stream(
-    url: str, group: str, tally: Tally, raw: Any
+    url: str, group: str, keys: Keys, tally: Tally, raw: Any
 ) -> None:
     cfg = config(group, delete_on_ack=False)
     async with trunner.open_runner(url, cfg, registry(tally)) as runner:
@@ -76,7 +77,7 @@ async def test_without_delete_on_ack_entries_stay_in_the_stream(
             return await runner.pending_count() == 0
 
         await redis_state(acked)
-    assert raw.xlen(f"trunner:{{{group}}}:stream") == 10
+    assert raw.xlen(keys.stream) == 10
 
 
 async def test_runners_in_one_process_share_the_work(url: str, group: str, tally: Tally) -> None:

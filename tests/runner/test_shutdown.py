@@ -14,53 +14,50 @@ import trio_asyncio
 
 import trunner
 import trunner.heartbeat
+from trunner import Keys
 from trunner.keys import RELEASED_CONSUMER
 
-from ..conftest import Tally, config, redis_state
+from ..conftest import Gate, Tally, config, redis_state
 from ..support.servers import RedisServer
 
-
-def _stream(group: str) -> str:
-    return f"trunner:{{{group}}}:stream"
-
-
-class Gate:
-    """Tasks that signal when they start and wait for the test to let them finish."""
-
-    def __init__(self, expected: int) -> None:
-        self.expected = expected
-        self.started: list[Any] = []
-        self.finished: list[Any] = []
-        self.cancelled: list[Any] = []
-        self.all_started = trio.Event()
-        self.open = trio.Event()
-
-    def registry(self, seconds: float | None = None) -> trunner.TaskRegistry:
-        tasks = trunner.TaskRegistry()
-
-        @tasks.task
-        async def gated(payload: Any) -> None:
-            self.started.append(payload)
-            if len(self.started) == self.expected:
-                self.all_started.set()
-            try:
-                if seconds is None:
-                    await self.open.wait()
-                else:
-                    await trio.sleep(seconds)
-            except trio.Cancelled:
-                self.cancelled.append(payload)
-                raise
-            self.finished.append(payload)
-
-        return tasks
+_OURS = (
+    os.path.dirname(trunner.__file__) + os.sep,
+    os.path.dirname(trio_asyncio.__file__) + os.sep,
+)
 
 
-async def test_leaving_the_block_drains_running_tasks(url: str, group: str, raw: Any) -> None:
-    gate = Gate(3)
+def _trunner_tasks() -> list[str]:
+    """Names of live Trio tasks running code of trunner or of the asyncio bridge."""
+    found: list[str] = []
+
+    def walk(task: trio.lowlevel.Task) -> None:
+        frame = getattr(task.coro, "cr_frame", None)
+        code_file = frame.f_code.co_filename if frame is not None else ""
+        if code_file.startswith(_OURS):
+            found.append(task.name)
+        for nursery in task.child_nurseries:
+            for child in nursery.child_tasks:
+                walk(child)
+
+    root = trio.lowlevel.current_root_task()
+    assert root is not None
+    walk(root)
+    return found
+
+
+def _client_names(server: RedisServer) -> list[str]:
+    with redis.Redis.from_url(server.url) as observer:
+        clients = observer.client_list()
+    return sorted(c["name"] for c in clients if c.get("cmd") != "client|list")
+
+
+async def test_leaving_the_block_drains_running_tasks(
+    url: str, group: str, keys: Keys, raw: Any
+) -> None:
+    gate = Gate()
     async with trunner.open_runner(url, config(group), gate.registry(seconds=0.3)) as runner:
         await runner.dispatch_many("gated", [1, 2, 3])
-        await gate.all_started.wait()
+        await gate.wait_started(3)
         leaving = trio.current_time()
     took = trio.current_time() - leaving
     assert sorted(gate.finished) == [1, 2, 3]
@@ -68,17 +65,17 @@ async def test_leaving_the_block_drains_running_tasks(url: str, group: str, raw:
     assert 0.2 < took < 2.0, took
     stats = runner.statistics()
     assert (stats.succeeded, stats.acked, stats.interrupted) == (3, 3, 0)
-    assert raw.xlen(_stream(group)) == 0
+    assert raw.xlen(keys.stream) == 0
 
 
 async def test_drain_timeout_cancels_and_releases_without_acknowledging(
-    url: str, group: str, raw: Any, tally: Tally
+    url: str, group: str, keys: Keys, raw: Any, tally: Tally
 ) -> None:
-    gate = Gate(4)
+    gate = Gate()
     cfg = config(group, drain_timeout=0.3)
     async with trunner.open_runner(url, cfg, gate.registry()) as runner:
         ids = await runner.dispatch_many("gated", [1, 2, 3, 4])
-        await gate.all_started.wait()
+        await gate.wait_started(4)
         leaving = trio.current_time()
     took = trio.current_time() - leaving
     assert 0.25 < took < 2.0, took
@@ -86,7 +83,7 @@ async def test_drain_timeout_cancels_and_releases_without_acknowledging(
     assert gate.finished == []
     stats = runner.statistics()
     assert (stats.interrupted, stats.acked, stats.released) == (4, 0, 4)
-    pending = raw.xpending_range(_stream(group), group, "-", "+", 10)
+    pending = raw.xpending_range(keys.stream, group, "-", "+", 10)
     assert sorted(p["message_id"].decode() for p in pending) == sorted(ids)
     for entry in pending:
         assert entry["consumer"].decode() == RELEASED_CONSUMER
@@ -109,15 +106,15 @@ async def test_drain_timeout_cancels_and_releases_without_acknowledging(
 
 
 async def test_stop_without_drain_during_a_drain_cancels_at_once(
-    url: str, group: str, raw: Any, caplog: pytest.LogCaptureFixture
+    url: str, group: str, keys: Keys, raw: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A second, impatient stop (the CLI's second signal) ends the 30 s drain at once."""
     caplog.set_level(logging.INFO, logger="trunner")
-    gate = Gate(2)
+    gate = Gate()
     cfg = config(group, drain_timeout=30.0)
     async with trunner.open_runner(url, cfg, gate.registry()) as runner:
         ids = await runner.dispatch_many("gated", [1, 2])
-        await gate.all_started.wait()
+        await gate.wait_started(2)
         runner.stop()  # graceful: the drain begins
 
         async def draining() -> bool:
@@ -131,34 +128,34 @@ async def test_stop_without_drain_during_a_drain_cancels_at_once(
     assert sorted(gate.cancelled) == [1, 2]
     stats = runner.statistics()
     assert (stats.interrupted, stats.acked, stats.released) == (2, 0, 2)
-    pending = raw.xpending_range(_stream(group), group, "-", "+", 10)
+    pending = raw.xpending_range(keys.stream, group, "-", "+", 10)
     assert sorted(p["message_id"].decode() for p in pending) == sorted(ids)
     assert "stopping at once: cancelling 2 running tasks" in caplog.text
     assert "drain timeout passed" not in caplog.text
 
 
 async def test_deliveries_the_runner_never_saw_are_released_at_shutdown(
-    url: str, group: str, raw: Any
+    url: str, group: str, keys: Keys, raw: Any
 ) -> None:
     """A read that delivered entries but whose reply was lost (a "ghost delivery")."""
     cfg = config(group, consumer_name="fixed-consumer")
     async with trunner.open_runner(url, cfg, trunner.TaskRegistry()) as runner:
-        ghost = raw.xadd(_stream(group), {b"payload": b"{}"})
+        ghost = raw.xadd(keys.stream, {b"payload": b"{}"})
         # Deliver the entry to the runner's own consumer behind its back.
-        raw.xreadgroup(group, "fixed-consumer", {_stream(group): ">"}, count=1)
+        raw.xreadgroup(group, "fixed-consumer", {keys.stream: ">"}, count=1)
         assert await runner.pending_count() == 1
-    (pending,) = raw.xpending_range(_stream(group), group, "-", "+", 10)
+    (pending,) = raw.xpending_range(keys.stream, group, "-", "+", 10)
     assert pending["message_id"] == ghost
     assert pending["consumer"].decode() == RELEASED_CONSUMER
     assert pending["times_delivered"] == 0
-    consumers = {c["name"].decode() for c in raw.xinfo_consumers(_stream(group), group)}
+    consumers = {c["name"].decode() for c in raw.xinfo_consumers(keys.stream, group)}
     assert "fixed-consumer" not in consumers, "the emptied consumer is deleted"
 
 
 async def test_an_exception_in_the_block_propagates_as_itself_after_draining(
     url: str, group: str
 ) -> None:
-    gate = Gate(2)
+    gate = Gate()
 
     class Boom(Exception):
         pass
@@ -166,7 +163,7 @@ async def test_an_exception_in_the_block_propagates_as_itself_after_draining(
     with pytest.raises(Boom) as info:
         async with trunner.open_runner(url, config(group), gate.registry(seconds=0.2)) as r:
             await r.dispatch_many("gated", [1, 2])
-            await gate.all_started.wait()
+            await gate.wait_started(2)
             raise Boom("from the body")
     assert str(info.value) == "from the body"
     assert sorted(gate.finished) == [1, 2], "running tasks still drained"
@@ -174,11 +171,11 @@ async def test_an_exception_in_the_block_propagates_as_itself_after_draining(
 
 
 async def test_an_outer_cancellation_drains_then_propagates(url: str, group: str) -> None:
-    gate = Gate(2)
+    gate = Gate()
     with trio.move_on_after(5) as scope:
         async with trunner.open_runner(url, config(group), gate.registry(seconds=0.3)) as r:
             await r.dispatch_many("gated", [1, 2])
-            await gate.all_started.wait()
+            await gate.wait_started(2)
             scope.cancel()
             await trio.sleep_forever()
     assert scope.cancelled_caught
@@ -230,37 +227,6 @@ async def test_stop_ends_run_started_in_a_nursery(url: str, group: str, tally: T
     assert runner.state is trunner.RunnerState.STOPPED
 
 
-_OURS = (
-    os.path.dirname(trunner.__file__) + os.sep,
-    os.path.dirname(trio_asyncio.__file__) + os.sep,
-)
-
-
-def _trunner_tasks() -> list[str]:
-    """Names of live Trio tasks running code of trunner or of the asyncio bridge."""
-    found: list[str] = []
-
-    def walk(task: trio.lowlevel.Task) -> None:
-        frame = getattr(task.coro, "cr_frame", None)
-        code_file = frame.f_code.co_filename if frame is not None else ""
-        if code_file.startswith(_OURS):
-            found.append(task.name)
-        for nursery in task.child_nurseries:
-            for child in nursery.child_tasks:
-                walk(child)
-
-    root = trio.lowlevel.current_root_task()
-    assert root is not None
-    walk(root)
-    return found
-
-
-def _client_names(server: RedisServer) -> list[str]:
-    with redis.Redis.from_url(server.url) as observer:
-        clients = observer.client_list()
-    return sorted(c["name"] for c in clients if c.get("cmd") != "client|list")
-
-
 @pytest.mark.parametrize("num_fetchers", [1, 3])
 async def test_nothing_is_left_after_the_block(
     redis_server: RedisServer, group: str, tally: Tally, num_fetchers: int
@@ -305,17 +271,19 @@ async def test_shutdown_is_quick_when_idle(url: str, group: str) -> None:
         assert trio.current_time() - leaving < 0.5, "a blocked read is interrupted, not waited"
 
 
-async def test_many_interrupted_tasks_are_all_released(url: str, group: str, raw: Any) -> None:
+async def test_many_interrupted_tasks_are_all_released(
+    url: str, group: str, keys: Keys, raw: Any
+) -> None:
     """Many tasks in flight at the drain timeout: all released, none acknowledged twice."""
-    gate = Gate(40)
+    gate = Gate()
     cfg = config(group, num_workers=40, batch_size=40, drain_timeout=0.1)
     async with trunner.open_runner(url, cfg, gate.registry()) as runner:
         await runner.dispatch_many("gated", range(100))
-        await gate.all_started.wait()
-    pending = raw.xpending_range(_stream(group), group, "-", "+", 200)
+        await gate.wait_started(40)
+    pending = raw.xpending_range(keys.stream, group, "-", "+", 200)
     assert len(pending) == 40
     assert {p["consumer"].decode() for p in pending} == {RELEASED_CONSUMER}
-    assert raw.xlen(_stream(group)) == 100
+    assert raw.xlen(keys.stream) == 100
 
 
 async def test_an_exception_group_from_the_block_leaves_as_itself(url: str, group: str) -> None:
@@ -340,7 +308,7 @@ async def test_an_exception_group_from_the_block_leaves_as_itself(url: str, grou
 
 
 async def test_a_crash_still_writes_the_finished_tasks_acknowledgements(
-    url: str, group: str, raw: Any
+    url: str, group: str, keys: Keys, raw: Any
 ) -> None:
     tasks = trunner.TaskRegistry()
     done = trio.Event()
@@ -361,6 +329,6 @@ async def test_a_crash_still_writes_the_finished_tasks_acknowledgements(
             await runner.dispatch("fatal", None)
             await trio.sleep_forever()
     assert info.group_contains(SystemExit)
-    pending = raw.xpending_range(_stream(group), group, "-", "+", 10)
+    pending = raw.xpending_range(keys.stream, group, "-", "+", 10)
     assert len(pending) == 1, "the finished task was acknowledged on the way out"
-    assert raw.xlen(_stream(group)) == 1
+    assert raw.xlen(keys.stream) == 1

@@ -11,22 +11,11 @@ import pytest
 import trio
 
 import trunner
+from trunner import Keys
 
-from ..conftest import REPO, config, parts, redis_state
+from ..conftest import REPO, Gate, config, parts, redis_state
 from ..processes.unique_process import dispatch_concurrently, registry
 from ..support.servers import RedisServer
-
-
-class Gate:
-    def __init__(self) -> None:
-        self.started: list[Any] = []
-        self.finished: list[Any] = []
-        self.open = trio.Event()
-        self._lot = trio.lowlevel.ParkingLot()
-
-    async def wait_started(self, count: int) -> None:
-        while len(self.started) < count:
-            await self._lot.park()
 
 
 def unique_registry(gate: Gate, unique_for: float = 60.0, fail: bool = False) -> Any:
@@ -40,8 +29,7 @@ def unique_registry(gate: Gate, unique_for: float = 60.0, fail: bool = False) ->
         retry_backoff=0.2,
     )
     async def charge(payload: Any) -> None:
-        gate.started.append(payload)
-        gate._lot.unpark_all()
+        gate.enter(payload)
         await gate.open.wait()
         if fail:
             raise RuntimeError("declined")
@@ -54,8 +42,18 @@ def unique_registry(gate: Gate, unique_for: float = 60.0, fail: bool = False) ->
     return tasks
 
 
-def lock_key(group: str, order: int, task: str = "charge") -> str:
-    return f"trunner:{{{group}}}:unique:{len(task)}:{task}:{order}"
+def lock_key(keys: Keys, order: int, task: str = "charge") -> str:
+    return keys.unique(f"{len(task)}:{task}:{order}")
+
+
+def spawn(url: str, group: str, count: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.processes.unique_process", url, group, str(count)],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_unique_task_options_are_checked() -> None:
@@ -85,7 +83,9 @@ def test_unique_task_options_are_checked() -> None:
         tasks.get("e").key_for([1])
 
 
-async def test_a_second_dispatch_of_a_queued_key_is_refused(url: str, group: str, raw: Any) -> None:
+async def test_a_second_dispatch_of_a_queued_key_is_refused(
+    url: str, group: str, keys: Keys, raw: Any
+) -> None:
     gate = Gate()
     async with trunner.open_runner(url, config(group), unique_registry(gate)) as runner:
         first = await runner.dispatch("charge", {"order": 1})
@@ -93,14 +93,14 @@ async def test_a_second_dispatch_of_a_queued_key_is_refused(url: str, group: str
             await runner.dispatch("charge", {"order": 1})
         assert info.value.unique_keys == ["6:charge:1"]
         await runner.dispatch("charge", {"order": 2})  # another key
-        assert raw.get(lock_key(group, 1)) is not None
+        assert raw.get(lock_key(keys, 1)) is not None
         await gate.wait_started(2)
         with pytest.raises(trunner.TaskAlreadyDispatched):
             await runner.dispatch("charge", {"order": 1})  # running: still locked
         gate.open.set()
 
         async def released() -> bool:
-            return raw.get(lock_key(group, 1)) is None and await runner.pending_count() == 0
+            return raw.get(lock_key(keys, 1)) is None and await runner.pending_count() == 0
 
         await redis_state(released)
         again = await runner.dispatch("charge", {"order": 1})  # finished: free again
@@ -110,7 +110,7 @@ async def test_a_second_dispatch_of_a_queued_key_is_refused(url: str, group: str
 
 
 async def test_the_lock_is_kept_across_retries_and_released_on_final_failure(
-    url: str, group: str, raw: Any
+    url: str, group: str, keys: Keys, raw: Any
 ) -> None:
     gate = Gate()
     gate.open.set()
@@ -129,11 +129,13 @@ async def test_the_lock_is_kept_across_retries_and_released_on_final_failure(
             return await r.dead_letter_count() == 1
 
         await redis_state(dead_lettered)
-        assert raw.get(lock_key(group, 7)) is None, "released when given up on"
+        assert raw.get(lock_key(keys, 7)) is None, "released when given up on"
         await r.dispatch("charge", {"order": 7})
 
 
-async def test_the_lock_expires_after_unique_for(url: str, group: str, raw: Any) -> None:
+async def test_the_lock_expires_after_unique_for(
+    url: str, group: str, keys: Keys, raw: Any
+) -> None:
     gate = Gate()
     async with trunner.open_runner(url, config(group), unique_registry(gate, 0.3)) as runner:
         await runner.dispatch("charge", {"order": 3})
@@ -141,7 +143,7 @@ async def test_the_lock_expires_after_unique_for(url: str, group: str, raw: Any)
 
         async def expired() -> bool:
             await trio.lowlevel.checkpoint()
-            return raw.get(lock_key(group, 3)) is None
+            return raw.get(lock_key(keys, 3)) is None
 
         await redis_state(expired)  # a stuck task does not block its key for ever
         await runner.dispatch("charge", {"order": 3})
@@ -149,18 +151,19 @@ async def test_the_lock_expires_after_unique_for(url: str, group: str, raw: Any)
         await gate.wait_started(2)
 
 
-async def test_a_late_release_does_not_drop_a_newer_lock(url: str, group: str, raw: Any) -> None:
+async def test_a_late_release_does_not_drop_a_newer_lock(
+    url: str, group: str, keys: Keys, raw: Any
+) -> None:
     """The first holder's lock expired and someone else locked the key since."""
     async with trunner.open_client(url, group) as client:
         broker = client._open_broker()
         await broker.ensure_group()
         await broker.enqueue_many([b"a", b"b"])
-        raw.xreadgroup(group, "c", {f"trunner:{{{group}}}:stream": ">"})
+        raw.xreadgroup(group, "c", {keys.stream: ">"})
         first, second = [
-            e["message_id"].decode()
-            for e in raw.xpending_range(f"trunner:{{{group}}}:stream", group, "-", "+", 10)
+            e["message_id"].decode() for e in raw.xpending_range(keys.stream, group, "-", "+", 10)
         ]
-        lock = lock_key(group, 4)
+        lock = lock_key(keys, 4)
         raw.set(lock, "newer-token")
         await broker.ack([first], {first: (lock, "old-token")})
         assert raw.get(lock) == b"newer-token", "ack of the old holder kept it"
@@ -170,16 +173,16 @@ async def test_a_late_release_does_not_drop_a_newer_lock(url: str, group: str, r
         assert raw.get(lock) is None
 
 
-async def test_a_failed_enqueue_leaves_no_lock(url: str, group: str, raw: Any) -> None:
+async def test_a_failed_enqueue_leaves_no_lock(url: str, group: str, keys: Keys, raw: Any) -> None:
     gate = Gate()
     async with trunner.open_client(url, group, tasks=unique_registry(gate)) as client:
-        raw.set(f"trunner:{{{group}}}:stream", "not a stream")
+        raw.set(keys.stream, "not a stream")
         with pytest.raises(trunner.RedisCommandError, match="WRONGTYPE"):
             await client.dispatch("charge", {"order": 5})
-        assert raw.get(lock_key(group, 5)) is None
-        raw.delete(f"trunner:{{{group}}}:stream")
+        assert raw.get(lock_key(keys, 5)) is None
+        raw.delete(keys.stream)
         await client.dispatch("charge", {"order": 5})
-        assert raw.get(lock_key(group, 5)) is not None
+        assert raw.get(lock_key(keys, 5)) is not None
 
 
 async def test_dispatch_many_reports_the_refused_and_enqueues_the_rest(
@@ -198,14 +201,16 @@ async def test_dispatch_many_reports_the_refused_and_enqueues_the_rest(
         assert await client.dispatch_many("plain", [1, 1]) != [], "plain tasks are not unique"
 
 
-async def test_a_delayed_unique_task_locks_when_it_is_moved(url: str, group: str, raw: Any) -> None:
+async def test_a_delayed_unique_task_locks_when_it_is_moved(
+    url: str, group: str, keys: Keys, raw: Any
+) -> None:
     gate = Gate()
     gate.open.set()
     async with trunner.open_runner(url, config(group), unique_registry(gate)) as runner:
         await runner.dispatch_delayed("charge", {"order": 8}, 0.2)
-        assert raw.get(lock_key(group, 8)) is None, "no lock while it waits"
+        assert raw.get(lock_key(keys, 8)) is None, "no lock while it waits"
         await runner.dispatch("charge", {"order": 9})
-        raw.set(lock_key(group, 10), "held by someone")  # 10 is locked when it comes due
+        raw.set(lock_key(keys, 10), "held by someone")  # 10 is locked when it comes due
         await runner.dispatch_delayed("charge", {"order": 10}, 0.2)
         await gate.wait_started(2)
 
@@ -215,8 +220,8 @@ async def test_a_delayed_unique_task_locks_when_it_is_moved(url: str, group: str
         await redis_state(settled)
     assert sorted(p["order"] for p in gate.started) == [8, 9]
     assert runner.statistics().unique_dropped == 1
-    assert raw.get(lock_key(group, 10)) == b"held by someone"
-    assert raw.get(lock_key(group, 8)) is None, "released when it finished"
+    assert raw.get(lock_key(keys, 10)) == b"held by someone"
+    assert raw.get(lock_key(keys, 8)) is None, "released when it finished"
 
 
 @pytest.mark.deadline(60)
@@ -247,18 +252,8 @@ async def test_concurrent_dispatches_in_two_processes_accept_exactly_one(
     assert mine + theirs == 1
 
 
-def spawn(url: str, group: str, count: int) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.processes.unique_process", url, group, str(count)],
-        cwd=REPO,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-
-
 async def test_cancelling_a_scheduled_retry_releases_the_lock(
-    url: str, group: str, raw: Any
+    url: str, group: str, keys: Keys, raw: Any
 ) -> None:
     tasks = trunner.TaskRegistry()
     failed = trio.Event()
@@ -276,9 +271,9 @@ async def test_cancelling_a_scheduled_retry_releases_the_lock(
             return await runner.delayed_count() == 1
 
         await redis_state(retry_scheduled)
-        assert raw.get(lock_key(group, 1, "flaky")) is not None
+        assert raw.get(lock_key(keys, 1, "flaky")) is not None
         assert await runner.cancel_delayed(task_id) is True
-        assert raw.get(lock_key(group, 1, "flaky")) is None
+        assert raw.get(lock_key(keys, 1, "flaky")) is None
         await runner.dispatch("flaky", 1)  # free again
 
 

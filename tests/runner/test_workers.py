@@ -19,11 +19,20 @@ import trio
 import trio.lowlevel
 
 import trunner
+from trunner import Keys
 from trunner.keys import RELEASED_CONSUMER
 
 from ..conftest import Tally, config, redis_state
 
 var: contextvars.ContextVar[str] = contextvars.ContextVar("test_workers_var")
+
+
+class SpawnCounter(trio.abc.Instrument):
+    def __init__(self) -> None:
+        self.spawned = 0
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self.spawned += 1
 
 
 async def test_tasks_never_see_the_context_variables_of_tasks_run_before_them(
@@ -113,14 +122,6 @@ async def test_a_waiting_task_never_holds_back_tasks_fetched_after_it(url: str, 
     assert sorted(order[:-1]) == sorted(["first started", *["quick"] * 5, "last"])
 
 
-class SpawnCounter(trio.abc.Instrument):
-    def __init__(self) -> None:
-        self.spawned = 0
-
-    def task_spawned(self, task: trio.lowlevel.Task) -> None:
-        self.spawned += 1
-
-
 async def test_tasks_that_never_wait_share_worker_tasks(url: str, group: str, tally: Tally) -> None:
     """500 tasks that finish without waiting start far fewer than 500 Trio tasks."""
     n = 500
@@ -144,7 +145,7 @@ async def test_tasks_that_never_wait_share_worker_tasks(url: str, group: str, ta
 
 
 async def test_tasks_fetched_with_one_that_ends_the_runner_are_released_unrun(
-    url: str, group: str, raw: Any
+    url: str, group: str, keys: Keys, raw: Any
 ) -> None:
     """A task raising BaseException (not a task failure) ends its worker and the runner;
     the messages queued behind it never ran: they are handed back at once, not left
@@ -169,7 +170,7 @@ async def test_tasks_fetched_with_one_that_ends_the_runner_are_released_unrun(
             await trio.sleep_forever()
     assert info.group_contains(SystemExit)
     assert ran == []
-    stream = f"trunner:{{{group}}}:stream"
+    stream = keys.stream
     pending = {
         entry["message_id"].decode(): entry
         for entry in raw.xpending_range(stream, group, "-", "+", 10)

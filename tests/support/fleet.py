@@ -30,6 +30,7 @@ from typing import Any
 import trio
 
 import trunner
+from trunner import Keys
 
 from ..conftest import redis_state
 from ..processes.reliability_worker import LOG_ENV, OPTIONS_ENV
@@ -181,7 +182,7 @@ class Fleet:
     async def check(self, raw: Any, group: str, *, drain_timeout: float = 20.0) -> Report:
         """Wait until the group's stream and pending list are empty (at most
         ``drain_timeout``), then check the history against what is left in Redis."""
-        stream = f"trunner:{{{group}}}:stream"
+        stream = Keys("trunner", group).stream
 
         async def drained() -> bool:
             await trio.lowlevel.checkpoint()
@@ -259,7 +260,7 @@ async def feed(
 
 def leftover(raw: Any, group: str) -> set[str]:
     """Entry ids still in the group's stream or pending list."""
-    stream = f"trunner:{{{group}}}:stream"
+    stream = Keys("trunner", group).stream
     ids = {entry_id.decode() for entry_id, _ in raw.xrange(stream)}
     pending = raw.xpending_range(stream, group, "-", "+", 10_000)
     return ids | {p["message_id"].decode() for p in pending}

@@ -25,6 +25,7 @@ import pytest
 import trio
 
 import trunner
+from trunner import Keys
 
 from ..conftest import Tally, config, raw_client, redis_state
 from ..support.fleet import Fleet, feed, open_fleet, payloads
@@ -65,6 +66,79 @@ def assert_valid(report: Report) -> None:
     assert report.valid, f"lost {report.lost[:20]}, unexpected {report.unexpected[:20]}"
     assert report.unacked == [], f"finished but left pending: {report.unacked[:20]}"
     assert report.multi_entry == {}, f"ran from several stream entries: {report.multi_entry}"
+
+
+def leader_pid(raw: Any, group: str) -> int | None:
+    """The process id of the group's leader (consumer names are ``host:pid:random``)."""
+    holder = raw.get(Keys("trunner", group).leader)
+    return None if holder is None else int(holder.decode().split(":")[-2])
+
+
+async def new_leader(fleet: Fleet, raw: Any, group: str, not_pid: int | None) -> int:
+    """Wait until a running worker other than ``not_pid`` holds the lease; its pid."""
+    while True:
+        pid = leader_pid(raw, group)
+        if pid is not None and pid != not_pid and pid in {w.pid for w in fleet.ready}:
+            return pid
+        await trio.sleep(0.01)
+
+
+async def chaos(proxy: Proxy, seconds: float, rng: random.Random, done: dict[str, float]) -> None:
+    """Break the proxied connections at random for ``seconds``: cut every connection (and
+    refuse new ones) for up to 0.4 s, hold replies back up to 0.2 s for a while, or lose the
+    next replies (their connections close). ``done`` counts the faults, and the seconds cut."""
+    end = trio.current_time() + seconds
+    while trio.current_time() < end:
+        action = rng.choice(["cut", "delay", "drop"])
+        done[action] = done.get(action, 0) + 1
+        if action == "cut":
+            proxy.cut()
+            outage = rng.uniform(0.05, 0.4)
+            done["seconds cut"] = round(done.get("seconds cut", 0) + outage, 2)
+            await trio.sleep(outage)
+            proxy.restore()
+        elif action == "delay":
+            proxy.delay = rng.uniform(0.01, 0.2)
+            await trio.sleep(rng.uniform(0.2, 0.6))
+            proxy.delay = 0.0
+        else:
+            proxy.drop_replies(rng.randint(1, 3))
+        await trio.sleep(rng.uniform(0.1, 0.4))
+
+
+def not_reclaimed_after_idle(fleet: Fleet, ids: Iterable[str], reclaim_delay: float) -> list[str]:
+    """Tasks of ``ids`` whose second run is not a reclaim of an entry left idle for
+    ``reclaim_delay`` (a later attempt, at least that long after the first run started)."""
+    runs = fleet.history.runs()
+    return [
+        i
+        for i in ids
+        if runs[i][1].attempt <= runs[i][0].attempt
+        or runs[i][1].start - runs[i][0].start < reclaim_delay - 0.05
+    ]
+
+
+async def max_idle(raw: Any, group: str, message_id: str, fleet: Fleet, task_id: str) -> int:
+    """Sample the idle time (ms) of an entry from its delivery to its acknowledgement (its
+    task finished, and it left the pending list); return the largest."""
+    stream, largest = Keys("trunner", group).stream, 0
+    while True:
+        pending = raw.xpending_range(stream, group, message_id, message_id, 1)
+        if pending:
+            largest = max(largest, pending[0]["time_since_delivered"])
+        elif task_id in fleet.finished():
+            return largest
+        await trio.sleep(0.02)
+
+
+def _timings(opts: dict[str, Any]) -> str:
+    c = opts["config"]
+    keys = ("reclaim_delay", "reclaim_interval", "leader_ttl", "leader_wait", "block_duration")
+    return ", ".join(f"{k}={c[k]}" for k in keys if k in c)
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else 0.0
 
 
 # -- 1. SIGKILL workers mid-task ---------------------------------------------------------------
@@ -123,21 +197,6 @@ async def test_sigkilled_workers_lose_nothing(
 
 
 # -- 2. SIGKILL the leader while delayed tasks are due ---------------------------------------
-
-
-def leader_pid(raw: Any, group: str) -> int | None:
-    """The process id of the group's leader (consumer names are ``host:pid:random``)."""
-    holder = raw.get(f"trunner:{{{group}}}:leader")
-    return None if holder is None else int(holder.decode().split(":")[-2])
-
-
-async def new_leader(fleet: Fleet, raw: Any, group: str, not_pid: int | None) -> int:
-    """Wait until a running worker other than ``not_pid`` holds the lease; its pid."""
-    while True:
-        pid = leader_pid(raw, group)
-        if pid is not None and pid != not_pid and pid in {w.pid for w in fleet.ready}:
-            return pid
-        await trio.sleep(0.01)
 
 
 @pytest.mark.slow
@@ -207,7 +266,7 @@ async def test_sigkilled_leaders_neither_lose_nor_double_delayed_tasks(
 
 @pytest.mark.slow
 @pytest.mark.deadline(60)
-async def test_redis_paused_longer_than_the_lease(group: str, tmp_path: Path) -> None:
+async def test_redis_paused_longer_than_the_lease(group: str, keys: Keys, tmp_path: Path) -> None:
     """Three workers run 1500 tasks and 60 delayed ones while Redis is paused
     (``CLIENT PAUSE ... ALL``) for three lease TTLs; commands wait, then Redis answers
     again. The leader cannot renew: it steps down, and a leader is elected after the pause.
@@ -221,7 +280,7 @@ async def test_redis_paused_longer_than_the_lease(group: str, tmp_path: Path) ->
     items = [dict(p, seconds=rng.uniform(0.005, 0.03)) for p in payloads(total, "t")]
     with RedisServer() as server:
         raw = raw_client(server.url)
-        fence_key = f"trunner:{{{group}}}:leader:fence"
+        fence_key = keys.fence
         async with (
             open_fleet(server.url, tmp_path, opts) as fleet,
             trunner.open_client(server.url, group) as client,
@@ -338,41 +397,6 @@ async def test_redis_restart_with_aof_under_load(group: str, tmp_path: Path) -> 
 # -- 5. A proxy that drops connections and delays replies --------------------------------------
 
 
-async def chaos(proxy: Proxy, seconds: float, rng: random.Random, done: dict[str, float]) -> None:
-    """Break the proxied connections at random for ``seconds``: cut every connection (and
-    refuse new ones) for up to 0.4 s, hold replies back up to 0.2 s for a while, or lose the
-    next replies (their connections close). ``done`` counts the faults, and the seconds cut."""
-    end = trio.current_time() + seconds
-    while trio.current_time() < end:
-        action = rng.choice(["cut", "delay", "drop"])
-        done[action] = done.get(action, 0) + 1
-        if action == "cut":
-            proxy.cut()
-            outage = rng.uniform(0.05, 0.4)
-            done["seconds cut"] = round(done.get("seconds cut", 0) + outage, 2)
-            await trio.sleep(outage)
-            proxy.restore()
-        elif action == "delay":
-            proxy.delay = rng.uniform(0.01, 0.2)
-            await trio.sleep(rng.uniform(0.2, 0.6))
-            proxy.delay = 0.0
-        else:
-            proxy.drop_replies(rng.randint(1, 3))
-        await trio.sleep(rng.uniform(0.1, 0.4))
-
-
-def not_reclaimed_after_idle(fleet: Fleet, ids: Iterable[str], reclaim_delay: float) -> list[str]:
-    """Tasks of ``ids`` whose second run is not a reclaim of an entry left idle for
-    ``reclaim_delay`` (a later attempt, at least that long after the first run started)."""
-    runs = fleet.history.runs()
-    return [
-        i
-        for i in ids
-        if runs[i][1].attempt <= runs[i][0].attempt
-        or runs[i][1].start - runs[i][0].start < reclaim_delay - 0.05
-    ]
-
-
 @pytest.mark.slow
 @pytest.mark.deadline(90)
 async def test_a_proxy_breaking_connections_at_random(
@@ -422,19 +446,6 @@ async def test_a_proxy_breaking_connections_at_random(
 
 
 # -- 6. An event-loop stall shorter than the reclaim delay ----------------------------------
-
-
-async def max_idle(raw: Any, group: str, message_id: str, fleet: Fleet, task_id: str) -> int:
-    """Sample the idle time (ms) of an entry from its delivery to its acknowledgement (its
-    task finished, and it left the pending list); return the largest."""
-    stream, largest = f"trunner:{{{group}}}:stream", 0
-    while True:
-        pending = raw.xpending_range(stream, group, message_id, message_id, 1)
-        if pending:
-            largest = max(largest, pending[0]["time_since_delivered"])
-        elif task_id in fleet.finished():
-            return largest
-        await trio.sleep(0.02)
 
 
 @pytest.mark.slow
@@ -562,7 +573,7 @@ async def test_sigterm_under_load_releases_to_the_others_within_a_second(
 @pytest.mark.slow
 @pytest.mark.deadline(40)
 async def test_a_consumer_with_pending_entries_is_kept_at_shutdown(
-    group: str, tally: Tally
+    group: str, keys: Keys, tally: Tally
 ) -> None:
     """A runner whose acknowledgements Redis refuses (its ACL user may not XACK) runs a task
     and stops. The finished task stays pending for the consumer that fetched it, so the
@@ -576,7 +587,7 @@ async def test_a_consumer_with_pending_entries_is_kept_at_shutdown(
     async def record(payload: Any) -> None:
         tally.record(payload)
 
-    stream = f"trunner:{{{group}}}:stream"
+    stream = keys.stream
     with RedisServer() as server:
         admin = raw_client(server.url)
         admin.acl_setuser(
@@ -660,13 +671,3 @@ async def test_no_eviction_check_without_the_config_permission(
         async with trunner.open_runner(url, config(group), trunner.TaskRegistry()) as runner:
             assert runner.state is trunner.RunnerState.STARTED
     assert not [r for r in caplog.records if "maxmemory-policy" in r.getMessage()]
-
-
-def _timings(opts: dict[str, Any]) -> str:
-    c = opts["config"]
-    keys = ("reclaim_delay", "reclaim_interval", "leader_ttl", "leader_wait", "block_duration")
-    return ", ".join(f"{k}={c[k]}" for k in keys if k in c)
-
-
-def _median(values: list[float]) -> float:
-    return statistics.median(values) if values else 0.0

@@ -13,6 +13,7 @@ import pytest
 import trio
 
 import trunner
+from trunner import Keys
 from trunner.cli import main
 from trunner.keys import RELEASED_CONSUMER
 
@@ -119,7 +120,7 @@ async def test_worker_serves_health_and_metrics_and_drains_on_sigterm(
 
 @pytest.mark.deadline(60)
 async def test_a_second_signal_stops_at_once_and_releases(
-    redis_server: RedisServer, group: str
+    redis_server: RedisServer, group: str, keys: Keys
 ) -> None:
     worker = WorkerProcess(
         "examples.worker:settings", "--redis", redis_server.url, "--group", group,
@@ -139,7 +140,7 @@ async def test_a_second_signal_stops_at_once_and_releases(
             worker.signal(signal.SIGINT)
             assert await worker.wait() == 1
         raw = raw_client(redis_server.url)
-        (pending,) = raw.xpending_range(f"trunner:{{{group}}}:stream", group, "-", "+", 10)
+        (pending,) = raw.xpending_range(keys.stream, group, "-", "+", 10)
         assert pending["consumer"].decode() == RELEASED_CONSUMER, "released, not acknowledged"
         raw.close()
         lines = [json.loads(line) for line in worker.stderr().splitlines() if line.strip()]

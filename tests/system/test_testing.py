@@ -14,6 +14,7 @@ import redis
 import trio
 
 import trunner
+from trunner import Keys
 from trunner._redis import Broker
 from trunner.testing import (
     NotIdle,
@@ -23,7 +24,7 @@ from trunner.testing import (
     run_until_idle,
 )
 
-from ..conftest import REPO, Tally, config
+from ..conftest import REPO, Gate, Tally, config
 from ..support.servers import RedisServer
 
 pytest_plugins = ["pytester"]
@@ -34,28 +35,6 @@ EXAMPLE = REPO / "examples" / "test_with_trunner.py"
 def database(server: RedisServer, db: int) -> str:
     """The URL of database ``db`` of ``server`` (other tests use database 0)."""
     return server.url.rsplit("/", 1)[0] + f"/{db}"
-
-
-class Gate:
-    """A task that signals when it starts and runs until the test opens the gate."""
-
-    def __init__(self) -> None:
-        self.started = trio.Event()
-        self.open = trio.Event()
-
-    def registry(self) -> trunner.TaskRegistry:
-        tasks = trunner.TaskRegistry()
-
-        @tasks.task
-        async def gated(_: Any) -> None:
-            self.started.set()
-            await self.open.wait()
-
-        @tasks.task
-        async def noop(_: Any) -> None:
-            pass
-
-        return tasks
 
 
 def failing(raised: list[BaseException]) -> trunner.TaskRegistry:
@@ -69,6 +48,27 @@ def failing(raised: list[BaseException]) -> trunner.TaskRegistry:
         raise error
 
     return tasks
+
+
+def flaky(tally: Tally, failures: int, task_ids: list[str], **options: Any) -> trunner.TaskRegistry:
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task(**options)
+    async def flaky(payload: Any) -> Any:
+        tally.record(payload)
+        message = trunner.current_message()
+        task_ids.append(message.task_id)
+        if message.attempt <= failures:
+            raise ValueError(f"attempt {message.attempt}")
+        return {"done": payload}
+
+    return tasks
+
+
+@pytest.fixture
+def inner(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makeini(INNER_INI)
+    return pytester
 
 
 # -- run_until_idle ---------------------------------------------------------------------------
@@ -145,15 +145,15 @@ async def test_run_until_idle_waits_for_buffered_acknowledgements(url: str, grou
         assert await runner.pending_count() == 0
 
 
-async def test_not_idle_says_what_is_left(url: str, group: str, raw: Any) -> None:
+async def test_not_idle_says_what_is_left(url: str, group: str, keys: Keys, raw: Any) -> None:
     gate = Gate()
     cfg = config(group, num_workers=1, batch_size=1)
     # A lease held by a ghost: this runner never leads, so a due delayed task stays put.
-    raw.set(f"trunner:{{{group}}}:leader", "ghost", px=60_000)
+    raw.set(keys.leader, "ghost", px=60_000)
     async with trunner.open_runner(url, cfg, gate.registry()) as runner:
         await runner.dispatch_many("gated", [1, 2])
         await runner.dispatch_delayed("noop", None, 0)
-        await gate.started.wait()
+        await gate.wait_started()
         with pytest.raises(NotIdle) as info:
             await run_until_idle(runner, timeout=0.3)
         about = repr(runner)
@@ -192,7 +192,7 @@ async def test_a_clean_run_passes_and_its_runners_are_found(url: str, group: str
 
 
 async def test_messages_released_at_the_drain_timeout_are_no_leak(
-    url: str, group: str, raw: Any
+    url: str, group: str, keys: Keys, raw: Any
 ) -> None:
     gate = Gate()
     cfg = config(group, drain_timeout=0.1)
@@ -201,9 +201,9 @@ async def test_messages_released_at_the_drain_timeout_are_no_leak(
         trunner.open_runner(url, cfg, gate.registry()) as runner,
     ):
         await runner.dispatch("gated", None)
-        await gate.started.wait()
+        await gate.wait_started()
     assert runner.statistics().released == 1
-    pending = raw.xpending_range(f"trunner:{{{group}}}:stream", group, "-", "+", 10)
+    pending = raw.xpending_range(keys.stream, group, "-", "+", 10)
     assert [p["consumer"].decode() for p in pending] == ["trunner:released"]
 
 
@@ -232,7 +232,7 @@ async def test_runners_older_than_the_block_are_not_blamed(url: str, group: str)
     async with trunner.open_runner(url, config(group), gate.registry()) as runner:
         async with assert_clean_shutdown(url) as check:
             await runner.dispatch_many("gated", range(5))  # may grow its connection pool
-            await gate.started.wait()  # its job tasks outlive the block
+            await gate.wait_started()  # its job tasks outlive the block
         assert check.runners == []
         assert runner.statistics().in_flight > 0
         gate.open.set()
@@ -253,7 +253,7 @@ async def test_a_message_neither_acknowledged_nor_released_is_named(
             trunner.open_runner(url, cfg, gate.registry()) as runner,
         ):
             message_id = await runner.dispatch("gated", None)
-            await gate.started.wait()
+            await gate.wait_started()
     (leak,) = info.value.leaks
     assert leak == (
         f"message {message_id} of task 'gated' is still pending for consumer "
@@ -415,21 +415,6 @@ async def test_an_exception_of_the_block_is_not_masked(memory_url: str, group: s
 
 
 # -- eager calls ------------------------------------------------------------------------------
-
-
-def flaky(tally: Tally, failures: int, task_ids: list[str], **options: Any) -> trunner.TaskRegistry:
-    tasks = trunner.TaskRegistry()
-
-    @tasks.task(**options)
-    async def flaky(payload: Any) -> Any:
-        tally.record(payload)
-        message = trunner.current_message()
-        task_ids.append(message.task_id)
-        if message.attempt <= failures:
-            raise ValueError(f"attempt {message.attempt}")
-        return {"done": payload}
-
-    return tasks
 
 
 async def test_call_runs_the_action_after_the_json_round_trip() -> None:
@@ -642,12 +627,6 @@ async def test_leaves_a_message_behind(trunner_runner, monkeypatch):
     await runner.dispatch("hang", None)
     await started.wait()
 """
-
-
-@pytest.fixture
-def inner(pytester: pytest.Pytester) -> pytest.Pytester:
-    pytester.makeini(INNER_INI)
-    return pytester
 
 
 def test_the_plugin_is_registered_as_a_pytest11_entry_point() -> None:

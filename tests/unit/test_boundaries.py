@@ -59,6 +59,13 @@ def _reaches_into_boundary(name: str) -> bool:
     return parts[:2] == ["trunner", "_redis"] and len(parts) > 2 and parts[2] in BOUNDARY_MODULES
 
 
+def _tested_unit(path: pathlib.Path, name: str) -> bool:
+    if TESTS not in path.parents:
+        return False
+    units = UNIT_TESTS.get(path.relative_to(TESTS).as_posix(), set())
+    return any(name == unit or name.startswith(f"{unit}.") for unit in units)
+
+
 def test_only_the_boundary_imports_redis_clients_or_asyncio() -> None:
     found = [
         f"{path.relative_to(PACKAGE.parent)}:{line}: import {name}"
@@ -67,13 +74,6 @@ def test_only_the_boundary_imports_redis_clients_or_asyncio() -> None:
         if name.split(".")[0] in CLIENT_LIBRARIES
     ]
     assert found == []
-
-
-def _tested_unit(path: pathlib.Path, name: str) -> bool:
-    if TESTS not in path.parents:
-        return False
-    units = UNIT_TESTS.get(path.relative_to(TESTS).as_posix(), set())
-    return any(name == unit or name.startswith(f"{unit}.") for unit in units)
 
 
 @pytest.mark.parametrize("root", [PACKAGE, TESTS], ids=["trunner", "tests"])

@@ -17,6 +17,11 @@ async def _handler(message: Any, error: BaseException) -> None:
     pass
 
 
+def _build(field: str, value: object) -> RunnerConfig:
+    values: dict[str, Any] = {"consumer_group": "emails", field: value}
+    return RunnerConfig(**values)
+
+
 def test_defaults_match_the_documented_ones() -> None:
     config = RunnerConfig(consumer_group="emails")
     assert config.consumer_group == "emails"
@@ -163,11 +168,6 @@ WRONG_TYPES: list[tuple[str, object]] = [
     ("failed_task_handler", "handler"),
     ("failed_task_handler", 42),
 ]
-
-
-def _build(field: str, value: object) -> RunnerConfig:
-    values: dict[str, Any] = {"consumer_group": "emails", field: value}
-    return RunnerConfig(**values)
 
 
 @pytest.mark.parametrize(("field", "value"), WRONG_TYPES)

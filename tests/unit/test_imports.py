@@ -134,6 +134,16 @@ def _describe(cycle: frozenset[str], graph: dict[str, set[str]]) -> str:
     return "; ".join(edges)
 
 
+def _reason_given(lines: list[str], lineno: int) -> bool:
+    """Whether the import at ``lineno`` (1-based) says why it is not at the top."""
+    line = lines[lineno - 1]
+    if "#" in line:
+        comment = line.split("#", 1)[1].replace("noqa: PLC0415", "").strip(" -")
+        if comment:
+            return True
+    return any(text.strip().startswith("#") for text in lines[max(0, lineno - 4) : lineno - 1])
+
+
 def test_the_import_graph_has_no_cycle() -> None:
     graph = _graph()
     assert "trunner.runner" in graph, "the graph was read from the package's files"
@@ -150,16 +160,6 @@ def test_no_import_inside_a_function_closes_a_cycle() -> None:
     graph = _graph(lazy=True)
     new = [_describe(c, graph) for c in _cycles(graph) if c not in ALLOWED_CYCLES]
     assert new == [], "import cycles through imports inside functions"
-
-
-def _reason_given(lines: list[str], lineno: int) -> bool:
-    """Whether the import at ``lineno`` (1-based) says why it is not at the top."""
-    line = lines[lineno - 1]
-    if "#" in line:
-        comment = line.split("#", 1)[1].replace("noqa: PLC0415", "").strip(" -")
-        if comment:
-            return True
-    return any(text.strip().startswith("#") for text in lines[max(0, lineno - 4) : lineno - 1])
 
 
 def test_an_import_inside_a_function_says_why() -> None:

@@ -64,6 +64,66 @@ PAYLOADS: list[Any] = [
 ]
 
 
+def _with(raw: bytes) -> list[bytes]:
+    return [b"payload", raw]
+
+
+def _raw_of(fields: Fields) -> bytes:
+    if fields is None:
+        return b""
+    if isinstance(fields, Mapping):
+        return fields.get(PAYLOAD_FIELD, b"")
+    for i in range(0, len(fields) - 1, 2):
+        if fields[i] == PAYLOAD_FIELD:
+            return fields[i + 1]
+    return b""
+
+
+def _circular() -> list[Any]:
+    items: list[Any] = []
+    items.append(items)
+    return items
+
+
+def decodes_or_raises_decode_error(fields: Fields, deliveries: int) -> TaskMessage | None:
+    error: MessageDecodeError | None = None
+    try:
+        message = decode_message("42-0", fields, deliveries=deliveries, max_bytes=MAX)
+    except MessageDecodeError as exc:
+        error = exc
+    if error is not None:
+        assert error.message.task_name == ""
+        assert error.message.message_id == "42-0"
+        assert isinstance(error.reason, str)
+        assert error.reason
+        return None
+    assert isinstance(message, TaskMessage)
+    assert message.task_name
+    assert message.attempt >= deliveries
+    assert math.isfinite(message.enqueued_at)
+    return message
+
+
+def decoded_both_ways(fields: Fields, deliveries: int, max_bytes: int | None) -> None:
+    """The fast path of decode_message agrees with the full checks, result or reason."""
+    fast: TaskMessage | str
+    checked: TaskMessage | str
+    try:
+        fast = decode_message("42-0", fields, deliveries=deliveries, max_bytes=max_bytes)
+    except MessageDecodeError as exc:
+        fast = exc.reason
+    try:
+        checked = _decode_checked("42-0", fields, deliveries, max_bytes)
+    except MessageDecodeError as exc:
+        checked = exc.reason
+    assert fast == checked
+    if isinstance(fast, TaskMessage):
+        assert isinstance(checked, TaskMessage)
+        assert type(fast.payload) is type(checked.payload)
+        assert type(fast.enqueued_at) is float
+        assert math.copysign(1, fast.enqueued_at) == math.copysign(1, checked.enqueued_at)
+
+
 # -- round trip ------------------------------------------------------------------------------
 
 
@@ -224,10 +284,6 @@ _FRAGMENT_ID = "'id'"
 _ANY = ""  # invalid UTF-8: any readable reason
 
 
-def _with(raw: bytes) -> list[bytes]:
-    return [b"payload", raw]
-
-
 BAD_ENTRIES: list[Any] = [
     # missing payload field
     pytest.param(None, _FRAGMENT_NO_FIELD, id="fields-none"),
@@ -316,17 +372,6 @@ BAD_ENTRIES: list[Any] = [
 ]
 
 
-def _raw_of(fields: Fields) -> bytes:
-    if fields is None:
-        return b""
-    if isinstance(fields, Mapping):
-        return fields.get(PAYLOAD_FIELD, b"")
-    for i in range(0, len(fields) - 1, 2):
-        if fields[i] == PAYLOAD_FIELD:
-            return fields[i + 1]
-    return b""
-
-
 @pytest.mark.parametrize("deliveries", [1, 3])
 @pytest.mark.parametrize(("fields", "fragment"), BAD_ENTRIES)
 def test_bad_entry_raises_message_decode_error(
@@ -374,12 +419,6 @@ def test_oversized_check_comes_before_parsing() -> None:
 
 
 # -- encoding errors -------------------------------------------------------------------------
-
-
-def _circular() -> list[Any]:
-    items: list[Any] = []
-    items.append(items)
-    return items
 
 
 @pytest.mark.parametrize(
@@ -438,25 +477,6 @@ known_keys = st.sampled_from(["task", "payload", "attempt", "enqueued_at", "id"]
 json_objects = st.dictionaries(known_keys | st.text(max_size=8), json_values, max_size=8)
 
 
-def decodes_or_raises_decode_error(fields: Fields, deliveries: int) -> TaskMessage | None:
-    error: MessageDecodeError | None = None
-    try:
-        message = decode_message("42-0", fields, deliveries=deliveries, max_bytes=MAX)
-    except MessageDecodeError as exc:
-        error = exc
-    if error is not None:
-        assert error.message.task_name == ""
-        assert error.message.message_id == "42-0"
-        assert isinstance(error.reason, str)
-        assert error.reason
-        return None
-    assert isinstance(message, TaskMessage)
-    assert message.task_name
-    assert message.attempt >= deliveries
-    assert math.isfinite(message.enqueued_at)
-    return message
-
-
 @given(raw=st.binary(), deliveries=st.integers(1, 10))
 def test_any_bytes_decode_or_raise_decode_error(raw: bytes, deliveries: int) -> None:
     for fields in ([b"payload", raw], {b"payload": raw}):
@@ -486,26 +506,6 @@ def test_valid_message_with_random_fields_decodes_or_raises_decode_error(
         assert again.task_name == message.task_name
         assert again.payload == message.payload
         assert again.task_id == message.task_id
-
-
-def decoded_both_ways(fields: Fields, deliveries: int, max_bytes: int | None) -> None:
-    """The fast path of decode_message agrees with the full checks, result or reason."""
-    fast: TaskMessage | str
-    checked: TaskMessage | str
-    try:
-        fast = decode_message("42-0", fields, deliveries=deliveries, max_bytes=max_bytes)
-    except MessageDecodeError as exc:
-        fast = exc.reason
-    try:
-        checked = _decode_checked("42-0", fields, deliveries, max_bytes)
-    except MessageDecodeError as exc:
-        checked = exc.reason
-    assert fast == checked
-    if isinstance(fast, TaskMessage):
-        assert isinstance(checked, TaskMessage)
-        assert type(fast.payload) is type(checked.payload)
-        assert type(fast.enqueued_at) is float
-        assert math.copysign(1, fast.enqueued_at) == math.copysign(1, checked.enqueued_at)
 
 
 unique_keys = st.sampled_from(["unique_key", "unique_token"])

@@ -27,6 +27,21 @@ class AsyncCallable:
         pass
 
 
+def bounds(base: float, cap: float, attempt: int) -> tuple[float, float]:
+    upper = min(cap, base * 2 ** (attempt - 1))
+    return 0.5 * upper, upper
+
+
+class _FixedRandom:
+    def __init__(self, pick: Callable[[float, float], float]) -> None:
+        self.pick = pick
+        self.calls: list[tuple[float, float]] = []
+
+    def uniform(self, a: float, b: float) -> float:
+        self.calls.append((a, b))
+        return self.pick(a, b)
+
+
 # -- the decorator ---------------------------------------------------------------------------
 
 
@@ -284,11 +299,6 @@ def test_valid_option_boundaries() -> None:
 # -- retry_delay -----------------------------------------------------------------------------
 
 
-def bounds(base: float, cap: float, attempt: int) -> tuple[float, float]:
-    upper = min(cap, base * 2 ** (attempt - 1))
-    return 0.5 * upper, upper
-
-
 @pytest.mark.parametrize(
     ("base", "cap"),
     [(1.0, 3600.0), (0.1, 3600.0), (2.5, 60.0), (3, 10.0), (1000.0, 5.0)],
@@ -311,16 +321,6 @@ def test_numeric_backoff_jitter_spreads_over_the_range() -> None:
     assert min(samples) < low + 0.2 * (high - low)
     assert max(samples) > high - 0.2 * (high - low)
     assert len(set(samples)) > 100
-
-
-class _FixedRandom:
-    def __init__(self, pick: Callable[[float, float], float]) -> None:
-        self.pick = pick
-        self.calls: list[tuple[float, float]] = []
-
-    def uniform(self, a: float, b: float) -> float:
-        self.calls.append((a, b))
-        return self.pick(a, b)
 
 
 @pytest.mark.parametrize(
