@@ -39,8 +39,33 @@ def _with_deadline(func: Callable[..., Awaitable[Any]], seconds: float) -> Calla
     return wrapper
 
 
+#: Fixtures that are real Redis deployments the suite starts itself: a test using one,
+#: directly or through another fixture, is marked ``redis``.
+REAL_REDIS_FIXTURES = frozenset({"redis_server", "tls", "cluster"})
+#: Parameters whose value puts a test on a real redis-server (the ``redis`` tier of ``url``,
+#: the socket transports, the ``redis`` tier of a test's own): such a test is marked ``redis``.
+REAL_REDIS_PARAMS: dict[str, frozenset[str]] = {
+    "url": frozenset({"redis"}),
+    "transport": frozenset({"native", "bridged"}),
+    "tier": frozenset({"redis"}),
+}
+
+
+def _needs_real_redis(item: pytest.Item) -> bool:
+    """Whether ``item`` needs a real redis-server through a fixture or a parameter (tests
+    that start servers of their own carry ``@pytest.mark.redis`` themselves)."""
+    if REAL_REDIS_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    callspec = getattr(item, "callspec", None)
+    params: dict[str, object] = callspec.params if callspec is not None else {}
+    return any(params.get(name) in values for name, values in REAL_REDIS_PARAMS.items())
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
+        if _needs_real_redis(item):
+            item.add_marker(pytest.mark.redis)
         if isinstance(item, pytest.Function) and inspect.iscoroutinefunction(item.obj):
             marker = item.get_closest_marker("deadline")
             seconds = float(marker.args[0]) if marker else DEFAULT_DEADLINE

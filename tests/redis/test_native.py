@@ -164,6 +164,7 @@ async def test_a_command_with_no_reply_times_out_and_leaves_no_stale_reply(
             assert await transport.execute("ECHO", f"after-{n}") == f"after-{n}".encode()
 
 
+@pytest.mark.redis  # starts a redis-server of its own
 async def test_a_unix_socket_runs_tasks(group: str, keys: Keys, tally: Tally) -> None:
     with RedisServer() as server:
         socket_path = server.dir / "redis.sock"

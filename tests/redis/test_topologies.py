@@ -19,7 +19,7 @@ from ..conftest import config, parts, redis_state
 from ..support.servers import RedisServer
 from ..support.topologies import Cluster, SentinelSet, TlsServer
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.redis]
 FAST_LEADER = {"leader_ttl": 1.0, "leader_wait": 1.2, "report_interval": 0.2}
 
 

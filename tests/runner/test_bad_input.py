@@ -282,6 +282,7 @@ BAD_CALLS: dict[str, tuple[Call, type[Exception]]] = {
 }
 
 
+@pytest.mark.redis  # starts a redis-server of its own
 @pytest.mark.parametrize("kind", list(BAD_CALLS))
 async def test_a_refused_dispatch_writes_nothing_to_redis(
     quiet_server: RedisServer, group: str, kind: str
@@ -354,6 +355,7 @@ BAD_SETTINGS: dict[str, tuple[Callable[[str, str], Any], type[Exception]]] = {
 }
 
 
+@pytest.mark.redis  # starts a redis-server of its own
 @pytest.mark.parametrize("kind", list(BAD_SETTINGS))
 async def test_bad_settings_are_refused_before_connecting(
     quiet_server: RedisServer, group: str, kind: str

@@ -286,6 +286,7 @@ async def test_client_pause_longer_than_the_ttl(redis_server: RedisServer, key: 
         assert leading(a, b) == 1
 
 
+@pytest.mark.redis  # starts a redis-server of its own
 @pytest.mark.deadline(40)
 async def test_electors_survive_a_redis_restart(key: str) -> None:
     with RedisServer() as server:

@@ -169,6 +169,7 @@ async def test_open_client_on_a_dead_port_raises_redis_unavailable() -> None:
     assert url in str(info.value)
 
 
+@pytest.mark.redis  # starts a redis-server of its own
 async def test_redis_unavailable_from_dispatch_leaves_the_block_as_itself(group: str) -> None:
     """``except trunner.RedisUnavailable`` around the block catches a failed dispatch."""
 
@@ -191,6 +192,7 @@ async def test_redis_unavailable_from_dispatch_leaves_the_block_as_itself(group:
             await client_dispatch_while_down(server)
 
 
+@pytest.mark.redis  # starts a redis-server of its own
 async def test_scripts_are_reloaded_when_redis_forgot_them(group: str) -> None:
     """A restarted Redis (or SCRIPT FLUSH) has no scripts: every script call reloads its own."""
     work = Work()
@@ -287,6 +289,7 @@ async def test_runner_keeps_serving_across_a_network_cut(
 # -- Redis restarts ---------------------------------------------------------------------------
 
 
+@pytest.mark.redis  # starts a redis-server of its own
 @pytest.mark.deadline(60)
 async def test_runner_survives_a_redis_restart(group: str) -> None:
     before, after = 100, 100

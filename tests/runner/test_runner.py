@@ -260,6 +260,7 @@ async def test_tasks_see_the_runner_that_runs_them(url: str, group: str) -> None
         trunner.current_runner()
 
 
+@pytest.mark.redis  # starts a redis-server of its own
 async def test_a_unix_socket_url(group: str, tally: Tally, tmp_path: Any) -> None:
     socket_path = tmp_path / "redis.sock"
     with RedisServer("--unixsocket", str(socket_path), "--unixsocketperm", "700"):
@@ -270,6 +271,7 @@ async def test_a_unix_socket_url(group: str, tally: Tally, tmp_path: Any) -> Non
     assert tally.payloads == ["over a unix socket"]
 
 
+@pytest.mark.redis  # starts a redis-server of its own
 async def test_a_runner_starts_when_redis_is_out_of_memory(group: str) -> None:
     """The group exists: a refused XGROUP CREATE must not stop the start."""
     with RedisServer("--maxmemory", "3mb", "--maxmemory-policy", "noeviction") as server:
@@ -284,6 +286,7 @@ async def test_a_runner_starts_when_redis_is_out_of_memory(group: str) -> None:
             assert runner.state is trunner.RunnerState.STARTED
 
 
+@pytest.mark.redis  # starts a redis-server of its own
 @pytest.mark.parametrize(("policy", "warned"), [("allkeys-lru", True), ("noeviction", False)])
 async def test_a_warning_when_redis_may_evict_keys(
     group: str, policy: str, warned: bool, caplog: pytest.LogCaptureFixture

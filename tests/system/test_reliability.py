@@ -33,6 +33,8 @@ from ..support.history import Report
 from ..support.proxy import Proxy, open_proxy
 from ..support.servers import RedisServer
 
+pytestmark = pytest.mark.redis  # real servers and worker processes, every test
+
 
 @pytest.fixture
 def raw(redis_server: RedisServer) -> Iterator[Any]:
