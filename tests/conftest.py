@@ -7,7 +7,8 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import trunner
 from trunner import Keys
 from trunner._redis import forget_memory_server, memory_server_client
 from trunner.runner import _Components
+from trunner.testing import open_runner_factory
 
 from .support.servers import RedisServer
 from .support.topologies import Cluster, TlsServer
@@ -143,6 +145,27 @@ def config(group: str, **overrides: Any) -> trunner.RunnerConfig:
     }
     values.update(overrides)
     return trunner.RunnerConfig(**values)
+
+
+@asynccontextmanager
+async def open_checked_runner(
+    url: str, cfg: trunner.RunnerConfig, tasks: trunner.TaskRegistry
+) -> AsyncIterator[trunner.Runner]:
+    """``trunner.open_runner``, through the test kit (``trunner.testing``): leaving the
+    block stops the runner gracefully, then fails the test if trunner left a Trio task, a
+    Redis connection, or a fetched message neither acknowledged nor released.
+
+    For tests that only use a runner; tests of the shutdown itself, or of a runner that
+    crashes, open theirs with ``trunner.open_runner``.
+    """
+    try:
+        async with open_runner_factory(url, cfg.consumer_group) as runners:
+            yield await runners(tasks, cfg)
+    except BaseExceptionGroup as group:
+        # The factory runs the runner in a nursery: the block's own failure comes wrapped.
+        if len(group.exceptions) == 1 and isinstance(group.exceptions[0], Exception):
+            raise group.exceptions[0] from None
+        raise
 
 
 def parts(runner: trunner.Runner) -> _Components:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -23,8 +23,9 @@ import trio
 import trunner
 from trunner._redis import Broker, Reader, Transport, open_transport
 from trunner.message import PAYLOAD_FIELD, encode_message
+from trunner.testing import run_until_idle
 
-from ..conftest import config, redis_state
+from ..conftest import config, open_checked_runner, redis_state
 from ..support.proxy import open_proxy
 from ..support.servers import RedisServer
 
@@ -224,13 +225,6 @@ async def drain(broker: Broker, reader: Reader, log: ReadLog) -> None:
         log.returned.extend(e.message_id for e in entries)
 
 
-def _is_empty(producer: trunner.Runner | trunner.Client) -> Callable[[], Awaitable[bool]]:
-    async def check() -> bool:
-        return await producer.queue_length() == 0 and await producer.pending_count() == 0
-
-    return check
-
-
 async def _blocked_clients(transport: Transport, name: str) -> list[dict[str, str]]:
     """CLIENT LIST entries of connections called ``name`` that are blocked in a command."""
     listing = (await transport.execute("CLIENT", "LIST")).decode()
@@ -315,11 +309,11 @@ async def test_cancelled_blocked_reads_lose_nothing_and_ghosts_are_recovered(
     # tell it from a crash mid-task): one retry lets it run.
     tasks.register(trunner.Task(TASK, executions.record, max_retry=1))
     cfg = config(group, reclaim_delay=0.2, reclaim_interval=0.05)
-    async with trunner.open_runner(redis_server.url, cfg, tasks) as runner:
+    async with open_checked_runner(redis_server.url, cfg, tasks) as runner:
         started = trio.current_time()
         await executions.wait_for(lambda: ghost_numbers <= set(executions.payloads))
         recovered_in = trio.current_time() - started
-        await redis_state(_is_empty(runner))
+        await run_until_idle(runner)
         assert await runner.dead_letter_count() == 0
     print(f"{len(ghosts)} ghosts executed by a runner {recovered_in * 1000:.0f} ms after start")
     assert sorted(executions.payloads) == sorted(ghost_numbers)
@@ -350,14 +344,14 @@ async def test_ghosts_are_reclaimed_with_the_default_pool_size(
     cfg = config(group, reclaim_delay=0.2, reclaim_interval=0.05)
     assert cfg.num_workers <= cfg.batch_size  # the defaults
     expected = {produced.entries[mid][0] for mid in ghosts}
-    async with trunner.open_runner(redis_server.url, cfg, tasks) as runner:
+    async with open_checked_runner(redis_server.url, cfg, tasks) as runner:
         with trio.move_on_after(5.0):
             await executions.wait_for(lambda: expected <= set(executions.payloads))
         stats = runner.statistics()
         assert set(executions.payloads) == expected, (
             f"entries idle for 5 s with reclaim_delay=0.2 s were not reclaimed: {stats}"
         )
-        await redis_state(_is_empty(runner))
+        await run_until_idle(runner)
 
 
 async def test_interrupt_ends_a_blocked_read_at_once_and_the_reader_goes_on(

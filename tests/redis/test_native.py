@@ -26,7 +26,7 @@ from trunner._redis import (
     open_transport,
 )
 
-from ..conftest import Tally, config, run_python
+from ..conftest import Tally, config, open_checked_runner, run_python
 from ..support.servers import RedisServer, free_port
 from ..support.topologies import TlsServer
 
@@ -179,7 +179,7 @@ async def test_a_unix_socket_runs_tasks(group: str, keys: Keys, tally: Tally) ->
         async def record(payload: int) -> None:
             tally.record(payload)
 
-        async with trunner.open_runner(url, config(group), tasks) as runner:
+        async with open_checked_runner(url, config(group), tasks) as runner:
             await runner.dispatch_many("record", list(range(20)))
             await tally.wait(20)
         assert sorted(tally.payloads) == list(range(20))

@@ -10,7 +10,7 @@ import trio
 
 import trunner
 
-from ..conftest import config
+from ..conftest import config, open_checked_runner
 
 
 @pytest.fixture
@@ -221,7 +221,7 @@ async def test_tasks_use_the_runners_handle(url: str, group: str) -> None:
         if count == 200:
             done.set()
 
-    async with trunner.open_runner(url, config(group, num_workers=100), tasks) as runner:
+    async with open_checked_runner(url, config(group, num_workers=100), tasks) as runner:
         await runner.dispatch_many("count_visit", [f"p{i % 50}" for i in range(200)])
         await done.wait()
         assert await runner.redis.get(f"{group}:visits") == b"200"

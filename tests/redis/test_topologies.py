@@ -15,7 +15,7 @@ import trunner
 from trunner import Keys
 from trunner.election import open_elector
 
-from ..conftest import config, parts, redis_state
+from ..conftest import config, open_checked_runner, parts, redis_state
 from ..support.servers import RedisServer
 from ..support.topologies import Cluster, SentinelSet, TlsServer
 
@@ -223,8 +223,8 @@ async def test_prefixes_keep_environments_apart(redis_server: RedisServer, group
     prod, staging = Runs(), Runs()
     url = redis_server.url
     async with (
-        trunner.open_runner(url, config(group, prefix="prod"), prod.registry()) as p,
-        trunner.open_runner(url, config(group, prefix="staging"), staging.registry()) as s,
+        open_checked_runner(url, config(group, prefix="prod"), prod.registry()) as p,
+        open_checked_runner(url, config(group, prefix="staging"), staging.registry()) as s,
     ):
         assert p.is_leader
         assert s.is_leader, "each environment has its own lease"

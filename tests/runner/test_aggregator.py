@@ -12,7 +12,7 @@ import trio
 import trunner
 from trunner import Keys
 
-from ..conftest import config, redis_state
+from ..conftest import config, open_checked_runner, redis_state
 
 FAST = {
     "leader_ttl": 0.5,
@@ -56,7 +56,7 @@ async def test_the_hook_fires_when_and_only_when_the_predicted_wait_is_too_long(
 
     # One worker. Warm-up: a few 50 ms tasks, nothing queued -> predicted wait ~0.
     cfg = config(group, **FAST, num_workers=1, long_queue_threshold=0.5, long_queue_hook=hook)
-    async with trunner.open_runner(url, cfg, tasks) as runner:
+    async with open_checked_runner(url, cfg, tasks) as runner:
         await runner.dispatch_many("work", range(3))
 
         async def a_window_with_timings() -> bool:
@@ -82,8 +82,8 @@ async def test_a_follower_cannot_reset_or_publish(
 ) -> None:
     cfg = config(group, **FAST)
     async with (
-        trunner.open_runner(url, cfg, trunner.TaskRegistry()) as leader,
-        trunner.open_runner(url, cfg, trunner.TaskRegistry()) as follower,
+        open_checked_runner(url, cfg, trunner.TaskRegistry()) as leader,
+        open_checked_runner(url, cfg, trunner.TaskRegistry()) as follower,
     ):
         assert leader.is_leader
         raw.hset(keys.metrics, "t:x:n", 3)
@@ -135,8 +135,8 @@ async def test_capacity_follows_the_backlog_within_bounds(
         long_queue_threshold=0.2,
     )
     async with (
-        trunner.open_runner(url, cfg, tasks) as a,
-        trunner.open_runner(url, cfg, tasks) as b,
+        open_checked_runner(url, cfg, tasks) as a,
+        open_checked_runner(url, cfg, tasks) as b,
     ):
         release.set()
         await a.dispatch_many("work", range(10))  # a first window with timings

@@ -24,7 +24,7 @@ from trunner import Keys
 from trunner._redis import forget_memory_server
 from trunner.message import MessageDecodeError, decode_message
 
-from ..conftest import raw_client, redis_state
+from ..conftest import open_checked_runner, raw_client, redis_state
 from ..support.servers import RedisServer
 
 # -- poison entries: any bytes, any field layout ---------------------------------------------
@@ -183,7 +183,7 @@ async def test_any_stream_entry_is_run_or_dead_lettered_and_the_runner_keeps_ser
         with trio.fail_after(20):
             async with (
                 trio.open_nursery() as nursery,
-                trunner.open_runner(url, cfg, tasks) as runner,
+                open_checked_runner(url, cfg, tasks) as runner,
             ):
                 nursery.start_soon(collect, runner)
                 raw = raw_client(url)

@@ -17,7 +17,7 @@ import trio
 import trunner
 from trunner import Keys
 
-from ..conftest import Timeline, config
+from ..conftest import Timeline, config, open_checked_runner
 
 LEADER = {"leader_ttl": 0.5, "leader_wait": 0.6, "leader_jitter": 0.01}
 
@@ -39,9 +39,9 @@ async def test_each_cron_tick_fires_once_group_wide(
     tasks = cron_registry(timeline)
     cfg = config(group, **LEADER)
     async with (
-        trunner.open_runner(url, cfg, tasks) as a,
-        trunner.open_runner(url, cfg, tasks),
-        trunner.open_runner(url, cfg, tasks),
+        open_checked_runner(url, cfg, tasks) as a,
+        open_checked_runner(url, cfg, tasks),
+        open_checked_runner(url, cfg, tasks),
     ):
         await timeline.wait(2)
         assert a.elector is not None
@@ -58,11 +58,11 @@ async def test_a_new_leader_fires_the_latest_missed_tick_once(
     url: str, group: str, keys: Keys, timeline: Timeline, raw: Any
 ) -> None:
     tasks = cron_registry(timeline)
-    async with trunner.open_runner(url, config(group), tasks):
+    async with open_checked_runner(url, config(group), tasks):
         await timeline.wait(1)
     first = int(timeline.runs[0][2].rsplit(":", 1)[1])
     await trio.sleep(2.5)  # no leader for more than two ticks
-    async with trunner.open_runner(url, config(group), tasks) as runner:
+    async with open_checked_runner(url, config(group), tasks) as runner:
         await timeline.wait(2)
         catch_up = timeline.runs[1]
     stats = runner.statistics()
@@ -81,7 +81,7 @@ async def test_a_cron_payload_too_large_for_the_runner_skips_the_tick(url: str, 
         pass
 
     cfg = config(group, max_payload_bytes=1000)
-    async with trunner.open_runner(url, cfg, tasks) as runner:
+    async with open_checked_runner(url, cfg, tasks) as runner:
         async for error in runner.errors():
             assert isinstance(error, trunner.PayloadTooLarge)
             break

@@ -20,7 +20,7 @@ from trunner._redis import SCRIPTS, open_transport
 from trunner.election import Demoted, ElectionFailed, Elector, Promoted, open_elector
 from trunner.keys import fence_key_for, hash_tag
 
-from ..conftest import REPO, config
+from ..conftest import REPO, config, open_checked_runner
 from ..support.faults import FaultyTransport, script_call
 from ..support.servers import RedisServer
 
@@ -334,9 +334,9 @@ async def test_crash_failover_within_ttl_plus_wait(redis_server: RedisServer, ke
 async def test_one_runner_of_a_group_leads(url: str, group: str) -> None:
     tasks = trunner.TaskRegistry()
     async with (
-        trunner.open_runner(url, fast_leader(group), tasks) as a,
-        trunner.open_runner(url, fast_leader(group), tasks) as b,
-        trunner.open_runner(url, fast_leader(group), tasks) as c,
+        open_checked_runner(url, fast_leader(group), tasks) as a,
+        open_checked_runner(url, fast_leader(group), tasks) as b,
+        open_checked_runner(url, fast_leader(group), tasks) as c,
     ):
         for _ in range(100):
             assert sum(r.is_leader for r in (a, b, c)) == 1
@@ -362,7 +362,7 @@ async def test_a_leading_runner_releases_the_lease_before_its_block_exits(
     async with trio.open_nursery() as nursery:
         await nursery.start(run_leader)
         assert leader.is_leader
-        async with trunner.open_runner(url, slow, tasks) as follower:
+        async with open_checked_runner(url, slow, tasks) as follower:
             assert not follower.is_leader
             assert follower.elector is not None
             leader.stop()

@@ -13,7 +13,7 @@ import trio
 import trunner
 from trunner import Keys
 
-from ..conftest import Tally, config, redis_state
+from ..conftest import Tally, config, open_checked_runner, redis_state
 
 
 class Handled:
@@ -67,7 +67,7 @@ async def test_failing_task_is_retried_then_dead_lettered(
 
     handler = Handled()
     cfg = config(group, failed_task_handler=handler)
-    async with trunner.open_runner(url, cfg, tasks) as runner:
+    async with open_checked_runner(url, cfg, tasks) as runner:
         task_id = await runner.dispatch("flaky", 7)
         await handler.wait(1)
 
@@ -114,7 +114,7 @@ async def test_retry_is_acknowledged_and_scheduled_in_the_delayed_set(
         failed.set()
         raise RuntimeError("not yet")
 
-    async with trunner.open_runner(url, config(group), tasks) as runner:
+    async with open_checked_runner(url, config(group), tasks) as runner:
         before = time.time()
         task_id = await runner.dispatch("later", {"x": 1})
         await failed.wait()
@@ -144,7 +144,7 @@ async def test_a_retry_that_succeeds(url: str, group: str, tally: Tally) -> None
         tally.record(payload)
 
     handler = Handled()
-    async with trunner.open_runner(url, config(group, failed_task_handler=handler), tasks) as r:
+    async with open_checked_runner(url, config(group, failed_task_handler=handler), tasks) as r:
         await r.dispatch("once_bad", "p")
         await tally.wait(1)
         stats = r.statistics()
@@ -173,7 +173,7 @@ async def test_poison_entries_are_dead_lettered_and_the_runner_keeps_serving(
         tally.record(payload)
 
     handler = Handled()
-    async with trunner.open_runner(url, config(group, failed_task_handler=handler), tasks) as r:
+    async with open_checked_runner(url, config(group, failed_task_handler=handler), tasks) as r:
         ids = [_add(raw, keys, fields) for fields, _ in POISON]
         unknown = await trunner_dispatch_unknown(raw, keys)
         await r.dispatch("record", "still serving")
@@ -207,7 +207,7 @@ async def test_without_a_handler_messages_are_dead_lettered(
     async def broken(_: Any) -> None:
         raise KeyError("k")
 
-    async with trunner.open_runner(url, config(group), tasks) as runner:
+    async with open_checked_runner(url, config(group), tasks) as runner:
         await runner.dispatch("broken", None)
 
         async def settled() -> bool:
@@ -231,7 +231,7 @@ async def test_a_handler_that_raises_leaves_the_message_pending_for_later(
 
     handler = Handled(fail_times=1)
     cfg = config(group, failed_task_handler=handler, reclaim_delay=0.3, reclaim_interval=0.05)
-    async with trunner.open_runner(url, cfg, tasks) as runner:
+    async with open_checked_runner(url, cfg, tasks) as runner:
         await runner.dispatch("broken", None)
         await handler.wait(1)
         assert await runner.dead_letter_count() == 0
@@ -266,7 +266,7 @@ async def test_errors_iterator_does_not_block_the_runner(url: str, group: str) -
             all_done.set()
         raise RuntimeError("x")
 
-    async with trunner.open_runner(url, config(group, num_workers=50), tasks) as runner:
+    async with open_checked_runner(url, config(group, num_workers=50), tasks) as runner:
         await runner.dispatch_many("fail", range(1500))
         await all_done.wait()
         # Each task fails once, and is given up on: two errors each.
@@ -298,10 +298,10 @@ async def test_a_message_kept_after_its_handler_raised_keeps_its_attempt_across_
 
     handler = Handled(fail_times=1)
     cfg = config(group, failed_task_handler=handler)
-    async with trunner.open_runner(url, cfg, tasks) as runner:
+    async with open_checked_runner(url, cfg, tasks) as runner:
         await runner.dispatch("broken", None)
         await handler.wait(1)
-    async with trunner.open_runner(url, cfg, tasks) as runner:
+    async with open_checked_runner(url, cfg, tasks) as runner:
         await handler.wait(2)  # released at the first shutdown: redelivered at once
 
         async def settled() -> bool:
@@ -328,7 +328,7 @@ async def test_the_handler_sees_current_message_for_every_give_up(
 
     handler = Handler()
     cfg = config(group, failed_task_handler=handler)
-    async with trunner.open_runner(url, cfg, trunner.TaskRegistry()):
+    async with open_checked_runner(url, cfg, trunner.TaskRegistry()):
         unknown = await trunner_dispatch_unknown(raw, keys)
         poison = _add(raw, keys, {b"payload": b"{"})
         await handler.wait(2)
@@ -350,7 +350,7 @@ async def test_a_retry_gets_the_payload_as_dispatched(url: str, group: str) -> N
             raise RuntimeError("first")
         done.set()
 
-    async with trunner.open_runner(url, config(group), tasks) as runner:
+    async with open_checked_runner(url, config(group), tasks) as runner:
         await runner.dispatch("mutating", {"items": ["a"]})
         await done.wait()
     assert seen == [{"items": ["a"]}, {"items": ["a"]}]

@@ -10,7 +10,7 @@ import trio
 
 import trunner
 
-from ..conftest import config, raw_client, redis_state
+from ..conftest import config, open_checked_runner, raw_client, redis_state
 from ..support.proxy import open_proxy
 from ..support.servers import RedisServer, free_port
 
@@ -200,7 +200,7 @@ async def test_scripts_are_reloaded_when_redis_forgot_them(group: str) -> None:
         async with trunner.open_client(server.url, group) as client:
             # A fresh Redis: no runner has loaded anything yet.
             assert len(await client.dispatch_many(TASK, range(10))) == 10
-            async with trunner.open_runner(server.url, config(group), work.tasks) as runner:
+            async with open_checked_runner(server.url, config(group), work.tasks) as runner:
                 await work.wait_seen(range(10))
                 await redis_state(_is_empty(client))
                 await runner.dispatch(TASK, -1)  # through the runner's connection

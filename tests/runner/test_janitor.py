@@ -13,7 +13,7 @@ from trunner._redis import SCRIPTS
 from trunner.janitor import instance_of
 from trunner.keys import Keys
 
-from ..conftest import Tally, config, parts, redis_state
+from ..conftest import Tally, config, open_checked_runner, parts, redis_state
 
 FAST = {
     "report_interval": 0.1,
@@ -55,8 +55,8 @@ async def test_the_leader_deletes_consumers_of_gone_instances(
         raw.execute_command("XGROUP", "CREATECONSUMER", keys.stream, group, gone)
     cfg = config(group, **FAST, num_fetchers=2)
     async with (
-        trunner.open_runner(url, cfg, trunner.TaskRegistry()) as a,
-        trunner.open_runner(url, cfg, trunner.TaskRegistry()) as b,
+        open_checked_runner(url, cfg, trunner.TaskRegistry()) as a,
+        open_checked_runner(url, cfg, trunner.TaskRegistry()) as b,
     ):
         assert a.is_leader
         live = {*a.consumers, *b.consumers}
@@ -81,7 +81,7 @@ async def test_no_janitor_when_disabled(url: str, raw: Any, group: str, keys: Ke
     raw.xgroup_create(keys.stream, group, "0", mkstream=True)
     raw.execute_command("XGROUP", "CREATECONSUMER", keys.stream, group, "gone:1:cc")
     cfg = config(group, **{**FAST, "janitor_interval": None})
-    async with trunner.open_runner(url, cfg, trunner.TaskRegistry()) as runner:
+    async with open_checked_runner(url, cfg, trunner.TaskRegistry()) as runner:
         await trio.sleep(1.0)  # several would-be rounds
         assert parts(runner).janitor.rounds == 0
     assert "gone:1:cc" in _names(raw, keys)
@@ -151,7 +151,7 @@ async def test_the_janitor_trims_finished_messages_after_the_retention(
         tally.record(payload)
 
     cfg = config(group, **FAST, delete_on_ack=False, stream_retention=0.5)
-    async with trunner.open_runner(url, cfg, tasks) as runner:
+    async with open_checked_runner(url, cfg, tasks) as runner:
         await runner.dispatch_many("record", range(300))
         await tally.wait(300)
 

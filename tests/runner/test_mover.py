@@ -18,7 +18,7 @@ from trunner.election import Elector
 from trunner.keys import Keys
 from trunner.mover import MOVE_BATCH, DelayedMover
 
-from ..conftest import Timeline, config, redis_state
+from ..conftest import Timeline, config, open_checked_runner, redis_state
 from ..support.servers import RedisServer
 from ..support.workers import Worker, read_log
 
@@ -38,7 +38,7 @@ def recorder(timeline: Timeline) -> trunner.TaskRegistry:
 async def test_a_delayed_task_runs_when_due_not_before(
     url: str, group: str, timeline: Timeline
 ) -> None:
-    async with trunner.open_runner(url, config(group), recorder(timeline)) as runner:
+    async with open_checked_runner(url, config(group), recorder(timeline)) as runner:
         due = time.time() + 0.4
         task_id = await runner.dispatch_delayed("record", "later", 0.4)
         assert await runner.delayed_count() == 1
@@ -52,7 +52,7 @@ async def test_a_delayed_task_runs_when_due_not_before(
 
 
 async def test_schedule_for_an_aware_datetime(url: str, group: str, timeline: Timeline) -> None:
-    async with trunner.open_runner(url, config(group), recorder(timeline)) as runner:
+    async with open_checked_runner(url, config(group), recorder(timeline)) as runner:
         when = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=0.3)
         await runner.schedule_for("record", "at", when)
         past = datetime.datetime(2000, 1, 1, tzinfo=datetime.UTC)
@@ -78,14 +78,14 @@ async def test_schedule_for_an_aware_datetime(url: str, group: str, timeline: Ti
 async def test_bad_delayed_dispatch_raises_and_writes_nothing(
     url: str, group: str, timeline: Timeline, call: Any, error: type[Exception]
 ) -> None:
-    async with trunner.open_runner(url, config(group), recorder(timeline)) as runner:
+    async with open_checked_runner(url, config(group), recorder(timeline)) as runner:
         with pytest.raises(error):
             await call(runner)
         assert await runner.delayed_count() == 0
 
 
 async def test_cancel_a_delayed_task(url: str, group: str, timeline: Timeline) -> None:
-    async with trunner.open_runner(url, config(group), recorder(timeline)) as runner:
+    async with open_checked_runner(url, config(group), recorder(timeline)) as runner:
         cancelled = await runner.dispatch_delayed("record", "cancelled", 0.3)
         kept = await runner.dispatch_delayed("record", "kept", 0.3)
         assert await runner.cancel_delayed(cancelled) is True
@@ -99,8 +99,8 @@ async def test_only_the_leader_moves_due_tasks(url: str, group: str, timeline: T
     tasks = recorder(timeline)
     cfg = config(group, **LEADER)
     async with (
-        trunner.open_runner(url, cfg, tasks) as leader,
-        trunner.open_runner(url, cfg, tasks) as follower,
+        open_checked_runner(url, cfg, tasks) as leader,
+        open_checked_runner(url, cfg, tasks) as follower,
         trunner.open_client(url, group) as client,
     ):
         assert leader.is_leader
@@ -120,7 +120,7 @@ async def test_only_the_leader_moves_due_tasks(url: str, group: str, timeline: T
 async def test_the_leader_is_woken_by_a_task_due_sooner_from_another_process(
     url: str, group: str, timeline: Timeline
 ) -> None:
-    async with trunner.open_runner(url, config(group), recorder(timeline)) as runner:
+    async with open_checked_runner(url, config(group), recorder(timeline)) as runner:
         await runner.dispatch_delayed("record", "far", 60)  # the mover sleeps toward this
         await trio.sleep(0.2)
         async with trunner.open_client(url, group) as client:  # another connection
@@ -142,7 +142,7 @@ async def test_retries_use_the_delayed_path(url: str, group: str, timeline: Time
             raise RuntimeError("once")
         timeline.record(payload)
 
-    async with trunner.open_runner(url, config(group), tasks) as runner:
+    async with open_checked_runner(url, config(group), tasks) as runner:
         task_id = await runner.dispatch("flaky", "x")
         await timeline.wait(1)
     stats = runner.statistics()
@@ -190,7 +190,7 @@ async def test_failover_neither_loses_nor_doubles_delayed_tasks(
     try:
         await leader.ready()
         tasks = recorder(timeline)
-        async with trunner.open_runner(redis_server.url, config(group, **LEADER), tasks) as me:
+        async with open_checked_runner(redis_server.url, config(group, **LEADER), tasks) as me:
             assert not me.is_leader
             for i in range(60):
                 await me.dispatch_delayed("record", i, 0.05 * i)  # due over three seconds

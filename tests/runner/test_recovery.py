@@ -12,8 +12,9 @@ import trio
 
 import trunner
 from trunner import Keys
+from trunner.testing import run_until_idle
 
-from ..conftest import Tally, config, redis_state
+from ..conftest import Tally, config, open_checked_runner, redis_state
 from ..support.servers import RedisServer
 from ..support.workers import Worker, read_log
 
@@ -46,13 +47,10 @@ async def test_messages_of_a_dead_consumer_are_reclaimed(
         tally.record(payload)
 
     cfg = config(group, reclaim_delay=0.3, reclaim_interval=0.05)
-    async with trunner.open_runner(url, cfg, tasks) as runner:
+    async with open_checked_runner(url, cfg, tasks) as runner:
         await tally.wait(5)
 
-        async def drained() -> bool:
-            return await runner.pending_count() == 0 and await runner.queue_length() == 0
-
-        await redis_state(drained)
+        await run_until_idle(runner)
         stats = runner.statistics()
     assert sorted(tally.payloads) == list(range(5))
     assert {mid for _, _, mid in tally.runs} == set(taken)
@@ -74,7 +72,7 @@ async def test_a_crash_on_the_last_attempt_gives_up_without_running(
         tally.record(payload)
 
     cfg = config(group, reclaim_delay=0.2, reclaim_interval=0.05)
-    async with trunner.open_runner(url, cfg, tasks) as runner:
+    async with open_checked_runner(url, cfg, tasks) as runner:
 
         async def dead_lettered() -> bool:
             return await runner.dead_letter_count() == 1
@@ -103,8 +101,8 @@ async def test_heartbeats_keep_a_long_task_from_being_reclaimed(
     reclaim_delay = 0.5
     cfg = config(group, reclaim_delay=reclaim_delay, reclaim_interval=0.02)
     async with (
-        trunner.open_runner(url, cfg, tasks) as a,
-        trunner.open_runner(url, cfg, tasks) as b,
+        open_checked_runner(url, cfg, tasks) as a,
+        open_checked_runner(url, cfg, tasks) as b,
     ):
         await a.dispatch("long", None)
         await started.wait()
@@ -184,14 +182,11 @@ async def test_tasks_of_a_killed_worker_process_are_reclaimed(
         tally.record(payload)
 
     cfg = config(group, reclaim_delay=0.5, reclaim_interval=0.05)
-    async with trunner.open_runner(redis_server.url, cfg, tasks) as runner:
+    async with open_checked_runner(redis_server.url, cfg, tasks) as runner:
         with trio.fail_after(5):
             await tally.wait(3)
 
-        async def drained() -> bool:
-            return await runner.pending_count() == 0
-
-        await redis_state(drained)
+        await run_until_idle(runner)
     assert sorted(tally.payloads) == ["a", "b", "c"]
     assert sorted(mid for _, _, mid in tally.runs) == sorted(ids)
     assert {attempt for _, attempt, _ in tally.runs} == {2}

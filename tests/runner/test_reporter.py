@@ -19,7 +19,7 @@ import trio
 import trunner
 from trunner import Keys
 
-from ..conftest import config, redis_state
+from ..conftest import config, open_checked_runner, redis_state
 from ..support.servers import RedisServer
 from ..support.workers import Worker
 
@@ -59,8 +59,8 @@ async def test_timings_of_two_runners_add_up_in_one_window(url: str, group: str)
 
     cfg = config(group, **{**FAST, "stats_interval": 3600.0})  # no reset during the test
     async with (
-        trunner.open_runner(url, cfg, tasks) as a,
-        trunner.open_runner(url, cfg, tasks) as b,
+        open_checked_runner(url, cfg, tasks) as a,
+        open_checked_runner(url, cfg, tasks) as b,
     ):
         await a.dispatch_many("sleepy", [0.02] * 20 + [0.06] * 20)
         await all_done.wait()
@@ -92,7 +92,7 @@ async def test_timings_are_flushed_at_shutdown(url: str, group: str, keys: Keys,
             done.set()
 
     cfg = config(group, report_interval=60.0, instance_ttl=120.0)  # only the final flush
-    async with trunner.open_runner(url, cfg, tasks) as runner:
+    async with open_checked_runner(url, cfg, tasks) as runner:
         await runner.dispatch_many("quick", range(5))
         await done.wait()
     assert float(raw.hget(keys.metrics, "t:quick:n")) == 5
@@ -100,8 +100,8 @@ async def test_timings_are_flushed_at_shutdown(url: str, group: str, keys: Keys,
 
 async def test_membership_lists_live_instances_and_the_leader(url: str, group: str) -> None:
     cfg = config(group, **FAST)
-    async with trunner.open_runner(url, cfg, trunner.TaskRegistry()) as a:
-        async with trunner.open_runner(url, cfg, trunner.TaskRegistry()) as b:
+    async with open_checked_runner(url, cfg, trunner.TaskRegistry()) as a:
+        async with open_checked_runner(url, cfg, trunner.TaskRegistry()) as b:
             instances = await a.instances()
             assert [i.id for i in instances] == sorted([a.consumer_name, b.consumer_name])
             by_id = {i.id: i for i in instances}
@@ -137,7 +137,7 @@ async def test_a_killed_instance_drops_out_after_the_ttl(
     try:
         await worker.ready()
         cfg = config(group, **FAST)
-        async with trunner.open_runner(redis_server.url, cfg, trunner.TaskRegistry()) as me:
+        async with open_checked_runner(redis_server.url, cfg, trunner.TaskRegistry()) as me:
             assert len(await me.instances()) == 2
             worker.kill()
             killed = trio.current_time()

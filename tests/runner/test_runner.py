@@ -12,8 +12,9 @@ import trio
 import trunner
 from trunner import Keys
 from trunner.runner import _Stoppable
+from trunner.testing import run_until_idle
 
-from ..conftest import Tally, config, parts, redis_state
+from ..conftest import Tally, config, open_checked_runner, parts
 from ..support.servers import RedisServer
 
 
@@ -33,17 +34,14 @@ async def test_every_dispatched_task_runs_and_is_acknowledged(
     url: str, group: str, keys: Keys, tally: Tally, raw: Any
 ) -> None:
     tasks = registry(tally)
-    async with trunner.open_runner(url, config(group), tasks) as runner:
+    async with open_checked_runner(url, config(group), tasks) as runner:
         assert runner.state is trunner.RunnerState.STARTED
         one = [await runner.dispatch("record", {"n": i}) for i in range(20)]
         many = await runner.dispatch_many("record", [{"n": i} for i in range(20, 120)])
         assert len(set(one + many)) == 120
         await tally.wait(120)
 
-        async def drained() -> bool:
-            return await runner.queue_length() == 0 and await runner.pending_count() == 0
-
-        await redis_state(drained)
+        await run_until_idle(runner)
         stats = runner.statistics()
     assert sorted(p["n"] for p in tally.payloads) == list(range(120))
     assert {attempt for _, attempt, _ in tally.runs} == {1}
@@ -58,7 +56,7 @@ async def test_every_dispatched_task_runs_and_is_acknowledged(
 async def test_dispatch_returns_the_stream_entry_id_and_task_id(
     url: str, group: str, tally: Tally
 ) -> None:
-    async with trunner.open_runner(url, config(group), registry(tally)) as runner:
+    async with open_checked_runner(url, config(group), registry(tally)) as runner:
         message_id = await runner.dispatch("record", "hello")
         await tally.wait(1)
     payload, attempt, seen_id = tally.runs[0]
@@ -69,23 +67,20 @@ async def test_without_delete_on_ack_entries_stay_in_the_stream(
     url: str, group: str, keys: Keys, tally: Tally, raw: Any
 ) -> None:
     cfg = config(group, delete_on_ack=False)
-    async with trunner.open_runner(url, cfg, registry(tally)) as runner:
+    async with open_checked_runner(url, cfg, registry(tally)) as runner:
         await runner.dispatch_many("record", list(range(10)))
         await tally.wait(10)
 
-        async def acked() -> bool:
-            return await runner.pending_count() == 0
-
-        await redis_state(acked)
+        await run_until_idle(runner)
     assert raw.xlen(keys.stream) == 10
 
 
 async def test_runners_in_one_process_share_the_work(url: str, group: str, tally: Tally) -> None:
     tasks = registry(tally, delay=0.002)
     async with (
-        trunner.open_runner(url, config(group), tasks) as a,
-        trunner.open_runner(url, config(group), tasks) as b,
-        trunner.open_runner(url, config(group), tasks) as c,
+        open_checked_runner(url, config(group), tasks) as a,
+        open_checked_runner(url, config(group), tasks) as b,
+        open_checked_runner(url, config(group), tasks) as c,
     ):
         assert len({a.consumer_name, b.consumer_name, c.consumer_name}) == 3
         await a.dispatch_many("record", list(range(300)))
@@ -115,7 +110,7 @@ async def test_num_workers_bounds_running_tasks(url: str, group: str) -> None:
             all_done.set()
 
     cfg = config(group, num_workers=4, batch_size=10)
-    async with trunner.open_runner(url, cfg, tasks) as runner:
+    async with open_checked_runner(url, cfg, tasks) as runner:
         await runner.dispatch_many("work", range(60))
         await all_done.wait()
         stats = runner.statistics()
@@ -143,7 +138,7 @@ async def test_fetchers_never_take_more_than_free_slots(url: str, group: str, ra
             all_done.set()
 
     cfg = config(group, num_workers=2, batch_size=50, num_fetchers=2)
-    async with trunner.open_runner(url, cfg, tasks) as runner:
+    async with open_checked_runner(url, cfg, tasks) as runner:
         await runner.dispatch_many("hold", range(30))
         await both_started.wait()
         # Give the fetchers every chance to over-fetch, then look at the PEL.
@@ -161,7 +156,7 @@ async def test_producer_only_client_dispatches(url: str, group: str, tally: Tall
         ids = await client.dispatch_many("record", ["a", "b"])
         ids.append(await client.dispatch("record", "c"))
         assert await client.queue_length() == 3
-    async with trunner.open_runner(url, config(group), registry(tally)):
+    async with open_checked_runner(url, config(group), registry(tally)):
         await tally.wait(3)
     assert sorted(tally.payloads) == ["a", "b", "c"]
     assert sorted(mid for _, _, mid in tally.runs) == sorted(ids)
@@ -190,7 +185,7 @@ async def test_bad_dispatch_raises_and_writes_nothing(
     url: str, group: str, tally: Tally, task_name: Any, payload: Any, error: type[Exception]
 ) -> None:
     cfg = config(group, max_payload_bytes=2048)
-    async with trunner.open_runner(url, cfg, registry(tally)) as runner:
+    async with open_checked_runner(url, cfg, registry(tally)) as runner:
         with pytest.raises(error):
             await runner.dispatch(task_name, payload)
         with pytest.raises(error):
@@ -203,7 +198,7 @@ async def test_dispatch_outside_the_block_raises(url: str, group: str, tally: Ta
     runner = trunner.Runner(url, config(group), registry(tally))
     with pytest.raises(trunner.RunnerNotRunning):
         await runner.dispatch("record", 1)
-    async with trunner.open_runner(url, config(group), registry(tally)) as runner:
+    async with open_checked_runner(url, config(group), registry(tally)) as runner:
         pass
     with pytest.raises(trunner.RunnerNotRunning):
         await runner.dispatch("record", 1)
@@ -252,7 +247,7 @@ async def test_tasks_see_the_runner_that_runs_them(url: str, group: str) -> None
         seen.append(trunner.current_runner())
         done.set()
 
-    async with trunner.open_runner(url, config(group), tasks) as runner:
+    async with open_checked_runner(url, config(group), tasks) as runner:
         await runner.dispatch("first", None)
         await done.wait()
     assert seen == [runner, runner]
@@ -265,7 +260,7 @@ async def test_a_unix_socket_url(group: str, tally: Tally, tmp_path: Any) -> Non
     socket_path = tmp_path / "redis.sock"
     with RedisServer("--unixsocket", str(socket_path), "--unixsocketperm", "700"):
         url = f"unix://{socket_path}"
-        async with trunner.open_runner(url, config(group), registry(tally)) as runner:
+        async with open_checked_runner(url, config(group), registry(tally)) as runner:
             await runner.dispatch("record", "over a unix socket")
             await tally.wait(1)
     assert tally.payloads == ["over a unix socket"]
@@ -292,7 +287,7 @@ async def test_a_warning_when_redis_may_evict_keys(
     group: str, policy: str, warned: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     with RedisServer("--maxmemory", "100mb", "--maxmemory-policy", policy) as server:
-        async with trunner.open_runner(server.url, config(group), trunner.TaskRegistry()):
+        async with open_checked_runner(server.url, config(group), trunner.TaskRegistry()):
             pass
     warnings = [r.getMessage() for r in caplog.records if "maxmemory-policy" in r.getMessage()]
     assert bool(warnings) is warned, warnings
@@ -304,7 +299,7 @@ async def test_every_component_has_the_same_lifecycle_and_has_stopped_after_the_
     url: str, group: str
 ) -> None:
     """run(*, task_status) started by the runner, a synchronous stop(), a stopped event."""
-    async with trunner.open_runner(url, config(group, num_fetchers=2), trunner.TaskRegistry()) as r:
+    async with open_checked_runner(url, config(group, num_fetchers=2), trunner.TaskRegistry()) as r:
         c = parts(r)
         components: list[_Stoppable] = [
             c.redis,

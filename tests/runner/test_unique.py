@@ -13,7 +13,7 @@ import trio
 import trunner
 from trunner import Keys
 
-from ..conftest import REPO, Gate, config, parts, redis_state
+from ..conftest import REPO, Gate, config, open_checked_runner, parts, redis_state
 from ..processes.unique_process import dispatch_concurrently, registry
 from ..support.servers import RedisServer
 
@@ -87,7 +87,7 @@ async def test_a_second_dispatch_of_a_queued_key_is_refused(
     url: str, group: str, keys: Keys, raw: Any
 ) -> None:
     gate = Gate()
-    async with trunner.open_runner(url, config(group), unique_registry(gate)) as runner:
+    async with open_checked_runner(url, config(group), unique_registry(gate)) as runner:
         first = await runner.dispatch("charge", {"order": 1})
         with pytest.raises(trunner.TaskAlreadyDispatched) as info:
             await runner.dispatch("charge", {"order": 1})
@@ -114,7 +114,7 @@ async def test_the_lock_is_kept_across_retries_and_released_on_final_failure(
 ) -> None:
     gate = Gate()
     gate.open.set()
-    async with trunner.open_runner(url, config(group), unique_registry(gate, fail=True)) as r:
+    async with open_checked_runner(url, config(group), unique_registry(gate, fail=True)) as r:
         await r.dispatch("charge", {"order": 7})
         await gate.wait_started(1)
 
@@ -137,7 +137,7 @@ async def test_the_lock_expires_after_unique_for(
     url: str, group: str, keys: Keys, raw: Any
 ) -> None:
     gate = Gate()
-    async with trunner.open_runner(url, config(group), unique_registry(gate, 0.3)) as runner:
+    async with open_checked_runner(url, config(group), unique_registry(gate, 0.3)) as runner:
         await runner.dispatch("charge", {"order": 3})
         await gate.wait_started(1)
 
@@ -206,7 +206,7 @@ async def test_a_delayed_unique_task_locks_when_it_is_moved(
 ) -> None:
     gate = Gate()
     gate.open.set()
-    async with trunner.open_runner(url, config(group), unique_registry(gate)) as runner:
+    async with open_checked_runner(url, config(group), unique_registry(gate)) as runner:
         await runner.dispatch_delayed("charge", {"order": 8}, 0.2)
         assert raw.get(lock_key(keys, 8)) is None, "no lock while it waits"
         await runner.dispatch("charge", {"order": 9})
@@ -263,7 +263,7 @@ async def test_cancelling_a_scheduled_retry_releases_the_lock(
         failed.set()
         raise RuntimeError("later")
 
-    async with trunner.open_runner(url, config(group), tasks) as runner:
+    async with open_checked_runner(url, config(group), tasks) as runner:
         task_id = await runner.dispatch("flaky", 1)
         await failed.wait()
 
@@ -281,7 +281,7 @@ async def test_a_delayed_unique_key_with_a_line_break(url: str, group: str) -> N
     gate = Gate()
     gate.open.set()
     tasks = unique_registry(gate)
-    async with trunner.open_runner(url, config(group), tasks) as runner:
+    async with open_checked_runner(url, config(group), tasks) as runner:
         await runner.dispatch_delayed("charge", {"order": "a\nb"}, 0.05)
         await gate.wait_started(1)
     assert gate.started == [{"order": "a\nb"}]
@@ -303,7 +303,7 @@ async def test_cron_ticks_of_a_unique_task_skip_while_one_runs(url: str, group: 
     with pytest.warns(UserWarning, match="the task name is the key"):
         tasks.task(unique=True, unique_for=60)(report)
     tasks.cron("* * * * * *", "report")  # every second
-    async with trunner.open_runner(url, config(group), tasks) as runner:
+    async with open_checked_runner(url, config(group), tasks) as runner:
         await first.wait()
         cron = parts(runner).cron
 

@@ -22,7 +22,7 @@ import trunner
 from trunner import Keys
 from trunner.keys import RELEASED_CONSUMER
 
-from ..conftest import Tally, config, redis_state
+from ..conftest import Tally, config, open_checked_runner, redis_state
 
 var: contextvars.ContextVar[str] = contextvars.ContextVar("test_workers_var")
 
@@ -53,7 +53,7 @@ async def test_tasks_never_see_the_context_variables_of_tasks_run_before_them(
         for i in range(10):
             await client.dispatch("setter", i)
             await client.dispatch("reader", i)
-    async with trunner.open_runner(url, config(group, batch_size=100), tasks):
+    async with open_checked_runner(url, config(group, batch_size=100), tasks):
         await tally.wait(20)
     seen = Counter(map(str, tally.payloads))
     assert seen == {"unset": 10, **{str(i): 1 for i in range(10)}}
@@ -80,7 +80,7 @@ async def test_every_task_fetched_together_runs_at_once_when_they_all_wait(
     async with trunner.open_client(url, group) as client:
         await client.dispatch_many("barrier", [None] * n)
     cfg = config(group, num_workers=n, batch_size=n)
-    async with trunner.open_runner(url, cfg, tasks) as runner:
+    async with open_checked_runner(url, cfg, tasks) as runner:
         await everyone.wait()
 
         async def acknowledged() -> bool:
@@ -115,7 +115,7 @@ async def test_a_waiting_task_never_holds_back_tasks_fetched_after_it(url: str, 
         await client.dispatch_many("quick", [None] * 5)
         await client.dispatch("last", None)
     # As many workers as tasks: no later read comes along while they run.
-    async with trunner.open_runner(url, config(group, num_workers=7, batch_size=7), tasks):
+    async with open_checked_runner(url, config(group, num_workers=7, batch_size=7), tasks):
         while len(order) < 8:  # noqa: ASYNC110 - the tasks record in order
             await trio.sleep(0.01)
     assert order[-1] == "first finished"
@@ -135,7 +135,7 @@ async def test_tasks_that_never_wait_share_worker_tasks(url: str, group: str, ta
         await client.dispatch_many("quick", [None] * n)
     counter = SpawnCounter()
     cfg = config(group, num_workers=100, batch_size=100)
-    async with trunner.open_runner(url, cfg, tasks):
+    async with open_checked_runner(url, cfg, tasks):
         trio.lowlevel.add_instrument(counter)
         try:
             await tally.wait(n)

@@ -12,7 +12,7 @@ import pytest
 import trunner
 from trunner.cli import main
 
-from ..conftest import redis_state, run_python
+from ..conftest import open_checked_runner, redis_state, run_python
 from ..support.servers import RedisServer
 
 
@@ -27,7 +27,7 @@ async def test_dispatch_inspect_and_dead_letters(redis_server: RedisServer, grou
     assert delayed.returncode == 0
     tasks = trunner.TaskRegistry()  # 'ghost' is unknown to this runner: dead-lettered
     config = trunner.RunnerConfig(consumer_group=group, block_duration=1.0)
-    async with trunner.open_runner(redis_server.url, config, tasks) as runner:
+    async with open_checked_runner(redis_server.url, config, tasks) as runner:
 
         async def dead() -> bool:
             return await runner.dead_letter_count() == 1
