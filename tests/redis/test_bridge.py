@@ -6,6 +6,9 @@ cancelled read stays pending although nobody saw it: a "ghost delivery"), and th
 execute every ghost. Cancellations the bridge drops (redis-py disconnects on a cancel and
 reconnects on the next command; a cancel landing during that reconnect is lost, and the
 read runs its whole BLOCK) are counted, not assumed away.
+
+Crosses both socket transports (_redis/native.py and _redis/bridged.py: each test runs on
+both), _redis/broker.py, and, for the ghosts, the runner's fetcher.py.
 """
 
 from __future__ import annotations

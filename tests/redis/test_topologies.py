@@ -1,4 +1,8 @@
-"""Cluster, Sentinel, TLS and ACL: real servers the suite starts itself."""
+"""Cluster, Sentinel, TLS and ACL: real servers the suite starts itself.
+
+Cluster and Sentinel run on the bridged transport (_redis/bridged.py), TLS and ACL on the
+native one; each deployment runs whole runners.
+"""
 
 from __future__ import annotations
 

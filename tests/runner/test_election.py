@@ -1,4 +1,8 @@
-"""Leader election: one leader at a time, fencing, handover, failover, faults."""
+"""Leader election: one leader at a time, fencing, handover, failover, faults.
+
+The elector on its own (election.py), then inside the runner: the lease of its group and the
+leader chores that live exactly as long as a leadership (leadership.py).
+"""
 
 from __future__ import annotations
 

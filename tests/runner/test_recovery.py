@@ -1,4 +1,8 @@
-"""Crash recovery: reclaiming from dead consumers, heartbeats, real killed processes."""
+"""Crash recovery: reclaiming from dead consumers, heartbeats, real killed processes.
+
+Crosses fetcher.py (reclaim passes), heartbeat.py (reservations kept fresh), outcomes.py
+(a crash counts as an attempt) and worker processes (tests/processes/worker_process.py).
+"""
 
 from __future__ import annotations
 

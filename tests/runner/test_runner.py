@@ -1,4 +1,5 @@
-"""End to end: dispatch, fetch, execute, acknowledge, on both tiers."""
+"""End to end: dispatch, fetch, execute, acknowledge, on both tiers (runner.py and the
+components it wires)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,9 @@
-"""Deterministic shutdown: drain, release, exceptions, cancellation, nothing left behind."""
+"""Deterministic shutdown: drain, release, exceptions, cancellation, nothing left behind.
+
+Crosses runner.py (the shutdown order), pool.py (the drain), release.py, acks.py, fetcher.py
+(deliveries it never saw) and client.py. These tests look at the shutdown themselves, so
+they open their runners with trunner.open_runner rather than through the test kit.
+"""
 
 from __future__ import annotations
 
