@@ -5,8 +5,11 @@ import inspect
 import os
 import subprocess
 import sys
+import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,10 +17,16 @@ import redis
 import trio
 
 import trunner
+from trunner import Keys
 from trunner._redis import forget_memory_server, memory_server_client
 from trunner.runner import _Components
+from trunner.testing import open_runner_factory
 
-from .servers import RedisServer
+from .support.servers import RedisServer
+from .support.topologies import Cluster, TlsServer
+
+#: The repository's root: the working directory of subprocesses that run ``-m tests...``.
+REPO = Path(__file__).resolve().parent.parent
 
 #: Default Trio-clock deadline of every async test (override: @pytest.mark.deadline(s)).
 DEFAULT_DEADLINE = 30.0
@@ -32,8 +41,33 @@ def _with_deadline(func: Callable[..., Awaitable[Any]], seconds: float) -> Calla
     return wrapper
 
 
+#: Fixtures that are real Redis deployments the suite starts itself: a test using one,
+#: directly or through another fixture, is marked ``redis``.
+REAL_REDIS_FIXTURES = frozenset({"redis_server", "tls", "cluster"})
+#: Parameters whose value puts a test on a real redis-server (the ``redis`` tier of ``url``,
+#: the socket transports, the ``redis`` tier of a test's own): such a test is marked ``redis``.
+REAL_REDIS_PARAMS: dict[str, frozenset[str]] = {
+    "url": frozenset({"redis"}),
+    "transport": frozenset({"native", "bridged"}),
+    "tier": frozenset({"redis"}),
+}
+
+
+def _needs_real_redis(item: pytest.Item) -> bool:
+    """Whether ``item`` needs a real redis-server through a fixture or a parameter (tests
+    that start servers of their own carry ``@pytest.mark.redis`` themselves)."""
+    if REAL_REDIS_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    callspec = getattr(item, "callspec", None)
+    params: dict[str, object] = callspec.params if callspec is not None else {}
+    return any(params.get(name) in values for name, values in REAL_REDIS_PARAMS.items())
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
+        if _needs_real_redis(item):
+            item.add_marker(pytest.mark.redis)
         if isinstance(item, pytest.Function) and inspect.iscoroutinefunction(item.obj):
             marker = item.get_closest_marker("deadline")
             seconds = float(marker.args[0]) if marker else DEFAULT_DEADLINE
@@ -45,6 +79,20 @@ def redis_server() -> Iterator[RedisServer]:
     """One real redis-server for the session (tests use their own groups)."""
     with RedisServer() as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def tls() -> Iterator[TlsServer]:
+    """A redis-server that speaks TLS only, for the tests of one module."""
+    with TlsServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    """A Redis Cluster of three masters with a replica each, for the tests of one module."""
+    with Cluster(masters=3, replicas=1) as deployment:
+        yield deployment
 
 
 @pytest.fixture
@@ -66,6 +114,12 @@ def url(request: pytest.FixtureRequest) -> Iterator[str]:
 @pytest.fixture
 def group() -> str:
     return f"g-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def keys(group: str) -> Keys:
+    """The Redis key names of the test's group, under the default prefix."""
+    return Keys("trunner", group)
 
 
 def raw_client(url: str) -> Any:
@@ -91,6 +145,27 @@ def config(group: str, **overrides: Any) -> trunner.RunnerConfig:
     }
     values.update(overrides)
     return trunner.RunnerConfig(**values)
+
+
+@asynccontextmanager
+async def open_checked_runner(
+    url: str, cfg: trunner.RunnerConfig, tasks: trunner.TaskRegistry
+) -> AsyncIterator[trunner.Runner]:
+    """``trunner.open_runner``, through the test kit (``trunner.testing``): leaving the
+    block stops the runner gracefully, then fails the test if trunner left a Trio task, a
+    Redis connection, or a fetched message neither acknowledged nor released.
+
+    For tests that only use a runner; tests of the shutdown itself, or of a runner that
+    crashes, open theirs with ``trunner.open_runner``.
+    """
+    try:
+        async with open_runner_factory(url, cfg.consumer_group) as runners:
+            yield await runners(tasks, cfg)
+    except BaseExceptionGroup as group:
+        # The factory runs the runner in a nursery: the block's own failure comes wrapped.
+        if len(group.exceptions) == 1 and isinstance(group.exceptions[0], Exception):
+            raise group.exceptions[0] from None
+        raise
 
 
 def parts(runner: trunner.Runner) -> _Components:
@@ -147,3 +222,73 @@ class Tally:
 @pytest.fixture
 def tally() -> Tally:
     return Tally()
+
+
+class Timeline:
+    """Records (payload, wall time, task id) of each run; tests await counts."""
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[Any, float, str]] = []
+        self._lot = trio.lowlevel.ParkingLot()
+
+    def record(self, payload: Any) -> None:
+        self.runs.append((payload, time.time(), trunner.current_message().task_id))
+        self._lot.unpark_all()
+
+    async def wait(self, count: int) -> None:
+        while len(self.runs) < count:
+            await self._lot.park()
+
+
+@pytest.fixture
+def timeline() -> Timeline:
+    return Timeline()
+
+
+class Gate:
+    """Tasks that record when they start and wait for the test to let them finish.
+
+    ``registry()`` holds two tasks: ``gated`` records its payload in ``started``, waits
+    until ``open`` is set (or for ``seconds``, if given), and then records it in
+    ``finished`` (in ``cancelled`` if it was cancelled instead); ``noop`` does nothing.
+    Tasks of a registry of the test's own record their start with :meth:`enter`.
+    """
+
+    def __init__(self) -> None:
+        self.started: list[Any] = []
+        self.finished: list[Any] = []
+        self.cancelled: list[Any] = []
+        self.open = trio.Event()
+        self._lot = trio.lowlevel.ParkingLot()
+
+    def enter(self, payload: Any) -> None:
+        """Record that a task started with ``payload``."""
+        self.started.append(payload)
+        self._lot.unpark_all()
+
+    async def wait_started(self, count: int = 1) -> None:
+        """Wait until ``count`` tasks have started."""
+        while len(self.started) < count:
+            await self._lot.park()
+
+    def registry(self, seconds: float | None = None) -> trunner.TaskRegistry:
+        tasks = trunner.TaskRegistry()
+
+        @tasks.task
+        async def gated(payload: Any) -> None:
+            self.enter(payload)
+            try:
+                if seconds is None:
+                    await self.open.wait()
+                else:
+                    await trio.sleep(seconds)
+            except trio.Cancelled:
+                self.cancelled.append(payload)
+                raise
+            self.finished.append(payload)
+
+        @tasks.task
+        async def noop(_: Any) -> None:
+            pass
+
+        return tasks

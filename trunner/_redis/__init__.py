@@ -1,5 +1,5 @@
 """The Redis boundary: the only package that imports redis, asyncio, trio_asyncio,
-fakeredis or hiredis (``tests/test_boundaries.py`` checks it).
+fakeredis or hiredis (``tests/unit/test_boundaries.py`` checks it).
 
 Code outside imports from here only, never from a module of this package. What it
 offers: :func:`open_transport` and the :class:`Transport` interface (with :class:`Reader`

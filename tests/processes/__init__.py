@@ -1,0 +1,1 @@
+"""Entry points of the subprocesses some tests start: ``python -m tests.processes.<name>``."""

@@ -1,0 +1,65 @@
+"""A worker process for multi-process tests::
+
+    python -m tests.processes.worker_process URL GROUP LOG [OPTIONS]
+
+OPTIONS is a JSON object: ``config`` (RunnerConfig arguments) and ``slow_seconds``. Tasks
+append one line per event to LOG (``<pid> <event> <payload>``). The process prints
+``ready`` once its runner started, and stops gracefully on SIGTERM or SIGINT.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from typing import Any
+
+import trio
+
+import trunner
+
+
+def main() -> None:
+    url, group, log_path = sys.argv[1:4]
+    options = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
+    pid = os.getpid()
+    tasks = trunner.TaskRegistry()
+
+    def log(event: str, payload: Any) -> None:
+        with open(log_path, "a", encoding="utf-8") as f:
+            f.write(f"{pid} {event} {json.dumps(payload)}\n")
+
+    @tasks.task
+    async def record(payload: Any) -> None:
+        log("ran", payload)
+
+    @tasks.task
+    async def slow(payload: Any) -> None:
+        log("started", payload)
+        await trio.sleep(options.get("slow_seconds", 0.05))
+        log("ran", payload)
+
+    @tasks.task
+    async def block(payload: Any) -> None:
+        log("started", payload)
+        await trio.sleep_forever()
+
+    config = trunner.RunnerConfig(
+        consumer_group=group,
+        block_duration=1.0,
+        **options.get("config", {}),
+    )
+
+    async def run() -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with trunner.open_runner(url, config, tasks):
+                print("ready", flush=True)
+                async for _ in signals:
+                    break
+
+    trio.run(run)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,205 @@
+"""Each state-transition script on its own, on both tiers: atomic, idempotent, capped."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import pytest
+
+from trunner._redis import RELEASED_IDLE_MS, Arg, Broker, LeaseStore, Script, open_transport
+from trunner.errors import LeadershipLost
+from trunner.keys import RELEASED_CONSUMER, Keys, UniqueLock
+
+
+@pytest.fixture
+async def broker(url: str, keys: Keys) -> AsyncIterator[Broker]:
+    async with open_transport(
+        url, client_name="test", max_connections=4, connect_timeout=5.0
+    ) as transport:
+        broker = Broker(transport, keys)
+        await broker.ensure_group()
+        await broker.ensure_group()  # creating twice is fine
+        yield broker
+
+
+async def deliver(broker: Broker, consumer: str, count: int) -> list[str]:
+    reader = broker.open_reader()
+    try:
+        entries = await broker.read(reader, consumer, count, 0.01)
+    finally:
+        await reader.aclose()
+    return [e.message_id for e in entries]
+
+
+class KeyLeader:
+    """The leader ``owner`` of the group's lease key: runs fenced scripts as it."""
+
+    def __init__(self, broker: Broker, owner: str) -> None:
+        self._store = LeaseStore(broker.transport, broker.keys.leader)
+        self._owner = owner
+
+    async def run_fenced(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        return await self._store.fenced(script, self._owner, keys, args)
+
+
+async def test_enqueue_many_splits_large_batches(broker: Broker) -> None:
+    ids = await broker.enqueue_many([b"m%d" % i for i in range(2500)])
+    assert len(ids) == len(set(ids)) == 2500
+    assert await broker.queue_length() == 2500
+    assert ids == sorted(ids, key=lambda i: tuple(map(int, i.split("-"))))
+
+
+async def test_ack_acknowledges_and_deletes(broker: Broker) -> None:
+    await broker.enqueue_many([b"a", b"b", b"c"])
+    ids = await deliver(broker, "c1", 3)
+    assert await broker.ack(ids[:2]) == 2
+    assert await broker.ack(ids[:2]) == 0, "acknowledging twice does nothing"
+    assert await broker.pending_count() == 1
+    assert await broker.queue_length() == 1
+
+
+async def test_retry_is_atomic_and_idempotent(broker: Broker, raw: Any, keys: Keys) -> None:
+    await broker.enqueue(b"first")
+    (message_id,) = await deliver(broker, "c1", 1)
+    assert await broker.retry(message_id, "task-1", 5000, b"second") is True
+    assert await broker.retry(message_id, "task-1", 5000, b"second") is False, "not pending"
+    assert await broker.pending_count() == 0
+    assert await broker.queue_length() == 0
+    assert raw.zrange(keys.delayed, 0, -1, withscores=True) == [(b"task-1", 5000.0)]
+    assert raw.hgetall(keys.delayed_messages) == {b"task-1": b"second"}
+
+
+async def test_dead_letter_writes_once(broker: Broker, raw: Any, keys: Keys) -> None:
+    await broker.enqueue(b"poison")
+    (message_id,) = await deliver(broker, "c1", 1)
+    fields: list[tuple[str, str | bytes]] = [("payload", b"poison"), ("reason", "undecodable")]
+    dead_id = await broker.dead_letter(message_id, fields, maxlen=10)
+    assert dead_id is not None
+    assert await broker.dead_letter(message_id, fields, maxlen=10) is None
+    ((entry_id, entry),) = raw.xrange(keys.dead)
+    assert entry_id.decode() == dead_id
+    assert entry == {b"payload": b"poison", b"reason": b"undecodable"}
+    assert await broker.pending_count() == 0
+
+
+async def test_dead_letter_stream_is_capped(broker: Broker) -> None:
+    await broker.enqueue_many([b"x"] * 300)
+    ids = await deliver(broker, "c1", 300)
+    for message_id in ids:
+        await broker.dead_letter(message_id, [("reason", "r")], maxlen=100)
+    # Approximate trimming (MAXLEN ~) keeps at least 100 and far fewer than 300.
+    assert 100 <= await broker.dead_count() < 300
+
+
+async def test_move_due_is_capped_and_reports_the_next_due_time(broker: Broker, raw: Any) -> None:
+    raw.set(broker.keys.leader, "leader")
+    leader = KeyLeader(broker, "leader")
+    for i in range(450):
+        assert await broker.schedule(f"t{i}", 1000 + i, b"due-%d" % i) is True
+    await broker.schedule("later", 10_000, b"later")
+    assert await broker.move_due(leader, 5000, 200) == (200, 1200.0, [])
+    assert await broker.move_due(leader, 5000, 200) == (200, 1400.0, [])
+    assert await broker.move_due(leader, 5000, 200) == (50, 10_000.0, [])
+    assert await broker.move_due(leader, 5000, 200) == (0, 10_000.0, [])
+    assert await broker.queue_length() == 450
+    assert await broker.move_due(leader, 10_000, 200) == (1, None, [])
+    assert await broker.delayed_count() == 0
+    assert raw.hlen(broker.keys.delayed_messages) == 0
+
+
+async def test_only_the_lease_holder_moves_due_tasks(broker: Broker, raw: Any) -> None:
+    raw.set(broker.keys.leader, "the-real-leader")
+    await broker.schedule("t", 1000, b"m")
+    with pytest.raises(LeadershipLost):
+        await broker.move_due(KeyLeader(broker, "a-stale-leader"), 5000, 10)
+    assert await broker.queue_length() == 0
+    assert await broker.delayed_count() == 1
+
+
+async def test_schedule_and_cancel(broker: Broker, raw: Any) -> None:
+    assert await broker.schedule("t", 2000, b"one") is True
+    assert await broker.schedule("t", 3000, b"two") is False, "the same id replaces"
+    assert raw.zscore(broker.keys.delayed, "t") == 3000.0
+    assert await broker.cancel_delayed("t") is True
+    assert await broker.cancel_delayed("t") is False
+    assert await broker.delayed_count() == 0
+    assert raw.hlen(broker.keys.delayed_messages) == 0
+
+
+async def test_a_cron_tick_fires_once(broker: Broker, raw: Any) -> None:
+    raw.set(broker.keys.leader, "leader")
+    leader = KeyLeader(broker, "leader")
+    assert await broker.fire_cron(leader, "report", 60_000, b"m1") == 1
+    assert await broker.fire_cron(leader, "report", 60_000, b"m1") == 0, "same tick"
+    assert await broker.fire_cron(leader, "report", 30_000, b"m0") == 0, "an older tick"
+    assert await broker.fire_cron(leader, "report", 120_000, b"m2") == 1
+    assert await broker.cron_last_fired() == ({"report": 120_000}, [])
+    assert await broker.queue_length() == 2
+    raw.set(broker.keys.unique("lock"), "held")
+    lock = UniqueLock(broker.keys.unique("lock"), "token", 60_000)
+    assert await broker.fire_cron(leader, "report", 180_000, b"m3", lock) == -1, "locked: skip"
+    assert await broker.cron_last_fired() == ({"report": 180_000}, []), "the tick is used up"
+    raw.delete(lock.key)
+    assert await broker.fire_cron(leader, "report", 240_000, b"m4", lock) == 1
+    assert raw.get(lock.key) == b"token"
+    assert await broker.queue_length() == 3
+
+
+async def test_heartbeat_keeps_own_entries_and_reports_lost_ones(
+    broker: Broker, raw: Any, group: str, keys: Keys
+) -> None:
+    await broker.enqueue_many([b"a", b"b"])
+    mine, stolen = await deliver(broker, "c1", 2)
+    raw.xclaim(keys.stream, group, "c2", 0, [stolen])
+    assert await broker.heartbeat("c1", [mine, stolen, "0-1"]) == [stolen, "0-1"]
+    pending = {
+        p["message_id"].decode(): p for p in raw.xpending_range(keys.stream, group, "-", "+", 10)
+    }
+    assert pending[mine]["consumer"] == b"c1"
+    assert pending[mine]["times_delivered"] == 1, "a heartbeat is not a delivery"
+    assert pending[stolen]["consumer"] == b"c2"
+
+
+async def test_release_hands_entries_back_for_immediate_reclaim(
+    broker: Broker, raw: Any, group: str, keys: Keys
+) -> None:
+    await broker.enqueue_many([b"a", b"b", b"c"])
+    a, b, c = await deliver(broker, "c1", 3)
+    raw.xclaim(keys.stream, group, "c2", 0, [c])
+    released = await broker.release("c1", [(a, True), (b, False), (c, True)])
+    assert released == 2, "only the consumer's own entries"
+    pending = {
+        p["message_id"].decode(): p for p in raw.xpending_range(keys.stream, group, "-", "+", 10)
+    }
+    assert pending[a]["consumer"].decode() == RELEASED_CONSUMER
+    assert pending[a]["times_delivered"] == 0, "the delivery is given back"
+    assert pending[b]["times_delivered"] == 1, "a delivery that ran is kept"
+    assert pending[a]["time_since_delivered"] >= RELEASED_IDLE_MS - 1000
+    # A reclaim with any reasonable min-idle takes them at once, counting a delivery.
+    cursor, entries = await broker.reclaim("c3", 300_000, "0-0", 10)
+    assert cursor == "0-0"
+    assert sorted((e.message_id, e.deliveries) for e in entries) == sorted([(a, 1), (b, 2)])
+    assert entries[0].fields == [b"payload", b"a" if entries[0].message_id == a else b"b"]
+
+
+async def test_pending_ids_pages_through_a_consumer(broker: Broker) -> None:
+    await broker.enqueue_many([b"x"] * 5)
+    ids = await deliver(broker, "c1", 5)
+    assert await broker.pending_ids("c1") == ids
+    assert await broker.pending_ids("c1", start=ids[2], count=2) == ids[2:4]
+    assert await broker.pending_ids("nobody") == []
+
+
+async def test_delete_consumer_only_when_it_has_nothing_pending(
+    broker: Broker, raw: Any, group: str, keys: Keys
+) -> None:
+    await broker.enqueue(b"x")
+    (message_id,) = await deliver(broker, "c1", 1)
+    await deliver(broker, "c2", 1)  # c2 exists, with nothing pending
+    assert await broker.delete_consumer_if_idle("c1") is False
+    assert await broker.delete_consumer_if_idle("c2") is True
+    consumers = {c["name"] for c in raw.xinfo_consumers(keys.stream, group)}
+    assert consumers == {b"c1"}
+    await broker.ack([message_id])
+    assert await broker.delete_consumer_if_idle("c1") is True

@@ -1,0 +1,300 @@
+"""Cluster, Sentinel, TLS and ACL: real servers the suite starts itself.
+
+Cluster and Sentinel run on the bridged transport (_redis/bridged.py), TLS and ACL on the
+native one; each deployment runs whole runners.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+import trio
+
+import trunner
+from trunner import Keys
+from trunner.election import open_elector
+
+from ..conftest import config, open_checked_runner, parts, redis_state
+from ..support.servers import RedisServer
+from ..support.topologies import Cluster, SentinelSet, TlsServer
+
+pytestmark = [pytest.mark.slow, pytest.mark.redis]
+FAST_LEADER = {"leader_ttl": 1.0, "leader_wait": 1.2, "report_interval": 0.2}
+
+
+class Runs:
+    """Task executions, awaited by count."""
+
+    def __init__(self) -> None:
+        self.payloads: list[Any] = []
+        self._lot = trio.lowlevel.ParkingLot()
+        self.finish_once = trio.Event()  # a unique task holds its lock until it finishes
+
+    def registry(self) -> trunner.TaskRegistry:
+        tasks = trunner.TaskRegistry()
+
+        @tasks.task(max_retry=2, retry_backoff=0.05)
+        async def record(payload: Any) -> None:
+            self.payloads.append(payload)
+            self._lot.unpark_all()
+
+        @tasks.task(max_retry=2, retry_backoff=0.05)
+        async def slow(payload: Any) -> None:
+            await trio.sleep(0.005)
+            self.payloads.append(payload)
+            self._lot.unpark_all()
+
+        @tasks.task(unique=True, unique_key=lambda p: p, unique_for=30)
+        async def once(payload: Any) -> None:
+            await self.finish_once.wait()
+            self.payloads.append(("once", payload))
+            self._lot.unpark_all()
+
+        return tasks
+
+    async def wait(self, count: int) -> None:
+        while len(self.payloads) < count:
+            await self._lot.park()
+
+
+async def dispatch_retrying(runner: trunner.Runner, payload: int) -> None:
+    """Dispatch as an application would during a failover: retry until Redis accepts."""
+    while True:
+        try:
+            await runner.dispatch("record", payload)
+        except trunner.BackendError:
+            await trio.sleep(0.1)
+        else:
+            return
+
+
+async def run_through_failover(
+    url: str, group: str, failover: Callable[[], tuple[int, int]], what: str
+) -> None:
+    """Two runners work through a planned failover while tasks are dispatched, queued,
+    running and delayed; nothing may be lost. Prints what was duplicated and how long
+    dispatching failed."""
+    runs = Runs()
+    cfg = config(group, **FAST_LEADER, num_workers=4, reclaim_delay=2.0, reclaim_interval=0.2)
+    refused: list[float] = []
+
+    async def dispatch_all(runner: trunner.Runner, first: int) -> None:
+        for i in range(first, 300, 2):
+            while True:
+                try:
+                    await runner.dispatch("slow", i)
+                    break
+                except trunner.BackendError:
+                    refused.append(trio.current_time())
+                    await trio.sleep(0.05)
+            await trio.sleep(0.005)
+
+    async with (
+        trunner.open_runner(url, cfg, runs.registry()) as a,
+        trunner.open_runner(url, cfg, runs.registry()) as b,
+    ):
+        for i in range(10):  # due during the failover: the leader moves them after it
+            await a.dispatch_delayed("record", f"d{i}", 0.4 + i * 0.1)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(dispatch_all, a, 0)
+            nursery.start_soon(dispatch_all, b, 1)
+            await trio.sleep(0.3)  # tasks queued and running when the master changes
+            started = trio.current_time()
+            old, new = await trio.to_thread.run_sync(failover)
+            switched = trio.current_time() - started
+            assert old != new
+        await runs.wait(310)
+
+        async def drained() -> bool:
+            counts = [await a.pending_count(), await a.queue_length(), await a.delayed_count()]
+            return counts == [0, 0, 0]
+
+        await redis_state(drained, poll=0.1)
+    expected = {*range(300), *(f"d{i}" for i in range(10))}
+    done = Counter(runs.payloads)
+    assert set(done) == expected, f"lost: {expected - set(done)}"
+    duplicated = sum(n - 1 for n in done.values())
+    window = refused[-1] - refused[0] if refused else 0.0
+    print(
+        f"{what} failover: 310 tasks, 0 lost, {duplicated} duplicated; failover took "
+        f"{switched:.1f} s; {len(refused)} refused dispatches over {window:.1f} s"
+    )
+
+
+async def full_run(url: str, group: str) -> trunner.GroupStats:
+    """Dispatch, delayed, election, metrics and unique tasks on one deployment."""
+    runs = Runs()
+    cfg = config(
+        group,
+        **FAST_LEADER,
+        stats_interval=0.5,
+        janitor_interval=0.3,
+        delete_on_ack=False,
+        stream_retention=0.2,
+    )
+    async with (
+        trunner.open_runner(url, cfg, runs.registry()) as a,
+        trunner.open_runner(url, cfg, runs.registry()) as b,
+    ):
+        assert a.is_leader != b.is_leader, "one leader"
+        await a.dispatch_many("record", range(50))
+        await b.dispatch("record", 50)
+        await a.dispatch_delayed("record", "delayed", 0.2)
+        await a.dispatch("once", "k")
+        with pytest.raises(trunner.TaskAlreadyDispatched):
+            await b.dispatch("once", "k")
+        runs.finish_once.set()
+        await runs.wait(53)
+
+        async def reported() -> bool:
+            stats = await a.group_stats()
+            return stats.tasks.get("record") is not None and stats.instances == 2
+
+        await redis_state(reported, poll=0.1)
+        stats = await b.group_stats()
+        leader = a if a.is_leader else b
+        # its commands (trimming, consumer clean-up) are allowed here too
+        janitor = parts(leader).janitor
+        await janitor.wait_rounds(janitor.rounds + 2)
+        async with a.redis.pipeline() as pipe:  # the task handle on this deployment
+            counter = f"trunner:{{{group}}}:app-counter"
+            pipe.add("INCR", counter).add("INCR", counter)
+        assert pipe.results == [1, 2]
+    assert Counter(p for p in runs.payloads if not isinstance(p, tuple)) == Counter(
+        [*range(51), "delayed"]
+    )
+    return stats
+
+
+# -- TLS --------------------------------------------------------------------------------------
+
+
+async def test_tls_with_a_ca_and_a_client_certificate(tls: TlsServer, group: str) -> None:
+    stats = await full_run(tls.url, group)
+    assert stats.instances == 2
+
+
+async def test_tls_without_the_ca_fails_clearly(tls: TlsServer, group: str) -> None:
+    url = f"rediss://127.0.0.1:{tls.port}/0"
+    cfg = config(group, connect_timeout=3.0)
+    with pytest.raises(trunner.RedisUnavailable, match=r"rediss://127\.0\.0\.1"):
+        async with trunner.open_runner(url, cfg, trunner.TaskRegistry()):
+            pass
+
+
+# -- ACL --------------------------------------------------------------------------------------
+
+ACL_COMMANDS = (
+    "+auth +client|setname +client|id +client|unblock +ping +select "
+    "+script|load +evalsha +xgroup|create +xgroup|delconsumer +xadd +xreadgroup +xack +xdel "
+    "+xautoclaim +xclaim +xpending +xlen +xrange +zadd +zcard +zrangebyscore +zrange +zrem "
+    "+hset +hsetnx +hget +hdel +hexists +hgetall +hmget +hincrby +hincrbyfloat +set +get "
+    "+del +incr +pexpire +type +publish +subscribe +config|get "
+    "+xinfo|consumers +xinfo|groups +xtrim +exists"
+)
+
+
+async def test_an_acl_user_limited_to_its_groups_keys(redis_server: RedisServer) -> None:
+    group = f"acl-{uuid.uuid4().hex[:6]}"
+    with redis.Redis.from_url(redis_server.url) as admin:
+        admin.execute_command(
+            "ACL", "SETUSER", f"worker-{group}", "on", ">secret", "resetkeys",
+            f"~trunner:{{{group}}}:*", "resetchannels", f"&trunner:{{{group}}}:*", "-@all",
+            *ACL_COMMANDS.split(),
+        )  # fmt: skip
+        admin.execute_command("ACL", "SETUSER", f"nobody-{group}", "on", ">secret", "-@all")
+    url = f"redis://worker-{group}:secret@127.0.0.1:{redis_server.port}/0"
+    await full_run(url, group)
+    denied = f"redis://nobody-{group}:secret@127.0.0.1:{redis_server.port}/0"
+    with pytest.raises(trunner.TrunnerError, match=r"NOPERM|permission"):
+        async with trunner.open_runner(denied, config(group), trunner.TaskRegistry()):
+            pass
+    other = f"other-{group}"  # the user's keys are those of its group only
+    with pytest.raises(trunner.TrunnerError, match=r"NOPERM|permission|No permissions"):
+        async with trunner.open_runner(url, config(other), trunner.TaskRegistry()):
+            pass
+
+
+# -- prefixes -------------------------------------------------------------------------------
+
+
+async def test_prefixes_keep_environments_apart(redis_server: RedisServer, group: str) -> None:
+    prod, staging = Runs(), Runs()
+    url = redis_server.url
+    async with (
+        open_checked_runner(url, config(group, prefix="prod"), prod.registry()) as p,
+        open_checked_runner(url, config(group, prefix="staging"), staging.registry()) as s,
+    ):
+        assert p.is_leader
+        assert s.is_leader, "each environment has its own lease"
+        await p.dispatch_many("record", range(10))
+        await s.dispatch_many("record", range(100, 105))
+        await prod.wait(10)
+        await staging.wait(5)
+        assert [i.id for i in await p.instances()] == [p.consumer_name]
+    assert sorted(prod.payloads) == list(range(10))
+    assert sorted(staging.payloads) == list(range(100, 105))
+
+
+# -- Cluster ------------------------------------------------------------------------------
+
+
+@pytest.mark.deadline(90)
+async def test_a_full_run_on_a_three_master_cluster(cluster: Cluster) -> None:
+    groups = [f"c{i}-{uuid.uuid4().hex[:6]}" for i in range(6)]
+    masters = {cluster.master_of(Keys("trunner", g).stream) for g in groups}
+    assert len(masters) >= 2, "groups spread over the masters"
+    for group in groups[:3]:
+        stats = await full_run(cluster.url, group)
+        assert stats.instances == 2
+
+
+async def test_standalone_electors_and_a_client_on_a_cluster(cluster: Cluster) -> None:
+    key = f"jobs-lease-{uuid.uuid4().hex[:6]}"  # no hash tag: the fence key follows it
+    async with open_elector(cluster.url, key, ttl=1.0, wait=1.2) as a:
+        assert a.is_leader
+        async with open_elector(cluster.url, key, ttl=1.0, wait=1.2) as b:
+            assert not b.is_leader
+            assert await a.eval_fenced("return 1", [], []) == 1
+            a.stop()
+            with trio.fail_after(1.0):
+                await b.wait_promoted()  # the release notification crosses the cluster
+    group = f"cl-{uuid.uuid4().hex[:6]}"
+    async with trunner.open_client(cluster.url, group) as client:
+        await client.dispatch_many("record", range(3))
+        assert await client.queue_length() == 3
+
+
+async def test_cluster_calls_wait_for_a_free_connection(cluster: Cluster) -> None:
+    """The Cluster client raises at its pool limit; trunner's calls wait instead."""
+    group = f"cc-{uuid.uuid4().hex[:6]}"
+    runs = Runs()
+    cfg = config(group, max_connections=2, num_workers=20)
+    async with trunner.open_runner(cluster.url, cfg, runs.registry()) as runner:
+        async with trio.open_nursery() as nursery:
+            for i in range(100):
+                nursery.start_soon(runner.dispatch, "record", i)
+        await runs.wait(100)
+    assert sorted(runs.payloads) == list(range(100))
+
+
+@pytest.mark.deadline(120)
+async def test_a_cluster_failover_during_a_run(cluster: Cluster) -> None:
+    group = f"fo-{uuid.uuid4().hex[:6]}"
+    stream = Keys("trunner", group).stream
+    await run_through_failover(cluster.url, group, lambda: cluster.failover(stream), "cluster")
+
+
+# -- Sentinel -----------------------------------------------------------------------------
+
+
+@pytest.mark.deadline(120)
+async def test_a_sentinel_failover_during_a_run(group: str) -> None:
+    with SentinelSet() as sentinels:
+        await full_run(sentinels.url, f"{group}-warm")
+        await run_through_failover(sentinels.url, group, sentinels.failover, "sentinel")

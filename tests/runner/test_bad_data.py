@@ -1,0 +1,396 @@
+"""Bad data in Redis and in the registry costs that item, never a runner or the group.
+
+Crosses the quarantine (trunner/quarantine.py), the leadership's supervision of its chores
+(leadership.py), the mover, cron, the aggregator and reporter, the elector, the fetcher
+(a lost consumer group), and the runner's bounded shutdown (runner.py, _jobhost.py).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import trio
+
+import trunner
+from trunner.election import Elector
+from trunner.keys import Keys
+from trunner.message import encode_message
+from trunner.task import CronSchedule
+
+from ..conftest import config, parts, redis_state
+
+#: Timings that make the leader's chores, reports and elections come fast.
+FAST = {
+    "leader_ttl": 0.5,
+    "leader_wait": 0.6,
+    "leader_jitter": 0.01,
+    "report_interval": 0.1,
+    "stats_interval": 0.2,
+    "instance_ttl": 1.0,
+    "block_duration": 0.2,
+    "janitor_interval": 0.2,
+}
+
+
+def records(raw: Any, keys: Keys) -> list[dict[bytes, bytes]]:
+    """The quarantine records, oldest first."""
+    return [fields for _, fields in raw.xrange(keys.quarantine)]
+
+
+class Runs:
+    """Task runs by payload; tests await them."""
+
+    def __init__(self) -> None:
+        self.payloads: list[Any] = []
+        self._lot = trio.lowlevel.ParkingLot()
+
+    def add(self, payload: Any) -> None:
+        self.payloads.append(payload)
+        self._lot.unpark_all()
+
+    async def wait_for(self, payload: Any) -> None:
+        while payload not in self.payloads:
+            await self._lot.park()
+
+
+def registry(runs: Runs, *names: str) -> trunner.TaskRegistry:
+    tasks = trunner.TaskRegistry()
+    for name in names or ("record",):
+
+        async def record(payload: Any) -> None:
+            runs.add(payload)
+
+        tasks.task(name)(record)
+    return tasks
+
+
+def add_delayed(raw: Any, keys: Keys, task_id: str, data: bytes, unique: bytes | None) -> None:
+    """A delayed task due now, written as the schedule script writes one."""
+    raw.zadd(keys.delayed, {task_id: 1000})
+    raw.hset(keys.delayed_messages, task_id, data)
+    if unique is not None:
+        raw.hset(keys.delayed_unique, task_id, unique)
+
+
+async def test_a_delayed_unique_lock_of_another_layout_is_set_aside_and_no_runner_fails(
+    url: str, group: str, raw: Any
+) -> None:
+    """The documentation once described this index as three lines; the code reads JSON.
+    Such an entry made every leader in turn crash; now it is set aside with its message,
+    and the other delayed tasks move on."""
+    keys = Keys("trunner", group)
+    runs = Runs()
+    data = encode_message("record", "locked", enqueued_at=0.0, task_id="t1", max_bytes=10_000)
+    lines = f"{keys.unique('6:record')}\ntoken\n600000".encode()
+    add_delayed(raw, keys, "t1", data, lines)
+    good = encode_message("record", "fine", enqueued_at=0.0, task_id="t2", max_bytes=10_000)
+    add_delayed(raw, keys, "t2", good, None)
+    cfg = config(group, **FAST)
+    async with (
+        trunner.open_runner(url, cfg, registry(runs)) as a,
+        trunner.open_runner(url, cfg, registry(runs)) as b,
+    ):
+        await runs.wait_for("fine")
+
+        async def set_aside() -> bool:
+            return bool(records(raw, keys))
+
+        await redis_state(set_aside)
+        [record] = records(raw, keys)
+        assert record[b"source"] == b"delayed:unique"
+        assert record[b"item"] == b"t1"
+        assert b"cannot be read" in record[b"reason"]
+        assert record[b"value"] == lines
+        assert record[b"message"] == data, "the task is kept in the record: nothing is lost"
+        assert raw.zscore(keys.delayed, "t1") is None
+        assert raw.hget(keys.delayed_unique, "t1") is None
+        leader = a if a.is_leader else b
+        assert leader.statistics().quarantined == 1
+        later = await a.dispatch_delayed("record", "later", 0)
+        assert later
+        await runs.wait_for("later")
+        assert a.state is b.state is trunner.RunnerState.STARTED
+    assert "locked" not in runs.payloads
+
+
+async def test_a_task_name_ending_in_b_and_a_bad_metrics_field_leave_the_leader_running(
+    url: str, group: str, raw: Any
+) -> None:
+    keys = Keys("trunner", group)
+    runs = Runs()
+    tasks = registry(runs, "shard:b")
+    raw.hset(keys.metrics, "t:other:n", "not a number")
+    async with trunner.open_runner(url, config(group, **FAST), tasks) as runner:
+        await runner.dispatch("shard:b", 1)
+        await runs.wait_for(1)
+        aggregator = parts(runner).aggregator
+        # A window with the task in it: its name's ':b' is not read as a bucket.
+        while True:
+            await runner.dispatch("shard:b", 2)
+            await runs.wait_for(2)
+            runs.payloads.remove(2)
+            rounds = aggregator.rounds
+            while aggregator.rounds == rounds:  # noqa: ASYNC110 - a round is a few 100 ms
+                await trio.sleep(0.05)
+            stats = raw.get(keys.stats)
+            if stats and "shard:b" in json.loads(stats)["tasks"]:
+                break
+        reasons = {(r[b"source"], r[b"item"]) for r in records(raw, keys)}
+        assert (b"metrics", b"t:other:n") in reasons
+        assert runner.state is trunner.RunnerState.STARTED
+        assert runner.statistics().chores_restarted == 0
+
+
+async def test_a_metrics_field_holding_no_number_is_replaced_by_the_next_report(
+    url: str, group: str, raw: Any
+) -> None:
+    keys = Keys("trunner", group)
+    runs = Runs()
+    raw.hset(keys.metrics, "t:record:n", "garbage")
+    cfg = config(group, **{**FAST, "stats_interval": 60.0})  # no aggregation meanwhile
+    async with trunner.open_runner(url, cfg, registry(runs)) as runner:
+        await runner.dispatch("record", 1)
+        await runs.wait_for(1)
+
+        async def replaced() -> bool:
+            value = raw.hget(keys.metrics, "t:record:n")
+            return value is not None and value != b"garbage"
+
+        await redis_state(replaced)
+        assert float(raw.hget(keys.metrics, "t:record:n")) == 1.0
+        [record] = [r for r in records(raw, keys) if r[b"source"] == b"metrics"]
+        assert record[b"value"] == b"garbage"
+        assert runner.statistics().quarantined == 1
+
+
+def test_a_cron_expression_that_never_fires_is_refused_when_registered() -> None:
+    with pytest.raises(ValueError, match=r"never fires"):
+        CronSchedule("leap", "0 0 30 2 *", "report")
+    tasks = trunner.TaskRegistry()
+    with pytest.raises(ValueError, match=r"never fires"):
+
+        @tasks.cron("0 0 31 4 *")  # 31 April
+        async def report(_: Any) -> None: ...
+
+    CronSchedule("leap-day", "0 0 29 2 *", "report")  # every four years: it does fire
+
+
+async def test_a_cron_schedule_that_fails_at_run_time_is_set_aside_and_the_others_fire(
+    url: str, group: str, raw: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keys = Keys("trunner", group)
+    runs = Runs()
+    tasks = registry(runs)
+    tasks.cron("* * * * * *", "record", "every second", name="ok")
+    tasks.cron("* * * * * *", "record", "broken", name="broken")
+    raw.hset(keys.cron, "ok", "not a tick")
+    original = CronSchedule.next_tick
+
+    def next_tick(self: CronSchedule, after: float) -> float:
+        if self.name == "broken":
+            raise ValueError("no tick: the zone's data changed")
+        return original(self, after)
+
+    monkeypatch.setattr(CronSchedule, "next_tick", next_tick)
+    async with trunner.open_runner(url, config(group, **FAST), tasks) as runner:
+        await runs.wait_for("every second")
+
+        async def noted() -> bool:
+            return len(records(raw, keys)) >= 2
+
+        await redis_state(noted)
+        by_item = {r[b"item"]: r for r in records(raw, keys)}
+        assert by_item[b"broken"][b"source"] == b"cron"
+        assert by_item[b"broken"][b"value"] == b"* * * * * *"
+        assert by_item[b"ok"][b"reason"] == b"the last tick fired is not a number"
+        assert runner.state is trunner.RunnerState.STARTED
+    assert "broken" not in runs.payloads
+
+
+async def test_a_failing_leader_chore_is_restarted_and_the_runner_goes_on(
+    url: str, group: str
+) -> None:
+    calls = 0
+    again = trio.Event()
+
+    async def chore(_: Elector) -> None:
+        nonlocal calls
+        calls += 1
+        if calls >= 2:
+            again.set()
+            await trio.sleep_forever()
+        raise ZeroDivisionError("a defect in a chore")
+
+    runner = trunner.Runner(url, config(group, **FAST), trunner.TaskRegistry())
+    runner._leader_chores.append(chore)
+    errors: list[BaseException] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runner.run)
+
+        async def collect() -> None:
+            async for error in runner.errors():
+                errors.append(error)
+
+        nursery.start_soon(collect)
+        await again.wait()
+        assert runner.statistics().chores_restarted == 1
+        assert runner.state is trunner.RunnerState.STARTED
+        runner.stop()
+    assert any(isinstance(e, ZeroDivisionError) for e in errors)
+
+
+@pytest.mark.parametrize(
+    "corrupt",
+    ["a list as the lease", "a lease that never expires", "a fence that is not a number"],
+)
+async def test_a_corrupted_lease_does_not_keep_the_group_without_a_leader(
+    url: str, group: str, raw: Any, corrupt: str
+) -> None:
+    keys = Keys("trunner", group)
+    if corrupt == "a list as the lease":
+        raw.rpush(keys.leader, "x")
+    elif corrupt == "a lease that never expires":
+        raw.set(keys.leader, "a-holder-long-gone")
+    else:
+        raw.set(keys.fence, "garbage")
+    async with trunner.open_runner(url, config(group, **FAST), trunner.TaskRegistry()) as r:
+        elector = r.elector
+        assert elector is not None
+        await elector.wait_promoted()
+        assert elector.fence is not None
+        assert elector.fence > 0
+        assert raw.get(keys.leader) == r.consumer_name.encode()
+        [record] = records(raw, keys)
+        assert record[b"source"] == b"leader"
+        assert r.statistics().quarantined == 1
+    assert int(raw.get(keys.fence)) > 0
+
+
+async def test_a_key_of_the_wrong_type_is_renamed_aside_and_the_loop_goes_on(
+    url: str, group: str, raw: Any
+) -> None:
+    keys = Keys("trunner", group)
+    runs = Runs()
+    raw.set(keys.delayed_unique, "not a hash")
+    async with trunner.open_runner(url, config(group, **FAST), registry(runs)) as runner:
+        await runner.dispatch_delayed("record", "moved", 0)
+        await runs.wait_for("moved")
+        [record] = records(raw, keys)
+        assert record[b"source"] == keys.delayed_unique.encode()
+        assert record[b"reason"].startswith(b"a string")
+        renamed = record[b"action"].decode().removeprefix("renamed to ")
+        assert raw.get(renamed) == b"not a hash", "set aside, not deleted"
+        assert raw.type(keys.delayed_unique) in (b"none", b"hash")
+
+
+async def test_a_lost_group_keeping_finished_messages_is_recreated_from_its_floor(
+    url: str, group: str, raw: Any
+) -> None:
+    """With delete_on_ack=False, a group recreated from the stream's start would run every
+    finished message it kept again."""
+    keys = Keys("trunner", group)
+    runs = Runs()
+    cfg = config(group, **FAST, delete_on_ack=False)
+    async with trunner.open_runner(url, cfg, registry(runs)) as runner:
+        for i in range(3):
+            await runner.dispatch("record", i)
+        for i in range(3):
+            await runs.wait_for(i)
+        janitor = parts(runner).janitor
+        await janitor.wait_rounds(janitor.rounds + 2)  # the floor is recorded
+        assert raw.get(keys.floor) is not None
+        raw.xgroup_destroy(keys.stream, group)
+        await runner.dispatch("record", "after")
+        await runs.wait_for("after")
+        assert sorted(map(str, runs.payloads)) == ["0", "1", "2", "after"], "none ran again"
+        [record] = [r for r in records(raw, keys) if r[b"source"] == b"group"]
+        assert record[b"action"].startswith(b"recreated from id ")
+
+
+async def test_a_task_ignoring_cancellation_cannot_hold_the_runner_past_its_grace(
+    url: str, group: str, raw: Any
+) -> None:
+    keys = Keys("trunner", group)
+    started, finish, ended = trio.Event(), trio.Event(), trio.Event()
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task
+    async def stubborn(_: Any) -> None:
+        started.set()
+        try:
+            with trio.CancelScope(shield=True):
+                await finish.wait()
+        finally:
+            ended.set()
+
+    cfg = config(group, drain_timeout=0.2, cancel_grace=0.2)
+    async with trunner.open_runner(url, cfg, tasks) as runner:
+        message_id = await runner.dispatch("stubborn")
+        await started.wait()
+    # open_runner returned while the task still runs: it was abandoned.
+    assert not ended.is_set()
+    assert runner.statistics().abandoned == 1
+    [pending] = raw.xpending_range(keys.stream, group, message_id, message_id, 1)
+    assert pending["consumer"] == b"trunner:released", "its message is released"
+    finish.set()
+    await ended.wait()
+
+
+async def test_stop_without_drain_bounds_the_exit_by_the_grace_alone(url: str, group: str) -> None:
+    started, finish = trio.Event(), trio.Event()
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task
+    async def stubborn(_: Any) -> None:
+        started.set()
+        with trio.CancelScope(shield=True):
+            await finish.wait()
+
+    cfg = config(group, drain_timeout=600.0, cancel_grace=0.2)  # the test's deadline is 30 s
+    async with trunner.open_runner(url, cfg, tasks) as runner:
+        await runner.dispatch("stubborn")
+        await started.wait()
+        runner.stop(drain=False)
+    assert runner.statistics().abandoned == 1
+    finish.set()
+
+
+async def test_a_failed_task_whose_handler_is_cut_off_by_the_drain_never_runs_again(
+    url: str, group: str
+) -> None:
+    """max_retry=0: the one attempt failed; its handler outlived the drain timeout. The
+    message is released keeping its attempt, so its next delivery gives it up."""
+    ran = 0
+    handled: list[str] = []
+    in_handler = trio.Event()
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task
+    async def fails(_: Any) -> None:
+        nonlocal ran
+        ran += 1
+        raise RuntimeError("boom")
+
+    async def slow_handler(message: trunner.TaskMessage, error: BaseException) -> None:
+        handled.append(type(error).__name__)
+        if len(handled) == 1:
+            in_handler.set()
+            await trio.sleep_forever()
+
+    cfg = config(group, drain_timeout=0.1, reclaim_interval=0.1, failed_task_handler=slow_handler)
+    async with trunner.open_runner(url, cfg, tasks) as first:
+        await first.dispatch("fails")
+        await in_handler.wait()
+    assert first.statistics().interrupted == 1
+    async with trunner.open_runner(url, cfg, tasks) as second:
+
+        async def dead() -> bool:
+            return await second.dead_letter_count() == 1
+
+        await redis_state(dead)
+        [letter] = await second.dead_letters()
+        assert letter.reason == "max retries exceeded (redelivered)"
+    assert ran == 1, "the task never ran again"
+    assert handled == ["MaxRetryExceeded", "MaxRetryExceeded"]
