@@ -15,31 +15,41 @@ from .errors import (
     CommandNotAllowed,
     Crashed,
     ElectorCrashed,
+    GiveUp,
     InvalidArgument,
     InvalidMessage,
     InvalidPayload,
+    InvalidResult,
     LeadershipLost,
     MaxRetryExceeded,
     PayloadTooLarge,
     RedisCommandError,
     RedisUnavailable,
+    RemoteFailure,
     ReservationLost,
+    ResultNotFound,
     RunnerAlreadyStarted,
     RunnerCrashed,
     RunnerNotRunning,
     TaskAlreadyDispatched,
+    TaskCancelled,
+    TaskExpired,
     TaskFailed,
     TaskNotFound,
+    TaskTimeout,
     TrunnerError,
 )
 from .group_stats import GroupStats, InstanceInfo, TaskTiming
+from .handles import SelfWait, TaskHandle
 from .keys import Keys
 from .message import TaskMessage
+from .progress import report_progress
 from .quarantine import QuarantineRecord
 from .redis_handle import Pipeline, RedisHandle, open_redis
 from .runner import Runner, current_runner, open_runner
 from .serve import WorkerSettings
 from .statistics import RunnerState, RunnerStatistics
+from .status import CancelOutcome, RemoteError, TaskState, TaskStatus
 from .task import CronSchedule, Task, TaskRegistry
 
 __version__ = "0.1.0"
@@ -48,6 +58,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BackendError",
     "BadData",
+    "CancelOutcome",
     "Client",
     "CommandNotAllowed",
     "Crashed",
@@ -55,12 +66,14 @@ __all__ = [
     "DeadLetter",
     "ElectorCrashed",
     "FailedTaskHandler",
+    "GiveUp",
     "GroupInfo",
     "GroupStats",
     "InstanceInfo",
     "InvalidArgument",
     "InvalidMessage",
     "InvalidPayload",
+    "InvalidResult",
     "Keys",
     "LeadershipLost",
     "LongQueueHook",
@@ -71,8 +84,11 @@ __all__ = [
     "RedisCommandError",
     "RedisHandle",
     "RedisUnavailable",
+    "RemoteError",
+    "RemoteFailure",
     "ReplayResult",
     "ReservationLost",
+    "ResultNotFound",
     "Runner",
     "RunnerAlreadyStarted",
     "RunnerConfig",
@@ -80,12 +96,19 @@ __all__ = [
     "RunnerNotRunning",
     "RunnerState",
     "RunnerStatistics",
+    "SelfWait",
     "Task",
     "TaskAlreadyDispatched",
+    "TaskCancelled",
+    "TaskExpired",
     "TaskFailed",
+    "TaskHandle",
     "TaskMessage",
     "TaskNotFound",
     "TaskRegistry",
+    "TaskState",
+    "TaskStatus",
+    "TaskTimeout",
     "TaskTiming",
     "TrunnerError",
     "WorkerSettings",
@@ -98,6 +121,7 @@ __all__ = [
     "open_redis",
     "open_runner",
     "redact_url",
+    "report_progress",
 ]
 
 #: Deprecated names (removed in the next release), each with its replacement.

@@ -6,8 +6,8 @@ import math
 import secrets
 import time
 import warnings
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import attrs
 
@@ -23,17 +23,26 @@ from .admin import (
     read_stats,
     replay_dead,
 )
-from .errors import RunnerNotRunning, TaskAlreadyDispatched
+from .codec import untyped
+from .errors import InvalidPayload, RunnerNotRunning, TaskAlreadyDispatched
 from .group_stats import GroupStats, InstanceInfo
+from .handles import TaskHandle, Waiters
 from .keys import UniqueLock
-from .message import MessageDecodeError, decode_message, encode_message
+from .message import MessageDecodeError, MessageOptions, decode_message, encode_message
 from .quarantine import QuarantineRecord
-from .task import Task, TaskRegistry, checked_task_name
+from .status import CancelOutcome
+from .task import TASK_ATTRIBUTE, Expiry, Task, TaskRegistry, checked_task_name, dispatch_options
 
 if TYPE_CHECKING:
     import datetime
 
-__all__ = ["Producer"]
+__all__ = ["Producer", "TaskRef"]
+
+P = TypeVar("P")
+R = TypeVar("R")
+
+#: What ``dispatch`` takes as the task: a registered task function, a ``Task``, or a name.
+TaskRef = str | Task | Callable[..., Awaitable[Any]]
 
 
 @attrs.frozen
@@ -59,6 +68,7 @@ class Producer:
         self, *, registry: TaskRegistry | None, max_payload_bytes: int, instance_ttl: float
     ) -> None:
         self._broker: Broker | None = None
+        self._waiters: Waiters | None = None
         self._registry = registry
         self._max_payload_bytes = max_payload_bytes
         self._instance_ttl = instance_ttl
@@ -68,12 +78,46 @@ class Producer:
             raise RunnerNotRunning(f"{type(self).__name__} is not open")
         return self._broker
 
-    def _task(self, task_name: str) -> Task | None:
-        """The registered task (None without a registry); checks the name."""
-        checked_task_name(task_name)
-        if self._registry is None:
+    def _open_waiters(self) -> Waiters:
+        if self._broker is None or self._waiters is None:
+            raise RunnerNotRunning(f"{type(self).__name__} is not open")
+        return self._waiters
+
+    def _group_name(self) -> str:
+        return self._broker.group if self._broker is not None else "?"
+
+    def _keep_result_of(self, task_name: str) -> float | None:
+        """The ``keep_result`` of a task this producer's registry knows, or None."""
+        if self._registry is None or task_name not in self._registry:
             return None
-        return self._registry.get(task_name)
+        return self._registry.get(task_name).keep_result
+
+    async def cancel(self, task_id: str) -> CancelOutcome:
+        """Cancel the task ``task_id`` wherever it is: ``handle(task_id).cancel()``.
+
+        Args:
+            task_id: The task's id.
+
+        Returns:
+            What was done (see [``TaskHandle.cancel``][trunner.TaskHandle.cancel]).
+        """
+        return await self.handle(task_id).cancel()
+
+    def _resolve(self, task: TaskRef) -> tuple[str, Task | None]:
+        """The name of the task to dispatch, and the registered task when known (checked
+        against the registry if there is one)."""
+        if isinstance(task, str):
+            checked_task_name(task)
+            return task, self._registry.get(task) if self._registry is not None else None
+        found = task if isinstance(task, Task) else getattr(task, TASK_ATTRIBUTE, None)
+        if not isinstance(found, Task):
+            raise TypeError(
+                f"dispatch takes a task name, a Task, or a function registered with "
+                f"@tasks.task; got {task!r}"
+            )
+        if self._registry is not None:
+            return found.name, self._registry.get(found.name)
+        return found.name, found
 
     def _encode(
         self,
@@ -82,6 +126,7 @@ class Producer:
         now: float,
         task_id: str | None = None,
         unique: _Unique | None = None,
+        options: MessageOptions | None = None,
     ) -> bytes:
         return encode_message(
             task_name,
@@ -91,8 +136,24 @@ class Producer:
             unique_key=unique.key if unique else None,
             unique_token=unique.token if unique else None,
             unique_for=unique.seconds if unique else None,
+            options=options,
             max_bytes=self._max_payload_bytes,
         )
+
+    @staticmethod
+    def _payload(task: Task | None, payload: Any) -> Any:
+        """The payload as JSON values: a typed task's (see ``trunner.codec``) is encoded,
+        and checked against its type as a runner will check it (so a payload that would
+        be given up on is refused here, before anything is sent)."""
+        if task is None or task.decode_payload is None:
+            return payload
+        codec = task.payload_codec
+        encoded = codec.encode(payload) if codec.typed else payload
+        try:
+            task.decode_payload(encoded)
+        except InvalidPayload as exc:
+            raise InvalidPayload(f"payload of task {task.name!r} {exc}") from None
+        return encoded
 
     def _unique(self, task: Task | None, payload: Any) -> _Unique | None:
         if task is None or not task.unique:
@@ -100,13 +161,62 @@ class Producer:
         key = task.key_for(payload)
         return _Unique(key, secrets.token_hex(16), task.unique_for_ms, task.unique_for or 0.0)
 
-    async def dispatch(self, task_name: str, payload: Any = None) -> str:
+    def _handle(self, task_id: str, task: Task | None) -> TaskHandle[Any]:
+        return TaskHandle(task_id, self, task.result_codec if task is not None else untyped)
+
+    def handle(self, task_id: str) -> TaskHandle[Any]:
+        """A handle on the task ``task_id``, dispatched from anywhere (its result is not
+        decoded into a type: the handle does not know the task's function).
+
+        Args:
+            task_id: A task's id, as ``dispatch`` (or ``str(handle)``) gave it.
+
+        Returns:
+            A [``TaskHandle``][trunner.TaskHandle].
+        """
+        if not isinstance(task_id, str) or not task_id:
+            raise TypeError(f"task_id must be a non-empty str, got {task_id!r}")
+        return TaskHandle(str(task_id), self)
+
+    @overload
+    async def dispatch(
+        self,
+        task_name: Callable[[P], Awaitable[R]],
+        payload: P,
+        *,
+        keep_result: float | None = None,
+        timeout: float | None = None,
+        expires: Expiry | None = None,
+    ) -> TaskHandle[R]: ...
+
+    @overload
+    async def dispatch(
+        self,
+        task_name: str | Task,
+        payload: Any = None,
+        *,
+        keep_result: float | None = None,
+        timeout: float | None = None,
+        expires: Expiry | None = None,
+    ) -> TaskHandle[Any]: ...
+
+    async def dispatch(
+        self,
+        task_name: TaskRef,
+        payload: Any = None,
+        *,
+        keep_result: float | None = None,
+        timeout: float | None = None,
+        expires: Expiry | None = None,
+    ) -> TaskHandle[Any]:
         """Add one task to the group's stream.
 
-        The task name and the payload are checked, and the payload encoded, before
-        anything is written to Redis. The task receives the payload after a JSON round
-        trip: tuples arrive as lists, and dict keys as strings (``{1: "x"}`` arrives as
-        ``{"1": "x"}``).
+        The task and the payload are checked, and the payload encoded, before anything is
+        written to Redis. A typed task's payload (an attrs class, a dataclass, a
+        TypedDict, datetimes ... see [Typed tasks](task-handles.md#typed-tasks)) is turned
+        into JSON values by its declared type; any other payload goes as it is, and the
+        task receives it after a JSON round trip: tuples arrive as lists, and dict keys
+        as strings (``{1: "x"}`` arrives as ``{"1": "x"}``).
 
         For a [unique task](unique-tasks.md), the ``unique_key`` of the payload is
         computed first (whatever it raises propagates). If its key is locked (a task of
@@ -117,20 +227,28 @@ class Producer:
         the command was on its way, the task may or may not have been added.
 
         Args:
-            task_name: A non-empty task name. A runner, or a client with ``tasks=``, only
-                accepts a name its registry knows.
-            payload: Any JSON-serializable value.
+            task_name: The task: a function registered with ``@tasks.task`` (then the
+                payload's type is checked by mypy, and the handle's result is typed), a
+                [``Task``][trunner.Task], or a name. A runner, or a client with
+                ``tasks=``, only accepts a task its registry knows.
+            payload: The payload.
+            keep_result: Keep the outcome this many seconds, for ``handle.result()``
+                (default: the task's ``keep_result``; without either, none is kept).
+            timeout: Each attempt may run this many seconds (default: the task's).
+            expires: Drop the task if it has not started by then: seconds from now, a
+                ``timedelta``, or an aware ``datetime``.
 
         Returns:
-            The new stream entry's id, which is also the task's id.
+            A [``TaskHandle``][trunner.TaskHandle]; as a ``str``, the task's id (the new
+            stream entry's id).
 
         Raises:
-            TypeError: ``task_name`` is not a string, or the ``unique_key`` of a unique
+            TypeError: ``task_name`` is not a task, or the ``unique_key`` of a unique
                 task returned something other than a ``str`` or ``int``.
-            ValueError: ``task_name`` is empty.
-            TaskNotFound: The registry does not know ``task_name``.
-            InvalidPayload: The payload is not JSON-serializable (sets, bytes, NaN,
-                infinities, arbitrary objects).
+            ValueError: ``task_name`` is empty, or an option is out of range.
+            TaskNotFound: The registry does not know the task.
+            InvalidPayload: The payload has no JSON form (sets, bytes, NaN, infinities,
+                arbitrary objects), or does not fit a typed task's declared type.
             PayloadTooLarge: The encoded message exceeds ``max_payload_bytes``.
             TaskAlreadyDispatched: A unique task whose key is locked.
             RunnerNotRunning: The runner or client is not open.
@@ -138,19 +256,52 @@ class Producer:
             RedisCommandError: Redis answered with an error.
         """
         broker = self._open_broker()
-        task = self._task(task_name)
+        name, task = self._resolve(task_name)
+        options = dispatch_options(keep_result, timeout, expires)
         unique = self._unique(task, payload)
-        data = self._encode(task_name, payload, time.time(), unique=unique)
+        data = self._encode(
+            name, self._payload(task, payload), time.time(), unique=unique, options=options
+        )
         if unique is None:
-            return await broker.enqueue(data)
+            return self._handle(await broker.enqueue(data), task)
         (message_id,) = await broker.enqueue_unique(
             [(broker.keys.unique(unique.key), unique.token, data)], unique.ttl_ms
         )
         if message_id is None:
-            raise TaskAlreadyDispatched(task_name, [unique.key])
-        return message_id
+            raise TaskAlreadyDispatched(name, [unique.key])
+        return self._handle(message_id, task)
 
-    async def dispatch_many(self, task_name: str, payloads: Iterable[Any]) -> list[str]:
+    @overload
+    async def dispatch_many(
+        self,
+        task_name: Callable[[P], Awaitable[R]],
+        payloads: Iterable[P],
+        *,
+        keep_result: float | None = None,
+        timeout: float | None = None,
+        expires: Expiry | None = None,
+    ) -> list[TaskHandle[R]]: ...
+
+    @overload
+    async def dispatch_many(
+        self,
+        task_name: str | Task,
+        payloads: Iterable[Any],
+        *,
+        keep_result: float | None = None,
+        timeout: float | None = None,
+        expires: Expiry | None = None,
+    ) -> list[TaskHandle[Any]]: ...
+
+    async def dispatch_many(
+        self,
+        task_name: TaskRef,
+        payloads: Iterable[Any],
+        *,
+        keep_result: float | None = None,
+        timeout: float | None = None,
+        expires: Expiry | None = None,
+    ) -> list[TaskHandle[Any]]:
         """Add one task per payload, in order.
 
         Every payload is checked and encoded first; if one fails, nothing is written. The
@@ -166,11 +317,14 @@ class Producer:
         and its ``ids`` the id of each payload (``None`` where refused).
 
         Args:
-            task_name: A non-empty task name, as for [``dispatch``][trunner.Runner.dispatch].
-            payloads: The payloads, each JSON-serializable.
+            task_name: The task, as for [``dispatch``][trunner.Runner.dispatch].
+            payloads: The payloads.
+            keep_result: As for ``dispatch``, for every task of the call.
+            timeout: As for ``dispatch``.
+            expires: As for ``dispatch``.
 
         Returns:
-            The ids of the new tasks, in the order of ``payloads``.
+            The handles of the new tasks, in the order of ``payloads``.
 
         Raises:
             TaskAlreadyDispatched: Some payloads of a unique task were refused; the others
@@ -179,32 +333,66 @@ class Producer:
         It raises the other errors of [``dispatch``][trunner.Runner.dispatch] too.
         """
         broker = self._open_broker()
-        task = self._task(task_name)
+        name, task = self._resolve(task_name)
+        options = dispatch_options(keep_result, timeout, expires)
         now = time.time()
         items = []
         for payload in payloads:
             unique = self._unique(task, payload)
-            items.append((unique, self._encode(task_name, payload, now, unique=unique)))
+            data = self._encode(name, self._payload(task, payload), now, None, unique, options)
+            items.append((unique, data))
         if not items:
             return []
         if task is None or not task.unique:
-            return await broker.enqueue_many([data for _, data in items])
+            ids = await broker.enqueue_many([data for _, data in items])
+            return [self._handle(i, task) for i in ids]
         locked = [(broker.keys.unique(u.key), u.token, data) for u, data in items if u is not None]
-        ids = await broker.enqueue_unique(locked, task.unique_for_ms)
-        refused = [i for i, message_id in enumerate(ids) if message_id is None]
+        maybe = await broker.enqueue_unique(locked, task.unique_for_ms)
+        refused = [i for i, message_id in enumerate(maybe) if message_id is None]
         if refused:
             keys = [u.key for i in refused if (u := items[i][0]) is not None]
-            raise TaskAlreadyDispatched(task_name, keys, refused, ids)
-        return [i for i in ids if i is not None]
+            raise TaskAlreadyDispatched(name, keys, refused, maybe)
+        return [self._handle(i, task) for i in maybe if i is not None]
+
+    @overload
+    async def dispatch_delayed(
+        self,
+        task_name: Callable[[P], Awaitable[R]],
+        payload: P,
+        delay: float | datetime.timedelta,
+        *,
+        keep_result: float | None = None,
+        timeout: float | None = None,
+        expires: Expiry | None = None,
+    ) -> TaskHandle[R]: ...
+
+    @overload
+    async def dispatch_delayed(
+        self,
+        task_name: str | Task,
+        payload: Any,
+        delay: float | datetime.timedelta,
+        *,
+        keep_result: float | None = None,
+        timeout: float | None = None,
+        expires: Expiry | None = None,
+    ) -> TaskHandle[Any]: ...
 
     async def dispatch_delayed(
-        self, task_name: str, payload: Any, delay: float | datetime.timedelta
-    ) -> str:
+        self,
+        task_name: TaskRef,
+        payload: Any,
+        delay: float | datetime.timedelta,
+        *,
+        keep_result: float | None = None,
+        timeout: float | None = None,
+        expires: Expiry | None = None,
+    ) -> TaskHandle[Any]:
         """Schedule one task to be added to the stream ``delay`` from now.
 
         The task is stored in the group's delayed set, in one script; when it is due, the
         group's leader moves it into the stream (see
-        [Delayed and periodic tasks](delayed-and-periodic.md)). The task name and payload
+        [Delayed and periodic tasks](delayed-and-periodic.md)). The task and payload
         are checked like [``dispatch``][trunner.Runner.dispatch] checks them, before
         anything is written. The call is not retried: after a ``RedisUnavailable``, the
         task may or may not be scheduled.
@@ -214,14 +402,18 @@ class Producer:
         (counted in [``RunnerStatistics.unique_dropped``][trunner.RunnerStatistics.unique_dropped]).
 
         Args:
-            task_name: A non-empty task name, as for [``dispatch``][trunner.Runner.dispatch].
-            payload: Any JSON-serializable value.
+            task_name: The task, as for [``dispatch``][trunner.Runner.dispatch].
+            payload: The payload, as for ``dispatch``.
             delay: Seconds (``int`` or ``float``) or a ``datetime.timedelta``; ``0`` means
                 as soon as possible.
+            keep_result: As for ``dispatch``.
+            timeout: As for ``dispatch``.
+            expires: As for ``dispatch`` (counted from now, not from the due time).
 
         Returns:
-            The task's id, 32 hex digits: its ``task_id`` when it runs (and across its
-            retries), and the argument of [``cancel_delayed``][trunner.Runner.cancel_delayed].
+            A [``TaskHandle``][trunner.TaskHandle]; as a ``str``, the task's id (32 hex
+            digits): its ``task_id`` when it runs (and across its retries), and the
+            argument of [``cancel_delayed``][trunner.Runner.cancel_delayed].
 
         Raises:
             TypeError: ``delay`` is neither a number nor a ``timedelta`` (``bool``
@@ -241,21 +433,58 @@ class Producer:
             raise TypeError(f"delay must be seconds or a timedelta, got {type(delay).__name__}")
         if not math.isfinite(seconds) or seconds < 0:
             raise ValueError(f"delay must be a finite number of seconds >= 0, got {delay!r}")
-        return await self._schedule(task_name, payload, time.time() + seconds)
+        options = dispatch_options(keep_result, timeout, expires)
+        return await self._schedule(task_name, payload, time.time() + seconds, options)
 
-    async def schedule_for(self, task_name: str, payload: Any, when: datetime.datetime) -> str:
+    @overload
+    async def schedule_for(
+        self,
+        task_name: Callable[[P], Awaitable[R]],
+        payload: P,
+        when: datetime.datetime,
+        *,
+        keep_result: float | None = None,
+        timeout: float | None = None,
+        expires: Expiry | None = None,
+    ) -> TaskHandle[R]: ...
+
+    @overload
+    async def schedule_for(
+        self,
+        task_name: str | Task,
+        payload: Any,
+        when: datetime.datetime,
+        *,
+        keep_result: float | None = None,
+        timeout: float | None = None,
+        expires: Expiry | None = None,
+    ) -> TaskHandle[Any]: ...
+
+    async def schedule_for(
+        self,
+        task_name: TaskRef,
+        payload: Any,
+        when: datetime.datetime,
+        *,
+        keep_result: float | None = None,
+        timeout: float | None = None,
+        expires: Expiry | None = None,
+    ) -> TaskHandle[Any]:
         """Schedule one task to be added to the stream at ``when``.
 
         Like [``dispatch_delayed``][trunner.Runner.dispatch_delayed], for a point in time.
 
         Args:
-            task_name: A non-empty task name, as for [``dispatch``][trunner.Runner.dispatch].
-            payload: Any JSON-serializable value.
+            task_name: The task, as for [``dispatch``][trunner.Runner.dispatch].
+            payload: The payload, as for ``dispatch``.
             when: An aware ``datetime`` (with a time zone). A time in the past means as
                 soon as possible.
+            keep_result: As for ``dispatch``.
+            timeout: As for ``dispatch``.
+            expires: As for ``dispatch``.
 
         Returns:
-            The task's id, as ``dispatch_delayed`` returns it.
+            A handle, as ``dispatch_delayed`` returns it.
 
         Raises:
             TypeError: ``when`` is not a ``datetime``.
@@ -269,21 +498,26 @@ class Producer:
             raise TypeError(f"when must be a datetime, got {type(when).__name__}")
         if when.tzinfo is None or when.utcoffset() is None:
             raise ValueError("when must be an aware datetime (with a time zone), got a naive one")
-        return await self._schedule(task_name, payload, when.timestamp())
+        options = dispatch_options(keep_result, timeout, expires)
+        return await self._schedule(task_name, payload, when.timestamp(), options)
 
-    async def _schedule(self, task_name: str, payload: Any, due: float) -> str:
+    async def _schedule(
+        self, task_name: TaskRef, payload: Any, due: float, options: MessageOptions | None
+    ) -> TaskHandle[Any]:
         broker = self._open_broker()
-        task = self._task(task_name)
+        name, task = self._resolve(task_name)
         unique = self._unique(task, payload)
         task_id = secrets.token_hex(16)
-        data = self._encode(task_name, payload, time.time(), task_id, unique)
+        data = self._encode(
+            name, self._payload(task, payload), time.time(), task_id, unique, options
+        )
         due_ms = math.ceil(max(due, 0.0) * 1000)
         lock = None
         if unique is not None:
             lock = UniqueLock(broker.keys.unique(unique.key), unique.token, unique.ttl_ms)
         await broker.schedule(task_id, due_ms, data, lock)
         self._scheduled(due_ms)
-        return task_id
+        return self._handle(task_id, task)
 
     def _scheduled(self, due_ms: int) -> None:
         """A delayed task was added (the runner wakes its scheduler if it leads)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import trio
 
-from ._redis import Broker
+from ._redis import Broker, Record
 from ._util import ErrorLog, LoopBackoff, logger
 from .config import RunnerConfig
 from .errors import BackendError
@@ -44,23 +44,41 @@ class AckBuffer:
         self._errors = errors
         self._ids: list[str] = []  # waiting for the next flush
         self._locks: dict[str, tuple[str, str]] = {}  # id -> unique lock (key, token)
+        self._moved: dict[str, str] = {}  # id -> task id, when they differ
+        self._records: dict[str, Record] = {}  # id -> outcome of a task keeping its result
+        self._forget: dict[str, str] = {}  # id -> cancelled task id: its mark goes
+        self._started: list[Record] = []  # running records to write (tasks keeping results)
         self._nonempty = trio.Event()
         self._full = trio.Event()
         self._stopping = False
         self.stopped = trio.Event()
 
-    def add(self, job: Job) -> None:
-        """Acknowledge ``job``'s message soon (and release its unique lock, if any)."""
+    def add(self, job: Job, record: Record | None = None, *, cancelled: bool = False) -> None:
+        """Acknowledge ``job``'s message soon (and release its unique lock, if any); write
+        ``record``, its outcome, with the acknowledgement; forget its cancel mark when it
+        was ``cancelled``."""
         message_id = job.message_id
         self._ids.append(message_id)
         self._finished[message_id] = job
-        if job.fields[7] is not None:  # a unique task's token: its lock goes with the ack
+        fields = job.fields
+        if fields[7] is not None:  # a unique task's token: its lock goes with the ack
             lock = job.lock(self._keys)
             if lock is not None:
                 self._locks[message_id] = lock
+        if fields[4] != message_id:  # moved (delayed, retried, cron, replayed)
+            self._moved[message_id] = fields[4]
+        if record is not None:
+            self._records[message_id] = record
+        if cancelled:
+            self._forget[message_id] = fields[4]
         self._nonempty.set()
         if len(self._ids) >= self._batch:
             self._full.set()
+
+    def started(self, record: Record) -> None:
+        """Write the running record of a task that keeps its result, with the next flush."""
+        self._started.append(record)
+        self._nonempty.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Flush batches until :meth:`stop`; then flush what is left and return."""
@@ -87,24 +105,43 @@ class AckBuffer:
                 return
 
     async def flush(self) -> bool:
-        """Write what is buffered now; False (ids kept for the next try) on a Redis error."""
+        """Write what is buffered now; False (ids kept for the next try) on a Redis error.
+
+        Running records go first: a task's outcome is never overwritten by its start."""
         self._nonempty = trio.Event()
         self._full = trio.Event()
+        if self._started:
+            starts, self._started = self._started, []
+            try:
+                await self._broker.record_started(starts)
+            except BackendError as exc:  # the outcome is what matters: not retried
+                self._errors.capture(exc)
+                logger.debug("recording %d started tasks failed: %s", len(starts), exc)
         batch, self._ids = self._ids, []
+        if not batch:
+            return True
         written = False
         try:
-            self._counters.acked += await self._broker.ack(batch, self._locks)
+            self._counters.acked += await self._broker.ack(
+                batch, self._locks, self._moved, self._records, self._forget
+            )
             written = True
         except BackendError as exc:
             self._errors.capture(exc)
             logger.warning("acknowledging %d messages failed: %s", len(batch), exc)
         finally:
             if written:
-                finished, locks = self._finished, self._locks
+                finished, locks, moved = self._finished, self._locks, self._moved
+                extras = self._records or self._forget
                 for message_id in batch:
                     finished.pop(message_id, None)
                     if locks:
                         locks.pop(message_id, None)
+                    if moved:
+                        moved.pop(message_id, None)
+                    if extras:
+                        self._records.pop(message_id, None)
+                        self._forget.pop(message_id, None)
             elif batch:
                 self._ids[:0] = batch
                 self._nonempty.set()

@@ -183,7 +183,7 @@ async def replay_dead(
     it is not replayed and stays in the dead-letter stream.
     """
     skipped: dict[str, str] = {}
-    items: list[tuple[str, bytes, UniqueLock | None]] = []
+    items: list[tuple[str, bytes, UniqueLock | None, str]] = []
     keys: dict[str, str] = {}
     for entry in await _dead_entries(broker, ids, skipped):
         letter = dead_letter_of(entry)
@@ -207,9 +207,9 @@ async def replay_dead(
             key = broker.keys.unique(message.unique_key)
             lock = UniqueLock(key, message.unique_token, max(1, math.ceil(seconds * 1000)))
             keys[entry.message_id] = message.unique_key
-        items.append((entry.message_id, data, lock))
+        items.append((entry.message_id, data, lock, message.task_id))
     replayed: list[str] = []
-    for (dead_id, _, _), result in zip(items, await broker.replay_dead(items), strict=True):
+    for (dead_id, _, _, _), result in zip(items, await broker.replay_dead(items), strict=True):
         if isinstance(result, str):
             replayed.append(result)
         else:

@@ -5,11 +5,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import trio
+
 from . import _validate as v
 from ._producer import Producer
 from ._redis import Broker, open_transport
 from ._util import run_in_background
 from .errors import Crashed
+from .handles import Waiters
 from .keys import Keys
 from .message import DEFAULT_MAX_PAYLOAD_BYTES
 from .redis_handle import RedisHandle
@@ -55,6 +58,24 @@ class Client(Producer):
     def consumer_group(self) -> str:
         """The group this client dispatches to."""
         return self.keys.group
+
+
+class _Services:
+    """What a client runs: its Redis handle and its result waiters."""
+
+    def __init__(self, redis: RedisHandle, waiters: Waiters) -> None:
+        self.redis = redis
+        self.waiters = waiters
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.redis.run)
+            await nursery.start(self.waiters.run)
+            task_status.started()
+
+    def stop(self) -> None:
+        self.waiters.stop()
+        self.redis.stop()
 
 
 @asynccontextmanager
@@ -124,19 +145,23 @@ async def open_client(
         command_timeout=command_timeout,
     ) as transport:
         handle = RedisHandle(transport)
+        broker = Broker(transport, keys)
         client = Client(
-            Broker(transport, keys),
+            broker,
             handle,
             registry=tasks,
             max_payload_bytes=max_payload_bytes,
             instance_ttl=instance_ttl,
         )
+        services = _Services(handle, Waiters(broker))
+        client._waiters = services.waiters
 
         def crashed(what: str) -> Crashed:
             return Crashed(f"the client's Redis handle failed: {what}")
 
         try:
-            async with run_in_background(handle.run, handle.stop, crashed):
+            async with run_in_background(services.run, services.stop, crashed):
                 yield client
         finally:
             client._broker = None
+            client._waiters = None

@@ -17,6 +17,8 @@ and TypedDicts without hooks to register, and errors that name the path.
 
 A payload annotated ``Any`` (or not at all) is passed as decoded, as before; ``dict`` and
 ``list`` (of anything) are only checked to be one; every other annotation is converted.
+msgspec (which loads ``datetime`` and ``uuid``) is imported by typed tasks only: a worker
+of untyped tasks stays as light as before.
 """
 
 from __future__ import annotations
@@ -26,9 +28,7 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
-
-from .errors import InvalidPayload
+from .errors import InvalidPayload, InvalidResult
 
 __all__ = ["TypeCodec", "codec_for", "untyped"]
 
@@ -54,6 +54,11 @@ class TypeCodec:
                 self._check, self._type = origin, None  # dict / dict[str, Any] / list
 
     @property
+    def passes_through(self) -> bool:
+        """Whether decoding returns every value as it is (the type is ``Any``)."""
+        return self._type is None and self._check is None
+
+    @property
     def typed(self) -> bool:
         """Whether values are converted (not only passed, or checked to be a dict/list)."""
         return self._type is not None
@@ -65,15 +70,30 @@ class TypeCodec:
             if self._check is not None and type(value) is not self._check:
                 raise InvalidPayload(f"expected {self.label}, got {type(value).__name__}")
             return value
+        import msgspec  # noqa: PLC0415 - loaded by typed tasks only (it loads datetime, uuid)
+
         try:
             return msgspec.convert(value, self._type)
         except msgspec.ValidationError as exc:
             raise InvalidPayload(f"does not match {self.label}: {exc}") from None
 
     @staticmethod
+    def encode_json(value: Any) -> bytes:
+        """``value`` as JSON text (as :meth:`encode`, then serialized);
+        :class:`InvalidResult` for a value that has no JSON form."""
+        import msgspec  # noqa: PLC0415 - idem: only tasks that keep their result
+
+        try:
+            return msgspec.json.encode(value)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise InvalidResult(f"the result has no JSON form: {exc}") from None
+
+    @staticmethod
     def encode(value: Any) -> Any:
         """``value`` as JSON values (see the module docs); :class:`InvalidPayload` for a
         value of a type that has no JSON form."""
+        import msgspec  # noqa: PLC0415 - idem: only typed tasks
+
         try:
             return msgspec.to_builtins(value, str_keys=True)
         except (TypeError, ValueError, OverflowError) as exc:

@@ -8,21 +8,28 @@ __all__ = [
     "CommandNotAllowed",
     "Crashed",
     "ElectorCrashed",
+    "GiveUp",
     "InvalidArgument",
     "InvalidMessage",
     "InvalidPayload",
+    "InvalidResult",
     "LeadershipLost",
     "MaxRetryExceeded",
     "PayloadTooLarge",
     "RedisCommandError",
     "RedisUnavailable",
+    "RemoteFailure",
     "ReservationLost",
+    "ResultNotFound",
     "RunnerAlreadyStarted",
     "RunnerCrashed",
     "RunnerNotRunning",
     "TaskAlreadyDispatched",
+    "TaskCancelled",
+    "TaskExpired",
     "TaskFailed",
     "TaskNotFound",
+    "TaskTimeout",
     "TrunnerError",
 ]
 
@@ -164,6 +171,66 @@ class TaskFailed(TrunnerError):
         self.error = error
         """The task's exception."""
         self.__cause__ = error
+
+
+class RemoteFailure(Exception):
+    """An exception a task raised on some instance, as awaiting its result sees it: the
+    [``TaskFailed``][trunner.TaskFailed] that ``TaskHandle.result()`` raises carries one as
+    its ``error`` (the original exception lives in another process)."""
+
+    def __init__(self, type_name: str, message: str, traceback: str = "") -> None:
+        super().__init__(f"{type_name}: {message}" if message else type_name)
+        self.type_name = type_name
+        """The exception's class name, e.g. ``"ValueError"``."""
+        self.message = message
+        """Its message."""
+        self.traceback = traceback
+        """Its traceback as the instance formatted it (the end of it, at most 8000
+        characters)."""
+
+
+class GiveUp(TrunnerError):
+    """Raise it in a task to give the task up at once: it is not retried; the failed-task
+    handler runs, and the message is dead-lettered with this reason.
+
+    For errors that a retry cannot fix: a payload that makes no sense, a resource that is
+    gone. [``Task.give_up_on``][trunner.Task.give_up_on] does the same for exception types
+    of your choice.
+    """
+
+
+class InvalidResult(GiveUp):
+    """A task that keeps its result returned a value that has no JSON form (an object of
+    a type the codec does not know): given up at once, as its result cannot be kept."""
+
+
+class TaskTimeout(TrunnerError, TimeoutError):
+    """An attempt ran longer than its timeout and was cancelled (also a ``TimeoutError``).
+
+    A failed attempt: retried as any failure, per ``max_retry``.
+    """
+
+    def __init__(self, task_name: str, timeout: float) -> None:
+        super().__init__(f"task {task_name!r} ran longer than its timeout, {timeout:g} s")
+        self.task_name = task_name
+        """The task's name."""
+        self.timeout = timeout
+        """The timeout, in seconds."""
+
+
+class TaskCancelled(TrunnerError):
+    """The task was cancelled (``TaskHandle.cancel``): what awaiting its result raises."""
+
+
+class TaskExpired(TrunnerError):
+    """The task was not started before its ``expires`` time and was dropped: what awaiting
+    its result raises."""
+
+
+class ResultNotFound(TrunnerError, LookupError):
+    """No outcome is stored for the task, and it is nowhere in its group: it finished
+    without keeping its result (``keep_result``), its result expired, or no task of that
+    id was dispatched to the group (also a ``LookupError``)."""
 
 
 class BadData(TrunnerError):

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import trio
 
 from .message import Fields, MessageDecodeError, TaskMessage, message_from_fields
 
@@ -64,6 +65,27 @@ class Job:
     """Another consumer claimed it while it ran."""
     waited: bool = False
     """It suspended at least once (its job loop then left the ready jobs to others)."""
+    cancel_requested: bool = False
+    """Its task was cancelled: it ends with the outcome 'cancelled' (never retried)."""
+    loop_scope: trio.CancelScope | None = None
+    """The cancel scope of the job loop running it (cancelled to cancel the task)."""
+    ended: bool = False
+    """Its attempt ran to its end, or it may not run: its delivery counts (a release after
+    this keeps it)."""
+    keep_result: float | None = None
+    """For a task that keeps its result: for how long (seconds)."""
+    started_at: float = 0.0
+    """For a task that keeps its result: when its attempt started (seconds since the
+    epoch)."""
+    result: bytes | None = None
+    """For a task that keeps its result: what its attempt returned, as JSON."""
+    progress: float | None = None
+    """The last progress the task reported (0 to 1), and its message."""
+    progress_message: str | None = None
+    began: float = 0.0
+    """When its attempt started (``time.perf_counter``)."""
+    progress_at: float = -1e9
+    """When its progress was last written (Trio clock): reports are throttled."""
     _message: TaskMessage | None = None
 
     @property
@@ -112,6 +134,9 @@ class Holdings:
         self.kept: dict[str, str] = {}
         self._max_kept = max_kept
         self._to_release: list[tuple[str, str, bool]] = []
+        #: Task ids with a cancel mark -> until when it holds (ms): a message of one of
+        #: them is dropped before it starts (see ``trunner.cancellation``).
+        self.cancelled: dict[str, int] = {}
 
     def holds(self, message_id: str) -> bool:
         """Whether the message is running here, or finished with its acknowledgement not

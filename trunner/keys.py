@@ -156,7 +156,7 @@ class Keys:
     def delayed_unique(self) -> str:
         """``<prefix>:{<group>}:delayed:unique``: delayed unique task id → the lock it
         takes when due, a JSON array ``["<lock key>", "<token>", <ttl ms>]`` (see
-        [UniqueLock][trunner.keys.UniqueLock])."""
+        `trunner.keys.UniqueLock`)."""
         return self._key("delayed:unique")
 
     def unique(self, key: str) -> str:
@@ -201,6 +201,35 @@ class Keys:
         return self._key("stats")
 
     @property
+    def where(self) -> str:
+        """The hash of task id -> the stream id of its message, for the messages whose id is
+        not their task's (delayed tasks, retries, cron ticks, replays), while they are in
+        the stream: so that a task can be found by its id (cancel, status)."""
+        return self._key("where")
+
+    @property
+    def cancelled(self) -> str:
+        """The hash of cancelled task id -> until when the mark holds (ms): a task fetched
+        after its cancellation is dropped before it starts."""
+        return self._key("cancelled")
+
+    @property
+    def cancel_channel(self) -> str:
+        """Pub/sub channel: a task was cancelled (payload: its id); runners running it
+        cancel it."""
+        return self._key("cancel")
+
+    @property
+    def done(self) -> str:
+        """Pub/sub channel: tasks finished (payload: their ids, separated by spaces);
+        waiters of their results look again."""
+        return self._key("done")
+
+    def task(self, task_id: str) -> str:
+        """The record of one task that keeps its result (see ``trunner.status``)."""
+        return self._key(f"task:{task_id}")
+
+    @property
     def floor(self) -> str:
         """The id below which every message of the stream is finished for the group (see
         ``group_floor.lua``); a lost group is recreated from it."""
@@ -228,6 +257,8 @@ class Keys:
             self.capacity: "hash",
             self.stats: "string",
             self.floor: "string",
+            self.where: "hash",
+            self.cancelled: "hash",
         }
 
     @staticmethod
@@ -252,6 +283,8 @@ class Keys:
             self.capacity,
             self.stats,
             self.floor,
+            self.where,
+            self.cancelled,
             self.quarantine,
         ]
 

@@ -8,7 +8,9 @@ A stream entry has one field, ``payload``, holding a UTF-8 JSON object::
 retry re-enqueues with ``attempt + 1``). ``id`` is present when the task was retried or
 dispatched delayed: it is the task's stable id. Without it the task id is the entry's own
 stream id. A unique task adds ``unique_key``, ``unique_token`` and ``unique_for`` (its lock's
-time-to-live, seconds). Unknown fields are ignored, so later versions can add fields.
+time-to-live, seconds). A dispatch may add its options (:class:`MessageOptions`):
+``keep_result`` and ``timeout`` (seconds), ``expires`` (seconds since the epoch). Unknown
+fields are ignored, so later versions can add fields.
 
 The strings that become Redis keys or arguments (``task``, ``id``, ``unique_key``,
 ``unique_token``) must be encodable as UTF-8: JSON can carry a lone surrogate (``"\\ud800"``),
@@ -39,9 +41,11 @@ __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
     "DEFAULT_UNIQUE_FOR",
     "MESSAGE_GROWTH",
+    "NO_OPTIONS",
     "NO_SIZE_LIMIT",
     "PAYLOAD_FIELD",
     "MessageDecodeError",
+    "MessageOptions",
     "TaskMessage",
     "decode_message",
     "encode_message",
@@ -86,6 +90,45 @@ _KEY_FIELDS = ("task", "id", "unique_key", "unique_token")
 
 
 @attrs.frozen
+class MessageOptions:
+    """What one dispatch asked for, beyond its task's defaults (None: the task's)."""
+
+    keep_result: float | None = None
+    """Keep the outcome this many seconds after the task finished."""
+    timeout: float | None = None
+    """Each attempt may run this many seconds; then it fails with ``TaskTimeout``."""
+    expires: float | None = None
+    """Not started by then (seconds since the epoch): dropped, with the outcome ``expired``."""
+
+    def to_body(self, body: dict[str, Any]) -> None:
+        """Add the options that are set to a message body."""
+        if self.keep_result is not None:
+            body["keep_result"] = self.keep_result
+        if self.timeout is not None:
+            body["timeout"] = self.timeout
+        if self.expires is not None:
+            body["expires"] = self.expires
+
+    @staticmethod
+    def from_body(body: Mapping[str, Any]) -> MessageOptions | None:
+        """The options a message body holds; None when it holds none. ValueError saying
+        which is bad when one is not a finite number (or, for durations, not > 0)."""
+        keep, timeout, expires = body.get("keep_result"), body.get("timeout"), body.get("expires")
+        if keep is None and timeout is None and expires is None:
+            return None
+        for name, value in (("keep_result", keep), ("timeout", timeout)):
+            if value is not None and ((s := _seconds(value)) is None or s <= 0):
+                raise ValueError(f"'{name}' must be a number of seconds > 0, got {value!r:.50}")
+        if expires is not None and _seconds(expires) is None:
+            raise ValueError(f"'expires' must be seconds since the epoch, got {expires!r:.50}")
+        return MessageOptions(keep, timeout, expires)
+
+
+#: The options of a message that has none.
+NO_OPTIONS = MessageOptions()
+
+
+@attrs.frozen
 class TaskMessage:
     """One delivery of a task, as task code and the failed-task handler see it.
 
@@ -120,6 +163,9 @@ class TaskMessage:
     unique_token: str | None = attrs.field(default=None, repr=False)
     """For a unique task: the token its lock holds (not shown in ``repr``). ``None``
     otherwise."""
+    options: MessageOptions = attrs.field(default=NO_OPTIONS, repr=False)
+    """What the dispatch asked for beyond the task's defaults (``keep_result``,
+    ``timeout``, ``expires``)."""
 
     def with_attempt(self, attempt: int) -> TaskMessage:
         """A copy with another ``attempt``."""
@@ -136,6 +182,7 @@ def encode_message(
     unique_key: str | None = None,
     unique_token: str | None = None,
     unique_for: float | None = None,
+    options: MessageOptions | None = None,
     max_bytes: int,
 ) -> bytes:
     """Encode one task message; raise :class:`InvalidPayload` if it cannot be sent.
@@ -156,6 +203,8 @@ def encode_message(
         body["unique_token"] = unique_token
         if unique_for is not None:
             body["unique_for"] = unique_for
+    if options is not None:
+        options.to_body(body)
     try:
         text = _dumps(body)
     except (TypeError, ValueError, RecursionError) as exc:
@@ -260,6 +309,7 @@ def reencode_for_retry(message: TaskMessage, attempt: int, max_bytes: int) -> by
             task_id=message.task_id,
             unique_key=message.unique_key,
             unique_token=message.unique_token,
+            options=_retry_options(message.options),
             max_bytes=max_bytes,
         )
     unique_for = None
@@ -277,6 +327,7 @@ def reencode_for_retry(message: TaskMessage, attempt: int, max_bytes: int) -> by
         unique_key=message.unique_key,
         unique_token=message.unique_token,
         unique_for=unique_for,
+        options=_retry_options(message.options),
         max_bytes=NO_SIZE_LIMIT,
     )
     head, sep, tail = envelope.partition(b',"payload":0,')
@@ -288,6 +339,13 @@ def reencode_for_retry(message: TaskMessage, attempt: int, max_bytes: int) -> by
             f"more than max_payload_bytes={max_bytes}"
         )
     return data
+
+
+def _retry_options(options: MessageOptions) -> MessageOptions | None:
+    """The options of a retry: the same, but ``expires`` (it is about the first start)."""
+    if options.keep_result is None and options.timeout is None:
+        return None
+    return attrs.evolve(options, expires=None)
 
 
 def _seconds(value: Any) -> float | None:
@@ -334,8 +392,9 @@ class MessageDecodeError(InvalidMessage):
 
 
 #: What :func:`decode_fields` finds in an entry: task name, payload, attempt (deliveries
-#: counted), enqueued at, task id, the raw ``payload`` field, unique key, unique token.
-Fields = tuple[str, Any, int, float, str, bytes, str | None, str | None]
+#: counted), enqueued at, task id, the raw ``payload`` field, unique key, unique token,
+#: the dispatch's options (None when it has none).
+Fields = tuple[str, Any, int, float, str, bytes, str | None, str | None, MessageOptions | None]
 
 
 def decode_message(
@@ -358,7 +417,7 @@ def decode_message(
 
 def message_from_fields(message_id: str, deliveries: int, fields: Fields) -> TaskMessage:
     """The :class:`TaskMessage` of what :func:`decode_fields` found."""
-    task, payload, attempt, enqueued_at, task_id, raw, unique_key, unique_token = fields
+    task, payload, attempt, enqueued_at, task_id, raw, unique_key, unique_token, options = fields
     return TaskMessage(
         message_id,
         task,
@@ -370,6 +429,7 @@ def message_from_fields(message_id: str, deliveries: int, fields: Fields) -> Tas
         raw,
         unique_key,
         unique_token,
+        options or NO_OPTIONS,
     )
 
 
@@ -384,6 +444,7 @@ def fields_of(message: TaskMessage) -> Fields:
         message.raw,
         message.unique_key,
         message.unique_token,
+        message.options if message.options != NO_OPTIONS else None,
     )
 
 
@@ -440,9 +501,23 @@ def decode_fields(
             or (unique_key is not None and not (unique_key.isascii() and unique_token.isascii()))
         ) and _key_fields_error(task, task_id, unique_key, unique_token):
             return None
+        try:
+            options = MessageOptions.from_body(body)
+        except ValueError:
+            return None  # the slow path says why
         if deliveries > 1:
             attempt += deliveries - 1
-        return task, body["payload"], attempt, enqueued_at, task_id, raw, unique_key, unique_token
+        return (
+            task,
+            body["payload"],
+            attempt,
+            enqueued_at,
+            task_id,
+            raw,
+            unique_key,
+            unique_token,
+            options,
+        )
     return None
 
 
@@ -455,6 +530,21 @@ def _key_fields_error(task: str, task_id: str, unique_key: Any, unique_token: An
         if (why := utf8_error(value)) is not None:
             return f"'{name}' cannot be sent to Redis as UTF-8: {why}"
     return None
+
+
+def _body(raw: bytes) -> dict[str, Any]:
+    """The JSON object of a stored message; ValueError saying why it is not one."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"the payload is not valid UTF-8: {exc}") from exc
+    try:
+        body = _loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"the payload is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise ValueError(f"the message is a JSON {type(body).__name__}, not an object")
+    return body
 
 
 def _decode_checked(
@@ -474,15 +564,9 @@ def _decode_checked(
     if max_bytes is not None and len(raw) > max_bytes:
         raise bad(f"the message is {len(raw)} bytes, more than {max_bytes}")
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise bad(f"the payload is not valid UTF-8: {exc}") from exc
-    try:
-        body = _loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise bad(f"the payload is not valid JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise bad(f"the message is a JSON {type(body).__name__}, not an object")
+        body = _body(raw)
+    except ValueError as exc:
+        raise bad(str(exc)) from exc
     task = body.get("task")
     if not isinstance(task, str) or not task:
         raise bad("'task' is missing or not a non-empty string")
@@ -505,6 +589,10 @@ def _decode_checked(
         raise bad("'unique_key' and 'unique_token' must be strings")
     if (why := _key_fields_error(task, task_id, unique_key, unique_token)) is not None:
         raise bad(why)
+    try:
+        options = MessageOptions.from_body(body)
+    except ValueError as exc:
+        raise bad(str(exc)) from None
     return TaskMessage(
         message_id=message_id,
         task_name=task,
@@ -516,4 +604,5 @@ def _decode_checked(
         raw=raw,
         unique_key=unique_key,
         unique_token=unique_token if unique_key is not None else None,
+        options=options or NO_OPTIONS,
     )

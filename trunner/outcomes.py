@@ -20,18 +20,29 @@ from __future__ import annotations
 
 import logging
 import math
+import time
+import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
 
-from ._redis import Broker
+from ._redis import Broker, Record
 from ._util import ErrorLog, LoopBackoff, logger, wall_ms
+from .acks import AckBuffer
 from .config import RunnerConfig
-from .errors import BackendError, MaxRetryExceeded, TaskFailed, TaskNotFound
+from .errors import (
+    BackendError,
+    GiveUp,
+    InvalidPayload,
+    MaxRetryExceeded,
+    TaskFailed,
+    TaskNotFound,
+)
 from .holdings import Holdings, Job
 from .message import NO_SIZE_LIMIT, reencode_for_retry
 from .statistics import UNREGISTERED, Counters
+from .status import MAX_TRACEBACK, RUNNING_TTL, record_fields
 from .task import Task
 
 __all__ = ["TRANSITION_TIMEOUT", "Outcomes"]
@@ -43,30 +54,71 @@ TRANSITION_TIMEOUT = 10.0
 class Outcomes:
     """Ends attempts: see the module docs. One per runner, used by the pool."""
 
+    def _record(
+        self,
+        job: Job,
+        state: str,
+        keep: float,
+        *,
+        finished: bool = True,
+        result: bytes | None = None,
+        error: BaseException | None = None,
+    ) -> Record:
+        """The record of ``job``'s task in ``state`` (see ``trunner.status``), kept
+        ``keep`` seconds (:data:`RUNNING_TTL` while not finished)."""
+        message = job.message
+        fields = record_fields(
+            state=state,
+            task=message.task_name,
+            attempt=message.attempt,
+            instance=job.consumer,
+            message_id=job.message_id,
+            enqueued_at=message.enqueued_at,
+            started_at=job.started_at or None,
+            finished_at=time.time() if finished else None,
+            keep=keep,
+            progress=job.progress,
+            progress_message=job.progress_message,
+        )
+        if result is not None:
+            fields.append(("result", result))
+        if error is not None:
+            fields += list(_error_fields(error).items())
+        ttl = keep if finished else max(keep, RUNNING_TTL)
+        return self._keys.task(message.task_id), max(1, math.ceil(ttl * 1000)), fields
+
     def __init__(
         self,
         broker: Broker,
         config: RunnerConfig,
         holdings: Holdings,
-        add_ack: Callable[[Job], None],
+        acks: AckBuffer,
         counters: Counters,
         errors: ErrorLog,
         on_retry_scheduled: Callable[[int], None],
     ) -> None:
         self._broker = broker
+        self._keys = broker.keys
         self._config = config
         self._holdings = holdings
-        self._add_ack = add_ack
+        self._acks = acks
+        self._add_ack = acks.add
         self._counters = counters
         self._errors = errors
         self._on_retry_scheduled = on_retry_scheduled
 
     def succeeded(self, job: Job, task_name: str, duration: float) -> None:
-        """The attempt returned: acknowledge it (batched)."""
+        """The attempt returned: acknowledge it (batched), with its outcome if it keeps its
+        result."""
         counters = self._counters
         counters.succeeded += 1
         counters.task(task_name).succeeded += 1
-        self._add_ack(job)
+        if job.keep_result is not None:
+            self._add_ack(job, self._record(job, "succeeded", job.keep_result, result=job.result))
+        elif job.progress is not None:  # it reported progress but keeps no result
+            self._add_ack(job, (self._keys.task(job.fields[4]), 0, ()))
+        else:
+            self._add_ack(job)
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug(
                 "%s succeeded in %.3f s",
@@ -81,12 +133,16 @@ class Outcomes:
         self._counters.failed += 1
         self._counters.task(task.name).failed += 1
         self._errors.capture(TaskFailed(task.name, job.message_id, attempt, failure))
-        if attempt < task.max_attempts:
+        if isinstance(failure, GiveUp) or (
+            task.give_up_on and isinstance(failure, task.give_up_on)
+        ):
+            await self._give_up(job, failure, "given up by the task (no retry)", task, ran=True)
+        elif attempt < task.max_attempts:
             await self._retry(job, task, failure)
         else:
             exhausted = MaxRetryExceeded(task.name, attempt)
             exhausted.__cause__ = failure
-            await self._give_up(job, exhausted, "max retries exceeded")
+            await self._give_up(job, exhausted, "max retries exceeded", task, ran=True)
 
     async def refuse(self, job: Job, task: Task | None) -> None:
         """Give up a message that may not run: undecodable, unknown task, or delivered
@@ -97,7 +153,49 @@ class Outcomes:
             await self._give_up(job, TaskNotFound(job.fields[0]), "unknown task")
         else:
             error = MaxRetryExceeded(task.name, task.max_attempts, redelivered=True)
-            await self._give_up(job, error, "max retries exceeded (redelivered)")
+            await self._give_up(job, error, "max retries exceeded (redelivered)", task)
+
+    async def invalid_payload(self, job: Job, task: Task, error: InvalidPayload) -> None:
+        """The payload does not fit the task's declared type: given up at once (a retry
+        would not fit it better)."""
+        error = InvalidPayload(f"payload of task {task.name!r} {error}")
+        await self._give_up(job, error, "invalid payload", task)
+
+    async def progress(self, job: Job) -> None:
+        """Write ``job``'s progress into its task's record (best effort: a Redis error is
+        logged, never raised into the task)."""
+        keep = job.keep_result if job.keep_result is not None else RUNNING_TTL
+        record = self._record(job, "running", keep, finished=False)
+        try:
+            await self._broker.record_progress(record)
+        except BackendError as exc:
+            logger.debug("%s: recording its progress failed: %s", job.about(), exc)
+
+    def started(self, job: Job) -> None:
+        """A task that keeps its result started: its record says so (batched)."""
+        self._acks.started(self._record(job, "running", RUNNING_TTL, finished=False))
+
+    def expired(self, job: Job, task: Task) -> None:
+        """Not started before its ``expires`` time: dropped (acknowledged, not run)."""
+        self._counters.expired += 1
+        keep = _keep(job, task)
+        self._add_ack(job, self._record(job, "expired", keep) if keep is not None else None)
+        logger.info(
+            "%s expired before it started; dropped",
+            job.about(),
+            extra=job.log_fields(),
+        )
+
+    def cancelled(self, job: Job, task: Task | None) -> None:
+        """The task was cancelled (before it started, or while it ran): acknowledged with
+        the outcome 'cancelled', never retried, its unique lock released, no failed-task
+        handler; its cancel mark goes."""
+        self._counters.cancelled += 1
+        keep = _keep(job, task)
+        record = self._record(job, "cancelled", keep) if keep is not None else None
+        self._add_ack(job, record, cancelled=True)
+        self._holdings.cancelled.pop(job.fields[4], None)
+        logger.info("%s cancelled", job.about(), extra=job.log_fields())
 
     def interrupted(self, job: Job, *, attempt_ended: bool = False) -> None:
         """Cancelled past the drain timeout: release the message for immediate reclaim.
@@ -135,9 +233,13 @@ class Outcomes:
             delay = 1.0
         due_ms = wall_ms() + math.ceil(delay * 1000)
         data = reencode_for_retry(message, message.attempt + 1, NO_SIZE_LIMIT)
+        keep = _keep(job, task)
+        record = None
+        if keep is not None:
+            record = self._record(job, "retrying", keep, finished=False, error=failure)
 
         async def write() -> bool:
-            return await self._broker.retry(job.message_id, message.task_id, due_ms, data)
+            return await self._broker.retry(job.message_id, message.task_id, due_ms, data, record)
 
         if await self._transition(job, write, "retry") is True:
             self._counters.retried += 1
@@ -151,7 +253,18 @@ class Outcomes:
                 extra=job.log_fields(),
             )
 
-    async def _give_up(self, job: Job, error: BaseException, reason: str) -> None:
+    async def _give_up(
+        self,
+        job: Job,
+        error: BaseException,
+        reason: str,
+        task: Task | None = None,
+        *,
+        ran: bool = False,
+    ) -> None:
+        """The failed-task handler runs, then the message is dead-lettered with ``reason``;
+        a task that keeps its result records it as failed (``ran``: its last attempt ran
+        and raised) or dead (it did not run)."""
         message = job.message
         self._errors.capture(error)
         handler = self._config.failed_task_handler
@@ -184,9 +297,15 @@ class Outcomes:
             fields.append(("cause", cause))
         maxlen = self._config.dead_letter_maxlen
         lock = job.lock(self._broker.keys)
+        keep = _keep(job, task)
+        record = None
+        if keep is not None:
+            record = self._record(job, "failed" if ran else "dead", keep, error=error)
 
         async def write() -> str | None:
-            return await self._broker.dead_letter(job.message_id, fields, maxlen, lock)
+            return await self._broker.dead_letter(
+                job.message_id, fields, maxlen, lock, message.task_id, record
+            )
 
         if await self._transition(job, write, "dead-letter"):
             self._counters.dead_lettered += 1
@@ -233,6 +352,30 @@ class Outcomes:
             extra=job.log_fields(),
         )
         return None
+
+
+def _keep(job: Job, task: Task | None) -> float | None:
+    """How long the outcome of ``job`` is kept: its dispatch's ``keep_result``, else its
+    task's, else not at all (None)."""
+    if job.keep_result is not None:
+        return job.keep_result
+    options = job.fields[8]
+    if options is not None and options.keep_result is not None:
+        return options.keep_result
+    return task.keep_result if task is not None else None
+
+
+def _error_fields(error: BaseException) -> dict[str, str]:
+    """The record's fields of the exception a task ended with: the task's own error when
+    trunner's wraps it (``MaxRetryExceeded`` from the last attempt's error)."""
+    if isinstance(error, MaxRetryExceeded) and error.__cause__ is not None:
+        error = error.__cause__
+    text = "".join(traceback.format_exception(error))
+    return {
+        "error_type": type(error).__name__,
+        "error": str(error),
+        "traceback": text[-MAX_TRACEBACK:],
+    }
 
 
 async def _guarded(func: Callable[..., Awaitable[Any]], *args: Any) -> Exception | None:

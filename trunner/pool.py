@@ -30,9 +30,11 @@ from ._isolated import Isolated
 from ._redis import RawEntry
 from ._slots import WorkerSlots
 from .config import RunnerConfig
+from .errors import InvalidPayload, TaskTimeout
 from .holdings import Holdings, Job, beat_interval
 from .message import (
     MESSAGE_GROWTH,
+    NO_OPTIONS,
     MessageDecodeError,
     decode_fields,
     decode_message,
@@ -61,6 +63,7 @@ class WorkerPool:
         self._config = config
         self._holdings = holdings
         self._running_jobs = holdings.running  # submitted and not ended: ready or running
+        self._cancel_marks = holdings.cancelled
         self._outcomes = outcomes
         self._succeeded = outcomes.succeeded  # bound once: called for every message
         self._counters = counters
@@ -169,7 +172,10 @@ class WorkerPool:
         fields = decode_fields(message_id, entry.fields, deliveries, max_bytes)
         if fields is not None:
             task, interval = self._task_info(fields[0])
-            return Job(consumer, interval, now + interval, message_id, deliveries, task, fields)
+            job = Job(consumer, interval, now + interval, message_id, deliveries, task, fields)
+            if self._cancel_marks and fields[4] in self._cancel_marks:
+                job.cancel_requested = True  # cancelled before it was fetched here
+            return job
         # Not the usual shape: checked field by field, and refused with the reason.
         error = None
         try:
@@ -213,23 +219,31 @@ class WorkerPool:
         self._spare -= 1
         self._running += 1
         ready = self._ready
+        # One scope per job loop, not per job: a job that waits has its loop to itself, so
+        # cancelling the loop cancels that job alone (see cancel_task); the loop then ends.
+        scope = trio.CancelScope()
         try:
-            while ready:
-                if self._cancelling:  # past the drain timeout: what never started is released
-                    self._abandon_ready()
-                    break
-                job = ready.popleft()
-                try:
-                    await Isolated(
-                        self._run_job(job), contextvars.copy_context(), self._job_waits, job
-                    )
-                finally:
-                    if job.waited:  # back from waiting (or leaving: counted out below)
-                        self._running += 1
+            with scope:
+                while ready:
+                    if self._cancelling:  # past the drain timeout: unstarted ones go back
+                        self._abandon_ready()
+                        break
+                    job = ready.popleft()
+                    job.loop_scope = scope
+                    try:
+                        await Isolated(
+                            self._run_job(job), contextvars.copy_context(), self._job_waits, job
+                        )
+                    finally:
+                        if job.waited:  # back from waiting (or leaving: counted out below)
+                            self._running += 1
         finally:
             self._running -= 1
-            if ready and not self._spare + self._running:  # cancelled: nobody takes them
-                self._abandon_ready()
+            if ready and not self._spare + self._running:
+                if scope.cancelled_caught and not self._cancelling:  # a task was cancelled
+                    self._add_job_loops(1)
+                else:  # the loops were cancelled: nobody takes them
+                    self._abandon_ready()
 
     def _abandon_ready(self) -> None:
         """Give back jobs that never started (their job loops were cancelled)."""
@@ -249,40 +263,107 @@ class WorkerPool:
         """Run one job to its end, in one coroutine (the frames of every job that waits
         stay in memory while it waits)."""
         outcomes = self._outcomes
-        ended = False  # the attempt ran to its end, or may not run: its delivery counts
         try:
             # For the task and for the failed-task handler; built only if asked for.
             _current_message.set(job)
             task = job.task
             if job.decode_error is not None or task is None or job.fields[2] > task.max_attempts:
-                ended = True
+                job.ended = True
                 await outcomes.refuse(job, task)
                 return
-            begin = time.perf_counter()
-            try:  # the hot path of every task
-                await task.action(job.fields[1])
-            except Exception as exc:  # noqa: BLE001 - the task failed: retried or given up
-                failure: Exception | None = exc
+            if job.fields[8] is None and task.plain and not job.cancel_requested:
+                begin = job.began = time.perf_counter()
+                try:  # the hot path of every task
+                    await task.action(job.fields[1])
+                except Exception as exc:  # noqa: BLE001 - the task failed: retried or given up
+                    failure: Exception | None = exc
+                else:
+                    failure = None
+                duration = time.perf_counter() - begin
             else:
-                failure = None
-            duration = time.perf_counter() - begin
+                failure, duration = await self._run_with_options(job, task)
+                if job.ended:  # cancelled, expired, or its payload does not fit the task
+                    return
             self._on_task_time(task.name, duration)
             if failure is None:
                 self._succeeded(job, task.name, duration)
             else:
-                ended = True
+                job.ended = True
                 await outcomes.failed(job, task, failure)
         except trio.Cancelled:
-            # The task, or its failed-task handler, was cancelled with the job loops:
-            # past the drain timeout, that is an interruption (the message is released;
-            # an attempt that ended keeps counting, so it is not run again for nothing).
-            if self._cancelling:
-                outcomes.interrupted(job, attempt_ended=ended)
+            self._cancelled_with_loop(job)
             raise
         except Exception as exc:  # noqa: BLE001 - one message must never crash the runner
             outcomes.internal_error(job, exc)
         finally:
             self._ended(job)
+
+    def _cancelled_with_loop(self, job: Job) -> None:
+        """``job`` was cancelled with its job loop: its task was cancelled (see
+        :meth:`cancel_task`), or, past the drain timeout, it is an interruption (the
+        message is released; an attempt that ended keeps counting, so that it is not run
+        again for nothing)."""
+        if job.cancel_requested:
+            job.ended = True
+            self._outcomes.cancelled(job, job.task)
+        elif self._cancelling:
+            self._outcomes.interrupted(job, attempt_ended=job.ended)
+
+    async def _run_with_options(self, job: Job, task: Task) -> tuple[Exception | None, float]:
+        """The attempt of a task that was cancelled before it started, or that has options
+        (its own or its dispatch's): it may have expired, its payload is decoded and
+        checked, it may have a timeout, its result may be kept. Returns (the failure or
+        None, the duration); ``job.ended`` when it did not run (its outcome is written)."""
+        if job.cancel_requested:
+            job.ended = True
+            self._outcomes.cancelled(job, task)
+            return None, 0.0
+        options = job.fields[8] or NO_OPTIONS
+        if options.expires is not None and time.time() > options.expires:
+            job.ended = True
+            self._outcomes.expired(job, task)
+            return None, 0.0
+        payload = job.fields[1]
+        if task.decode_payload is not None:
+            try:
+                payload = task.decode_payload(payload)
+            except InvalidPayload as exc:
+                job.ended = True
+                await self._outcomes.invalid_payload(job, task, exc)
+                return None, 0.0
+        timeout = options.timeout if options.timeout is not None else task.timeout
+        keep = options.keep_result if options.keep_result is not None else task.keep_result
+        if keep is not None:
+            job.keep_result, job.started_at = keep, time.time()
+            self._outcomes.started(job)
+        begin = job.began = time.perf_counter()
+        try:
+            if timeout is None:
+                result = await task.action(payload)
+            else:
+                with trio.move_on_after(timeout) as scope:
+                    result = await task.action(payload)
+                if scope.cancelled_caught:
+                    raise TaskTimeout(task.name, timeout)
+            if keep is not None:
+                job.result = task.result_codec.encode_json(result)  # InvalidResult: gives up
+        except Exception as exc:  # noqa: BLE001 - the task failed: retried or given up
+            return exc, time.perf_counter() - begin
+        return None, time.perf_counter() - begin
+
+    # -- cancelling a task ----------------------------------------------------------------
+
+    def cancel_task(self, task_id: str) -> bool:
+        """Cancel the task ``task_id`` if a job of this pool holds it: not started yet, it
+        will not start; running, its job loop's scope is cancelled. Returns whether it was
+        held here. Either way its outcome is 'cancelled'."""
+        for job in self._running_jobs.values():
+            if job.fields[4] == task_id and not job.cancel_requested:
+                job.cancel_requested = True
+                if job.waited and job.loop_scope is not None:
+                    job.loop_scope.cancel()
+                return True
+        return False
 
     # -- stopping ---------------------------------------------------------------------------
 

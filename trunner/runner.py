@@ -73,6 +73,7 @@ from ._redis import Broker, check_url, open_transport
 from ._util import ErrorLog, instance_id, logger, run_in_background
 from .acks import AckBuffer
 from .aggregator import Aggregator
+from .cancellation import Canceller
 from .config import RunnerConfig
 from .cron import CronScheduler
 from .election import Elector
@@ -84,8 +85,9 @@ from .errors import (
     RunnerNotRunning,
 )
 from .fetcher import Fetcher, ReclaimSchedule
+from .handles import Waiters
 from .heartbeat import Heartbeater
-from .holdings import Holdings
+from .holdings import Holdings, Job
 from .janitor import Janitor
 from .keys import Keys
 from .leadership import Chore, Leadership
@@ -136,6 +138,8 @@ class _Components:
 
     broker: Broker
     redis: RedisHandle
+    waiters: Waiters
+    canceller: Canceller
     holdings: Holdings
     quarantine: Quarantine
     acks: AckBuffer
@@ -190,6 +194,8 @@ SERVICE_SHUTDOWN: tuple[tuple[str, Callable[[_Components], Awaitable[Any]]], ...
     ("releasing the leadership", lambda c: _stopped(c.elector)),
     ("leaving the group", lambda c: c.reporter.deregister()),
     ("stopping heartbeats", lambda c: _stopped(c.heartbeater)),
+    ("stopping the result waiters", lambda c: _stopped(c.waiters)),
+    ("stopping the canceller", lambda c: _stopped(c.canceller)),
     ("closing the Redis handle", lambda c: _stopped(c.redis)),
 )
 
@@ -350,6 +356,8 @@ class Runner(Producer):
             released=c.released,
             interrupted=c.interrupted,
             abandoned=c.abandoned,
+            expired=c.expired,
+            cancelled=c.cancelled,
             reservations_lost=c.reservations_lost,
             acked=c.acked,
             errors=self._errors.captured,
@@ -431,6 +439,13 @@ class Runner(Producer):
             for fetcher in c.fetchers:
                 fetcher.nudge()
 
+    async def _record_progress(self, job: Job) -> None:
+        """Write a task's progress (``trunner.report_progress``)."""
+        c = self._components
+        if c is None:
+            raise RunnerNotRunning(f"{self!r} is not running")
+        await c.outcomes.progress(job)
+
     def _scheduled(self, due_ms: int) -> None:
         if self._components is not None:
             self._components.mover.due_at(due_ms)
@@ -476,6 +491,7 @@ class Runner(Producer):
                     watcher.cancel_scope.cancel()
         finally:
             self._broker = None
+            self._waiters = None
             self._state = RunnerState.STOPPED
             self._errors.close()
             if self._components is not None:
@@ -517,7 +533,7 @@ class Runner(Producer):
         quarantine = Quarantine(broker, counters, errors, self.consumer_name)
         acks = AckBuffer(broker, config, holdings, counters, errors)
         mover = DelayedMover(broker, errors, quarantine, metrics.schedule_pass)
-        outcomes = Outcomes(broker, config, holdings, acks.add, counters, errors, mover.due_at)
+        outcomes = Outcomes(broker, config, holdings, acks, counters, errors, mover.due_at)
         pool = WorkerPool(self.tasks, config, holdings, outcomes, counters, metrics.task_time)
         releaser = Releaser(broker, holdings, counters)
         schedule = ReclaimSchedule(config.reclaim_interval)
@@ -539,6 +555,8 @@ class Runner(Producer):
         return _Components(
             broker=broker,
             redis=RedisHandle(broker.transport),
+            waiters=Waiters(broker),
+            canceller=Canceller(broker, holdings, pool.cancel_task, errors),
             holdings=holdings,
             quarantine=quarantine,
             acks=acks,
@@ -604,6 +622,8 @@ class Runner(Producer):
 
     async def _start_services(self, services: trio.Nursery, c: _Components) -> None:
         await services.start(c.redis.run)
+        await services.start(c.waiters.run)
+        await services.start(c.canceller.run)
         await services.start(c.reporter.run)  # registered before the runner is started
         await services.start(c.acks.run)
         await services.start(c.heartbeater.run)
@@ -612,6 +632,7 @@ class Runner(Producer):
 
     def _started(self, broker: Broker) -> None:
         self._broker = broker
+        self._waiters = self._components.waiters if self._components else None
         self._state = RunnerState.STARTED
         logger.info(
             "runner started: group %r, consumer %r, %d workers, Redis at %s",

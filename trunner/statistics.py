@@ -68,6 +68,8 @@ class Counters:
     released: int = 0
     interrupted: int = 0
     abandoned: int = 0
+    expired: int = 0
+    cancelled: int = 0
     reservations_lost: int = 0
     acked: int = 0
     max_in_flight: int = 0
@@ -119,6 +121,10 @@ class RunnerStatistics:
     capacity."""
     interrupted: int
     """Tasks cancelled because they outlived the drain timeout."""
+    expired: int = 0
+    """Tasks dropped because they were not started before their ``expires`` time."""
+    cancelled: int = 0
+    """Tasks cancelled while this instance held them (before they started, or running)."""
     abandoned: int = 0
     """Tasks still running after the cancel grace (they ignore cancellation): left behind
     when the runner stopped, their messages released."""

@@ -36,10 +36,12 @@ import attrs
 __all__ = [
     "MAX_TRACEBACK",
     "RUNNING_TTL",
+    "CancelOutcome",
     "RemoteError",
     "TaskState",
     "TaskStatus",
     "read_record",
+    "record_fields",
 ]
 
 #: How long a record lives while its task runs (a runner that dies leaves it to expire).
@@ -49,7 +51,10 @@ MAX_TRACEBACK = 8000
 
 
 class TaskState(enum.Enum):
-    """Where a task is, as :meth:`TaskHandle.status <trunner.TaskHandle.status>` says."""
+    """Where a task is, as [`TaskHandle.status`][trunner.TaskHandle.status] says.
+
+    `finished` tells the outcomes (succeeded, failed, dead, cancelled, expired) from the
+    states a task passes through."""
 
     SCHEDULED = "scheduled"
     """Delayed: in the delayed set until it is due."""
@@ -60,12 +65,14 @@ class TaskState(enum.Enum):
     RETRYING = "retrying"
     """An attempt failed; the next one waits in the delayed set for its backoff."""
     SUCCEEDED = "succeeded"
+    """It returned: its result is kept if the task keeps results (``keep_result``)."""
     FAILED = "failed"
     """Its last allowed attempt raised: given up on (and dead-lettered)."""
     DEAD = "dead"
     """Given up on without a last attempt: its payload did not validate, its task is
     unknown, or it was delivered again past its last attempt (dead-lettered)."""
     CANCELLED = "cancelled"
+    """Cancelled before it started, or while it ran (it did not complete)."""
     EXPIRED = "expired"
     """Not started before its ``expires`` time: dropped."""
     UNKNOWN = "unknown"
@@ -89,13 +96,33 @@ _FINISHED = frozenset(
 )
 
 
+class CancelOutcome(enum.Enum):
+    """What [`TaskHandle.cancel`][trunner.TaskHandle.cancel] did."""
+
+    REMOVED = "removed"
+    """It was delayed or queued: it is gone, and never starts (guaranteed once ``cancel``
+    returned)."""
+    CANCELLING = "cancelling"
+    """It was running: the instance running it cancels it now (or, if that instance died,
+    whichever one reclaims it drops it before it starts)."""
+    FINISHED = "finished"
+    """It had finished already: nothing was done."""
+    UNKNOWN = "unknown"
+    """It is nowhere in the group: finished without keeping its result, or never
+    dispatched to it. Nothing was done."""
+
+
 @attrs.frozen
 class RemoteError:
     """An exception a task raised on some instance: its class name, message and traceback."""
 
     type: str
+    """The exception's class name, e.g. ``"ValueError"``."""
     message: str
+    """Its message (``str(exception)``)."""
     traceback: str = attrs.field(default="", repr=False)
+    """Its traceback as the instance formatted it (the end of it, at most 8000
+    characters)."""
 
     def __str__(self) -> str:
         return f"{self.type}: {self.message}" if self.message else self.type
@@ -108,6 +135,7 @@ class TaskStatus:
     id: str
     """The task's id."""
     state: TaskState
+    """Where it is, or how it ended."""
     task: str | None = None
     """The task's name."""
     attempt: int | None = None
@@ -117,11 +145,13 @@ class TaskStatus:
     progress: float | None = None
     """The last progress the task reported (0 to 1)."""
     progress_message: str | None = None
+    """The message reported with that progress."""
     enqueued_at: float | None = None
     """When it was dispatched (seconds since the epoch)."""
     started_at: float | None = None
     """When its last attempt started."""
     finished_at: float | None = None
+    """When it finished (an outcome)."""
     due_at: float | None = None
     """When a scheduled task or a retry is due."""
     error: RemoteError | None = None
@@ -132,7 +162,9 @@ class TaskStatus:
 Record = Mapping[bytes, bytes]
 
 
-def record_fields(**fields: str | int | float | None) -> list[tuple[str, str | int | float]]:
+def record_fields(
+    **fields: str | bytes | int | float | None,
+) -> list[tuple[str, str | bytes | int | float]]:
     """Fields of the record, as the scripts store them (None: left out)."""
     return [(name, value) for name, value in fields.items() if value is not None]
 
@@ -160,7 +192,7 @@ def read_record(task_id: str, record: Record) -> TaskStatus | None:
     attempt = _number(record, "attempt")
     error_type = _text(record, "error_type")
     error = None
-    if error_type is not None:
+    if error_type is not None and state in (TaskState.FAILED, TaskState.DEAD, TaskState.RETRYING):
         error = RemoteError(
             error_type, _text(record, "error") or "", _text(record, "traceback") or ""
         )

@@ -2,21 +2,33 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 import random
 import time
 import warnings
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, TypeVar, overload
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar, Union, overload
 
 import attrs
 
 from . import _validate as v
 from ._eager import run_eagerly
+from .codec import TypeCodec, codec_for
 from .errors import InvalidPayload, TaskNotFound
 from .keys import utf8_error
-from .message import NO_SIZE_LIMIT, encode_message
+from .message import NO_SIZE_LIMIT, MessageOptions, encode_message
+
+if TYPE_CHECKING:
+    import datetime
+
+#: The attribute ``@tasks.task`` sets on the function it registers: its ``Task``, so that
+#: ``dispatch(function, payload)`` knows the task's name and types in any producer.
+TASK_ATTRIBUTE = "__trunner_task__"
+
+#: When a dispatch expires: seconds from now, a ``timedelta``, or an aware ``datetime``.
+Expiry = Union[float, "datetime.timedelta", "datetime.datetime"]
 
 __all__ = ["Action", "Backoff", "CronSchedule", "Task", "TaskRegistry"]
 
@@ -61,6 +73,41 @@ def checked_task_name(task_name: object) -> str:
     if (why := utf8_error(task_name)) is not None:
         raise ValueError(f"task_name cannot be sent to Redis: {why}")
     return task_name
+
+
+def dispatch_options(
+    keep_result: float | None, timeout: float | None, expires: Expiry | None
+) -> MessageOptions | None:
+    """The options of one dispatch (None when none is set); ``expires`` as seconds since
+    the epoch. Raises ``TypeError`` or ``ValueError`` naming a bad one."""
+    if keep_result is None and timeout is None and expires is None:
+        return None
+    v.optional(v.check_positive_number)("keep_result", keep_result)
+    v.optional(v.check_positive_number)("timeout", timeout)
+    at: float | None = None
+    if expires is not None:
+        import datetime  # noqa: PLC0415 - only dispatches that expire: workers never need it
+
+        if isinstance(expires, datetime.datetime):
+            if expires.tzinfo is None or expires.utcoffset() is None:
+                raise ValueError("expires must be an aware datetime (with a time zone)")
+            at = expires.timestamp()
+        elif isinstance(expires, datetime.timedelta):
+            at = time.time() + expires.total_seconds()
+        else:
+            v.check_non_negative_number("expires", expires)
+            at = time.time() + float(expires)
+    return MessageOptions(keep_result, timeout, at)
+
+
+def _exception_types(value: Iterable[type[BaseException]]) -> tuple[type[BaseException], ...]:
+    return tuple(value)
+
+
+def _check_exception_types(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
+    for item in value:  # type: ignore[attr-defined]  # the converter made it a tuple
+        if not (isinstance(item, type) and issubclass(item, BaseException)):
+            raise TypeError(f"{attr.name} must hold exception types, got {item!r}")
 
 
 def _check_backoff(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
@@ -139,8 +186,42 @@ class Task:
     )
     """Seconds after which the lock of a unique task expires by itself, whether or not
     the task finished (> 0). Required with ``unique=True``, and only allowed with it."""
+    timeout: float | None = attrs.field(
+        default=None, validator=v.optional_positive_number, kw_only=True
+    )
+    """Each attempt may run this many seconds (> 0 or ``None``); then it is cancelled and
+    fails with [``TaskTimeout``][trunner.TaskTimeout], retried as any failure. A dispatch
+    may set its own."""
+    keep_result: float | None = attrs.field(
+        default=None, validator=v.optional_positive_number, kw_only=True
+    )
+    """Keep each task's outcome (its result, or its error) this many seconds after it
+    finished, for [task handles](task-handles.md) (> 0 or ``None``: not kept). A
+    dispatch may set its own."""
+    give_up_on: tuple[type[BaseException], ...] = attrs.field(
+        default=(), converter=_exception_types, validator=_check_exception_types, kw_only=True
+    )
+    """Exception types that give the task up at once, without a retry (dead-lettered with
+    the error); [``GiveUp``][trunner.GiveUp] always does."""
+    payload_codec: TypeCodec = attrs.field(init=False, eq=False, repr=False)
+    """How the payload is decoded and checked, from the action's first parameter's
+    annotation (see [Typed tasks](task-handles.md#typed-tasks))."""
+    result_codec: TypeCodec = attrs.field(init=False, eq=False, repr=False)
+    """How the result is encoded and decoded, from the action's return annotation."""
+    decode_payload: Callable[[Any], Any] | None = attrs.field(init=False, eq=False, repr=False)
+    """``payload_codec.decode``, or None when the payload is passed as decoded (the hot
+    path of an untyped task pays nothing)."""
+    plain: bool = attrs.field(init=False, eq=False, repr=False)
+    """No payload to decode, no timeout, no result to keep: the pool's fastest path."""
 
     def __attrs_post_init__(self) -> None:
+        payload_codec, result_codec = codec_for(self.action)
+        object.__setattr__(self, "payload_codec", payload_codec)
+        object.__setattr__(self, "result_codec", result_codec)
+        decode = None if payload_codec.passes_through else payload_codec.decode
+        object.__setattr__(self, "decode_payload", decode)
+        plain = decode is None and self.timeout is None and self.keep_result is None
+        object.__setattr__(self, "plain", plain)
         if self.unique and self.unique_for is None:
             raise ValueError(
                 f"task {self.name!r}: unique=True needs unique_for (seconds the lock may be "
@@ -379,6 +460,9 @@ class TaskRegistry:
         unique: bool = False,
         unique_key: Callable[[Any], Any] | None = None,
         unique_for: float | None = None,
+        timeout: float | None = None,
+        keep_result: float | None = None,
+        give_up_on: Iterable[type[BaseException]] = (),
     ) -> Callable[[A], A]: ...
 
     def task(
@@ -392,6 +476,9 @@ class TaskRegistry:
         unique: bool = False,
         unique_key: Callable[[Any], Any] | None = None,
         unique_for: float | None = None,
+        timeout: float | None = None,
+        keep_result: float | None = None,
+        give_up_on: Iterable[type[BaseException]] = (),
     ) -> A | Callable[[A], A]:
         """Register an ``async def action(payload)`` as a task: a decorator.
 
@@ -409,6 +496,9 @@ class TaskRegistry:
             unique: See [``Task.unique``][trunner.Task.unique].
             unique_key: See [``Task.unique_key``][trunner.Task.unique_key].
             unique_for: See [``Task.unique_for``][trunner.Task.unique_for].
+            timeout: See [``Task.timeout``][trunner.Task.timeout].
+            keep_result: See [``Task.keep_result``][trunner.Task.keep_result].
+            give_up_on: See [``Task.give_up_on``][trunner.Task.give_up_on].
 
         Returns:
             The decorator, which returns the function unchanged.
@@ -425,7 +515,7 @@ class TaskRegistry:
             task_name = name if isinstance(name, str) else getattr(func, "__name__", None)
             if task_name is None:
                 raise TypeError(f"{func!r} has no __name__: pass the task's name, @task('name')")
-            self.register(
+            task = self.register(
                 Task(
                     task_name,
                     func,
@@ -436,8 +526,13 @@ class TaskRegistry:
                     unique=unique,
                     unique_key=unique_key,
                     unique_for=unique_for,
+                    timeout=timeout,
+                    keep_result=keep_result,
+                    give_up_on=give_up_on,
                 )
             )
+            with contextlib.suppress(AttributeError, TypeError):  # a builtin: by name only
+                setattr(func, TASK_ATTRIBUTE, task)
             return func
 
         if name is not None and not isinstance(name, str):

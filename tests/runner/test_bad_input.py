@@ -232,7 +232,7 @@ BAD_CALLS: dict[str, tuple[Call, type[Exception]]] = {
     "payload too large": (lambda c: c.dispatch("record", "x" * 3000), trunner.PayloadTooLarge),
     "empty task name": (lambda c: c.dispatch("", 1), ValueError),
     "unknown task name": (lambda c: c.dispatch("nope", 1), trunner.TaskNotFound),
-    "task name not a str": (lambda c: c.dispatch(b"record", 1), TypeError),  # type: ignore[arg-type]
+    "task name not a str": (lambda c: c.dispatch(b"record", 1), TypeError),  # type: ignore[call-overload]
     "many, one not serializable": (
         lambda c: c.dispatch_many("record", [1, 2, object()]),
         trunner.InvalidPayload,
@@ -258,7 +258,7 @@ BAD_CALLS: dict[str, tuple[Call, type[Exception]]] = {
         ValueError,
     ),
     "delayed, delay not a number": (
-        lambda c: c.dispatch_delayed("record", 1, "5"),  # type: ignore[arg-type]
+        lambda c: c.dispatch_delayed("record", 1, "5"),  # type: ignore[call-overload]
         TypeError,
     ),
     "schedule_for, naive datetime": (lambda c: c.schedule_for("record", 1, NAIVE), ValueError),

@@ -46,7 +46,7 @@ def pool_parts(broker: Broker, tasks: trunner.TaskRegistry, cfg: trunner.RunnerC
     """Every part, wired as a runner wires them (retries wake nobody)."""
     holdings, counters, errors = Holdings(), Counters(), ErrorLog()
     acks = AckBuffer(broker, cfg, holdings, counters, errors)
-    outcomes = Outcomes(broker, cfg, holdings, acks.add, counters, errors, lambda _due: None)
+    outcomes = Outcomes(broker, cfg, holdings, acks, counters, errors, lambda _due: None)
     pool = WorkerPool(tasks, cfg, holdings, outcomes, counters)
     releaser = Releaser(broker, holdings, counters)
     heartbeater = Heartbeater(broker, holdings, pool.min_beat_interval, counters, errors)

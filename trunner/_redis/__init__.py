@@ -11,10 +11,10 @@ in-process ``memory://`` servers, and what the test helpers look at Redis with
 
 from typing import TYPE_CHECKING, Any
 
-from .broker import MAX_IDS_PER_CALL, RELEASED_IDLE_MS, BadValue, Broker, Leader
+from .broker import MAX_IDS_PER_CALL, RELEASED_IDLE_MS, BadValue, Broker, Leader, Record
 from .connect import open_transport
 from .errors import ScriptNotLoaded
-from .inspect import GroupProgress, delete_prefixed
+from .inspect import GroupProgress, TaskLook, delete_prefixed
 from .lease import LeaseStore
 from .memory import forget_memory_server
 from .memory import server_client as memory_server_client
@@ -43,9 +43,11 @@ __all__ = [
     "Probe",
     "RawEntry",
     "Reader",
+    "Record",
     "Script",
     "ScriptNotLoaded",
     "Subscriber",
+    "TaskLook",
     "Transport",
     "as_str",
     "call_script",

@@ -19,7 +19,15 @@ from .resp import RawEntry, as_str, stream_entries, text_field
 from .scripts import SCRIPTS, Script
 from .transport import Arg, Reader, Subscriber, Transport
 
-__all__ = ["MAX_IDS_PER_CALL", "RELEASED_IDLE_MS", "BadValue", "Broker", "Leader", "RawEntry"]
+__all__ = [
+    "MAX_IDS_PER_CALL",
+    "RELEASED_IDLE_MS",
+    "BadValue",
+    "Broker",
+    "Leader",
+    "RawEntry",
+    "Record",
+]
 
 #: The most ids or payloads one script call carries; larger batches are split.
 MAX_IDS_PER_CALL = 1000
@@ -41,6 +49,9 @@ def _chunks(items: Sequence[Any], size: int = MAX_IDS_PER_CALL) -> Iterable[Sequ
 
 #: A stored value that is not what trunner writes there: (field or item, value, reason).
 BadValue = tuple[str, bytes, str]
+#: The outcome of a task that keeps its result: its record's key, time-to-live (ms) and
+#: fields (``trunner.status`` says which).
+Record = tuple[str, int, Sequence[tuple[str, Arg]]]
 
 
 def _metric_fields(flat: Any) -> tuple[dict[str, float], list[BadValue]]:
@@ -219,26 +230,152 @@ class Broker(Inspection):
         return as_str(reply[0]), entries
 
     async def ack(
-        self, ids: Sequence[str], locks: Mapping[str, tuple[str, str]] | None = None
+        self,
+        ids: Sequence[str],
+        locks: Mapping[str, tuple[str, str]] | None = None,
+        moved: Mapping[str, str] | None = None,
+        records: Mapping[str, Record] | None = None,
+        forget: Mapping[str, str] | None = None,
     ) -> int:
-        """Acknowledge ``ids``; release ``locks[id] = (lock key, token)`` of unique ones."""
+        """Acknowledge ``ids`` and tell the waiters of their tasks, in one script per 1000.
+
+        Per id, where given: ``locks[id] = (lock key, token)`` is released; ``moved[id]``
+        is the task id of a message whose id is not its task's (the where-map forgets
+        it, and the waiters hear of the task id); ``records[id]`` is the outcome of a task
+        that keeps its result, written with the acknowledgement; ``forget[id]`` is a
+        cancelled task id whose cancel mark goes.
+        """
+        keys = self.keys
         acked = 0
         for chunk in _chunks(ids):
             held = [locks[i] for i in chunk if i in locks] if locks else []
+            outcomes = [records[i] for i in chunk if i in records] if records else []
+            args: list[Arg] = [self.group, self._delete, keys.done, len(chunk), *chunk]
+            args += [len(held), *(token for _, token in held)]
+            pairs = [(n + 1, moved[i]) for n, i in enumerate(chunk) if i in moved] if moved else []
+            args += [len(pairs), *(x for pair in pairs for x in pair)]
+            gone = [forget[i] for i in chunk if i in forget] if forget else []
+            args += [len(gone), *gone]
+            args.append(len(outcomes))
+            for _, ttl_ms, fields in outcomes:
+                args += [ttl_ms, len(fields), *(text_field(x) for pair in fields for x in pair)]
             acked += int(
                 await self._script(
                     "ack",
-                    [self.keys.stream, *(key for key, _ in held)],
-                    [self.group, self._delete, len(chunk), *chunk, *(t for _, t in held)],
+                    [
+                        keys.stream,
+                        keys.where,
+                        keys.cancelled,
+                        *(key for key, _ in held),
+                        *(key for key, _, _ in outcomes),
+                    ],
+                    args,
                 )
             )
         return acked
 
-    async def retry(self, message_id: str, task_id: str, due_ms: int, data: bytes) -> bool:
+    async def cancel_task(
+        self,
+        task_id: str,
+        mark_until_ms: int,
+        lock: tuple[str, str] | None,
+        record: Record | None,
+    ) -> str:
+        """Cancel ``task_id`` wherever it is (see ``cancel_task.lua``): returns where it was
+        cancelled (``delayed``, ``queued``, ``running``) or ``absent``. ``lock``: its
+        unique lock (key, token), released with a delayed or queued task; ``record``: its
+        'cancelled' outcome, for a task that keeps its result."""
+        keys = self.keys
+        ttl, fields = (record[1], record[2]) if record else (0, [])
+        reply = await self._script(
+            "cancel_task",
+            [
+                keys.stream,
+                keys.delayed,
+                keys.delayed_messages,
+                keys.delayed_unique,
+                keys.where,
+                keys.cancelled,
+                keys.task(task_id),
+                *([lock[0]] if lock else []),
+            ],
+            [
+                self.group,
+                task_id,
+                mark_until_ms,
+                keys.cancel_channel,
+                keys.done,
+                lock[1] if lock else "",
+                ttl,
+                *(text_field(x) for pair in fields for x in pair),
+            ],
+        )
+        return as_str(reply)
+
+    async def cancel_marks(self, now_ms: int) -> list[str]:
+        """The ids of the tasks whose cancel mark still holds at ``now_ms``."""
+        reply = await self.transport.execute("HGETALL", self.keys.cancelled)
+        marks = []
+        for i in range(0, len(reply or ()), 2):
+            until = _int_or_none(reply[i + 1])
+            if until is not None and until > now_ms:
+                marks.append(as_str(reply[i]))
+        return marks
+
+    def open_cancel_subscriber(self) -> Subscriber:
+        """A subscriber of the group's channel of cancelled tasks (their ids)."""
+        return self.transport.open_subscriber(self.keys.cancel_channel)
+
+    async def record_progress(self, record: Record) -> bool:
+        """Write a running task's progress into its record (see ``task_progress.lua``);
+        False when the record already holds an outcome."""
+        key, ttl_ms, fields = record
+        args: list[Arg] = [ttl_ms, *(text_field(x) for pair in fields for x in pair)]
+        return bool(await self._script("task_progress", [key], args))
+
+    async def record_started(self, records: Sequence[Record]) -> int:
+        """Write the running records of tasks that keep their result, unless one already
+        holds an outcome; returns how many were written."""
+        written = 0
+        for chunk in _chunks(records, MAX_IDS_PER_CALL // 2):
+            args: list[Arg] = []
+            for _, ttl_ms, fields in chunk:
+                args += [ttl_ms, len(fields), *(text_field(x) for pair in fields for x in pair)]
+            written += int(await self._script("task_started", [key for key, _, _ in chunk], args))
+        return written
+
+    async def retry(
+        self,
+        message_id: str,
+        task_id: str,
+        due_ms: int,
+        data: bytes,
+        record: Record | None = None,
+    ) -> bool:
+        """Acknowledge a failed message and schedule its next attempt, atomically; update
+        the ``record`` of a task that keeps its result (state 'retrying')."""
+        keys = self.keys
+        ttl, fields = (record[1], record[2]) if record else (0, [])
         reply = await self._script(
             "retry",
-            [self.keys.stream, self.keys.delayed, self.keys.delayed_messages],
-            [self.group, self._delete, message_id, due_ms, data, task_id, self.keys.delayed_wake],
+            [
+                keys.stream,
+                keys.delayed,
+                keys.delayed_messages,
+                keys.where,
+                record[0] if record else keys.stream,
+            ],
+            [
+                self.group,
+                self._delete,
+                message_id,
+                due_ms,
+                data,
+                task_id,
+                keys.delayed_wake,
+                ttl,
+                *(text_field(x) for pair in fields for x in pair),
+            ],
         )
         return bool(reply)
 
@@ -248,17 +385,40 @@ class Broker(Inspection):
         fields: Sequence[tuple[str, Arg]],
         maxlen: int | None,
         lock: tuple[str, str] | None = None,
+        task_id: str | None = None,
+        record: Record | None = None,
     ) -> str | None:
-        """Acknowledge and copy to the dead-letter stream; release ``lock`` (key, token).
+        """Acknowledge and copy to the dead-letter stream; release ``lock`` (key, token);
+        write the ``record`` of a task that keeps its result; tell the task's waiters.
 
         A field's text that cannot be sent as it is (a lone surrogate, in an error message
         say) is written with backslash escapes: the write never fails on it."""
+        keys = self.keys
         flat: list[Any] = [text_field(x) for pair in fields for x in pair]
-        keys = [self.keys.stream, self.keys.dead, *([lock[0]] if lock else [])]
+        ttl, outcome = (record[1], record[2]) if record else (0, [])
         reply = await self._script(
             "dead_letter",
-            keys,
-            [self.group, self._delete, message_id, maxlen or 0, lock[1] if lock else "", *flat],
+            [
+                keys.stream,
+                keys.dead,
+                keys.where,
+                keys.cancelled,
+                record[0] if record else keys.stream,
+                *([lock[0]] if lock else []),
+            ],
+            [
+                self.group,
+                self._delete,
+                message_id,
+                maxlen or 0,
+                lock[1] if lock else "",
+                task_id or message_id,
+                keys.done,
+                ttl,
+                len(outcome),
+                *(text_field(x) for pair in outcome for x in pair),
+                *flat,
+            ],
         )
         return as_str(reply) if reply else None
 
@@ -332,7 +492,7 @@ class Broker(Inspection):
         keys = self.keys
         reply = await leader.run_fenced(
             SCRIPTS.move_due,
-            [keys.delayed, keys.delayed_messages, keys.stream, keys.delayed_unique],
+            [keys.delayed, keys.delayed_messages, keys.stream, keys.delayed_unique, keys.where],
             [now_ms, limit],
         )
         moved = int(reply[0])
@@ -367,7 +527,14 @@ class Broker(Inspection):
             return 0, 0, bad
         reply = await leader.run_fenced(
             SCRIPTS.move_unique,
-            [keys.delayed, keys.delayed_messages, keys.stream, keys.delayed_unique, *locks],
+            [
+                keys.delayed,
+                keys.delayed_messages,
+                keys.stream,
+                keys.delayed_unique,
+                keys.where,
+                *locks,
+            ],
             args,
         )
         return int(reply[0]), int(reply[1]), bad
@@ -393,14 +560,23 @@ class Broker(Inspection):
         tick_ms: int,
         data: bytes,
         lock: UniqueLock | None = None,
+        task_id: str | None = None,
     ) -> int:
         """Enqueue one tick of a cron schedule unless it was already fired.
 
-        ``lock``: the lock of a unique task. Returns 1 when fired, 0 when the tick was
-        already fired, -1 when its key was locked (the tick is skipped).
+        ``lock``: the lock of a unique task; ``task_id``: the tick's (default
+        ``cron:<name>:<tick ms>``). Returns 1 when fired, 0 when the tick was already
+        fired, -1 when its key was locked (the tick is skipped).
         """
-        keys = [self.keys.cron, self.keys.stream, *([lock.key] if lock else [])]
-        args: list[Arg] = [name, tick_ms, data, *((lock.token, lock.ttl_ms) if lock else ())]
+        keys = [
+            self.keys.cron,
+            self.keys.stream,
+            self.keys.where,
+            *([lock.key] if lock else []),
+        ]
+        tick_id = task_id or f"cron:{name}:{tick_ms}"
+        args: list[Arg] = [name, tick_ms, data, tick_id]
+        args += [lock.token, lock.ttl_ms] if lock else []
         return int(await leader.run_fenced(SCRIPTS.cron_fire, keys, args))
 
     async def cron_last_fired(self) -> tuple[dict[str, int], list[tuple[str, bytes]]]:
@@ -416,6 +592,10 @@ class Broker(Inspection):
             except ValueError:
                 bad.append((name, value))
         return fired, bad
+
+    def open_done_subscriber(self) -> Subscriber:
+        """A subscriber of the group's channel of finished tasks (their ids)."""
+        return self.transport.open_subscriber(self.keys.done)
 
     def open_wake_subscriber(self) -> Subscriber:
         return self.transport.open_subscriber(self.keys.delayed_wake)
@@ -527,22 +707,24 @@ class Broker(Inspection):
     # -- dead letters -----------------------------------------------------------------------
 
     async def replay_dead(
-        self, items: Sequence[tuple[str, bytes, UniqueLock | None]]
+        self, items: Sequence[tuple[str, bytes, UniqueLock | None, str]]
     ) -> list[str | bool | None]:
-        """Move dead-letter entries ``(id, message, lock)`` back into the stream, atomically;
-        one with a ``lock`` (a unique task's) takes it as it enters, or stays.
+        """Move dead-letter entries ``(id, message, lock, task id)`` back into the stream,
+        atomically; one with a ``lock`` (a unique task's) takes it as it enters, or stays.
+        The where-map records the new entry of each task id.
 
         Returns per entry: its new stream id; None when it is no longer in the dead-letter
         stream; False when its lock is held (it stays in the dead-letter stream).
         """
         results: list[str | bool | None] = []
         for chunk in _chunks(items, MAX_IDS_PER_CALL // 2):
-            locks = [lock.key for _, _, lock in chunk if lock is not None]
+            locks = [lock.key for _, _, lock, _ in chunk if lock is not None]
             args: list[Arg] = []
-            for dead_id, data, lock in chunk:
+            for dead_id, data, lock, task_id in chunk:
                 args += [dead_id, data, *((lock.token, lock.ttl_ms) if lock else ("", 0))]
+                args.append(task_id)
             reply = await self._script(
-                "replay_dead", [self.keys.dead, self.keys.stream, *locks], args
+                "replay_dead", [self.keys.dead, self.keys.stream, self.keys.where, *locks], args
             )
             results.extend(False if r == 0 else as_str(r) if r else None for r in reply)
         return results

@@ -17,12 +17,14 @@ import attrs
 import trio
 
 from .resp import RawEntry, as_str, stream_entries
+from .scripts import SCRIPTS
+from .transport import call_script
 
 if TYPE_CHECKING:
     from ..keys import Keys
     from .transport import Transport
 
-__all__ = ["GroupProgress", "Inspection", "delete_prefixed"]
+__all__ = ["GroupProgress", "Inspection", "TaskLook", "delete_prefixed"]
 
 
 @attrs.frozen
@@ -38,6 +40,28 @@ class GroupProgress:
     """Delayed tasks (and retries) due by the time asked about."""
     delayed: int
     """Delayed tasks (and retries), due or not."""
+
+
+@attrs.frozen
+class TaskLook:
+    """Where one task is, read in one script (one moment): see ``task_status.lua``."""
+
+    record: dict[bytes, bytes]
+    """Its record (empty without one)."""
+    due_ms: float | None
+    """When it is due, while it waits in the delayed set."""
+    delayed: bytes | None
+    """Its message, while it waits in the delayed set."""
+    entry_id: str | None
+    """Its entry in the stream, while it is there."""
+    entry: list[bytes] | None
+    """That entry's fields."""
+    consumer: str | None
+    """The consumer the entry is pending for (delivered, not acknowledged)."""
+    deliveries: int
+    """How many times the entry was delivered (0 when not pending)."""
+    delivered: bool
+    """Whether the group delivered the entry already (else it is queued)."""
 
 
 class Inspection:
@@ -61,6 +85,27 @@ class Inspection:
         if not reply or not reply[3]:
             return {}
         return {as_str(name): int(count) for name, count in reply[3]}
+
+    async def task_look(self, task_id: str) -> TaskLook:
+        """Where the task ``task_id`` is (its record, delayed, queued, pending), at once."""
+        keys = self.keys
+        reply = await call_script(
+            self.transport.execute,
+            SCRIPTS.task_status,
+            [keys.stream, keys.delayed, keys.delayed_messages, keys.where, keys.task(task_id)],
+            [self.group, task_id],
+        )
+        flat, due, delayed, entry_id, fields, consumer, deliveries, delivered = reply
+        return TaskLook(
+            record={flat[i]: flat[i + 1] for i in range(0, len(flat) - 1, 2)},
+            due_ms=float(due) if due is not None else None,
+            delayed=delayed if isinstance(delayed, bytes) else None,
+            entry_id=as_str(entry_id) if entry_id else None,
+            entry=list(fields) if fields else None,
+            consumer=as_str(consumer) if consumer else None,
+            deliveries=int(deliveries or 0),
+            delivered=bool(delivered),
+        )
 
     async def delayed_count(self) -> int:
         return int(await self.transport.execute("ZCARD", self.keys.delayed))

@@ -22,6 +22,9 @@ import attrs
 
 from ..errors import InvalidArgument
 
+#: A Redis command argument, as callers may give it.
+Arg = str | bytes | int | float
+
 __all__ = [
     "RawEntry",
     "as_str",
@@ -86,7 +89,7 @@ def library_args(args: Sequence[Any]) -> Sequence[Any]:
     return args if converted is None else converted
 
 
-def text_field(value: object) -> object:
+def text_field(value: Arg) -> Arg:
     """A field of a record people read (a dead letter, a quarantine record): a str that
     cannot be sent as it is (a lone surrogate) is written with backslash escapes instead,
     so that writing the record never fails on its text."""

@@ -35,6 +35,7 @@ from typing import Any, Generic, TypeVar
 import trio
 
 from .errors import ScriptNotLoaded
+from .resp import Arg
 from .scripts import Script
 
 __all__ = [
@@ -48,7 +49,6 @@ __all__ = [
     "call_script",
 ]
 
-Arg = str | bytes | int | float
 
 #: How often, and how far apart, an interrupt repeats CLIENT UNBLOCK for a read.
 UNBLOCK_TRIES = 10

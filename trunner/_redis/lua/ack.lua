@@ -1,22 +1,73 @@
 -- Acknowledge finished messages and, with delete-on-ack, remove them from the stream;
--- release the unique locks of those that hold one (only the lock each one took).
+-- release the unique locks of those that hold one (only the lock each one took); write
+-- the outcome of the tasks that keep their result; forget where moved tasks were, and the
+-- cancel marks of cancelled ones; tell the waiters which tasks finished (one PUBLISH).
+-- Everything in one script: an acknowledged task always has its outcome, and an outcome
+-- always belongs to an acknowledged task.
 -- KEYS[1]  the task stream
--- KEYS[2..] the unique locks of some of the messages
+-- KEYS[2]  where moved tasks are (hash: task id -> stream id)
+-- KEYS[3]  the cancel marks (hash: task id -> until, ms)
+-- KEYS[4..3+L] the unique locks of some of the messages
+-- KEYS[4+L..]  the records of the tasks that keep their result, in order
 -- ARGV[1]  the consumer group
 -- ARGV[2]  '1' to XDEL the entries, '0' to keep them
--- ARGV[3]  how many entry ids follow (n)
--- ARGV[4..3+n] the entry ids (the caller sends at most 1000 per call)
--- ARGV[4+n..] one lock token per lock key, in KEYS order
+-- ARGV[3]  the channel of finished tasks ('' to say nothing)
+-- ARGV[4]  n, then the n entry ids (the caller sends at most 1000 per call)
+-- then     L, then one lock token per lock key, in KEYS order
+-- then     M, then M pairs: the (1-based) index of an entry whose id is not its task's id,
+--          and the task's id (the where-map forgets it; the channel says it)
+-- then     C, then C task ids whose cancel marks go
+-- then     R, then per record: its time-to-live (ms), F, then F field/value pairs (F = 0:
+--          the record is deleted: a task that keeps no result but reported progress)
 -- Returns  how many entries were still pending and are now acknowledged
-local n = tonumber(ARGV[3])
-local ids = {unpack(ARGV, 4, 3 + n)}
+local at = 4
+local function take()
+  local value = ARGV[at]
+  at = at + 1
+  return value
+end
+local n = tonumber(take())
+local ids = {unpack(ARGV, at, at + n - 1)}
+at = at + n
 local acked = redis.call('XACK', KEYS[1], ARGV[1], unpack(ids))
 if ARGV[2] == '1' then
   redis.call('XDEL', KEYS[1], unpack(ids))
 end
-for i = 2, #KEYS do
-  if redis.call('GET', KEYS[i]) == ARGV[2 + n + i] then
-    redis.call('DEL', KEYS[i])
+local locks = tonumber(take())
+for i = 1, locks do
+  local key = KEYS[3 + i]
+  if redis.call('GET', key) == take() then
+    redis.call('DEL', key)
   end
+end
+local said = ids
+local moved = tonumber(take())
+if moved > 0 then
+  said = {unpack(ids)}
+  for _ = 1, moved do
+    local index = tonumber(take())
+    local task_id = take()
+    said[index] = task_id
+    redis.call('HDEL', KEYS[2], task_id)
+  end
+end
+local cancelled = tonumber(take())
+for _ = 1, cancelled do
+  redis.call('HDEL', KEYS[3], take())
+end
+local records = tonumber(take())
+for r = 1, records do
+  local key = KEYS[3 + locks + r]
+  local ttl = take()
+  local fields = tonumber(take())
+  redis.call('DEL', key)
+  if fields > 0 then
+    redis.call('HSET', key, unpack(ARGV, at, at + 2 * fields - 1))
+    at = at + 2 * fields
+    redis.call('PEXPIRE', key, ttl)
+  end
+end
+if ARGV[3] ~= '' then
+  redis.call('PUBLISH', ARGV[3], table.concat(said, ' '))
 end
 return acked

@@ -1,14 +1,22 @@
 -- Give up on a message: acknowledge it and copy it to the dead-letter stream, atomically;
--- release its unique lock if it holds one.
+-- release its unique lock if it holds one; write its outcome if it keeps its result;
+-- forget where it was and its cancel mark; tell the waiters it finished.
 -- KEYS[1]  the task stream
 -- KEYS[2]  the dead-letter stream
--- KEYS[3]  (optional) the message's unique lock
+-- KEYS[3]  where moved tasks are (hash: task id -> stream id)
+-- KEYS[4]  the cancel marks (hash: task id -> until, ms)
+-- KEYS[5]  the task's record ('' -> none is written; pass any key of the group)
+-- KEYS[6]  (optional) the message's unique lock
 -- ARGV[1]  the consumer group
 -- ARGV[2]  '1' to XDEL the entry
 -- ARGV[3]  the entry id
 -- ARGV[4]  approximate cap of the dead-letter stream ('0': no cap)
 -- ARGV[5]  the unique lock's token ('' when there is no lock)
--- ARGV[6..] field/value pairs of the dead-letter entry
+-- ARGV[6]  the task id
+-- ARGV[7]  the channel of finished tasks ('' to say nothing)
+-- ARGV[8]  the record's time-to-live in ms ('0': no record is written)
+-- ARGV[9]  F, then F field/value pairs of the record
+-- then     the field/value pairs of the dead-letter entry
 -- Returns  the dead-letter entry id; false when the entry was no longer pending
 if redis.call('XACK', KEYS[1], ARGV[1], ARGV[3]) == 0 then
   return false
@@ -16,10 +24,27 @@ end
 if ARGV[2] == '1' then
   redis.call('XDEL', KEYS[1], ARGV[3])
 end
-if KEYS[3] and redis.call('GET', KEYS[3]) == ARGV[5] then
-  redis.call('DEL', KEYS[3])
+if KEYS[6] and redis.call('GET', KEYS[6]) == ARGV[5] then
+  redis.call('DEL', KEYS[6])
 end
+if ARGV[6] ~= ARGV[3] then
+  redis.call('HDEL', KEYS[3], ARGV[6])
+end
+redis.call('HDEL', KEYS[4], ARGV[6])
+local fields = tonumber(ARGV[9])
+local after = 10 + 2 * fields
+if ARGV[8] ~= '0' then
+  redis.call('DEL', KEYS[5])
+  redis.call('HSET', KEYS[5], unpack(ARGV, 10, after - 1))
+  redis.call('PEXPIRE', KEYS[5], ARGV[8])
+end
+local id
 if ARGV[4] == '0' then
-  return redis.call('XADD', KEYS[2], '*', unpack(ARGV, 6))
+  id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, after))
+else
+  id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', unpack(ARGV, after))
 end
-return redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', unpack(ARGV, 6))
+if ARGV[7] ~= '' then
+  redis.call('PUBLISH', ARGV[7], ARGV[6])
+end
+return id

@@ -6,6 +6,7 @@
 -- KEYS[3]  the delayed messages (task id -> encoded message)
 -- KEYS[4]  the task stream
 -- KEYS[5]  the unique delayed tasks (task id -> its lock, see keys.UniqueLock)
+-- KEYS[6]  where moved tasks are (hash: task id -> stream id)
 -- ARGV[2]  now (ms since the epoch)
 -- ARGV[3]  the most tasks to look at in this call
 -- Returns  {moved, due time of the earliest task left (string) or false, {unique due ids}}
@@ -18,7 +19,7 @@ for i = 1, #due do
   else
     local message = redis.call('HGET', KEYS[3], due[i])
     if message then
-      redis.call('XADD', KEYS[4], '*', 'payload', message)
+      redis.call('HSET', KEYS[6], due[i], redis.call('XADD', KEYS[4], '*', 'payload', message))
       moved = moved + 1
     end
     redis.call('ZREM', KEYS[2], due[i])

@@ -5,17 +5,18 @@
 -- KEYS[3]  the delayed messages
 -- KEYS[4]  the task stream
 -- KEYS[5]  the unique delayed tasks (task id -> its lock, see keys.UniqueLock)
--- KEYS[6..] the lock of each task (in ARGV order)
+-- KEYS[6]  where moved tasks are (hash: task id -> stream id)
+-- KEYS[7..] the lock of each task (in ARGV order)
 -- ARGV[2..] triples: task id, lock token, lock time-to-live (ms)
 -- Returns  {moved, dropped}
 local moved, dropped = 0, 0
-for i = 6, #KEYS do
-  local j = 2 + 3 * (i - 6)
+for i = 7, #KEYS do
+  local j = 2 + 3 * (i - 7)
   local id = ARGV[j]
   if redis.call('ZREM', KEYS[2], id) == 1 then
     local message = redis.call('HGET', KEYS[3], id)
     if message and redis.call('SET', KEYS[i], ARGV[j + 1], 'PX', ARGV[j + 2], 'NX') then
-      redis.call('XADD', KEYS[4], '*', 'payload', message)
+      redis.call('HSET', KEYS[6], id, redis.call('XADD', KEYS[4], '*', 'payload', message))
       moved = moved + 1
     else
       dropped = dropped + 1

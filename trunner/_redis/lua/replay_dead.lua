@@ -5,15 +5,17 @@
 -- dead-letter stream.
 -- KEYS[1]  the dead-letter stream
 -- KEYS[2]  the task stream
--- KEYS[3..] the locks of the unique messages, one per message that has one, in ARGV order
--- ARGV     quadruples (at most 500): dead-letter entry id, the message to enqueue, its
---          lock token ('' when it has no lock), the lock time-to-live in ms ('0' idem)
+-- KEYS[3]  where moved tasks are (hash: task id -> stream id)
+-- KEYS[4..] the locks of the unique messages, one per message that has one, in ARGV order
+-- ARGV     quintuples (at most 500): dead-letter entry id, the message to enqueue, its
+--          lock token ('' when it has no lock), the lock time-to-live in ms ('0' idem),
+--          the message's task id
 -- Returns  per message: its new entry id; false when the entry is no longer in the
 --          dead-letter stream; 0 when its lock is held (the entry stays)
 local results = {}
-local lock = 2
-for i = 1, #ARGV, 4 do
-  local id, message, token, ttl = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+local lock = 3
+for i = 1, #ARGV, 5 do
+  local id, message, token, ttl, task_id = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
   local result
   if #redis.call('XRANGE', KEYS[1], id, id) == 0 then
     result = false
@@ -26,6 +28,7 @@ for i = 1, #ARGV, 4 do
     if free then
       redis.call('XDEL', KEYS[1], id)
       result = redis.call('XADD', KEYS[2], '*', 'payload', message)
+      redis.call('HSET', KEYS[3], task_id, result)
     else
       result = 0
     end

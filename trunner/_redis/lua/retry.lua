@@ -1,8 +1,12 @@
 -- Schedule the next attempt of a failed message: acknowledge it and add the next attempt
--- to the delayed set, atomically (a crash can neither lose nor double it).
+-- to the delayed set, atomically (a crash can neither lose nor double it); forget where
+-- the message was (the next one is recorded when it is moved); update the task's record
+-- to 'retrying' if it keeps its result.
 -- KEYS[1]  the task stream
 -- KEYS[2]  the delayed set (task id scored by due time in ms)
 -- KEYS[3]  the delayed messages (task id -> encoded message)
+-- KEYS[4]  where moved tasks are (hash: task id -> stream id)
+-- KEYS[5]  the task's record (any key of the group when none is written)
 -- ARGV[1]  the consumer group
 -- ARGV[2]  '1' to XDEL the entry
 -- ARGV[3]  the entry id
@@ -10,12 +14,21 @@
 -- ARGV[5]  the next attempt's encoded message
 -- ARGV[6]  the task id
 -- ARGV[7]  the wake-up channel, told when the retry became the earliest delayed task
+-- ARGV[8]  the record's time-to-live in ms ('0': no record is written)
+-- ARGV[9..] field/value pairs of the record
 -- Returns  1 when scheduled; 0 when the entry was no longer pending (nothing written)
 if redis.call('XACK', KEYS[1], ARGV[1], ARGV[3]) == 0 then
   return 0
 end
 if ARGV[2] == '1' then
   redis.call('XDEL', KEYS[1], ARGV[3])
+end
+if ARGV[6] ~= ARGV[3] then
+  redis.call('HDEL', KEYS[4], ARGV[6])
+end
+if ARGV[8] ~= '0' then
+  redis.call('HSET', KEYS[5], unpack(ARGV, 9))
+  redis.call('PEXPIRE', KEYS[5], ARGV[8])
 end
 redis.call('ZADD', KEYS[2], ARGV[4], ARGV[6])
 redis.call('HSET', KEYS[3], ARGV[6], ARGV[5])

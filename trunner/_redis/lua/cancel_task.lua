@@ -1,0 +1,83 @@
+-- Cancel a task wherever it is, atomically: a delayed task (or a retry waiting for its
+-- backoff) is removed; a queued one (in the stream, never delivered) is deleted before any
+-- consumer sees it; a running one (delivered to a consumer) gets a cancel mark and an
+-- announcement: the runner holding it cancels it, and a runner that fetches it later
+-- drops it before it starts. A cancelled task's outcome is 'cancelled': its record says
+-- so when it keeps its result, and its waiters are told.
+-- KEYS[1]  the task stream
+-- KEYS[2]  the delayed set
+-- KEYS[3]  the delayed messages
+-- KEYS[4]  the unique delayed tasks
+-- KEYS[5]  where moved tasks are (hash: task id -> stream id)
+-- KEYS[6]  the cancel marks (hash: task id -> until, ms)
+-- KEYS[7]  the task's record
+-- KEYS[8]  (optional) the lock of the task's unique key
+-- ARGV[1]  the consumer group
+-- ARGV[2]  the task id
+-- ARGV[3]  until when a cancel mark holds (ms since the epoch)
+-- ARGV[4]  the cancel channel
+-- ARGV[5]  the channel of finished tasks
+-- ARGV[6]  the lock's token ('' without a lock)
+-- ARGV[7]  the record's time-to-live in ms ('0': no record is written)
+-- ARGV[8..] field/value pairs of the record
+-- Returns  'delayed', 'queued' or 'running' (where it was cancelled), or 'absent'
+local id = ARGV[2]
+local function release_lock()
+  if KEYS[8] and redis.call('GET', KEYS[8]) == ARGV[6] then
+    redis.call('DEL', KEYS[8])
+  end
+end
+local function record_outcome()
+  if ARGV[7] ~= '0' then
+    redis.call('DEL', KEYS[7])
+    redis.call('HSET', KEYS[7], unpack(ARGV, 8))
+    redis.call('PEXPIRE', KEYS[7], ARGV[7])
+  end
+  redis.call('PUBLISH', ARGV[5], id)
+end
+if redis.call('ZREM', KEYS[2], id) == 1 then
+  redis.call('HDEL', KEYS[3], id)
+  redis.call('HDEL', KEYS[4], id)
+  release_lock()
+  record_outcome()
+  return 'delayed'
+end
+local entry = redis.call('HGET', KEYS[5], id)
+if not entry and string.match(id, '^%d+%-%d+$') then
+  entry = id
+end
+if entry and #redis.call('XRANGE', KEYS[1], entry, entry) == 1 then
+  local ok, pending = pcall(redis.call, 'XPENDING', KEYS[1], ARGV[1], entry, entry, 1)
+  if ok and pending[1] then
+    redis.call('HSET', KEYS[6], id, ARGV[3])
+    redis.call('PUBLISH', ARGV[4], id)
+    return 'running'
+  end
+  local delivered = false
+  if ok then
+    for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+      local name, last
+      for i = 1, #group, 2 do
+        if group[i] == 'name' then
+          name = group[i + 1]
+        elseif group[i] == 'last-delivered-id' then
+          last = group[i + 1]
+        end
+      end
+      if name == ARGV[1] then
+        local a_ms, a_seq = string.match(entry, '^(%d+)-(%d+)$')
+        local b_ms, b_seq = string.match(last, '^(%d+)-(%d+)$')
+        a_ms, a_seq, b_ms, b_seq = tonumber(a_ms), tonumber(a_seq), tonumber(b_ms), tonumber(b_seq)
+        delivered = a_ms < b_ms or (a_ms == b_ms and a_seq <= b_seq)
+      end
+    end
+  end
+  if not delivered then
+    redis.call('XDEL', KEYS[1], entry)
+    redis.call('HDEL', KEYS[5], id)
+    release_lock()
+    record_outcome()
+    return 'queued'
+  end
+end
+return 'absent'

@@ -1,0 +1,59 @@
+-- Where a task is, in one look (read-only): its record, the delayed set, the stream (its
+-- entry found by the task id itself or through the where-map), and the group's progress.
+-- KEYS[1]  the task stream
+-- KEYS[2]  the delayed set
+-- KEYS[3]  the delayed messages
+-- KEYS[4]  where moved tasks are (hash: task id -> stream id)
+-- KEYS[5]  the task's record
+-- ARGV[1]  the consumer group
+-- ARGV[2]  the task id
+-- Returns  {record (flat field/value list), due ms or false, delayed message or false,
+--           entry id or false, entry fields (flat) or false, pending consumer or false,
+--           deliveries (0 when not pending), delivered (1 when the group delivered the
+--           entry already, 0 when not yet)}
+local id = ARGV[2]
+local record = redis.call('HGETALL', KEYS[5])
+local due = redis.call('ZSCORE', KEYS[2], id)
+local delayed = false
+if due then
+  delayed = redis.call('HGET', KEYS[3], id)
+end
+local entry_id = redis.call('HGET', KEYS[4], id)
+if not entry_id and string.match(id, '^%d+%-%d+$') then
+  entry_id = id
+end
+local fields, consumer, deliveries, delivered = false, false, 0, 0
+if entry_id and redis.call('EXISTS', KEYS[1]) == 1 then
+  local entries = redis.call('XRANGE', KEYS[1], entry_id, entry_id)
+  if entries[1] then
+    fields = entries[1][2]
+    local ok, pending = pcall(redis.call, 'XPENDING', KEYS[1], ARGV[1], entry_id, entry_id, 1)
+    if ok and pending[1] then
+      consumer, deliveries, delivered = pending[1][2], pending[1][4], 1
+    elseif ok then
+      for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+        local name, last
+        for i = 1, #group, 2 do
+          if group[i] == 'name' then
+            name = group[i + 1]
+          elseif group[i] == 'last-delivered-id' then
+            last = group[i + 1]
+          end
+        end
+        if name == ARGV[1] then
+          local a_ms, a_seq = string.match(entry_id, '^(%d+)-(%d+)$')
+          local b_ms, b_seq = string.match(last, '^(%d+)-(%d+)$')
+          a_ms, a_seq, b_ms, b_seq = tonumber(a_ms), tonumber(a_seq), tonumber(b_ms), tonumber(b_seq)
+          if a_ms < b_ms or (a_ms == b_ms and a_seq <= b_seq) then
+            delivered = 1
+          end
+        end
+      end
+    end
+  else
+    entry_id = false
+  end
+else
+  entry_id = false
+end
+return {record, due or false, delayed, entry_id, fields, consumer, deliveries, delivered}

@@ -1,0 +1,96 @@
+"""The canceller hears which tasks were cancelled and cancels the ones this instance holds.
+
+Cancellation is a state, not a message (``cancel_task.lua``): a running task gets a cancel
+mark in the group's ``cancelled`` hash, and an announcement on its cancel channel. The
+announcement makes it fast: the runner running the task cancels it at once (the job loop
+running it is cancelled: see :mod:`trunner.pool`). The mark makes it correct: the
+canceller keeps the marks in :attr:`Holdings.cancelled <trunner.holdings.Holdings>` (read
+after it subscribed, so none is missed), and a message of a marked task that this
+instance fetches later (reclaimed from a runner that died, say) is dropped before it
+starts. Either way the task's outcome is ``cancelled``: acknowledged, never retried, its
+unique lock released, no failed-task handler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import trio
+
+from ._redis import Broker, Subscriber
+from ._util import ErrorLog, LoopBackoff, logger, wall_ms
+from .errors import BackendError
+from .holdings import Holdings
+
+__all__ = ["MARK_LIFETIME", "Canceller"]
+
+#: How long a cancel mark holds (seconds): far longer than a message can wait to be
+#: reclaimed; the mark goes earlier when the task's cancelled outcome is written.
+MARK_LIFETIME = 24 * 3600.0
+
+
+class Canceller:
+    """Listens to the group's cancel channel until :meth:`stop` (the standard lifecycle)."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        holdings: Holdings,
+        cancel_task: Callable[[str], bool],
+        errors: ErrorLog,
+    ) -> None:
+        self._broker = broker
+        self._marks = holdings.cancelled
+        self._cancel_task = cancel_task
+        self._errors = errors
+        self._scope = trio.CancelScope()
+        self.stopped = trio.Event()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen until :meth:`stop`; reports started once subscribed and the marks read
+        (or after a first failed try: it goes on trying)."""
+        first = True
+        try:
+            with self._scope:
+                backoff = LoopBackoff()
+                while True:
+                    subscriber = self._broker.open_cancel_subscriber()
+                    try:
+                        await subscriber.subscribe()
+                        await self._read_marks()  # after subscribing: none is missed
+                        if first:
+                            first = False
+                            task_status.started()
+                        backoff.reset()
+                        await self._listen(subscriber)
+                    except BackendError as exc:
+                        self._errors.capture(exc)
+                        logger.warning("listening for cancelled tasks failed: %s", exc)
+                    finally:
+                        with trio.CancelScope(shield=True):
+                            await subscriber.aclose()
+                    if first:
+                        first = False
+                        task_status.started()
+                    await trio.sleep(backoff.next_delay())
+        finally:
+            self.stopped.set()
+
+    def stop(self) -> None:
+        """Stop listening."""
+        self._scope.cancel()
+
+    async def _read_marks(self) -> None:
+        now = wall_ms()
+        until = now + int(MARK_LIFETIME * 1000)
+        for task_id in await self._broker.cancel_marks(now):
+            self._marks[task_id] = until
+            self._cancel_task(task_id)
+
+    async def _listen(self, subscriber: Subscriber) -> None:
+        while True:
+            data = await subscriber.next_message()
+            task_id = data.decode("utf-8", "surrogateescape")
+            self._marks[task_id] = wall_ms() + int(MARK_LIFETIME * 1000)
+            if self._cancel_task(task_id):
+                logger.info("task %s: cancelled while this instance held it", task_id)

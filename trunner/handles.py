@@ -1,0 +1,382 @@
+"""Task handles: a dispatched task you can hold, await, look at and cancel.
+
+``dispatch`` returns a :class:`TaskHandle`, which is also the task's id (a ``str``: code
+that kept the id keeps working). ``await handle.result()`` waits for the outcome of a task
+that keeps its result; ``await handle.status()`` says where the task is; ``await
+handle.cancel()`` cancels it wherever it is. ``client.handle(task_id)`` re-attaches to a
+task from anywhere.
+
+Waiting never polls. Each producer (runner or client) has one :class:`Waiters`: one
+subscription to the group's channel of finished tasks, shared by all its waiters. A waiter
+registers, makes sure the subscription is up, then looks at the stored outcome: an outcome
+written before the subscription is seen by the look, one written after it is announced on
+the channel (no lost wake-up). When the subscription breaks and comes back, every waiter
+looks again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from typing import Any, Generic, Protocol, TypeVar
+
+import trio
+
+from ._context import _current_message
+from ._redis import Broker, Subscriber, TaskLook
+from ._util import LoopBackoff, logger, wall_ms
+from .cancellation import MARK_LIFETIME
+from .codec import TypeCodec, untyped
+from .errors import (
+    BackendError,
+    ResultNotFound,
+    TaskCancelled,
+    TaskExpired,
+    TaskFailed,
+    TrunnerError,
+)
+from .errors import RemoteFailure as _RemoteFailure
+from .message import MessageDecodeError, decode_message
+from .status import CancelOutcome, TaskState, TaskStatus, read_record, record_fields
+
+__all__ = ["HandleSource", "SelfWait", "TaskHandle", "Waiters", "status_of"]
+
+R = TypeVar("R")
+
+
+class SelfWait(TrunnerError, RuntimeError):
+    """A task awaited its own result: it would wait for ever (also a ``RuntimeError``)."""
+
+
+class Waiters:
+    """The waiters of one producer, woken through one subscription to the group's channel
+    of finished tasks (see the module docs). The standard lifecycle: ``run`` until
+    :meth:`stop`; it subscribes only once somebody waits."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+        self._waiting: dict[str, set[trio.Event]] = {}
+        self._wanted = trio.Event()
+        self._subscribed = trio.Event()
+        self._scope = trio.CancelScope()
+        self.stopped = trio.Event()
+
+    @contextlib.contextmanager
+    def register(self, task_id: str) -> Iterator[trio.Event]:
+        """An event set when ``task_id`` is announced finished, or when the subscription
+        came back after a break (look again either way)."""
+        event = trio.Event()
+        self._waiting.setdefault(task_id, set()).add(event)
+        self._wanted.set()
+        try:
+            yield event
+        finally:
+            events = self._waiting.get(task_id)
+            if events is not None:
+                events.discard(event)
+                if not events:
+                    del self._waiting[task_id]
+
+    async def subscribed(self) -> None:
+        """Return once the subscription is up (starting it if nobody waited before)."""
+        self._wanted.set()
+        await self._subscribed.wait()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve the waiters until :meth:`stop`."""
+        try:
+            with self._scope:
+                task_status.started()
+                await self._wanted.wait()
+                backoff = LoopBackoff()
+                while True:
+                    subscriber = self._broker.open_done_subscriber()
+                    try:
+                        await self._listen(subscriber)
+                    except BackendError as exc:
+                        logger.debug("listening for finished tasks failed: %s", exc)
+                    finally:
+                        self._subscribed = trio.Event()
+                        self._wake_all()  # they look again: nothing is missed meanwhile
+                        with trio.CancelScope(shield=True):
+                            await subscriber.aclose()
+                    await trio.sleep(backoff.next_delay())
+        finally:
+            self._wake_all()
+            self.stopped.set()
+
+    def stop(self) -> None:
+        """Stop serving (waiters still waiting look again, and find the producer closed)."""
+        self._scope.cancel()
+
+    async def _listen(self, subscriber: Subscriber) -> None:
+        await subscriber.subscribe()
+        self._subscribed.set()
+        while True:
+            data = await subscriber.next_message()
+            for task_id in data.decode("utf-8", "surrogateescape").split():
+                for event in self._waiting.get(task_id, ()):
+                    event.set()
+
+    def _wake_all(self) -> None:
+        for events in self._waiting.values():
+            for event in events:
+                event.set()
+
+
+class HandleSource(Protocol):
+    """What a handle needs of the producer that made it (a runner or a client)."""
+
+    def _open_broker(self) -> Broker: ...
+
+    def _open_waiters(self) -> Waiters: ...
+
+    def _group_name(self) -> str: ...
+
+    def _keep_result_of(self, task_name: str) -> float | None: ...
+
+
+class TaskHandle(str, Generic[R]):
+    """A dispatched task: its id (this ``str``), its status, its result, its cancellation.
+
+    ``dispatch`` returns one; ``Client.handle(task_id)`` and ``Runner.handle(task_id)``
+    make one for a task dispatched elsewhere. Typed by the task's return annotation when
+    dispatched as a task function (``dispatch(resize, request)`` is a
+    ``TaskHandle[Thumbnail]``).
+    """
+
+    _producer: HandleSource
+    _result_codec: TypeCodec
+
+    def __new__(
+        cls, task_id: str, producer: HandleSource, result_codec: TypeCodec = untyped
+    ) -> TaskHandle[R]:
+        handle = super().__new__(cls, task_id)
+        handle._producer = producer
+        handle._result_codec = result_codec
+        return handle
+
+    def __repr__(self) -> str:
+        return f"<TaskHandle {str(self)!r}>"
+
+    def __reduce__(self) -> tuple[type[str], tuple[str]]:
+        return str, (str(self),)  # copies and pickles are the plain id
+
+    @property
+    def id(self) -> str:
+        """The task's id."""
+        return str(self)
+
+    async def status(self) -> TaskStatus:
+        """Where the task is now, and what is known of it (one round trip).
+
+        Returns:
+            A [``TaskStatus``][trunner.TaskStatus]: its state (scheduled, queued,
+            running, retrying, succeeded, failed, dead, cancelled, expired, unknown),
+            attempt, instance, progress and times, as far as Redis knows them.
+
+        Raises:
+            RunnerNotRunning: The runner or client is not open.
+            RedisUnavailable, RedisCommandError: Redis failed.
+        """
+        look = await self._producer._open_broker().task_look(self.id)
+        return status_of(self.id, look)
+
+    async def cancel(self, *, wait: bool = False) -> CancelOutcome:
+        """Cancel the task, wherever it is (see [Task handles](task-handles.md#cancelling)).
+
+        A delayed or queued task is removed: once this returns, it never starts. A running
+        task gets a cancel mark and an announcement: the instance running it cancels its
+        attempt at once. A cancelled task is acknowledged, never retried, its unique lock
+        released, its failed-task handler not called; its outcome is ``cancelled``
+        (``result()`` raises [``TaskCancelled``][trunner.TaskCancelled] when it keeps its
+        result).
+
+        Args:
+            wait: For a running task, wait until it is no longer running.
+
+        Returns:
+            A [``CancelOutcome``][trunner.CancelOutcome]: ``REMOVED``, ``CANCELLING``,
+            ``FINISHED`` (nothing to do) or ``UNKNOWN``.
+
+        Raises:
+            RunnerNotRunning: The runner or client is not open.
+            RedisUnavailable, RedisCommandError: Redis failed (the task may or may not be
+                cancelled: look at its status).
+        """
+        producer = self._producer
+        broker = producer._open_broker()
+        look = await broker.task_look(self.id)
+        status = status_of(self.id, look)
+        if status.state.finished:
+            return CancelOutcome.FINISHED
+        message = _message(self.id, look.delayed) if look.due_ms is not None else None
+        if message is None and look.entry_id is not None:
+            message = _message(look.entry_id, look.entry)
+        lock = record = None
+        if message is not None:
+            if message.unique_key is not None and message.unique_token is not None:
+                lock = (broker.keys.unique(message.unique_key), message.unique_token)
+            keep = message.options.keep_result or producer._keep_result_of(message.task_name)
+            if keep is not None:
+                fields = record_fields(
+                    state="cancelled",
+                    task=message.task_name,
+                    attempt=message.attempt,
+                    enqueued_at=message.enqueued_at,
+                    finished_at=time.time(),
+                    keep=keep,
+                )
+                record = (broker.keys.task(self.id), max(1, int(keep * 1000)), fields)
+        until = wall_ms() + int(MARK_LIFETIME * 1000)
+        where = await broker.cancel_task(self.id, until, lock, record)
+        if where in ("delayed", "queued"):
+            return CancelOutcome.REMOVED
+        if where == "running":
+            if wait:
+                await self._wait_not_running()
+            return CancelOutcome.CANCELLING
+        state = (await self.status()).state
+        return CancelOutcome.FINISHED if state.finished else CancelOutcome.UNKNOWN
+
+    async def _wait_not_running(self) -> None:
+        """Return once the task is no longer running (woken by the channel of finished
+        tasks: a cancelled task is announced there too)."""
+        producer = self._producer
+        while True:
+            waiters = producer._open_waiters()
+            with waiters.register(self.id) as announced:
+                await waiters.subscribed()
+                if (await self.status()).state is not TaskState.RUNNING:
+                    return
+                await announced.wait()
+
+    async def result(self, timeout: float | None = None) -> R:  # noqa: ASYNC109 - the API
+        """Wait for the task's outcome and return its result.
+
+        Waiting never polls (see [Task handles](task-handles.md)); the result is decoded
+        into the task's declared return type when the handle knows it.
+
+        Args:
+            timeout: Seconds to wait at most (``None``: for ever).
+
+        Returns:
+            What the task returned.
+
+        Raises:
+            TaskFailed: The task failed (its last attempt raised, or it was given up on);
+                its ``error`` is a ``RemoteFailure`` (class name, message, traceback).
+            TaskCancelled: The task was cancelled.
+            TaskExpired: The task was not started before its ``expires`` time.
+            ResultNotFound: The task is nowhere: it finished without keeping its result
+                (``keep_result``), its result expired, or it never existed.
+            trio.TooSlowError: ``timeout`` passed first.
+            SelfWait: Called by the task itself (it would wait for ever).
+            RunnerNotRunning: The runner or client is not open.
+        """
+        self._check_not_self()
+        producer = self._producer
+        with trio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
+            while True:
+                waiters = producer._open_waiters()
+                with waiters.register(self.id) as announced:
+                    await waiters.subscribed()
+                    look = await producer._open_broker().task_look(self.id)
+                    status = status_of(self.id, look)
+                    if status.state.finished:
+                        return self._outcome(status, look)
+                    if status.state is TaskState.UNKNOWN:
+                        raise ResultNotFound(
+                            f"task {self.id} is nowhere in group {producer._group_name()!r}: "
+                            "it finished without keeping its result (keep_result), its "
+                            "result expired, or it was never dispatched to this group"
+                        )
+                    await announced.wait()
+
+    def _outcome(self, status: TaskStatus, look: TaskLook) -> R:
+        if status.state is TaskState.SUCCEEDED:
+            import msgspec  # noqa: PLC0415 - loaded by waiters of results only
+
+            raw = look.record.get(b"result")
+            value: Any = msgspec.json.decode(raw) if raw is not None else None
+            return self._result_codec.decode(value)  # type: ignore[no-any-return]
+        if status.state is TaskState.CANCELLED:
+            raise TaskCancelled(f"task {self.id} ({status.task}) was cancelled")
+        if status.state is TaskState.EXPIRED:
+            raise TaskExpired(f"task {self.id} ({status.task}) expired before it started")
+        error = status.error
+        failure = _RemoteFailure(
+            error.type if error else "Error",
+            error.message if error else "",
+            error.traceback if error else "",
+        )
+        message_id = look.record.get(b"message_id", b"").decode("utf-8", "replace")
+        raise TaskFailed(status.task or "", message_id, status.attempt or 0, failure)
+
+    def _check_not_self(self) -> None:
+        source = _current_message.get(None)
+        if source is not None and source.message.task_id == self.id:
+            raise SelfWait(
+                f"task {self.id} awaits its own result: it would wait for ever "
+                "(a task awaiting other tasks of its group can also wait for ever when "
+                "they cannot start: every worker slot is taken by such waiters)"
+            )
+
+
+def status_of(task_id: str, look: TaskLook) -> TaskStatus:
+    """The status of a task from one look at where it is: the live structures say where
+    it is now, its record (for a task that keeps its result) what happened to it."""
+    recorded = read_record(task_id, look.record)
+    if recorded is not None and recorded.state.finished:
+        return recorded
+    if look.due_ms is not None:
+        message = _message(task_id, look.delayed)
+        retrying = message is not None and message.attempt > 1
+        state = TaskState.RETRYING if retrying else TaskState.SCHEDULED
+        return _merge(recorded, task_id, state, message, due_at=look.due_ms / 1000)
+    if look.entry_id is not None:
+        message = _message(look.entry_id, look.entry, look.deliveries or 1)
+        if look.consumer is not None:
+            return _merge(recorded, task_id, TaskState.RUNNING, message, instance=look.consumer)
+        if not look.delivered:
+            return _merge(recorded, task_id, TaskState.QUEUED, message)
+    # Nowhere now, with no outcome: it finished without keeping its result (a record
+    # left by its progress reports says nothing more), or it never existed.
+    return TaskStatus(id=task_id, state=TaskState.UNKNOWN)
+
+
+def _message(message_id: str, fields: Any, deliveries: int = 1) -> Any:
+    if fields is None:
+        return None
+    entry = [b"payload", fields] if isinstance(fields, bytes) else fields
+    try:
+        return decode_message(message_id, entry, deliveries=deliveries)
+    except MessageDecodeError:
+        return None
+
+
+def _merge(
+    recorded: TaskStatus | None,
+    task_id: str,
+    state: TaskState,
+    message: Any,
+    *,
+    due_at: float | None = None,
+    instance: str | None = None,
+) -> TaskStatus:
+    """The live state, with what the record and the message know besides."""
+    base = recorded or TaskStatus(id=task_id, state=state)
+    return TaskStatus(
+        id=task_id,
+        state=state,
+        task=message.task_name if message is not None else base.task,
+        attempt=message.attempt if message is not None else base.attempt,
+        instance=instance or (base.instance if state is TaskState.RUNNING else None),
+        progress=base.progress if state is TaskState.RUNNING else None,
+        progress_message=base.progress_message if state is TaskState.RUNNING else None,
+        enqueued_at=message.enqueued_at if message is not None else base.enqueued_at,
+        started_at=base.started_at if state is TaskState.RUNNING else None,
+        due_at=due_at,
+        error=base.error if state is TaskState.RETRYING else None,
+    )
