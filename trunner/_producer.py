@@ -164,19 +164,30 @@ class Producer:
     def _handle(self, task_id: str, task: Task | None) -> TaskHandle[Any]:
         return TaskHandle(task_id, self, task.result_codec if task is not None else untyped)
 
-    def handle(self, task_id: str) -> TaskHandle[Any]:
-        """A handle on the task ``task_id``, dispatched from anywhere (its result is not
-        decoded into a type: the handle does not know the task's function).
+    @overload
+    def handle(self, task_id: str) -> TaskHandle[Any]: ...
+
+    @overload
+    def handle(self, task_id: str, task: Callable[..., Awaitable[R]]) -> TaskHandle[R]: ...
+
+    @overload
+    def handle(self, task_id: str, task: str | Task) -> TaskHandle[Any]: ...
+
+    def handle(self, task_id: str, task: TaskRef | None = None) -> TaskHandle[Any]:
+        """A handle on the task ``task_id``, dispatched from anywhere.
 
         Args:
             task_id: A task's id, as ``dispatch`` (or ``str(handle)``) gave it.
+            task: The task (its function, ``Task`` or name), to decode the result into
+                its declared return type; without it, the result is what JSON gives.
 
         Returns:
             A [``TaskHandle``][trunner.TaskHandle].
         """
         if not isinstance(task_id, str) or not task_id:
             raise TypeError(f"task_id must be a non-empty str, got {task_id!r}")
-        return TaskHandle(str(task_id), self)
+        found = self._resolve(task)[1] if task is not None else None
+        return TaskHandle(str(task_id), self, found.result_codec if found is not None else untyped)
 
     @overload
     async def dispatch(

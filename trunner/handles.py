@@ -38,7 +38,14 @@ from .errors import (
 )
 from .errors import RemoteFailure as _RemoteFailure
 from .message import MessageDecodeError, decode_message
-from .status import CancelOutcome, TaskState, TaskStatus, read_record, record_fields
+from .status import (
+    UNASKED_KEEP,
+    CancelOutcome,
+    TaskState,
+    TaskStatus,
+    read_record,
+    record_fields,
+)
 
 __all__ = ["HandleSource", "SelfWait", "TaskHandle", "Waiters", "status_of"]
 
@@ -219,16 +226,17 @@ class TaskHandle(str, Generic[R]):
             if message.unique_key is not None and message.unique_token is not None:
                 lock = (broker.keys.unique(message.unique_key), message.unique_token)
             keep = message.options.keep_result or producer._keep_result_of(message.task_name)
-            if keep is not None:
-                fields = record_fields(
-                    state="cancelled",
-                    task=message.task_name,
-                    attempt=message.attempt,
-                    enqueued_at=message.enqueued_at,
-                    finished_at=time.time(),
-                    keep=keep,
-                )
-                record = (broker.keys.task(self.id), max(1, int(keep * 1000)), fields)
+            if keep is None:
+                keep = UNASKED_KEEP
+            fields = record_fields(
+                state="cancelled",
+                task=message.task_name,
+                attempt=message.attempt,
+                enqueued_at=message.enqueued_at,
+                finished_at=time.time(),
+                keep=keep,
+            )
+            record = (broker.keys.task(self.id), max(1, int(keep * 1000)), fields)
         until = wall_ms() + int(MARK_LIFETIME * 1000)
         where = await broker.cancel_task(self.id, until, lock, record)
         if where in ("delayed", "queued"):

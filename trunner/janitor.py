@@ -8,7 +8,11 @@ Every ``janitor_interval`` seconds the leader
   keeps its consumer). Consumers that still hold entries stay until the reclaim pass of
   some instance has taken them over; a later round deletes them;
 * with ``delete_on_ack=False``, trims finished messages older than ``stream_retention``
-  from the stream, never past a message that is undelivered or still pending.
+  from the stream, never past a message that is undelivered or still pending;
+* forgets what outlived its use, a page of each per round: cancel marks past their time
+  (a cancelled task that nobody fetched again within a day), and where-map entries of
+  moved tasks whose stream entry is gone. A value that is not what trunner writes there
+  is deleted too, and set aside in the quarantine with its reason.
 
 Instances that stop gracefully delete their own consumers; the janitor is for those that
 were killed, or lost Redis while stopping.
@@ -32,6 +36,9 @@ __all__ = ["Janitor", "instance_of"]
 
 #: The most stream entries one trim call removes; a round repeats calls up to 100 times.
 TRIM_LIMIT = 10_000
+#: How many cancel marks, and where-map entries, one round looks at (HSCAN COUNT).
+SWEEP_PAGE = 500
+_ENTRY_ID = re.compile(r"\d+-\d+")
 _FETCHER_SUFFIX = re.compile(r"/\d+$")
 
 
@@ -58,6 +65,9 @@ class Janitor:
         #: Consumers deleted, and stream entries trimmed, since the runner started.
         self.consumers_deleted = 0
         self.entries_trimmed = 0
+        #: Cancel marks and where-map entries forgotten since the runner started.
+        self.forgotten = 0
+        self._cursors = {"cancelled": 0, "where": 0}
         self._lot = trio.lowlevel.ParkingLot()
 
     async def run(self, elector: Elector) -> None:
@@ -83,9 +93,11 @@ class Janitor:
         trimmed = await self._trim(elector)
         if not self._config.delete_on_ack:  # finished messages stay: see record_floor
             await self._broker.record_floor()
+        forgotten = await self._forget_stale()
         self.rounds += 1
         self.consumers_deleted += deleted
         self.entries_trimmed += trimmed
+        self.forgotten += forgotten
         self._lot.unpark_all()
         if deleted or trimmed:
             logger.info(
@@ -122,6 +134,45 @@ class Janitor:
             if await broker.delete_consumer_if_idle(name):
                 deleted += 1
         return deleted
+
+    async def _forget_stale(self) -> int:
+        """One page each of the cancel marks and the where-map: those past their use go."""
+        broker = self._broker
+        keys = broker.keys
+        now = wall_ms()
+        pages: dict[str, list[tuple[str, str]]] = {}
+        for name, key in (("cancelled", keys.cancelled), ("where", keys.where)):
+            cursor, pairs = await broker.scan_hash(key, self._cursors[name], SWEEP_PAGE)
+            self._cursors[name] = cursor
+            pages[name] = pairs
+        marks = []
+        for task_id, until in pages["cancelled"]:
+            if not until.isdigit():
+                await self._set_aside("cancelled", task_id, until, "not a time in ms")
+                marks.append(task_id)
+            elif int(until) <= now:
+                marks.append(task_id)
+        moved = []
+        for task_id, entry in pages["where"]:
+            if not _ENTRY_ID.fullmatch(entry):
+                await self._set_aside("where", task_id, entry, "not a stream entry id")
+            moved.append(task_id)  # the script deletes those whose entry is gone
+        if not (marks or moved):
+            return 0
+        gone_marks, gone_moved = await broker.forget_stale(now, marks, moved)
+        if gone_marks or gone_moved:
+            logger.info(
+                "janitor: forgot %d cancel marks past their time and %d where-map entries "
+                "of messages that are gone",
+                gone_marks,
+                gone_moved,
+            )
+        return gone_marks + gone_moved
+
+    async def _set_aside(self, source: str, task_id: str, value: str, reason: str) -> None:
+        await self._quarantine.set_aside(
+            source, task_id, f"{reason}: {value[:100]!r}", value, action="deleted"
+        )
 
     async def _trim(self, elector: Elector) -> int:
         config = self._config

@@ -23,7 +23,7 @@ import math
 import time
 import traceback
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, overload
 
 import trio
 
@@ -42,7 +42,7 @@ from .errors import (
 from .holdings import Holdings, Job
 from .message import NO_SIZE_LIMIT, reencode_for_retry
 from .statistics import UNREGISTERED, Counters
-from .status import MAX_TRACEBACK, RUNNING_TTL, record_fields
+from .status import MAX_TRACEBACK, RUNNING_TTL, UNASKED_KEEP, record_fields
 from .task import Task
 
 __all__ = ["TRANSITION_TIMEOUT", "Outcomes"]
@@ -173,13 +173,14 @@ class Outcomes:
 
     def started(self, job: Job) -> None:
         """A task that keeps its result started: its record says so (batched)."""
-        self._acks.started(self._record(job, "running", RUNNING_TTL, finished=False))
+        keep = job.keep_result if job.keep_result is not None else RUNNING_TTL
+        self._acks.started(self._record(job, "running", keep, finished=False))
 
     def expired(self, job: Job, task: Task) -> None:
         """Not started before its ``expires`` time: dropped (acknowledged, not run)."""
         self._counters.expired += 1
-        keep = _keep(job, task)
-        self._add_ack(job, self._record(job, "expired", keep) if keep is not None else None)
+        keep = _keep(job, task, UNASKED_KEEP)
+        self._add_ack(job, self._record(job, "expired", keep))
         logger.info(
             "%s expired before it started; dropped",
             job.about(),
@@ -191,9 +192,8 @@ class Outcomes:
         the outcome 'cancelled', never retried, its unique lock released, no failed-task
         handler; its cancel mark goes."""
         self._counters.cancelled += 1
-        keep = _keep(job, task)
-        record = self._record(job, "cancelled", keep) if keep is not None else None
-        self._add_ack(job, record, cancelled=True)
+        keep = _keep(job, task, UNASKED_KEEP)
+        self._add_ack(job, self._record(job, "cancelled", keep), cancelled=True)
         self._holdings.cancelled.pop(job.fields[4], None)
         logger.info("%s cancelled", job.about(), extra=job.log_fields())
 
@@ -354,15 +354,25 @@ class Outcomes:
         return None
 
 
-def _keep(job: Job, task: Task | None) -> float | None:
+@overload
+def _keep(job: Job, task: Task | None) -> float | None: ...
+
+
+@overload
+def _keep(job: Job, task: Task | None, unasked: float) -> float: ...
+
+
+def _keep(job: Job, task: Task | None, unasked: float | None = None) -> float | None:
     """How long the outcome of ``job`` is kept: its dispatch's ``keep_result``, else its
-    task's, else not at all (None)."""
+    task's, else ``unasked`` (None: not at all)."""
     if job.keep_result is not None:
         return job.keep_result
     options = job.fields[8]
     if options is not None and options.keep_result is not None:
         return options.keep_result
-    return task.keep_result if task is not None else None
+    if task is not None and task.keep_result is not None:
+        return task.keep_result
+    return unasked
 
 
 def _error_fields(error: BaseException) -> dict[str, str]:

@@ -267,11 +267,15 @@ class WorkerPool:
             # For the task and for the failed-task handler; built only if asked for.
             _current_message.set(job)
             task = job.task
+            if job.cancel_requested and job.decode_error is None:  # cancelled before it started
+                job.ended = True
+                outcomes.cancelled(job, task)
+                return
             if job.decode_error is not None or task is None or job.fields[2] > task.max_attempts:
                 job.ended = True
                 await outcomes.refuse(job, task)
                 return
-            if job.fields[8] is None and task.plain and not job.cancel_requested:
+            if job.fields[8] is None and task.plain:
                 begin = job.began = time.perf_counter()
                 try:  # the hot path of every task
                     await task.action(job.fields[1])
@@ -282,7 +286,7 @@ class WorkerPool:
                 duration = time.perf_counter() - begin
             else:
                 failure, duration = await self._run_with_options(job, task)
-                if job.ended:  # cancelled, expired, or its payload does not fit the task
+                if job.ended:  # expired, or its payload does not fit the task
                     return
             self._on_task_time(task.name, duration)
             if failure is None:
@@ -310,14 +314,10 @@ class WorkerPool:
             self._outcomes.interrupted(job, attempt_ended=job.ended)
 
     async def _run_with_options(self, job: Job, task: Task) -> tuple[Exception | None, float]:
-        """The attempt of a task that was cancelled before it started, or that has options
+        """The attempt of a task that has options
         (its own or its dispatch's): it may have expired, its payload is decoded and
         checked, it may have a timeout, its result may be kept. Returns (the failure or
         None, the duration); ``job.ended`` when it did not run (its outcome is written)."""
-        if job.cancel_requested:
-            job.ended = True
-            self._outcomes.cancelled(job, task)
-            return None, 0.0
         options = job.fields[8] or NO_OPTIONS
         if options.expires is not None and time.time() > options.expires:
             job.ended = True
@@ -356,12 +356,15 @@ class WorkerPool:
     def cancel_task(self, task_id: str) -> bool:
         """Cancel the task ``task_id`` if a job of this pool holds it: not started yet, it
         will not start; running, its job loop's scope is cancelled. Returns whether it was
-        held here. Either way its outcome is 'cancelled'."""
+        held here. Either way its outcome is 'cancelled' — unless its attempt had ended
+        already: its outcome is being written (a retry, a dead letter) and is not cut off
+        half way; the cancel mark stays, and drops the retry when it is fetched."""
         for job in self._running_jobs.values():
-            if job.fields[4] == task_id and not job.cancel_requested:
-                job.cancel_requested = True
-                if job.waited and job.loop_scope is not None:
-                    job.loop_scope.cancel()
+            if job.fields[4] == task_id:
+                if not (job.cancel_requested or job.ended):
+                    job.cancel_requested = True
+                    if job.waited and job.loop_scope is not None:
+                        job.loop_scope.cancel()
                 return True
         return False
 

@@ -2,9 +2,10 @@
 one layout of the per-task record that holds a task's outcome.
 
 The record, ``<prefix>:{<group>}:task:<task id>`` (a hash), exists for a task that keeps its
-result (``keep_result``) or reports progress. It is written by the scripts that end an
-attempt — the same script that acknowledges a message writes its outcome — and expires
-``keep_result`` seconds after the outcome (:data:`RUNNING_TTL` while the task runs).
+result (``keep_result``), reports progress, or was cancelled or expired. It is written by
+the scripts that end an attempt — the same script that acknowledges a message writes its
+outcome — and expires ``keep_result`` seconds after the outcome (:data:`RUNNING_TTL` while
+the task runs; :data:`UNASKED_KEEP` for a cancelled or expired task that keeps no result).
 :func:`record_fields` writes its fields and :func:`read_record` reads them; nothing else
 does. Fields (all text):
 
@@ -36,6 +37,7 @@ import attrs
 __all__ = [
     "MAX_TRACEBACK",
     "RUNNING_TTL",
+    "UNASKED_KEEP",
     "CancelOutcome",
     "RemoteError",
     "TaskState",
@@ -46,6 +48,10 @@ __all__ = [
 
 #: How long a record lives while its task runs (a runner that dies leaves it to expire).
 RUNNING_TTL = 24 * 3600.0
+#: How long the outcome of a task that was cancelled, or expired, is kept when neither
+#: its dispatch nor its task says (``keep_result``): whoever cancelled it, or awaits it,
+#: learns what became of it.
+UNASKED_KEEP = 3600.0
 #: The most characters of a traceback an outcome keeps (the end is kept: the raise site).
 MAX_TRACEBACK = 8000
 

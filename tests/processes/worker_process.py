@@ -3,7 +3,8 @@
     python -m tests.processes.worker_process URL GROUP LOG [OPTIONS]
 
 OPTIONS is a JSON object: ``config`` (RunnerConfig arguments) and ``slow_seconds``. Tasks
-append one line per event to LOG (``<pid> <event> <payload>``). The process prints
+append one line per event to LOG (``<pid> <event> <payload>``); ``kept`` and
+``block_kept`` keep their result (task handles). The process prints
 ``ready`` once its runner started, and stops gracefully on SIGTERM or SIGINT.
 """
 
@@ -44,6 +45,20 @@ def main() -> None:
     async def block(payload: Any) -> None:
         log("started", payload)
         await trio.sleep_forever()
+
+    @tasks.task(keep_result=600, max_retry=1)
+    async def kept(payload: Any) -> dict[str, Any]:
+        log("finished", payload)
+        return {"pid": pid, "payload": payload}
+
+    @tasks.task(keep_result=600, max_retry=3)
+    async def block_kept(payload: Any) -> None:
+        log("started", payload)
+        try:
+            await trio.sleep_forever()
+        except trio.Cancelled:
+            log("cancelled", payload)
+            raise
 
     config = trunner.RunnerConfig(
         consumer_group=group,

@@ -171,6 +171,51 @@ async def full_run(url: str, group: str) -> trunner.GroupStats:
     return stats
 
 
+async def handles_run(url: str, group: str) -> None:
+    """Task handles on one deployment: typed results, a failure, progress, status, and
+    cancelling a queued task and one running on another instance (records, the where-map
+    and the channels all live in the group's slot)."""
+    tasks = trunner.TaskRegistry()
+    running = trio.Event()
+
+    @tasks.task(keep_result=60)
+    async def double(n: int) -> int:
+        return n * 2
+
+    @tasks.task(keep_result=60)
+    async def fail(_: None) -> None:
+        raise KeyError("gone")
+
+    @tasks.task(keep_result=60)
+    async def block(_: None) -> None:
+        await trunner.report_progress(0.5, "half")
+        running.set()
+        await trio.sleep_forever()
+
+    cfg = config(group, **FAST_LEADER, num_workers=2)
+    async with (
+        trunner.open_runner(url, cfg, tasks) as a,
+        trunner.open_client(url, group, tasks=tasks) as client,
+    ):
+        handles = [await client.dispatch(double, i) for i in range(20)]
+        assert [await h.result() for h in handles] == [i * 2 for i in range(20)]
+        with pytest.raises(trunner.TaskFailed) as info:
+            await (await client.dispatch(fail, None)).result()
+        assert info.value.error.type_name == "KeyError"  # type: ignore[attr-defined]
+        blocked = await client.dispatch(block, None)
+        await running.wait()
+        status = await blocked.status()
+        assert status.state is trunner.TaskState.RUNNING
+        assert status.instance == a.consumer_name
+        assert status.progress == 0.5
+        later = await client.dispatch_delayed(double, 1, 3600)
+        assert await later.cancel() is trunner.CancelOutcome.REMOVED
+        assert await blocked.cancel(wait=True) is trunner.CancelOutcome.CANCELLING
+        with pytest.raises(trunner.TaskCancelled):
+            await blocked.result()
+        assert a.statistics().cancelled == 1
+
+
 # -- TLS --------------------------------------------------------------------------------------
 
 
@@ -254,6 +299,10 @@ async def test_a_full_run_on_a_three_master_cluster(cluster: Cluster) -> None:
         assert stats.instances == 2
 
 
+async def test_task_handles_on_a_cluster(cluster: Cluster) -> None:
+    await handles_run(cluster.url, f"h-{uuid.uuid4().hex[:6]}")
+
+
 async def test_standalone_electors_and_a_client_on_a_cluster(cluster: Cluster) -> None:
     key = f"jobs-lease-{uuid.uuid4().hex[:6]}"  # no hash tag: the fence key follows it
     async with open_elector(cluster.url, key, ttl=1.0, wait=1.2) as a:
@@ -297,4 +346,5 @@ async def test_a_cluster_failover_during_a_run(cluster: Cluster) -> None:
 async def test_a_sentinel_failover_during_a_run(group: str) -> None:
     with SentinelSet() as sentinels:
         await full_run(sentinels.url, f"{group}-warm")
+        await handles_run(sentinels.url, f"{group}-handles")
         await run_through_failover(sentinels.url, group, sentinels.failover, "sentinel")

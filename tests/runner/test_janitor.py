@@ -164,3 +164,28 @@ async def test_the_janitor_trims_finished_messages_after_the_retention(
         await runner.dispatch("record", 300)  # the stream still works after trimming
         await tally.wait(301)
     assert sorted(tally.payloads) == list(range(301))
+
+
+async def test_the_janitor_forgets_cancel_marks_and_where_entries_past_their_use(
+    url: str, raw: Any, group: str, keys: Keys
+) -> None:
+    raw.xgroup_create(keys.stream, group, "0", mkstream=True)
+    live_entry = raw.xadd(keys.stream, {"x": "a moved task, still in the stream"}).decode()
+    raw.xreadgroup(group, "held:1:aa", {keys.stream: ">"}, count=1)  # stays pending there
+    raw.hset(
+        keys.cancelled,
+        mapping={"past": "1", "live": str(2**52), "junk": "soon", "also-past": "1000"},
+    )
+    raw.hset(
+        keys.where,
+        mapping={"moved-live": live_entry, "moved-gone": "1-1", "moved-junk": "nowhere"},
+    )
+    cfg = config(group, **FAST)
+    async with open_checked_runner(url, cfg, trunner.TaskRegistry()) as runner:
+        janitor = parts(runner).janitor
+        await janitor.wait_rounds(janitor.rounds + 2)
+        assert set(raw.hkeys(keys.cancelled)) == {b"live"}
+        assert raw.hgetall(keys.where) == {b"moved-live": live_entry.encode()}
+        assert janitor.forgotten == 5
+        set_aside = {(r.source, r.item) for r in await runner.quarantined()}
+        assert set_aside == {("cancelled", "junk"), ("where", "moved-junk")}

@@ -64,3 +64,20 @@ def test_worker_example_loads() -> None:
     assert settings.tasks.names == {"resize", "rebuild_feed"}
     assert settings.config is not None
     assert settings.config.consumer_group == "thumbnails"
+
+
+@pytest.mark.parametrize("tier", ["memory", "redis"])
+def test_results(tier: str, redis_server: RedisServer) -> None:
+    env = {"REDIS_URL": redis_server.url} if tier == "redis" else {}
+    out = run_example("results.py", env).splitlines()
+    assert out[:2] == [
+        "resized: cat.png.thumb.png (128 px)",
+        "charge failed: ValueError: card declined for 42",
+    ]
+    assert out[2].startswith("transcode: running, ")
+    assert out[2].endswith("%")
+    assert out[3:] == [
+        "cancel: cancelling",
+        "transcode: cancelled",
+        "stale resize: expired, never ran",
+    ]

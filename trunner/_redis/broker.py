@@ -322,6 +322,30 @@ class Broker(Inspection):
                 marks.append(as_str(reply[i]))
         return marks
 
+    async def scan_hash(
+        self, key: str, cursor: int, count: int
+    ) -> tuple[int, list[tuple[str, str]]]:
+        """One page of ``HSCAN key cursor COUNT count``: (next cursor, field/value pairs as
+        text; 0 when the scan is complete)."""
+        reply = await self.transport.execute("HSCAN", key, cursor, "COUNT", count)
+        flat = reply[1] or []
+        pairs = [(as_str(flat[i]), as_str(flat[i + 1])) for i in range(0, len(flat) - 1, 2)]
+        return int(reply[0]), pairs
+
+    async def forget_stale(
+        self, now_ms: int, marks: Sequence[str], moved: Sequence[str]
+    ) -> tuple[int, int]:
+        """Delete the cancel marks of ``marks`` that are past (or garbage), and the
+        where-map entries of ``moved`` whose stream entry is gone (see
+        ``forget_stale.lua``): (marks deleted, entries deleted)."""
+        keys = self.keys
+        reply = await self._script(
+            "forget_stale",
+            [keys.cancelled, keys.where, keys.stream],
+            [now_ms, len(marks), *marks, len(moved), *moved],
+        )
+        return int(reply[0]), int(reply[1])
+
     def open_cancel_subscriber(self) -> Subscriber:
         """A subscriber of the group's channel of cancelled tasks (their ids)."""
         return self.transport.open_subscriber(self.keys.cancel_channel)

@@ -68,6 +68,7 @@ class _Scripts:
         self.task_status = _load("task_status")
         self.cancel_task = _load("cancel_task")
         self.task_progress = _load("task_progress")
+        self.forget_stale = _load("forget_stale")
         self.set_aside_delayed = fenced_script("set_aside_delayed", _read("set_aside_delayed"))
         self.lease_acquire = _load("lease_acquire")
         self.lease_renew = _load("lease_renew")

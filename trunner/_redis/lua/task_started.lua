@@ -1,14 +1,25 @@
 -- Record that tasks which keep their result started: their record says 'running', unless
--- it already holds an outcome (a start is never written over an end).
+-- it already holds a later state (a start is never written over an end, nor over the
+-- 'retrying' its own attempt wrote when it failed before this write went out, nor over a
+-- later attempt's start).
 -- KEYS[1..n] the records
 -- ARGV     per record, in KEYS order: its time-to-live (ms), F, then F field/value pairs
+--          (one of them 'attempt')
 -- Returns  how many records were written
 local at, written = 1, 0
 for i = 1, #KEYS do
   local ttl, fields = ARGV[at], tonumber(ARGV[at + 1])
   at = at + 2
-  local state = redis.call('HGET', KEYS[i], 'state')
-  if not state or state == 'running' or state == 'retrying' then
+  local attempt = 0
+  for f = at, at + 2 * fields - 2, 2 do
+    if ARGV[f] == 'attempt' then
+      attempt = tonumber(ARGV[f + 1]) or 0
+    end
+  end
+  local current = redis.call('HMGET', KEYS[i], 'state', 'attempt')
+  local state, recorded = current[1], tonumber(current[2]) or 0
+  if not state or (state == 'running' and recorded <= attempt)
+      or (state == 'retrying' and recorded < attempt) then
     redis.call('HSET', KEYS[i], unpack(ARGV, at, at + 2 * fields - 1))
     redis.call('PEXPIRE', KEYS[i], ttl)
     written = written + 1

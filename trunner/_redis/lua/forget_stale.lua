@@ -1,0 +1,33 @@
+-- The janitor forgets what outlived its use: cancel marks past their time (or not a
+-- time at all), and where-map entries whose stream entry is gone (or that are not an
+-- entry id). Each item is checked again here, so one that changed since it was read
+-- stays.
+-- KEYS[1]  the cancel marks (hash: task id -> until, ms)
+-- KEYS[2]  where moved tasks are (hash: task id -> stream id)
+-- KEYS[3]  the task stream
+-- ARGV[1]  now (ms since the epoch)
+-- ARGV[2]  n, then n task ids of marks to check
+-- then     m, then m task ids of where-map entries to check
+-- Returns  {marks deleted, where-map entries deleted}
+local now = tonumber(ARGV[1])
+local at = 2
+local marks, moved = 0, 0
+local n = tonumber(ARGV[at])
+for i = at + 1, at + n do
+  local until_ms = redis.call('HGET', KEYS[1], ARGV[i])
+  if until_ms and (not tonumber(until_ms) or tonumber(until_ms) <= now) then
+    marks = marks + redis.call('HDEL', KEYS[1], ARGV[i])
+  end
+end
+at = at + n + 1
+local m = tonumber(ARGV[at])
+for i = at + 1, at + m do
+  local entry = redis.call('HGET', KEYS[2], ARGV[i])
+  if entry then
+    if not string.match(entry, '^%d+%-%d+$')
+        or #redis.call('XRANGE', KEYS[3], entry, entry) == 0 then
+      moved = moved + redis.call('HDEL', KEYS[2], ARGV[i])
+    end
+  end
+end
+return {marks, moved}
