@@ -17,7 +17,8 @@ from typing import Any, Protocol
 import trio
 
 from ._context import Given, _current_message
-from .errors import MaxRetryExceeded
+from .codec import TypeCodec
+from .errors import GiveUp, InvalidPayload, MaxRetryExceeded, TaskTimeout
 from .message import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     NO_SIZE_LIMIT,
@@ -48,6 +49,18 @@ class EagerTask(Protocol):
     def max_attempts(self) -> int: ...
     def key_for(self, payload: Any) -> str: ...
     def retry_delay(self, failed_attempt: int) -> float: ...
+    @property
+    def timeout(self) -> float | None: ...
+    @property
+    def keep_result(self) -> float | None: ...
+    @property
+    def give_up_on(self) -> tuple[type[BaseException], ...]: ...
+    @property
+    def payload_codec(self) -> TypeCodec: ...
+    @property
+    def result_codec(self) -> TypeCodec: ...
+    @property
+    def decode_payload(self) -> Callable[[Any], Any] | None: ...
 
 
 def _eager_id() -> str:
@@ -66,6 +79,12 @@ async def run_eagerly(
     See :func:`trunner.testing.call_task` for what is and is not emulated.
     """
     unique_key = task.key_for(payload) if task.unique else None
+    if task.decode_payload is not None:  # typed: encoded and checked, as dispatch does
+        payload = task.payload_codec.encode(payload) if task.payload_codec.typed else payload
+        try:
+            task.decode_payload(payload)
+        except InvalidPayload as exc:
+            raise InvalidPayload(f"payload of task {task.name!r} {exc}") from None
     data = encode_message(
         task.name,
         payload,
@@ -80,14 +99,17 @@ async def run_eagerly(
         failure: Exception | None = None
         token = _current_message.set(Given(message))
         try:
-            result = await task.action(message.payload)
+            result = await _attempt(task, message.payload)
         except Exception as exc:  # noqa: BLE001 - a failed attempt, like the runner's
             failure = exc
         finally:
             _current_message.reset(token)
         if failure is None:
             return result
-        if message.attempt >= task.max_attempts:
+        gives_up = isinstance(failure, GiveUp) or (
+            task.give_up_on and isinstance(failure, task.give_up_on)
+        )
+        if gives_up or message.attempt >= task.max_attempts:
             raise MaxRetryExceeded(task.name, message.attempt) from failure
         delay = task.retry_delay(message.attempt)
         if sleep_backoff:
@@ -96,3 +118,23 @@ async def run_eagerly(
             await trio.lowlevel.checkpoint()
         data = reencode_for_retry(message, message.attempt + 1, NO_SIZE_LIMIT)
         message = decode_message(_eager_id(), [PAYLOAD_FIELD, data])
+
+
+async def _attempt(task: EagerTask, payload: Any) -> Any:
+    """One attempt, as a runner runs it: the payload decoded into its declared type, the
+    task's timeout, and, for a task that keeps its result, the result as a handle's
+    ``result()`` returns it (through JSON, decoded into the declared return type)."""
+    if task.decode_payload is not None:
+        payload = task.decode_payload(payload)
+    if task.timeout is None:
+        result = await task.action(payload)
+    else:
+        with trio.move_on_after(task.timeout) as scope:
+            result = await task.action(payload)
+        if scope.cancelled_caught:
+            raise TaskTimeout(task.name, task.timeout)
+    if task.keep_result is None:
+        return result
+    import msgspec  # noqa: PLC0415 - only tasks that keep their result
+
+    return task.result_codec.decode(msgspec.json.decode(task.result_codec.encode_json(result)))

@@ -9,6 +9,7 @@ import random
 import re
 import secrets
 import socket
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -25,6 +26,7 @@ __all__ = [
     "logger",
     "run_in_background",
     "unwrap_single",
+    "user_stacklevel",
     "wall_ms",
 ]
 
@@ -202,3 +204,20 @@ class _LogIterator(Generic[T]):
         value = log._buffer.popleft()
         await trio.lowlevel.cancel_shielded_checkpoint()
         return value
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning issued by the caller point at the first
+    frame outside trunner (and outside generated code such as attrs' ``__init__``): the
+    user's line, however deep in trunner the warning is issued."""
+    frame = sys._getframe(1)  # the caller, which calls warnings.warn: stacklevel 1
+    level = 1
+    while frame.f_back is not None and (
+        frame.f_code.co_filename.startswith(_PACKAGE_DIR) or frame.f_code.co_filename[:1] == "<"
+    ):
+        frame = frame.f_back
+        level += 1
+    return level

@@ -110,14 +110,19 @@ def _label(declared: Any) -> str:
 untyped = TypeCodec(Any)
 
 
-def codec_for(action: Callable[..., Any]) -> tuple[TypeCodec, TypeCodec]:
-    """(payload codec, result codec) from the annotations of a task's function: its first
-    parameter's and its return type (an ``async def`` returning ``T`` has the result type
-    ``T``). Annotations that cannot be resolved count as ``Any``."""
+def codec_for(action: Callable[..., Any]) -> tuple[TypeCodec, TypeCodec, str | None]:
+    """(payload codec, result codec, why the annotations could not be resolved) from the
+    annotations of a task's function: its first parameter's and its return type (an
+    ``async def`` returning ``T`` has the result type ``T``). Annotations that cannot be
+    resolved (a class defined inside a function, under ``from __future__ import
+    annotations``) count as ``Any``, and the third value says why."""
+    problem = None
+    if not (inspect.isroutine(action) or inspect.isclass(action)):
+        action = type(action).__call__.__get__(action)  # an object with an async __call__
     try:
         hints = typing.get_type_hints(action)
-    except Exception:  # noqa: BLE001 - forward references to names not importable: untyped
-        hints = {}
+    except Exception as exc:  # noqa: BLE001 - forward references to names not importable
+        hints, problem = {}, f"{type(exc).__name__}: {exc}"
     try:
         parameters = list(inspect.signature(action).parameters.values())
     except (TypeError, ValueError):
@@ -128,4 +133,4 @@ def codec_for(action: Callable[..., Any]) -> tuple[TypeCodec, TypeCodec]:
     result = hints.get("return", Any)
     if result is None or result is type(None):
         result = Any
-    return TypeCodec(payload), TypeCodec(result)
+    return TypeCodec(payload), TypeCodec(result), problem

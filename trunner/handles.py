@@ -30,6 +30,8 @@ from .cancellation import MARK_LIFETIME
 from .codec import TypeCodec, untyped
 from .errors import (
     BackendError,
+    BadData,
+    InvalidPayload,
     ResultNotFound,
     TaskCancelled,
     TaskExpired,
@@ -280,6 +282,8 @@ class TaskHandle(str, Generic[R]):
             ResultNotFound: The task is nowhere: it finished without keeping its result
                 (``keep_result``), its result expired, or it never existed.
             trio.TooSlowError: ``timeout`` passed first.
+            BadData: The stored result is not JSON, or does not fit the task's declared
+                return type (the task changed since it ran).
             SelfWait: Called by the task itself (it would wait for ever).
             RunnerNotRunning: The runner or client is not open.
         """
@@ -304,11 +308,7 @@ class TaskHandle(str, Generic[R]):
 
     def _outcome(self, status: TaskStatus, look: TaskLook) -> R:
         if status.state is TaskState.SUCCEEDED:
-            import msgspec  # noqa: PLC0415 - loaded by waiters of results only
-
-            raw = look.record.get(b"result")
-            value: Any = msgspec.json.decode(raw) if raw is not None else None
-            return self._result_codec.decode(value)  # type: ignore[no-any-return]
+            return self._decode_result(look.record.get(b"result"))  # type: ignore[no-any-return]
         if status.state is TaskState.CANCELLED:
             raise TaskCancelled(f"task {self.id} ({status.task}) was cancelled")
         if status.state is TaskState.EXPIRED:
@@ -321,6 +321,26 @@ class TaskHandle(str, Generic[R]):
         )
         message_id = look.record.get(b"message_id", b"").decode("utf-8", "replace")
         raise TaskFailed(status.task or "", message_id, status.attempt or 0, failure)
+
+    def _decode_result(self, raw: bytes | None) -> Any:
+        """The stored result, decoded into the declared type; ``BadData`` when it is not
+        JSON, or does not fit the type (the task changed since it ran, or something else
+        wrote the record)."""
+        import msgspec  # noqa: PLC0415 - loaded by waiters of results only
+
+        source = f"task:{self.id}"
+        try:
+            value: Any = msgspec.json.decode(raw) if raw is not None else None
+        except msgspec.DecodeError as exc:
+            raise BadData(source, "result", f"the stored result is not JSON: {exc}") from None
+        try:
+            return self._result_codec.decode(value)
+        except InvalidPayload as exc:
+            raise BadData(
+                source,
+                "result",
+                f"the stored result {exc} (handle(task_id) without the task reads it as JSON)",
+            ) from None
 
     def _check_not_self(self) -> None:
         source = _current_message.get(None)

@@ -15,6 +15,7 @@ import attrs
 
 from . import _validate as v
 from ._eager import run_eagerly
+from ._util import user_stacklevel
 from .codec import TypeCodec, codec_for
 from .errors import InvalidPayload, TaskNotFound
 from .keys import utf8_error
@@ -37,6 +38,8 @@ Action = Callable[[Any], Awaitable[Any]]
 Backoff = float | Callable[[int], float]
 
 A = TypeVar("A", bound=Action)
+P = TypeVar("P")
+R = TypeVar("R")
 
 
 def _check_action(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
@@ -215,7 +218,14 @@ class Task:
     """No payload to decode, no timeout, no result to keep: the pool's fastest path."""
 
     def __attrs_post_init__(self) -> None:
-        payload_codec, result_codec = codec_for(self.action)
+        payload_codec, result_codec, problem = codec_for(self.action)
+        if problem is not None:
+            warnings.warn(
+                f"task {self.name!r}: its annotations cannot be resolved ({problem}); its "
+                "payload and result go untyped. Define the types they name at module level.",
+                UserWarning,
+                stacklevel=user_stacklevel(),
+            )
         object.__setattr__(self, "payload_codec", payload_codec)
         object.__setattr__(self, "result_codec", result_codec)
         decode = None if payload_codec.passes_through else payload_codec.decode
@@ -234,7 +244,7 @@ class Task:
                 f"unique task {self.name!r} has no unique_key: the task name is the key, "
                 "so at most one instance of the task is queued at a time",
                 UserWarning,
-                stacklevel=4,
+                stacklevel=user_stacklevel(),
             )
 
     @property
@@ -695,32 +705,59 @@ class TaskRegistry:
         except KeyError:
             raise TaskNotFound(name) from None
 
+    @overload
     async def call(
-        self, task_name: str, payload: Any = None, *, sleep_backoff: bool = False
+        self, task: Callable[[P], Awaitable[R]], payload: P, *, sleep_backoff: bool = False
+    ) -> R: ...
+
+    @overload
+    async def call(self, task: str, payload: Any = None, *, sleep_backoff: bool = False) -> Any: ...
+
+    async def call(
+        self,
+        task: str | Callable[..., Awaitable[Any]],
+        payload: Any = None,
+        *,
+        sleep_backoff: bool = False,
     ) -> Any:
         """Run a task now, without Redis, as a runner would: eager mode, for unit tests.
 
         The same as [``trunner.testing.call_task``][trunner.testing.call_task] with this
-        registry: the same payload round trip, attempts and ``current_message()``.
+        registry: the same payload round trip, attempts and ``current_message()``. A typed
+        task's payload is encoded and checked as ``dispatch`` does, and decoded into its
+        declared type; its ``timeout`` bounds each attempt; ``GiveUp`` (and
+        ``give_up_on``) ends the attempts at once; a task that keeps its result returns it
+        as ``TaskHandle.result()`` would (through JSON, decoded into its return type).
 
         Args:
-            task_name: A registered task name.
-            payload: The payload, JSON-serializable.
+            task: A registered task name, or a task function of this registry
+                (``tasks.call(resize, request)`` is typed as ``resize`` is).
+            payload: The payload, JSON-serializable (or of the task's declared type).
             sleep_backoff: Sleep the backoff between attempts (on the Trio clock).
 
         Returns:
             What the action returns.
 
         Raises:
-            MaxRetryExceeded: The last attempt failed; ``__cause__`` is its exception.
+            MaxRetryExceeded: The last attempt failed, or the task gave up; ``__cause__``
+                is its exception (``TaskTimeout`` for an attempt past its timeout).
             TaskNotFound: No task of that name is registered.
-            TypeError: ``task_name`` is not a string.
-            ValueError: ``task_name`` is empty.
-            InvalidPayload: The payload is not JSON-serializable, or its message is larger
-                than 1 MiB.
+            TypeError: ``task`` is neither a name nor a registered task function.
+            ValueError: ``task`` is an empty name.
+            InvalidPayload: The payload is not JSON-serializable, does not fit the task's
+                declared type, or its message is larger than 1 MiB.
         """
-        task = self.get(checked_task_name(task_name))
-        return await run_eagerly(task, payload, sleep_backoff=sleep_backoff)
+        if isinstance(task, str):
+            found = self.get(checked_task_name(task))
+        else:
+            registered = getattr(task, TASK_ATTRIBUTE, None)
+            if not isinstance(registered, Task):
+                raise TypeError(
+                    f"call takes a task name or a function registered with @tasks.task; "
+                    f"got {task!r}"
+                )
+            found = self.get(registered.name)
+        return await run_eagerly(found, payload, sleep_backoff=sleep_backoff)
 
     def __contains__(self, name: object) -> bool:
         return name in self._tasks

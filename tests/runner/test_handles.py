@@ -466,3 +466,29 @@ async def test_many_waiters_share_one_subscription(url: str, group: str) -> None
             for i in range(50):
                 nursery.start_soon(wait, i)
         assert results == {i: {"count": 1, "names": [str(i)]} for i in range(50)}
+
+
+async def test_a_stored_result_that_is_not_what_was_written_is_bad_data(
+    url: str, group: str, keys: Keys
+) -> None:
+    tasks = registry()
+    resize = tasks.get("resize")
+    async with open_checked_runner(url, config(group), tasks) as runner:
+        handle = await runner.dispatch(resize.action, request(1))
+        await handle.result()
+        raw = raw_client(url)
+        try:
+            raw.hset(keys.task(handle), "result", '{"path": 1}')  # JSON, not a Thumbnail
+            with pytest.raises(trunner.BadData, match="does not match Thumbnail"):
+                await handle.result()
+            assert await runner.handle(str(handle)).result() == {"path": 1}
+            raw.hset(keys.task(handle), mapping={"result": "{not json", "attempt": "many"})
+            with pytest.raises(trunner.BadData, match="not JSON"):
+                await handle.result()
+            status = await handle.status()  # the fields that read go on being read
+            assert status.state is TaskState.SUCCEEDED
+            assert status.attempt is None
+            raw.hset(keys.task(handle), "state", "exploded")  # not a state: no record
+            assert (await handle.status()).state is TaskState.UNKNOWN
+        finally:
+            raw.close()

@@ -3,6 +3,8 @@ calls, the fixtures (through pytester), and the example test module."""
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import importlib.metadata
 import subprocess
 import sys
@@ -510,7 +512,7 @@ async def test_call_checks_the_task_name() -> None:
     with pytest.raises(trunner.TaskNotFound):
         await tasks.call("missing", None)
     with pytest.raises(TypeError):
-        await tasks.call(3, None)  # type: ignore[arg-type]
+        await tasks.call(3, None)  # type: ignore[call-overload]
     with pytest.raises(ValueError, match="empty"):
         await tasks.call("", None)
 
@@ -745,3 +747,52 @@ def test_the_example_test_module_passes(tier: str, request: pytest.FixtureReques
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "5 passed" in result.stdout
+
+
+@dataclasses.dataclass(frozen=True)
+class Box:
+    size: int
+    made: datetime.datetime
+
+
+async def test_call_runs_a_typed_task_as_a_runner_and_a_handle_would(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """Eager mode: the typed payload is encoded, checked and decoded; the timeout bounds
+    each attempt; GiveUp ends the attempts; a kept result comes back through JSON."""
+    tasks = trunner.TaskRegistry()
+
+    seen: list[Any] = []
+
+    @tasks.task(keep_result=60)
+    async def grow(box: Box) -> Box:
+        seen.append(box)
+        return Box(box.size * 2, box.made)
+
+    @tasks.task(timeout=0.5, max_retry=2)
+    async def hang(_: None) -> None:
+        seen.append(trunner.current_message().attempt)
+        await trio.sleep_forever()
+
+    @tasks.task(max_retry=5)
+    async def refuse(_: None) -> None:
+        seen.append("refused")
+        raise trunner.GiveUp("no")
+
+    made = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    assert await tasks.call(grow, Box(2, made)) == Box(4, made)
+    assert seen == [Box(2, made)]
+    with pytest.raises(trunner.InvalidPayload, match=r"\$\.size"):
+        await tasks.call("grow", {"size": "big", "made": "2026-01-01T00:00:00Z"})
+    seen.clear()
+    begin = trio.current_time()
+    with pytest.raises(trunner.MaxRetryExceeded) as info:
+        await tasks.call(hang, None)
+    assert isinstance(info.value.__cause__, trunner.TaskTimeout)
+    assert seen == [1, 2, 3]
+    assert trio.current_time() - begin == pytest.approx(1.5)
+    seen.clear()
+    with pytest.raises(trunner.MaxRetryExceeded) as info:
+        await tasks.call(refuse, None)
+    assert seen == ["refused"]
+    assert isinstance(info.value.__cause__, trunner.GiveUp)

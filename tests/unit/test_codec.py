@@ -145,7 +145,7 @@ def test_any_and_missing_annotations_pass_values_as_they_are() -> None:
         return payload
 
     for action in (bare, anything):
-        payload, result = codec_for(action)
+        payload, result, _ = codec_for(action)
         assert payload.passes_through
         assert result.passes_through
         marker = object()
@@ -169,10 +169,10 @@ def test_the_annotations_of_a_task_function_give_its_codecs() -> None:
     async def fire(_: None) -> None:
         return None
 
-    payload, result = codec_for(resize)
+    payload, result, _ = codec_for(resize)
     assert payload.label == "Size"
     assert result.label == "Owner"
-    none_payload, none_result = codec_for(fire)
+    none_payload, none_result, _ = codec_for(fire)
     assert none_result.passes_through  # -> None keeps nothing typed
     assert none_payload.decode(None) is None
 
@@ -181,9 +181,13 @@ def test_unresolvable_annotations_count_as_any() -> None:
     async def task(payload: NotImportable) -> Elsewhere:  # type: ignore[name-defined]  # noqa: F821
         raise AssertionError
 
-    payload, result = codec_for(task)
+    payload, result, problem = codec_for(task)
     assert payload.passes_through
     assert result.passes_through
+    assert problem == "NameError: name 'NotImportable' is not defined"
+    with pytest.warns(UserWarning, match="NotImportable.*Define the types") as caught:
+        trunner.TaskRegistry().task(task)
+    assert caught[0].filename == __file__  # it points at the decorated function's module
 
 
 def test_a_value_with_no_json_form_is_refused_with_the_right_error() -> None:
@@ -192,3 +196,15 @@ def test_a_value_with_no_json_form_is_refused_with_the_right_error() -> None:
     with pytest.raises(trunner.InvalidResult) as info:
         untyped.encode_json({"when": object()})
     assert isinstance(info.value, trunner.GiveUp)  # a result that cannot be kept: no retry
+
+
+class Resizer:
+    async def __call__(self, request: Size) -> Owner:
+        raise AssertionError
+
+
+def test_an_object_with_an_async_call_is_typed_by_its_method() -> None:
+    payload, result, problem = codec_for(Resizer())
+    assert problem is None
+    assert payload.label == "Size"
+    assert result.label == "Owner"
