@@ -70,7 +70,7 @@ import trio
 from ._jobhost import JobHost
 from ._producer import Producer
 from ._redis import Broker, check_url, open_transport
-from ._util import ErrorLog, instance_id, logger, run_in_background
+from ._util import ErrorLog, connection_name, instance_id, logger, run_in_background
 from .acks import AckBuffer
 from .aggregator import Aggregator
 from .config import RunnerConfig
@@ -461,7 +461,7 @@ class Runner(Producer):
         try:
             async with open_transport(
                 self._url,
-                client_name=f"trunner:{self.consumer_name}",
+                client_name=connection_name(f"trunner:{self.consumer_name}"),
                 max_connections=self.config.max_connections,
                 connect_timeout=self.config.connect_timeout,
                 command_timeout=self.config.command_timeout,

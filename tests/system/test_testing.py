@@ -16,6 +16,7 @@ import trio
 import trunner
 from trunner import Keys
 from trunner._redis import Broker
+from trunner._util import connection_name
 from trunner.testing import (
     NotIdle,
     ShutdownLeak,
@@ -291,18 +292,19 @@ async def test_a_connection_left_open_is_named(redis_server: RedisServer) -> Non
         client.ping()
         connections.append(client)
 
+    leaky = connection_name("trunner-client:leaky")  # as this process's trunner names it
     try:
         async with assert_clean_shutdown(url):
             connect("my-app")  # not trunner's
         with pytest.raises(ShutdownLeak) as info:
             async with assert_clean_shutdown(url):
-                connect("trunner-client:leaky")
+                connect(leaky)
     finally:
         for client in connections:
             client.close()
     (leak,) = info.value.leaks
     assert leak.startswith("Redis connection id=")
-    assert "name='trunner-client:leaky'" in leak
+    assert f"name={leaky!r}" in leak
     assert leak.endswith(f"opened during the block is still open on {url}")
 
 
@@ -317,13 +319,55 @@ async def test_a_stopped_runners_connection_is_found_without_a_url(
                 async with trunner.open_runner(url, config(group), trunner.TaskRegistry()) as r:
                     pass
                 # A connection under the stopped runner's name, as if it had not closed it.
-                leftover.append(redis.Redis.from_url(url, client_name=f"trunner:{r.consumer_name}"))
+                name = connection_name(f"trunner:{r.consumer_name}")
+                leftover.append(redis.Redis.from_url(url, client_name=name))
                 leftover[0].ping()
     finally:
         for client in leftover:
             client.close()
     (leak,) = info.value.leaks
-    assert f"name='trunner:{r.consumer_name}'" in leak
+    assert f"name={name!r}" in leak
+
+
+def start_neighbour(url: str, group: str) -> subprocess.Popen[str]:
+    """Another process on database 0 of the test's server (tests/processes/neighbour_process.py)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.processes.neighbour_process", url, group],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize("db", [0, 5])
+async def test_connections_of_another_process_are_not_blamed(
+    redis_server: RedisServer, group: str, db: int
+) -> None:
+    url = database(redis_server, db)
+    neighbour = start_neighbour(redis_server.url, group)
+    assert neighbour.stdin is not None
+    assert neighbour.stdout is not None
+    try:
+        async with assert_clean_shutdown(url):
+            async with trunner.open_runner(url, config(group), trunner.TaskRegistry()):
+                pass
+            # The other process opens its runner and client during the block, and keeps
+            # them open after it: they are not this process's.
+            neighbour.stdin.write("open\n")
+            neighbour.stdin.flush()
+            line = await trio.to_thread.run_sync(neighbour.stdout.readline)
+            assert line.strip() == "open"
+        neighbour.stdin.write("close\n")
+        neighbour.stdin.flush()
+        assert (await trio.to_thread.run_sync(neighbour.stdout.readline)).strip() == "closed"
+        assert await trio.to_thread.run_sync(neighbour.wait) == 0
+    finally:
+        if neighbour.poll() is None:
+            neighbour.kill()
+            neighbour.wait()
+        neighbour.stdin.close()
+        neighbour.stdout.close()
 
 
 def test_around_trio_run_threads_and_connections_are_checked(
@@ -337,10 +381,10 @@ def test_around_trio_run_threads_and_connections_are_checked(
 
     with assert_clean_shutdown(url):
         trio.run(main)
-    leftover = redis.Redis.from_url(url, client_name="trunner-elector")
+    leftover = redis.Redis.from_url(url, client_name=connection_name("trunner-elector"))
     try:
         with (
-            pytest.raises(ShutdownLeak, match="name='trunner-elector'"),
+            pytest.raises(ShutdownLeak, match="name='trunner-elector@"),
             assert_clean_shutdown(url),
         ):
             trio.run(main)

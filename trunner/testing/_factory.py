@@ -12,6 +12,7 @@ import attrs
 import trio
 
 from .._redis import delete_prefixed, open_transport
+from .._util import connection_name
 from ..config import RunnerConfig
 from ..runner import Runner, open_runner
 from ..task import TaskRegistry
@@ -34,7 +35,10 @@ async def clean_keys(url: str, prefixes: Iterable[str] = ("trunner",)) -> int:
     """
     deleted = 0
     async with open_transport(
-        url, client_name="trunner-testing", max_connections=2, connect_timeout=PROBE_TIMEOUT
+        url,
+        client_name=connection_name("trunner-testing"),
+        max_connections=2,
+        connect_timeout=PROBE_TIMEOUT,
     ) as transport:
         for prefix in sorted(set(prefixes)):
             deleted += await delete_prefixed(transport, prefix)
