@@ -67,6 +67,7 @@ from typing import Any, Protocol
 import attrs
 import trio
 
+from ._context import NoRunnerInEagerCall, in_eager_call
 from ._jobhost import JobHost
 from ._producer import Producer
 from ._redis import Broker, check_url, open_transport
@@ -120,13 +121,20 @@ def current_runner() -> Runner:
     Returns:
         The [``Runner``][trunner.Runner] running the current task.
 
+    In a task run eagerly ([``TaskRegistry.call``][trunner.TaskRegistry.call],
+    [``trunner.testing.call_task``][trunner.testing.call_task]), it is the runner given
+    to ``call_task(..., runner=runner)``.
+
     Raises:
-        RunnerNotRunning: Outside of a task run by a runner (an eager call with
-            [``TaskRegistry.call``][trunner.TaskRegistry.call] included).
+        RunnerNotRunning: Outside of a task run by a runner, and in a task run eagerly
+            without ``runner=`` (then the eager call raises it at once, saying how to
+            give the task a runner, instead of retrying).
     """
     try:
         return _current_runner.get()
     except LookupError:
+        if in_eager_call():
+            raise NoRunnerInEagerCall from None
         raise RunnerNotRunning("current_runner() is only available inside a task") from None
 
 

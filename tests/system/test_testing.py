@@ -21,7 +21,9 @@ from trunner.testing import (
     NotIdle,
     ShutdownLeak,
     assert_clean_shutdown,
+    call_task,
     capture_errors,
+    open_runner_factory,
     run_until_idle,
 )
 
@@ -588,6 +590,53 @@ async def test_call_checks_unique_keys_like_dispatch() -> None:
     assert keys == [tasks.get("ship").key_for({"order": 7})]  # as a dispatch would lock it
     with pytest.raises(TypeError, match="unique_key of task 'ship' must return a str or int"):
         await tasks.call("ship", {"order": 1.5})
+
+
+def counting(attempts: list[int]) -> trunner.TaskRegistry:
+    """A task using the runner's Redis handle and dispatch, as the docs recommend."""
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task(max_retry=2, retry_backoff=0)
+    async def count_visit(payload: dict[str, str]) -> None:
+        attempts.append(trunner.current_message().attempt)
+        redis = trunner.current_runner().redis
+        if await redis.set(f"seen:{payload['page']}:{payload['user']}", 1, nx=True):
+            await redis.incr(f"visitors:{payload['page']}")
+            await trunner.current_runner().dispatch("noop", payload)
+
+    @tasks.task
+    async def noop(_: Any) -> None:
+        pass
+
+    return tasks
+
+
+async def test_an_eager_task_without_a_runner_says_how_to_give_it_one() -> None:
+    attempts: list[int] = []
+    tasks = counting(attempts)
+    with pytest.raises(trunner.RunnerNotRunning) as info:
+        await tasks.call("count_visit", {"page": "home", "user": "ada"})
+    assert attempts == [1], "raised at once: retrying cannot give the task a runner"
+    assert "current_runner() in a task run eagerly" in str(info.value)
+    assert "call_task(tasks, name, payload, runner=runner)" in str(info.value)
+    with pytest.raises(trunner.RunnerNotRunning, match="only available inside a task"):
+        trunner.current_runner()  # outside of any task, as before
+
+
+async def test_an_eager_task_uses_the_runner_it_is_given(memory_url: str, group: str) -> None:
+    attempts: list[int] = []
+    tasks = counting(attempts)
+    async with open_runner_factory(memory_url, group) as runners:
+        runner = await runners(tasks)
+        visit = {"page": "home", "user": "ada"}
+        await call_task(tasks, "count_visit", visit, runner=runner)
+        await call_task(tasks, "count_visit", visit, runner=runner)
+        assert await runner.redis.get("visitors:home") == b"1"
+        await run_until_idle(runner)
+        assert runner.task_totals()["noop"].succeeded == 1, "its follow-up ran"
+    assert attempts == [1, 1]
+    with pytest.raises(trunner.RunnerNotRunning, match="needs a started runner"):
+        await call_task(tasks, "count_visit", visit, runner=runner)
 
 
 # -- the pytest plugin ------------------------------------------------------------------------
