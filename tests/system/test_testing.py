@@ -722,6 +722,54 @@ async def test_leaves_a_message_behind(trunner_runner, monkeypatch):
 """
 
 
+REGISTRY_CONFTEST = """
+import pytest
+import trunner
+
+tasks = trunner.TaskRegistry()
+charged = []
+
+
+@tasks.task(unique=True, unique_key=lambda payload: payload["order"], unique_for=60)
+async def charge(payload):
+    charged.append(payload["order"])
+
+
+@pytest.fixture
+def trunner_tasks():
+    return tasks
+"""
+
+REGISTRY_TESTS = """
+import pytest
+import trunner
+from trunner.testing import run_until_idle
+
+from conftest import charged
+
+
+async def test_the_client_enforces_unique_tasks(trunner_client):
+    await trunner_client.dispatch("charge", {"order": 1})
+    with pytest.raises(trunner.TaskAlreadyDispatched):
+        await trunner_client.dispatch("charge", {"order": 1})
+    with pytest.raises(trunner.TaskNotFound):
+        await trunner_client.dispatch("chrage", {"order": 2})
+
+
+async def test_the_runner_factory_defaults_to_the_registry(trunner_runner, trunner_client):
+    runner = await trunner_runner()
+    await trunner_client.dispatch("charge", {"order": 3})
+    await run_until_idle(runner)
+    assert charged == [3]
+"""
+
+
+def test_the_fixtures_use_the_registry_the_suite_gives(inner: pytest.Pytester) -> None:
+    inner.makeconftest(REGISTRY_CONFTEST)
+    inner.makepyfile(test_registry=REGISTRY_TESTS)
+    inner.runpytest("-p", "no:cacheprovider", "--trunner").assert_outcomes(passed=2)
+
+
 def test_the_plugin_is_registered_as_a_pytest11_entry_point() -> None:
     (entry,) = [e for e in importlib.metadata.entry_points(group="pytest11") if e.name == "trunner"]
     assert entry.value == "trunner.pytest_plugin"
