@@ -138,6 +138,40 @@ def current_runner() -> Runner:
         raise RunnerNotRunning("current_runner() is only available inside a task") from None
 
 
+#: At most this many task names are listed in the start-up log line.
+LOGGED_NAMES = 50
+
+
+def _log_registry(group: str, tasks: TaskRegistry) -> None:
+    """Log, at start, what this runner can run: its tasks and its cron schedules (a
+    WARNING when there is no task: every message would be dead-lettered)."""
+    names = sorted(tasks.names)
+    crons = tasks.crons
+    extra = {"tasks": names, "cron": {c.name: c.expression for c in crons}}
+    if not names:
+        logger.warning(
+            "the registry of this runner of group %r has no task: every message it fetches "
+            "will be dead-lettered as an unknown task; register tasks before starting it",
+            group,
+            extra=extra,
+        )
+        return
+    shown = ", ".join(names[:LOGGED_NAMES])
+    if len(names) > LOGGED_NAMES:
+        shown += f" and {len(names) - LOGGED_NAMES} more"
+    schedules = "; ".join(
+        f"{c.name} {c.expression!r} ({c.timezone}) -> {c.task_name}" for c in crons
+    )
+    logger.info(
+        "group %r: %d task(s) this runner can run: %s; cron schedules: %s",
+        group,
+        len(names),
+        shown,
+        schedules or "none",
+        extra=extra,
+    )
+
+
 @attrs.frozen
 class _Components:
     """Everything one run of a runner is made of, built once by :meth:`Runner._build`."""
@@ -621,13 +655,22 @@ class Runner(Producer):
     def _started(self, broker: Broker) -> None:
         self._broker = broker
         self._state = RunnerState.STARTED
+        config = self.config
+        delay = config.reclaim_delay
         logger.info(
-            "runner started: group %r, consumer %r, %d workers, Redis at %s",
-            self.config.consumer_group,
+            "runner started: group %r, consumer %r, %d workers, Redis at %s; reclaim_delay "
+            "%g s: the tasks of an instance that dies run again after about %g s, and an "
+            "event-loop stall or Redis outage longer than about %g s may run a task twice",
+            config.consumer_group,
             self.consumer_name,
-            self.config.num_workers,
+            config.num_workers,
             broker.description,
+            delay,
+            delay + config.reclaim_interval,
+            round(delay * 2 / 3, 1),
+            extra={"reclaim_delay": delay},
         )
+        _log_registry(config.consumer_group, self.tasks)
 
     # -- the shutdown steps, in order -------------------------------------------------------
 
