@@ -4,7 +4,7 @@
 
     trunner worker myapp.worker:settings [--group G] [--workers N] [--redis URL]
                    [--health-port P] [--metrics-port P] [--log-format text|json]
-    trunner dispatch GROUP TASK JSON [--delay S]
+    trunner dispatch GROUP TASK JSON [--delay S] [--tasks module:attribute]
     trunner inspect GROUP [--json]
     trunner dead-letter list|replay|purge GROUP
     trunner quarantine list|purge GROUP
@@ -94,6 +94,12 @@ def _parser() -> argparse.ArgumentParser:
     dispatch.add_argument("task")
     dispatch.add_argument("payload", help="the payload, as JSON")
     dispatch.add_argument("--delay", type=float, help="run it this many seconds from now")
+    dispatch.add_argument(
+        "--tasks",
+        metavar="MODULE:ATTRIBUTE",
+        help="the workers' registry (as for trunner worker): refuse an unknown task name "
+        "(saying which one you meant) and send unique tasks as unique",
+    )
     _redis_option(dispatch, "redis://127.0.0.1:6379/0")
 
     inspect = commands.add_parser("inspect", parents=[common], help="show a group at a glance")
@@ -178,7 +184,8 @@ async def _dispatch(args: argparse.Namespace, out: Console) -> int:
         payload = json.loads(args.payload)
     except ValueError as exc:
         raise ValueError(f"the payload is not valid JSON: {exc}") from None
-    async with open_client(_shared_redis(args), args.group) as client:
+    tasks = load_settings(args.tasks).tasks if args.tasks else None
+    async with open_client(_shared_redis(args), args.group, tasks=tasks) as client:
         if args.delay is not None:
             task_id = await client.dispatch_delayed(args.task, payload, args.delay)
         else:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 __all__ = [
     "BackendError",
     "BadData",
@@ -27,6 +30,10 @@ __all__ = [
 ]
 
 
+#: A registry this small is listed whole when an unknown name resembles none of its names.
+_LISTED = 10
+
+
 class TrunnerError(Exception):
     """Base class of every exception trunner raises."""
 
@@ -41,8 +48,16 @@ class TaskNotFound(TrunnerError, LookupError):
     handler for a message with an unknown task.
     """
 
-    def __init__(self, task_name: str) -> None:
-        super().__init__(f"no task named {task_name!r} is registered")
+    def __init__(self, task_name: str, known: Iterable[str] = ()) -> None:
+        names = sorted(known)
+        self.suggestions = difflib.get_close_matches(task_name, names, n=3, cutoff=0.6)
+        """The registered names closest to ``task_name`` (up to 3; may be empty)."""
+        hint = ""
+        if self.suggestions:
+            hint = "; did you mean " + " or ".join(repr(n) for n in self.suggestions) + "?"
+        elif names and len(names) <= _LISTED:
+            hint = f" (registered: {', '.join(names)})"
+        super().__init__(f"no task named {task_name!r} is registered{hint}")
         self.task_name = task_name
         """The unknown name."""
 

@@ -235,3 +235,15 @@ def test_metrics_without_the_extra_fail_before_the_runner_starts(
     raw = raw_client(redis_server.url)
     assert raw.keys(f"trunner:{{{group}}}:*") == [], "the runner never started"
     raw.close()
+
+
+def test_dispatch_with_the_registry_says_which_name_was_meant(
+    redis_server: RedisServer, group: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = ["--redis", redis_server.url]
+    registry = ["--tasks", "examples.worker:settings"]
+    assert main(["dispatch", group, "resise", "{}", *url, *registry]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "no task named 'resise' is registered; did you mean 'resize'?" in err
+    assert main(["dispatch", group, "resize", '{"image": "a.png"}', *url, *registry]) == 0
