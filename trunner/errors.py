@@ -96,6 +96,11 @@ class InvalidPayload(TrunnerError, ValueError):
     """A payload cannot be encoded: it is not JSON-serializable, or too large (also a
     ``ValueError``).
 
+    Its message says where the value that cannot be sent is, and what to send instead
+    (``payload["items"][3] is a Decimal: send str(value) ...``). Only JSON values are
+    sent: ``datetime``, ``date``, ``UUID``, ``Decimal``, ``Enum`` members (of ``IntEnum``
+    and ``StrEnum`` too), sets, bytes, NaN and other objects are refused, never converted.
+
     Raised by [``dispatch``][trunner.Runner.dispatch], ``dispatch_many``,
     ``dispatch_delayed`` and ``schedule_for``, and by building a cron schedule
     ([``TaskRegistry.cron``][trunner.TaskRegistry.cron],

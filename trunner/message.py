@@ -32,6 +32,7 @@ from typing import Any
 
 import attrs
 
+from ._payload import Problem, find_problem, is_plain
 from .errors import InvalidMessage, InvalidPayload, PayloadTooLarge
 from .keys import utf8_error
 
@@ -156,12 +157,14 @@ def encode_message(
         body["unique_token"] = unique_token
         if unique_for is not None:
             body["unique_for"] = unique_for
+    if not is_plain(payload) and (problem := find_problem(payload)) is not None:
+        raise InvalidPayload(_unsendable(task_name, problem))  # no silent conversion
     try:
         text = _dumps(body)
     except (TypeError, ValueError, RecursionError) as exc:
-        raise InvalidPayload(
-            f"payload of task {task_name!r} is not JSON-serializable: {exc}"
-        ) from exc
+        problem = find_problem(payload)
+        why = _unsendable(task_name, problem) if problem else f"{exc}"
+        raise InvalidPayload(why) from exc
     try:
         data = text.encode("utf-8")
     except UnicodeEncodeError:
@@ -174,6 +177,10 @@ def encode_message(
             f"more than max_payload_bytes={max_bytes}"
         )
     return data
+
+
+def _unsendable(task_name: str, problem: Problem) -> str:
+    return f"payload of task {task_name!r} is not JSON-serializable: {problem}"
 
 
 def _check_key_fields(body: Mapping[str, Any]) -> None:
