@@ -218,12 +218,16 @@ async def redis_state(predicate: Callable[[], Awaitable[bool]], poll: float = 0.
 
 
 def run_python(
-    *args: str, env: dict[str, str] | None = None, stdin: int | None = None
+    *args: str,
+    env: dict[str, str] | None = None,
+    stdin: int | None = None,
+    cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``python *args`` in a subprocess (60 s at most); its output as text."""
     return subprocess.run(
         [sys.executable, *args],
         stdin=stdin,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=60,
