@@ -31,7 +31,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ._demo import run_demo
-from ._util import leaf_exceptions
+from ._util import leaf_exceptions, logger
 from .admin import DeadLetter, GroupInfo, as_dict
 from .client import Client, open_client
 from .errors import TrunnerError
@@ -149,6 +149,12 @@ async def _worker(args: argparse.Namespace) -> int:
     url = args.redis or settings.redis
     if not url:
         raise ValueError("no Redis URL: pass --redis, set REDIS_URL, or give the settings one")
+    if url.lower().startswith("memory://"):
+        logger.warning(
+            "%s is a Redis inside this worker's process: no other process can dispatch to "
+            "it, so this worker runs only its own cron ticks and what its tasks dispatch",
+            url,
+        )
     runner = Runner(url, worker_config(settings, args.group, args.workers), settings.tasks)
     clean = await run_worker(
         runner,
