@@ -151,7 +151,8 @@ def _log_registry(group: str, tasks: TaskRegistry) -> None:
     if not names:
         logger.warning(
             "the registry of this runner of group %r has no task: every message it fetches "
-            "will be dead-lettered as an unknown task; register tasks before starting it",
+            "will be dead-lettered as an unknown task; register tasks before starting it "
+            "(to dispatch without running tasks, use trunner.open_client)",
             group,
             extra=extra,
         )
