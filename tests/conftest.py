@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -32,13 +32,47 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DEADLINE = 30.0
 
 
-def _with_deadline(func: Callable[..., Awaitable[Any]], seconds: float) -> Callable[..., Any]:
+#: Where a test called ``pytest.skip``, and why: pytest-trio re-raises a skip from inside
+#: ``trio.run`` without its reason (the summary said ``python.py:187: Skipped``).
+SKIPPED_BECAUSE = pytest.StashKey[tuple[str, int, str]]()
+
+
+def _with_deadline(
+    item: pytest.Item, func: Callable[..., Awaitable[Any]], seconds: float
+) -> Callable[..., Any]:
     @functools.wraps(func)
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
-        with trio.fail_after(seconds):
-            return await func(*args, **kwargs)
+        try:
+            with trio.fail_after(seconds):
+                return await func(*args, **kwargs)
+        except pytest.skip.Exception as skip:
+            item.stash[SKIPPED_BECAUSE] = (*_caller(skip), f"Skipped: {skip.msg}")
+            raise
 
     return wrapper
+
+
+def _caller(error: BaseException) -> tuple[str, int]:
+    """The file and line, outside pytest, that raised ``error``."""
+    where = ("?", 0)
+    tb = error.__traceback__
+    while tb is not None:
+        path = tb.tb_frame.f_code.co_filename
+        if f"{os.sep}_pytest{os.sep}" not in path:
+            where = (path, tb.tb_lineno)
+        tb = tb.tb_next
+    return where
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item,
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A skip inside an async test keeps its reason and place in the summary."""
+    report = yield
+    if report.skipped and SKIPPED_BECAUSE in item.stash:
+        report.longrepr = item.stash[SKIPPED_BECAUSE]
+    return report
 
 
 #: Fixtures that are real Redis deployments the suite starts itself: a test using one,
@@ -71,7 +105,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if isinstance(item, pytest.Function) and inspect.iscoroutinefunction(item.obj):
             marker = item.get_closest_marker("deadline")
             seconds = float(marker.args[0]) if marker else DEFAULT_DEADLINE
-            item.obj = _with_deadline(item.obj, seconds)
+            item.obj = _with_deadline(item, item.obj, seconds)
 
 
 @pytest.fixture(scope="session")
@@ -184,12 +218,16 @@ async def redis_state(predicate: Callable[[], Awaitable[bool]], poll: float = 0.
 
 
 def run_python(
-    *args: str, env: dict[str, str] | None = None, stdin: int | None = None
+    *args: str,
+    env: dict[str, str] | None = None,
+    stdin: int | None = None,
+    cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``python *args`` in a subprocess (60 s at most); its output as text."""
     return subprocess.run(
         [sys.executable, *args],
         stdin=stdin,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=60,

@@ -12,7 +12,7 @@ from typing import Protocol
 from .errors import RunnerNotRunning
 from .message import TaskMessage
 
-__all__ = ["current_message"]
+__all__ = ["NoRunnerInEagerCall", "current_message", "in_eager_call"]
 
 
 class MessageSource(Protocol):
@@ -35,6 +35,29 @@ class Given:
 _current_message: contextvars.ContextVar[MessageSource] = contextvars.ContextVar(
     "trunner_current_message"
 )
+#: Set while an eager call (``TaskRegistry.call``, ``trunner.testing.call_task``) runs.
+_eager_call: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "trunner_eager_call", default=False
+)
+
+
+class NoRunnerInEagerCall(RunnerNotRunning):
+    """``current_runner()`` was called by a task run eagerly without a runner: a mistake
+    in the test, not a failure of the attempt (eager mode raises it at once)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "current_runner() in a task run eagerly (tasks.call, call_task): there is no "
+            "runner, so no runner.redis and no dispatch. Give it one: "
+            "await trunner.testing.call_task(tasks, name, payload, runner=runner), with a "
+            "started runner (on memory://, e.g. from the trunner_runner fixture); see "
+            "'Tasks that use current_runner()' in the testing docs"
+        )
+
+
+def in_eager_call() -> bool:
+    """Whether the current Trio task is running a task eagerly."""
+    return _eager_call.get()
 
 
 def current_message() -> TaskMessage:

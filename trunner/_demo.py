@@ -172,6 +172,9 @@ async def run_demo(
             f"{summary['dead_lettered']} dead-lettered; queue {queued}, pending {pending}"
         )
         out("")
+        for line in _legend(summary):
+            out(line)
+        out("")
         out("stopping the instances (graceful drain) ...")
         for runner in runners:
             runner.stop()
@@ -179,6 +182,21 @@ async def run_demo(
     if not url.startswith("memory://"):
         await _delete_demo_keys(url, group)
     return summary
+
+
+def _legend(summary: dict[str, Any]) -> list[str]:
+    """What the figures above mean."""
+    ended = summary["succeeded"] + summary["dead_lettered"]
+    return [
+        "  runs     attempts the instance ran (a retry runs on whichever instance fetches it)",
+        "  ok       attempts that succeeded",
+        "  failed   attempts that raised; 'retried' of them got another attempt, the others",
+        "           were given up: the failed-task handler ran and they were dead-lettered",
+        f"  Each task ended once: {summary['succeeded']} succeeded + "
+        f"{summary['dead_lettered']} dead-lettered = {ended} of {summary['tasks']} tasks;",
+        f"  queue {summary['queued']} and pending {summary['pending']}: nothing is left "
+        "waiting or unacknowledged.",
+    ]
 
 
 async def _delete_demo_keys(url: str, group: str) -> None:

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import trio
 
-from ._context import Given, _current_message
+from ._context import Given, NoRunnerInEagerCall, _current_message, _eager_call
 from .codec import TypeCodec
 from .errors import GiveUp, InvalidPayload, MaxRetryExceeded, TaskTimeout
 from .message import (
@@ -98,11 +98,15 @@ async def run_eagerly(
         result: Any = None
         failure: Exception | None = None
         token = _current_message.set(Given(message))
+        eager = _eager_call.set(True)
         try:
             result = await _attempt(task, message.payload)
+        except NoRunnerInEagerCall:
+            raise  # the test's set-up, not the attempt, is wrong: retrying cannot help
         except Exception as exc:  # noqa: BLE001 - a failed attempt, like the runner's
             failure = exc
         finally:
+            _eager_call.reset(eager)
             _current_message.reset(token)
         if failure is None:
             return result

@@ -21,9 +21,11 @@ __all__ = [
     "ErrorLog",
     "EventLog",
     "LoopBackoff",
+    "connection_name",
     "instance_id",
     "leaf_exceptions",
     "logger",
+    "process_tag",
     "run_in_background",
     "unwrap_single",
     "user_stacklevel",
@@ -130,6 +132,29 @@ def instance_id(host: str | None = None) -> str:
     """
     name = host or re.sub(r"[\s{}]+", "-", socket.gethostname()) or "host"
     return f"{name}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+_process: tuple[int, str] = (0, "")
+
+
+def process_tag() -> str:
+    """This process among every process on a Redis server: ``<pid>.<6 hex digits>``.
+
+    Drawn once per process (a forked child draws its own), so two processes never share
+    one, even with the same pid in two containers.
+    """
+    global _process
+    pid = os.getpid()
+    if _process[0] != pid:
+        _process = (pid, f"{pid}.{secrets.token_hex(3)}")
+    return _process[1]
+
+
+def connection_name(role: str) -> str:
+    """The ``CLIENT SETNAME`` of trunner's connections in ``role``: ``<role>@<process tag>``
+    (``trunner-client:emails@4242.a1b2c3``), so that ``CLIENT LIST`` tells which process
+    opened a connection, and a leak check counts only its own process's."""
+    return f"{role}@{process_tag()}"
 
 
 def wall_ms() -> int:

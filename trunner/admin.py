@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -140,8 +141,8 @@ async def list_dead(broker: Broker, count: int = 100, start: str = "-") -> list[
 
 @attrs.frozen
 class ReplayResult:
-    """What :meth:`replay_dead_letters` did: the new stream ids, and why each dead letter
-    that was not replayed was not.
+    """What [``replay_dead_letters``][trunner.Runner.replay_dead_letters] did: the new
+    stream ids, and why each dead letter that was not replayed was not.
 
     Unpacks as ``(replayed, list of the ids not replayed)``, as the tuple it replaces.
     """
@@ -149,16 +150,42 @@ class ReplayResult:
     replayed: list[str]
     """The stream ids of the replayed messages, in the order of the dead letters."""
     skipped: dict[str, str]
-    """Dead-letter entry id -> why it was not replayed: its message cannot be decoded, its
-    unique key is locked (both stay in the dead-letter stream), or it is not (or no
-    longer) in the dead-letter stream."""
+    """Id asked for -> why it was not replayed: its message cannot be decoded, its
+    unique key is locked (both stay in the dead-letter stream), it is not (or no longer)
+    in the dead-letter stream, it is the task id of a dead letter rather than the dead
+    letter's own id (the reason names that one), or it is not an entry id at all."""
+    new_ids: dict[str, str] = attrs.field(factory=dict)
+    """Dead-letter entry id -> the stream id of its replayed message, for each one
+    replayed."""
 
     def __iter__(self) -> Iterator[Any]:
         return iter((self.replayed, list(self.skipped)))
 
 
 #: Why a dead letter was not replayed (see :class:`ReplayResult`).
-GONE = "not in the dead-letter stream"
+GONE = "not in the dead-letter stream: already replayed, purged, or never dead-lettered"
+#: Why an id was not even looked up.
+MALFORMED = (
+    "not a dead-letter id: ids look like 1712345678901-0 (dead_letters() and "
+    "`trunner dead-letter list` show them)"
+)
+#: How far a task id given in place of a dead-letter id is looked for (entries read).
+TASK_ID_SCAN = 10_000
+
+_ENTRY_ID = re.compile(r"(\d{1,20})-(\d{1,20})")
+
+
+def is_entry_id(text: str) -> bool:
+    """Whether ``text`` is a complete stream entry id, ``<ms>-<seq>`` (each < 2**64)."""
+    match = _ENTRY_ID.fullmatch(text)
+    return match is not None and all(int(part) < 2**64 for part in match.groups())
+
+
+def _task_id_reason(dead_id: str) -> str:
+    return (
+        f"this is a task id (what dispatch returns), not a dead-letter id: the dead "
+        f"letter of that task is {dead_id}; replay that id"
+    )
 
 
 def _locked(key: str) -> str:
@@ -209,27 +236,32 @@ async def replay_dead(
             keys[entry.message_id] = message.unique_key
         items.append((entry.message_id, data, lock, message.task_id))
     replayed: list[str] = []
+    new_ids: dict[str, str] = {}
     for (dead_id, _, _, _), result in zip(items, await broker.replay_dead(items), strict=True):
         if isinstance(result, str):
             replayed.append(result)
+            new_ids[dead_id] = result
         else:
             skipped[dead_id] = GONE if result is None else _locked(keys[dead_id])
-    return ReplayResult(replayed, skipped)
+    return ReplayResult(replayed, skipped, new_ids)
 
 
 async def _dead_entries(
     broker: Broker, ids: Sequence[str] | None, skipped: dict[str, str]
 ) -> list[RawEntry]:
     """The dead-letter entries ``ids`` (all of them for None); those not found go to
-    ``skipped``."""
+    ``skipped``, with why."""
     entries: list[RawEntry] = []
     if ids is not None:
-        for i in ids:
-            entry = await broker.dead_entry(i)
-            if entry is None:
-                skipped[i] = GONE
-            else:
+        for i in dict.fromkeys(ids):  # each once, in order
+            if not is_entry_id(i):
+                skipped[i] = MALFORMED
+            elif (entry := await broker.dead_entry(i)) is not None:
                 entries.append(entry)
+            elif (dead_id := await _dead_letter_of_task(broker, i)) is not None:
+                skipped[i] = _task_id_reason(dead_id)
+            else:
+                skipped[i] = GONE
         return entries
     start = "-"
     while batch := await broker.dead_entries(500, start):
@@ -239,6 +271,23 @@ async def _dead_entries(
         entries.extend(fresh)
         start = fresh[-1].message_id
     return entries
+
+
+async def _dead_letter_of_task(broker: Broker, task_id: str) -> str | None:
+    """The id of a dead letter of task ``task_id``, if one is found among the
+    :data:`TASK_ID_SCAN` dead letters written from the task's dispatch on (a task id is
+    the stream id of its first message: its dead letter came later)."""
+    start, seen = task_id, 0
+    while seen < TASK_ID_SCAN and (batch := await broker.dead_entries(500, start)):
+        fresh = [e for e in batch if e.message_id != start]
+        if not fresh:
+            break
+        for entry in fresh:
+            if dead_letter_of(entry).task_id == task_id:
+                return entry.message_id
+        seen += len(fresh)
+        start = fresh[-1].message_id
+    return None
 
 
 def _instance(instance: str, seen: float, info: str | None, leader: bool) -> InstanceInfo:

@@ -4,7 +4,7 @@
 
     trunner worker myapp.worker:settings [--group G] [--workers N] [--redis URL]
                    [--health-port P] [--metrics-port P] [--log-format text|json]
-    trunner dispatch GROUP TASK JSON [--delay S]
+    trunner dispatch GROUP TASK JSON [--delay S] [--tasks module:attribute]
     trunner inspect GROUP [--json]
     trunner dead-letter list|replay|purge GROUP
     trunner quarantine list|purge GROUP
@@ -25,14 +25,15 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
 import trio
 from rich.console import Console
 from rich.table import Table
 
 from ._demo import run_demo
-from ._util import leaf_exceptions
-from .admin import GroupInfo, as_dict
-from .client import open_client
+from ._util import leaf_exceptions, logger
+from .admin import DeadLetter, GroupInfo, as_dict
+from .client import Client, open_client
 from .errors import TrunnerError
 from .runner import Runner
 from .serve import configure_logging, load_settings, run_worker, worker_config
@@ -93,6 +94,12 @@ def _parser() -> argparse.ArgumentParser:
     dispatch.add_argument("task")
     dispatch.add_argument("payload", help="the payload, as JSON")
     dispatch.add_argument("--delay", type=float, help="run it this many seconds from now")
+    dispatch.add_argument(
+        "--tasks",
+        metavar="MODULE:ATTRIBUTE",
+        help="the workers' registry (as for trunner worker): refuse an unknown task name "
+        "(saying which one you meant) and send unique tasks as unique",
+    )
     _redis_option(dispatch, "redis://127.0.0.1:6379/0")
 
     inspect = commands.add_parser("inspect", parents=[common], help="show a group at a glance")
@@ -142,6 +149,12 @@ async def _worker(args: argparse.Namespace) -> int:
     url = args.redis or settings.redis
     if not url:
         raise ValueError("no Redis URL: pass --redis, set REDIS_URL, or give the settings one")
+    if url.lower().startswith("memory://"):
+        logger.warning(
+            "%s is a Redis inside this worker's process: no other process can dispatch to "
+            "it, so this worker runs only its own cron ticks and what its tasks dispatch",
+            url,
+        )
     runner = Runner(url, worker_config(settings, args.group, args.workers), settings.tasks)
     clean = await run_worker(
         runner,
@@ -153,12 +166,32 @@ async def _worker(args: argparse.Namespace) -> int:
     return 0 if clean else 1
 
 
+def _shared_redis(args: argparse.Namespace) -> str:
+    """The Redis URL of a command that works on a group its workers share: never an
+    in-process ``memory://`` server, which this command alone would see."""
+    url: str = args.redis
+    if url.lower().startswith("memory://"):
+        doing = {
+            "dispatch": "a task dispatched there would be lost",
+            "inspect": "there is nothing to inspect there",
+            "dead-letter": "there are no dead letters there",
+            "quarantine": "there is nothing set aside there",
+        }[args.command]
+        raise ValueError(
+            f"{url} is a Redis inside this one command's process: it starts empty and "
+            f"vanishes when the command exits, so {doing}. Pass the Redis your workers "
+            "use: --redis redis://host:6379/0, or set REDIS_URL"
+        )
+    return url
+
+
 async def _dispatch(args: argparse.Namespace, out: Console) -> int:
     try:
         payload = json.loads(args.payload)
     except ValueError as exc:
         raise ValueError(f"the payload is not valid JSON: {exc}") from None
-    async with open_client(args.redis, args.group) as client:
+    tasks = load_settings(args.tasks).tasks if args.tasks else None
+    async with open_client(_shared_redis(args), args.group, tasks=tasks) as client:
         if args.delay is not None:
             task_id = await client.dispatch_delayed(args.task, payload, args.delay)
         else:
@@ -223,7 +256,7 @@ def _print_group(info: GroupInfo, out: Console) -> None:
 
 
 async def _inspect(args: argparse.Namespace, out: Console) -> int:
-    async with open_client(args.redis, args.group) as client:
+    async with open_client(_shared_redis(args), args.group) as client:
         info = await client.inspect()
     if args.json:
         print(json.dumps(as_dict(info), default=str))
@@ -242,35 +275,16 @@ def _ask(question: str) -> str | None:
 
 
 async def _dead_letter(args: argparse.Namespace, out: Console) -> int:
-    async with open_client(args.redis, args.group) as client:
+    async with open_client(_shared_redis(args), args.group) as client:
         if args.action == "list":
             letters = await client.dead_letters(args.count)
             if args.json:
                 print(json.dumps([as_dict(d) for d in letters], default=str))
                 return 0
-            table = Table(title=f"dead letters of {args.group}", title_justify="left")
-            # Ids are copied into `replay`: never cut them, whatever the terminal's width.
-            widest = max((len(d.id) for d in letters), default=2)
-            table.add_column("id", no_wrap=True, min_width=widest)
-            table.add_column("task")
-            for column in ("attempt", "reason"):
-                table.add_column(column, no_wrap=True)
-            table.add_column("error")
-            table.add_column("failed at", no_wrap=True)
-            for d in letters:
-                error = d.cause or d.error
-                table.add_row(d.id, d.task, str(d.attempt), d.reason, error, _when(d.failed_at))
-            out.print(table)
+            _print_dead_letters(args.group, letters, await client.dead_letter_count(), out)
             return 0
         if args.action == "replay":
-            result = await client.replay_dead_letters(args.ids or None)
-            if args.json:
-                print(json.dumps({"replayed": result.replayed, "skipped": result.skipped}))
-                return 0
-            out.print(f"replayed {len(result.replayed)} dead letters", highlight=False)
-            for dead_id, why in result.skipped.items():
-                out.print(f"not replayed {dead_id}: {why}", highlight=False, soft_wrap=True)
-            return 0
+            return await _replay(client, args, out)
         count = await client.dead_letter_count()
         if not args.yes:
             answer = await trio.to_thread.run_sync(
@@ -286,8 +300,49 @@ async def _dead_letter(args: argparse.Namespace, out: Console) -> int:
         return 0
 
 
+def _print_dead_letters(group: str, letters: list[DeadLetter], total: int, out: Console) -> None:
+    """One block per dead letter, readable at any width: ids are never cut (they are
+    copied into ``replay``), and errors are sentences."""
+    if not letters:
+        out.print(f"no dead letters in group {group}", highlight=False, markup=False)
+        return
+    shown = f"{len(letters)} of {total}" if total > len(letters) else str(total)
+    out.print(f"dead letters of {group}, oldest first ({shown}):", highlight=False, markup=False)
+    for d in letters:
+        lines = [
+            "",
+            f"{d.id}  {d.task or '(undecodable)'}  attempt {d.attempt}  {_when(d.failed_at)}",
+            f"  reason:  {d.reason}",
+            f"  error:   {d.error}",
+        ]
+        if d.cause and d.cause != d.error:
+            lines.append(f"  cause:   {d.cause}")
+        lines.append(f"  task id: {d.task_id}  (consumer {d.consumer or '-'})")
+        out.print("\n".join(lines), highlight=False, soft_wrap=True, markup=False)
+    if total > len(letters):
+        out.print(f"\n{total - len(letters)} more: pass --count {total}", highlight=False)
+
+
+async def _replay(client: Client, args: argparse.Namespace, out: Console) -> int:
+    """Replay, and say what became of each id asked for; 1 unless all were replayed."""
+    result = await client.replay_dead_letters(args.ids or None)
+    if args.json:
+        print(json.dumps(attrs.asdict(result)))
+        return 0 if result.skipped == {} else 1
+    if not args.ids and not result.new_ids and not result.skipped:
+        out.print(f"no dead letters in group {args.group}: nothing to replay", highlight=False)
+        return 0
+    for dead_id, new_id in result.new_ids.items():
+        out.print(f"replayed {dead_id} as {new_id}", highlight=False, soft_wrap=True)
+    for dead_id, why in result.skipped.items():
+        out.print(f"not replayed {dead_id}: {why}", highlight=False, soft_wrap=True, markup=False)
+    asked = len(result.new_ids) + len(result.skipped)
+    out.print(f"replayed {len(result.new_ids)} of {asked} dead letters", highlight=False)
+    return 0 if not result.skipped else 1
+
+
 async def _quarantine(args: argparse.Namespace, out: Console) -> int:
-    async with open_client(args.redis, args.group) as client:
+    async with open_client(_shared_redis(args), args.group) as client:
         if args.action == "list":
             records = await client.quarantined(args.count)
             if args.json:

@@ -10,7 +10,7 @@ import trio
 from . import _validate as v
 from ._producer import Producer
 from ._redis import Broker, open_transport
-from ._util import run_in_background
+from ._util import connection_name, run_in_background
 from .errors import Crashed
 from .handles import Waiters
 from .keys import Keys
@@ -139,7 +139,7 @@ async def open_client(
     v.check_positive_number("instance_ttl", instance_ttl)
     async with open_transport(
         redis,
-        client_name=f"trunner-client:{consumer_group}",
+        client_name=connection_name(f"trunner-client:{consumer_group}"),
         max_connections=max_connections,
         connect_timeout=connect_timeout,
         command_timeout=command_timeout,

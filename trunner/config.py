@@ -75,9 +75,12 @@ class RunnerConfig:
     """How long one ``XREADGROUP`` waits for new messages (> 0). A read never blocks past
     the next reclaim pass, so in effect it is at most ``reclaim_interval``."""
 
-    reclaim_delay: float = attrs.field(default=300.0, validator=v.positive_number)
+    reclaim_delay: float = attrs.field(default=30.0, validator=v.positive_number)
     """A delivered message idle this long (its instance died) is reclaimed by another
-    instance (> 0). Must be the same on every instance of the group."""
+    instance (> 0). Must be the same on every instance of the group. Running tasks
+    heartbeat every ``reclaim_delay / 3``, so an event-loop stall or a Redis outage of
+    up to about two thirds of it runs no task twice: see
+    [Choosing `reclaim_delay`](concepts.md#choosing-reclaim_delay)."""
 
     reclaim_interval: float = attrs.field(default=1.0, validator=v.positive_number)
     """The shortest time between two reclaim passes of this instance, which look for

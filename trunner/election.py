@@ -36,7 +36,15 @@ import trio
 
 from . import _validate as v
 from ._redis import Arg, LeaseStore, Script, Transport, fenced_script, open_transport
-from ._util import EventLog, LoopBackoff, instance_id, logger, run_in_background, wall_ms
+from ._util import (
+    EventLog,
+    LoopBackoff,
+    connection_name,
+    instance_id,
+    logger,
+    run_in_background,
+    wall_ms,
+)
 from .errors import BackendError, BadData, ElectorCrashed, LeadershipLost
 
 __all__ = [
@@ -522,7 +530,10 @@ async def open_elector(
         ```
     """
     async with open_transport(
-        redis, client_name="trunner-elector", max_connections=4, connect_timeout=connect_timeout
+        redis,
+        client_name=connection_name("trunner-elector"),
+        max_connections=4,
+        connect_timeout=connect_timeout,
     ) as transport:
         elector = Elector(transport, key, ttl=ttl, wait=wait, jitter=jitter, id=id)
 

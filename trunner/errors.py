@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 __all__ = [
     "BackendError",
     "BadData",
@@ -34,6 +37,10 @@ __all__ = [
 ]
 
 
+#: A registry this small is listed whole when an unknown name resembles none of its names.
+_LISTED = 10
+
+
 class TrunnerError(Exception):
     """Base class of every exception trunner raises."""
 
@@ -48,8 +55,16 @@ class TaskNotFound(TrunnerError, LookupError):
     handler for a message with an unknown task.
     """
 
-    def __init__(self, task_name: str) -> None:
-        super().__init__(f"no task named {task_name!r} is registered")
+    def __init__(self, task_name: str, known: Iterable[str] = ()) -> None:
+        names = sorted(known)
+        self.suggestions = difflib.get_close_matches(task_name, names, n=3, cutoff=0.6)
+        """The registered names closest to ``task_name`` (up to 3; may be empty)."""
+        hint = ""
+        if self.suggestions:
+            hint = "; did you mean " + " or ".join(repr(n) for n in self.suggestions) + "?"
+        elif names and len(names) <= _LISTED:
+            hint = f" (registered: {', '.join(names)})"
+        super().__init__(f"no task named {task_name!r} is registered{hint}")
         self.task_name = task_name
         """The unknown name."""
 
@@ -87,6 +102,11 @@ class TaskAlreadyDispatched(TrunnerError):
 class InvalidPayload(TrunnerError, ValueError):
     """A payload cannot be encoded: it is not JSON-serializable, or too large (also a
     ``ValueError``).
+
+    Its message says where the value that cannot be sent is, and what to send instead
+    (``payload["items"][3] is a Decimal: send str(value) ...``). Only JSON values are
+    sent: ``datetime``, ``date``, ``UUID``, ``Decimal``, ``Enum`` members (of ``IntEnum``
+    and ``StrEnum`` too), sets, bytes, NaN and other objects are refused, never converted.
 
     Raised by [``dispatch``][trunner.Runner.dispatch], ``dispatch_many``,
     ``dispatch_delayed`` and ``schedule_for``, and by building a cron schedule

@@ -156,7 +156,7 @@ class Keys:
     def delayed_unique(self) -> str:
         """``<prefix>:{<group>}:delayed:unique``: delayed unique task id → the lock it
         takes when due, a JSON array ``["<lock key>", "<token>", <ttl ms>]`` (see
-        `trunner.keys.UniqueLock`)."""
+        [Unique locks](redis-layout.md#unique-locks))."""
         return self._key("delayed:unique")
 
     def unique(self, key: str) -> str:

@@ -34,6 +34,7 @@ from typing import Any
 
 import attrs
 
+from ._payload import Problem, find_problem, is_plain
 from .errors import InvalidMessage, InvalidPayload, PayloadTooLarge
 from .keys import utf8_error
 
@@ -205,12 +206,14 @@ def encode_message(
             body["unique_for"] = unique_for
     if options is not None:
         options.to_body(body)
+    if not is_plain(payload) and (problem := find_problem(payload)) is not None:
+        raise InvalidPayload(_unsendable(task_name, problem))  # no silent conversion
     try:
         text = _dumps(body)
     except (TypeError, ValueError, RecursionError) as exc:
-        raise InvalidPayload(
-            f"payload of task {task_name!r} is not JSON-serializable: {exc}"
-        ) from exc
+        problem = find_problem(payload)
+        why = _unsendable(task_name, problem) if problem else f"{exc}"
+        raise InvalidPayload(why) from exc
     try:
         data = text.encode("utf-8")
     except UnicodeEncodeError:
@@ -223,6 +226,10 @@ def encode_message(
             f"more than max_payload_bytes={max_bytes}"
         )
     return data
+
+
+def _unsendable(task_name: str, problem: Problem) -> str:
+    return f"payload of task {task_name!r} is not JSON-serializable: {problem}"
 
 
 def _check_key_fields(body: Mapping[str, Any]) -> None:

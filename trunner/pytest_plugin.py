@@ -12,8 +12,9 @@ its command-line and ini options until you enable it, with any of:
 (With ``PYTEST_DISABLE_PLUGIN_AUTOLOAD`` set, add ``-p trunner`` as well.)
 
 Enabled, it provides these fixtures for Trio tests (pytest-trio): ``trunner_redis_url``,
-``trunner_group``, ``trunner_runner`` (a :class:`~trunner.testing.RunnerFactory`) and
-``trunner_client``. See ``docs/testing.md``.
+``trunner_group``, ``trunner_tasks`` (the registry under test: override it),
+``trunner_runner`` (a :class:`~trunner.testing.RunnerFactory`) and ``trunner_client``.
+See ``docs/testing.md``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import pytest
 
 from ._redis import check_url, forget_memory_server, redact_url
 from .client import Client, open_client
+from .task import TaskRegistry
 from .testing import RunnerFactory, clean_keys, open_runner_factory
 
 __all__ = ["TrunnerFixtures"]
@@ -104,23 +106,34 @@ class TrunnerFixtures:
         return f"test-{uuid.uuid4().hex[:10]}"
 
     @pytest.fixture
+    def trunner_tasks(self) -> TaskRegistry | None:
+        """The registry of the code under test: ``None`` here; override it in your
+        ``conftest.py`` to return yours. ``trunner_client`` then checks task names and
+        dispatches unique tasks as unique, and ``await trunner_runner()`` runs it."""
+        return None
+
+    @pytest.fixture
     async def trunner_runner(
-        self, trunner_redis_url: str, trunner_group: str
+        self, trunner_redis_url: str, trunner_group: str, trunner_tasks: TaskRegistry | None
     ) -> AsyncIterator[RunnerFactory]:
-        """Opens runners: ``runner = await trunner_runner(tasks, num_workers=2)``.
+        """Opens runners: ``runner = await trunner_runner(tasks, num_workers=2)``
+        (``tasks`` defaults to ``trunner_tasks``).
 
         Every runner is stopped at the end of the test, which then fails if one left a
         task, a connection, or a message neither acknowledged nor released.
         """
-        async with open_runner_factory(trunner_redis_url, trunner_group) as factory:
+        async with open_runner_factory(
+            trunner_redis_url, trunner_group, tasks=trunner_tasks
+        ) as factory:
             yield factory
         if self.redis_url is not None:
             await clean_keys(self.redis_url, {r.config.prefix for r in factory.runners})
 
     @pytest.fixture
     async def trunner_client(
-        self, trunner_redis_url: str, trunner_group: str
+        self, trunner_redis_url: str, trunner_group: str, trunner_tasks: TaskRegistry | None
     ) -> AsyncIterator[Client]:
-        """A :class:`~trunner.Client` of ``trunner_group``, closed at the end of the test."""
-        async with open_client(trunner_redis_url, trunner_group) as client:
+        """A :class:`~trunner.Client` of ``trunner_group`` with the registry
+        ``trunner_tasks``, closed at the end of the test."""
+        async with open_client(trunner_redis_url, trunner_group, tasks=trunner_tasks) as client:
             yield client

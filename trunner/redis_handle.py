@@ -26,7 +26,7 @@ import trio
 
 from . import _validate as v
 from ._redis import Arg, Script, Transport, call_script, check_args, make_script, open_transport
-from ._util import run_in_background
+from ._util import connection_name, run_in_background
 from .errors import CommandNotAllowed, Crashed, RedisCommandError, RunnerNotRunning
 
 __all__ = ["Pipeline", "RedisHandle", "check_command", "open_redis"]
@@ -596,7 +596,7 @@ async def open_redis(
     v.check_positive_int("max_connections", max_connections)
     async with open_transport(
         url,
-        client_name="trunner-redis",
+        client_name=connection_name("trunner-redis"),
         max_connections=max_connections,
         connect_timeout=connect_timeout,
     ) as transport:

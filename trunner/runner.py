@@ -67,10 +67,11 @@ from typing import Any, Protocol
 import attrs
 import trio
 
+from ._context import NoRunnerInEagerCall, in_eager_call
 from ._jobhost import JobHost
 from ._producer import Producer
 from ._redis import Broker, check_url, open_transport
-from ._util import ErrorLog, instance_id, logger, run_in_background
+from ._util import ErrorLog, connection_name, instance_id, logger, run_in_background
 from .acks import AckBuffer
 from .aggregator import Aggregator
 from .cancellation import Canceller
@@ -122,14 +123,56 @@ def current_runner() -> Runner:
     Returns:
         The [``Runner``][trunner.Runner] running the current task.
 
+    In a task run eagerly ([``TaskRegistry.call``][trunner.TaskRegistry.call],
+    [``trunner.testing.call_task``][trunner.testing.call_task]), it is the runner given
+    to ``call_task(..., runner=runner)``.
+
     Raises:
-        RunnerNotRunning: Outside of a task run by a runner (an eager call with
-            [``TaskRegistry.call``][trunner.TaskRegistry.call] included).
+        RunnerNotRunning: Outside of a task run by a runner, and in a task run eagerly
+            without ``runner=`` (then the eager call raises it at once, saying how to
+            give the task a runner, instead of retrying).
     """
     try:
         return _current_runner.get()
     except LookupError:
+        if in_eager_call():
+            raise NoRunnerInEagerCall from None
         raise RunnerNotRunning("current_runner() is only available inside a task") from None
+
+
+#: At most this many task names are listed in the start-up log line.
+LOGGED_NAMES = 50
+
+
+def _log_registry(group: str, tasks: TaskRegistry) -> None:
+    """Log, at start, what this runner can run: its tasks and its cron schedules (a
+    WARNING when there is no task: every message would be dead-lettered)."""
+    names = sorted(tasks.names)
+    crons = tasks.crons
+    extra = {"tasks": names, "cron": {c.name: c.expression for c in crons}}
+    if not names:
+        logger.warning(
+            "the registry of this runner of group %r has no task: every message it fetches "
+            "will be dead-lettered as an unknown task; register tasks before starting it "
+            "(to dispatch without running tasks, use trunner.open_client)",
+            group,
+            extra=extra,
+        )
+        return
+    shown = ", ".join(names[:LOGGED_NAMES])
+    if len(names) > LOGGED_NAMES:
+        shown += f" and {len(names) - LOGGED_NAMES} more"
+    schedules = "; ".join(
+        f"{c.name} {c.expression!r} ({c.timezone}) -> {c.task_name}" for c in crons
+    )
+    logger.info(
+        "group %r: %d task(s) this runner can run: %s; cron schedules: %s",
+        group,
+        len(names),
+        shown,
+        schedules or "none",
+        extra=extra,
+    )
 
 
 @attrs.frozen
@@ -476,7 +519,7 @@ class Runner(Producer):
         try:
             async with open_transport(
                 self._url,
-                client_name=f"trunner:{self.consumer_name}",
+                client_name=connection_name(f"trunner:{self.consumer_name}"),
                 max_connections=self.config.max_connections,
                 connect_timeout=self.config.connect_timeout,
                 command_timeout=self.config.command_timeout,
@@ -634,13 +677,22 @@ class Runner(Producer):
         self._broker = broker
         self._waiters = self._components.waiters if self._components else None
         self._state = RunnerState.STARTED
+        config = self.config
+        delay = config.reclaim_delay
         logger.info(
-            "runner started: group %r, consumer %r, %d workers, Redis at %s",
-            self.config.consumer_group,
+            "runner started: group %r, consumer %r, %d workers, Redis at %s; reclaim_delay "
+            "%g s: the tasks of an instance that dies run again after about %g s, and an "
+            "event-loop stall or Redis outage longer than about %g s may run a task twice",
+            config.consumer_group,
             self.consumer_name,
-            self.config.num_workers,
+            config.num_workers,
             broker.description,
+            delay,
+            delay + config.reclaim_interval,
+            round(delay * 2 / 3, 1),
+            extra={"reclaim_delay": delay},
         )
+        _log_registry(config.consumer_group, self.tasks)
 
     # -- the shutdown steps, in order -------------------------------------------------------
 

@@ -141,14 +141,30 @@ async def run_worker(
     """Run ``runner`` until SIGINT/SIGTERM; return True after a clean drain.
 
     The first signal stops it gracefully (drain); a second cancels running tasks at once
-    (their messages are released, never acknowledged). The health and metrics endpoints
+    (their messages are released, never acknowledged). The endpoints are served from
+    before the runner starts (``/readyz`` answers 503 until it is started), so a port in
+    use, or ``metrics_port`` without the ``prometheus`` extra (``ImportError``), fails
+    before the runner connects to anything. The health and metrics endpoints
     listen on ``host`` (127.0.0.1 by default: pass ``"0.0.0.0"`` for probes from outside
     the machine or container), with a bounded number of connections (see
     :mod:`trunner._http`).
     """
     forced = False
+    # Everything that can fail on the options fails before the runner starts (no lead
+    # taken, no cron tick fired): the metrics extra is imported, the ports are bound.
+    metrics = _metrics_handler(runner) if metrics_port is not None else None
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
+            ports: dict[str, int] = {}
+            if health_port is not None:
+                routes: dict[str, Handler] = {
+                    "/healthz": lambda: _health(runner),
+                    "/readyz": lambda: _ready(runner),  # 503 until the runner is started
+                }
+                ports["health"] = await nursery.start(serve_http, routes, health_port, host)
+            if metrics is not None:
+                routes = {"/metrics": metrics}
+                ports["metrics"] = await nursery.start(serve_http, routes, metrics_port, host)
             stopped = trio.Event()
 
             async def run(task_status: trio.TaskStatus[None]) -> None:
@@ -158,16 +174,6 @@ async def run_worker(
                     stopped.set()
 
             await nursery.start(run)
-            ports: dict[str, int] = {}
-            if health_port is not None:
-                routes: dict[str, Handler] = {
-                    "/healthz": lambda: _health(runner),
-                    "/readyz": lambda: _ready(runner),
-                }
-                ports["health"] = await nursery.start(serve_http, routes, health_port, host)
-            if metrics_port is not None:
-                routes = {"/metrics": _metrics_handler(runner)}
-                ports["metrics"] = await nursery.start(serve_http, routes, metrics_port, host)
 
             async def watch_signals() -> None:
                 nonlocal forced

@@ -683,7 +683,7 @@ class TaskRegistry:
         """
         for schedule in self._crons.values():
             if schedule.task_name not in self._tasks:
-                raise TaskNotFound(schedule.task_name)
+                raise TaskNotFound(schedule.task_name, self._tasks)
             task = self._tasks[schedule.task_name]
             if task.unique:
                 task.key_for(schedule.payload)
@@ -703,7 +703,7 @@ class TaskRegistry:
         try:
             return self._tasks[name]
         except KeyError:
-            raise TaskNotFound(name) from None
+            raise TaskNotFound(name, self._tasks) from None
 
     @overload
     async def call(

@@ -224,16 +224,24 @@ def _blocked_clients(raw: Any) -> int:
 
 
 @pytest.fixture(params=["native", "bridged"])
-async def any_transport(request: pytest.FixtureRequest, url: str) -> Any:
-    if request.param == "bridged" and url.startswith("memory://"):
+def transport_kind(request: pytest.FixtureRequest, url: str) -> str:
+    # A synchronous fixture: a skip here is reported with its reason (one raised inside
+    # an async fixture loses it).
+    kind: str = request.param
+    if kind == "bridged" and url.startswith("memory://"):
         pytest.skip("memory:// has one transport")
+    return kind
+
+
+@pytest.fixture
+async def any_transport(transport_kind: str, url: str) -> Any:
     async with open_transport(
         url,
         client_name="iso",
         max_connections=1,
         connect_timeout=5,
         command_timeout=60,
-        bridge=request.param == "bridged",
+        bridge=transport_kind == "bridged",
     ) as transport:
         yield transport
 

@@ -240,11 +240,13 @@ ACL_COMMANDS = (
     "+xautoclaim +xclaim +xpending +xlen +xrange +zadd +zcard +zrangebyscore +zrange +zrem "
     "+hset +hsetnx +hget +hdel +hexists +hgetall +hmget +hincrby +hincrbyfloat +set +get "
     "+del +incr +pexpire +type +publish +subscribe +config|get "
-    "+xinfo|consumers +xinfo|groups +xtrim +exists"
+    "+xinfo|consumers +xinfo|groups +xtrim +exists +pttl +rename +time +zscore +hscan"
 )
 
 
-async def test_an_acl_user_limited_to_its_groups_keys(redis_server: RedisServer) -> None:
+async def test_an_acl_user_limited_to_its_groups_keys(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
     group = f"acl-{uuid.uuid4().hex[:6]}"
     with redis.Redis.from_url(redis_server.url) as admin:
         admin.execute_command(
@@ -255,6 +257,10 @@ async def test_an_acl_user_limited_to_its_groups_keys(redis_server: RedisServer)
         admin.execute_command("ACL", "SETUSER", f"nobody-{group}", "on", ">secret", "-@all")
     url = f"redis://worker-{group}:secret@127.0.0.1:{redis_server.port}/0"
     await full_run(url, group)
+    await handles_run(url, group)
+    refused = [r.getMessage() for r in caplog.records if "NOPERM" in r.getMessage()]
+    refused += [r.getMessage() for r in caplog.records if "can't run" in r.getMessage()]
+    assert not refused, "the documented permissions are not enough"
     denied = f"redis://nobody-{group}:secret@127.0.0.1:{redis_server.port}/0"
     with pytest.raises(trunner.TrunnerError, match=r"NOPERM|permission"):
         async with trunner.open_runner(denied, config(group), trunner.TaskRegistry()):

@@ -3,6 +3,7 @@ components it wires)."""
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from typing import Any
 
@@ -316,3 +317,35 @@ async def test_every_component_has_the_same_lifecycle_and_has_stopped_after_the_
             assert not component.stopped.is_set(), component
     for component in components:
         assert component.stopped.is_set(), component
+
+
+async def test_a_runner_says_at_start_what_it_can_run(
+    memory_url: str, group: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="trunner")
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task
+    async def send(_: Any) -> None: ...
+
+    @tasks.cron("0 3 * * *", name="nightly")
+    async def rebuild(_: Any) -> None: ...
+
+    async with open_checked_runner(memory_url, trunner.RunnerConfig(consumer_group=group), tasks):
+        pass
+    [started] = [r for r in caplog.records if hasattr(r, "reclaim_delay")]
+    assert (started.levelno, vars(started)["reclaim_delay"]) == (logging.INFO, 30.0)
+    [listed] = [r for r in caplog.records if hasattr(r, "tasks")]
+    assert listed.levelno == logging.INFO
+    assert vars(listed)["tasks"] == ["rebuild", "send"]
+    assert vars(listed)["cron"] == {"nightly": "0 3 * * *"}
+
+
+async def test_an_empty_registry_is_a_warning(
+    memory_url: str, group: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="trunner")
+    async with open_checked_runner(memory_url, config(group), trunner.TaskRegistry()):
+        pass
+    [listed] = [r for r in caplog.records if hasattr(r, "tasks")]
+    assert (listed.levelno, vars(listed)["tasks"]) == (logging.WARNING, [])

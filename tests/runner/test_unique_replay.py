@@ -181,7 +181,8 @@ async def test_the_cli_says_why_a_dead_letter_was_not_replayed(
         done = await trio.to_thread.run_sync(
             lambda: run_python("-m", "trunner", "dead-letter", "replay", group, "--redis", url)
         )
-        assert "replayed 0 dead letters" in done.stdout
+        assert done.returncode == 1, "nothing replayed"
+        assert "replayed 0 of 1 dead letters" in done.stdout
         assert f"not replayed {letter.id}: its unique key '6:charge:1' is locked" in done.stdout
         done = await trio.to_thread.run_sync(
             lambda: run_python(

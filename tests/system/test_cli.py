@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -49,7 +50,8 @@ async def test_dispatch_inspect_and_dead_letters(redis_server: RedisServer, grou
     narrow = run_python("-m", "trunner", "dead-letter", "list", group, *url, env={"COLUMNS": "50"})
     assert listed[0]["id"] in narrow.stdout, "ids are never cut: they are copied into replay"
     replayed = cli("dead-letter", "replay", group, listed[0]["id"], *url)
-    assert "replayed 1 dead letters" in replayed.stdout
+    assert replayed.returncode == 0
+    assert "replayed 1 of 1 dead letters" in replayed.stdout
     async with trunner.open_client(redis_server.url, group) as client:
         assert await client.dead_letter_count() == 0
         assert await client.queue_length() == 1, "back in the stream"
@@ -101,3 +103,147 @@ async def test_quarantine_list_inspect_and_purge(
     assert cli("quarantine", "purge", group, "--yes", *url).returncode == 0
     assert "nothing of group" in cli("quarantine", "list", group, *url).stdout
     raw.close()
+
+
+def dead_letters_of(url: str, group: str) -> list[dict[str, Any]]:
+    listed: list[dict[str, Any]] = json.loads(
+        cli("dead-letter", "list", group, "--json", "--redis", url).stdout
+    )
+    return listed
+
+
+async def dead_letter_everything(url: str, group: str, count: int) -> None:
+    """Run a runner without tasks until ``count`` messages are dead-lettered."""
+    config = trunner.RunnerConfig(consumer_group=group, block_duration=1.0)
+    async with open_checked_runner(url, config, trunner.TaskRegistry()) as runner:
+
+        async def dead() -> bool:
+            return await runner.dead_letter_count() == count
+
+        await redis_state(dead)
+
+
+@pytest.mark.parametrize("columns", ["80", "40"])
+async def test_dead_letters_are_readable_at_any_width(
+    redis_server: RedisServer, group: str, columns: str
+) -> None:
+    url = redis_server.url
+    task = "reports.quarterly.rebuild_for_every_region_and_currency"
+    error = "the warehouse answered 503 Service Unavailable after 30 s; try again later"
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task(task)
+    async def rebuild(_: Any) -> None:
+        raise RuntimeError(error)
+
+    config = trunner.RunnerConfig(consumer_group=group, block_duration=1.0)
+    async with open_checked_runner(url, config, tasks) as runner:
+        await runner.dispatch(task, {"region": "emea"})
+
+        async def dead() -> bool:
+            return await runner.dead_letter_count() == 1
+
+        await redis_state(dead)
+    [letter] = dead_letters_of(url, group)
+    shown = run_python(
+        "-m", "trunner", "dead-letter", "list", group, "--redis", url, env={"COLUMNS": columns}
+    )
+    assert shown.returncode == 0
+    lines = shown.stdout.splitlines()
+    assert any(line.startswith(f"{letter['id']}  {task}  attempt 1") for line in lines), lines
+    assert any(line.endswith(f"RuntimeError: {error}") for line in lines), lines
+    assert f"  task id: {letter['task_id']}" in shown.stdout
+
+
+async def test_replay_says_what_it_did_with_each_id(redis_server: RedisServer, group: str) -> None:
+    url = ["--redis", redis_server.url]
+    printed = [cli("dispatch", group, "ghost", str(n), *url).stdout.strip() for n in range(2)]
+    await dead_letter_everything(redis_server.url, group, 2)
+    first, second = dead_letters_of(redis_server.url, group)
+    assert [first["task_id"], second["task_id"]] == printed
+
+    # The task id that `trunner dispatch` printed is not the dead letter's id: said so.
+    task_id = cli("dead-letter", "replay", group, printed[0], *url)
+    assert task_id.returncode == 1, "nothing replayed of what was asked"
+    assert (
+        f"not replayed {printed[0]}: this is a task id (what dispatch returns), not a "
+        f"dead-letter id: the dead letter of that task is {first['id']}; replay that id"
+    ) in task_id.stdout
+    assert "replayed 0 of 1 dead letters" in task_id.stdout
+
+    malformed = cli("dead-letter", "replay", group, "nonsense", *url)
+    assert malformed.returncode == 1
+    assert "not replayed nonsense: not a dead-letter id: ids look like" in malformed.stdout
+    assert "XRANGE" not in malformed.stdout + malformed.stderr
+
+    mixed = cli("dead-letter", "replay", group, first["id"], "1-1", first["id"], *url)
+    assert mixed.returncode == 1, "one of the ids was not replayed"
+    lines = mixed.stdout.splitlines()
+    assert lines[0].startswith(f"replayed {first['id']} as ")
+    assert lines[1].startswith("not replayed 1-1: not in the dead-letter stream")
+    assert lines[2] == "replayed 1 of 2 dead letters"
+
+    again = cli("dead-letter", "replay", group, first["id"], "--json", *url)
+    assert again.returncode == 1, "already replayed"
+    assert json.loads(again.stdout)["skipped"][first["id"]].startswith(
+        "not in the dead-letter stream: already replayed"
+    )
+
+    rest = cli("dead-letter", "replay", group, *url)
+    assert rest.returncode == 0
+    assert rest.stdout.splitlines()[-1] == "replayed 1 of 1 dead letters"
+    nothing = cli("dead-letter", "replay", group, *url)
+    assert (nothing.returncode, nothing.stdout.strip()) == (
+        0,
+        f"no dead letters in group {group}: nothing to replay",
+    )
+
+
+@pytest.mark.parametrize(
+    ("command", "why"),
+    [
+        (["dispatch", "g", "t", "{}"], "a task dispatched there would be lost"),
+        (["inspect", "g"], "there is nothing to inspect there"),
+        (["dead-letter", "replay", "g"], "there are no dead letters there"),
+        (["quarantine", "list", "g"], "there is nothing set aside there"),
+    ],
+)
+def test_group_commands_refuse_an_in_process_redis(
+    command: list[str], why: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*command, "--redis", "memory://cli"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "", "no task id printed: nothing was dispatched"
+    assert err.startswith(f"trunner {command[0]}: ValueError: memory://cli is a Redis inside ")
+    assert why in err
+    assert "--redis redis://host:6379/0, or set REDIS_URL" in err
+
+
+def test_metrics_without_the_extra_fail_before_the_runner_starts(
+    redis_server: RedisServer,
+    group: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # import fails
+    monkeypatch.delitem(sys.modules, "trunner.prometheus", raising=False)
+    target = "examples.worker:settings"
+    args = ["worker", target, "--redis", redis_server.url, "--group", group, "--metrics-port", "0"]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "pip install 'trunner[prometheus]'" in err
+    raw = raw_client(redis_server.url)
+    assert raw.keys(f"trunner:{{{group}}}:*") == [], "the runner never started"
+    raw.close()
+
+
+def test_dispatch_with_the_registry_says_which_name_was_meant(
+    redis_server: RedisServer, group: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = ["--redis", redis_server.url]
+    registry = ["--tasks", "examples.worker:settings"]
+    assert main(["dispatch", group, "resise", "{}", *url, *registry]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "no task named 'resise' is registered; did you mean 'resize'?" in err
+    assert main(["dispatch", group, "resize", '{"image": "a.png"}', *url, *registry]) == 0

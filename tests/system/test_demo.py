@@ -24,6 +24,7 @@ async def test_demo_shares_the_work_and_finishes_clean(url: str) -> None:
     assert sum(1 for n in summary["per_instance"].values() if n) >= 2
     text = "\n".join(lines)
     assert "who ran what:" in text
+    assert "Each task ended once: 18 succeeded + 1 dead-lettered = 19 of 19 tasks;" in text
     assert "[dead-letter] charge_card given up after 2 attempts: ValueError: card declined" in text
     assert text.endswith("all instances stopped: STOPPED, STOPPED, STOPPED")
 

@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
-import pytest
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
-from ..conftest import REPO, run_python
+import pytest
+import redis
+import trio
+
+from ..conftest import REPO, redis_state, run_python
 from ..support.servers import RedisServer
 
 EXAMPLES = REPO / "examples"
@@ -64,6 +75,80 @@ def test_worker_example_loads() -> None:
     assert settings.tasks.names == {"resize", "rebuild_feed"}
     assert settings.config is not None
     assert settings.config.consumer_group == "thumbnails"
+
+
+def readme_blocks(language: str) -> list[str]:
+    text = (REPO / "README.md").read_text()
+    return re.findall(rf"```{language}\n(.*?)```", text, re.S)
+
+
+def start(args: list[str], cwd: Path, url: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, *args],
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(REPO), "REDIS_URL": url},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+async def stopped_by_sigterm(process: subprocess.Popen[str]) -> int:
+    process.send_signal(signal.SIGTERM)
+    return await trio.to_thread.run_sync(lambda: process.wait(timeout=30))
+
+
+@pytest.mark.deadline(60)
+async def test_the_readme_runs_and_drains_on_sigterm(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """The README's snippets, as written: a tasks module, ``trunner worker`` and
+    ``trunner dispatch`` on it, and the library form; SIGTERM drains both."""
+    url = redis_server.url.rsplit("/", 1)[0] + "/12"  # the README's group is 'emails'
+    module, program = readme_blocks("python")[:2]
+    commands = readme_blocks("sh")[0].splitlines()
+    (tmp_path / "myapp").mkdir()
+    (tmp_path / "myapp" / "__init__.py").write_text("")
+    (tmp_path / "myapp" / "tasks.py").write_text(module)
+    (tmp_path / "main.py").write_text(program.replace("redis://localhost:6379/0", url))
+    worker_args, dispatch_args = (
+        shlex.split(line.replace("redis://localhost:6379/0", url)) for line in commands[:2]
+    )
+    assert worker_args[:2] == ["trunner", "worker"]
+    raw = redis.Redis.from_url(url)
+    raw.flushdb()
+
+    async def acknowledged(count: int) -> bool:
+        groups = (
+            raw.xinfo_groups("trunner:{emails}:stream")
+            if raw.exists("trunner:{emails}:stream")
+            else []
+        )
+        return bool(groups) and groups[0]["entries-read"] == count and groups[0]["pending"] == 0
+
+    worker = start(["-m", *worker_args], tmp_path, url)
+    try:
+        assert worker.stdout is not None
+        ready = await trio.to_thread.run_sync(worker.stdout.readline)
+        assert json.loads(ready) == {"ready": True}
+        done = await trio.to_thread.run_sync(
+            lambda: run_python("-m", *dispatch_args, cwd=tmp_path, env={"REDIS_URL": url})
+        )
+        assert done.returncode == 0, done.stderr
+        await redis_state(lambda: acknowledged(1))
+        assert await stopped_by_sigterm(worker) == 0
+    finally:
+        worker.kill()
+        worker.communicate()
+    library = start(["main.py"], tmp_path, url)
+    try:
+        await redis_state(lambda: acknowledged(2))
+        assert await stopped_by_sigterm(library) == 0
+    finally:
+        library.kill()
+        library.communicate()
+        raw.flushdb()
+        raw.close()
 
 
 @pytest.mark.parametrize("tier", ["memory", "redis"])

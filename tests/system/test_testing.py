@@ -18,11 +18,14 @@ import trio
 import trunner
 from trunner import Keys
 from trunner._redis import Broker
+from trunner._util import connection_name
 from trunner.testing import (
     NotIdle,
     ShutdownLeak,
     assert_clean_shutdown,
+    call_task,
     capture_errors,
+    open_runner_factory,
     run_until_idle,
 )
 
@@ -293,18 +296,19 @@ async def test_a_connection_left_open_is_named(redis_server: RedisServer) -> Non
         client.ping()
         connections.append(client)
 
+    leaky = connection_name("trunner-client:leaky")  # as this process's trunner names it
     try:
         async with assert_clean_shutdown(url):
             connect("my-app")  # not trunner's
         with pytest.raises(ShutdownLeak) as info:
             async with assert_clean_shutdown(url):
-                connect("trunner-client:leaky")
+                connect(leaky)
     finally:
         for client in connections:
             client.close()
     (leak,) = info.value.leaks
     assert leak.startswith("Redis connection id=")
-    assert "name='trunner-client:leaky'" in leak
+    assert f"name={leaky!r}" in leak
     assert leak.endswith(f"opened during the block is still open on {url}")
 
 
@@ -319,13 +323,55 @@ async def test_a_stopped_runners_connection_is_found_without_a_url(
                 async with trunner.open_runner(url, config(group), trunner.TaskRegistry()) as r:
                     pass
                 # A connection under the stopped runner's name, as if it had not closed it.
-                leftover.append(redis.Redis.from_url(url, client_name=f"trunner:{r.consumer_name}"))
+                name = connection_name(f"trunner:{r.consumer_name}")
+                leftover.append(redis.Redis.from_url(url, client_name=name))
                 leftover[0].ping()
     finally:
         for client in leftover:
             client.close()
     (leak,) = info.value.leaks
-    assert f"name='trunner:{r.consumer_name}'" in leak
+    assert f"name={name!r}" in leak
+
+
+def start_neighbour(url: str, group: str) -> subprocess.Popen[str]:
+    """Another process on database 0 of the test's server (tests/processes/neighbour_process.py)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.processes.neighbour_process", url, group],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize("db", [0, 5])
+async def test_connections_of_another_process_are_not_blamed(
+    redis_server: RedisServer, group: str, db: int
+) -> None:
+    url = database(redis_server, db)
+    neighbour = start_neighbour(redis_server.url, group)
+    assert neighbour.stdin is not None
+    assert neighbour.stdout is not None
+    try:
+        async with assert_clean_shutdown(url):
+            async with trunner.open_runner(url, config(group), trunner.TaskRegistry()):
+                pass
+            # The other process opens its runner and client during the block, and keeps
+            # them open after it: they are not this process's.
+            neighbour.stdin.write("open\n")
+            neighbour.stdin.flush()
+            line = await trio.to_thread.run_sync(neighbour.stdout.readline)
+            assert line.strip() == "open"
+        neighbour.stdin.write("close\n")
+        neighbour.stdin.flush()
+        assert (await trio.to_thread.run_sync(neighbour.stdout.readline)).strip() == "closed"
+        assert await trio.to_thread.run_sync(neighbour.wait) == 0
+    finally:
+        if neighbour.poll() is None:
+            neighbour.kill()
+            neighbour.wait()
+        neighbour.stdin.close()
+        neighbour.stdout.close()
 
 
 def test_around_trio_run_threads_and_connections_are_checked(
@@ -339,10 +385,10 @@ def test_around_trio_run_threads_and_connections_are_checked(
 
     with assert_clean_shutdown(url):
         trio.run(main)
-    leftover = redis.Redis.from_url(url, client_name="trunner-elector")
+    leftover = redis.Redis.from_url(url, client_name=connection_name("trunner-elector"))
     try:
         with (
-            pytest.raises(ShutdownLeak, match="name='trunner-elector'"),
+            pytest.raises(ShutdownLeak, match="name='trunner-elector@"),
             assert_clean_shutdown(url),
         ):
             trio.run(main)
@@ -548,6 +594,53 @@ async def test_call_checks_unique_keys_like_dispatch() -> None:
         await tasks.call("ship", {"order": 1.5})
 
 
+def counting(attempts: list[int]) -> trunner.TaskRegistry:
+    """A task using the runner's Redis handle and dispatch, as the docs recommend."""
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task(max_retry=2, retry_backoff=0)
+    async def count_visit(payload: dict[str, str]) -> None:
+        attempts.append(trunner.current_message().attempt)
+        redis = trunner.current_runner().redis
+        if await redis.set(f"seen:{payload['page']}:{payload['user']}", 1, nx=True):
+            await redis.incr(f"visitors:{payload['page']}")
+            await trunner.current_runner().dispatch("noop", payload)
+
+    @tasks.task
+    async def noop(_: Any) -> None:
+        pass
+
+    return tasks
+
+
+async def test_an_eager_task_without_a_runner_says_how_to_give_it_one() -> None:
+    attempts: list[int] = []
+    tasks = counting(attempts)
+    with pytest.raises(trunner.RunnerNotRunning) as info:
+        await tasks.call("count_visit", {"page": "home", "user": "ada"})
+    assert attempts == [1], "raised at once: retrying cannot give the task a runner"
+    assert "current_runner() in a task run eagerly" in str(info.value)
+    assert "call_task(tasks, name, payload, runner=runner)" in str(info.value)
+    with pytest.raises(trunner.RunnerNotRunning, match="only available inside a task"):
+        trunner.current_runner()  # outside of any task, as before
+
+
+async def test_an_eager_task_uses_the_runner_it_is_given(memory_url: str, group: str) -> None:
+    attempts: list[int] = []
+    tasks = counting(attempts)
+    async with open_runner_factory(memory_url, group) as runners:
+        runner = await runners(tasks)
+        visit = {"page": "home", "user": "ada"}
+        await call_task(tasks, "count_visit", visit, runner=runner)
+        await call_task(tasks, "count_visit", visit, runner=runner)
+        assert await runner.redis.get("visitors:home") == b"1"
+        await run_until_idle(runner)
+        assert runner.task_totals()["noop"].succeeded == 1, "its follow-up ran"
+    assert attempts == [1, 1]
+    with pytest.raises(trunner.RunnerNotRunning, match="needs a started runner"):
+        await call_task(tasks, "count_visit", visit, runner=runner)
+
+
 # -- the pytest plugin ------------------------------------------------------------------------
 
 INNER_INI = """
@@ -629,6 +722,54 @@ async def test_leaves_a_message_behind(trunner_runner, monkeypatch):
     await runner.dispatch("hang", None)
     await started.wait()
 """
+
+
+REGISTRY_CONFTEST = """
+import pytest
+import trunner
+
+tasks = trunner.TaskRegistry()
+charged = []
+
+
+@tasks.task(unique=True, unique_key=lambda payload: payload["order"], unique_for=60)
+async def charge(payload):
+    charged.append(payload["order"])
+
+
+@pytest.fixture
+def trunner_tasks():
+    return tasks
+"""
+
+REGISTRY_TESTS = """
+import pytest
+import trunner
+from trunner.testing import run_until_idle
+
+from conftest import charged
+
+
+async def test_the_client_enforces_unique_tasks(trunner_client):
+    await trunner_client.dispatch("charge", {"order": 1})
+    with pytest.raises(trunner.TaskAlreadyDispatched):
+        await trunner_client.dispatch("charge", {"order": 1})
+    with pytest.raises(trunner.TaskNotFound):
+        await trunner_client.dispatch("chrage", {"order": 2})
+
+
+async def test_the_runner_factory_defaults_to_the_registry(trunner_runner, trunner_client):
+    runner = await trunner_runner()
+    await trunner_client.dispatch("charge", {"order": 3})
+    await run_until_idle(runner)
+    assert charged == [3]
+"""
+
+
+def test_the_fixtures_use_the_registry_the_suite_gives(inner: pytest.Pytester) -> None:
+    inner.makeconftest(REGISTRY_CONFTEST)
+    inner.makepyfile(test_registry=REGISTRY_TESTS)
+    inner.runpytest("-p", "no:cacheprovider", "--trunner").assert_outcomes(passed=2)
 
 
 def test_the_plugin_is_registered_as_a_pytest11_entry_point() -> None:

@@ -29,7 +29,7 @@ def test_defaults_match_the_documented_ones() -> None:
     assert config.num_fetchers == 1
     assert config.batch_size == 10
     assert config.block_duration == 5.0
-    assert config.reclaim_delay == 300.0
+    assert config.reclaim_delay == 30.0  # see "Choosing reclaim_delay" in concepts.md
     assert config.reclaim_interval == 1.0
     assert config.delete_on_ack is True
     assert config.drain_timeout == 30.0

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import collections
+import datetime
+import decimal
+import enum
 import json
 import math
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -622,3 +627,53 @@ def test_lone_surrogates_are_escaped_and_round_trip() -> None:
     data.decode("ascii")
     message = decode_message("1-0", [b"payload", data])
     assert message.payload == {"s": "a\ud800b", "u": "é"}
+
+
+class Colour(enum.Enum):
+    RED = "red"
+
+
+class Size(enum.IntEnum):
+    LARGE = 3
+
+
+class Mode(enum.StrEnum):
+    FAST = "fast"
+
+
+@pytest.mark.parametrize(
+    ("payload", "said"),
+    [
+        (
+            {"items": [1, 2, 3, decimal.Decimal("9.99")]},
+            'payload["items"][3] is a Decimal: send str(value)',
+        ),
+        ({"at": datetime.datetime(2030, 1, 1)}, 'payload["at"] is a datetime: send value.iso'),
+        ({"on": [datetime.date(2030, 1, 1)]}, 'payload["on"][0] is a date: send value.iso'),
+        ({"id": uuid.UUID(int=1)}, 'payload["id"] is a UUID: send str(value)'),
+        ({"c": Colour.RED}, 'payload["c"] is an Enum member (Colour.RED): send value.value'),
+        # Members of int and str enums: the JSON encoder would silently send their values.
+        ([Size.LARGE], "payload[0] is an Enum member (Size.LARGE): send value.value"),
+        ({"m": {"n": Mode.FAST}}, 'payload["m"]["n"] is an Enum member (Mode.FAST)'),
+        ({Size.LARGE: 1}, "a key of payload is an Enum member (Size.LARGE)"),
+        ({"tags": {"a"}}, 'payload["tags"] is a set: send a list'),
+        ({"tags": frozenset()}, 'payload["tags"] is a frozenset: send a list'),
+        ({"raw": b"x"}, 'payload["raw"] is bytes: send text'),
+        ([1.0, float("nan")], "payload[1] is nan: JSON has no NaN or Infinity"),
+        (object(), "payload is an object: send its data as JSON values"),
+        (_circular(), "payload[0] is a reference back to a container it is in"),
+    ],
+)
+def test_a_payload_that_cannot_be_sent_says_where_and_what_to_send(payload: Any, said: str) -> None:
+    with pytest.raises(InvalidPayload) as info:
+        encode_message("report", payload, enqueued_at=NOW, max_bytes=MAX)
+    assert str(info.value).startswith("payload of task 'report' is not JSON-serializable: ")
+    assert said in str(info.value)
+
+
+def test_json_values_and_their_containers_are_sent_as_before() -> None:
+    payload = collections.OrderedDict(a=(1, 2), b=collections.defaultdict(list, c=[True]))
+    assert json.loads(encode_message("t", payload, enqueued_at=NOW, max_bytes=MAX))["payload"] == {
+        "a": [1, 2],
+        "b": {"c": [True]},
+    }

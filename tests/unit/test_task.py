@@ -458,3 +458,24 @@ def test_a_cron_payload_that_cannot_be_sent_is_refused_when_registered() -> None
             pass
 
     assert tasks.crons == []
+
+
+def test_an_unknown_name_says_which_registered_one_was_meant() -> None:
+    tasks = trunner.TaskRegistry()
+    for name in ("send_mail", "send_sms", "resize_image"):
+        tasks.register(trunner.Task(name, _noop))
+    with pytest.raises(trunner.TaskNotFound) as info:
+        tasks.get("resize_imag")
+    assert str(info.value) == (
+        "no task named 'resize_imag' is registered; did you mean 'resize_image'?"
+    )
+    assert info.value.suggestions == ["resize_image"]
+    assert info.value.task_name == "resize_imag"
+    with pytest.raises(trunner.TaskNotFound, match="did you mean 'send_mail' or 'send_sms'"):
+        tasks.get("sendmail")
+    with pytest.raises(trunner.TaskNotFound) as info:
+        tasks.get("zzz")
+    assert str(info.value).endswith("(registered: resize_image, send_mail, send_sms)")
+
+
+async def _noop(_: object) -> None: ...

@@ -111,11 +111,43 @@ def test_bad_url_values_are_refused_like_redis_py_does(url: str, problem: str) -
         ("redis://h/abc", "the database in the path must be a number, not 'abc'"),
         ("redis://h/0/extra", "the database in the path must be a number"),
         ("redis://h/0?bogus_option=1", "unknown option bogus_option"),
+        # Options of redis-py's blocking pool, which trunner's other pools pass on to
+        # their connections: they used to crash the runner after it started.
+        ("redis://h/0?timeout=3", "unknown option timeout"),
+        ("redis://h/0?queue_class=asyncio.LifoQueue", "unknown option queue_class"),
+        ("unix:///tmp/redis.sock?timeout=3", "unknown option timeout"),
+        ("redis+cluster://h:7000/?timeout=3", "unknown option timeout"),
+        ("redis+sentinel://h:26379/service?queue_class=x", "unknown option queue_class"),
     ],
 )
 def test_urls_redis_py_would_misread_are_refused(url: str, problem: str) -> None:
     with pytest.raises(ValueError, match=problem):
         check_url(url)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://h/0?retry_on_timeout=true",
+        "rediss://h/0?ssl_ciphers=HIGH",
+        "unix:///tmp/redis.sock?db=2&retry_on_timeout=1",
+        "redis+cluster://h:7000/?read_from_replicas=true",
+        "rediss+cluster://h:7000/?ssl_ca_certs=/ca.pem",
+        "redis+sentinel://h:26379/service?sentinel_password=pw&retry_on_timeout=1",
+    ],
+)
+def test_options_redis_py_takes_pass_the_check(url: str) -> None:
+    check_url(url)
+
+
+async def test_an_unknown_option_is_refused_before_anything_starts() -> None:
+    # Port 9 (discard) would fail to connect: a ValueError shows the URL was refused first.
+    url = "redis://127.0.0.1:9/0?timeout=3"
+    with pytest.raises(ValueError, match="unknown option timeout"):
+        async with trunner.open_runner(url, config("g"), trunner.TaskRegistry()):
+            pytest.fail("started with an option redis-py does not take")
+    with pytest.raises(ValueError, match="unknown option timeout"):
+        trunner.Runner(url, config("g"), trunner.TaskRegistry())
 
 
 def test_a_bad_tls_option_is_a_clear_error() -> None:

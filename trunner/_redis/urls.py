@@ -154,38 +154,55 @@ def check_url(url: object) -> str:
         raise ValueError(f"invalid Redis URL {redact_url(url)!r}: {why}")
     try:
         if "+" in scheme:
-            parse_endpoint(url)
+            endpoint = parse_endpoint(url)
+            _check_redis_py_options(url, endpoint.kind)
         else:
             path = urllib.parse.urlparse(url).path.strip("/")
             if scheme != "unix" and path and not path.isdigit():
                 raise ValueError(f"the database in the path must be a number, not {path!r}")
             if native_options(url) is None:  # options only redis-py reads: let it check them
-                _check_redis_py_options(url)
+                _check_redis_py_options(url, "single")
     except (ValueError, TypeError, OSError) as exc:  # OSError: a TLS file that cannot be read
         raise ValueError(f"invalid Redis URL {redact_url(url)!r}: {exc}") from None
     return scheme
 
 
-def _check_redis_py_options(url: str) -> None:
-    """Refuse query options redis-py's connections do not take (they would fail later,
-    at the first connection, with a TypeError from inside redis-py)."""
+def _check_redis_py_options(url: str, kind: Kind) -> None:
+    """Refuse query options that the redis-py objects trunner builds for ``url`` do not
+    take: they would fail later, at the first connection, with a TypeError from inside
+    redis-py (a runner would crash after it started).
+
+    Every option of a URL reaches each connection (trunner's pools pass them on), so only
+    connection options are taken, and for Cluster the client's own: a pool option such as
+    ``timeout`` or ``queue_class`` (``BlockingConnectionPool``'s) is refused too.
+    """
     import inspect  # noqa: PLC0415 - only for URLs with options the native path lacks
 
-    from redis.asyncio import connection  # noqa: PLC0415
+    from redis.asyncio import cluster, connection  # noqa: PLC0415
 
-    options = dict(connection.parse_url(url))
-    known: set[str] = set()
-    for cls in (
-        connection.AbstractConnection,
-        connection.Connection,
-        connection.SSLConnection,
-        connection.UnixDomainSocketConnection,
-        connection.BlockingConnectionPool,
-    ):
+    scheme = url.split("://", 1)[0].lower()
+    classes: list[Any] = [connection.AbstractConnection]
+    classes.append(
+        connection.UnixDomainSocketConnection if scheme == "unix" else connection.Connection
+    )
+    if scheme.startswith("rediss"):
+        classes.append(connection.SSLConnection)
+    if kind == "cluster":
+        classes.append(cluster.RedisCluster)
+    known = {"max_connections", "ssl"} if kind != "single" else {"max_connections"}
+    for cls in classes:
         known.update(inspect.signature(cls.__init__).parameters)
-    unknown = sorted(set(options) - known)
+    known -= {"self", "kwargs", "connection_kwargs"}
+    query = urllib.parse.urlsplit("x://" + url.split("://", 1)[1]).query
+    names = set(urllib.parse.parse_qs(query, keep_blank_values=True))
+    if kind == "sentinel":
+        names -= _SENTINEL_OWN
+    unknown = sorted(names - known)
     if unknown:
-        raise ValueError(f"unknown option {', '.join(unknown)} (not a redis-py connection option)")
+        raise ValueError(
+            f"unknown option {', '.join(unknown)} (not an option of redis-py's "
+            f"connections{', nor of its Cluster client' if kind == 'cluster' else ''})"
+        )
 
 
 #: URL query options the native transport implements; a URL with any other uses redis-py.

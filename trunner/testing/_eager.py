@@ -6,6 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from .._eager import DEFAULT_MAX_PAYLOAD_BYTES, run_eagerly
+from ..errors import RunnerNotRunning
+from ..runner import Runner, _current_runner
+from ..statistics import RunnerState
 from ..task import Task, TaskRegistry, checked_task_name
 
 __all__ = ["DEFAULT_MAX_PAYLOAD_BYTES", "call_task"]
@@ -18,6 +21,7 @@ async def call_task(
     *,
     sleep_backoff: bool = False,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    runner: Runner | None = None,
 ) -> Any:
     """Run a task now, in the calling Trio task, as a runner would, without Redis.
 
@@ -30,7 +34,13 @@ async def call_task(
 
     Backoff between attempts is computed (``retry_backoff``) but not slept unless
     ``sleep_backoff`` (on the Trio clock: use a ``MockClock`` to skip it). Not emulated:
-    the failed-task handler, the dead-letter stream and ``trunner.current_runner()``.
+    the failed-task handler and the dead-letter stream.
+
+    ``trunner.current_runner()`` inside the task is ``runner``: its
+    [``redis``][trunner.Runner.redis] handle and its ``dispatch`` work as in a runner's
+    task (on its Redis, in its group). Without ``runner``, ``current_runner()`` raises
+    [``RunnerNotRunning``][trunner.RunnerNotRunning], and the call raises it at once,
+    saying how to give the task a runner (no retry: the test, not the attempt, is wrong).
 
     Args:
         tasks: A registry, or one [``Task``][trunner.Task].
@@ -39,6 +49,8 @@ async def call_task(
         sleep_backoff: Sleep the backoff between attempts.
         max_payload_bytes: The largest encoded message accepted (1 MiB by default, like
             ``RunnerConfig``).
+        runner: A started runner for ``trunner.current_runner()`` in the task, e.g. one
+            of the ``trunner_runner`` fixture (on a ``memory://`` server by default).
 
     Returns:
         What the action returns.
@@ -50,11 +62,20 @@ async def call_task(
         TypeError: ``tasks`` is neither a registry nor a task, or ``task_name`` is not a
             string.
         InvalidPayload: The payload is not JSON-serializable, or too large.
+        RunnerNotRunning: ``runner`` is not started; or the task called
+            ``trunner.current_runner()`` and no ``runner`` was given.
     """
     task = _resolve(tasks, task_name)
-    return await run_eagerly(
-        task, payload, sleep_backoff=sleep_backoff, max_payload_bytes=max_payload_bytes
-    )
+    if runner is not None and runner.state is not RunnerState.STARTED:
+        raise RunnerNotRunning(f"call_task(runner=...) needs a started runner; {runner!r}")
+    token = _current_runner.set(runner) if runner is not None else None
+    try:
+        return await run_eagerly(
+            task, payload, sleep_backoff=sleep_backoff, max_payload_bytes=max_payload_bytes
+        )
+    finally:
+        if token is not None:
+            _current_runner.reset(token)
 
 
 def _resolve(tasks: TaskRegistry | Task, task_name: str | None) -> Task:

@@ -12,6 +12,7 @@ import attrs
 import trio
 
 from .._redis import delete_prefixed, open_transport
+from .._util import connection_name
 from ..config import RunnerConfig
 from ..runner import Runner, open_runner
 from ..task import TaskRegistry
@@ -34,7 +35,10 @@ async def clean_keys(url: str, prefixes: Iterable[str] = ("trunner",)) -> int:
     """
     deleted = 0
     async with open_transport(
-        url, client_name="trunner-testing", max_connections=2, connect_timeout=PROBE_TIMEOUT
+        url,
+        client_name=connection_name("trunner-testing"),
+        max_connections=2,
+        connect_timeout=PROBE_TIMEOUT,
     ) as transport:
         for prefix in sorted(set(prefixes)):
             deleted += await delete_prefixed(transport, prefix)
@@ -49,11 +53,15 @@ class RunnerFactory:
     ``trunner_runner`` fixture.
     """
 
-    def __init__(self, url: str, group: str, nursery: trio.Nursery) -> None:
+    def __init__(
+        self, url: str, group: str, nursery: trio.Nursery, tasks: TaskRegistry | None = None
+    ) -> None:
         self.url = url
         """The Redis URL of the runners it opens."""
         self.group = group
         """The default consumer group of the runners it opens (unique per factory)."""
+        self.tasks = tasks
+        """The default registry of the runners it opens (``None``: give one each time)."""
         self.runners: list[Runner] = []
         """Every runner opened, in order."""
         self._nursery = nursery
@@ -70,19 +78,34 @@ class RunnerFactory:
         return RunnerConfig(**values)
 
     async def __call__(
-        self, tasks: TaskRegistry, config: RunnerConfig | None = None, /, **overrides: Any
+        self,
+        tasks: TaskRegistry | None = None,
+        config: RunnerConfig | None = None,
+        /,
+        **overrides: Any,
     ) -> Runner:
         """Open a runner of ``tasks``, started and ready when this returns.
 
         Args:
-            tasks: The registry.
+            tasks: The registry; default: the factory's
+                [``tasks``][trunner.testing.RunnerFactory.tasks].
             config: The configuration; default: [``config``][trunner.testing.RunnerFactory.config]
                 ``(**overrides)``.
             **overrides: Fields that replace those of ``config``.
 
         Returns:
             The started runner.
+
+        Raises:
+            TypeError: No ``tasks``, and the factory has no registry either.
         """
+        if tasks is None:
+            if self.tasks is None:
+                raise TypeError(
+                    "no registry: pass one (await trunner_runner(tasks)), or give the factory "
+                    "one (override the trunner_tasks fixture, or open_runner_factory(tasks=))"
+                )
+            tasks = self.tasks
         if config is None:
             config = self.config(**overrides)
         elif overrides:
@@ -125,7 +148,11 @@ class RunnerFactory:
 
 @asynccontextmanager
 async def open_runner_factory(
-    url: str, group: str | None = None, *, check_shutdown: bool = True
+    url: str,
+    group: str | None = None,
+    *,
+    check_shutdown: bool = True,
+    tasks: TaskRegistry | None = None,
 ) -> AsyncIterator[RunnerFactory]:
     """A [``RunnerFactory``][trunner.testing.RunnerFactory] for the block; its runners are
     stopped when it ends.
@@ -133,6 +160,7 @@ async def open_runner_factory(
     Args:
         url: The Redis URL of the runners.
         group: Their default consumer group; default: a fresh name.
+        tasks: Their default registry.
         check_shutdown: At the end of the block, also check, like
             [``assert_clean_shutdown``][trunner.testing.assert_clean_shutdown] (without
             threads), that nothing of trunner started in the block is left: its tasks,
@@ -150,7 +178,7 @@ async def open_runner_factory(
         check if check_shutdown else contextlib.nullcontext(),
         trio.open_nursery() as nursery,
     ):
-        factory = RunnerFactory(url, factory_group, nursery)
+        factory = RunnerFactory(url, factory_group, nursery, tasks)
         try:
             yield factory
         finally:

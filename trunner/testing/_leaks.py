@@ -14,6 +14,7 @@ import trio
 
 from .._jobhost import JobHost
 from .._redis import Probe, redact_url
+from .._util import connection_name, process_tag
 from ..keys import RELEASED_CONSUMER
 from ..message import PAYLOAD_FIELD
 from ..runner import Runner
@@ -137,7 +138,10 @@ class ShutdownLeak(AssertionError):
 
 
 def _is_ours(client: dict[str, str]) -> bool:
-    return client.get("name", "").startswith("trunner")
+    """Whether trunner opened the connection in this process: other processes on the
+    same server (another test run, a worker) tag their names with their own process."""
+    name = client.get("name", "")
+    return name.startswith("trunner") and name.endswith("@" + process_tag())
 
 
 class CleanShutdown:
@@ -280,7 +284,8 @@ class CleanShutdown:
     def _connection_leaks(self) -> list[str]:
         names: dict[str, set[str]] = {url: set() for url in self._urls}
         for runner in self._stopped_runners():
-            names.setdefault(runner._url, set()).add(f"trunner:{runner.consumer_name}")
+            name = connection_name(f"trunner:{runner.consumer_name}")
+            names.setdefault(runner._url, set()).add(name)
         leaks = []
         for url, runner_names in names.items():
             probe = Probe(url, timeout=PROBE_TIMEOUT)
@@ -343,9 +348,11 @@ def assert_clean_shutdown(
       except under tasks that existed before it (a runner opened earlier keeps running);
     * a thread started in the block (``threads=False`` skips this; idle workers of Trio's
       thread cache are not leaks);
-    * a Redis connection opened by trunner in the block: for every real-Redis URL in
-      ``redis`` (compared by CLIENT LIST id, names starting with ``trunner``), and, on the
-      server of every runner started in the block, that runner's connections;
+    * a Redis connection opened by trunner in this process in the block: for every
+      real-Redis URL in ``redis`` (compared by CLIENT LIST id; trunner's connection names
+      start with ``trunner`` and end with ``@<pid>.<tag>`` of the process that opened
+      them, so other processes on the same server are never blamed), and, on the server
+      of every runner started in the block, that runner's connections;
     * a message fetched by a runner started in the block that is still pending for one of
       its consumers: neither acknowledged nor released.
 
