@@ -6,6 +6,7 @@ dead-letter`` use them).
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 import re
@@ -19,6 +20,7 @@ from ._redis import BadValue, Broker, RawEntry
 from ._util import wall_ms
 from .errors import RedisCommandError
 from .group_stats import GroupStats, InstanceInfo, compute_stats, stats_or_none
+from .handles import status_of
 from .keys import UniqueLock
 from .message import (
     DEFAULT_UNIQUE_FOR,
@@ -30,6 +32,7 @@ from .message import (
     stored_unique_for,
 )
 from .quarantine import QuarantineRecord
+from .status import TaskStatus
 
 __all__ = [
     "DeadLetter",
@@ -104,6 +107,9 @@ class GroupInfo:
     quarantined: int = 0
     """Records in the quarantine stream: bad data set aside (see
     [Bad data in Redis](reliability.md#bad-data-in-redis))."""
+    running: list[TaskStatus] = attrs.field(factory=list)
+    """The tasks delivered longest ago and not finished (at most 20): each one's status,
+    with the progress it reported."""
 
 
 def _text(fields: dict[str, bytes], name: str) -> str:
@@ -358,7 +364,31 @@ async def inspect_group(broker: Broker, instance_ttl: float = 15.0) -> GroupInfo
         capacity=await broker.capacity_decision(),
         stats=stats_or_none(await broker.latest_stats()),
         quarantined=await broker.quarantine_count(),
+        running=await running_tasks(broker) if pending else [],
     )
+
+
+#: How many running tasks ``inspect`` shows.
+RUNNING_SHOWN = 20
+
+
+async def running_tasks(broker: Broker, count: int = RUNNING_SHOWN) -> list[TaskStatus]:
+    """The statuses of up to ``count`` tasks delivered and not acknowledged, longest
+    first (an entry that cannot be decoded is left out: the runner that reads it deals
+    with it)."""
+    pending = await broker.pending_entries(count)
+    statuses = []
+    for (entry_id, _), entry in zip(
+        pending, await broker.entries([i for i, _ in pending]), strict=True
+    ):
+        if entry is None:
+            continue
+        try:
+            task_id = decode_message(entry_id, entry.fields or []).task_id
+        except MessageDecodeError:
+            continue
+        statuses.append(status_of(task_id, await broker.task_look(task_id)))
+    return statuses
 
 
 async def list_quarantined(
@@ -375,10 +405,13 @@ def _pairs(flat: list[bytes] | None) -> dict[bytes, bytes]:
 
 
 def as_dict(value: Any) -> Any:
-    """A JSON-ready form of the values above (bytes as text)."""
-    return attrs.asdict(
-        value,
-        value_serializer=lambda _inst, _field, v: (
-            v.decode("utf-8", "replace") if isinstance(v, bytes) else v
-        ),
-    )
+    """A JSON-ready form of the values above (bytes as text, enums as their values)."""
+    return attrs.asdict(value, value_serializer=_json_ready)
+
+
+def _json_ready(_inst: Any, _field: Any, value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, enum.Enum):
+        return value.value
+    return value

@@ -4,7 +4,10 @@
 
     trunner worker myapp.worker:settings [--group G] [--workers N] [--redis URL]
                    [--health-port P] [--metrics-port P] [--log-format text|json]
-    trunner dispatch GROUP TASK JSON [--delay S] [--tasks module:attribute]
+    trunner dispatch GROUP TASK JSON [--delay S] [--keep-result S] [--tasks module:attribute]
+    trunner status GROUP TASK_ID [--json]
+    trunner result GROUP TASK_ID [--timeout S]
+    trunner cancel GROUP TASK_ID [--wait]
     trunner inspect GROUP [--json]
     trunner dead-letter list|replay|purge GROUP
     trunner quarantine list|purge GROUP
@@ -34,9 +37,10 @@ from ._demo import run_demo
 from ._util import leaf_exceptions, logger
 from .admin import DeadLetter, GroupInfo, as_dict
 from .client import Client, open_client
-from .errors import TrunnerError
+from .errors import TaskFailed, TrunnerError
 from .runner import Runner
 from .serve import configure_logging, load_settings, run_worker, worker_config
+from .status import CancelOutcome, TaskState
 
 __all__ = ["main"]
 
@@ -56,6 +60,29 @@ def _redis_option(parser: argparse.ArgumentParser, default: str | None) -> None:
         default=os.environ.get("REDIS_URL", default),
         help="Redis URL (default: $REDIS_URL" + (f", else {default})" if default else ")"),
     )
+
+
+def _task_commands(commands: Any, common: argparse.ArgumentParser) -> None:
+    """``status``, ``result`` and ``cancel``: one task, by its id."""
+    status = commands.add_parser("status", parents=[common], help="where a task is")
+    status.add_argument("group")
+    status.add_argument("task_id")
+    status.add_argument("--json", action="store_true", help="print JSON for scripts")
+    _redis_option(status, "redis://127.0.0.1:6379/0")
+
+    result = commands.add_parser(
+        "result", parents=[common], help="wait for a task's result and print it (JSON)"
+    )
+    result.add_argument("group")
+    result.add_argument("task_id")
+    result.add_argument("--timeout", type=float, help="seconds to wait at most")
+    _redis_option(result, "redis://127.0.0.1:6379/0")
+
+    cancel = commands.add_parser("cancel", parents=[common], help="cancel a task, wherever it is")
+    cancel.add_argument("group")
+    cancel.add_argument("task_id")
+    cancel.add_argument("--wait", action="store_true", help="a running task: wait until it stopped")
+    _redis_option(cancel, "redis://127.0.0.1:6379/0")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -100,7 +127,15 @@ def _parser() -> argparse.ArgumentParser:
         help="the workers' registry (as for trunner worker): refuse an unknown task name "
         "(saying which one you meant) and send unique tasks as unique",
     )
+    dispatch.add_argument(
+        "--keep-result",
+        type=float,
+        metavar="S",
+        help="keep its outcome S seconds (for trunner result; default: the task's)",
+    )
     _redis_option(dispatch, "redis://127.0.0.1:6379/0")
+
+    _task_commands(commands, common)
 
     inspect = commands.add_parser("inspect", parents=[common], help="show a group at a glance")
     inspect.add_argument("group")
@@ -174,6 +209,9 @@ def _shared_redis(args: argparse.Namespace) -> str:
         doing = {
             "dispatch": "a task dispatched there would be lost",
             "inspect": "there is nothing to inspect there",
+            "status": "no task is there",
+            "result": "no task is there",
+            "cancel": "no task is there",
             "dead-letter": "there are no dead letters there",
             "quarantine": "there is nothing set aside there",
         }[args.command]
@@ -192,12 +230,73 @@ async def _dispatch(args: argparse.Namespace, out: Console) -> int:
         raise ValueError(f"the payload is not valid JSON: {exc}") from None
     tasks = load_settings(args.tasks).tasks if args.tasks else None
     async with open_client(_shared_redis(args), args.group, tasks=tasks) as client:
+        keep = args.keep_result
         if args.delay is not None:
-            task_id = await client.dispatch_delayed(args.task, payload, args.delay)
+            task_id = await client.dispatch_delayed(
+                args.task, payload, args.delay, keep_result=keep
+            )
         else:
-            task_id = await client.dispatch(args.task, payload)
+            task_id = await client.dispatch(args.task, payload, keep_result=keep)
     out.print(task_id, soft_wrap=True, highlight=False)
     return 0
+
+
+async def _status(args: argparse.Namespace, out: Console) -> int:
+    async with open_client(_shared_redis(args), args.group) as client:
+        status = await client.handle(args.task_id).status()
+    if args.json:
+        print(json.dumps(as_dict(status)))
+        return 0
+    rows = Table(show_header=False, box=None)
+    rows.add_row("task", status.id)
+    rows.add_row("state", status.state.value)
+    for name in ("task", "attempt", "instance"):
+        value = getattr(status, name)
+        if value is not None:
+            rows.add_row("name" if name == "task" else name, str(value))
+    if status.progress is not None:
+        message = f" ({status.progress_message})" if status.progress_message else ""
+        rows.add_row("progress", f"{status.progress:.0%}{message}")
+    for name in ("enqueued_at", "started_at", "finished_at", "due_at"):
+        value = getattr(status, name)
+        if value is not None:
+            rows.add_row(name.replace("_at", "").replace("enqueued", "dispatched"), _when(value))
+    if status.error is not None:
+        rows.add_row("error", str(status.error))
+    out.print(rows)
+    return 0 if status.state is not TaskState.UNKNOWN else 1
+
+
+async def _result(args: argparse.Namespace, out: Console) -> int:
+    async with open_client(_shared_redis(args), args.group) as client:
+        try:
+            value = await client.handle(args.task_id).result(timeout=args.timeout)
+        except trio.TooSlowError:
+            print(f"trunner result: no outcome within {args.timeout:g} s", file=sys.stderr)
+            return 2
+        except TaskFailed as failure:
+            print(f"trunner result: {failure}", file=sys.stderr)
+            traceback = getattr(failure.error, "traceback", "")
+            if traceback:
+                print(traceback.rstrip("\n"), file=sys.stderr)
+            return 1
+    print(json.dumps(value))
+    return 0
+
+
+async def _cancel(args: argparse.Namespace, out: Console) -> int:
+    async with open_client(_shared_redis(args), args.group) as client:
+        outcome = await client.handle(args.task_id).cancel(wait=args.wait)
+    said = {
+        CancelOutcome.REMOVED: "removed: it will never start",
+        CancelOutcome.CANCELLING: "cancelled while it ran"
+        if args.wait
+        else "cancelling: the instance running it cancels it now",
+        CancelOutcome.FINISHED: "it had finished already: nothing to cancel",
+        CancelOutcome.UNKNOWN: f"no task {args.task_id} in group {args.group}",
+    }[outcome]
+    out.print(f"{args.task_id}: {said}", highlight=False, soft_wrap=True)
+    return 1 if outcome is CancelOutcome.UNKNOWN else 0
 
 
 def _when(seconds: float) -> str:
@@ -232,6 +331,19 @@ def _print_group(info: GroupInfo, out: Console) -> None:
             "yes" if i.leader else "",
         )  # fmt: skip
     out.print(instances)
+    if info.running:
+        running = Table(title="running (delivered longest ago)", title_justify="left")
+        for column in ("task id", "task", "instance", "attempt", "progress", "since"):
+            running.add_column(column, no_wrap=column == "task id")
+        for task in info.running:
+            progress = f"{task.progress:.0%}" if task.progress is not None else "-"
+            if task.progress_message:
+                progress += f" {task.progress_message}"
+            running.add_row(
+                task.id, task.task or "?", task.instance or "-", str(task.attempt or "-"),
+                progress, _when(task.started_at or 0.0),
+            )  # fmt: skip
+        out.print(running)
     if not (
         info.instances or info.queue_length or info.pending or info.delayed or info.dead_letters
     ):
@@ -415,6 +527,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "worker": lambda: _worker(args),
         "dispatch": lambda: _dispatch(args, out),
         "inspect": lambda: _inspect(args, out),
+        "status": lambda: _status(args, out),
+        "result": lambda: _result(args, out),
+        "cancel": lambda: _cancel(args, out),
         "dead-letter": lambda: _dead_letter(args, out),
         "quarantine": lambda: _quarantine(args, out),
         "demo": lambda: _demo(args),

@@ -10,6 +10,7 @@ import sys
 from typing import Any
 
 import pytest
+import trio
 
 import trunner
 from trunner.cli import main
@@ -247,3 +248,64 @@ def test_dispatch_with_the_registry_says_which_name_was_meant(
     assert out == ""
     assert "no task named 'resise' is registered; did you mean 'resize'?" in err
     assert main(["dispatch", group, "resize", '{"image": "a.png"}', *url, *registry]) == 0
+
+
+async def test_status_result_and_cancel_of_one_task(redis_server: RedisServer, group: str) -> None:
+    """What a task handle does, from the command line: dispatch keeping the result, wait
+    for it, look at a running task (and its progress, in inspect), cancel it."""
+    url = ["--redis", redis_server.url]
+    tasks = trunner.TaskRegistry()
+    blocked = trio.Event()
+
+    @tasks.task
+    async def double(n: int) -> int:
+        return n * 2
+
+    @tasks.task(keep_result=60)
+    async def block(_: Any) -> None:
+        await trunner.report_progress(0.25, "a quarter")
+        blocked.set()
+        await trio.sleep_forever()
+
+    async def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return await trio.to_thread.run_sync(lambda: cli(*args, *url))
+
+    sent = await run("dispatch", group, "double", "21", "--keep-result", "60")
+    assert sent.returncode == 0, sent.stderr
+    task_id = sent.stdout.strip()
+    waiting = await run("result", group, task_id, "--timeout", "0.2")
+    assert waiting.returncode == 2, "nobody runs it yet"
+    assert "no outcome within 0.2 s" in waiting.stderr
+    config = trunner.RunnerConfig(consumer_group=group, block_duration=1.0)
+    async with open_checked_runner(redis_server.url, config, tasks) as runner:
+        got = await run("result", group, task_id)
+        assert (got.returncode, got.stdout) == (0, "42\n"), got.stderr
+        status = json.loads((await run("status", group, task_id, "--json")).stdout)
+        assert status["state"] == "succeeded"
+        assert status["attempt"] == 1
+        assert status["instance"] == runner.consumer_name
+
+        long = (await run("dispatch", group, "block", "null")).stdout.strip()
+        await blocked.wait()
+        shown = await run("inspect", group, *("--json",))
+        running = json.loads(shown.stdout)["running"]
+        assert [(t["id"], t["state"], t["progress"]) for t in running] == [(long, "running", 0.25)]
+        table = await run("inspect", group)  # 80 columns: cells wrap, ids do not
+        assert "25%" in table.stdout
+        assert "quarter" in table.stdout
+        assert long in table.stdout
+        said = await run("status", group, long)
+        assert "running" in said.stdout
+        assert "25% (a quarter)" in said.stdout
+        cancelled = await run("cancel", group, long, "--wait")
+        assert cancelled.returncode == 0, cancelled.stderr
+        assert cancelled.stdout.strip() == f"{long}: cancelled while it ran"
+        outcome = await run("result", group, long)
+        assert outcome.returncode == 1
+        assert "TaskCancelled" in outcome.stderr
+        again = await run("cancel", group, long)
+        assert again.stdout.strip() == f"{long}: it had finished already: nothing to cancel"
+        nobody = await run("cancel", group, "no-such-task")
+        assert nobody.returncode == 1
+        assert "no task no-such-task" in nobody.stdout
+        assert (await run("status", group, "no-such-task")).returncode == 1
