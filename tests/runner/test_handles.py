@@ -362,7 +362,9 @@ async def test_give_up_dead_letters_at_once(url: str, group: str) -> None:
         assert info.value.attempt == 1
         assert isinstance(info.value.error, trunner.RemoteFailure)
         assert info.value.error.type_name == "GiveUp"
-        assert await runner.dead_letter_count() == 1
+        [letter] = await runner.dead_letters()
+        assert letter.reason == "given up by the task (no retry)"
+        assert "the file is gone" in letter.error
 
 
 async def test_give_up_on_listed_exceptions(url: str, group: str) -> None:
