@@ -22,7 +22,7 @@ import logging
 import math
 import time
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, overload
 
 import trio
@@ -96,8 +96,10 @@ class Outcomes:
         counters: Counters,
         errors: ErrorLog,
         on_retry_scheduled: Callable[[int], None],
+        task_names: Callable[[], Iterable[str]] = frozenset,
     ) -> None:
         self._broker = broker
+        self._task_names = task_names
         self._keys = broker.keys
         self._config = config
         self._holdings = holdings
@@ -150,7 +152,8 @@ class Outcomes:
         if job.decode_error is not None:
             await self._give_up(job, job.decode_error, "undecodable")
         elif task is None:
-            await self._give_up(job, TaskNotFound(job.fields[0]), "unknown task")
+            unknown = TaskNotFound(job.fields[0], self._task_names())
+            await self._give_up(job, unknown, "unknown task")
         else:
             error = MaxRetryExceeded(task.name, task.max_attempts, redelivered=True)
             await self._give_up(job, error, "max retries exceeded (redelivered)", task)

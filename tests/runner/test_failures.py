@@ -358,3 +358,25 @@ async def test_a_retry_gets_the_payload_as_dispatched(url: str, group: str) -> N
         await runner.dispatch("mutating", {"items": ["a"]})
         await done.wait()
     assert seen == [{"items": ["a"]}, {"items": ["a"]}]
+
+
+async def test_the_dead_letter_of_a_misspelt_task_name_says_which_was_meant(
+    url: str, group: str, keys: Keys, raw: Any
+) -> None:
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task
+    async def resize(_: Any) -> None:
+        pass
+
+    handler = Handled()
+    async with open_checked_runner(url, config(group, failed_task_handler=handler), tasks):
+        body = {"task": "resise", "payload": 1, "attempt": 1, "enqueued_at": time.time()}
+        _add(raw, keys, {b"payload": json.dumps(body).encode()})
+        await handler.wait(1)
+    [(_, error)] = handler.calls
+    assert isinstance(error, trunner.TaskNotFound)
+    assert error.suggestions == ["resize"]
+    [dead] = dead_entries(raw, keys)
+    assert dead["reason"] == "unknown task"
+    assert "did you mean 'resize'?" in dead["error"]
