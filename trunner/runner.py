@@ -538,7 +538,7 @@ class Runner(Producer):
             self._state = RunnerState.STOPPED
             self._errors.close()
             if self._components is not None:
-                logger.info("runner stopped: %s", self.statistics())
+                logger.info("runner stopped: %s", _stop_summary(self.statistics()))
                 self._components.elector._close()
 
     async def _stop_on_cancel(self) -> None:
@@ -843,3 +843,19 @@ async def open_runner(
 
     async with run_in_background(runner.run, runner.stop, crashed):
         yield runner
+
+
+def _stop_summary(stats: RunnerStatistics) -> str:
+    """The counters of a stopping runner that are not 0, in one short line (the whole
+    snapshot is ``statistics()``)."""
+    parts = [f"ran with capacity {stats.capacity}"]
+    for field in attrs.fields(RunnerStatistics):
+        value = getattr(stats, field.name)
+        if field.name in _NOT_SUMMED or not value or isinstance(value, bool):
+            continue
+        shown = f"{value:.3f}" if isinstance(value, float) else value
+        parts.append(f"{field.name.replace('_', ' ')} {shown}")
+    return ", ".join(parts)
+
+
+_NOT_SUMMED = frozenset({"state", "capacity", "in_flight"})

@@ -341,6 +341,27 @@ async def test_a_runner_says_at_start_what_it_can_run(
     assert vars(listed)["cron"] == {"nightly": "0 3 * * *"}
 
 
+async def test_a_runner_says_at_stop_what_it_did_in_one_short_line(
+    memory_url: str, group: str, caplog: pytest.LogCaptureFixture, tally: Tally
+) -> None:
+    caplog.set_level(logging.INFO, logger="trunner")
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task
+    async def send(payload: int) -> None:
+        tally.record(payload)
+
+    async with open_checked_runner(memory_url, config(group), tasks) as runner:
+        for n in range(3):
+            await runner.dispatch(send, n)
+        await tally.wait(3)
+    [stopped] = [r.getMessage() for r in caplog.records if "runner stopped" in r.getMessage()]
+    assert "processed 3, succeeded 3" in stopped
+    assert "failed" not in stopped
+    assert "RunnerStatistics" not in stopped
+    assert len(stopped) < 300
+
+
 async def test_an_empty_registry_is_a_warning(
     memory_url: str, group: str, caplog: pytest.LogCaptureFixture
 ) -> None:
