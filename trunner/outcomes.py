@@ -197,6 +197,17 @@ class Outcomes:
         self._holdings.cancelled.pop(job.fields[4], None)
         logger.info("%s cancelled", job.about(), extra=job.log_fields())
 
+    def clean_up_raised(self, job: Job, error: Exception) -> None:
+        """The task was cancelled, and its clean-up raised ``error``: it changes nothing
+        (a cancelled task stays cancelled), and is logged."""
+        self._errors.capture(error)
+        logger.warning(
+            "%s: its clean-up raised when it was cancelled: %r",
+            job.about(),
+            error,
+            extra=job.log_fields(),
+        )
+
     def interrupted(self, job: Job, *, attempt_ended: bool = False) -> None:
         """Cancelled past the drain timeout: release the message for immediate reclaim.
 

@@ -294,24 +294,37 @@ class WorkerPool:
             else:
                 job.ended = True
                 await outcomes.failed(job, task, failure)
-        except trio.Cancelled:
-            self._cancelled_with_loop(job)
-            raise
         except Exception as exc:  # noqa: BLE001 - one message must never crash the runner
             outcomes.internal_error(job, exc)
+        except BaseException as exc:  # noqa: BLE001 - Cancelled, alone or in a group
+            # The cancellation alone goes on: the job loop's scope catches its own.
+            raise self._cancelled_with_loop(job, exc)  # noqa: B904 - exc, or part of it
         finally:
             self._ended(job)
 
-    def _cancelled_with_loop(self, job: Job) -> None:
-        """``job`` was cancelled with its job loop: its task was cancelled (see
+    def _cancelled_with_loop(self, job: Job, exc: BaseException) -> BaseException:
+        """``job`` was cancelled with its job loop (``exc`` is the ``Cancelled``, or a group
+        of them from the task's own nurseries): its task was cancelled (see
         :meth:`cancel_task`), or, past the drain timeout, it is an interruption (the
         message is released; an attempt that ended keeps counting, so that it is not run
-        again for nothing)."""
+        again for nothing). Returns what goes on up: the cancellation alone — what the
+        task's clean-up raised besides is logged, and changes nothing. Anything else
+        (``KeyboardInterrupt``...) is returned as it is, and recorded nowhere."""
+        if isinstance(exc, BaseExceptionGroup):
+            cancelled, also = exc.split(trio.Cancelled)
+            if cancelled is None or not (also is None or isinstance(also, Exception)):
+                return exc
+            if also is not None:
+                self._outcomes.clean_up_raised(job, also)
+            exc = cancelled
+        elif not isinstance(exc, trio.Cancelled):
+            return exc
         if job.cancel_requested:
             job.ended = True
             self._outcomes.cancelled(job, job.task)
         elif self._cancelling:
             self._outcomes.interrupted(job, attempt_ended=job.ended)
+        return exc
 
     async def _run_with_options(self, job: Job, task: Task) -> tuple[Exception | None, float]:
         """The attempt of a task that has options
