@@ -292,8 +292,7 @@ class WorkerPool:
             if failure is None:
                 self._succeeded(job, task.name, duration)
             else:
-                job.ended = True
-                await outcomes.failed(job, task, failure)
+                await self._failed(job, task, failure)
         except Exception as exc:  # noqa: BLE001 - one message must never crash the runner
             outcomes.internal_error(job, exc)
         except BaseException as exc:  # noqa: BLE001 - Cancelled, alone or in a group
@@ -301,6 +300,16 @@ class WorkerPool:
             raise self._cancelled_with_loop(job, exc)  # noqa: B904 - exc, or part of it
         finally:
             self._ended(job)
+
+    async def _failed(self, job: Job, task: Task, failure: Exception) -> None:
+        """The attempt raised: it is retried or given up on, unless its task was cancelled
+        (its clean-up raised: it is cancelled all the same, never retried)."""
+        job.ended = True
+        if job.cancel_requested:
+            self._outcomes.clean_up_raised(job, failure)
+            self._outcomes.cancelled(job, task)
+        else:
+            await self._outcomes.failed(job, task, failure)
 
     def _cancelled_with_loop(self, job: Job, exc: BaseException) -> BaseException:
         """``job`` was cancelled with its job loop (``exc`` is the ``Cancelled``, or a group

@@ -101,3 +101,20 @@ async def test_a_task_with_children_of_its_own_is_cancelled(
         await _cancelled_cleanly(runner, handle)
         # the runner goes on
         assert await (await runner.dispatch("record", 1)).result() == "ran 1"
+
+
+async def test_a_task_whose_clean_up_raises_is_still_cancelled(url: str, group: str) -> None:
+    handled: list[Any] = []
+
+    async def handler(message: trunner.TaskMessage, _: BaseException) -> None:
+        handled.append(message)
+
+    gate, ran = Gate(), list[Any]()
+    cfg = config(group, failed_task_handler=handler)
+    async with open_checked_runner(url, cfg, registry(gate, ran)) as runner:
+        handle = await runner.dispatch("messy", 1)
+        await gate.wait_started()
+        assert await handle.cancel(wait=True) is CancelOutcome.CANCELLING
+        await _cancelled_cleanly(runner, handle)
+        assert gate.started == [1]  # never run again
+        assert not handled
