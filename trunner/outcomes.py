@@ -113,7 +113,9 @@ class Outcomes:
         counters = self._counters
         counters.succeeded += 1
         counters.task(task_name).succeeded += 1
-        if job.keep_result is not None:
+        if job.cancel_requested:  # it swallowed its cancellation: it returned all the same
+            self._succeeded_though_cancelled(job)
+        elif job.keep_result is not None:
             self._add_ack(job, self._record(job, "succeeded", job.keep_result, result=job.result))
         elif job.progress is not None:  # it reported progress but keeps no result
             self._add_ack(job, (self._keys.task(job.fields[4]), 0, ()))
@@ -126,6 +128,18 @@ class Outcomes:
                 duration,
                 extra=job.log_fields(duration=duration),
             )
+
+    def _succeeded_though_cancelled(self, job: Job) -> None:
+        """A task cancelled while it ran caught the cancellation and returned: its outcome
+        is what it returned, and its cancel mark goes."""
+        record = None
+        if job.keep_result is not None:
+            record = self._record(job, "succeeded", job.keep_result, result=job.result)
+        elif job.progress is not None:
+            record = (self._keys.task(job.fields[4]), 0, ())
+        self._add_ack(job, record, cancelled=True)
+        self._holdings.cancelled.pop(job.fields[4], None)
+        logger.info("%s caught its cancellation and returned", job.about(), extra=job.log_fields())
 
     async def failed(self, job: Job, task: Task, failure: Exception) -> None:
         """The attempt raised: retry it, or give up after its last attempt."""

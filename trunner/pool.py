@@ -237,10 +237,12 @@ class WorkerPool:
                     finally:
                         if job.waited:  # back from waiting (or leaving: counted out below)
                             self._running += 1
+                    if scope.cancel_called:  # its task was cancelled, and did not stop
+                        break  # (it swallowed the Cancelled): the next job needs a new scope
         finally:
             self._running -= 1
             if ready and not self._spare + self._running:
-                if scope.cancelled_caught and not self._cancelling:  # a task was cancelled
+                if scope.cancel_called and not self._cancelling:  # a task was cancelled
                     self._add_job_loops(1)
                 else:  # the loops were cancelled: nobody takes them
                     self._abandon_ready()

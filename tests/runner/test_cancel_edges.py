@@ -17,6 +17,7 @@ import trunner
 from trunner import CancelOutcome, TaskState
 
 from ..conftest import Gate, config, open_checked_runner
+from ..support.pools import bare_pool, entry
 
 
 class Cleanup(Exception):
@@ -118,3 +119,89 @@ async def test_a_task_whose_clean_up_raises_is_still_cancelled(url: str, group: 
         await _cancelled_cleanly(runner, handle)
         assert gate.started == [1]  # never run again
         assert not handled
+
+
+async def test_a_task_that_swallows_its_cancellation_ends_its_job_loop(
+    url: str, group: str
+) -> None:
+    """The job loop whose scope was cancelled takes no other job: one queued behind the
+    stubborn task runs to its end elsewhere, with its own outcome. The stubborn task
+    returned: its outcome is what it returned (it did not stop)."""
+    gate, ran = Gate(), list[Any]()
+    cfg = config(group, num_workers=2)
+    async with open_checked_runner(url, cfg, registry(gate, ran)) as runner:
+        handle = await runner.dispatch("stubborn", 1)
+        await gate.wait_started()
+        assert await handle.cancel(wait=True) is CancelOutcome.CANCELLING
+        assert gate.cancelled == [1]
+        assert await handle.result() == "swallowed"
+        assert (await handle.status()).state is TaskState.SUCCEEDED
+        handles = [await runner.dispatch("record", i) for i in range(20)]
+        for i, other in enumerate(handles):
+            assert await other.result() == f"ran {i}"
+        assert sorted(ran) == list(range(20))
+        assert await runner.pending_count() == 0
+        assert runner.statistics().succeeded == 21
+
+
+async def test_jobs_ready_behind_a_cancelled_one_run_to_their_ends(url: str, group: str) -> None:
+    """Jobs fetched in the same read as the cancelled task, still ready when its loop is
+    cancelled, run (none is left pending without an outcome)."""
+    gate, ran = Gate(), list[Any]()
+    cfg = config(group, num_workers=8)
+    async with trunner.open_client(url, group) as client:
+        stubborn = await client.dispatch("stubborn", "s")
+        messy = await client.dispatch("messy", "m")
+        others = [await client.dispatch("record", i) for i in range(6)]
+        async with open_checked_runner(url, cfg, registry(gate, ran)) as runner:
+            await gate.wait_started(2)
+            assert await stubborn.cancel(wait=True) is CancelOutcome.CANCELLING
+            assert await messy.cancel(wait=True) is CancelOutcome.CANCELLING
+            for i, other in enumerate(others):
+                assert await other.result() == f"ran {i}"
+            with pytest.raises(trunner.TaskCancelled):
+                await messy.result()
+            assert await stubborn.result() == "swallowed"
+            assert await runner.pending_count() == 0
+
+
+async def test_a_job_loop_whose_task_swallowed_its_cancellation_takes_no_other_job(
+    memory_url: str, group: str
+) -> None:
+    """A job made ready while the stubborn task swallows its cancellation would be the
+    next one its job loop takes, in the cancelled scope: it is cut off at its first
+    checkpoint, with no outcome (neither acknowledged nor released). It runs in a loop of
+    its own instead."""
+    tasks = trunner.TaskRegistry()
+    started = trio.Event()
+    ran: list[str] = []
+    submit: list[Any] = []
+
+    @tasks.task
+    async def stubborn(_: Any) -> None:
+        started.set()
+        try:
+            await trio.sleep_forever()
+        except trio.Cancelled:
+            submit[0]()  # a fetch hands the pool a message meanwhile
+        ran.append("stubborn")
+
+    @tasks.task
+    async def after(_: Any) -> None:
+        await trio.lowlevel.checkpoint()
+        ran.append("after")
+
+    async with bare_pool(memory_url, group, tasks, num_workers=2) as parts:
+        pool = parts.pool
+        async with trio.open_nursery() as nursery:
+            pool.bind(nursery)
+            submit.append(lambda: pool.submit([entry(2, "after")], pool.slots.take_nowait(1), "c"))
+            pool.submit([entry(1, "stubborn")], pool.slots.take_nowait(1), "c")
+            await started.wait()
+            job = pool._running_jobs["1-0"]
+            assert pool.cancel_task(job.fields[4])
+            await pool.wait_idle()
+        assert ran == ["stubborn", "after"]
+        assert parts.counters.succeeded == 2
+        assert set(parts.holdings.finished) == {"1-0", "2-0"}  # both to be acknowledged
+        assert parts.holdings.take_releases() == []
