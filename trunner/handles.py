@@ -33,6 +33,7 @@ from .errors import (
     BadData,
     InvalidPayload,
     ResultNotFound,
+    RunnerNotRunning,
     TaskCancelled,
     TaskExpired,
     TaskFailed,
@@ -68,6 +69,7 @@ class Waiters:
         self._waiting: dict[str, set[trio.Event]] = {}
         self._wanted = trio.Event()
         self._subscribed = trio.Event()
+        self._closed = False
         self._scope = trio.CancelScope()
         self.stopped = trio.Event()
 
@@ -88,9 +90,23 @@ class Waiters:
                     del self._waiting[task_id]
 
     async def subscribed(self) -> None:
-        """Return once the subscription is up (starting it if nobody waited before)."""
+        """Return once the subscription is up (starting it if nobody waited before).
+
+        Raises:
+            RunnerNotRunning: The waiters stopped (their runner or client closed), before
+                or while this waited.
+        """
+        self.check_open()
         self._wanted.set()
         await self._subscribed.wait()
+        self.check_open()
+
+    def check_open(self) -> None:
+        """Raise ``RunnerNotRunning`` once the waiters stopped."""
+        if self._closed:
+            raise RunnerNotRunning(
+                "the runner or client was closed: nothing hears of finished tasks any more"
+            )
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve the waiters until :meth:`stop`."""
@@ -112,11 +128,13 @@ class Waiters:
                             await subscriber.aclose()
                     await trio.sleep(backoff.next_delay())
         finally:
+            self._closed = True
+            self._subscribed.set()  # whoever waits for a subscription learns it is closed
             self._wake_all()
             self.stopped.set()
 
     def stop(self) -> None:
-        """Stop serving (waiters still waiting look again, and find the producer closed)."""
+        """Stop serving: waiters still waiting raise ``RunnerNotRunning``."""
         self._scope.cancel()
 
     async def _listen(self, subscriber: Subscriber) -> None:
@@ -285,7 +303,8 @@ class TaskHandle(str, Generic[R]):
             BadData: The stored result is not JSON, or does not fit the task's declared
                 return type (the task changed since it ran).
             SelfWait: Called by the task itself (it would wait for ever).
-            RunnerNotRunning: The runner or client is not open.
+            RunnerNotRunning: The runner or client is not open, or closed while this
+                waited.
         """
         self._check_not_self()
         producer = self._producer
@@ -294,19 +313,29 @@ class TaskHandle(str, Generic[R]):
                 waiters = producer._open_waiters()
                 with waiters.register(self.id) as announced:
                     await waiters.subscribed()
-                    look = await producer._open_broker().task_look(self.id)
-                    status = status_of(self.id, look)
-                    if status.state.finished:
+                    status, look = await self._look(waiters)
+                    if status.state.finished or status.state is TaskState.UNKNOWN:
                         return self._outcome(status, look)
-                    if status.state is TaskState.UNKNOWN:
-                        raise ResultNotFound(
-                            f"task {self.id} is nowhere in group {producer._group_name()!r}: "
-                            "it finished without keeping its result (keep_result), its "
-                            "result expired, or it was never dispatched to this group"
-                        )
                     await announced.wait()
 
+    async def _look(self, waiters: Waiters | None) -> tuple[TaskStatus, TaskLook]:
+        """The task's status, and the look it was read from; a Redis error that comes of
+        the producer closing meanwhile is ``RunnerNotRunning``."""
+        try:
+            look = await self._producer._open_broker().task_look(self.id)
+        except BackendError:
+            if waiters is not None:
+                waiters.check_open()
+            raise
+        return status_of(self.id, look), look
+
     def _outcome(self, status: TaskStatus, look: TaskLook) -> R:
+        if status.state is TaskState.UNKNOWN:
+            raise ResultNotFound(
+                f"task {self.id} is nowhere in group {self._producer._group_name()!r}: "
+                "it finished without keeping its result (keep_result), its result "
+                "expired, or it was never dispatched to this group"
+            )
         if status.state is TaskState.SUCCEEDED:
             return self._decode_result(look.record.get(b"result"))  # type: ignore[no-any-return]
         if status.state is TaskState.CANCELLED:
