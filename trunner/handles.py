@@ -118,11 +118,12 @@ class Waiters:
                 while True:
                     subscriber = self._broker.open_done_subscriber()
                     try:
-                        await self._listen(subscriber)
+                        await self._listen(subscriber, backoff)
                     except BackendError as exc:
                         logger.debug("listening for finished tasks failed: %s", exc)
                     finally:
-                        self._subscribed = trio.Event()
+                        if self._subscribed.is_set():  # waiters wait for the next one
+                            self._subscribed = trio.Event()
                         self._wake_all()  # they look again: nothing is missed meanwhile
                         with trio.CancelScope(shield=True):
                             await subscriber.aclose()
@@ -137,8 +138,9 @@ class Waiters:
         """Stop serving: waiters still waiting raise ``RunnerNotRunning``."""
         self._scope.cancel()
 
-    async def _listen(self, subscriber: Subscriber) -> None:
+    async def _listen(self, subscriber: Subscriber, backoff: LoopBackoff) -> None:
         await subscriber.subscribe()
+        backoff.reset()
         self._subscribed.set()
         while True:
             data = await subscriber.next_message()

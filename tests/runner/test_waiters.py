@@ -14,6 +14,8 @@ import pytest
 import trio
 
 import trunner
+from trunner._redis import Broker, Subscriber
+from trunner.errors import RedisUnavailable
 from trunner.handles import Waiters
 
 from ..conftest import Gate, config, open_checked_runner
@@ -73,3 +75,95 @@ async def test_a_waiter_is_told_when_its_runner_stops(url: str, group: str) -> N
         nursery.start_soon(wait, handle)
         await _registered(runner._open_waiters(), str(handle))
     assert len(outcome) == 1
+
+
+async def test_a_waiter_that_subscribed_first_is_told_when_its_client_closes(
+    url: str, group: str
+) -> None:
+    """Closed while it waits for its first subscription (Redis refuses it): it is told,
+    it does not wait for a subscription that never comes."""
+    outcome: list[BaseException] = []
+    async with trunner.open_client(url, group) as client:
+        failing = FailingSubscriptions(client._open_broker(), failures=10**6)
+        waiters = Waiters(failing)  # type: ignore[arg-type]
+        client._waiters = waiters
+        handle = client.handle("some-task")
+        async with trio.open_nursery() as nursery:
+            await nursery.start(waiters.run)
+
+            async def wait() -> None:
+                try:
+                    await handle.result()
+                except trunner.RunnerNotRunning as exc:
+                    outcome.append(exc)
+
+            nursery.start_soon(wait)
+            await failing.failed.wait()
+            waiters.stop()
+    assert len(outcome) == 1
+
+
+class FailingSubscriptions:
+    """A broker whose done-subscribers fail to subscribe the first ``failures`` times
+    (Redis refused the connection), then subscribe as the real one does."""
+
+    def __init__(self, broker: Broker, failures: int) -> None:
+        self._broker = broker
+        self.failures = failures
+        self.failed = trio.Event()
+
+    def open_done_subscriber(self) -> Subscriber:
+        inner = self._broker.open_done_subscriber()
+        if self.failures <= 0:
+            return inner
+        self.failures -= 1
+        return _Refused(inner, self.failed)
+
+
+class _Refused(Subscriber):
+    def __init__(self, inner: Subscriber, failed: trio.Event) -> None:
+        self._inner = inner
+        self._failed = failed
+
+    async def subscribe(self) -> None:
+        await trio.lowlevel.checkpoint()
+        self._failed.set()
+        raise RedisUnavailable("injected: connection refused")
+
+    async def next_message(self) -> bytes:
+        await self.subscribe()
+        raise AssertionError("unreachable")
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+async def test_a_waiter_whose_subscription_fails_at_first_gets_its_result(
+    url: str, group: str
+) -> None:
+    gate = Gate()
+    async with (
+        open_checked_runner(url, config(group), registry(gate)),
+        trunner.open_client(url, group) as client,
+    ):
+        failing = FailingSubscriptions(client._open_broker(), failures=2)
+        waiters = Waiters(failing)  # type: ignore[arg-type]
+        client._waiters = waiters
+        results: list[Any] = []
+        done = trio.Event()
+        async with trio.open_nursery() as nursery:
+            await nursery.start(waiters.run)
+            handle = await client.dispatch("echo", "through")
+            await gate.wait_started()
+
+            async def wait() -> None:
+                results.append(await handle.result())
+                done.set()
+
+            nursery.start_soon(wait)
+            await failing.failed.wait()
+            gate.open.set()
+            await done.wait()
+            waiters.stop()
+        assert results == ["through"]
+        assert failing.failures == 0
