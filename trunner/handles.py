@@ -17,6 +17,7 @@ looks again.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Iterator
 from typing import Any, Generic, Protocol, TypeVar
@@ -289,7 +290,8 @@ class TaskHandle(str, Generic[R]):
         into the task's declared return type when the handle knows it.
 
         Args:
-            timeout: Seconds to wait at most (``None``: for ever).
+            timeout: Seconds to wait at most (``None``: for ever). ``0`` looks once and
+                does not wait: it returns (or raises) an outcome stored already.
 
         Returns:
             What the task returned.
@@ -307,10 +309,17 @@ class TaskHandle(str, Generic[R]):
             SelfWait: Called by the task itself (it would wait for ever).
             RunnerNotRunning: The runner or client is not open, or closed while this
                 waited.
+            ValueError: ``timeout`` is negative, or not a number.
         """
         self._check_not_self()
+        deadline = _deadline(timeout)
+        if deadline <= trio.current_time():  # timeout=0: one look, no waiting
+            status, look = await self._look(None)
+            if status.state.finished or status.state is TaskState.UNKNOWN:
+                return self._outcome(status, look)
+            raise trio.TooSlowError
         producer = self._producer
-        with trio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
+        with trio.fail_at(deadline):
             while True:
                 waiters = producer._open_waiters()
                 with waiters.register(self.id) as announced:
@@ -381,6 +390,20 @@ class TaskHandle(str, Generic[R]):
                 "(a task awaiting other tasks of its group can also wait for ever when "
                 "they cannot start: every worker slot is taken by such waiters)"
             )
+
+
+def _deadline(timeout: float | None) -> float:
+    """The Trio deadline of a wait of ``timeout`` seconds (None: for ever)."""
+    if timeout is None:
+        return math.inf
+    if (
+        not isinstance(timeout, int | float)
+        or isinstance(timeout, bool)
+        or math.isnan(timeout)
+        or timeout < 0
+    ):
+        raise ValueError(f"timeout must be None or a number of seconds >= 0, got {timeout!r}")
+    return trio.current_time() + timeout
 
 
 def status_of(task_id: str, look: TaskLook) -> TaskStatus:

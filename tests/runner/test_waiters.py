@@ -167,3 +167,28 @@ async def test_a_waiter_whose_subscription_fails_at_first_gets_its_result(
             waiters.stop()
         assert results == ["through"]
         assert failing.failures == 0
+
+
+async def test_result_with_timeout_zero_returns_an_outcome_there_already(
+    url: str, group: str
+) -> None:
+    async with open_checked_runner(url, config(group), registry()) as runner:
+        handle = await runner.dispatch("echo", {"a": 1})
+        assert await handle.result() == {"a": 1}
+        assert await handle.result(timeout=0) == {"a": 1}
+        assert await runner.handle(str(handle)).result(timeout=0) == {"a": 1}
+        with pytest.raises(trunner.ResultNotFound):
+            await runner.handle("never-dispatched").result(timeout=0)
+        later = await runner.dispatch_delayed("echo", 2, 3600)
+        with pytest.raises(trio.TooSlowError):
+            await later.result(timeout=0)
+
+
+async def test_result_refuses_a_timeout_that_is_not_a_duration(url: str, group: str) -> None:
+    async with trunner.open_client(url, group) as client:
+        handle = client.handle("some-task")
+        for bad in (-1, float("nan"), -float("inf")):
+            with pytest.raises(ValueError, match="timeout"):
+                await handle.result(timeout=bad)
+        with pytest.raises(trunner.ResultNotFound):
+            await handle.result(timeout=float("inf"))
