@@ -47,6 +47,7 @@ from .status import (
     CancelOutcome,
     TaskState,
     TaskStatus,
+    as_time,
     read_record,
     record_fields,
 )
@@ -416,7 +417,7 @@ def status_of(task_id: str, look: TaskLook) -> TaskStatus:
         message = _message(task_id, look.delayed)
         retrying = message is not None and message.attempt > 1
         state = TaskState.RETRYING if retrying else TaskState.SCHEDULED
-        return _merge(recorded, task_id, state, message, due_at=look.due_ms / 1000)
+        return _merge(recorded, task_id, state, message, due_at=as_time(look.due_ms / 1000))
     if look.entry_id is not None:
         message = _message(look.entry_id, look.entry, look.deliveries or 1)
         if look.consumer is not None:
