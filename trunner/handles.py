@@ -244,7 +244,8 @@ class TaskHandle(str, Generic[R]):
             return CancelOutcome.FINISHED
         message = _message(self.id, look.delayed) if look.due_ms is not None else None
         if message is None and look.entry_id is not None:
-            message = _message(look.entry_id, look.entry)
+            entry = _message(look.entry_id, look.entry)
+            message = entry if _belongs(self.id, look.entry_id, entry) else None
         lock = record = None
         if message is not None:
             if message.unique_key is not None and message.unique_token is not None:
@@ -420,6 +421,8 @@ def status_of(task_id: str, look: TaskLook) -> TaskStatus:
         return _merge(recorded, task_id, state, message, due_at=as_time(look.due_ms / 1000))
     if look.entry_id is not None:
         message = _message(look.entry_id, look.entry, look.deliveries or 1)
+        if not _belongs(task_id, look.entry_id, message):  # a where-map entry gone stale
+            return TaskStatus(id=task_id, state=TaskState.UNKNOWN)
         if look.consumer is not None:
             return _merge(recorded, task_id, TaskState.RUNNING, message, instance=look.consumer)
         if not look.delivered:
@@ -427,6 +430,13 @@ def status_of(task_id: str, look: TaskLook) -> TaskStatus:
     # Nowhere now, with no outcome: it finished without keeping its result (a record
     # left by its progress reports says nothing more), or it never existed.
     return TaskStatus(id=task_id, state=TaskState.UNKNOWN)
+
+
+def _belongs(task_id: str, entry_id: str, message: Any) -> bool:
+    """Whether the stream entry ``entry_id`` (its ``message``, None when it does not
+    decode) is the task ``task_id``'s: an entry found through the where-map, or by an id
+    shaped like an entry id, may be another task's."""
+    return bool(message.task_id == task_id) if message is not None else entry_id == task_id
 
 
 def _message(message_id: str, fields: Any, deliveries: int = 1) -> Any:
