@@ -14,9 +14,10 @@ import pytest
 import trio
 
 import trunner
-from trunner import CancelOutcome, TaskState
+import trunner.cancellation
+from trunner import CancelOutcome, Keys, TaskState
 
-from ..conftest import Gate, config, open_checked_runner
+from ..conftest import Gate, config, open_checked_runner, parts, raw_client
 from ..support.pools import bare_pool, entry
 
 
@@ -205,3 +206,38 @@ async def test_a_job_loop_whose_task_swallowed_its_cancellation_takes_no_other_j
         assert parts.counters.succeeded == 2
         assert set(parts.holdings.finished) == {"1-0", "2-0"}  # both to be acknowledged
         assert parts.holdings.take_releases() == []
+
+
+async def test_an_instance_forgets_the_marks_redis_forgot(
+    url: str, group: str, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every instance hears of every cancel of a running task; the marks it keeps go once
+    Redis forgot them (the task was acknowledged by the instance that ran it, or the
+    janitor forgot the mark past its time), or it would keep one per cancel for a day."""
+    monkeypatch.setattr(trunner.cancellation, "RESYNC_INTERVAL", 0.0)
+    gate, ran = Gate(), list[Any]()
+    cfg = config(group, reclaim_delay=3600)  # what the ghost holds stays the ghost's
+    async with trunner.open_client(url, group) as client:
+        handles = [await client.dispatch("record", i) for i in range(3)]
+        raw = raw_client(url)
+        try:
+            raw.xgroup_create(keys.stream, group, id="0", mkstream=True)
+            assert raw.xreadgroup(group, "ghost", {keys.stream: ">"}, count=3)
+            async with open_checked_runner(url, cfg, registry(gate, ran)) as runner:
+                marks = parts(runner).pool._cancel_marks
+                assert await handles[0].cancel() is CancelOutcome.CANCELLING
+                await wait_for(lambda: str(handles[0]) in marks)
+                raw.hdel(keys.cancelled, str(handles[0]))  # acknowledged elsewhere
+                raw.hset(keys.cancelled, str(handles[1]), 1)  # past its time
+                assert await handles[2].cancel() is CancelOutcome.CANCELLING
+                # the next read of the marks, after the announcement, drops the others
+                await wait_for(lambda: set(marks) == {str(handles[2])})
+        finally:
+            raw.close()
+    assert ran == []
+
+
+async def wait_for(condition: Any) -> None:
+    """Wait until ``condition()`` holds (state of this process, changed by a Redis reply)."""
+    while not condition():  # noqa: ASYNC110 - no event to await
+        await trio.sleep(0.01)
