@@ -50,6 +50,7 @@ from .status import (
     as_time,
     read_record,
     record_fields,
+    ttl_ms,
 )
 
 __all__ = ["HandleSource", "SelfWait", "TaskHandle", "Waiters", "status_of"]
@@ -261,7 +262,7 @@ class TaskHandle(str, Generic[R]):
                 finished_at=time.time(),
                 keep=keep,
             )
-            record = (broker.keys.task(self.id), max(1, int(keep * 1000)), fields)
+            record = (broker.keys.task(self.id), ttl_ms(keep), fields)
         until = wall_ms() + int(MARK_LIFETIME * 1000)
         where = await broker.cancel_task(self.id, until, lock, record)
         if where in ("delayed", "queued"):

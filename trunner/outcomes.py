@@ -42,7 +42,7 @@ from .errors import (
 from .holdings import Holdings, Job
 from .message import NO_SIZE_LIMIT, reencode_for_retry
 from .statistics import UNREGISTERED, Counters
-from .status import MAX_TRACEBACK, RUNNING_TTL, UNASKED_KEEP, record_fields
+from .status import MAX_TRACEBACK, RUNNING_TTL, UNASKED_KEEP, record_fields, ttl_ms
 from .task import Task
 
 __all__ = ["TRANSITION_TIMEOUT", "Outcomes"]
@@ -85,7 +85,7 @@ class Outcomes:
         if error is not None:
             fields += list(_error_fields(error).items())
         ttl = keep if finished else max(keep, RUNNING_TTL)
-        return self._keys.task(message.task_id), max(1, math.ceil(ttl * 1000)), fields
+        return self._keys.task(message.task_id), ttl_ms(ttl), fields
 
     def __init__(
         self,

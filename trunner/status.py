@@ -41,6 +41,7 @@ import attrs
 
 __all__ = [
     "MAX_TRACEBACK",
+    "MAX_TTL_MS",
     "RUNNING_TTL",
     "UNASKED_KEEP",
     "CancelOutcome",
@@ -50,6 +51,7 @@ __all__ = [
     "as_time",
     "read_record",
     "record_fields",
+    "ttl_ms",
 ]
 
 #: How long a record lives while its task runs (a runner that dies leaves it to expire).
@@ -60,6 +62,9 @@ RUNNING_TTL = 24 * 3600.0
 UNASKED_KEEP = 3600.0
 #: The most characters of a traceback an outcome keeps (the end is kept: the raise site).
 MAX_TRACEBACK = 8000
+#: The longest time-to-live of a record (ms, about 285 000 years): a longer
+#: ``keep_result`` keeps it this long (Redis refuses a time-to-live it cannot count).
+MAX_TTL_MS = 2**53
 #: The largest attempt a record is believed to hold (a larger one reads as unknown).
 MAX_ATTEMPT = 2**31 - 1
 #: The latest time a record is believed to hold: the end of year 9999, the last second
@@ -177,6 +182,14 @@ class TaskStatus:
 
 #: One stored record: field -> text (bytes as Redis gives them).
 Record = Mapping[bytes, bytes]
+
+
+def ttl_ms(seconds: float) -> int:
+    """A record's time-to-live of ``seconds``, in ms as Redis takes it: at least 1, at most
+    :data:`MAX_TTL_MS`."""
+    if not seconds * 1000 < MAX_TTL_MS:
+        return MAX_TTL_MS
+    return max(1, math.ceil(seconds * 1000))
 
 
 def record_fields(

@@ -1,0 +1,80 @@
+"""Results and progress at their limits: kept for very long, very large, reported very
+often.
+
+Crosses outcomes.py and handles.py (the time-to-live of a record), the ack and cancel
+scripts (which set it), pool.py (a result's size) and progress.py (the throttle).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import trunner
+from trunner import Keys, TaskState
+from trunner.message import encode_message
+
+from ..conftest import Gate, config, open_checked_runner, raw_client
+
+
+def registry(gate: Gate | None = None) -> trunner.TaskRegistry:
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task(keep_result=60)
+    async def echo(payload: Any) -> Any:
+        return payload
+
+    @tasks.task(keep_result=1e300)
+    async def forever(payload: Any) -> Any:
+        return payload
+
+    @tasks.task
+    async def gated(payload: Any) -> Any:
+        assert gate is not None
+        gate.enter(payload)
+        await gate.open.wait()
+        return payload
+
+    return tasks
+
+
+@pytest.mark.parametrize("keep", [1e15, 1e18, 1e300])
+async def test_a_result_kept_for_longer_than_redis_can_count_is_kept(
+    url: str, group: str, keys: Keys, keep: float
+) -> None:
+    """A keep_result past what Redis takes as a time-to-live is kept as long as Redis can:
+    it never fails the acknowledgement (of its task, and of every task acknowledged with
+    it)."""
+    gate = Gate()
+    async with open_checked_runner(url, config(group), registry(gate)) as runner:
+        handle = await runner.dispatch("echo", "long", keep_result=keep)
+        assert await handle.result() == "long"
+        assert await (await runner.dispatch("forever", "task")).result() == "task"
+        assert await (await runner.dispatch("echo", "after")).result() == "after"
+        raw = raw_client(url)
+        try:
+            assert raw.pttl(keys.task(str(handle))) > 10**12
+        finally:
+            raw.close()
+        # a cancelled task's outcome is kept as long
+        cancelled = await runner.dispatch_delayed("gated", 1, 3600, keep_result=keep)
+        assert await cancelled.cancel() is trunner.CancelOutcome.REMOVED
+        assert (await cancelled.status()).state is TaskState.CANCELLED
+        assert await runner.pending_count() == 0
+
+
+async def test_a_foreign_message_asking_to_keep_its_result_for_ever_is_acknowledged(
+    url: str, group: str, keys: Keys
+) -> None:
+    """A producer without trunner's checks wrote the options: the runner copes."""
+    data = encode_message("echo", "foreign", enqueued_at=1.0, max_bytes=10_000)
+    data = data[:-1] + b',"keep_result":1e300}'
+    raw = raw_client(url)
+    try:
+        entry = raw.xadd(keys.stream, {"payload": data}).decode()
+    finally:
+        raw.close()
+    async with open_checked_runner(url, config(group), registry()) as runner:
+        assert await runner.handle(entry).result() == "foreign"
+        assert await (await runner.dispatch("echo", "after")).result() == "after"
