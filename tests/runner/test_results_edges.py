@@ -7,6 +7,7 @@ scripts (which set it), pool.py (a result's size) and progress.py (the throttle)
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -78,3 +79,43 @@ async def test_a_foreign_message_asking_to_keep_its_result_for_ever_is_acknowled
     async with open_checked_runner(url, config(group), registry()) as runner:
         assert await runner.handle(entry).result() == "foreign"
         assert await (await runner.dispatch("echo", "after")).result() == "after"
+
+
+def odd_results() -> trunner.TaskRegistry:
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task(keep_result=60, max_retry=2, retry_backoff=0.01)
+    async def nan(kind: str) -> Any:
+        return {"value": {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}[kind]}
+
+    @tasks.task(max_retry=2, retry_backoff=0.01)
+    async def nan_unkept(_: Any) -> float:
+        return math.nan  # nothing is kept: nothing to refuse
+
+    @tasks.task(keep_result=60, max_retry=2, retry_backoff=0.01)
+    async def sized(size: int) -> str:
+        return "x" * size
+
+    return tasks
+
+
+@pytest.mark.parametrize("kind", ["nan", "inf", "-inf"])
+async def test_a_result_holding_nan_or_infinity_is_refused_not_turned_to_null(
+    url: str, group: str, kind: str
+) -> None:
+    """JSON has no NaN nor Infinity (a payload holding one is refused at dispatch): a
+    kept result holding one is given up at once, like any result with no JSON form, rather
+    than read back as None."""
+    tasks = odd_results()
+    async with open_checked_runner(url, config(group), tasks) as runner:
+        with pytest.raises(trunner.TaskFailed) as info:
+            await (await runner.dispatch("nan", kind)).result()
+        assert info.value.attempt == 1
+        error = info.value.error
+        assert isinstance(error, trunner.RemoteFailure)
+        assert error.type_name == "InvalidResult"
+        assert "NaN" in error.message
+        await (await runner.dispatch("nan_unkept", None)).status()
+    with pytest.raises(trunner.MaxRetryExceeded) as eager:
+        await tasks.call("nan", kind)
+    assert isinstance(eager.value.__cause__, trunner.InvalidResult)
