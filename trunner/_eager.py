@@ -100,7 +100,7 @@ async def run_eagerly(
         token = _current_message.set(Given(message))
         eager = _eager_call.set(True)
         try:
-            result = await _attempt(task, message.payload)
+            result = await _attempt(task, message.payload, max_payload_bytes)
         except NoRunnerInEagerCall:
             raise  # the test's set-up, not the attempt, is wrong: retrying cannot help
         except Exception as exc:  # noqa: BLE001 - a failed attempt, like the runner's
@@ -124,10 +124,11 @@ async def run_eagerly(
         message = decode_message(_eager_id(), [PAYLOAD_FIELD, data])
 
 
-async def _attempt(task: EagerTask, payload: Any) -> Any:
+async def _attempt(task: EagerTask, payload: Any, max_result_bytes: int) -> Any:
     """One attempt, as a runner runs it: the payload decoded into its declared type, the
     task's timeout, and, for a task that keeps its result, the result as a handle's
-    ``result()`` returns it (through JSON, decoded into the declared return type)."""
+    ``result()`` returns it (through JSON, at most ``max_result_bytes`` of it, decoded
+    into the declared return type)."""
     if task.decode_payload is not None:
         payload = task.decode_payload(payload)
     if task.timeout is None:
@@ -141,4 +142,5 @@ async def _attempt(task: EagerTask, payload: Any) -> Any:
         return result
     import msgspec  # noqa: PLC0415 - only tasks that keep their result
 
-    return task.result_codec.decode(msgspec.json.decode(task.result_codec.encode_json(result)))
+    data = task.result_codec.encode_json(result, max_result_bytes)
+    return task.result_codec.decode(msgspec.json.decode(data))

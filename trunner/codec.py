@@ -79,10 +79,11 @@ class TypeCodec:
             raise InvalidPayload(f"does not match {self.label}: {exc}") from None
 
     @staticmethod
-    def encode_json(value: Any) -> bytes:
+    def encode_json(value: Any, max_bytes: int | None = None) -> bytes:
         """``value`` as JSON text (as :meth:`encode`, then serialized);
         :class:`InvalidResult` for a value that has no JSON form — NaN and infinities
-        included, which msgspec would write as ``null``."""
+        included, which msgspec would write as ``null`` — or whose JSON is longer than
+        ``max_bytes``."""
         import msgspec  # noqa: PLC0415 - idem: only tasks that keep their result
 
         try:
@@ -91,6 +92,11 @@ class TypeCodec:
                 raise ValueError("it holds NaN or an infinity (JSON has neither)")
         except (TypeError, ValueError, OverflowError) as exc:
             raise InvalidResult(f"the result has no JSON form: {exc}") from None
+        if max_bytes is not None and len(data) > max_bytes:
+            raise InvalidResult(
+                f"the result is {len(data)} bytes of JSON, more than max_payload_bytes "
+                f"({max_bytes}): it is not kept"
+            )
         return data
 
     @staticmethod

@@ -370,7 +370,8 @@ class WorkerPool:
                 if scope.cancelled_caught:
                     raise TaskTimeout(task.name, timeout)
             if keep is not None:
-                job.result = task.result_codec.encode_json(result)  # InvalidResult: gives up
+                # InvalidResult (no JSON form, or too large): gives up
+                job.result = task.result_codec.encode_json(result, self._config.max_payload_bytes)
         except Exception as exc:  # noqa: BLE001 - the task failed: retried or given up
             return exc, time.perf_counter() - begin
         return None, time.perf_counter() - begin

@@ -119,3 +119,25 @@ async def test_a_result_holding_nan_or_infinity_is_refused_not_turned_to_null(
     with pytest.raises(trunner.MaxRetryExceeded) as eager:
         await tasks.call("nan", kind)
     assert isinstance(eager.value.__cause__, trunner.InvalidResult)
+
+
+async def test_a_result_larger_than_max_payload_bytes_is_refused(url: str, group: str) -> None:
+    """A kept result is bounded as a message is: one larger than ``max_payload_bytes`` is
+    given up at once (it would be held in Redis for keep_result seconds)."""
+    tasks = odd_results()
+    cfg = config(group, max_payload_bytes=10_000)
+    async with open_checked_runner(url, cfg, tasks) as runner:
+        assert len(await (await runner.dispatch("sized", 9_000)).result()) == 9_000
+        with pytest.raises(trunner.TaskFailed) as info:
+            await (await runner.dispatch("sized", 10_000)).result()
+        assert info.value.attempt == 1
+        error = info.value.error
+        assert isinstance(error, trunner.RemoteFailure)
+        assert error.type_name == "InvalidResult"
+        assert "max_payload_bytes" in error.message
+        assert await runner.dead_letter_count() == 1
+    # eager mode bounds it by the default, 1 MiB, as a runner with the default does
+    assert len(await tasks.call("sized", 1000)) == 1000
+    with pytest.raises(trunner.MaxRetryExceeded) as eager:
+        await tasks.call("sized", 2 << 20)
+    assert isinstance(eager.value.__cause__, trunner.InvalidResult)
