@@ -11,12 +11,14 @@ import math
 from typing import Any
 
 import pytest
+import trio
 
 import trunner
 from trunner import Keys, TaskState
 from trunner.message import encode_message
+from trunner.progress import MAX_MESSAGE, PROGRESS_INTERVAL
 
-from ..conftest import Gate, config, open_checked_runner, raw_client
+from ..conftest import Gate, config, open_checked_runner, parts, raw_client
 
 
 def registry(gate: Gate | None = None) -> trunner.TaskRegistry:
@@ -141,3 +143,37 @@ async def test_a_result_larger_than_max_payload_bytes_is_refused(url: str, group
     with pytest.raises(trunner.MaxRetryExceeded) as eager:
         await tasks.call("sized", 2 << 20)
     assert isinstance(eager.value.__cause__, trunner.InvalidResult)
+
+
+async def test_progress_reports_of_done_are_throttled_too(url: str, group: str) -> None:
+    """A report of 1.0 is written at once; a task that reports 1.0 again and again (in a
+    loop) writes no more often than other reports."""
+    tasks = trunner.TaskRegistry()
+    took: list[float] = []
+
+    @tasks.task(keep_result=60)
+    async def spam(count: int) -> int:
+        began = trio.current_time()
+        for _ in range(count):
+            await trunner.report_progress(1.0, "done \udcff" + "!" * 1000)
+        took.append(trio.current_time() - began)
+        return count
+
+    async with open_checked_runner(url, config(group), tasks) as runner:
+        outcomes = parts(runner).outcomes
+        written: list[float | None] = []
+        write = outcomes.progress
+
+        async def counted(job: Any) -> None:
+            written.append(job.progress)
+            await write(job)
+
+        outcomes.progress = counted  # type: ignore[method-assign]
+        handle = await runner.dispatch("spam", 1000)
+        assert await handle.result() == 1000
+        assert 1 <= len(written) <= 2 + took[0] / PROGRESS_INTERVAL
+        status = await handle.status()
+        assert status.progress == 1.0
+        assert status.progress_message is not None
+        assert status.progress_message.startswith("done ")
+        assert len(status.progress_message) < 2 * MAX_MESSAGE  # cut (the surrogate escaped)
