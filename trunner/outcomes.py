@@ -30,6 +30,7 @@ import trio
 from ._redis import Broker, Record
 from ._util import ErrorLog, LoopBackoff, logger, wall_ms
 from .acks import AckBuffer
+from .cancellation import MARK_LIFETIME
 from .config import RunnerConfig
 from .errors import (
     BackendError,
@@ -267,6 +268,9 @@ class Outcomes:
             return await self._broker.retry(job.message_id, message.task_id, due_ms, data, record)
 
         if await self._transition(job, write, "retry") is True:
+            if job.cancel_requested:  # cancelled while the retry was written: it goes
+                await self._cancel_retry(job, task)
+                return
             self._counters.retried += 1
             self._counters.task(task.name).retried += 1
             self._on_retry_scheduled(due_ms)
@@ -275,6 +279,32 @@ class Outcomes:
                 job.about(),
                 delay,
                 failure,
+                extra=job.log_fields(),
+            )
+
+    async def _cancel_retry(self, job: Job, task: Task) -> None:
+        """Remove the retry just scheduled for ``job``, whose task was cancelled while the
+        retry was written; its outcome is 'cancelled'. If that fails, the cancel mark drops
+        the retry when it is fetched."""
+        task_id = job.fields[4]
+        record = self._record(job, "cancelled", _keep(job, task, UNASKED_KEEP))
+        until = wall_ms() + int(MARK_LIFETIME * 1000)
+        where = None
+        with trio.move_on_after(TRANSITION_TIMEOUT, shield=True):
+            try:
+                where = await self._broker.cancel_task(task_id, until, job.lock(self._keys), record)
+            except BackendError as exc:
+                self._errors.capture(exc)
+        if where in ("delayed", "queued"):
+            self._counters.cancelled += 1
+            self._holdings.cancelled.pop(task_id, None)
+            logger.info("%s cancelled (its retry removed)", job.about(), extra=job.log_fields())
+        else:
+            logger.warning(
+                "%s: cancelled while its retry was written, and the retry could not be "
+                "removed (%s): its cancel mark drops it when it is fetched",
+                job.about(),
+                where or "Redis failed",
                 extra=job.log_fields(),
             )
 

@@ -383,13 +383,14 @@ class WorkerPool:
         will not start; running, its job loop's scope is cancelled. Returns whether it was
         held here. Either way its outcome is 'cancelled' — unless its attempt had ended
         already: its outcome is being written (a retry, a dead letter) and is not cut off
-        half way; the cancel mark stays, and drops the retry when it is fetched."""
+        half way; a retry is removed once written (see ``Outcomes``), and the cancel mark
+        stays besides, to drop the retry if that fails."""
         for job in self._running_jobs.values():
             if job.fields[4] == task_id:
-                if not (job.cancel_requested or job.ended):
-                    job.cancel_requested = True
-                    if job.waited and job.loop_scope is not None:
-                        job.loop_scope.cancel()
+                running = not (job.cancel_requested or job.ended)
+                if running and job.waited and job.loop_scope is not None:
+                    job.loop_scope.cancel()
+                job.cancel_requested = True  # ended: a retry being written is removed after
                 return True
         return False
 

@@ -16,9 +16,12 @@ import trio
 import trunner
 import trunner.cancellation
 from trunner import CancelOutcome, Keys, TaskState
+from trunner._redis import SCRIPTS, Broker, open_transport
+from trunner.message import encode_message
 
 from ..conftest import Gate, config, open_checked_runner, parts, raw_client
-from ..support.pools import bare_pool, entry
+from ..support.faults import FaultyTransport, script_call
+from ..support.pools import bare_pool, entry, pool_parts
 
 
 class Cleanup(Exception):
@@ -241,3 +244,47 @@ async def wait_for(condition: Any) -> None:
     """Wait until ``condition()`` holds (state of this process, changed by a Redis reply)."""
     while not condition():  # noqa: ASYNC110 - no event to await
         await trio.sleep(0.01)
+
+
+async def test_a_cancel_that_comes_while_a_failed_attempts_retry_is_written_removes_it(
+    url: str, group: str
+) -> None:
+    """The attempt failed, and its retry is being written (acknowledged and scheduled in
+    one script) when the cancel comes: the cancel found it still delivered, so it left a
+    mark, and the retry would wait out its backoff (an hour) before the mark dropped it.
+    The runner removes the retry once it is written: the task is cancelled at once."""
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task(keep_result=60, max_retry=3, retry_backoff=3600)
+    async def flaky(_: Any) -> None:
+        raise RuntimeError("later")
+
+    async with open_transport(url, client_name="t", max_connections=4, connect_timeout=5) as t:
+        faulty = FaultyTransport(t)
+        broker = Broker(faulty, Keys("trunner", group))
+        await broker.ensure_group()
+        [message_id] = await broker.enqueue_many(
+            [encode_message("flaky", None, enqueued_at=1.0, max_bytes=1000)]
+        )
+        reader = broker.open_reader()
+        entries = await broker.read(reader, "c", 1, 0.1)
+        await reader.aclose()
+        parts_ = pool_parts(broker, tasks, config(group))
+        pool = parts_.pool
+        faulty.hold(script_call(SCRIPTS.retry))
+        async with trio.open_nursery() as nursery:
+            pool.bind(nursery)
+            pool.submit(entries, pool.slots.take_nowait(1), "c")
+            while not faulty.held:  # noqa: ASYNC110 - the retry reached Redis
+                await trio.sleep(0.01)
+            assert pool.cancel_task(message_id)  # the canceller heard of the cancel
+            faulty.release_held()
+            await pool.wait_idle()
+        async with trunner.open_client(url, group) as client:
+            handle = client.handle(message_id)
+            assert (await handle.status()).state is TaskState.CANCELLED
+            with pytest.raises(trunner.TaskCancelled):
+                await handle.result(timeout=0)
+            assert await client.delayed_count() == 0
+        assert parts_.counters.cancelled == 1
+        assert parts_.counters.retried == 0
