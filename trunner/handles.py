@@ -70,6 +70,9 @@ class Waiters:
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
         self._waiting: dict[str, set[trio.Event]] = {}
+        #: Waited-for ids that hold whitespace: the channel joins ids with spaces, so these
+        #: are woken by every announcement (and look again).
+        self._spaced: set[str] = set()
         self._wanted = trio.Event()
         self._subscribed = trio.Event()
         self._closed = False
@@ -82,6 +85,9 @@ class Waiters:
         came back after a break (look again either way)."""
         event = trio.Event()
         self._waiting.setdefault(task_id, set()).add(event)
+        spaced = task_id != "".join(task_id.split())
+        if spaced:
+            self._spaced.add(task_id)
         self._wanted.set()
         try:
             yield event
@@ -91,6 +97,7 @@ class Waiters:
                 events.discard(event)
                 if not events:
                     del self._waiting[task_id]
+                    self._spaced.discard(task_id)
 
     async def subscribed(self) -> None:
         """Return once the subscription is up (starting it if nobody waited before).
@@ -148,6 +155,9 @@ class Waiters:
         while True:
             data = await subscriber.next_message()
             for task_id in data.decode("utf-8", "surrogateescape").split():
+                for event in self._waiting.get(task_id, ()):
+                    event.set()
+            for task_id in self._spaced:
                 for event in self._waiting.get(task_id, ()):
                     event.set()
 

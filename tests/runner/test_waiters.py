@@ -14,6 +14,7 @@ import pytest
 import trio
 
 import trunner
+from trunner import Keys
 from trunner._redis import Broker, Subscriber
 from trunner.errors import RedisUnavailable
 from trunner.handles import Waiters
@@ -192,3 +193,19 @@ async def test_result_refuses_a_timeout_that_is_not_a_duration(url: str, group: 
                 await handle.result(timeout=bad)
         with pytest.raises(trunner.ResultNotFound):
             await handle.result(timeout=float("inf"))
+
+
+@pytest.mark.parametrize("task_id", ["a b", "tab\there", "new\nline", " lead"])
+async def test_a_waiter_on_an_id_with_whitespace_is_woken(
+    url: str, group: str, keys: Keys, task_id: str
+) -> None:
+    """The channel of finished tasks says their ids joined by spaces; a task id holding
+    whitespace (from a producer that wrote its own) is woken all the same."""
+    async with trunner.open_client(url, group) as client:
+        waiters = client._open_waiters()
+        with waiters.register(task_id) as announced:
+            await waiters.subscribed()
+            # as ack.lua says a batch of three finished
+            transport = client._open_broker().transport
+            await transport.execute("PUBLISH", keys.done, f"1-1 {task_id} 2-2")
+            await announced.wait()
