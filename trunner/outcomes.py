@@ -142,7 +142,7 @@ class Outcomes:
         self._holdings.cancelled.pop(job.fields[4], None)
         logger.info("%s caught its cancellation and returned", job.about(), extra=job.log_fields())
 
-    async def failed(self, job: Job, task: Task, failure: Exception) -> None:
+    async def failed(self, job: Job, task: Task, failure: BaseException) -> None:
         """The attempt raised: retry it, or give up after its last attempt."""
         attempt = job.fields[2]
         self._counters.failed += 1
@@ -212,7 +212,7 @@ class Outcomes:
         self._holdings.cancelled.pop(job.fields[4], None)
         logger.info("%s cancelled", job.about(), extra=job.log_fields())
 
-    def clean_up_raised(self, job: Job, error: Exception) -> None:
+    def clean_up_raised(self, job: Job, error: BaseException) -> None:
         """The task was cancelled, and its clean-up raised ``error``: it changes nothing
         (a cancelled task stays cancelled), and is logged."""
         self._errors.capture(error)
@@ -239,7 +239,7 @@ class Outcomes:
             extra=job.log_fields(),
         )
 
-    def internal_error(self, job: Job, error: Exception) -> None:
+    def internal_error(self, job: Job, error: BaseException) -> None:
         """A defect of trunner while ending ``job``: it stays pending, the runner goes on."""
         self._errors.capture(error)
         self._holdings.keep(job)
@@ -250,7 +250,7 @@ class Outcomes:
             extra=job.log_fields(),
         )
 
-    async def _retry(self, job: Job, task: Task, failure: Exception) -> None:
+    async def _retry(self, job: Job, task: Task, failure: BaseException) -> None:
         message = job.message
         try:
             delay = task.retry_delay(message.attempt)

@@ -46,6 +46,18 @@ from .task import Task, TaskRegistry
 
 __all__ = ["WorkerPool"]
 
+#: What a task raises that is never its failure: the end of the process goes on up.
+_PASSING = (KeyboardInterrupt, SystemExit, GeneratorExit)
+
+
+def _holds(
+    exc: BaseException, types: type[BaseException] | tuple[type[BaseException], ...]
+) -> bool:
+    """Whether ``exc`` is one of ``types``, or a group holding one."""
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(types) is not None
+    return isinstance(exc, types)
+
 
 class WorkerPool:
     """Worker slots, the ready queue, and the job loops that run it."""
@@ -269,13 +281,13 @@ class WorkerPool:
             # For the task and for the failed-task handler; built only if asked for.
             _current_message.set(job)
             task = job.task
-            if job.cancel_requested and job.decode_error is None:  # cancelled before it started
-                job.ended = True
-                outcomes.cancelled(job, task)
-                return
-            if job.decode_error is not None or task is None or job.fields[2] > task.max_attempts:
-                job.ended = True
-                await outcomes.refuse(job, task)
+            if (
+                job.cancel_requested
+                or job.decode_error is not None
+                or task is None
+                or job.fields[2] > task.max_attempts
+            ):
+                await self._not_run(job, task)
                 return
             if job.fields[8] is None and task.plain:
                 begin = job.began = time.perf_counter()
@@ -297,13 +309,39 @@ class WorkerPool:
                 await self._failed(job, task, failure)
         except Exception as exc:  # noqa: BLE001 - one message must never crash the runner
             outcomes.internal_error(job, exc)
-        except BaseException as exc:  # noqa: BLE001 - Cancelled, alone or in a group
-            # The cancellation alone goes on: the job loop's scope catches its own.
-            raise self._cancelled_with_loop(job, exc)  # noqa: B904 - exc, or part of it
+        except BaseException as exc:  # noqa: BLE001 - Cancelled, alone or in a group; or worse
+            up = await self._ended_by(job, exc)
+            if up is not None:  # the cancellation alone: the job loop's scope catches its own
+                raise up  # noqa: B904 - exc, or part of it
         finally:
             self._ended(job)
 
-    async def _failed(self, job: Job, task: Task, failure: Exception) -> None:
+    async def _not_run(self, job: Job, task: Task | None) -> None:
+        """A job that may not run: cancelled before it started, or refused (undecodable,
+        unknown task, or delivered again past its last attempt)."""
+        job.ended = True
+        if job.cancel_requested and job.decode_error is None:
+            self._outcomes.cancelled(job, task)
+        else:
+            await self._outcomes.refuse(job, task)
+
+    async def _ended_by(self, job: Job, exc: BaseException) -> BaseException | None:
+        """``job`` ended with an exception that is not an ``Exception``: what goes on up
+        (a cancellation, see :meth:`_cancelled_with_loop`; or the end of the process:
+        ``KeyboardInterrupt``, ``SystemExit``), or None when it was the task's own failure
+        (some libraries raise ``BaseException`` subclasses): retried or given up on, as
+        any failure — it never ends the runner."""
+        if _holds(exc, _PASSING):
+            return exc
+        if _holds(exc, trio.Cancelled):
+            return self._cancelled_with_loop(job, exc)
+        if job.ended or job.task is None:  # not the attempt's own: a failed-task handler's
+            self._outcomes.internal_error(job, exc)
+        else:
+            await self._failed(job, job.task, exc)
+        return None
+
+    async def _failed(self, job: Job, task: Task, failure: BaseException) -> None:
         """The attempt raised: it is retried or given up on, unless its task was cancelled
         (its clean-up raised: it is cancelled all the same, never retried)."""
         job.ended = True
@@ -319,11 +357,10 @@ class WorkerPool:
         :meth:`cancel_task`), or, past the drain timeout, it is an interruption (the
         message is released; an attempt that ended keeps counting, so that it is not run
         again for nothing). Returns what goes on up: the cancellation alone — what the
-        task's clean-up raised besides is logged, and changes nothing. Anything else
-        (``KeyboardInterrupt``...) is returned as it is, and recorded nowhere."""
+        task's clean-up raised besides is logged, and changes nothing."""
         if isinstance(exc, BaseExceptionGroup):
             cancelled, also = exc.split(trio.Cancelled)
-            if cancelled is None or not (also is None or isinstance(also, Exception)):
+            if cancelled is None:
                 return exc
             if also is not None:
                 self._outcomes.clean_up_raised(job, also)

@@ -288,3 +288,38 @@ async def test_a_cancel_that_comes_while_a_failed_attempts_retry_is_written_remo
             assert await client.delayed_count() == 0
         assert parts_.counters.cancelled == 1
         assert parts_.counters.retried == 0
+
+
+class Escaped(BaseException):
+    """Not an Exception: what some libraries raise (asyncio.CancelledError is one)."""
+
+
+async def test_a_task_raising_a_base_exception_fails_it_not_the_runner(
+    url: str, group: str
+) -> None:
+    """Only a cancellation, KeyboardInterrupt or SystemExit goes past a task: anything else
+    it raises is its failure (retried, then given up), and the runner goes on."""
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task(keep_result=60, max_retry=1, retry_backoff=0.01)
+    async def escapes(kind: str) -> None:
+        await trio.lowlevel.checkpoint()
+        if kind == "group":
+            raise BaseExceptionGroup("children", [Escaped("child"), ValueError("other")])
+        raise Escaped(kind)
+
+    @tasks.task(keep_result=60)
+    async def fine(_: Any) -> str:
+        return "fine"
+
+    async with open_checked_runner(url, config(group), tasks) as runner:
+        for kind in ("plain", "group"):
+            handle = await runner.dispatch("escapes", kind)
+            with pytest.raises(trunner.TaskFailed) as info:
+                await handle.result()
+            assert info.value.attempt == 2
+            error = info.value.error
+            assert isinstance(error, trunner.RemoteFailure)
+            assert error.type_name == ("Escaped" if kind == "plain" else "BaseExceptionGroup")
+        assert await (await runner.dispatch("fine", None)).result() == "fine"
+        assert runner.statistics().retried == 2
