@@ -96,7 +96,7 @@ async def run_eagerly(
     message = decode_message(_eager_id(), [PAYLOAD_FIELD, data])
     while True:
         result: Any = None
-        failure: Exception | None = None
+        failure: BaseException | None = None
         token = _current_message.set(Given(message))
         eager = _eager_call.set(True)
         try:
@@ -104,6 +104,10 @@ async def run_eagerly(
         except NoRunnerInEagerCall:
             raise  # the test's set-up, not the attempt, is wrong: retrying cannot help
         except Exception as exc:  # noqa: BLE001 - a failed attempt, like the runner's
+            failure = exc
+        except BaseException as exc:  # idem, unless it must go on up
+            if _goes_up(exc):
+                raise
             failure = exc
         finally:
             _eager_call.reset(eager)
@@ -122,6 +126,15 @@ async def run_eagerly(
             await trio.lowlevel.checkpoint()
         data = reencode_for_retry(message, message.attempt + 1, NO_SIZE_LIMIT)
         message = decode_message(_eager_id(), [PAYLOAD_FIELD, data])
+
+
+def _goes_up(exc: BaseException) -> bool:
+    """Whether an exception that is not an ``Exception`` goes past the task, as in a
+    runner: a cancellation, or the end of the process (alone, or in a group)."""
+    passing = (trio.Cancelled, KeyboardInterrupt, SystemExit, GeneratorExit)
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(passing) is not None
+    return isinstance(exc, passing)
 
 
 async def _attempt(task: EagerTask, payload: Any, max_result_bytes: int) -> Any:

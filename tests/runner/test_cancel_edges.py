@@ -323,3 +323,8 @@ async def test_a_task_raising_a_base_exception_fails_it_not_the_runner(
             assert error.type_name == ("Escaped" if kind == "plain" else "BaseExceptionGroup")
         assert await (await runner.dispatch("fine", None)).result() == "fine"
         assert runner.statistics().retried == 2
+    # eager mode, as a runner
+    for kind in ("plain", "group"):
+        with pytest.raises(trunner.MaxRetryExceeded) as eager:
+            await tasks.call("escapes", kind)
+        assert isinstance(eager.value.__cause__, Escaped | BaseExceptionGroup)
