@@ -236,7 +236,9 @@ class TaskHandle(str, Generic[R]):
         result).
 
         Args:
-            wait: For a running task, wait until it is no longer running.
+            wait: For a running task, wait until it is no longer running; then the
+                outcome is ``FINISHED`` if it ended otherwise than cancelled (it finished
+                before the cancel reached it, or caught the cancellation and returned).
 
         Returns:
             A [``CancelOutcome``][trunner.CancelOutcome]: ``REMOVED``, ``CANCELLING``,
@@ -279,21 +281,26 @@ class TaskHandle(str, Generic[R]):
             return CancelOutcome.REMOVED
         if where == "running":
             if wait:
-                await self._wait_not_running()
+                ended = await self._wait_not_running()
+                if ended is TaskState.UNKNOWN or (
+                    ended.finished and ended is not TaskState.CANCELLED
+                ):  # it finished first (its acknowledgement was on its way)
+                    return CancelOutcome.FINISHED
             return CancelOutcome.CANCELLING
         state = (await self.status()).state
         return CancelOutcome.FINISHED if state.finished else CancelOutcome.UNKNOWN
 
-    async def _wait_not_running(self) -> None:
-        """Return once the task is no longer running (woken by the channel of finished
-        tasks: a cancelled task is announced there too)."""
+    async def _wait_not_running(self) -> TaskState:
+        """Wait until the task is no longer running (woken by the channel of finished
+        tasks: a cancelled task is announced there too); return its state then."""
         producer = self._producer
         while True:
             waiters = producer._open_waiters()
             with waiters.register(self.id) as announced:
                 await waiters.subscribed()
-                if (await self.status()).state is not TaskState.RUNNING:
-                    return
+                state = (await self.status()).state
+                if state is not TaskState.RUNNING:
+                    return state
                 await announced.wait()
 
     async def result(self, timeout: float | None = None) -> R:  # noqa: ASYNC109 - the API

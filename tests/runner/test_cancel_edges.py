@@ -136,7 +136,8 @@ async def test_a_task_that_swallows_its_cancellation_ends_its_job_loop(
     async with open_checked_runner(url, cfg, registry(gate, ran)) as runner:
         handle = await runner.dispatch("stubborn", 1)
         await gate.wait_started()
-        assert await handle.cancel(wait=True) is CancelOutcome.CANCELLING
+        # it was not cancelled in the end: it returned
+        assert await handle.cancel(wait=True) is CancelOutcome.FINISHED
         assert gate.cancelled == [1]
         assert await handle.result() == "swallowed"
         assert (await handle.status()).state is TaskState.SUCCEEDED
@@ -159,7 +160,7 @@ async def test_jobs_ready_behind_a_cancelled_one_run_to_their_ends(url: str, gro
         others = [await client.dispatch("record", i) for i in range(6)]
         async with open_checked_runner(url, cfg, registry(gate, ran)) as runner:
             await gate.wait_started(2)
-            assert await stubborn.cancel(wait=True) is CancelOutcome.CANCELLING
+            assert await stubborn.cancel(wait=True) is CancelOutcome.FINISHED  # it returned
             assert await messy.cancel(wait=True) is CancelOutcome.CANCELLING
             for i, other in enumerate(others):
                 assert await other.result() == f"ran {i}"
@@ -328,3 +329,23 @@ async def test_a_task_raising_a_base_exception_fails_it_not_the_runner(
         with pytest.raises(trunner.MaxRetryExceeded) as eager:
             await tasks.call("escapes", kind)
         assert isinstance(eager.value.__cause__, Escaped | BaseExceptionGroup)
+
+
+async def test_a_cancel_that_waits_says_when_the_task_finished_first(url: str, group: str) -> None:
+    """The task returned, and its acknowledgement waits for the next flush: Redis still
+    says it is delivered, so the cancel marks it. ``cancel(wait=True)`` then sees how it
+    ended, and says it had finished (it was not cancelled)."""
+    done = trio.Event()
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task(keep_result=60)
+    async def quick(_: Any) -> str:
+        done.set()
+        return "done"
+
+    cfg = config(group, ack_flush_interval=0.5)
+    async with open_checked_runner(url, cfg, tasks) as runner:
+        handle = await runner.dispatch("quick", None)
+        await done.wait()
+        assert await handle.cancel(wait=True) is CancelOutcome.FINISHED
+        assert await handle.result() == "done"
