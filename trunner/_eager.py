@@ -96,14 +96,18 @@ async def run_eagerly(
     message = decode_message(_eager_id(), [PAYLOAD_FIELD, data])
     while True:
         result: Any = None
-        failure: Exception | None = None
+        failure: BaseException | None = None
         token = _current_message.set(Given(message))
         eager = _eager_call.set(True)
         try:
-            result = await _attempt(task, message.payload)
+            result = await _attempt(task, message.payload, max_payload_bytes)
         except NoRunnerInEagerCall:
             raise  # the test's set-up, not the attempt, is wrong: retrying cannot help
         except Exception as exc:  # noqa: BLE001 - a failed attempt, like the runner's
+            failure = exc
+        except BaseException as exc:  # idem, unless it must go on up
+            if _goes_up(exc):
+                raise
             failure = exc
         finally:
             _eager_call.reset(eager)
@@ -124,10 +128,20 @@ async def run_eagerly(
         message = decode_message(_eager_id(), [PAYLOAD_FIELD, data])
 
 
-async def _attempt(task: EagerTask, payload: Any) -> Any:
+def _goes_up(exc: BaseException) -> bool:
+    """Whether an exception that is not an ``Exception`` goes past the task, as in a
+    runner: a cancellation, or the end of the process (alone, or in a group)."""
+    passing = (trio.Cancelled, KeyboardInterrupt, SystemExit, GeneratorExit)
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(passing) is not None
+    return isinstance(exc, passing)
+
+
+async def _attempt(task: EagerTask, payload: Any, max_result_bytes: int) -> Any:
     """One attempt, as a runner runs it: the payload decoded into its declared type, the
     task's timeout, and, for a task that keeps its result, the result as a handle's
-    ``result()`` returns it (through JSON, decoded into the declared return type)."""
+    ``result()`` returns it (through JSON, at most ``max_result_bytes`` of it, decoded
+    into the declared return type)."""
     if task.decode_payload is not None:
         payload = task.decode_payload(payload)
     if task.timeout is None:
@@ -141,4 +155,5 @@ async def _attempt(task: EagerTask, payload: Any) -> Any:
         return result
     import msgspec  # noqa: PLC0415 - only tasks that keep their result
 
-    return task.result_codec.decode(msgspec.json.decode(task.result_codec.encode_json(result)))
+    data = task.result_codec.encode_json(result, max_result_bytes)
+    return task.result_codec.decode(msgspec.json.decode(data))

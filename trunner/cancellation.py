@@ -9,6 +9,10 @@ after it subscribed, so none is missed), and a message of a marked task that thi
 instance fetches later (reclaimed from a runner that died, say) is dropped before it
 starts. Either way the task's outcome is ``cancelled``: acknowledged, never retried, its
 unique lock released, no failed-task handler.
+
+The canceller reads the marks again at most every :data:`RESYNC_INTERVAL` while it hears
+of more, and forgets those Redis forgot (acknowledged, or past their time): an instance
+keeps no more marks than its group holds, plus those it heard of since.
 """
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ __all__ = ["MARK_LIFETIME", "Canceller"]
 #: How long a cancel mark holds (seconds): far longer than a message can wait to be
 #: reclaimed; the mark goes earlier when the task's cancelled outcome is written.
 MARK_LIFETIME = 24 * 3600.0
+#: How often (at most) the canceller reads the marks again while it hears of more
+#: (seconds): the marks it keeps are those Redis holds, and those it heard of since.
+RESYNC_INTERVAL = 60.0
 
 
 class Canceller:
@@ -44,6 +51,7 @@ class Canceller:
         self._cancel_task = cancel_task
         self._errors = errors
         self._scope = trio.CancelScope()
+        self._next_read = 0
         self.stopped = trio.Event()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -81,16 +89,30 @@ class Canceller:
         self._scope.cancel()
 
     async def _read_marks(self) -> None:
+        """Keep the marks Redis holds now, and those heard of since this read began; the
+        others were forgotten in Redis (their task was acknowledged somewhere, or the
+        janitor forgot them past their time), and go here too: the marks an instance
+        keeps never grow past those of the group."""
         now = wall_ms()
         until = now + int(MARK_LIFETIME * 1000)
-        for task_id in await self._broker.cancel_marks(now):
-            self._marks[task_id] = until
-            self._cancel_task(task_id)
+        held = await self._broker.cancel_marks(now)
+        marks = self._marks
+        kept = set(held)
+        for task_id in [t for t, u in marks.items() if u < until and t not in kept]:
+            del marks[task_id]  # known before this read began, and gone from Redis since
+        for task_id in held:
+            if task_id not in marks:
+                marks[task_id] = until
+                self._cancel_task(task_id)
+        self._next_read = now + int(RESYNC_INTERVAL * 1000)
 
     async def _listen(self, subscriber: Subscriber) -> None:
         while True:
             data = await subscriber.next_message()
             task_id = data.decode("utf-8", "surrogateescape")
-            self._marks[task_id] = wall_ms() + int(MARK_LIFETIME * 1000)
+            now = wall_ms()
+            self._marks[task_id] = now + int(MARK_LIFETIME * 1000)
             if self._cancel_task(task_id):
                 logger.info("task %s: cancelled while this instance held it", task_id)
+            if now >= self._next_read:
+                await self._read_marks()

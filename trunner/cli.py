@@ -32,6 +32,7 @@ import attrs
 import trio
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from ._demo import run_demo
 from ._util import leaf_exceptions, logger
@@ -306,7 +307,7 @@ def _when(seconds: float) -> str:
 
 
 def _print_group(info: GroupInfo, out: Console) -> None:
-    out.print(f"[bold]group[/bold] {info.group}")
+    out.print(Text.assemble(("group", "bold"), f" {info.group}"))
     summary = Table(show_header=False, box=None)
     summary.add_row("queue length", str(info.queue_length))
     summary.add_row("pending", str(sum(info.pending.values())))
@@ -519,7 +520,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(
         getattr(args, "log_level", default_level), getattr(args, "log_format", "text")
     )
-    out = Console(highlight=False)
+    # No markup: what is printed holds text from Redis and from tasks (progress messages,
+    # errors, names), which must show as it is (a path in brackets is not a closing tag).
+    out = Console(highlight=False, markup=False)
     if args.command == "demo" and (args.instances < 1 or args.images < 0):
         print("trunner demo: --instances must be >= 1 and --images >= 0", file=sys.stderr)
         return 2

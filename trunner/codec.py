@@ -24,6 +24,7 @@ of untyped tasks stays as light as before.
 from __future__ import annotations
 
 import inspect
+import math
 import typing
 from collections.abc import Callable
 from typing import Any
@@ -78,15 +79,25 @@ class TypeCodec:
             raise InvalidPayload(f"does not match {self.label}: {exc}") from None
 
     @staticmethod
-    def encode_json(value: Any) -> bytes:
+    def encode_json(value: Any, max_bytes: int | None = None) -> bytes:
         """``value`` as JSON text (as :meth:`encode`, then serialized);
-        :class:`InvalidResult` for a value that has no JSON form."""
+        :class:`InvalidResult` for a value that has no JSON form — NaN and infinities
+        included, which msgspec would write as ``null`` — or whose JSON is longer than
+        ``max_bytes``."""
         import msgspec  # noqa: PLC0415 - idem: only tasks that keep their result
 
         try:
-            return msgspec.json.encode(value)
+            data = msgspec.json.encode(value)
+            if b"null" in data and _holds_non_finite(msgspec.to_builtins(value)):
+                raise ValueError("it holds NaN or an infinity (JSON has neither)")
         except (TypeError, ValueError, OverflowError) as exc:
             raise InvalidResult(f"the result has no JSON form: {exc}") from None
+        if max_bytes is not None and len(data) > max_bytes:
+            raise InvalidResult(
+                f"the result is {len(data)} bytes of JSON, more than max_payload_bytes "
+                f"({max_bytes}): it is not kept"
+            )
+        return data
 
     @staticmethod
     def encode(value: Any) -> Any:
@@ -134,3 +145,18 @@ def codec_for(action: Callable[..., Any]) -> tuple[TypeCodec, TypeCodec, str | N
     if result is None or result is type(None):
         result = Any
     return TypeCodec(payload), TypeCodec(result), problem
+
+
+def _holds_non_finite(value: Any) -> bool:
+    """Whether JSON values (lists, dicts, scalars) hold a float that is NaN or infinite."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return False

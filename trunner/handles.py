@@ -17,6 +17,7 @@ looks again.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Iterator
 from typing import Any, Generic, Protocol, TypeVar
@@ -33,6 +34,7 @@ from .errors import (
     BadData,
     InvalidPayload,
     ResultNotFound,
+    RunnerNotRunning,
     TaskCancelled,
     TaskExpired,
     TaskFailed,
@@ -45,8 +47,10 @@ from .status import (
     CancelOutcome,
     TaskState,
     TaskStatus,
+    as_time,
     read_record,
     record_fields,
+    ttl_ms,
 )
 
 __all__ = ["HandleSource", "SelfWait", "TaskHandle", "Waiters", "status_of"]
@@ -66,8 +70,12 @@ class Waiters:
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
         self._waiting: dict[str, set[trio.Event]] = {}
+        #: Waited-for ids that hold whitespace: the channel joins ids with spaces, so these
+        #: are woken by every announcement (and look again).
+        self._spaced: set[str] = set()
         self._wanted = trio.Event()
         self._subscribed = trio.Event()
+        self._closed = False
         self._scope = trio.CancelScope()
         self.stopped = trio.Event()
 
@@ -77,6 +85,9 @@ class Waiters:
         came back after a break (look again either way)."""
         event = trio.Event()
         self._waiting.setdefault(task_id, set()).add(event)
+        spaced = task_id != "".join(task_id.split())
+        if spaced:
+            self._spaced.add(task_id)
         self._wanted.set()
         try:
             yield event
@@ -86,11 +97,26 @@ class Waiters:
                 events.discard(event)
                 if not events:
                     del self._waiting[task_id]
+                    self._spaced.discard(task_id)
 
     async def subscribed(self) -> None:
-        """Return once the subscription is up (starting it if nobody waited before)."""
+        """Return once the subscription is up (starting it if nobody waited before).
+
+        Raises:
+            RunnerNotRunning: The waiters stopped (their runner or client closed), before
+                or while this waited.
+        """
+        self.check_open()
         self._wanted.set()
         await self._subscribed.wait()
+        self.check_open()
+
+    def check_open(self) -> None:
+        """Raise ``RunnerNotRunning`` once the waiters stopped."""
+        if self._closed:
+            raise RunnerNotRunning(
+                "the runner or client was closed: nothing hears of finished tasks any more"
+            )
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve the waiters until :meth:`stop`."""
@@ -102,29 +128,36 @@ class Waiters:
                 while True:
                     subscriber = self._broker.open_done_subscriber()
                     try:
-                        await self._listen(subscriber)
+                        await self._listen(subscriber, backoff)
                     except BackendError as exc:
                         logger.debug("listening for finished tasks failed: %s", exc)
                     finally:
-                        self._subscribed = trio.Event()
+                        if self._subscribed.is_set():  # waiters wait for the next one
+                            self._subscribed = trio.Event()
                         self._wake_all()  # they look again: nothing is missed meanwhile
                         with trio.CancelScope(shield=True):
                             await subscriber.aclose()
                     await trio.sleep(backoff.next_delay())
         finally:
+            self._closed = True
+            self._subscribed.set()  # whoever waits for a subscription learns it is closed
             self._wake_all()
             self.stopped.set()
 
     def stop(self) -> None:
-        """Stop serving (waiters still waiting look again, and find the producer closed)."""
+        """Stop serving: waiters still waiting raise ``RunnerNotRunning``."""
         self._scope.cancel()
 
-    async def _listen(self, subscriber: Subscriber) -> None:
+    async def _listen(self, subscriber: Subscriber, backoff: LoopBackoff) -> None:
         await subscriber.subscribe()
+        backoff.reset()
         self._subscribed.set()
         while True:
             data = await subscriber.next_message()
             for task_id in data.decode("utf-8", "surrogateescape").split():
+                for event in self._waiting.get(task_id, ()):
+                    event.set()
+            for task_id in self._spaced:
                 for event in self._waiting.get(task_id, ()):
                     event.set()
 
@@ -203,7 +236,9 @@ class TaskHandle(str, Generic[R]):
         result).
 
         Args:
-            wait: For a running task, wait until it is no longer running.
+            wait: For a running task, wait until it is no longer running; then the
+                outcome is ``FINISHED`` if it ended otherwise than cancelled (it finished
+                before the cancel reached it, or caught the cancellation and returned).
 
         Returns:
             A [``CancelOutcome``][trunner.CancelOutcome]: ``REMOVED``, ``CANCELLING``,
@@ -222,7 +257,8 @@ class TaskHandle(str, Generic[R]):
             return CancelOutcome.FINISHED
         message = _message(self.id, look.delayed) if look.due_ms is not None else None
         if message is None and look.entry_id is not None:
-            message = _message(look.entry_id, look.entry)
+            entry = _message(look.entry_id, look.entry)
+            message = entry if _belongs(self.id, look.entry_id, entry) else None
         lock = record = None
         if message is not None:
             if message.unique_key is not None and message.unique_token is not None:
@@ -238,28 +274,33 @@ class TaskHandle(str, Generic[R]):
                 finished_at=time.time(),
                 keep=keep,
             )
-            record = (broker.keys.task(self.id), max(1, int(keep * 1000)), fields)
+            record = (broker.keys.task(self.id), ttl_ms(keep), fields)
         until = wall_ms() + int(MARK_LIFETIME * 1000)
         where = await broker.cancel_task(self.id, until, lock, record)
         if where in ("delayed", "queued"):
             return CancelOutcome.REMOVED
         if where == "running":
             if wait:
-                await self._wait_not_running()
+                ended = await self._wait_not_running()
+                if ended is TaskState.UNKNOWN or (
+                    ended.finished and ended is not TaskState.CANCELLED
+                ):  # it finished first (its acknowledgement was on its way)
+                    return CancelOutcome.FINISHED
             return CancelOutcome.CANCELLING
         state = (await self.status()).state
         return CancelOutcome.FINISHED if state.finished else CancelOutcome.UNKNOWN
 
-    async def _wait_not_running(self) -> None:
-        """Return once the task is no longer running (woken by the channel of finished
-        tasks: a cancelled task is announced there too)."""
+    async def _wait_not_running(self) -> TaskState:
+        """Wait until the task is no longer running (woken by the channel of finished
+        tasks: a cancelled task is announced there too); return its state then."""
         producer = self._producer
         while True:
             waiters = producer._open_waiters()
             with waiters.register(self.id) as announced:
                 await waiters.subscribed()
-                if (await self.status()).state is not TaskState.RUNNING:
-                    return
+                state = (await self.status()).state
+                if state is not TaskState.RUNNING:
+                    return state
                 await announced.wait()
 
     async def result(self, timeout: float | None = None) -> R:  # noqa: ASYNC109 - the API
@@ -269,7 +310,8 @@ class TaskHandle(str, Generic[R]):
         into the task's declared return type when the handle knows it.
 
         Args:
-            timeout: Seconds to wait at most (``None``: for ever).
+            timeout: Seconds to wait at most (``None``: for ever). ``0`` looks once and
+                does not wait: it returns (or raises) an outcome stored already.
 
         Returns:
             What the task returned.
@@ -285,28 +327,46 @@ class TaskHandle(str, Generic[R]):
             BadData: The stored result is not JSON, or does not fit the task's declared
                 return type (the task changed since it ran).
             SelfWait: Called by the task itself (it would wait for ever).
-            RunnerNotRunning: The runner or client is not open.
+            RunnerNotRunning: The runner or client is not open, or closed while this
+                waited.
+            ValueError: ``timeout`` is negative, or not a number.
         """
         self._check_not_self()
+        deadline = _deadline(timeout)
+        if deadline <= trio.current_time():  # timeout=0: one look, no waiting
+            status, look = await self._look(None)
+            if status.state.finished or status.state is TaskState.UNKNOWN:
+                return self._outcome(status, look)
+            raise trio.TooSlowError
         producer = self._producer
-        with trio.fail_after(timeout) if timeout is not None else contextlib.nullcontext():
+        with trio.fail_at(deadline):
             while True:
                 waiters = producer._open_waiters()
                 with waiters.register(self.id) as announced:
                     await waiters.subscribed()
-                    look = await producer._open_broker().task_look(self.id)
-                    status = status_of(self.id, look)
-                    if status.state.finished:
+                    status, look = await self._look(waiters)
+                    if status.state.finished or status.state is TaskState.UNKNOWN:
                         return self._outcome(status, look)
-                    if status.state is TaskState.UNKNOWN:
-                        raise ResultNotFound(
-                            f"task {self.id} is nowhere in group {producer._group_name()!r}: "
-                            "it finished without keeping its result (keep_result), its "
-                            "result expired, or it was never dispatched to this group"
-                        )
                     await announced.wait()
 
+    async def _look(self, waiters: Waiters | None) -> tuple[TaskStatus, TaskLook]:
+        """The task's status, and the look it was read from; a Redis error that comes of
+        the producer closing meanwhile is ``RunnerNotRunning``."""
+        try:
+            look = await self._producer._open_broker().task_look(self.id)
+        except BackendError:
+            if waiters is not None:
+                waiters.check_open()
+            raise
+        return status_of(self.id, look), look
+
     def _outcome(self, status: TaskStatus, look: TaskLook) -> R:
+        if status.state is TaskState.UNKNOWN:
+            raise ResultNotFound(
+                f"task {self.id} is nowhere in group {self._producer._group_name()!r}: "
+                "it finished without keeping its result (keep_result), its result "
+                "expired, or it was never dispatched to this group"
+            )
         if status.state is TaskState.SUCCEEDED:
             return self._decode_result(look.record.get(b"result"))  # type: ignore[no-any-return]
         if status.state is TaskState.CANCELLED:
@@ -352,6 +412,20 @@ class TaskHandle(str, Generic[R]):
             )
 
 
+def _deadline(timeout: float | None) -> float:
+    """The Trio deadline of a wait of ``timeout`` seconds (None: for ever)."""
+    if timeout is None:
+        return math.inf
+    if (
+        not isinstance(timeout, int | float)
+        or isinstance(timeout, bool)
+        or math.isnan(timeout)
+        or timeout < 0
+    ):
+        raise ValueError(f"timeout must be None or a number of seconds >= 0, got {timeout!r}")
+    return trio.current_time() + timeout
+
+
 def status_of(task_id: str, look: TaskLook) -> TaskStatus:
     """The status of a task from one look at where it is: the live structures say where
     it is now, its record (for a task that keeps its result) what happened to it."""
@@ -362,9 +436,11 @@ def status_of(task_id: str, look: TaskLook) -> TaskStatus:
         message = _message(task_id, look.delayed)
         retrying = message is not None and message.attempt > 1
         state = TaskState.RETRYING if retrying else TaskState.SCHEDULED
-        return _merge(recorded, task_id, state, message, due_at=look.due_ms / 1000)
+        return _merge(recorded, task_id, state, message, due_at=as_time(look.due_ms / 1000))
     if look.entry_id is not None:
         message = _message(look.entry_id, look.entry, look.deliveries or 1)
+        if not _belongs(task_id, look.entry_id, message):  # a where-map entry gone stale
+            return TaskStatus(id=task_id, state=TaskState.UNKNOWN)
         if look.consumer is not None:
             return _merge(recorded, task_id, TaskState.RUNNING, message, instance=look.consumer)
         if not look.delivered:
@@ -372,6 +448,13 @@ def status_of(task_id: str, look: TaskLook) -> TaskStatus:
     # Nowhere now, with no outcome: it finished without keeping its result (a record
     # left by its progress reports says nothing more), or it never existed.
     return TaskStatus(id=task_id, state=TaskState.UNKNOWN)
+
+
+def _belongs(task_id: str, entry_id: str, message: Any) -> bool:
+    """Whether the stream entry ``entry_id`` (its ``message``, None when it does not
+    decode) is the task ``task_id``'s: an entry found through the where-map, or by an id
+    shaped like an entry id, may be another task's."""
+    return bool(message.task_id == task_id) if message is not None else entry_id == task_id
 
 
 def _message(message_id: str, fields: Any, deliveries: int = 1) -> Any:

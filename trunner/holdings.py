@@ -86,6 +86,8 @@ class Job:
     """When its attempt started (``time.perf_counter``)."""
     progress_at: float = -1e9
     """When its progress was last written (Trio clock): reports are throttled."""
+    progress_done: bool = False
+    """The last progress written was 1.0 (written at once the first time only)."""
     _message: TaskMessage | None = None
 
     @property

@@ -30,6 +30,7 @@ import trio
 from ._redis import Broker, Record
 from ._util import ErrorLog, LoopBackoff, logger, wall_ms
 from .acks import AckBuffer
+from .cancellation import MARK_LIFETIME
 from .config import RunnerConfig
 from .errors import (
     BackendError,
@@ -42,7 +43,7 @@ from .errors import (
 from .holdings import Holdings, Job
 from .message import NO_SIZE_LIMIT, reencode_for_retry
 from .statistics import UNREGISTERED, Counters
-from .status import MAX_TRACEBACK, RUNNING_TTL, UNASKED_KEEP, record_fields
+from .status import MAX_TRACEBACK, RUNNING_TTL, UNASKED_KEEP, record_fields, ttl_ms
 from .task import Task
 
 __all__ = ["TRANSITION_TIMEOUT", "Outcomes"]
@@ -85,7 +86,7 @@ class Outcomes:
         if error is not None:
             fields += list(_error_fields(error).items())
         ttl = keep if finished else max(keep, RUNNING_TTL)
-        return self._keys.task(message.task_id), max(1, math.ceil(ttl * 1000)), fields
+        return self._keys.task(message.task_id), ttl_ms(ttl), fields
 
     def __init__(
         self,
@@ -115,7 +116,9 @@ class Outcomes:
         counters = self._counters
         counters.succeeded += 1
         counters.task(task_name).succeeded += 1
-        if job.keep_result is not None:
+        if job.cancel_requested:  # it swallowed its cancellation: it returned all the same
+            self._succeeded_though_cancelled(job)
+        elif job.keep_result is not None:
             self._add_ack(job, self._record(job, "succeeded", job.keep_result, result=job.result))
         elif job.progress is not None:  # it reported progress but keeps no result
             self._add_ack(job, (self._keys.task(job.fields[4]), 0, ()))
@@ -129,7 +132,19 @@ class Outcomes:
                 extra=job.log_fields(duration=duration),
             )
 
-    async def failed(self, job: Job, task: Task, failure: Exception) -> None:
+    def _succeeded_though_cancelled(self, job: Job) -> None:
+        """A task cancelled while it ran caught the cancellation and returned: its outcome
+        is what it returned, and its cancel mark goes."""
+        record = None
+        if job.keep_result is not None:
+            record = self._record(job, "succeeded", job.keep_result, result=job.result)
+        elif job.progress is not None:
+            record = (self._keys.task(job.fields[4]), 0, ())
+        self._add_ack(job, record, cancelled=True)
+        self._holdings.cancelled.pop(job.fields[4], None)
+        logger.info("%s caught its cancellation and returned", job.about(), extra=job.log_fields())
+
+    async def failed(self, job: Job, task: Task, failure: BaseException) -> None:
         """The attempt raised: retry it, or give up after its last attempt."""
         attempt = job.fields[2]
         self._counters.failed += 1
@@ -200,6 +215,17 @@ class Outcomes:
         self._holdings.cancelled.pop(job.fields[4], None)
         logger.info("%s cancelled", job.about(), extra=job.log_fields())
 
+    def clean_up_raised(self, job: Job, error: BaseException) -> None:
+        """The task was cancelled, and its clean-up raised ``error``: it changes nothing
+        (a cancelled task stays cancelled), and is logged."""
+        self._errors.capture(error)
+        logger.warning(
+            "%s: its clean-up raised when it was cancelled: %r",
+            job.about(),
+            error,
+            extra=job.log_fields(),
+        )
+
     def interrupted(self, job: Job, *, attempt_ended: bool = False) -> None:
         """Cancelled past the drain timeout: release the message for immediate reclaim.
 
@@ -216,7 +242,7 @@ class Outcomes:
             extra=job.log_fields(),
         )
 
-    def internal_error(self, job: Job, error: Exception) -> None:
+    def internal_error(self, job: Job, error: BaseException) -> None:
         """A defect of trunner while ending ``job``: it stays pending, the runner goes on."""
         self._errors.capture(error)
         self._holdings.keep(job)
@@ -227,7 +253,7 @@ class Outcomes:
             extra=job.log_fields(),
         )
 
-    async def _retry(self, job: Job, task: Task, failure: Exception) -> None:
+    async def _retry(self, job: Job, task: Task, failure: BaseException) -> None:
         message = job.message
         try:
             delay = task.retry_delay(message.attempt)
@@ -245,6 +271,9 @@ class Outcomes:
             return await self._broker.retry(job.message_id, message.task_id, due_ms, data, record)
 
         if await self._transition(job, write, "retry") is True:
+            if job.cancel_requested:  # cancelled while the retry was written: it goes
+                await self._cancel_retry(job, task)
+                return
             self._counters.retried += 1
             self._counters.task(task.name).retried += 1
             self._on_retry_scheduled(due_ms)
@@ -253,6 +282,32 @@ class Outcomes:
                 job.about(),
                 delay,
                 failure,
+                extra=job.log_fields(),
+            )
+
+    async def _cancel_retry(self, job: Job, task: Task) -> None:
+        """Remove the retry just scheduled for ``job``, whose task was cancelled while the
+        retry was written; its outcome is 'cancelled'. If that fails, the cancel mark drops
+        the retry when it is fetched."""
+        task_id = job.fields[4]
+        record = self._record(job, "cancelled", _keep(job, task, UNASKED_KEEP))
+        until = wall_ms() + int(MARK_LIFETIME * 1000)
+        where = None
+        with trio.move_on_after(TRANSITION_TIMEOUT, shield=True):
+            try:
+                where = await self._broker.cancel_task(task_id, until, job.lock(self._keys), record)
+            except BackendError as exc:
+                self._errors.capture(exc)
+        if where in ("delayed", "queued"):
+            self._counters.cancelled += 1
+            self._holdings.cancelled.pop(task_id, None)
+            logger.info("%s cancelled (its retry removed)", job.about(), extra=job.log_fields())
+        else:
+            logger.warning(
+                "%s: cancelled while its retry was written, and the retry could not be "
+                "removed (%s): its cancel mark drops it when it is fetched",
+                job.about(),
+                where or "Redis failed",
                 extra=job.log_fields(),
             )
 

@@ -46,6 +46,18 @@ from .task import Task, TaskRegistry
 
 __all__ = ["WorkerPool"]
 
+#: What a task raises that is never its failure: the end of the process goes on up.
+_PASSING = (KeyboardInterrupt, SystemExit, GeneratorExit)
+
+
+def _holds(
+    exc: BaseException, types: type[BaseException] | tuple[type[BaseException], ...]
+) -> bool:
+    """Whether ``exc`` is one of ``types``, or a group holding one."""
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(types) is not None
+    return isinstance(exc, types)
+
 
 class WorkerPool:
     """Worker slots, the ready queue, and the job loops that run it."""
@@ -237,10 +249,12 @@ class WorkerPool:
                     finally:
                         if job.waited:  # back from waiting (or leaving: counted out below)
                             self._running += 1
+                    if scope.cancel_called:  # its task was cancelled, and did not stop
+                        break  # (it swallowed the Cancelled): the next job needs a new scope
         finally:
             self._running -= 1
             if ready and not self._spare + self._running:
-                if scope.cancelled_caught and not self._cancelling:  # a task was cancelled
+                if scope.cancel_called and not self._cancelling:  # a task was cancelled
                     self._add_job_loops(1)
                 else:  # the loops were cancelled: nobody takes them
                     self._abandon_ready()
@@ -267,13 +281,13 @@ class WorkerPool:
             # For the task and for the failed-task handler; built only if asked for.
             _current_message.set(job)
             task = job.task
-            if job.cancel_requested and job.decode_error is None:  # cancelled before it started
-                job.ended = True
-                outcomes.cancelled(job, task)
-                return
-            if job.decode_error is not None or task is None or job.fields[2] > task.max_attempts:
-                job.ended = True
-                await outcomes.refuse(job, task)
+            if (
+                job.cancel_requested
+                or job.decode_error is not None
+                or task is None
+                or job.fields[2] > task.max_attempts
+            ):
+                await self._not_run(job, task)
                 return
             if job.fields[8] is None and task.plain:
                 begin = job.began = time.perf_counter()
@@ -292,26 +306,73 @@ class WorkerPool:
             if failure is None:
                 self._succeeded(job, task.name, duration)
             else:
-                job.ended = True
-                await outcomes.failed(job, task, failure)
-        except trio.Cancelled:
-            self._cancelled_with_loop(job)
-            raise
+                await self._failed(job, task, failure)
         except Exception as exc:  # noqa: BLE001 - one message must never crash the runner
             outcomes.internal_error(job, exc)
+        except BaseException as exc:  # noqa: BLE001 - Cancelled, alone or in a group; or worse
+            up = await self._ended_by(job, exc)
+            if up is not None:  # the cancellation alone: the job loop's scope catches its own
+                raise up  # noqa: B904 - exc, or part of it
         finally:
             self._ended(job)
 
-    def _cancelled_with_loop(self, job: Job) -> None:
-        """``job`` was cancelled with its job loop: its task was cancelled (see
+    async def _not_run(self, job: Job, task: Task | None) -> None:
+        """A job that may not run: cancelled before it started, or refused (undecodable,
+        unknown task, or delivered again past its last attempt)."""
+        job.ended = True
+        if job.cancel_requested and job.decode_error is None:
+            self._outcomes.cancelled(job, task)
+        else:
+            await self._outcomes.refuse(job, task)
+
+    async def _ended_by(self, job: Job, exc: BaseException) -> BaseException | None:
+        """``job`` ended with an exception that is not an ``Exception``: what goes on up
+        (a cancellation, see :meth:`_cancelled_with_loop`; or the end of the process:
+        ``KeyboardInterrupt``, ``SystemExit``), or None when it was the task's own failure
+        (some libraries raise ``BaseException`` subclasses): retried or given up on, as
+        any failure — it never ends the runner."""
+        if _holds(exc, _PASSING):
+            return exc
+        if _holds(exc, trio.Cancelled):
+            return self._cancelled_with_loop(job, exc)
+        if job.ended or job.task is None:  # not the attempt's own: a failed-task handler's
+            self._outcomes.internal_error(job, exc)
+        else:
+            await self._failed(job, job.task, exc)
+        return None
+
+    async def _failed(self, job: Job, task: Task, failure: BaseException) -> None:
+        """The attempt raised: it is retried or given up on, unless its task was cancelled
+        (its clean-up raised: it is cancelled all the same, never retried)."""
+        job.ended = True
+        if job.cancel_requested:
+            self._outcomes.clean_up_raised(job, failure)
+            self._outcomes.cancelled(job, task)
+        else:
+            await self._outcomes.failed(job, task, failure)
+
+    def _cancelled_with_loop(self, job: Job, exc: BaseException) -> BaseException:
+        """``job`` was cancelled with its job loop (``exc`` is the ``Cancelled``, or a group
+        of them from the task's own nurseries): its task was cancelled (see
         :meth:`cancel_task`), or, past the drain timeout, it is an interruption (the
         message is released; an attempt that ended keeps counting, so that it is not run
-        again for nothing)."""
+        again for nothing). Returns what goes on up: the cancellation alone — what the
+        task's clean-up raised besides is logged, and changes nothing."""
+        if isinstance(exc, BaseExceptionGroup):
+            cancelled, also = exc.split(trio.Cancelled)
+            if cancelled is None:
+                return exc
+            if also is not None:
+                self._outcomes.clean_up_raised(job, also)
+            exc = cancelled
+        elif not isinstance(exc, trio.Cancelled):
+            return exc
         if job.cancel_requested:
             job.ended = True
             self._outcomes.cancelled(job, job.task)
         elif self._cancelling:
             self._outcomes.interrupted(job, attempt_ended=job.ended)
+        return exc
 
     async def _run_with_options(self, job: Job, task: Task) -> tuple[Exception | None, float]:
         """The attempt of a task that has options
@@ -346,7 +407,8 @@ class WorkerPool:
                 if scope.cancelled_caught:
                     raise TaskTimeout(task.name, timeout)
             if keep is not None:
-                job.result = task.result_codec.encode_json(result)  # InvalidResult: gives up
+                # InvalidResult (no JSON form, or too large): gives up
+                job.result = task.result_codec.encode_json(result, self._config.max_payload_bytes)
         except Exception as exc:  # noqa: BLE001 - the task failed: retried or given up
             return exc, time.perf_counter() - begin
         return None, time.perf_counter() - begin
@@ -358,13 +420,14 @@ class WorkerPool:
         will not start; running, its job loop's scope is cancelled. Returns whether it was
         held here. Either way its outcome is 'cancelled' — unless its attempt had ended
         already: its outcome is being written (a retry, a dead letter) and is not cut off
-        half way; the cancel mark stays, and drops the retry when it is fetched."""
+        half way; a retry is removed once written (see ``Outcomes``), and the cancel mark
+        stays besides, to drop the retry if that fails."""
         for job in self._running_jobs.values():
             if job.fields[4] == task_id:
-                if not (job.cancel_requested or job.ended):
-                    job.cancel_requested = True
-                    if job.waited and job.loop_scope is not None:
-                        job.loop_scope.cancel()
+                running = not (job.cancel_requested or job.ended)
+                if running and job.waited and job.loop_scope is not None:
+                    job.loop_scope.cancel()
+                job.cancel_requested = True  # ended: a retry being written is removed after
                 return True
         return False
 

@@ -3,8 +3,9 @@
 The progress goes into the task's record, where :meth:`TaskHandle.status
 <trunner.TaskHandle.status>` and ``trunner inspect`` read it. Reports are throttled: at
 most one write per attempt every :data:`PROGRESS_INTERVAL` seconds (a report within it is
-kept, and written by the next report or with the task's outcome); a report of ``1.0``
-is always written. A report never fails the task: a Redis error is logged.
+kept, and written by the next report or with the task's outcome); the first report of
+``1.0`` is always written at once (later ones are throttled as any other). A report never
+fails the task: a Redis error is logged.
 """
 
 from __future__ import annotations
@@ -61,8 +62,9 @@ async def report_progress(fraction: float, message: str | None = None) -> None:
     job.progress = float(fraction)
     job.progress_message = message[:MAX_MESSAGE] if message is not None else None
     now = trio.current_time()
-    if now - job.progress_at < PROGRESS_INTERVAL and fraction < 1:
+    if now - job.progress_at < PROGRESS_INTERVAL and (fraction < 1 or job.progress_done):
         await trio.lowlevel.checkpoint()
         return
     job.progress_at = now
+    job.progress_done = fraction >= 1
     await current_runner()._record_progress(job)

@@ -25,25 +25,33 @@ does. Fields (all text):
 ``progress_message``  its message
 ``keep``              ``keep_result`` in seconds
 ====================  =======================================================
+
+A field that does not hold what :func:`record_fields` writes (written by something else:
+not a number, NaN, infinite, a fraction outside [0, 1], a time a ``datetime`` cannot hold)
+reads as unknown (None); a ``state`` that is not one of the record's reads as no record.
 """
 
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping
 
 import attrs
 
 __all__ = [
     "MAX_TRACEBACK",
+    "MAX_TTL_MS",
     "RUNNING_TTL",
     "UNASKED_KEEP",
     "CancelOutcome",
     "RemoteError",
     "TaskState",
     "TaskStatus",
+    "as_time",
     "read_record",
     "record_fields",
+    "ttl_ms",
 ]
 
 #: How long a record lives while its task runs (a runner that dies leaves it to expire).
@@ -54,6 +62,14 @@ RUNNING_TTL = 24 * 3600.0
 UNASKED_KEEP = 3600.0
 #: The most characters of a traceback an outcome keeps (the end is kept: the raise site).
 MAX_TRACEBACK = 8000
+#: The longest time-to-live of a record (ms, about 285 000 years): a longer
+#: ``keep_result`` keeps it this long (Redis refuses a time-to-live it cannot count).
+MAX_TTL_MS = 2**53
+#: The largest attempt a record is believed to hold (a larger one reads as unknown).
+MAX_ATTEMPT = 2**31 - 1
+#: The latest time a record is believed to hold: the end of year 9999, the last second
+#: a ``datetime`` holds (a later one, or one before 1970, reads as unknown).
+MAX_TIME = 253402300799.0
 
 
 class TaskState(enum.Enum):
@@ -168,6 +184,14 @@ class TaskStatus:
 Record = Mapping[bytes, bytes]
 
 
+def ttl_ms(seconds: float) -> int:
+    """A record's time-to-live of ``seconds``, in ms as Redis takes it: at least 1, at most
+    :data:`MAX_TTL_MS`."""
+    if not seconds * 1000 < MAX_TTL_MS:
+        return MAX_TTL_MS
+    return max(1, math.ceil(seconds * 1000))
+
+
 def record_fields(
     **fields: str | bytes | int | float | None,
 ) -> list[tuple[str, str | bytes | int | float]]:
@@ -181,11 +205,40 @@ def _text(record: Record, name: str) -> str | None:
 
 
 def _number(record: Record, name: str) -> float | None:
+    """A finite number, or None (missing, not a number, NaN or infinite)."""
     text = _text(record, name)
     try:
-        return float(text) if text is not None else None
+        value = float(text) if text is not None else None
     except ValueError:
         return None
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _attempt(record: Record) -> int | None:
+    """An attempt: a whole number from 1 to :data:`MAX_ATTEMPT`, or None."""
+    value = _number(record, "attempt")
+    if value is None or not value.is_integer() or not 1 <= value <= MAX_ATTEMPT:
+        return None
+    return int(value)
+
+
+def _fraction(record: Record, name: str) -> float | None:
+    """A fraction from 0 to 1, or None."""
+    value = _number(record, name)
+    return value if value is not None and 0 <= value <= 1 else None
+
+
+def as_time(value: float | None) -> float | None:
+    """Seconds since the epoch that a ``datetime`` can hold (years 1970 to 9999), or
+    None: a value out of that range was not written by trunner, and would break code that
+    converts it."""
+    if value is None or not (math.isfinite(value) and 0 <= value <= MAX_TIME):
+        return None
+    return value
+
+
+def _time(record: Record, name: str) -> float | None:
+    return as_time(_number(record, name))
 
 
 def read_record(task_id: str, record: Record) -> TaskStatus | None:
@@ -195,7 +248,6 @@ def read_record(task_id: str, record: Record) -> TaskStatus | None:
         state = TaskState(_text(record, "state"))
     except ValueError:
         return None
-    attempt = _number(record, "attempt")
     error_type = _text(record, "error_type")
     error = None
     if error_type is not None and state in (TaskState.FAILED, TaskState.DEAD, TaskState.RETRYING):
@@ -206,12 +258,12 @@ def read_record(task_id: str, record: Record) -> TaskStatus | None:
         id=task_id,
         state=state,
         task=_text(record, "task"),
-        attempt=int(attempt) if attempt is not None else None,
+        attempt=_attempt(record),
         instance=_text(record, "instance"),
-        progress=_number(record, "progress"),
+        progress=_fraction(record, "progress"),
         progress_message=_text(record, "progress_message"),
-        enqueued_at=_number(record, "enqueued_at"),
-        started_at=_number(record, "started_at"),
-        finished_at=_number(record, "finished_at"),
+        enqueued_at=_time(record, "enqueued_at"),
+        started_at=_time(record, "started_at"),
+        finished_at=_time(record, "finished_at"),
         error=error,
     )

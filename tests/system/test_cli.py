@@ -309,3 +309,57 @@ async def test_status_result_and_cancel_of_one_task(redis_server: RedisServer, g
         assert nobody.returncode == 1
         assert "no task no-such-task" in nobody.stdout
         assert (await run("status", group, "no-such-task")).returncode == 1
+
+
+async def test_status_and_inspect_show_what_tasks_wrote_as_text(
+    redis_server: RedisServer, group: str
+) -> None:
+    """A progress message or an error is the task's text: what looks like console markup
+    in it (a path in brackets) is shown as it is, never read as markup (a closing tag
+    that matches nothing stopped the command with a traceback)."""
+    url = ["--redis", redis_server.url]
+    tasks = trunner.TaskRegistry()
+    blocked = trio.Event()
+
+    @tasks.task(keep_result=60, max_retry=1, retry_backoff=3600)
+    async def copy(_: Any) -> None:
+        raise ValueError("bad path [/data/in.csv]")
+
+    @tasks.task(keep_result=60)
+    async def stuck(_: Any) -> None:
+        await trunner.report_progress(0.5, "copying [/data/in.csv] [bold]")
+        blocked.set()
+        await trio.sleep_forever()
+
+    async def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return await trio.to_thread.run_sync(lambda: cli(*args, *url))
+
+    config = trunner.RunnerConfig(consumer_group=group, block_duration=1.0)
+    async with open_checked_runner(redis_server.url, config, tasks) as runner:
+        failing = await runner.dispatch("copy", None)
+
+        async def retrying() -> bool:
+            return (await failing.status()).state is trunner.TaskState.RETRYING
+
+        await redis_state(retrying)
+        said = await run("status", group, str(failing))
+        assert said.returncode == 0, said.stderr
+        assert "ValueError: bad path [/data/in.csv]" in said.stdout
+        await failing.cancel()
+
+        running = await runner.dispatch("stuck", None)
+        await blocked.wait()
+        await redis_state(lambda: _progress_written(running))
+        said = await run("status", group, str(running))
+        assert said.returncode == 0, said.stderr
+        assert "50% (copying [/data/in.csv] [bold])" in said.stdout
+        shown = await trio.to_thread.run_sync(
+            lambda: run_python("-m", "trunner", "inspect", group, *url, env={"COLUMNS": "200"})
+        )
+        assert shown.returncode == 0, shown.stderr
+        assert "copying [/data/in.csv] [bold]" in shown.stdout
+        await running.cancel(wait=True)
+
+
+async def _progress_written(handle: trunner.TaskHandle[Any]) -> bool:
+    return (await handle.status()).progress == 0.5

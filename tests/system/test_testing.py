@@ -563,20 +563,28 @@ async def test_call_checks_the_task_name() -> None:
         await tasks.call("", None)
 
 
-async def test_call_lets_base_exceptions_through_without_retrying() -> None:
+async def test_call_retries_base_exceptions_as_a_runner_does() -> None:
+    """A BaseException a task raises is its failure in a runner (retried, then given up);
+    only a cancellation, KeyboardInterrupt or SystemExit goes past it, at once."""
+
     class Stop(BaseException):
         pass
 
     tasks = trunner.TaskRegistry()
     calls: list[int] = []
 
-    @tasks.task(max_retry=5, retry_backoff=0)
-    async def stop(_: Any) -> None:
+    @tasks.task(max_retry=2, retry_backoff=0)
+    async def stop(kind: str) -> None:
         calls.append(trunner.current_message().attempt)
-        raise Stop
+        raise Stop if kind == "stop" else KeyboardInterrupt
 
-    with pytest.raises(Stop):
-        await tasks.call("stop", None)
+    with pytest.raises(trunner.MaxRetryExceeded) as info:
+        await tasks.call("stop", "stop")
+    assert isinstance(info.value.__cause__, Stop)
+    assert calls == [1, 2, 3]
+    calls.clear()
+    with pytest.raises(KeyboardInterrupt):
+        await tasks.call("stop", "interrupt")
     assert calls == [1]
 
 

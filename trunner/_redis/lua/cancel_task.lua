@@ -21,6 +21,8 @@
 -- ARGV[7]  the record's time-to-live in ms ('0': no record is written)
 -- ARGV[8..] field/value pairs of the record
 -- Returns  'delayed', 'queued' or 'running' (where it was cancelled), or 'absent'
+-- What something else wrote never fails it: an id, or a where-map entry, that leads to no
+-- entry of this task is 'absent'.
 local id = ARGV[2]
 local function release_lock()
   if KEYS[8] and redis.call('GET', KEYS[8]) == ARGV[6] then
@@ -42,11 +44,34 @@ if redis.call('ZREM', KEYS[2], id) == 1 then
   record_outcome()
   return 'delayed'
 end
-local entry = redis.call('HGET', KEYS[5], id)
-if not entry and string.match(id, '^%d+%-%d+$') then
-  entry = id
+-- The task's entry: through the where-map, or its id itself; only an entry of this task
+-- (a where-map entry gone stale, or an id shaped like an entry id, may lead to another
+-- task's: it is left alone).
+local function entry_of_task()
+  local found, entry = pcall(redis.call, 'HGET', KEYS[5], id)
+  if not found or not entry then
+    entry = id
+  end
+  if not string.match(entry, '^%d+%-%d+$') then
+    return false
+  end
+  local ok, entries = pcall(redis.call, 'XRANGE', KEYS[1], entry, entry)
+  if not ok or #entries ~= 1 then
+    return false
+  end
+  local fields = entries[1][2]
+  for i = 1, #fields - 1, 2 do
+    if fields[i] == 'payload' then
+      local decoded, body = pcall(cjson.decode, fields[i + 1])
+      if decoded and type(body) == 'table' and type(body.id) == 'string' then
+        return body.id == id and entries[1][1]
+      end
+    end
+  end
+  return entries[1][1] == id and entries[1][1]
 end
-if entry and #redis.call('XRANGE', KEYS[1], entry, entry) == 1 then
+local entry = entry_of_task()
+if entry then
   local ok, pending = pcall(redis.call, 'XPENDING', KEYS[1], ARGV[1], entry, entry, 1)
   if ok and pending[1] then
     redis.call('HSET', KEYS[6], id, ARGV[3])

@@ -1,7 +1,7 @@
 -- Record that tasks which keep their result started: their record says 'running', unless
 -- it already holds a later state (a start is never written over an end, nor over the
 -- 'retrying' its own attempt wrote when it failed before this write went out, nor over a
--- later attempt's start).
+-- later attempt's start). A key of another type (written by something else) is replaced.
 -- KEYS[1..n] the records
 -- ARGV     per record, in KEYS order: its time-to-live (ms), F, then F field/value pairs
 --          (one of them 'attempt')
@@ -16,7 +16,11 @@ for i = 1, #KEYS do
       attempt = tonumber(ARGV[f + 1]) or 0
     end
   end
-  local current = redis.call('HMGET', KEYS[i], 'state', 'attempt')
+  local ok, current = pcall(redis.call, 'HMGET', KEYS[i], 'state', 'attempt')
+  if not ok then  -- not a hash: written by something else, the record takes its place
+    redis.call('DEL', KEYS[i])
+    current = {false, false}
+  end
   local state, recorded = current[1], tonumber(current[2]) or 0
   if not state or (state == 'running' and recorded <= attempt)
       or (state == 'retrying' and recorded < attempt) then

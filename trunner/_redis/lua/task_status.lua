@@ -1,5 +1,7 @@
 -- Where a task is, in one look (read-only): its record, the delayed set, the stream (its
 -- entry found by the task id itself or through the where-map), and the group's progress.
+-- What something else wrote never fails the look: a key of the wrong type reads as
+-- missing, an id that is not an entry id (or names no entry) as no entry.
 -- KEYS[1]  the task stream
 -- KEYS[2]  the delayed set
 -- KEYS[3]  the delayed messages
@@ -12,20 +14,31 @@
 --           deliveries (0 when not pending), delivered (1 when the group delivered the
 --           entry already, 0 when not yet)}
 local id = ARGV[2]
-local record = redis.call('HGETALL', KEYS[5])
-local due = redis.call('ZSCORE', KEYS[2], id)
+local function read(default, ...)
+  local ok, value = pcall(redis.call, ...)
+  if ok then
+    return value
+  end
+  return default
+end
+local record = read({}, 'HGETALL', KEYS[5])
+local due = read(false, 'ZSCORE', KEYS[2], id)
 local delayed = false
 if due then
-  delayed = redis.call('HGET', KEYS[3], id)
+  delayed = read(false, 'HGET', KEYS[3], id)
 end
-local entry_id = redis.call('HGET', KEYS[4], id)
-if not entry_id and string.match(id, '^%d+%-%d+$') then
+local entry_id = read(false, 'HGET', KEYS[4], id)
+if not entry_id then
   entry_id = id
+end
+if not string.match(entry_id, '^%d+%-%d+$') then  -- '+', '7' ... would range over others
+  entry_id = false
 end
 local fields, consumer, deliveries, delivered = false, false, 0, 0
 if entry_id and redis.call('EXISTS', KEYS[1]) == 1 then
-  local entries = redis.call('XRANGE', KEYS[1], entry_id, entry_id)
+  local entries = read({}, 'XRANGE', KEYS[1], entry_id, entry_id)
   if entries[1] then
+    entry_id = entries[1][1]
     fields = entries[1][2]
     local ok, pending = pcall(redis.call, 'XPENDING', KEYS[1], ARGV[1], entry_id, entry_id, 1)
     if ok and pending[1] then
