@@ -576,7 +576,9 @@ class Runner(Producer):
         quarantine = Quarantine(broker, counters, errors, self.consumer_name)
         acks = AckBuffer(broker, config, holdings, counters, errors)
         mover = DelayedMover(broker, errors, quarantine, metrics.schedule_pass)
-        outcomes = Outcomes(broker, config, holdings, acks, counters, errors, mover.due_at)
+        outcomes = Outcomes(
+            broker, config, holdings, acks, counters, errors, mover.due_at, quarantine
+        )
         pool = WorkerPool(self.tasks, config, holdings, outcomes, counters, metrics.task_time)
         releaser = Releaser(broker, holdings, counters)
         schedule = ReclaimSchedule(config.reclaim_interval)

@@ -394,3 +394,26 @@ async def test_a_failed_task_whose_handler_is_cut_off_by_the_drain_never_runs_ag
         assert letter.reason == "max retries exceeded (redelivered)"
     assert ran == 1, "the task never ran again"
     assert handled == ["MaxRetryExceeded", "MaxRetryExceeded"]
+
+
+async def test_a_dead_letter_stream_of_the_wrong_type_loses_no_message(
+    url: str, group: str, raw: Any
+) -> None:
+    """The dead-letter script acknowledged the message and then failed on the key's type:
+    Redis keeps what a failing script wrote, so the message was gone, never dead-lettered.
+    Now the script checks its keys first, and the runner sets the key aside."""
+    keys = Keys("trunner", group)
+    raw.rpush(keys.dead, "not a stream")
+    async with trunner.open_runner(url, config(group, **FAST), registry(Runs())) as runner:
+        data = encode_message("nobody", None, enqueued_at=0.0, task_id="t", max_bytes=10_000)
+        entry = raw.xadd(keys.stream, {"payload": data}).decode()
+
+        async def dead_lettered() -> bool:
+            return raw.type(keys.dead) == b"stream" and bool(raw.xrange(keys.dead))
+
+        await redis_state(dead_lettered)
+        [(_, letter)] = raw.xrange(keys.dead)
+        assert letter[b"message_id"] == entry.encode()
+        [record] = records(raw, keys)
+        assert record[b"source"] == keys.dead.encode()
+        assert runner.state is trunner.RunnerState.STARTED
