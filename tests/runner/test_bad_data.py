@@ -417,3 +417,19 @@ async def test_a_dead_letter_stream_of_the_wrong_type_loses_no_message(
         [record] = records(raw, keys)
         assert record[b"source"] == keys.dead.encode()
         assert runner.state is trunner.RunnerState.STARTED
+
+
+async def test_a_stream_of_the_wrong_type_does_not_keep_runners_from_starting(
+    url: str, group: str, raw: Any
+) -> None:
+    keys = Keys("trunner", group)
+    runs = Runs()
+    raw.set(keys.stream, "not a stream")
+    async with trunner.open_runner(url, config(group, **FAST), registry(runs)) as runner:
+        await runner.dispatch("record", "runs")
+        await runs.wait_for("runs")
+        [record] = records(raw, keys)
+        assert record[b"source"] == keys.stream.encode()
+        renamed = record[b"action"].decode().removeprefix("renamed to ")
+        assert raw.get(renamed) == b"not a stream", "set aside, not deleted"
+
