@@ -433,3 +433,20 @@ async def test_a_stream_of_the_wrong_type_does_not_keep_runners_from_starting(
         renamed = record[b"action"].decode().removeprefix("renamed to ")
         assert raw.get(renamed) == b"not a stream", "set aside, not deleted"
 
+
+async def test_a_quarantine_of_the_wrong_type_is_set_aside_and_the_record_written(
+    url: str, group: str, raw: Any
+) -> None:
+    keys = Keys("trunner", group)
+    raw.rpush(keys.quarantine, "not a stream")
+    raw.hset(keys.metrics, "t:x:n", "not a number")
+    async with trunner.open_runner(url, config(group, **FAST), registry(Runs())):
+
+        async def recorded() -> bool:
+            if raw.type(keys.quarantine) != b"stream":
+                return False
+            return any(r[b"source"] == b"metrics" for r in records(raw, keys))
+
+        await redis_state(recorded)
+    aside = [r for r in records(raw, keys) if r[b"source"] == keys.quarantine.encode()]
+    assert aside, "the list was renamed aside, and said so"
