@@ -450,3 +450,27 @@ async def test_a_quarantine_of_the_wrong_type_is_set_aside_and_the_record_writte
         await redis_state(recorded)
     aside = [r for r in records(raw, keys) if r[b"source"] == keys.quarantine.encode()]
     assert aside, "the list was renamed aside, and said so"
+
+
+async def test_instance_details_holding_1e400_are_listed_without_and_the_stats_go_on(
+    url: str, group: str, raw: Any
+) -> None:
+    """JSON reads 1e400 as infinity, and int(inf) raised OverflowError, which the leader's
+    statistics round did not expect: the chore was restarted, again and again."""
+    keys = Keys("trunner", group)
+    now_ms = raw.time()[0] * 1000
+    raw.zadd(keys.instances, {"ghost": now_ms + 3_600_000})
+    raw.hset(keys.instances_info, "ghost", '{"capacity": 1e400, "pid": 1}')
+    async with trunner.open_runner(url, config(group, **FAST), registry(Runs())) as runner:
+        aggregator = parts(runner).aggregator
+
+        async def two_rounds() -> bool:
+            await trio.lowlevel.checkpoint()
+            return aggregator.rounds >= 2
+
+        await redis_state(two_rounds)
+        [record] = [r for r in records(raw, keys) if r[b"source"] == b"instances:info"]
+        assert record[b"item"] == b"ghost"
+        assert runner.statistics().chores_restarted == 0
+        ghost = [i for i in await runner.instances() if i.id == "ghost"]
+        assert ghost[0].capacity == 0, "listed without its details"
