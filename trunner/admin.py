@@ -117,10 +117,13 @@ def _text(fields: dict[str, bytes], name: str) -> str:
 
 
 def _number(fields: dict[str, bytes], name: str) -> float:
+    """A number field of a dead letter; 0 when it holds no finite number (NaN, inf and
+    1e400 would fail the int() of an attempt count)."""
     try:
-        return float(fields.get(name, b"0"))
+        value = float(fields.get(name, b"0"))
     except ValueError:
         return 0.0
+    return value if math.isfinite(value) else 0.0
 
 
 def dead_letter_of(entry: RawEntry) -> DeadLetter:

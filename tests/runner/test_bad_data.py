@@ -474,3 +474,15 @@ async def test_instance_details_holding_1e400_are_listed_without_and_the_stats_g
         assert runner.statistics().chores_restarted == 0
         ghost = [i for i in await runner.instances() if i.id == "ghost"]
         assert ghost[0].capacity == 0, "listed without its details"
+
+
+async def test_dead_letters_whose_numbers_are_not_finite_can_be_read(
+    url: str, group: str, raw: Any
+) -> None:
+    keys = Keys("trunner", group)
+    raw.xadd(keys.dead, {"attempt": "inf", "failed_at": "1e400", "task": "x"})
+    raw.xadd(keys.dead, {"attempt": "nan", "failed_at": "-inf"})
+    async with trunner.open_runner(url, config(group, **FAST), registry(Runs())) as runner:
+        letters = await runner.dead_letters()
+    assert [(d.attempt, d.failed_at) for d in letters] == [(0, 0.0), (0, 0.0)]
+    assert letters[0].task == "x"
