@@ -486,3 +486,22 @@ async def test_dead_letters_whose_numbers_are_not_finite_can_be_read(
         letters = await runner.dead_letters()
     assert [(d.attempt, d.failed_at) for d in letters] == [(0, 0.0), (0, 0.0)]
     assert letters[0].task == "x"
+
+
+@pytest.mark.parametrize("mark", ["\u00b2", "9" * 5000, "1e400", " 5"])
+async def test_a_cancel_mark_that_is_not_a_time_is_deleted_and_the_janitor_goes_on(
+    url: str, group: str, raw: Any, mark: str
+) -> None:
+    """'²'.isdigit() is true and int('²') raises, as int() of 5000 digits does: the
+    janitor's round failed at every round. Redis's tonumber() reads '1e400' as infinity:
+    the mark was recorded as deleted and kept for ever."""
+    keys = Keys("trunner", group)
+    raw.hset(keys.cancelled, "ghost", mark)
+    async with trunner.open_runner(url, config(group, **FAST), registry(Runs())) as runner:
+        janitor = parts(runner).janitor
+        await janitor.wait_rounds(2)
+        [record] = records(raw, keys)
+        assert record[b"source"] == b"cancelled"
+        assert record[b"action"] == b"deleted"
+        assert raw.hget(keys.cancelled, "ghost") is None
+        assert runner.statistics().chores_restarted == 0
