@@ -505,3 +505,29 @@ async def test_a_cancel_mark_that_is_not_a_time_is_deleted_and_the_janitor_goes_
         assert record[b"action"] == b"deleted"
         assert raw.hget(keys.cancelled, "ghost") is None
         assert runner.statistics().chores_restarted == 0
+
+
+@pytest.mark.parametrize("decisions", [False, True], ids=["fixed", "decided"])
+async def test_a_capacity_version_that_is_not_a_count_is_replaced(
+    url: str, group: str, raw: Any, decisions: bool
+) -> None:
+    """The leader read the version back with int() (a fixed capacity: the statistics round
+    failed, and the chore restarted, every round) or incremented it (HINCRBY failed:
+    no statistics were published again)."""
+    keys = Keys("trunner", group)
+    raw.hset(keys.capacity, mapping={"value": "2", "version": "abc"})
+    bounds = {"num_workers": 2, "min_workers": 1, "max_workers": 3, "long_queue_threshold": 30.0}
+    cfg = config(group, **FAST, **(bounds if decisions else {}))
+    async with trunner.open_runner(url, cfg, registry(Runs())) as runner:
+        aggregator = parts(runner).aggregator
+
+        async def two_rounds() -> bool:
+            await trio.lowlevel.checkpoint()
+            return aggregator.rounds >= 2
+
+        await redis_state(two_rounds)
+        assert runner.statistics().chores_restarted == 0
+        version = raw.hget(keys.capacity, "version")
+        assert version is None or version.isdigit()
+        if decisions:
+            assert int(raw.hget(keys.capacity, "version")) >= 1
