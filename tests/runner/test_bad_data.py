@@ -531,3 +531,24 @@ async def test_a_capacity_version_that_is_not_a_count_is_replaced(
         assert version is None or version.isdigit()
         if decisions:
             assert int(raw.hget(keys.capacity, "version")) >= 1
+
+
+@pytest.mark.parametrize("stored", ["1e400", "9" * 20, "a week ahead"])
+async def test_a_last_cron_tick_that_cannot_have_fired_does_not_stop_the_schedule(
+    url: str, group: str, raw: Any, stored: str
+) -> None:
+    """The fire script read the stored tick with tonumber(): '1e400' is infinity, and
+    every tick was 'already fired'; so was one 20 digits long, or one in the future."""
+    keys = Keys("trunner", group)
+    runs = Runs()
+    tasks = registry(runs)
+    tasks.cron("* * * * * *", "record", "tick", name="tick")
+    if stored == "a week ahead":
+        stored = str((raw.time()[0] + 7 * 86400) * 1000)
+    raw.hset(keys.cron, "tick", stored)
+    async with trunner.open_runner(url, config(group, **FAST), tasks) as runner:
+        await runs.wait_for("tick")
+        [record] = records(raw, keys)
+        assert (record[b"source"], record[b"item"]) == (b"cron", b"tick")
+        assert runner.statistics().quarantined == 1
+    assert int(raw.hget(keys.cron, "tick")) <= (raw.time()[0] + 1) * 1000, "replaced"
