@@ -243,7 +243,12 @@ async def test_a_failing_leader_chore_is_restarted_and_the_runner_goes_on(
 
 @pytest.mark.parametrize(
     "corrupt",
-    ["a list as the lease", "a lease that never expires", "a fence that is not a number"],
+    [
+        "a list as the lease",
+        "a lease that never expires",
+        "a fence that is not a number",
+        "a fence below 0",
+    ],
 )
 async def test_a_corrupted_lease_does_not_keep_the_group_without_a_leader(
     url: str, group: str, raw: Any, corrupt: str
@@ -253,6 +258,8 @@ async def test_a_corrupted_lease_does_not_keep_the_group_without_a_leader(
         raw.rpush(keys.leader, "x")
     elif corrupt == "a lease that never expires":
         raw.set(keys.leader, "a-holder-long-gone")
+    elif corrupt == "a fence below 0":  # INCR gave 0 (no fence: not led) or a negative one
+        raw.set(keys.fence, "-1")
     else:
         raw.set(keys.fence, "garbage")
     async with trunner.open_runner(url, config(group, **FAST), trunner.TaskRegistry()) as r:
