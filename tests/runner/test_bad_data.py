@@ -559,3 +559,34 @@ async def test_a_last_cron_tick_that_cannot_have_fired_does_not_stop_the_schedul
         assert (record[b"source"], record[b"item"]) == (b"cron", b"tick")
         assert runner.statistics().quarantined == 1
     assert int(raw.hget(keys.cron, "tick")) <= (raw.time()[0] + 1) * 1000, "replaced"
+
+
+async def test_metrics_too_large_to_add_up_leave_the_capacity_decision_going(
+    url: str, group: str, raw: Any
+) -> None:
+    """1e308 s over 1e-300 runs is a finite field each, and an infinite average: the
+    capacity decision raised OverflowError at math.ceil, at every round with a queue."""
+    keys = Keys("trunner", group)
+    raw.hset(keys.metrics, mapping={"t:record:s": "1e308", "t:record:n": "1e-300"})
+    started, release = trio.Event(), trio.Event()
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task
+    async def hold(_: Any) -> None:
+        started.set()
+        await release.wait()
+
+    bounds = {"num_workers": 2, "min_workers": 1, "max_workers": 3, "long_queue_threshold": 30.0}
+    async with trunner.open_runner(url, config(group, **FAST, **bounds), tasks) as runner:
+        await runner.dispatch("hold")  # the queue is not empty while it runs
+        await started.wait()
+        aggregator = parts(runner).aggregator
+
+        async def two_rounds() -> bool:
+            await trio.lowlevel.checkpoint()
+            return aggregator.rounds >= 2
+
+        await redis_state(two_rounds)
+        assert runner.statistics().chores_restarted == 0
+        assert raw.hget(keys.capacity, "value") == b"3"
+        release.set()
