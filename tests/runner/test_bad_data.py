@@ -156,7 +156,8 @@ async def test_a_metrics_field_holding_no_number_is_replaced_by_the_next_report(
 
         async def replaced() -> bool:
             value = raw.hget(keys.metrics, "t:record:n")
-            return value is not None and value != b"garbage"
+            recorded = any(r[b"source"] == b"metrics" for r in records(raw, keys))
+            return value is not None and value != b"garbage" and recorded  # (written after)
 
         await redis_state(replaced)
         assert float(raw.hget(keys.metrics, "t:record:n")) == 1.0
