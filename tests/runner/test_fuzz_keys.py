@@ -260,7 +260,7 @@ def corruptions(keys: Keys) -> dict[str, st.SearchStrategy[Corruption]]:
             ops: list[Op] = [("set", keys.leader, draw(values))]
         else:
             ops = [("type", keys.leader, kind)]
-        return Corruption("leader", ops, records={("leader", keys.leader)}, cron=True)
+        return Corruption("leader", ops, records={("leader", keys.leader)})
 
     @st.composite
     def fence(draw: st.DrawFn) -> Corruption:
@@ -274,7 +274,7 @@ def corruptions(keys: Keys) -> dict[str, st.SearchStrategy[Corruption]]:
         else:
             ops = [("type", keys.fence, kind)]
             records = {("leader", keys.leader)}
-        return Corruption("fence", ops, records=records, cron=True)
+        return Corruption("fence", ops, records=records)
 
     @st.composite
     def instances(draw: st.DrawFn) -> Corruption:
