@@ -117,10 +117,13 @@ def _text(fields: dict[str, bytes], name: str) -> str:
 
 
 def _number(fields: dict[str, bytes], name: str) -> float:
+    """A number field of a dead letter; 0 when it holds no finite number (NaN, inf and
+    1e400 would fail the int() of an attempt count)."""
     try:
-        return float(fields.get(name, b"0"))
+        value = float(fields.get(name, b"0"))
     except ValueError:
         return 0.0
+    return value if math.isfinite(value) else 0.0
 
 
 def dead_letter_of(entry: RawEntry) -> DeadLetter:
@@ -297,8 +300,8 @@ async def _dead_letter_of_task(broker: Broker, task_id: str) -> str | None:
 
 
 def _instance(instance: str, seen: float, info: str | None, leader: bool) -> InstanceInfo:
-    """An instance from its membership row; ValueError (or TypeError) if its details are
-    not what the reporter writes."""
+    """An instance from its membership row; ValueError (or TypeError, OverflowError) if its
+    details are not what the reporter writes."""
     details = json.loads(info) if info else {}
     if not isinstance(details, dict):
         raise ValueError(f"not a JSON object: {info!r:.200}")
@@ -322,7 +325,8 @@ def instances_of(
     for instance, seen, info in rows:
         try:
             out.append(_instance(instance, seen, info, instance == leader))
-        except (ValueError, TypeError, RecursionError) as exc:
+        except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+            # OverflowError: a number JSON reads as infinity (1e400) is no pid or capacity.
             bad.append((instance, (info or "").encode("utf-8", "surrogateescape"), str(exc)))
             out.append(_instance(instance, seen, None, instance == leader))
     return sorted(out, key=lambda i: i.id), bad

@@ -49,6 +49,8 @@ def decide_capacity(stats: GroupStats, config: RunnerConfig) -> int | None:
         return None
     if stats.queue_length == 0:
         return low
+    if not math.isfinite(stats.predicted_wait):
+        return high  # timings too large to add up (written by something else, or absurd)
     if stats.predicted_wait <= 0:
         return high  # a queue, and no finished task yet to size it by
     total = stats.predicted_wait * stats.total_capacity  # = average x queue_length

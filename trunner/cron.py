@@ -33,6 +33,10 @@ __all__ = ["CronScheduler"]
 
 T = TypeVar("T")
 
+#: A last tick fired later than this (ms) after now was not written by trunner: it counts
+#: as none (``cron_fire.lua`` says the same).
+MAX_AHEAD_MS = 86_400_000
+
 
 class CronScheduler:
     """Fires each tick of each cron schedule once group-wide (a leader chore).
@@ -88,14 +92,16 @@ class CronScheduler:
 
     async def _last_fired(self) -> dict[str, int]:
         fired, bad = await self._broker.cron_last_fired()
+        action = "left in place: the next tick fired replaces it"
         for name, value in bad:
-            await self._quarantine.set_aside(
-                "cron",
-                name,
-                "the last tick fired is not a number",
-                value,
-                "left in place: the next tick fired replaces it",
-            )
+            reason = "the last tick fired is not a number"
+            await self._quarantine.set_aside("cron", name, reason, value, action)
+        latest = int(time.time() * 1000) + MAX_AHEAD_MS
+        for name, tick in list(fired.items()):
+            if tick > latest:  # cron_fire.lua fires over it too
+                del fired[name]
+                reason = "the last tick fired is more than a day ahead"
+                await self._quarantine.set_aside("cron", name, reason, str(tick), action)
         return fired
 
     async def _set_aside(self, schedule: CronSchedule, reason: str) -> None:

@@ -38,8 +38,17 @@ __all__ = ["Janitor", "instance_of"]
 TRIM_LIMIT = 10_000
 #: How many cancel marks, and where-map entries, one round looks at (HSCAN COUNT).
 SWEEP_PAGE = 500
-_ENTRY_ID = re.compile(r"\d+-\d+")
+_ENTRY_ID = re.compile(r"[0-9]+-[0-9]+")
+#: The most digits of a time in ms (int64).
+MAX_MS_DIGITS = 19
 _FETCHER_SUFFIX = re.compile(r"/\d+$")
+
+
+def _is_time_ms(value: str) -> bool:
+    """Whether a cancel mark holds what trunner writes: a time in ms, in ASCII digits
+    (``str.isdigit`` also takes ``²`` and other digits ``int`` refuses, and ``int`` refuses
+    more than 4300 digits)."""
+    return value.isascii() and value.isdigit() and len(value) <= MAX_MS_DIGITS
 
 
 def instance_of(consumer: str) -> str:
@@ -147,7 +156,7 @@ class Janitor:
             pages[name] = pairs
         marks = []
         for task_id, until in pages["cancelled"]:
-            if not until.isdigit():
+            if not _is_time_ms(until):
                 await self._set_aside("cancelled", task_id, until, "not a time in ms")
                 marks.append(task_id)
             elif int(until) <= now:

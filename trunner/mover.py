@@ -72,6 +72,10 @@ class DelayedMover:
         backoff = LoopBackoff()
         while True:
             self._wake = trio.Event()
+            # The pass finds the next due time again: a task scheduled meanwhile wakes the
+            # mover whatever it is due (compared with the last pass's, it was missed, and
+            # waited up to MAX_SLEEP).
+            self._next_due_ms = None
             begin = time.perf_counter()
             try:
                 moved, next_due, unique = await self._broker.move_due(

@@ -42,6 +42,7 @@ from .errors import (
 )
 from .holdings import Holdings, Job
 from .message import NO_SIZE_LIMIT, reencode_for_retry
+from .quarantine import Quarantine
 from .statistics import UNREGISTERED, Counters
 from .status import MAX_TRACEBACK, RUNNING_TTL, UNASKED_KEEP, record_fields, ttl_ms
 from .task import Task
@@ -97,6 +98,7 @@ class Outcomes:
         counters: Counters,
         errors: ErrorLog,
         on_retry_scheduled: Callable[[int], None],
+        quarantine: Quarantine | None = None,
         task_names: Callable[[], Iterable[str]] = frozenset,
     ) -> None:
         self._broker = broker
@@ -109,6 +111,7 @@ class Outcomes:
         self._counters = counters
         self._errors = errors
         self._on_retry_scheduled = on_retry_scheduled
+        self._quarantine = quarantine
 
     def succeeded(self, job: Job, task_name: str, duration: float) -> None:
         """The attempt returned: acknowledge it (batched), with its outcome if it keeps its
@@ -401,6 +404,8 @@ class Outcomes:
                         exc,
                         extra=job.log_fields(),
                     )
+                    if self._quarantine is not None:  # a key of a wrong type: set aside
+                        await self._quarantine.after_error(exc)
                 await trio.sleep(backoff.next_delay())
         self._holdings.keep(job)
         logger.error(

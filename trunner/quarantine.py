@@ -156,16 +156,21 @@ class Quarantine:
         """Record a bad item (once per item and reason), count it, report it, log it.
 
         The record is best effort: if Redis does not take it, the error is captured and
-        the loop goes on (the item is counted and logged all the same).
+        the loop goes on (the item is counted and logged all the same). A quarantine
+        stream of the wrong type is set aside first, and the record written again.
         """
         if not self.noted(source, item, reason, action):
             return
-        try:
-            fields = self.fields(source, item, reason, value, action)
-            await self._broker.quarantine(fields, QUARANTINE_MAXLEN)
-        except BackendError as exc:
-            self._errors.capture(exc)
-            logger.warning("recording bad data in the quarantine failed: %s", exc)
+        fields = self.fields(source, item, reason, value, action)
+        for _ in range(2):  # again after setting aside a quarantine of the wrong type
+            try:
+                await self._broker.quarantine(fields, QUARANTINE_MAXLEN)
+                return
+            except BackendError as exc:
+                self._errors.capture(exc)
+                logger.warning("recording bad data in the quarantine failed: %s", exc)
+                if not await self.after_error(exc):
+                    return
 
     async def after_error(self, error: BaseException) -> bool:
         """Call it with a Redis error a loop got: when it says a key holds a value of the

@@ -80,6 +80,7 @@ from .cron import CronScheduler
 from .election import Elector
 from .errors import (
     BackendError,
+    RedisCommandError,
     RedisUnavailable,
     RunnerAlreadyStarted,
     RunnerCrashed,
@@ -552,7 +553,7 @@ class Runner(Producer):
         try:
             with trio.fail_after(timeout):
                 await broker.load_scripts()
-                await broker.ensure_group()
+                await self._ensure_group(broker)
                 policy = await broker.eviction_policy()
         except trio.TooSlowError:
             raise RedisUnavailable(
@@ -569,6 +570,18 @@ class Runner(Producer):
                 limit,
             )
 
+    async def _ensure_group(self, broker: Broker) -> None:
+        """Create the consumer group if missing. When the stream (or the group's floor)
+        holds a value of another type, written by something else, it is set aside first:
+        otherwise no runner of the group could ever start."""
+        try:
+            await broker.ensure_group()
+        except RedisCommandError as exc:
+            quarantine = Quarantine(broker, self._counters, self._errors, self.consumer_name)
+            if not await quarantine.after_error(exc):
+                raise
+            await broker.ensure_group()
+
     def _build(self, broker: Broker) -> _Components:
         config, counters, errors = self.config, self._counters, self._errors
         metrics = MetricsBuffer(cumulative=self.timings)
@@ -577,7 +590,15 @@ class Runner(Producer):
         acks = AckBuffer(broker, config, holdings, counters, errors)
         mover = DelayedMover(broker, errors, quarantine, metrics.schedule_pass)
         outcomes = Outcomes(
-            broker, config, holdings, acks, counters, errors, mover.due_at, lambda: self.tasks.names
+            broker,
+            config,
+            holdings,
+            acks,
+            counters,
+            errors,
+            mover.due_at,
+            quarantine,
+            task_names=lambda: self.tasks.names,
         )
         pool = WorkerPool(self.tasks, config, holdings, outcomes, counters, metrics.task_time)
         releaser = Releaser(broker, holdings, counters)

@@ -156,7 +156,8 @@ async def test_a_metrics_field_holding_no_number_is_replaced_by_the_next_report(
 
         async def replaced() -> bool:
             value = raw.hget(keys.metrics, "t:record:n")
-            return value is not None and value != b"garbage"
+            recorded = any(r[b"source"] == b"metrics" for r in records(raw, keys))
+            return value is not None and value != b"garbage" and recorded  # (written after)
 
         await redis_state(replaced)
         assert float(raw.hget(keys.metrics, "t:record:n")) == 1.0
@@ -243,7 +244,12 @@ async def test_a_failing_leader_chore_is_restarted_and_the_runner_goes_on(
 
 @pytest.mark.parametrize(
     "corrupt",
-    ["a list as the lease", "a lease that never expires", "a fence that is not a number"],
+    [
+        "a list as the lease",
+        "a lease that never expires",
+        "a fence that is not a number",
+        "a fence below 0",
+    ],
 )
 async def test_a_corrupted_lease_does_not_keep_the_group_without_a_leader(
     url: str, group: str, raw: Any, corrupt: str
@@ -253,6 +259,8 @@ async def test_a_corrupted_lease_does_not_keep_the_group_without_a_leader(
         raw.rpush(keys.leader, "x")
     elif corrupt == "a lease that never expires":
         raw.set(keys.leader, "a-holder-long-gone")
+    elif corrupt == "a fence below 0":  # INCR gave 0 (no fence: not led) or a negative one
+        raw.set(keys.fence, "-1")
     else:
         raw.set(keys.fence, "garbage")
     async with trunner.open_runner(url, config(group, **FAST), trunner.TaskRegistry()) as r:
@@ -394,3 +402,192 @@ async def test_a_failed_task_whose_handler_is_cut_off_by_the_drain_never_runs_ag
         assert letter.reason == "max retries exceeded (redelivered)"
     assert ran == 1, "the task never ran again"
     assert handled == ["MaxRetryExceeded", "MaxRetryExceeded"]
+
+
+async def test_a_dead_letter_stream_of_the_wrong_type_loses_no_message(
+    url: str, group: str, raw: Any
+) -> None:
+    """The dead-letter script acknowledged the message and then failed on the key's type:
+    Redis keeps what a failing script wrote, so the message was gone, never dead-lettered.
+    Now the script checks its keys first, and the runner sets the key aside."""
+    keys = Keys("trunner", group)
+    raw.rpush(keys.dead, "not a stream")
+    async with trunner.open_runner(url, config(group, **FAST), registry(Runs())) as runner:
+        data = encode_message("nobody", None, enqueued_at=0.0, task_id="t", max_bytes=10_000)
+        entry = raw.xadd(keys.stream, {"payload": data}).decode()
+
+        async def dead_lettered() -> bool:
+            return raw.type(keys.dead) == b"stream" and bool(raw.xrange(keys.dead))
+
+        await redis_state(dead_lettered)
+        [(_, letter)] = raw.xrange(keys.dead)
+        assert letter[b"message_id"] == entry.encode()
+        [record] = records(raw, keys)
+        assert record[b"source"] == keys.dead.encode()
+        assert runner.state is trunner.RunnerState.STARTED
+
+
+async def test_a_stream_of_the_wrong_type_does_not_keep_runners_from_starting(
+    url: str, group: str, raw: Any
+) -> None:
+    keys = Keys("trunner", group)
+    runs = Runs()
+    raw.set(keys.stream, "not a stream")
+    async with trunner.open_runner(url, config(group, **FAST), registry(runs)) as runner:
+        await runner.dispatch("record", "runs")
+        await runs.wait_for("runs")
+        [record] = records(raw, keys)
+        assert record[b"source"] == keys.stream.encode()
+        renamed = record[b"action"].decode().removeprefix("renamed to ")
+        assert raw.get(renamed) == b"not a stream", "set aside, not deleted"
+
+
+async def test_a_quarantine_of_the_wrong_type_is_set_aside_and_the_record_written(
+    url: str, group: str, raw: Any
+) -> None:
+    keys = Keys("trunner", group)
+    raw.rpush(keys.quarantine, "not a stream")
+    raw.hset(keys.metrics, "t:x:n", "not a number")
+    async with trunner.open_runner(url, config(group, **FAST), registry(Runs())):
+
+        async def recorded() -> bool:
+            if raw.type(keys.quarantine) != b"stream":
+                return False
+            return any(r[b"source"] == b"metrics" for r in records(raw, keys))
+
+        await redis_state(recorded)
+    aside = [r for r in records(raw, keys) if r[b"source"] == keys.quarantine.encode()]
+    assert aside, "the list was renamed aside, and said so"
+
+
+async def test_instance_details_holding_1e400_are_listed_without_and_the_stats_go_on(
+    url: str, group: str, raw: Any
+) -> None:
+    """JSON reads 1e400 as infinity, and int(inf) raised OverflowError, which the leader's
+    statistics round did not expect: the chore was restarted, again and again."""
+    keys = Keys("trunner", group)
+    now_ms = raw.time()[0] * 1000
+    raw.zadd(keys.instances, {"ghost": now_ms + 3_600_000})
+    raw.hset(keys.instances_info, "ghost", '{"capacity": 1e400, "pid": 1}')
+    async with trunner.open_runner(url, config(group, **FAST), registry(Runs())) as runner:
+        aggregator = parts(runner).aggregator
+
+        async def two_rounds() -> bool:
+            await trio.lowlevel.checkpoint()
+            return aggregator.rounds >= 2
+
+        await redis_state(two_rounds)
+        [record] = [r for r in records(raw, keys) if r[b"source"] == b"instances:info"]
+        assert record[b"item"] == b"ghost"
+        assert runner.statistics().chores_restarted == 0
+        ghost = [i for i in await runner.instances() if i.id == "ghost"]
+        assert ghost[0].capacity == 0, "listed without its details"
+
+
+async def test_dead_letters_whose_numbers_are_not_finite_can_be_read(
+    url: str, group: str, raw: Any
+) -> None:
+    keys = Keys("trunner", group)
+    raw.xadd(keys.dead, {"attempt": "inf", "failed_at": "1e400", "task": "x"})
+    raw.xadd(keys.dead, {"attempt": "nan", "failed_at": "-inf"})
+    async with trunner.open_runner(url, config(group, **FAST), registry(Runs())) as runner:
+        letters = await runner.dead_letters()
+    assert [(d.attempt, d.failed_at) for d in letters] == [(0, 0.0), (0, 0.0)]
+    assert letters[0].task == "x"
+
+
+@pytest.mark.parametrize("mark", ["\u00b2", "9" * 5000, "1e400", " 5"])
+async def test_a_cancel_mark_that_is_not_a_time_is_deleted_and_the_janitor_goes_on(
+    url: str, group: str, raw: Any, mark: str
+) -> None:
+    """'²'.isdigit() is true and int('²') raises, as int() of 5000 digits does: the
+    janitor's round failed at every round. Redis's tonumber() reads '1e400' as infinity:
+    the mark was recorded as deleted and kept for ever."""
+    keys = Keys("trunner", group)
+    raw.hset(keys.cancelled, "ghost", mark)
+    async with trunner.open_runner(url, config(group, **FAST), registry(Runs())) as runner:
+        janitor = parts(runner).janitor
+        await janitor.wait_rounds(2)
+        [record] = records(raw, keys)
+        assert record[b"source"] == b"cancelled"
+        assert record[b"action"] == b"deleted"
+        assert raw.hget(keys.cancelled, "ghost") is None
+        assert runner.statistics().chores_restarted == 0
+
+
+@pytest.mark.parametrize("decisions", [False, True], ids=["fixed", "decided"])
+async def test_a_capacity_version_that_is_not_a_count_is_replaced(
+    url: str, group: str, raw: Any, decisions: bool
+) -> None:
+    """The leader read the version back with int() (a fixed capacity: the statistics round
+    failed, and the chore restarted, every round) or incremented it (HINCRBY failed:
+    no statistics were published again)."""
+    keys = Keys("trunner", group)
+    raw.hset(keys.capacity, mapping={"value": "2", "version": "abc"})
+    bounds = {"num_workers": 2, "min_workers": 1, "max_workers": 3, "long_queue_threshold": 30.0}
+    cfg = config(group, **FAST, **(bounds if decisions else {}))
+    async with trunner.open_runner(url, cfg, registry(Runs())) as runner:
+        aggregator = parts(runner).aggregator
+
+        async def two_rounds() -> bool:
+            await trio.lowlevel.checkpoint()
+            return aggregator.rounds >= 2
+
+        await redis_state(two_rounds)
+        assert runner.statistics().chores_restarted == 0
+        version = raw.hget(keys.capacity, "version")
+        assert version is None or version.isdigit()
+        if decisions:
+            assert int(raw.hget(keys.capacity, "version")) >= 1
+
+
+@pytest.mark.parametrize("stored", ["1e400", "9" * 20, "a week ahead"])
+async def test_a_last_cron_tick_that_cannot_have_fired_does_not_stop_the_schedule(
+    url: str, group: str, raw: Any, stored: str
+) -> None:
+    """The fire script read the stored tick with tonumber(): '1e400' is infinity, and
+    every tick was 'already fired'; so was one 20 digits long, or one in the future."""
+    keys = Keys("trunner", group)
+    runs = Runs()
+    tasks = registry(runs)
+    tasks.cron("* * * * * *", "record", "tick", name="tick")
+    if stored == "a week ahead":
+        stored = str((raw.time()[0] + 7 * 86400) * 1000)
+    raw.hset(keys.cron, "tick", stored)
+    async with trunner.open_runner(url, config(group, **FAST), tasks) as runner:
+        await runs.wait_for("tick")
+        [record] = records(raw, keys)
+        assert (record[b"source"], record[b"item"]) == (b"cron", b"tick")
+        assert runner.statistics().quarantined == 1
+    assert int(raw.hget(keys.cron, "tick")) <= (raw.time()[0] + 1) * 1000, "replaced"
+
+
+async def test_metrics_too_large_to_add_up_leave_the_capacity_decision_going(
+    url: str, group: str, raw: Any
+) -> None:
+    """1e308 s over 1e-300 runs is a finite field each, and an infinite average: the
+    capacity decision raised OverflowError at math.ceil, at every round with a queue."""
+    keys = Keys("trunner", group)
+    raw.hset(keys.metrics, mapping={"t:record:s": "1e308", "t:record:n": "1e-300"})
+    started, release = trio.Event(), trio.Event()
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task
+    async def hold(_: Any) -> None:
+        started.set()
+        await release.wait()
+
+    bounds = {"num_workers": 2, "min_workers": 1, "max_workers": 3, "long_queue_threshold": 30.0}
+    async with trunner.open_runner(url, config(group, **FAST, **bounds), tasks) as runner:
+        await runner.dispatch("hold")  # the queue is not empty while it runs
+        await started.wait()
+        aggregator = parts(runner).aggregator
+
+        async def two_rounds() -> bool:
+            await trio.lowlevel.checkpoint()
+            return aggregator.rounds >= 2
+
+        await redis_state(two_rounds)
+        assert runner.statistics().chores_restarted == 0
+        assert raw.hget(keys.capacity, "value") == b"3"
+        release.set()

@@ -20,7 +20,7 @@ from trunner.mover import MOVE_BATCH, DelayedMover
 from trunner.quarantine import Quarantine
 from trunner.statistics import Counters
 
-from ..conftest import Timeline, config, open_checked_runner, redis_state
+from ..conftest import Timeline, config, open_checked_runner, parts, redis_state
 from ..support.servers import RedisServer
 from ..support.workers import Worker, read_log
 
@@ -213,3 +213,38 @@ async def test_failover_neither_loses_nor_doubles_delayed_tasks(
         leader.close()
     ran = [p for p, _, _ in timeline.runs] + [p for _, e, p in read_log(log) if e == "ran"]
     assert Counter(ran) == Counter(range(60)), "every delayed task ran exactly once"
+
+
+async def test_a_task_scheduled_during_a_pass_wakes_the_mover(url: str, group: str) -> None:
+    """The pass's reply did not see it, and it was compared with the due time the last
+    pass found: not earlier, so the mover slept up to MAX_SLEEP before moving it."""
+    tasks = trunner.TaskRegistry()
+    ran: list[Any] = []
+
+    @tasks.task
+    async def record(payload: Any) -> None:
+        ran.append(payload)
+
+    cfg = config(group, leader_wait=0.1)
+    async with open_checked_runner(url, cfg, tasks) as runner:
+        elector = runner.elector
+        assert elector is not None
+        await elector.wait_promoted()
+        mover = parts(runner).mover
+        broker = parts(runner).broker
+        original = broker.move_due
+        woken: list[bool] = []
+        checked = trio.Event()
+
+        async def move_due(*args: Any) -> Any:
+            reply = await original(*args)
+            if reply[0] and not woken:  # "first" moved: schedule one before the pass ends
+                await runner.dispatch_delayed("record", "during", 0)
+                woken.append(mover._wake.is_set())
+                checked.set()
+            return reply
+
+        broker.move_due = move_due  # type: ignore[method-assign,assignment]
+        await runner.dispatch_delayed("record", "first", 0)
+        await checked.wait()
+        assert woken == [True]

@@ -611,9 +611,11 @@ class Broker(Inspection):
         bad: list[tuple[str, bytes]] = []
         for i in range(0, len(reply or ()), 2):
             name, value = as_str(reply[i]), reply[i + 1]
-            try:
+            # What cron_fire.lua reads as a tick: ASCII digits, at most 15 (int() also
+            # takes ' 7', '+7' and '1_000', which the script does not).
+            if value.isdigit() and len(value) <= 15:
                 fired[name] = int(value)
-            except ValueError:
+            else:
                 bad.append((name, value))
         return fired, bad
 

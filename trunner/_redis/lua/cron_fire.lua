@@ -12,8 +12,17 @@
 -- ARGV[7]  (with a lock) its time-to-live (ms)
 -- Returns  1 when fired, 0 when this tick (or a later one) was already fired, -1 when the
 --          task's key is locked (the previous run is not finished): the tick is skipped
--- (a value that is not a number, written by something else, counts as no tick fired)
-local last = tonumber(redis.call('HGET', KEYS[2], ARGV[2])) or 0
+-- A stored value trunner cannot have written (not a time in ms of at most 15 digits, or
+-- more than a day after this tick) counts as no tick fired: this tick fires and replaces
+-- it. (tonumber alone took '1e400' for infinity: the schedule never fired again.)
+local stored = redis.call('HGET', KEYS[2], ARGV[2])
+local last = 0
+if stored and string.match(stored, '^%d+$') and #stored <= 15 then
+  last = tonumber(stored)
+  if last > tonumber(ARGV[3]) + 86400000 then
+    last = 0
+  end
+end
 if last >= tonumber(ARGV[3]) then
   return 0
 end

@@ -5,13 +5,20 @@
 -- ARGV[2]  the capacity (workers per instance; '' to leave it unchanged)
 -- ARGV[3]  the leader's fence number
 -- ARGV[4]  the statistics (JSON)
--- Returns  the capacity version now published
+-- Returns  the capacity version now published (0: none)
 redis.call('SET', KEYS[3], ARGV[4])
+local version = redis.call('HGET', KEYS[2], 'version')
+if version and (not string.match(version, '^%d+$') or #version > 15) then
+  -- Not a count trunner wrote (something else did; the instances record what they read):
+  -- the decision is published again, its version counted from 1.
+  redis.call('HDEL', KEYS[2], 'value', 'version')
+  version = false
+end
 if ARGV[2] == '' then
-  return redis.call('HGET', KEYS[2], 'version') or 0
+  return tonumber(version) or 0
 end
 if redis.call('HGET', KEYS[2], 'value') ~= ARGV[2] then
   redis.call('HSET', KEYS[2], 'value', ARGV[2], 'fence', ARGV[3])
   return redis.call('HINCRBY', KEYS[2], 'version', 1)
 end
-return redis.call('HGET', KEYS[2], 'version')
+return tonumber(version)
