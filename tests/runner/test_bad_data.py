@@ -591,3 +591,41 @@ async def test_metrics_too_large_to_add_up_leave_the_capacity_decision_going(
         assert runner.statistics().chores_restarted == 0
         assert raw.hget(keys.capacity, "value") == b"3"
         release.set()
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["acknowledged", "dead-lettered"])
+async def test_a_unique_lock_of_another_type_never_fails_the_end_of_its_task(
+    url: str, group: str, raw: Any, fails: bool
+) -> None:
+    """The acknowledgement and the dead-letter scripts read the task's lock after they
+    had acknowledged it: a lock of another type failed them midway, and Redis keeps what a
+    failing script wrote, so a given-up message was lost, never dead-lettered, and an
+    acknowledgement batch failed at every try. A lock of another type is nobody's lock."""
+    keys = Keys("trunner", group)
+    tasks = trunner.TaskRegistry()
+    started, release = trio.Event(), trio.Event()
+
+    @tasks.task(unique=True, unique_key=lambda _: "k", unique_for=60, max_retry=0)
+    async def once(_: Any) -> None:
+        started.set()
+        await release.wait()
+        if fails:
+            raise RuntimeError("failed")
+
+    async with trunner.open_runner(url, config(group), tasks) as runner:
+        await runner.dispatch(once, None)
+        await started.wait()
+        lock = keys.unique(tasks.get("once").key_for(None))
+        assert raw.type(lock) == b"string"
+        raw.delete(lock)
+        raw.rpush(lock, "not a lock")
+        release.set()
+
+        async def ended() -> bool:
+            finished = await runner.dead_letter_count() == 1 if fails else True
+            written = fails or runner.statistics().acked == 1  # the batch went through
+            return finished and written and not await runner.pending_count()
+
+        await redis_state(ended)
+        assert runner.state is trunner.RunnerState.STARTED
+    assert raw.type(lock) == b"list"

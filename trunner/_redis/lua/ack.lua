@@ -36,7 +36,9 @@ end
 local locks = tonumber(take())
 for i = 1, locks do
   local key = KEYS[3 + i]
-  if redis.call('GET', key) == take() then
+  local token = take()
+  local ok, held = pcall(redis.call, 'GET', key) -- another type: nobody's lock
+  if ok and held == token then
     redis.call('DEL', key)
   end
 end

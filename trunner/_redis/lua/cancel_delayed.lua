@@ -9,7 +9,11 @@
 local removed = redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
-if removed == 1 and KEYS[4] and redis.call('GET', KEYS[4]) == ARGV[2] then
+local locked, held = false, false
+if removed == 1 and KEYS[4] then
+  locked, held = pcall(redis.call, 'GET', KEYS[4]) -- another type: nobody's lock
+end
+if locked and held == ARGV[2] then
   redis.call('DEL', KEYS[4])
 end
 return removed

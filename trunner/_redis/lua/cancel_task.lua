@@ -25,7 +25,11 @@
 -- entry of this task is 'absent'.
 local id = ARGV[2]
 local function release_lock()
-  if KEYS[8] and redis.call('GET', KEYS[8]) == ARGV[6] then
+  local locked, held = false, false
+  if KEYS[8] then
+    locked, held = pcall(redis.call, 'GET', KEYS[8]) -- another type: nobody's lock
+  end
+  if locked and held == ARGV[6] then
     redis.call('DEL', KEYS[8])
   end
 end

@@ -37,7 +37,11 @@ end
 if ARGV[2] == '1' then
   redis.call('XDEL', KEYS[1], ARGV[3])
 end
-if KEYS[6] and redis.call('GET', KEYS[6]) == ARGV[5] then
+local locked, held = false, false
+if KEYS[6] then
+  locked, held = pcall(redis.call, 'GET', KEYS[6]) -- another type: nobody's lock
+end
+if locked and held == ARGV[5] then
   redis.call('DEL', KEYS[6])
 end
 if ARGV[6] ~= ARGV[3] then
