@@ -161,6 +161,8 @@ class Recorder:
         self.complete = False
         self.on_complete: Callable[[], object] = lambda: None
         self._lock: Any = threading.Lock() if threadsafe else None
+        #: Seconds the worker idles after the n-th task (``--linger``): its stop waits them.
+        self.linger = 0.0
 
     def begin(self, payload: Any) -> None:
         if self.first is None:
@@ -206,7 +208,7 @@ class Recorder:
             )
         emit(record)
         self.complete = True
-        _watchdog(STOP_TIMEOUT)
+        _watchdog(STOP_TIMEOUT + self.linger)
         self.on_complete()
 
     def final(self) -> None:
@@ -358,5 +360,6 @@ def run_command(
         emit({"event": "dispatched", "n": args.n, "seconds": time.perf_counter() - begin})
     else:
         recorder = Recorder(args.n, threadsafe=threadsafe, progress=args.progress)
+        recorder.linger = args.linger
         info = work(args.redis, args.queue, args, recorder, lambda: emit({"event": "ready"}))
         emit({"event": "stopped", **(info or {})})
