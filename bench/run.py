@@ -6,10 +6,14 @@ Scenarios (default ``all``): ``throughput`` (1), ``latency`` (2), ``sleep`` (3),
 (4), ``delayed`` (5), ``failover`` (6), ``ceiling`` (7: the bare redis-py loop alone; it
 also runs beside trunner in 1, 2 and 8, so every ratio is measured in the same run),
 ``redis-body`` (8: a backlog of tasks whose body makes one pipelined Redis round trip with
-the queue's own client). Each scenario runs ``--runs`` times, interleaving the queues run
-by run, and the median is reported. ``--peers`` adds arq, saq, streaq (on Trio), taskiq
-(Redis stream broker) and dramatiq to scenarios 1-4 and 8, each installed into its own
-virtual environment under bench/.peers/ and using its own Redis database.
+the queue's own client); task handles: ``results`` (9: dispatch and await the result, one
+at a time and with 50 waiters), ``keep-result`` (10: scenario 1's drain with
+``keep_result`` off and on), ``cancel`` (11: a running task cancelled from another
+process), ``result-memory`` (12: 100 000 results kept 60 s). Each scenario runs ``--runs``
+times, interleaving the queues run by run, and the median is reported. ``--peers`` adds
+arq, saq, streaq (on Trio), taskiq (Redis stream broker) and dramatiq to scenarios 1-4 and
+8 (arq, saq and streaq to 9), each installed into its own virtual environment under
+bench/.peers/ and using its own Redis database.
 
 Without ``--redis`` a private redis-server is started on a free loopback port (no
 persistence) and stopped at the end. Every key created is deleted. Prints one JSON line
@@ -1548,7 +1552,7 @@ def cli() -> None:
     )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--redis", help="use this Redis (default: start a private one)")
-    parser.add_argument("--peers", action="store_true", help="also run the peers (1-4, 8)")
+    parser.add_argument("--peers", action="store_true", help="also run the peers (1-4, 8, 9)")
     parser.add_argument("--peer", action="append", choices=list(PEERS), help="only this peer")
     parser.add_argument(
         "--peer-db-offset",
