@@ -6,10 +6,14 @@ Scenarios (default ``all``): ``throughput`` (1), ``latency`` (2), ``sleep`` (3),
 (4), ``delayed`` (5), ``failover`` (6), ``ceiling`` (7: the bare redis-py loop alone; it
 also runs beside trunner in 1, 2 and 8, so every ratio is measured in the same run),
 ``redis-body`` (8: a backlog of tasks whose body makes one pipelined Redis round trip with
-the queue's own client). Each scenario runs ``--runs`` times, interleaving the queues run
-by run, and the median is reported. ``--peers`` adds arq, saq, streaq (on Trio), taskiq
-(Redis stream broker) and dramatiq to scenarios 1-4 and 8, each installed into its own
-virtual environment under bench/.peers/ and using its own Redis database.
+the queue's own client); task handles: ``results`` (9: dispatch and await the result, one
+at a time and with 50 waiters), ``keep-result`` (10: scenario 1's drain with
+``keep_result`` off and on), ``cancel`` (11: a running task cancelled from another
+process), ``result-memory`` (12: 100 000 results kept 60 s). Each scenario runs ``--runs``
+times, interleaving the queues run by run, and the median is reported. ``--peers`` adds
+arq, saq, streaq (on Trio), taskiq (Redis stream broker) and dramatiq to scenarios 1-4 and
+8 (arq, saq and streaq to 9), each installed into its own virtual environment under
+bench/.peers/ and using its own Redis database.
 
 Without ``--redis`` a private redis-server is started on a free loopback port (no
 persistence) and stopped at the end. Every key created is deleted. Prints one JSON line
@@ -55,7 +59,13 @@ SCENARIOS = [
     "failover",
     "ceiling",
     "redis-body",
+    "results",
+    "keep-result",
+    "cancel",
+    "result-memory",
 ]
+#: The peers scenario 9 (results) runs beside trunner (issue 19 names them).
+RESULT_PEERS = {"arq", "saq", "streaq"}
 
 #: Each peer: the packages installed into its virtual environment, and its Redis database.
 PEERS: dict[str, tuple[list[str], int]] = {
@@ -303,6 +313,38 @@ def db_size(url: str) -> int:
         client.close()
 
 
+def count_matching(url: str, text: str) -> int:
+    """How many keys contain ``text``."""
+    client = redis.Redis.from_url(url)
+    try:
+        return sum(1 for _ in client.scan_iter(match=f"*{text}*", count=1000))
+    finally:
+        client.close()
+
+
+def sample_usage(url: str, text: str, count: int = 200) -> int | None:
+    """Median ``MEMORY USAGE`` of up to ``count`` keys containing ``text``."""
+    client = redis.Redis.from_url(url)
+    try:
+        sizes = []
+        for key in client.scan_iter(match=f"*{text}*", count=1000):
+            sizes.append(int(client.memory_usage(key, samples=0) or 0))
+            if len(sizes) >= count:
+                break
+        return int(statistics.median(sizes)) if sizes else None
+    finally:
+        client.close()
+
+
+def used_memory(url: str) -> int:
+    """Redis's ``used_memory`` (INFO memory), in bytes."""
+    client = redis.Redis.from_url(url)
+    try:
+        return int(client.info("memory")["used_memory"])
+    finally:
+        client.close()
+
+
 # -- the queues under test -------------------------------------------------------------------
 
 
@@ -349,6 +391,11 @@ def open_log(path: Path, command: list[str]) -> BinaryIO:
 
 async def run_once(q: Queue, queue: str, *args: str, limit: float = 900) -> dict[str, Any]:
     """Run one enqueue/dispatch command; return its last event."""
+    return (await run_events(q, queue, *args, limit=limit))[-1]
+
+
+async def run_events(q: Queue, queue: str, *args: str, limit: float = 900) -> list[dict[str, Any]]:
+    """Run one command that is not a worker; return every event it printed."""
     with open_log(q.log, q.command(queue, *args)) as log:
         with trio.move_on_after(limit) as scope:
             result = await trio.run_process(
@@ -361,7 +408,7 @@ async def run_once(q: Queue, queue: str, *args: str, limit: float = 900) -> dict
         raise Unsupported(events[-1]["reason"])
     if result.returncode != 0 or not events:
         raise BenchError(f"{q.name} {args[0]} failed (status {result.returncode}); see {q.log}")
-    return events[-1]
+    return events
 
 
 class WorkerProcess:
@@ -575,6 +622,205 @@ async def redis_body(q: Queue, s: Settings, task: str = "roundtrip") -> dict[str
     finally:
         await q.cleanup(queue)
     return result
+
+
+# -- scenarios 9-12: task handles (results, keep_result, cancel, memory of results) ---------
+
+#: Scenario 9: round trips one at a time (arq: fewer, each takes its 0.5 s polls).
+SEQUENTIAL = 300
+SEQUENTIAL_BY_QUEUE = {"arq": 60}
+#: Scenario 9: concurrent waiters, and round trips in all.
+WAITERS, CONCURRENT = 50, 500
+
+
+async def handle_results(q: Queue, s: Settings) -> dict[str, Any]:
+    """Scenario 9: an idle worker (``echo`` tasks, keeping their results); a client process
+    dispatches and awaits each result with the queue's own API, one at a time, then with
+    50 concurrent waiters. Each round trip is timed from just before the dispatch call to
+    the value in the waiter."""
+    sequential = s.n(SEQUENTIAL_BY_QUEUE.get(q.name, SEQUENTIAL))
+    concurrent = s.n(CONCURRENT)
+    queue = f"{q.name}-res-{uuid.uuid4().hex[:8]}"
+    try:
+        n = sequential + concurrent
+        async with worker_process(q, queue, *s.worker_args("echo", n)) as worker:
+            with trio.fail_after(60):
+                await worker.event("ready")
+            await trio.sleep(1.0)
+            one_events = await run_events(q, queue, "results", "--n", str(sequential))
+            many_events = await run_events(
+                q, queue, "results", "--n", str(concurrent), "--concurrency", str(WAITERS)
+            )
+            one, many = one_events[-1], many_events[-1]
+            with trio.fail_after(60):
+                done = await worker.event("done")
+    finally:
+        await q.cleanup(queue)
+    return {
+        "n": sequential,
+        "seq_p50_ms": one["p50_ms"],
+        "seq_p99_ms": one["p99_ms"],
+        "seq_max_ms": one["max_ms"],
+        "waiters": WAITERS,
+        "conc_n": concurrent,
+        "conc_p50_ms": many["p50_ms"],
+        "conc_p99_ms": many["p99_ms"],
+        "conc_max_ms": many["max_ms"],
+        "conc_rate": many["rate"],
+        # The part of it until the body started (the payload's send time to the start).
+        "pickup_p50_ms": done.get("p50_ms"),
+        "worker_cpu_ms_per_task": done["cpu_ms_per_task"],
+        # saq: waits that outlived their second (see q_saq.py), counted in the figures.
+        "lost_wakeups": sum(
+            e["count"] for e in one_events + many_events if e["event"] == "lost_wakeups"
+        ),
+    }
+
+
+async def drain(q: Queue, s: Settings, task: str, n: int) -> dict[str, Any]:
+    """A backlog of ``n`` ``task`` enqueued in bulk (not timed), drained by one worker."""
+    queue = f"{q.name}-{task}-{uuid.uuid4().hex[:8]}"
+    try:
+        await run_once(q, queue, *f"enqueue --task {task} --mode bulk --n {n}".split())
+        async with worker_process(q, queue, *s.worker_args(task, n)) as worker:
+            with trio.fail_after(900):
+                done = await worker.event("done")
+        await trio.sleep(0.2)  # the last acknowledgements (and results) written
+        kept = await trio.to_thread.run_sync(count_matching, q.url, f"{queue}}}:task:")
+    finally:
+        await q.cleanup(queue)
+    return processing(done) | {"results_kept": kept}
+
+
+async def keep_result(q: Queue, s: Settings, run: int) -> dict[str, Any]:
+    """Scenario 10: scenario 1's drain of 20 000 no-op tasks with ``keep_result`` off, and
+    with it on (``noop_keep``: ``keep_result=60``), in the same measurement (the order
+    alternates run by run)."""
+    n = s.n(20_000)
+    order = ["noop", "noop_keep"] if run % 2 else ["noop_keep", "noop"]
+    figures = {task: await drain(q, s, task, n) for task in order}
+    off, on = figures["noop"], figures["noop_keep"]
+    if on["results_kept"] != n:
+        raise BenchError(f"{on['results_kept']} results kept after {n} tasks keeping theirs")
+    return {
+        "n": n,
+        "first": order[0],
+        "rate_off": off["process_rate"],
+        "rate_on": on["process_rate"],
+        "on_over_off": round(on["process_rate"] / off["process_rate"], 3),
+        "cpu_ms_off": off["cpu_ms_per_task"],
+        "cpu_ms_on": on["cpu_ms_per_task"],
+        "hwm_mb_off": off["hwm_mb"],
+        "hwm_mb_on": on["hwm_mb"],
+    }
+
+
+async def cancel(q: Queue, s: Settings) -> dict[str, Any]:
+    """Scenario 11: a worker process runs ``hang`` tasks (awaiting for ever); another
+    process dispatches one, waits until it runs (+20 ms), calls ``cancel()``, then awaits
+    its result (``TaskCancelled``); 200 times, one after the other. The latency is the time
+    from the ``cancel()`` call (canceller's clock) to the task's ``finally`` running in the
+    worker (its cancel scope cancelled; the worker's clock: the same machine's)."""
+    n = s.n(200)
+    queue = f"{q.name}-cancel-{uuid.uuid4().hex[:8]}"
+    try:
+        async with worker_process(q, queue, *s.worker_args("hang", n)) as worker:
+            with trio.fail_after(60):
+                await worker.event("ready")
+            await trio.sleep(1.0)
+            events = await run_events(q, queue, "cancel", "--n", str(n))
+            with trio.fail_after(60):
+                await worker.event("done")
+    finally:
+        await q.cleanup(queue)
+    calls = {e["i"]: e for e in events if e["event"] == "cancel"}
+    ends = {e["i"]: e for e in worker.seen if e["event"] == "task_end"}
+    if len(calls) != n or set(ends) != set(calls):
+        raise BenchError(f"{len(calls)} cancel calls, {len(ends)} tasks cancelled, of {n}")
+    seen = [(ends[i]["t"] - c["t_call"]) * 1000 for i, c in calls.items()]
+    call = [(c["t_return"] - c["t_call"]) * 1000 for c in calls.values()]
+    outcome = [(c["t_outcome"] - c["t_call"]) * 1000 for c in calls.values()]
+    outcomes = sorted({c["outcome"] for c in calls.values()})
+    return {
+        "n": n,
+        "p50_ms": round(percentile(seen, 50), 2),
+        "p99_ms": round(percentile(seen, 99), 2),
+        "max_ms": round(max(seen), 2),
+        "call_p50_ms": round(percentile(call, 50), 2),
+        "call_p99_ms": round(percentile(call, 99), 2),
+        "outcome_p50_ms": round(percentile(outcome, 50), 2),
+        "outcome_p99_ms": round(percentile(outcome, 99), 2),
+        "started_after_call": sum(1 for i, c in calls.items() if ends[i]["started"] > c["t_call"]),
+        "outcomes": ",".join(outcomes),
+    }
+
+
+async def result_memory(q: Queue, s: Settings, keep: float = 60) -> dict[str, Any]:
+    """Scenario 12: 100 000 no-op tasks keeping their results 60 s (``noop_keep``),
+    enqueued in bulk into an idle worker; Redis's ``used_memory`` before and after (per
+    result), the worker's RSS every 10 % of the tasks and every 5 s while the results are
+    kept, and Redis's memory once they expired."""
+    n = s.n(100_000)
+    queue = f"{q.name}-resmem-{uuid.uuid4().hex[:8]}"
+    samples: list[tuple[float, float]] = []
+    linger = keep + 5
+    try:
+        command = f"--task noop_keep --n {n} --concurrency {s.concurrency} --batch {s.batch}"
+        args = [*command.split(), "--linger", str(linger), "--progress"]
+        async with worker_process(q, queue, *args) as w:
+            with trio.fail_after(60):
+                await w.event("ready")
+            await trio.sleep(1.0)
+            idle = proc_status(w.pid)["rss_kb"]
+            before = await trio.to_thread.run_sync(used_memory, q.url)
+            await run_once(q, queue, *f"enqueue --task noop_keep --mode bulk --n {n}".split())
+            with trio.fail_after(900):
+                done = await w.event("done")
+            await trio.sleep(0.5)  # the last acknowledgements (and results) written
+            after = await trio.to_thread.run_sync(used_memory, q.url)
+            kept = await trio.to_thread.run_sync(count_matching, q.url, f"{queue}}}:task:")
+            usage = await trio.to_thread.run_sync(sample_usage, q.url, f"{queue}}}:task:")
+            start = trio.current_time()
+            async with trio.open_nursery() as nursery:
+
+                async def sample() -> None:
+                    while True:
+                        with contextlib.suppress(OSError):
+                            rss = proc_status(w.pid)["rss_kb"] / 1024
+                            samples.append((round(trio.current_time() - start, 1), round(rss, 1)))
+                        await trio.sleep(5.0)
+
+                nursery.start_soon(sample)
+                with trio.fail_after(linger + 60):
+                    final = await w.event("final")
+                nursery.cancel_scope.cancel()
+            expired = await trio.to_thread.run_sync(used_memory, q.url)
+            left = await trio.to_thread.run_sync(count_matching, q.url, f"{queue}}}:task:")
+    finally:
+        await q.cleanup(queue)
+    progress = [e["rss_kb"] / 1024 for e in w.seen if e["event"] == "progress"]
+    return {
+        "n": n,
+        "keep_s": keep,
+        "results_kept": kept,
+        "used_memory_before_mb": round(before / 2**20, 1),
+        "used_memory_after_mb": round(after / 2**20, 1),
+        "bytes_per_result": round((after - before) / n),
+        "memory_usage_per_record": usage,
+        "results_left_after_keep": left,
+        "used_memory_after_keep_mb": round(expired / 2**20, 1),
+        "process_rate": done["rate"],
+        "rss_idle_mb": round(idle / 1024, 1),
+        "rss_progress_mb": [round(x, 1) for x in progress],
+        "rss_done_mb": round(done["rss_kb"] / 1024, 1),
+        "rss_keep_samples_mb": samples,
+        "rss_after_keep_mb": round(final["rss_kb"] / 1024, 1),
+        "rss_growth_20_100_mb": round(done["rss_kb"] / 1024 - progress[1], 1)
+        if len(progress) >= 2
+        else None,
+        "rss_growth_keep_mb": round(final["rss_kb"] / 1024 - done["rss_kb"] / 1024, 1),
+        "peak_rss_mb": round(final["hwm_kb"] / 1024, 1),
+    }
 
 
 # -- scenario 4: the original's harness (trunner and the peers) -----------------------------
@@ -889,6 +1135,62 @@ ROWS: list[tuple[str, str, str, str, bool, int]] = [
         3,
     ),
     ("8 trunner, own bridged redis-py client: peak RSS", "MB", "redis-body", "hwm_mb", False, 1),
+    ("9 result round trip, one at a time: p50", "ms", "results", "seq_p50_ms", False, 2),
+    ("9 result round trip, one at a time: p99", "ms", "results", "seq_p99_ms", False, 2),
+    ("9 result round trip, one at a time: max", "ms", "results", "seq_max_ms", False, 2),
+    ("9 result round trip, 50 waiters: p50", "ms", "results", "conc_p50_ms", False, 2),
+    ("9 result round trip, 50 waiters: p99", "ms", "results", "conc_p99_ms", False, 2),
+    ("9 round trips/s, 50 waiters", "1/s", "results", "conc_rate", True, 0),
+    ("10 process 20 000 no-op, keep_result off", "tasks/s", "keep-result", "rate_off", True, 0),
+    ("10 process 20 000 no-op, keep_result on", "tasks/s", "keep-result", "rate_on", True, 0),
+    ("10 keep_result on / off", "x", "keep-result", "on_over_off", True, 2),
+    ("10 worker CPU per task, keep_result on", "ms", "keep-result", "cpu_ms_on", False, 3),
+    (
+        "11 cancel: cancel() call to the task's scope cancelled, p50",
+        "ms",
+        "cancel",
+        "p50_ms",
+        False,
+        2,
+    ),
+    ("11 cancel: the same, p99", "ms", "cancel", "p99_ms", False, 2),
+    ("11 cancel: the same, max", "ms", "cancel", "max_ms", False, 2),
+    ("11 cancel: cancel() call returns, p50", "ms", "cancel", "call_p50_ms", False, 2),
+    ("11 cancel: TaskCancelled in the waiter, p50", "ms", "cancel", "outcome_p50_ms", False, 2),
+    (
+        "12 Redis memory per kept result (used_memory)",
+        "bytes",
+        "result-memory",
+        "bytes_per_result",
+        False,
+        0,
+    ),
+    (
+        "12 MEMORY USAGE of one result record",
+        "bytes",
+        "result-memory",
+        "memory_usage_per_record",
+        False,
+        0,
+    ),
+    ("12 worker RSS, 100 000 results done", "MB", "result-memory", "rss_done_mb", False, 1),
+    (
+        "12 worker RSS growth, 20 % -> 100 % of the tasks",
+        "MB",
+        "result-memory",
+        "rss_growth_20_100_mb",
+        False,
+        1,
+    ),
+    (
+        "12 worker RSS growth while the results are kept (60 s)",
+        "MB",
+        "result-memory",
+        "rss_growth_keep_mb",
+        False,
+        1,
+    ),
+    ("12 results left once expired", "keys", "result-memory", "results_left_after_keep", False, 0),
 ]
 
 #: Rows whose "trunner" column shows another trunner variant (by its impl name).
@@ -912,6 +1214,8 @@ class Context:
     ceiling: float | None
     best_peer_rate: float | None
     lightest_peer_mb: float | None
+    #: This row's peers' figures (medians), lower is better.
+    peer_values: list[float] = field(default_factory=list)
 
 
 def _targets() -> dict[str, tuple[str, Callable[[float, Context], bool | None]]]:
@@ -931,6 +1235,10 @@ def _targets() -> dict[str, tuple[str, Callable[[float, Context], bool | None]]]
     def rss(v: float, c: Context) -> bool:
         return v < (c.lightest_peer_mb if c.lightest_peer_mb is not None else 31.0)
 
+    def below(limit: float) -> Callable[[float, Context], bool]:
+        """At most ``limit``, and below every peer's figure in the row."""
+        return lambda v, c: v <= limit and all(v < p for p in c.peer_values)
+
     return {
         "throughput/enqueue_single_rate": (">= 0.8 x ceiling", of_ceiling),
         "throughput/enqueue_bulk_rate": (">= 0.8 x ceiling", of_ceiling),
@@ -942,6 +1250,11 @@ def _targets() -> dict[str, tuple[str, Callable[[float, Context], bool | None]]]
         "memory/peak_rss_mb": ("< lightest peer's peak (no peers: 31 MB)", rss),
         "memory/rss_growth_mb": ("< 10 MB", lambda v, _: v < 10),
         "delayed/p99_ms": ("<= 100 ms", lambda v, _: v <= 100),
+        "results/seq_p50_ms": ("<= 2 ms and < every peer", below(2)),
+        "results/seq_p99_ms": ("<= 10 ms and < every peer", below(10)),
+        "keep-result/on_over_off": (">= 0.7", lambda v, _: v >= 0.7),
+        "cancel/p99_ms": ("<= 50 ms", lambda v, _: v <= 50),
+        "result-memory/rss_growth_keep_mb": ("no growth (< 2 MB)", lambda v, _: v < 2),
     }
 
 
@@ -994,7 +1307,10 @@ def summary(
         if key in targets and impl not in NO_TARGET:
             target, check = targets[key]
             if value is not None:
-                ok = check(value, Context(ceiling, best_rate(scenario), lightest))
+                figures = [median_of(results, (scenario, p), metric) for p in peers]
+                row_peers = [x for x in figures if x is not None]
+                context = Context(ceiling, best_rate(scenario), lightest, row_peers)
+                ok = check(value, context)
                 met = "-" if ok is None else "yes" if ok else "**no**"
         cells = [label, unit, fmt(value, digits), fmt(shown, digits), ratio, target, met]
         if peers:
@@ -1129,6 +1445,28 @@ async def rounds_1_to_3(
                     # and without the handle: the body's own redis-py client, bridged
                     work = redis_body(q, s, "roundtrip_bridged")
                     await measure(out, results, "redis-body", "trunner-bridged", run, work)
+        await rounds_9_to_11(out, chosen, results, queues, peers, s, run)
+
+
+async def rounds_9_to_11(
+    out: Output,
+    chosen: set[str],
+    results: Results,
+    queues: list[Queue],
+    peers: list[Queue],
+    s: Settings,
+    run: int,
+) -> None:
+    """Scenarios 9 (trunner and the peers with a result API), 10 and 11 (trunner)."""
+    trunner_queue = next(q for q in queues if q.name == "trunner")
+    if "results" in chosen:
+        for q in [trunner_queue, *(p for p in peers if p.name in RESULT_PEERS)]:
+            await measure(out, results, "results", q.name, run, handle_results(q, s))
+    if "keep-result" in chosen:
+        work = keep_result(trunner_queue, s, run)
+        await measure(out, results, "keep-result", "trunner", run, work)
+    if "cancel" in chosen:
+        await measure(out, results, "cancel", "trunner", run, cancel(trunner_queue, s))
 
 
 async def rounds_4_to_6(
@@ -1150,6 +1488,9 @@ async def rounds_4_to_6(
         if "delayed" in chosen:
             work = delayed(url, s.n(2000), args.delayed_over)
             await measure(out, results, "delayed", "trunner", run, work)
+        if "result-memory" in chosen:
+            work = result_memory(q, s)
+            await measure(out, results, "result-memory", "trunner", run, work)
         if "failover" in chosen:
             for mode in ("graceful", "crash"):
                 work = failover(url, mode, out)
@@ -1211,7 +1552,7 @@ def cli() -> None:
     )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--redis", help="use this Redis (default: start a private one)")
-    parser.add_argument("--peers", action="store_true", help="also run the peers (1-4, 8)")
+    parser.add_argument("--peers", action="store_true", help="also run the peers (1-4, 8, 9)")
     parser.add_argument("--peer", action="append", choices=list(PEERS), help="only this peer")
     parser.add_argument(
         "--peer-db-offset",

@@ -1,5 +1,7 @@
 """The acknowledgement buffer: finished messages are acknowledged in batches, by size or
-time, whichever comes first.
+time, whichever comes first. An outcome kept for ``handle.result()`` goes sooner:
+``result_flush_interval`` (default 0: at once) moves the batch's deadline nearer, and
+while that write is in flight the next batch gathers.
 
 A finished message stays in :attr:`Holdings.finished <trunner.holdings.Holdings.finished>`
 from :meth:`AckBuffer.add` until a flush wrote its acknowledgement: a failed or cancelled
@@ -38,6 +40,9 @@ class AckBuffer:
         self._keys = broker.keys
         self._batch = config.ack_batch_size
         self._interval = config.ack_flush_interval
+        self._result_interval = config.result_flush_interval
+        #: The wait for a batch to fill: an outcome kept moves its deadline nearer.
+        self._wait = trio.CancelScope()
         self._reclaim_delay = config.reclaim_delay
         self._finished = holdings.finished
         self._counters = counters
@@ -74,9 +79,14 @@ class AckBuffer:
         self._nonempty.set()
         if len(self._ids) >= self._batch:
             self._full.set()
+        elif record is not None:  # somebody may be waiting for it: written sooner
+            self._wait.deadline = min(
+                self._wait.deadline, trio.current_time() + self._result_interval
+            )
 
     def started(self, record: Record) -> None:
-        """Write the running record of a task that keeps its result, with the next flush."""
+        """Write the running record of a task that keeps its result, with the next flush
+        (unless the task's outcome goes in the same flush: it says all the record would)."""
         self._started.append(record)
         self._nonempty.set()
 
@@ -95,7 +105,8 @@ class AckBuffer:
         while True:
             await self._nonempty.wait()
             if not self._stopping and len(self._ids) < self._batch:
-                with trio.move_on_after(self._interval):
+                interval = self._result_interval if self._records else self._interval
+                with trio.move_on_after(min(interval, self._interval)) as self._wait:
                     await self._full.wait()
             if await self.flush():
                 backoff.reset()
@@ -107,16 +118,12 @@ class AckBuffer:
     async def flush(self) -> bool:
         """Write what is buffered now; False (ids kept for the next try) on a Redis error.
 
-        Running records go first: a task's outcome is never overwritten by its start."""
+        Running records go first: a task's outcome is never overwritten by its start. A
+        running record whose outcome is in this flush is not written at all."""
         self._nonempty = trio.Event()
         self._full = trio.Event()
         if self._started:
-            starts, self._started = self._started, []
-            try:
-                await self._broker.record_started(starts)
-            except BackendError as exc:  # the outcome is what matters: not retried
-                self._errors.capture(exc)
-                logger.debug("recording %d started tasks failed: %s", len(starts), exc)
+            await self._write_started()
         batch, self._ids = self._ids, []
         if not batch:
             return True
@@ -146,6 +153,19 @@ class AckBuffer:
                 self._ids[:0] = batch
                 self._nonempty.set()
         return written
+
+    async def _write_started(self) -> None:
+        """The running records buffered, but those whose outcome goes in this flush."""
+        ending = {record[0] for record in self._records.values()}
+        starts = [record for record in self._started if record[0] not in ending]
+        self._started = []
+        if not starts:
+            return
+        try:
+            await self._broker.record_started(starts)
+        except BackendError as exc:  # the outcome is what matters: not retried
+            self._errors.capture(exc)
+            logger.debug("recording %d started tasks failed: %s", len(starts), exc)
 
     def stop(self) -> None:
         """Flush what is buffered, then let :meth:`run` return (see ``stopped``)."""

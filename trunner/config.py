@@ -146,6 +146,11 @@ class RunnerConfig:
     ack_flush_interval: float = attrs.field(default=0.005, validator=v.positive_number)
     """... or this long after the first one was buffered, whichever comes first (> 0)."""
 
+    result_flush_interval: float = attrs.field(default=0.0, validator=v.non_negative_number)
+    """An acknowledgement carrying a kept outcome (``keep_result``, a cancelled task) is
+    written at most this long after it was buffered (>= 0; default: at once — somebody
+    may be waiting for it; while that write is in flight, the next batch gathers)."""
+
     max_connections: int = attrs.field(default=20, validator=v.positive_int)
     """The size of the connection pool for everything but blocking reads and pub/sub
     (an int >= 1)."""

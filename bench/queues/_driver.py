@@ -7,18 +7,33 @@ Standard library only: this file also runs in the peers' virtual environments. E
     python q_NAME.py --redis URL --queue Q dispatch --n N --interval S
     python q_NAME.py --redis URL --queue Q worker --task T --n N --concurrency C [--batch B]
                                                  [--linger S] [--progress]
+    python q_NAME.py --redis URL --queue Q results --n N --concurrency C
+    python q_NAME.py --redis URL --queue Q cancel --n N
 
 Every command prints JSON lines on stdout (libraries log to stderr):
 
 - enqueue: ``{"event": "enqueued", "n", "seconds", "rate"}`` (only the sending is timed);
 - dispatch: ``{"event": "dispatched", "n", "seconds"}``; each payload carries ``t``, the
   wall-clock time just before it was sent;
+- results: ``C`` waiters, each dispatching ``echo`` tasks one after the other (``N`` in
+  all) and awaiting each one's result with the queue's own result API; ``{"event":
+  "results", "n", "concurrency", "p50_ms", "p99_ms", "max_ms", "seconds", "rate"}``, the
+  round trip timed from just before the dispatch call to the value in the waiter;
+- cancel: ``N`` times, one after the other: dispatch a ``hang`` task, wait until it runs,
+  cancel it; ``{"event": "cancel", "i", "t_call", "t_return", "t_outcome", "outcome"}``
+  per task (wall-clock times of the ``cancel()`` call, of its return, and of the cancelled
+  outcome reaching a waiter), then ``{"event": "cancelled", "n"}``;
 - worker: ``{"event": "ready"}`` when it consumes, ``{"event": "done", ...}`` once the n-th
   task finished (timed from the first task's start to the n-th task's end, with the
   process's own CPU time over that window, and its peak RSS), then it stops gracefully and
   exits. With ``--linger S`` it idles S seconds first and reports ``{"event": "final"}`` with
   its RSS (after the linger, and after a ``gc.collect()``). With ``--progress`` it reports
   ``{"event": "progress", "count", "seconds", "rss_kb", "hwm_kb"}`` every n/10 tasks.
+
+Task ``echo`` (the results scenario) returns ``payload["i"]`` and keeps its result; task
+``noop_keep`` is ``noop`` keeping its result for 60 s (trunner: ``keep_result=60``); task
+``hang`` (the cancel scenario) waits for ever, and when cancelled prints ``{"event":
+"task_end", "i", "t", "started"}`` with the wall-clock time its cancellation was seen.
 
 Task ``roundtrip`` (the redis-body scenario): the body makes one pipelined round trip to
 Redis with the queue's own client, ``SET <key> 1 NX PX 60000`` + ``INCR <counter>``, the
@@ -47,11 +62,13 @@ __all__ = [
     "NotSupported",
     "Recorder",
     "body_keys",
+    "emit",
     "linger",
     "main",
     "make_payloads",
     "percentile",
     "proc_status",
+    "summarize_round_trips",
 ]
 
 
@@ -98,7 +115,17 @@ def proc_status(pid: int | str = "self") -> dict[str, int]:
 
 
 #: The tasks a queue may be asked to enqueue or run.
-TASKS = ["noop", "sleep", "latency", "roundtrip", "roundtrip_auto", "roundtrip_bridged"]
+TASKS = [
+    "noop",
+    "noop_keep",
+    "sleep",
+    "latency",
+    "echo",
+    "hang",
+    "roundtrip",
+    "roundtrip_auto",
+    "roundtrip_bridged",
+]
 #: The roundtrip body's SET: only if absent, expiring after this many milliseconds.
 BODY_PX = 60_000
 
@@ -134,6 +161,8 @@ class Recorder:
         self.complete = False
         self.on_complete: Callable[[], object] = lambda: None
         self._lock: Any = threading.Lock() if threadsafe else None
+        #: Seconds the worker idles after the n-th task (``--linger``): its stop waits them.
+        self.linger = 0.0
 
     def begin(self, payload: Any) -> None:
         if self.first is None:
@@ -179,7 +208,7 @@ class Recorder:
             )
         emit(record)
         self.complete = True
-        _watchdog(STOP_TIMEOUT)
+        _watchdog(STOP_TIMEOUT + self.linger)
         self.on_complete()
 
     def final(self) -> None:
@@ -197,11 +226,30 @@ class Recorder:
         )
 
 
+def summarize_round_trips(seconds: list[float], concurrency: int, wall: float) -> dict[str, Any]:
+    """The ``results`` line: percentiles of the round trips, and their rate."""
+    ms = [x * 1000 for x in seconds]
+    return {
+        "event": "results",
+        "n": len(ms),
+        "concurrency": concurrency,
+        "p50_ms": round(percentile(ms, 50), 3),
+        "p99_ms": round(percentile(ms, 99), 3),
+        "max_ms": round(max(ms), 3),
+        "seconds": round(wall, 3),
+        "rate": round(len(ms) / wall, 1),
+    }
+
+
 Enqueue = Callable[[str, str, str, list[dict[str, Any]], str], float]
 Dispatch = Callable[[str, str, int, float, Callable[[], dict[str, Any]]], None]
 Work = Callable[
     [str, str, argparse.Namespace, Recorder, Callable[[], None]], "dict[str, Any] | None"
 ]
+#: ``(url, queue, n, concurrency)``: the round trips' durations, and the wall time of all.
+Results = Callable[[str, str, int, int], "tuple[list[float], float]"]
+#: ``(url, queue, n)``: dispatch, wait until running, cancel; emits one line per task.
+Cancel = Callable[[str, str, int], None]
 
 
 async def linger(
@@ -224,7 +272,15 @@ async def paced(n: int, interval: float, send: Callable[[], Awaitable[object]]) 
         await send()
 
 
-def main(enqueue: Enqueue, dispatch: Dispatch, work: Work, *, threadsafe: bool = False) -> None:
+def main(
+    enqueue: Enqueue,
+    dispatch: Dispatch,
+    work: Work,
+    *,
+    threadsafe: bool = False,
+    results: Results | None = None,
+    cancel: Cancel | None = None,
+) -> None:
     """Parse the command line and run one command of one queue implementation.
 
     ``enqueue(url, queue, task, payloads, mode)`` returns the seconds the sending took;
@@ -232,7 +288,29 @@ def main(enqueue: Enqueue, dispatch: Dispatch, work: Work, *, threadsafe: bool =
     at ``start + i * interval``, building each payload just before it is sent;
     ``work(url, queue, args, recorder, ready)`` runs a worker until ``recorder`` completes,
     stops it gracefully, and may return a dict reported as ``{"event": "stopped"}``.
+    ``results`` and ``cancel``, where the queue has them, run those commands (see the
+    module docs).
     """
+    args = parse_args()
+    try:
+        if args.command == "results":
+            if results is None:
+                raise NotSupported("no result API in this benchmark's queue")
+            seconds, wall = results(args.redis, args.queue, args.n, args.concurrency)
+            emit(summarize_round_trips(seconds, args.concurrency, wall))
+        elif args.command == "cancel":
+            if cancel is None:
+                raise NotSupported("no cancellation of a running task in this benchmark")
+            cancel(args.redis, args.queue, args.n)
+            emit({"event": "cancelled", "n": args.n})
+        else:
+            run_command(args, enqueue, dispatch, work, threadsafe=threadsafe)
+    except NotSupported as exc:
+        emit({"event": "unsupported", "reason": str(exc)})
+        sys.exit(3)
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--redis", required=True)
     parser.add_argument("--queue", required=True)
@@ -252,28 +330,36 @@ def main(enqueue: Enqueue, dispatch: Dispatch, work: Work, *, threadsafe: bool =
     p.add_argument("--batch", type=int, default=100)
     p.add_argument("--linger", type=float, default=0.0)
     p.add_argument("--progress", action="store_true")
-    args = parser.parse_args()
-    try:
-        if args.command == "enqueue":
-            payloads = make_payloads(args.task, args.n, args.sleep)
-            seconds = enqueue(args.redis, args.queue, args.task, payloads, args.mode)
-            emit(
-                {
-                    "event": "enqueued",
-                    "mode": args.mode,
-                    "n": args.n,
-                    "seconds": round(seconds, 4),
-                    "rate": round(args.n / seconds, 1),
-                }
-            )
-        elif args.command == "dispatch":
-            begin = time.perf_counter()
-            dispatch(args.redis, args.queue, args.n, args.interval, lambda: {"t": time.time()})
-            emit({"event": "dispatched", "n": args.n, "seconds": time.perf_counter() - begin})
-        else:
-            recorder = Recorder(args.n, threadsafe=threadsafe, progress=args.progress)
-            info = work(args.redis, args.queue, args, recorder, lambda: emit({"event": "ready"}))
-            emit({"event": "stopped", **(info or {})})
-    except NotSupported as exc:
-        emit({"event": "unsupported", "reason": str(exc)})
-        sys.exit(3)
+    p = sub.add_parser("results")
+    p.add_argument("--n", type=int, required=True)
+    p.add_argument("--concurrency", type=int, default=1)
+    p = sub.add_parser("cancel")
+    p.add_argument("--n", type=int, required=True)
+    return parser.parse_args()
+
+
+def run_command(
+    args: argparse.Namespace, enqueue: Enqueue, dispatch: Dispatch, work: Work, *, threadsafe: bool
+) -> None:
+    """The commands every queue has: enqueue, dispatch, worker."""
+    if args.command == "enqueue":
+        payloads = make_payloads(args.task, args.n, args.sleep)
+        seconds = enqueue(args.redis, args.queue, args.task, payloads, args.mode)
+        emit(
+            {
+                "event": "enqueued",
+                "mode": args.mode,
+                "n": args.n,
+                "seconds": round(seconds, 4),
+                "rate": round(args.n / seconds, 1),
+            }
+        )
+    elif args.command == "dispatch":
+        begin = time.perf_counter()
+        dispatch(args.redis, args.queue, args.n, args.interval, lambda: {"t": time.time()})
+        emit({"event": "dispatched", "n": args.n, "seconds": time.perf_counter() - begin})
+    else:
+        recorder = Recorder(args.n, threadsafe=threadsafe, progress=args.progress)
+        recorder.linger = args.linger
+        info = work(args.redis, args.queue, args, recorder, lambda: emit({"event": "ready"}))
+        emit({"event": "stopped", **(info or {})})

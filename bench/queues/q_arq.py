@@ -4,6 +4,8 @@ arq's own worker (``arq.worker.Worker``) with ``max_jobs`` = the concurrency; ev
 setting is arq's default (it polls its queue every ``poll_delay`` = 0.5 s when idle, and
 keeps results for an hour). arq has no bulk enqueue API. The roundtrip body uses the
 worker's own client, ``ctx["redis"]`` (an ``ArqRedis``, i.e. a ``redis.asyncio.Redis``).
+``results``: ``job = await pool.enqueue_job(...)`` then ``await job.result()``, which
+polls for the result every ``poll_delay`` = 0.5 s (its default).
 """
 
 from __future__ import annotations
@@ -38,6 +40,12 @@ async def sleep(ctx: dict[str, Any], payload: Any) -> None:
 async def latency(ctx: dict[str, Any], payload: Any) -> None:
     REC.begin(payload)
     REC.end()
+
+
+async def echo(ctx: dict[str, Any], payload: Any) -> int:
+    REC.begin(payload)
+    REC.end()
+    return int(payload["i"])
 
 
 async def roundtrip(ctx: dict[str, Any], payload: Any) -> None:
@@ -79,6 +87,30 @@ def dispatch(
     asyncio.run(run())
 
 
+def results(url: str, queue: str, n: int, concurrency: int) -> tuple[list[float], float]:
+    async def run() -> tuple[list[float], float]:
+        seconds: list[float] = []
+        pool = await create_pool(RedisSettings.from_dsn(url), default_queue_name=queue)
+
+        async def waiter(first: int) -> None:
+            for i in range(first, n, concurrency):
+                begin = time.perf_counter()
+                job = await pool.enqueue_job("echo", {"i": i, "t": time.time()})
+                assert job is not None
+                value = await job.result(timeout=30)
+                seconds.append(time.perf_counter() - begin)
+                assert value == i, (value, i)
+
+        try:
+            begin = time.perf_counter()
+            await asyncio.gather(*(waiter(first) for first in range(concurrency)))
+            return seconds, time.perf_counter() - begin
+        finally:
+            await pool.aclose()
+
+    return asyncio.run(run())
+
+
 def work(
     url: str, queue: str, args: argparse.Namespace, rec: Recorder, ready: Callable[[], None]
 ) -> dict[str, Any]:
@@ -94,6 +126,7 @@ def work(
                 func(noop, name="noop"),
                 func(sleep, name="sleep"),
                 func(latency),
+                func(echo),
                 func(roundtrip),
             ],
             queue_name=queue,
@@ -122,4 +155,4 @@ def work(
 
 
 if __name__ == "__main__":
-    main(enqueue, dispatch, work)
+    main(enqueue, dispatch, work, results=results)

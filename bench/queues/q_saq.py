@@ -4,6 +4,12 @@ saq's own worker (``saq.Worker``) with ``concurrency`` = the concurrency, defaul
 otherwise, except a connection pool of 1000 (see ``make_queue``). saq has no bulk enqueue
 API (``Queue.map`` enqueues one by one and waits for the results). The roundtrip body
 uses the queue's own client, ``ctx["worker"].queue.redis`` (a ``redis.asyncio.Redis``).
+``results``: ``job = await queue.enqueue(...)`` then ``await job.refresh(until_complete=1)``:
+saq's Redis queue listens on its pub/sub multiplexer for the job's status changes.
+(``Queue.apply`` polls every 0.5 s instead, and hung for good on some jobs here.) A wait
+that outlives its second — a lost wake-up: seen about once in 40 round trips with saq
+0.26.4 — looks once more with ``refresh()``; its round trip counts with the second
+included, and the line ``{"event": "lost_wakeups", "count"}`` says how many.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio
-from _driver import BODY_PX, NotSupported, Recorder, body_keys, linger, main, paced
+from _driver import BODY_PX, NotSupported, Recorder, body_keys, emit, linger, main, paced
 from saq import Worker
 from saq.queue.redis import RedisQueue
 
@@ -43,6 +49,12 @@ async def sleep(ctx: dict[str, Any], *, payload: Any) -> None:
 async def latency(ctx: dict[str, Any], *, payload: Any) -> None:
     REC.begin(payload)
     REC.end()
+
+
+async def echo(ctx: dict[str, Any], *, payload: Any) -> int:
+    REC.begin(payload)
+    REC.end()
+    return int(payload["i"])
 
 
 async def roundtrip(ctx: dict[str, Any], *, payload: Any) -> None:
@@ -86,6 +98,38 @@ def dispatch(
     asyncio.run(run())
 
 
+def results(url: str, queue: str, n: int, concurrency: int) -> tuple[list[float], float]:
+    async def run() -> tuple[list[float], float]:
+        seconds: list[float] = []
+        lost: list[int] = []
+        q = make_queue(url, queue)
+        await q.connect()
+
+        async def waiter(first: int) -> None:
+            for i in range(first, n, concurrency):
+                begin = time.perf_counter()
+                job = await q.enqueue("echo", payload={"i": i, "t": time.time()})
+                assert job is not None
+                try:
+                    await job.refresh(until_complete=1.0)
+                except TimeoutError:
+                    lost.append(i)
+                    await job.refresh()
+                seconds.append(time.perf_counter() - begin)
+                assert job.result == i, (job, i)
+
+        try:
+            begin = time.perf_counter()
+            await asyncio.gather(*(waiter(first) for first in range(concurrency)))
+            wall = time.perf_counter() - begin
+            emit({"event": "lost_wakeups", "count": len(lost)})
+            return seconds, wall
+        finally:
+            await q.disconnect()
+
+    return asyncio.run(run())
+
+
 def work(
     url: str, queue: str, args: argparse.Namespace, rec: Recorder, ready: Callable[[], None]
 ) -> dict[str, Any]:
@@ -104,6 +148,7 @@ def work(
                 ("noop", noop),
                 ("sleep", sleep),
                 ("latency", latency),
+                ("echo", echo),
                 ("roundtrip", roundtrip),
             ],
             concurrency=args.concurrency,
@@ -124,4 +169,4 @@ def work(
 
 
 if __name__ == "__main__":
-    main(enqueue, dispatch, work)
+    main(enqueue, dispatch, work, results=results)

@@ -4,6 +4,9 @@ streaq's own worker (``streaq.Worker(anyio_backend="trio")``, run with ``run_asy
 ``trio.run``) with ``concurrency`` = the concurrency, defaults otherwise. Bulk enqueue is
 ``Worker.enqueue_many`` (one pipeline). The roundtrip body uses the worker's own client,
 ``worker.redis`` (coredis, on anyio: it runs under Trio), in a ``pipeline()``.
+``results``: ``task = await registered.enqueue(payload)`` then ``await task.result()``
+(streaq subscribes to the task's channel, then reads the stored result; results are kept
+5 minutes by default).
 """
 
 from __future__ import annotations
@@ -39,6 +42,12 @@ async def latency(payload: Any) -> None:
     REC.end()
 
 
+async def echo(payload: Any) -> int:
+    REC.begin(payload)
+    REC.end()
+    return int(payload["i"])
+
+
 async def roundtrip(payload: Any) -> None:
     REC.begin(payload)
     async with WORKER.redis.pipeline(transaction=False) as pipe:
@@ -55,7 +64,7 @@ def make_worker(url: str, queue: str, concurrency: int = 100) -> tuple[Worker[An
         anyio_backend="trio",
         handle_signals=False,
     )
-    registered = {f.__name__: worker.task(f) for f in (noop, sleep, latency, roundtrip)}
+    registered = {f.__name__: worker.task(f) for f in (noop, sleep, latency, echo, roundtrip)}
     return worker, registered
 
 
@@ -90,6 +99,31 @@ def dispatch(
     trio.run(run)
 
 
+def results(url: str, queue: str, n: int, concurrency: int) -> tuple[list[float], float]:
+    worker, registered = make_worker(url, queue)
+
+    async def run() -> tuple[list[float], float]:
+        seconds: list[float] = []
+        async with worker:
+
+            async def waiter(first: int) -> None:
+                for i in range(first, n, concurrency):
+                    begin = time.perf_counter()
+                    task = await registered["echo"].enqueue({"i": i, "t": time.time()})
+                    result = await task.result(timeout=30)
+                    seconds.append(time.perf_counter() - begin)
+                    assert result.success, result
+                    assert result.result == i, (result, i)
+
+            begin = time.perf_counter()
+            async with trio.open_nursery() as nursery:
+                for first in range(concurrency):
+                    nursery.start_soon(waiter, first)
+            return seconds, time.perf_counter() - begin
+
+    return trio.run(run)
+
+
 def work(
     url: str, queue: str, args: argparse.Namespace, rec: Recorder, ready: Callable[[], None]
 ) -> dict[str, Any]:
@@ -120,4 +154,4 @@ def work(
 
 if __name__ == "__main__":
     _ = NotSupported
-    main(enqueue, dispatch, work)
+    main(enqueue, dispatch, work, results=results)

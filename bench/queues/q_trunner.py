@@ -11,21 +11,29 @@ the handle would write: a ``redis.asyncio.Redis`` of the worker's own (one per p
 created at start), its pipeline executed through trio-asyncio (``aio_as_trio``), the runner
 inside ``trio_asyncio.open_loop()``. redis-py's asyncio client and trio-asyncio are imported
 only for that task, so the other scenarios' RSS stays trunner's own.
+
+``results``: a client (``open_client``) dispatches ``echo`` by name with
+``keep_result=KEEP`` and awaits ``handle.result()``. ``cancel``: a client dispatches
+``hang``, polls ``handle.status()`` until the task runs, waits 20 ms, then times
+``handle.cancel()`` and ``handle.result()`` raising ``TaskCancelled``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
-from _driver import BODY_PX, NotSupported, Recorder, body_keys, main
+from _driver import BODY_PX, NotSupported, Recorder, body_keys, emit, main
 
 import trunner
 
 PREFIX = "trunner-bench"
+#: Seconds the results of ``echo``, ``noop_keep`` and ``hang`` are kept.
+KEEP = 60
 
 
 def enqueue(url: str, queue: str, task: str, payloads: list[dict[str, Any]], mode: str) -> float:
@@ -55,15 +63,88 @@ def dispatch(
     trio.run(run)
 
 
-def work(
-    url: str, queue: str, args: argparse.Namespace, rec: Recorder, ready: Callable[[], None]
-) -> dict[str, Any]:
-    tasks = trunner.TaskRegistry()
+def results(url: str, queue: str, n: int, concurrency: int) -> tuple[list[float], float]:
+    async def run() -> tuple[list[float], float]:
+        seconds: list[float] = []
+        async with trunner.open_client(url, queue, prefix=PREFIX) as client:
+
+            async def waiter(first: int) -> None:
+                for i in range(first, n, concurrency):
+                    begin = time.perf_counter()
+                    handle = await client.dispatch(
+                        "echo", {"i": i, "t": time.time()}, keep_result=KEEP
+                    )
+                    value = await handle.result(timeout=30)
+                    seconds.append(time.perf_counter() - begin)
+                    assert value == i, (value, i)
+
+            begin = time.perf_counter()
+            async with trio.open_nursery() as nursery:
+                for first in range(concurrency):
+                    nursery.start_soon(waiter, first)
+            return seconds, time.perf_counter() - begin
+
+    return trio.run(run)
+
+
+def cancel(url: str, queue: str, n: int) -> None:
+    async def run() -> None:
+        async with trunner.open_client(url, queue, prefix=PREFIX) as client:
+            for i in range(n):
+                handle = await client.dispatch("hang", {"i": i}, keep_result=KEEP)
+                with trio.fail_after(30):
+                    # The bench's wait for "running" polls (nothing announces a start).
+                    while (await handle.status()).state is not trunner.TaskState.RUNNING:  # noqa: ASYNC110
+                        await trio.sleep(0.002)
+                await trio.sleep(0.02)  # running for a while, awaiting in its body
+                t_call = time.time()
+                outcome = await handle.cancel()
+                t_return = time.time()
+                with contextlib.suppress(trunner.TaskCancelled):
+                    await handle.result(timeout=30)
+                t_outcome = time.time()
+                emit(
+                    {
+                        "event": "cancel",
+                        "i": i,
+                        "t_call": t_call,
+                        "t_return": t_return,
+                        "t_outcome": t_outcome,
+                        "outcome": str(outcome),
+                    }
+                )
+
+    trio.run(run)
+
+
+def bench_tasks(tasks: trunner.TaskRegistry, rec: Recorder) -> None:
+    """The bodies without a Redis round trip of their own."""
 
     @tasks.task
     async def noop(payload: Any) -> None:
         rec.begin(payload)
         rec.end()
+
+    @tasks.task(keep_result=KEEP)
+    async def noop_keep(payload: Any) -> None:
+        rec.begin(payload)
+        rec.end()
+
+    @tasks.task(keep_result=KEEP)
+    async def echo(payload: Any) -> int:
+        rec.begin(payload)
+        rec.end()
+        return int(payload["i"])
+
+    @tasks.task(keep_result=KEEP)
+    async def hang(payload: Any) -> None:
+        rec.begin(payload)
+        started = time.time()
+        try:
+            await trio.sleep_forever()
+        finally:  # cancelled: the time its cancellation was seen here
+            emit({"event": "task_end", "i": payload["i"], "t": time.time(), "started": started})
+            rec.end()
 
     @tasks.task
     async def sleep(payload: Any) -> None:
@@ -76,6 +157,9 @@ def work(
         rec.begin(payload)
         rec.end()
 
+
+def redis_body_tasks(tasks: trunner.TaskRegistry, rec: Recorder, queue: str) -> None:
+    """The redis-body scenario's bodies (one Redis round trip each)."""
     prefix, counter = body_keys(queue)
 
     @tasks.task
@@ -106,6 +190,14 @@ def work(
         pipe.incr(counter)
         await Own.aio_as_trio(pipe.execute)()  # one crossing into asyncio per task
         rec.end()
+
+
+def work(
+    url: str, queue: str, args: argparse.Namespace, rec: Recorder, ready: Callable[[], None]
+) -> dict[str, Any]:
+    tasks = trunner.TaskRegistry()
+    bench_tasks(tasks, rec)
+    redis_body_tasks(tasks, rec, queue)
 
     async def run() -> dict[str, Any]:
         done = trio.Event()
@@ -167,4 +259,4 @@ async def bridged(url: str, run: Callable[[], Awaitable[dict[str, Any]]]) -> dic
 
 if __name__ == "__main__":
     _ = NotSupported
-    main(enqueue, dispatch, work)
+    main(enqueue, dispatch, work, results=results, cancel=cancel)

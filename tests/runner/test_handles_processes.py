@@ -108,10 +108,11 @@ async def test_an_outcome_is_written_only_with_its_acknowledgement(
     redis_server: RedisServer, group: str, workers: list[Worker], tmp_path: Path
 ) -> None:
     """The worker finishes the task, and is killed before its acknowledgement (held back by
-    a long flush interval) went out: its result was never visible, the task runs again,
+    long flush intervals) went out: its result was never visible, the task runs again,
     and the one outcome is the second run's."""
     log = tmp_path / "log"
-    options = {"config": {"ack_flush_interval": 600.0, "ack_batch_size": 1000}}
+    flush = {"ack_flush_interval": 600.0, "result_flush_interval": 600.0}
+    options = {"config": {**flush, "ack_batch_size": 1000}}
     victim = Worker(redis_server.url, group, log, options)
     workers.append(victim)
     await victim.ready()
