@@ -257,7 +257,8 @@ async def test_nothing_is_left_after_the_block(
         assert any(runner.consumer_name in name for name in during)
         assert _trunner_tasks() != []
     assert _client_names(redis_server) == clients_before, "every Redis connection closed"
-    assert set(threading.enumerate()) == threads_before, "no thread left"
+    # Trio's idle worker threads of earlier tests may end meanwhile: only new ones count.
+    assert set(threading.enumerate()) - threads_before == set(), "no thread left"
     assert _trunner_tasks() == tasks_before == [], "no Trio task left"
 
 
