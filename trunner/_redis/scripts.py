@@ -32,6 +32,11 @@ def _load(name: str) -> Script:
     return make_script(name, _read(name))
 
 
+def _typed(name: str) -> str:
+    """``name``'s source behind ``lua/key_types.lua``, which defines ``wrong_type``."""
+    return _read("key_types") + "\n" + _read(name)
+
+
 def fenced_script(name: str, body: str) -> Script:
     """``body`` behind the fence check (``lua/fence.lua``): it runs only for the leader.
 
@@ -45,12 +50,12 @@ class _Scripts:
         self.enqueue_many = _load("enqueue_many")
         self.enqueue_unique = _load("enqueue_unique")
         self.ack = _load("ack")
-        self.retry = _load("retry")
-        self.dead_letter = _load("dead_letter")
+        self.retry = make_script("retry", _typed("retry"))
+        self.dead_letter = make_script("dead_letter", _typed("dead_letter"))
         self.schedule = _load("schedule")
         self.cancel_delayed = _load("cancel_delayed")
-        self.move_due = fenced_script("move_due", _read("move_due"))
-        self.move_unique = fenced_script("move_unique", _read("move_unique"))
+        self.move_due = fenced_script("move_due", _typed("move_due"))
+        self.move_unique = fenced_script("move_unique", _typed("move_unique"))
         self.cron_fire = fenced_script("cron_fire", _read("cron_fire"))
         self.reclaim = _load("reclaim")
         self.heartbeat = _load("heartbeat")

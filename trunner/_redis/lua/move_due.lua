@@ -10,18 +10,11 @@
 -- ARGV[2]  now (ms since the epoch)
 -- ARGV[3]  the most tasks to look at in this call
 -- Returns  {moved, due time of the earliest task left (string) or false, {unique due ids}}
--- A key of the wrong type (written by something else) fails the script before it writes
--- anything: Redis does not undo the writes of a script that fails midway, and a task added to the stream
--- but left in the delayed set would run again at every pass.
--- The caller's loop sets the key aside (trunner.quarantine) and tries again.
-for key, want in pairs({[KEYS[3]] = 'hash', [KEYS[4]] = 'stream', [KEYS[5]] = 'hash', [KEYS[6]] = 'hash'}) do
-  local had = redis.call('TYPE', key)
-  if type(had) == 'table' then
-    had = had['ok']
-  end
-  if had ~= want and had ~= 'none' then
-    return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. had .. ', not a ' .. want)
-  end
+-- Its keys' types are checked first (key_types.lua): a task added to the stream but left
+-- in the delayed set would run again at every pass.
+local refused = wrong_type({[KEYS[3]] = 'hash', [KEYS[4]] = 'stream', [KEYS[5]] = 'hash', [KEYS[6]] = 'hash'})
+if refused then
+  return refused
 end
 local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[2], 'LIMIT', 0, ARGV[3])
 local moved = 0

@@ -9,18 +9,11 @@
 -- KEYS[7..] the lock of each task (in ARGV order)
 -- ARGV[2..] triples: task id, lock token, lock time-to-live (ms)
 -- Returns  {moved, dropped}
--- A key of the wrong type (written by something else) fails the script before it writes
--- anything: Redis does not undo the writes of a script that fails midway, and a task taken out of the
--- delayed set but not added to the stream would be lost.
--- The caller's loop sets the key aside (trunner.quarantine) and tries again.
-for key, want in pairs({[KEYS[3]] = 'hash', [KEYS[4]] = 'stream', [KEYS[5]] = 'hash', [KEYS[6]] = 'hash'}) do
-  local had = redis.call('TYPE', key)
-  if type(had) == 'table' then
-    had = had['ok']
-  end
-  if had ~= want and had ~= 'none' then
-    return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. had .. ', not a ' .. want)
-  end
+-- Its keys' types are checked first (key_types.lua): a task taken out of the delayed set
+-- but not added to the stream would be lost.
+local refused = wrong_type({[KEYS[3]] = 'hash', [KEYS[4]] = 'stream', [KEYS[5]] = 'hash', [KEYS[6]] = 'hash'})
+if refused then
+  return refused
 end
 local moved, dropped = 0, 0
 for i = 7, #KEYS do

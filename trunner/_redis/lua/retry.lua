@@ -17,18 +17,11 @@
 -- ARGV[8]  the record's time-to-live in ms ('0': no record is written)
 -- ARGV[9..] field/value pairs of the record
 -- Returns  1 when scheduled; 0 when the entry was no longer pending (nothing written)
--- A key of the wrong type (written by something else) fails the script before it writes
--- anything: Redis does not undo the writes of a script that fails midway, and a message acknowledged
--- but not scheduled again would be lost.
--- The caller's loop sets the key aside (trunner.quarantine) and tries again.
-for key, want in pairs({[KEYS[2]] = 'zset', [KEYS[3]] = 'hash', [KEYS[4]] = 'hash'}) do
-  local had = redis.call('TYPE', key)
-  if type(had) == 'table' then
-    had = had['ok']
-  end
-  if had ~= want and had ~= 'none' then
-    return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. had .. ', not a ' .. want)
-  end
+-- Its keys' types are checked first (key_types.lua): a message acknowledged but not
+-- scheduled again would be lost.
+local refused = wrong_type({[KEYS[2]] = 'zset', [KEYS[3]] = 'hash', [KEYS[4]] = 'hash'})
+if refused then
+  return refused
 end
 if redis.call('XACK', KEYS[1], ARGV[1], ARGV[3]) == 0 then
   return 0
