@@ -23,21 +23,18 @@ from ..processes.unique_process import dispatch_concurrently, registry
 from ..support.servers import RedisServer
 
 
-def unique_registry(gate: Gate, unique_for: float = 60.0, fail: bool = False) -> Any:
+def unique_registry(gate: Gate, unique_for: float = 60.0) -> Any:
     tasks = trunner.TaskRegistry()
 
     @tasks.task(
         unique=True,
         unique_key=lambda payload: payload["order"],
         unique_for=unique_for,
-        max_retry=1 if fail else 0,
-        retry_backoff=0.2,
+        max_retry=0,
     )
     async def charge(payload: Any) -> None:
         gate.enter(payload)
         await gate.open.wait()
-        if fail:
-            raise RuntimeError("declined")
         gate.finished.append(payload)
 
     @tasks.task
@@ -117,23 +114,41 @@ async def test_a_second_dispatch_of_a_queued_key_is_refused(
 async def test_the_lock_is_kept_across_retries_and_released_on_final_failure(
     url: str, group: str, keys: Keys, raw: Any
 ) -> None:
-    gate = Gate()
-    gate.open.set()
-    async with open_checked_runner(url, config(group), unique_registry(gate, fail=True)) as r:
+    """The lock is held while the retry waits in the delayed set and while it runs; the
+    second attempt waits for the test, so the check never depends on the backoff's time."""
+    started: list[int] = []
+    second = trio.Event()
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task(
+        unique=True,
+        unique_key=lambda payload: payload["order"],
+        unique_for=60.0,
+        max_retry=1,
+        retry_backoff=1.0,
+    )
+    async def charge(payload: Any) -> None:
+        started.append(payload["order"])
+        if len(started) == 2:
+            await second.wait()
+        raise RuntimeError("declined")
+
+    async with open_checked_runner(url, config(group), tasks) as r:
         await r.dispatch("charge", {"order": 7})
-        await gate.wait_started(1)
 
-        async def retry_scheduled() -> bool:
-            return await r.delayed_count() == 1
+        async def retry_scheduled_or_running() -> bool:
+            return len(started) == 2 or await r.delayed_count() == 1
 
-        await redis_state(retry_scheduled)
+        await redis_state(retry_scheduled_or_running)
         with pytest.raises(trunner.TaskAlreadyDispatched):
             await r.dispatch("charge", {"order": 7})  # waiting for its retry: still locked
+        second.set()
 
         async def dead_lettered() -> bool:
             return await r.dead_letter_count() == 1
 
         await redis_state(dead_lettered)
+        assert started == [7, 7]
         assert raw.get(lock_key(keys, 7)) is None, "released when given up on"
         await r.dispatch("charge", {"order": 7})
 
