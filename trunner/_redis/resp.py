@@ -114,19 +114,17 @@ def packed_fields(fields: Sequence[tuple[str, Arg]]) -> bytes | None:
     global _json_encode
     flat: list[str] = []
     append = flat.append
-    for name, value in fields:
-        if type(name) is not str or not name.isascii():
-            return None
+    for name, value in fields:  # the names are trunner's own, ASCII
         append(name)
         if type(value) is str:
             append(value if value.isascii() else value.encode("utf-8", "backslashreplace").decode())
+        elif type(value) is float:
+            append(repr(value))
         elif type(value) is bytes:
             try:
                 append(value.decode())
             except UnicodeDecodeError:  # not UTF-8 (or UTF-8 of a surrogate): not JSON text
                 return None
-        elif type(value) is float:
-            append(repr(value))
         elif type(value) is int:
             append(str(value))
         else:
