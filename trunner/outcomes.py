@@ -202,7 +202,10 @@ class Outcomes:
     def started(self, job: Job) -> None:
         """A task that keeps its result started: its record says so (batched)."""
         keep = job.keep_result if job.keep_result is not None else RUNNING_TTL
-        self._acks.started(self._record(job, "running", keep, finished=False))
+        self._acks.started(
+            self._keys.task(job.fields[4]),
+            lambda: self._record(job, "running", keep, finished=False),
+        )
 
     def expired(self, job: Job, task: Task) -> None:
         """Not started before its ``expires`` time: dropped (acknowledged, not run)."""
