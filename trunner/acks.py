@@ -84,9 +84,11 @@ class AckBuffer:
         if len(self._ids) >= self._batch:
             self._full.set()
         elif record is not None:  # somebody may be waiting for it: written sooner
-            self._wait.deadline = min(
-                self._wait.deadline, trio.current_time() + self._result_interval
-            )
+            # Set only when nearer: setting a deadline costs more than comparing, and with
+            # the default result_flush_interval (0) every outcome of a burst would set it.
+            deadline = trio.current_time() + self._result_interval
+            if deadline < self._wait.deadline:  # noqa: PLR1730 - min() would set it always
+                self._wait.deadline = deadline
 
     def started(self, key: str, record: Callable[[], Record]) -> None:
         """Write the running record of a task that keeps its result (``key``; ``record()``
