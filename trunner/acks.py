@@ -13,6 +13,8 @@ released by the same script that acknowledges it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import trio
 
 from ._redis import Broker, Record
@@ -52,7 +54,9 @@ class AckBuffer:
         self._moved: dict[str, str] = {}  # id -> task id, when they differ
         self._records: dict[str, Record] = {}  # id -> outcome of a task keeping its result
         self._forget: dict[str, str] = {}  # id -> cancelled task id: its mark goes
-        self._started: list[Record] = []  # running records to write (tasks keeping results)
+        #: Running records to write (tasks keeping results): each record's key, and what
+        #: builds it, called only if the record is written (most tasks end first).
+        self._started: list[tuple[str, Callable[[], Record]]] = []
         self._nonempty = trio.Event()
         self._full = trio.Event()
         self._stopping = False
@@ -80,14 +84,17 @@ class AckBuffer:
         if len(self._ids) >= self._batch:
             self._full.set()
         elif record is not None:  # somebody may be waiting for it: written sooner
-            self._wait.deadline = min(
-                self._wait.deadline, trio.current_time() + self._result_interval
-            )
+            # Set only when nearer: setting a deadline costs more than comparing, and with
+            # the default result_flush_interval (0) every outcome of a burst would set it.
+            deadline = trio.current_time() + self._result_interval
+            if deadline < self._wait.deadline:  # noqa: PLR1730 - min() would set it always
+                self._wait.deadline = deadline
 
-    def started(self, record: Record) -> None:
-        """Write the running record of a task that keeps its result, with the next flush
-        (unless the task's outcome goes in the same flush: it says all the record would)."""
-        self._started.append(record)
+    def started(self, key: str, record: Callable[[], Record]) -> None:
+        """Write the running record of a task that keeps its result (``key``; ``record()``
+        builds it), with the next flush (unless the task's outcome goes in the same flush:
+        it says all the record would, and the record is never built)."""
+        self._started.append((key, record))
         self._nonempty.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -157,7 +164,7 @@ class AckBuffer:
     async def _write_started(self) -> None:
         """The running records buffered, but those whose outcome goes in this flush."""
         ending = {record[0] for record in self._records.values()}
-        starts = [record for record in self._started if record[0] not in ending]
+        starts = [record() for key, record in self._started if key not in ending]
         self._started = []
         if not starts:
             return

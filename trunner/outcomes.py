@@ -27,7 +27,7 @@ from typing import Any, overload
 
 import trio
 
-from ._redis import Broker, Record
+from ._redis import Arg, Broker, Record
 from ._util import ErrorLog, LoopBackoff, logger, wall_ms
 from .acks import AckBuffer
 from .cancellation import MARK_LIFETIME
@@ -44,7 +44,7 @@ from .holdings import Holdings, Job
 from .message import NO_SIZE_LIMIT, reencode_for_retry
 from .quarantine import Quarantine
 from .statistics import UNREGISTERED, Counters
-from .status import MAX_TRACEBACK, RUNNING_TTL, UNASKED_KEEP, record_fields, ttl_ms
+from .status import MAX_TRACEBACK, RUNNING_TTL, UNASKED_KEEP, ttl_ms
 from .task import Task
 
 __all__ = ["TRANSITION_TIMEOUT", "Outcomes"]
@@ -67,27 +67,34 @@ class Outcomes:
         error: BaseException | None = None,
     ) -> Record:
         """The record of ``job``'s task in ``state`` (see ``trunner.status``), kept
-        ``keep`` seconds (:data:`RUNNING_TTL` while not finished)."""
-        message = job.message
-        fields = record_fields(
-            state=state,
-            task=message.task_name,
-            attempt=message.attempt,
-            instance=job.consumer,
-            message_id=job.message_id,
-            enqueued_at=message.enqueued_at,
-            started_at=job.started_at or None,
-            finished_at=time.time() if finished else None,
-            keep=keep,
-            progress=job.progress,
-            progress_message=job.progress_message,
-        )
+        ``keep`` seconds (:data:`RUNNING_TTL` while not finished).
+
+        The fields :func:`~trunner.status.record_fields` would give, built without it: this
+        runs twice for every task that keeps its result (its start, its outcome)."""
+        task_name, _, attempt, enqueued_at, task_id = job.fields[:5]
+        fields: list[tuple[str, Arg]] = [
+            ("state", state),
+            ("task", task_name),
+            ("attempt", attempt),
+            ("instance", job.consumer),
+            ("message_id", job.message_id),
+            ("enqueued_at", enqueued_at),
+        ]
+        if job.started_at:
+            fields.append(("started_at", job.started_at))
+        if finished:
+            fields.append(("finished_at", time.time()))
+        fields.append(("keep", keep))
+        if job.progress is not None:
+            fields.append(("progress", job.progress))
+        if job.progress_message is not None:
+            fields.append(("progress_message", job.progress_message))
         if result is not None:
             fields.append(("result", result))
         if error is not None:
-            fields += list(_error_fields(error).items())
+            fields += _error_fields(error)
         ttl = keep if finished else max(keep, RUNNING_TTL)
-        return self._keys.task(message.task_id), ttl_ms(ttl), fields
+        return self._keys.task(task_id), ttl_ms(ttl), fields
 
     def __init__(
         self,
@@ -195,7 +202,10 @@ class Outcomes:
     def started(self, job: Job) -> None:
         """A task that keeps its result started: its record says so (batched)."""
         keep = job.keep_result if job.keep_result is not None else RUNNING_TTL
-        self._acks.started(self._record(job, "running", keep, finished=False))
+        self._acks.started(
+            self._keys.task(job.fields[4]),
+            lambda: self._record(job, "running", keep, finished=False),
+        )
 
     def expired(self, job: Job, task: Task) -> None:
         """Not started before its ``expires`` time: dropped (acknowledged, not run)."""
@@ -438,17 +448,17 @@ def _keep(job: Job, task: Task | None, unasked: float | None = None) -> float | 
     return unasked
 
 
-def _error_fields(error: BaseException) -> dict[str, str]:
+def _error_fields(error: BaseException) -> list[tuple[str, Arg]]:
     """The record's fields of the exception a task ended with: the task's own error when
     trunner's wraps it (``MaxRetryExceeded`` from the last attempt's error)."""
     if isinstance(error, MaxRetryExceeded) and error.__cause__ is not None:
         error = error.__cause__
     text = "".join(traceback.format_exception(error))
-    return {
-        "error_type": type(error).__name__,
-        "error": str(error),
-        "traceback": text[-MAX_TRACEBACK:],
-    }
+    return [
+        ("error_type", type(error).__name__),
+        ("error", str(error)),
+        ("traceback", text[-MAX_TRACEBACK:]),
+    ]
 
 
 async def _guarded(func: Callable[..., Awaitable[Any]], *args: Any) -> Exception | None:

@@ -6,8 +6,9 @@ result (``keep_result``), reports progress, or was cancelled or expired. It is w
 the scripts that end an attempt — the same script that acknowledges a message writes its
 outcome — and expires ``keep_result`` seconds after the outcome (:data:`RUNNING_TTL` while
 the task runs; :data:`UNASKED_KEEP` for a cancelled or expired task that keeps no result).
-:func:`record_fields` writes its fields and :func:`read_record` reads them; nothing else
-does. Fields (all text):
+:func:`record_fields` writes its fields (the runner's ``Outcomes._record`` builds the same
+fields without it, on its hot path) and :func:`read_record` reads them; nothing else does.
+Fields (all text):
 
 ====================  =======================================================
 ``state``             running, retrying, succeeded, failed, dead, cancelled, expired

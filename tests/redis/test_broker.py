@@ -203,3 +203,58 @@ async def test_delete_consumer_only_when_it_has_nothing_pending(
     assert consumers == {b"c1"}
     await broker.ack([message_id])
     assert await broker.delete_consumer_if_idle("c1") is True
+
+
+RECORD_VALUES: list[tuple[str, Arg]] = [
+    ("state", "succeeded"),
+    ("task", "t\udc80\ud800-é-\x00-\u2028"),  # a surrogate escape, a lone surrogate, NUL
+    ("attempt", 2**40),
+    ("instance", ""),
+    ("enqueued_at", 1764614413.123),
+    ("started_at", 1e16),
+    ("finished_at", 1764614413.0000002),
+    ("keep", 0.1),
+    ("progress", -0.0),
+    ("progress_message", '"\\\n\t\x7f/</script>'),
+    ("result", b'{"x":"' + 'é\u2028😀\\"'.encode() * 2000 + b'"}'),
+]
+
+
+def stored(value: Arg) -> bytes:
+    """What the separate-argument form stores for ``value``."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace")
+    if isinstance(value, float):
+        return repr(value).encode()
+    return b"%d" % value if isinstance(value, int) else value
+
+
+@pytest.mark.parametrize(
+    "result",
+    [b'{"x":1}', b"\xff not UTF-8", "\ud800".encode("utf-8", "surrogatepass")],
+    ids=["json", "not-utf8", "utf8-of-a-surrogate"],
+)
+async def test_ack_writes_a_record_byte_exact(
+    broker: Broker, raw: Any, keys: Keys, result: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record goes to ack.lua as one JSON argument, or as separate arguments when a value
+    cannot go through JSON: either way it holds the bytes the separate arguments hold."""
+    fields = [*RECORD_VALUES, ("result", result)] if result != b'{"x":1}' else RECORD_VALUES
+    await broker.enqueue(b"m")
+    (message_id,) = await deliver(broker, "c1", 1)
+    kept, started = keys.task("kept"), keys.task("started")
+    assert await broker.record_started([(started, 60_000, fields)]) == 1  # separate arguments
+    sent: list[Sequence[Arg]] = []
+    evalsha = broker.transport.evalsha
+
+    async def spy(script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        sent.append(args)
+        return await evalsha(script, keys, args)
+
+    monkeypatch.setattr(broker.transport, "evalsha", spy)
+    assert await broker.ack([message_id], records={message_id: (kept, 60_000, fields)}) == 1
+    json = fields is RECORD_VALUES
+    assert len(sent[0]) == 11 + (1 if json else 2 * len(fields)), "one JSON argument, or pairs"
+    expected = {name.encode(): stored(value) for name, value in fields}
+    assert raw.hgetall(kept) == raw.hgetall(started) == expected
+    assert 0 < raw.pttl(kept) <= 60_000

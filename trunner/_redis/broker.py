@@ -15,7 +15,7 @@ from ..keys import RELEASED_CONSUMER, Keys, UniqueLock
 from ..message import PAYLOAD_FIELD
 from .inspect import Inspection
 from .lease import LeaseStore
-from .resp import RawEntry, as_str, stream_entries, text_field
+from .resp import RawEntry, as_str, packed_fields, stream_entries, text_field
 from .scripts import SCRIPTS, Script
 from .transport import Arg, Reader, Subscriber, Transport
 
@@ -258,7 +258,11 @@ class Broker(Inspection):
             args += [len(gone), *gone]
             args.append(len(outcomes))
             for _, ttl_ms, fields in outcomes:
-                args += [ttl_ms, len(fields), *(text_field(x) for pair in fields for x in pair)]
+                packed = packed_fields(fields) if fields else None
+                if packed is not None:
+                    args += [ttl_ms, -1, packed]
+                else:
+                    args += [ttl_ms, len(fields), *(text_field(x) for pair in fields for x in pair)]
             acked += int(
                 await self._script(
                     "ack",

@@ -15,7 +15,7 @@ raises :class:`~trunner.InvalidArgument`, a ValueError, before anything is sent.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -32,6 +32,7 @@ __all__ = [
     "encode_str",
     "library_args",
     "pack",
+    "packed_fields",
     "stream_entries",
     "text_field",
 ]
@@ -96,6 +97,43 @@ def text_field(value: Arg) -> Arg:
     if type(value) is str and not value.isascii():
         return value.encode("utf-8", "backslashreplace")
     return value
+
+
+#: ``msgspec.json.encode``, imported by the first record packed (a worker whose tasks keep
+#: no result never imports msgspec, see ``trunner.codec``).
+_json_encode: Callable[[Any], bytes] | None = None
+
+
+def packed_fields(fields: Sequence[tuple[str, Arg]]) -> bytes | None:
+    """A record's field/value pairs as one argument: a JSON array of strings, each the
+    bytes the pair would be sent as one argument each (a number as the transport writes
+    it, a str as :func:`text_field` gives it), so that a script stores exactly the same.
+
+    None when a value cannot go through JSON unchanged (bytes that are not UTF-8, any
+    other type): such a record is sent as separate arguments."""
+    global _json_encode
+    flat: list[str] = []
+    append = flat.append
+    for name, value in fields:  # the names are trunner's own, ASCII
+        append(name)
+        if type(value) is str:
+            append(value if value.isascii() else value.encode("utf-8", "backslashreplace").decode())
+        elif type(value) is float:
+            append(repr(value))
+        elif type(value) is bytes:
+            try:
+                append(value.decode())
+            except UnicodeDecodeError:  # not UTF-8 (or UTF-8 of a surrogate): not JSON text
+                return None
+        elif type(value) is int:
+            append(str(value))
+        else:
+            return None
+    if _json_encode is None:
+        import msgspec  # noqa: PLC0415
+
+        _json_encode = msgspec.json.Encoder().encode
+    return _json_encode(flat)
 
 
 def _check_other(arg: object) -> None:

@@ -18,7 +18,8 @@
 --          and the task's id (the where-map forgets it; the channel says it)
 -- then     C, then C task ids whose cancel marks go
 -- then     R, then per record: its time-to-live (ms), F, then F field/value pairs (F = 0:
---          the record is deleted: a task that keeps no result but reported progress)
+--          the record is deleted: a task that keeps no result but reported progress;
+--          F = -1: one argument holds the pairs, a JSON array of strings)
 -- Returns  how many entries were still pending and are now acknowledged
 local at = 4
 local function take()
@@ -66,6 +67,9 @@ for r = 1, records do
   if fields > 0 then
     redis.call('HSET', key, unpack(ARGV, at, at + 2 * fields - 1))
     at = at + 2 * fields
+    redis.call('PEXPIRE', key, ttl)
+  elseif fields < 0 then
+    redis.call('HSET', key, unpack(cjson.decode(take())))
     redis.call('PEXPIRE', key, ttl)
   end
 end
