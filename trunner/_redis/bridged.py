@@ -10,6 +10,7 @@ into :mod:`trunner.errors` by the map of :mod:`.errors`.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 from collections.abc import Callable, Coroutine, Sequence
@@ -157,8 +158,12 @@ class BridgedTransport(DedicatedConnections, Transport):
 
     async def _after_error(self, error: BaseException) -> None:
         """A dedicated connection failed: on Cluster, refresh the slot map (a failover, a
-        migration) so that the next connection goes to the right node."""
-        if self._cluster is not None and not isinstance(error, trio.Cancelled):
+        migration) so that the next connection goes to the right node. Not after a
+        cancellation (``asyncio.CancelledError`` on this side of the bridge): a refresh
+        cut off in turn at shutdown would drop the connected nodes it had made."""
+        if self._cluster is not None and not isinstance(
+            error, (trio.Cancelled, asyncio.CancelledError)
+        ):
             with contextlib.suppress(Exception):
                 await self._cluster.nodes_manager.initialize()
 
