@@ -32,6 +32,11 @@ def _load(name: str) -> Script:
     return make_script(name, _read(name))
 
 
+def _with_delivered(name: str) -> str:
+    """``name``'s source behind ``lua/delivered.lua``, which defines ``delivered_to``."""
+    return _read("delivered") + "\n" + _read(name)
+
+
 def _typed(name: str) -> str:
     """``name``'s source behind ``lua/key_types.lua``, which defines ``wrong_type``."""
     return _read("key_types") + "\n" + _read(name)
@@ -70,8 +75,8 @@ class _Scripts:
         self.set_aside_keys = _load("set_aside_keys")
         self.group_floor = _load("group_floor")
         self.task_started = _load("task_started")
-        self.task_status = _load("task_status")
-        self.cancel_task = _load("cancel_task")
+        self.task_status = make_script("task_status", _with_delivered("task_status"))
+        self.cancel_task = make_script("cancel_task", _with_delivered("cancel_task"))
         self.task_progress = _load("task_progress")
         self.forget_stale = _load("forget_stale")
         self.set_aside_delayed = fenced_script("set_aside_delayed", _read("set_aside_delayed"))

@@ -82,25 +82,7 @@ if entry then
     redis.call('PUBLISH', ARGV[4], id)
     return 'running'
   end
-  local delivered = false
-  if ok then
-    for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
-      local name, last
-      for i = 1, #group, 2 do
-        if group[i] == 'name' then
-          name = group[i + 1]
-        elseif group[i] == 'last-delivered-id' then
-          last = group[i + 1]
-        end
-      end
-      if name == ARGV[1] then
-        local a_ms, a_seq = string.match(entry, '^(%d+)-(%d+)$')
-        local b_ms, b_seq = string.match(last, '^(%d+)-(%d+)$')
-        a_ms, a_seq, b_ms, b_seq = tonumber(a_ms), tonumber(a_seq), tonumber(b_ms), tonumber(b_seq)
-        delivered = a_ms < b_ms or (a_ms == b_ms and a_seq <= b_seq)
-      end
-    end
-  end
+  local delivered = ok and delivered_to(KEYS[1], ARGV[1], entry)
   if not delivered then
     redis.call('XDEL', KEYS[1], entry)
     redis.call('HDEL', KEYS[5], id)

@@ -43,25 +43,8 @@ if entry_id and redis.call('EXISTS', KEYS[1]) == 1 then
     local ok, pending = pcall(redis.call, 'XPENDING', KEYS[1], ARGV[1], entry_id, entry_id, 1)
     if ok and pending[1] then
       consumer, deliveries, delivered = pending[1][2], pending[1][4], 1
-    elseif ok then
-      for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
-        local name, last
-        for i = 1, #group, 2 do
-          if group[i] == 'name' then
-            name = group[i + 1]
-          elseif group[i] == 'last-delivered-id' then
-            last = group[i + 1]
-          end
-        end
-        if name == ARGV[1] then
-          local a_ms, a_seq = string.match(entry_id, '^(%d+)-(%d+)$')
-          local b_ms, b_seq = string.match(last, '^(%d+)-(%d+)$')
-          a_ms, a_seq, b_ms, b_seq = tonumber(a_ms), tonumber(a_seq), tonumber(b_ms), tonumber(b_seq)
-          if a_ms < b_ms or (a_ms == b_ms and a_seq <= b_seq) then
-            delivered = 1
-          end
-        end
-      end
+    elseif ok and delivered_to(KEYS[1], ARGV[1], entry_id) then
+      delivered = 1
     end
   else
     entry_id = false
