@@ -55,9 +55,10 @@ def leaks(text: str, password: str) -> bool:
 
 
 def _shown_elsewhere(password: str) -> bool:
-    """The password is part of the URLs' own text, or of what redaction writes."""
+    """The password is part of the URLs' own text, of what redaction writes, or of the
+    wording of a refusal (e.g. "unknown option")."""
     skeleton = " ".join(t.format(MARK) for t in USERINFO + QUERY) + " *** "
-    return leaks(skeleton, password)
+    return leaks(skeleton + " ".join(_refusal(url) for url in urls(MARK)), password)
 
 
 def _refusal(url: str) -> str:
