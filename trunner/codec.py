@@ -84,6 +84,8 @@ class TypeCodec:
         :class:`InvalidResult` for a value that has no JSON form — NaN and infinities
         included, which msgspec would write as ``null`` — or whose JSON is longer than
         ``max_bytes``."""
+        if value is None and (max_bytes is None or max_bytes >= 4):  # most tasks return None
+            return b"null"
         import msgspec  # noqa: PLC0415 - idem: only tasks that keep their result
 
         try:

@@ -258,9 +258,9 @@ class Broker(Inspection):
             args += [len(gone), *gone]
             args.append(len(outcomes))
             for _, ttl_ms, fields in outcomes:
-                packed = packed_fields(fields) if fields else None
+                packed = packed_fields(fields, ttl_ms) if fields else None
                 if packed is not None:
-                    args += [ttl_ms, -1, packed]
+                    args.append(packed)
                 else:
                     args += [ttl_ms, len(fields), *(text_field(x) for pair in fields for x in pair)]
             acked += int(

@@ -17,9 +17,10 @@
 -- then     M, then M pairs: the (1-based) index of an entry whose id is not its task's id,
 --          and the task's id (the where-map forgets it; the channel says it)
 -- then     C, then C task ids whose cancel marks go
--- then     R, then per record: its time-to-live (ms), F, then F field/value pairs (F = 0:
---          the record is deleted: a task that keeps no result but reported progress;
---          F = -1: one argument holds the pairs, a JSON array of strings)
+-- then     R, then per record either one argument, a JSON array of strings: the
+--          field/value pairs, then the time-to-live (ms); or its time-to-live (ms), F, then
+--          F field/value pairs (F = 0: the record is deleted: a task that keeps no result
+--          but reported progress)
 -- Returns  how many entries were still pending and are now acknowledged
 local at = 4
 local function take()
@@ -61,16 +62,20 @@ end
 local records = tonumber(take())
 for r = 1, records do
   local key = KEYS[3 + locks + r]
-  local ttl = take()
-  local fields = tonumber(take())
+  local head = take()
   redis.call('DEL', key)
-  if fields > 0 then
-    redis.call('HSET', key, unpack(ARGV, at, at + 2 * fields - 1))
-    at = at + 2 * fields
+  if string.byte(head) == 91 then -- '[': the pairs and the time-to-live, as JSON
+    local flat = cjson.decode(head)
+    local ttl = table.remove(flat)
+    redis.call('HSET', key, unpack(flat))
     redis.call('PEXPIRE', key, ttl)
-  elseif fields < 0 then
-    redis.call('HSET', key, unpack(cjson.decode(take())))
-    redis.call('PEXPIRE', key, ttl)
+  else
+    local fields = tonumber(take())
+    if fields > 0 then
+      redis.call('HSET', key, unpack(ARGV, at, at + 2 * fields - 1))
+      at = at + 2 * fields
+      redis.call('PEXPIRE', key, head)
+    end
   end
 end
 if ARGV[3] ~= '' then
