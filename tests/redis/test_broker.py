@@ -136,7 +136,7 @@ async def test_a_cron_tick_fires_once(broker: Broker, raw: Any) -> None:
     assert await broker.fire_cron(leader, "report", 120_000, b"m2") == 1
     assert await broker.cron_last_fired() == ({"report": 120_000}, [])
     assert await broker.queue_length() == 2
-    raw.set(broker.keys.unique("lock"), "held")
+    raw.set(broker.keys.unique("lock"), "held", px=60_000)  # as a dispatch takes it
     lock = UniqueLock(broker.keys.unique("lock"), "token", 60_000)
     assert await broker.fire_cron(leader, "report", 180_000, b"m3", lock) == -1, "locked: skip"
     assert await broker.cron_last_fired() == ({"report": 180_000}, []), "the tick is used up"
@@ -258,3 +258,141 @@ async def test_ack_writes_a_record_byte_exact(
     expected = {name.encode(): stored(value) for name, value in fields}
     assert raw.hgetall(kept) == raw.hgetall(started) == expected
     assert 0 < raw.pttl(kept) <= 60_000
+
+
+# -- keys holding what trunner does not write there ---------------------------------------
+
+
+def quarantined(raw: Any, keys: Keys) -> list[dict[bytes, bytes]]:
+    return [fields for _, fields in raw.xrange(keys.quarantine)]
+
+
+def foreign_lock(raw: Any, key: str, kind: str) -> None:
+    """``key`` holding what trunner never writes at a lock: another type, or a string
+    without a time-to-live."""
+    if kind == "hash":
+        raw.hset(key, "owner", "someone else")
+    else:
+        raw.set(key, "no ttl")
+
+
+@pytest.mark.parametrize("kind", ["hash", "string-without-ttl"])
+async def test_a_lock_key_holding_something_else_is_set_aside_and_the_lock_taken(
+    broker: Broker, raw: Any, kind: str
+) -> None:
+    """It blocked its key for ever: no time-to-live, and SET NX never takes it."""
+    keys = broker.keys
+    lock = keys.unique("k")
+    foreign_lock(raw, lock, kind)
+    before = raw.dump(lock)
+    [entry] = await broker.enqueue_unique([(lock, "token", b"m")], 60_000)
+    assert entry is not None, "enqueued"
+    assert raw.get(lock) == b"token"
+    assert 0 < raw.pttl(lock) <= 60_000
+    [record] = quarantined(raw, keys)
+    assert record[b"source"] == b"unique"
+    assert record[b"item"] == lock.encode()
+    why = b"a hash" if kind == "hash" else b"a string without a time-to-live"
+    assert record[b"reason"] == why + b", not a unique lock"
+    aside = record[b"action"].decode().removeprefix("renamed to ")
+    assert aside.startswith(f"{lock}:bad:")
+    assert raw.dump(aside) == before, "nothing lost"
+    # A lock trunner wrote (a string with a time-to-live) is held, never touched.
+    assert await broker.enqueue_unique([(lock, "other", b"n")], 60_000) == [None]
+    assert raw.get(lock) == b"token"
+    assert len(quarantined(raw, keys)) == 1
+
+
+async def test_a_foreign_value_is_never_renamed_over_another_set_aside(
+    broker: Broker, raw: Any
+) -> None:
+    """Two set aside in one millisecond would get one name: the second takes a suffix."""
+    keys = broker.keys
+    lock = keys.unique("k")
+    now = int(raw.time()[0]) * 1000
+    taken = [f"{lock}:bad:{ms}" for ms in range(now - 1000, now + 10_000)]
+    with raw.pipeline(transaction=False) as pipe:
+        for name in taken:
+            pipe.set(name, "set aside before")
+        pipe.execute()
+    raw.hset(lock, "n", "1")
+    await broker.enqueue_unique([(lock, "a", b"m")], 60_000)
+    [record] = quarantined(raw, keys)
+    aside = record[b"action"].decode().removeprefix("renamed to ")
+    assert aside.endswith(".1")
+    assert aside.removesuffix(".1") in taken
+    assert raw.hget(aside, "n") == b"1"
+    assert all(value == b"set aside before" for value in raw.mget(taken))
+
+
+async def test_a_cron_tick_takes_a_foreign_lock_and_a_wrong_type_loses_no_tick(
+    broker: Broker, raw: Any
+) -> None:
+    keys = broker.keys
+    raw.set(keys.leader, "leader")
+    leader = KeyLeader(broker, "leader")
+    lock = UniqueLock(keys.unique("cron"), "token", 60_000)
+    foreign_lock(raw, lock.key, "hash")
+    assert await broker.fire_cron(leader, "report", 60_000, b"m1", lock=lock) == 1
+    assert raw.get(lock.key) == b"token"
+    # The stream holds another type: the tick fails before anything is written, so that
+    # once the stream is set aside the same tick fires (it was not marked fired).
+    raw.delete(keys.stream)
+    raw.set(keys.stream, "not a stream")
+    with pytest.raises(Exception, match="WRONGTYPE") as info:
+        await broker.fire_cron(leader, "report", 120_000, b"m2")
+    assert keys.stream in str(info.value), "the error names the key"
+    assert await broker.cron_last_fired() == ({"report": 60_000}, [])
+    raw.delete(keys.stream)
+    assert await broker.fire_cron(leader, "report", 120_000, b"m2") == 1
+
+
+async def test_a_due_unique_task_takes_a_foreign_lock(broker: Broker, raw: Any) -> None:
+    keys = broker.keys
+    raw.set(keys.leader, "leader")
+    leader = KeyLeader(broker, "leader")
+    lock = UniqueLock(keys.unique("k"), "token", 60_000)
+    await broker.schedule("t", 1000, b"m", unique=lock)
+    foreign_lock(raw, lock.key, "string-without-ttl")
+    assert await broker.move_unique(leader, ["t"]) == (1, 0, [])
+    assert await broker.queue_length() == 1
+    assert raw.get(lock.key) == b"token"
+
+
+async def test_a_delayed_task_is_written_whole_or_not_at_all(broker: Broker, raw: Any) -> None:
+    """The delayed set took the id before the message hash refused the message: a task in
+    the delayed set without its message."""
+    keys = broker.keys
+    for key in (keys.delayed_messages, keys.delayed_unique):
+        raw.set(key, "not a hash")
+        lock = UniqueLock(keys.unique("k"), "token", 60_000)
+        with pytest.raises(Exception, match="WRONGTYPE") as info:
+            await broker.schedule("t", 1000, b"m", unique=lock)
+        assert key in str(info.value)
+        assert raw.exists(keys.delayed) == 0
+        assert raw.get(key) == b"not a hash"
+        raw.delete(key)
+
+
+async def test_replaying_onto_a_stream_of_another_type_keeps_the_dead_letter(
+    broker: Broker, raw: Any
+) -> None:
+    """The replay deleted the dead letter, then failed to add it to the stream: lost."""
+    keys = broker.keys
+    await broker.enqueue(b"m")
+    (message_id,) = await deliver(broker, "c1", 1)
+    dead_id = await broker.dead_letter(message_id, [("reason", "r")], maxlen=None)
+    assert dead_id is not None
+    raw.delete(keys.stream)
+    raw.set(keys.stream, "not a stream")
+    with pytest.raises(Exception, match="WRONGTYPE"):
+        await broker.replay_dead([(dead_id, b"m", None, "t")])
+    assert await broker.dead_count() == 1
+    raw.delete(keys.stream)
+    lock = UniqueLock(keys.unique("k"), "token", 60_000)
+    foreign_lock(raw, lock.key, "hash")
+    [new_id] = await broker.replay_dead([(dead_id, b"m", lock, "t")])
+    assert isinstance(new_id, str), "replayed, taking the lock over the foreign value"
+    assert await broker.dead_count() == 0
+    assert await broker.queue_length() == 1
+    assert raw.get(lock.key) == b"token"

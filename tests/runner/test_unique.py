@@ -230,7 +230,7 @@ async def test_a_delayed_unique_task_locks_when_it_is_moved(
         await runner.dispatch_delayed("charge", {"order": 8}, 0.2)
         assert raw.get(lock_key(keys, 8)) is None, "no lock while it waits"
         await runner.dispatch("charge", {"order": 9})
-        raw.set(lock_key(keys, 10), "held by someone")  # 10 is locked when it comes due
+        raw.set(lock_key(keys, 10), "held by someone", px=60_000)  # 10 is locked when due
         await runner.dispatch_delayed("charge", {"order": 10}, 0.2)
         await gate.wait_started(2)
 

@@ -153,7 +153,7 @@ class Broker(Inspection):
         """Enqueue unique tasks ``(lock key, token, message)``: ids, None where refused."""
         ids: list[str | None] = []
         for chunk in _chunks(items, MAX_IDS_PER_CALL // 2):
-            keys = [self.keys.stream, *(lock for lock, _, _ in chunk)]
+            keys = [self.keys.stream, self.keys.quarantine, *(lock for lock, _, _ in chunk)]
             args: list[Arg] = [ttl_ms]
             for _, token, data in chunk:
                 args += [token, data]
@@ -561,6 +561,7 @@ class Broker(Inspection):
                 keys.stream,
                 keys.delayed_unique,
                 keys.where,
+                keys.quarantine,
                 *locks,
             ],
             args,
@@ -600,6 +601,7 @@ class Broker(Inspection):
             self.keys.cron,
             self.keys.stream,
             self.keys.where,
+            self.keys.quarantine,
             *([lock.key] if lock else []),
         ]
         tick_id = task_id or f"cron:{name}:{tick_ms}"
@@ -754,7 +756,9 @@ class Broker(Inspection):
                 args += [dead_id, data, *((lock.token, lock.ttl_ms) if lock else ("", 0))]
                 args.append(task_id)
             reply = await self._script(
-                "replay_dead", [self.keys.dead, self.keys.stream, self.keys.where, *locks], args
+                "replay_dead",
+                [self.keys.dead, self.keys.stream, self.keys.where, self.keys.quarantine, *locks],
+                args,
             )
             results.extend(False if r == 0 else as_str(r) if r else None for r in reply)
         return results

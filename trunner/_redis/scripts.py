@@ -42,6 +42,13 @@ def _typed(name: str) -> str:
     return _read("key_types") + "\n" + _read(name)
 
 
+def _locking(name: str, *, typed: bool = False) -> str:
+    """``name``'s source behind ``lua/locks.lua``, which defines ``take_lock`` (and behind
+    ``lua/key_types.lua`` too when ``typed``)."""
+    source = _read("locks") + "\n" + _read(name)
+    return _read("key_types") + "\n" + source if typed else source
+
+
 def fenced_script(name: str, body: str) -> Script:
     """``body`` behind the fence check (``lua/fence.lua``): it runs only for the leader.
 
@@ -53,20 +60,20 @@ def fenced_script(name: str, body: str) -> Script:
 class _Scripts:
     def __init__(self) -> None:
         self.enqueue_many = _load("enqueue_many")
-        self.enqueue_unique = _load("enqueue_unique")
+        self.enqueue_unique = make_script("enqueue_unique", _locking("enqueue_unique"))
         self.ack = _load("ack")
         self.retry = make_script("retry", _typed("retry"))
         self.dead_letter = make_script("dead_letter", _typed("dead_letter"))
-        self.schedule = _load("schedule")
+        self.schedule = make_script("schedule", _typed("schedule"))
         self.cancel_delayed = _load("cancel_delayed")
         self.move_due = fenced_script("move_due", _typed("move_due"))
-        self.move_unique = fenced_script("move_unique", _typed("move_unique"))
-        self.cron_fire = fenced_script("cron_fire", _read("cron_fire"))
+        self.move_unique = fenced_script("move_unique", _locking("move_unique", typed=True))
+        self.cron_fire = fenced_script("cron_fire", _locking("cron_fire", typed=True))
         self.reclaim = _load("reclaim")
         self.heartbeat = _load("heartbeat")
         self.release = _load("release")
         self.delete_consumer = _load("delete_consumer")
-        self.replay_dead = _load("replay_dead")
+        self.replay_dead = make_script("replay_dead", _locking("replay_dead", typed=True))
         self.report = _load("report")
         self.deregister = _load("deregister")
         self.metrics_take = fenced_script("metrics_take", _read("metrics_take"))

@@ -3,7 +3,9 @@
 -- KEYS[2]  the cron hash (schedule name -> last tick fired, ms)
 -- KEYS[3]  the task stream
 -- KEYS[4]  where moved tasks are (hash: task id -> stream id)
--- KEYS[5]  (optional) the lock of a unique task: the tick is skipped while it is held
+-- KEYS[5]  the quarantine stream (a lock key holding something else is set aside, see
+--          locks.lua)
+-- KEYS[6]  (optional) the lock of a unique task: the tick is skipped while it is held
 -- ARGV[2]  the schedule's name
 -- ARGV[3]  the tick (ms since the epoch)
 -- ARGV[4]  the encoded message
@@ -15,6 +17,12 @@
 -- A stored value trunner cannot have written (not a time in ms of at most 15 digits, or
 -- more than a day after this tick) counts as no tick fired: this tick fires and replaces
 -- it. (tonumber alone took '1e400' for infinity: the schedule never fired again.)
+-- Its keys' types are checked first (key_types.lua): a tick marked fired but not enqueued
+-- would be lost.
+local refused = wrong_type({[KEYS[2]] = 'hash', [KEYS[3]] = 'stream', [KEYS[4]] = 'hash'})
+if refused then
+  return refused
+end
 local stored = redis.call('HGET', KEYS[2], ARGV[2])
 local last = 0
 if stored and string.match(stored, '^%d+$') and #stored <= 15 then
@@ -27,7 +35,7 @@ if last >= tonumber(ARGV[3]) then
   return 0
 end
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
-if KEYS[5] and not redis.call('SET', KEYS[5], ARGV[6], 'PX', ARGV[7], 'NX') then
+if KEYS[6] and not take_lock(KEYS[6], ARGV[6], ARGV[7], KEYS[5]) then
   return -1
 end
 redis.call('HSET', KEYS[4], ARGV[5], redis.call('XADD', KEYS[3], '*', 'payload', ARGV[4]))

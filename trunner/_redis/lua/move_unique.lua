@@ -6,7 +6,9 @@
 -- KEYS[4]  the task stream
 -- KEYS[5]  the unique delayed tasks (task id -> its lock, see keys.UniqueLock)
 -- KEYS[6]  where moved tasks are (hash: task id -> stream id)
--- KEYS[7..] the lock of each task (in ARGV order)
+-- KEYS[7]  the quarantine stream (a lock key holding something else is set aside, see
+--          locks.lua)
+-- KEYS[8..] the lock of each task (in ARGV order)
 -- ARGV[2..] triples: task id, lock token, lock time-to-live (ms)
 -- Returns  {moved, dropped}
 -- Its keys' types are checked first (key_types.lua): a task taken out of the delayed set
@@ -16,12 +18,12 @@ if refused then
   return refused
 end
 local moved, dropped = 0, 0
-for i = 7, #KEYS do
-  local j = 2 + 3 * (i - 7)
+for i = 8, #KEYS do
+  local j = 2 + 3 * (i - 8)
   local id = ARGV[j]
   if redis.call('ZREM', KEYS[2], id) == 1 then
     local message = redis.call('HGET', KEYS[3], id)
-    if message and redis.call('SET', KEYS[i], ARGV[j + 1], 'PX', ARGV[j + 2], 'NX') then
+    if message and take_lock(KEYS[i], ARGV[j + 1], ARGV[j + 2], KEYS[7]) then
       redis.call('HSET', KEYS[6], id, redis.call('XADD', KEYS[4], '*', 'payload', message))
       moved = moved + 1
     else

@@ -6,14 +6,22 @@
 -- KEYS[1]  the dead-letter stream
 -- KEYS[2]  the task stream
 -- KEYS[3]  where moved tasks are (hash: task id -> stream id)
--- KEYS[4..] the locks of the unique messages, one per message that has one, in ARGV order
+-- KEYS[4]  the quarantine stream (a lock key holding something else is set aside, see
+--          locks.lua)
+-- KEYS[5..] the locks of the unique messages, one per message that has one, in ARGV order
 -- ARGV     quintuples (at most 500): dead-letter entry id, the message to enqueue, its
 --          lock token ('' when it has no lock), the lock time-to-live in ms ('0' idem),
 --          the message's task id
 -- Returns  per message: its new entry id; false when the entry is no longer in the
 --          dead-letter stream; 0 when its lock is held (the entry stays)
+-- Its keys' types are checked first (key_types.lua): an entry taken out of the
+-- dead-letter stream but not added to the task stream would be lost.
+local refused = wrong_type({[KEYS[1]] = 'stream', [KEYS[2]] = 'stream', [KEYS[3]] = 'hash'})
+if refused then
+  return refused
+end
 local results = {}
-local lock = 3
+local lock = 4
 for i = 1, #ARGV, 5 do
   local id, message, token, ttl, task_id = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
   local result
@@ -23,7 +31,7 @@ for i = 1, #ARGV, 5 do
     local free = true
     if token ~= '' then
       lock = lock + 1
-      free = redis.call('SET', KEYS[lock], token, 'PX', ttl, 'NX')
+      free = take_lock(KEYS[lock], token, ttl, KEYS[4])
     end
     if free then
       redis.call('XDEL', KEYS[1], id)

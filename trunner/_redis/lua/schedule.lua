@@ -9,6 +9,16 @@
 -- ARGV[5]  for a unique task: its lock as UniqueLock.encode() writes it, the JSON array
 --          ["<lock key>", "<token>", <ttl ms>]; otherwise ''
 -- Returns  1 when added, 0 when a task of this id was already scheduled (now replaced)
+-- Its keys' types are checked first (key_types.lua): a task in the delayed set without
+-- its message would be lost.
+local wanted = {[KEYS[1]] = 'zset', [KEYS[2]] = 'hash'}
+if ARGV[5] ~= '' then
+  wanted[KEYS[3]] = 'hash'
+end
+local refused = wrong_type(wanted)
+if refused then
+  return refused
+end
 local added = redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
 if ARGV[5] ~= '' then
