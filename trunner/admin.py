@@ -334,7 +334,8 @@ def instances_of(
 
 async def read_instances(broker: Broker, ttl: float) -> list[InstanceInfo]:
     """The group's live instances (seen within ``ttl``), and which one leads."""
-    rows = await broker.live_instances(wall_ms() - int(ttl * 1000))
+    now_ms = wall_ms()
+    rows = await broker.live_instances(now_ms - int(ttl * 1000), now_ms)
     return instances_of(rows, await broker.leader_id())[0]
 
 

@@ -97,11 +97,17 @@ class Aggregator:
     async def _round(self, elector: Elector) -> None:
         config = self._config
         ttl_ms = int(config.instance_ttl * 1000)
-        fields, bad_fields = await self._broker.take_metrics(elector, wall_ms() - ttl_ms)
+        now_ms = wall_ms()
+        fields, bad_fields, ahead = await self._broker.take_metrics(
+            elector, now_ms - ttl_ms, now_ms
+        )
         queue_length = await self._broker.queue_length()
-        rows = await self._broker.live_instances(wall_ms() - ttl_ms)
+        rows = await self._broker.live_instances(now_ms - ttl_ms, now_ms)
         instances, bad_instances = instances_of(rows, await self._broker.leader_id())
         quarantine = self._quarantine
+        for instance, seen in ahead:
+            reason = "last seen more than an hour ahead of the leader's clock"
+            await quarantine.set_aside("instances", instance, reason, seen, "dropped")
         for field, stored, reason in bad_fields:
             await quarantine.set_aside("metrics", field, reason, stored, "left out of the window")
         for instance, stored, reason in bad_instances:

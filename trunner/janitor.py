@@ -127,8 +127,9 @@ class Janitor:
         consumers = await broker.consumers()
         if not consumers:
             return 0
-        seen_since = wall_ms() - int(config.instance_ttl * 1000)
-        live = {row[0] for row in await broker.live_instances(seen_since)}
+        now_ms = wall_ms()
+        seen_since = now_ms - int(config.instance_ttl * 1000)
+        live = {row[0] for row in await broker.live_instances(seen_since, now_ms)}
         idle_ms = int(2000 * max(config.instance_ttl, config.block_duration))
         deleted = 0
         for name, pending, idle in consumers:

@@ -90,7 +90,7 @@ async def test_a_follower_cannot_reset_or_publish(
         broker = follower._open_broker()
         assert follower.elector is not None
         with pytest.raises(trunner.LeadershipLost):
-            await broker.take_metrics(_AsIf(follower.elector), 0)
+            await broker.take_metrics(_AsIf(follower.elector), 0, 0)
         with pytest.raises(trunner.LeadershipLost):
             await broker.publish(_AsIf(follower.elector), 99, 1, "{}")
         assert raw.hget(keys.metrics, "t:x:n") == b"3"

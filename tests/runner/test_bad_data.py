@@ -467,7 +467,7 @@ async def test_instance_details_holding_1e400_are_listed_without_and_the_stats_g
     statistics round did not expect: the chore was restarted, again and again."""
     keys = Keys("trunner", group)
     now_ms = raw.time()[0] * 1000
-    raw.zadd(keys.instances, {"ghost": now_ms + 3_600_000})
+    raw.zadd(keys.instances, {"ghost": now_ms + 600_000})  # live for the whole test
     raw.hset(keys.instances_info, "ghost", '{"capacity": 1e400, "pid": 1}')
     async with trunner.open_runner(url, config(group, **FAST), registry(Runs())) as runner:
         aggregator = parts(runner).aggregator
@@ -482,6 +482,31 @@ async def test_instance_details_holding_1e400_are_listed_without_and_the_stats_g
         assert runner.statistics().chores_restarted == 0
         ghost = [i for i in await runner.instances() if i.id == "ghost"]
         assert ghost[0].capacity == 0, "listed without its details"
+
+
+async def test_an_instance_seen_years_ahead_is_not_listed_and_the_leader_drops_it(
+    url: str, group: str, raw: Any
+) -> None:
+    """Its time was above every cut-off: listed as live for ever, its capacity counted."""
+    keys = Keys("trunner", group)
+    now_ms = raw.time()[0] * 1000
+    raw.zadd(keys.instances, {"ghost": now_ms + 10 * 365 * 86_400_000})
+    raw.hset(keys.instances_info, "ghost", '{"capacity": 1000, "pid": 1}')
+    async with trunner.open_runner(url, config(group, **FAST), registry(Runs())) as runner:
+        assert "ghost" not in {i.id for i in await runner.instances()}
+
+        async def dropped() -> bool:  # the round drops it, then records it
+            await trio.lowlevel.checkpoint()
+            recorded = any(r[b"source"] == b"instances" for r in records(raw, keys))
+            return recorded and raw.zscore(keys.instances, "ghost") is None
+
+        await redis_state(dropped)
+        assert raw.hget(keys.instances_info, "ghost") is None
+        [record] = [r for r in records(raw, keys) if r[b"source"] == b"instances"]
+        assert record[b"item"] == b"ghost"
+        assert record[b"reason"] == b"last seen more than an hour ahead of the leader's clock"
+        assert runner.statistics().chores_restarted == 0
+        assert [i.id for i in await runner.instances()] == [runner.consumer_name]
 
 
 async def test_dead_letters_whose_numbers_are_not_finite_can_be_read(

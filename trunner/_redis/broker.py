@@ -20,6 +20,7 @@ from .scripts import SCRIPTS, Script
 from .transport import Arg, Reader, Subscriber, Transport
 
 __all__ = [
+    "MAX_AHEAD_MS",
     "MAX_IDS_PER_CALL",
     "RELEASED_IDLE_MS",
     "BadValue",
@@ -33,6 +34,10 @@ __all__ = [
 MAX_IDS_PER_CALL = 1000
 #: Idle time given to released entries: far above any reclaim delay.
 RELEASED_IDLE_MS = 10 * 365 * 24 * 3600 * 1000
+#: How far ahead of a reader's clock an instance's last-seen time may be (ms): an hour of
+#: clock skew between hosts. Further ahead, no running instance wrote it: it is not listed,
+#: and the leader drops it (else it would be listed as live for ever).
+MAX_AHEAD_MS = 3600 * 1000
 
 
 class Leader(Protocol):
@@ -673,17 +678,22 @@ class Broker(Inspection):
         return _metric_fields(reply)[0]
 
     async def take_metrics(
-        self, leader: Leader, dead_before_ms: int
-    ) -> tuple[dict[str, float], list[BadValue]]:
-        """The window's metrics, reset (leader only); drops instances not seen since.
-        Fields whose value is not a number are returned apart (they are reset too)."""
+        self, leader: Leader, dead_before_ms: int, now_ms: int
+    ) -> tuple[dict[str, float], list[BadValue], list[tuple[str, bytes]]]:
+        """The window's metrics, reset (leader only); drops instances not seen since
+        ``dead_before_ms``, and those whose last-seen time is further ahead of ``now_ms``
+        than a running instance writes (:data:`MAX_AHEAD_MS`). Returns (the metrics, the
+        fields whose value is not a number — reset too —, (instance, its time) of each
+        dropped for being ahead)."""
         keys = self.keys
         reply = await leader.run_fenced(
             SCRIPTS.metrics_take,
             [keys.metrics, keys.instances, keys.instances_info],
-            [dead_before_ms, MAX_IDS_PER_CALL],
+            [dead_before_ms, MAX_IDS_PER_CALL, now_ms + MAX_AHEAD_MS],
         )
-        return _metric_fields(reply)
+        fields, bad = _metric_fields(reply[0])
+        ahead = reply[1]
+        return fields, bad, [(as_str(ahead[i]), ahead[i + 1]) for i in range(0, len(ahead), 2)]
 
     async def publish(self, leader: Leader, capacity: int | None, fence: int, stats: str) -> int:
         """Publish the capacity decision (None: unchanged) and the window's statistics."""
@@ -695,11 +705,15 @@ class Broker(Inspection):
         )
         return int(reply or 0)
 
-    async def live_instances(self, seen_since_ms: int) -> list[tuple[str, float, str | None]]:
-        """(id, last seen ms, details JSON) of instances seen since ``seen_since_ms``."""
+    async def live_instances(
+        self, seen_since_ms: int, now_ms: int
+    ) -> list[tuple[str, float, str | None]]:
+        """(id, last seen ms, details JSON) of instances seen since ``seen_since_ms``; not
+        those seen more than :data:`MAX_AHEAD_MS` after ``now_ms``, which no running
+        instance writes."""
         keys = self.keys
         reply = await self.transport.execute(
-            "ZRANGEBYSCORE", keys.instances, seen_since_ms, "+inf", "WITHSCORES"
+            "ZRANGEBYSCORE", keys.instances, seen_since_ms, now_ms + MAX_AHEAD_MS, "WITHSCORES"
         )
         ids = [as_str(reply[i]) for i in range(0, len(reply), 2)]
         seen = [float(reply[i]) for i in range(1, len(reply), 2)]
