@@ -9,7 +9,8 @@ also runs beside trunner in 1, 2 and 8, so every ratio is measured in the same r
 the queue's own client); task handles: ``results`` (9: dispatch and await the result, one
 at a time and with 50 waiters), ``keep-result`` (10: scenario 1's drain with
 ``keep_result`` off and on), ``cancel`` (11: a running task cancelled from another
-process), ``result-memory`` (12: 100 000 results kept 60 s). Each scenario runs ``--runs``
+process), ``result-memory`` (12: 100 000 results kept 60 s); ``pause`` (13: how fast a
+pause stops three worker processes' fetching). Each scenario runs ``--runs``
 times, interleaving the queues run by run, and the median is reported. ``--peers`` adds
 arq, saq, streaq (on Trio), taskiq (Redis stream broker) and dramatiq to scenarios 1-4 and
 8 (arq, saq and streaq to 9), each installed into its own virtual environment under
@@ -63,6 +64,7 @@ SCENARIOS = [
     "keep-result",
     "cancel",
     "result-memory",
+    "pause",
 ]
 #: The peers scenario 9 (results) runs beside trunner (issue 19 names them).
 RESULT_PEERS = {"arq", "saq", "streaq"}
@@ -755,6 +757,82 @@ async def cancel(q: Queue, s: Settings) -> dict[str, Any]:
     }
 
 
+#: Scenario 13: worker processes, and the pause rounds.
+PAUSE_WORKERS, PAUSE_ROUNDS = 3, 100
+
+
+async def pause_latency(q: Queue, s: Settings) -> dict[str, Any]:
+    """Scenario 13: three idle worker processes of one group (fetchers blocked in their
+    reads); a client pauses the group and resumes it, 100 times, 50 ms apart. The pause
+    latency is the time from the ``pause()`` call (the client's clock) to each worker's
+    fetch loops having stopped (``runner.wait_paused()`` returning in the worker; the same
+    machine's clock); the resume latency, from the ``resume()`` call to each worker's
+    loops fetching again."""
+    rounds = s.n(PAUSE_ROUNDS)
+    queue = f"{q.name}-pause-{uuid.uuid4().hex[:8]}"
+    paused: list[float] = []
+    resumed: list[float] = []
+    calls: list[float] = []
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            workers = [
+                await stack.enter_async_context(worker_process(q, queue, *s.worker_args("noop", 1)))
+                for _ in range(PAUSE_WORKERS)
+            ]
+            for worker in workers:
+                with trio.fail_after(60):
+                    await worker.event("ready")
+            client = await stack.enter_async_context(
+                trunner.open_client(q.url, queue, prefix="trunner-bench")
+            )
+            await trio.sleep(1.0)
+            for _ in range(rounds):
+                await trio.sleep(0.05)  # the fetchers are back in their blocked reads
+                start = time.time()
+                await client.pause()
+                calls.append((time.time() - start) * 1000)
+                for worker in workers:
+                    with trio.fail_after(10):
+                        paused.append(((await worker.event("paused"))["t"] - start) * 1000)
+                await trio.sleep(0.05)
+                start = time.time()
+                await client.resume()
+                for worker in workers:
+                    with trio.fail_after(10):
+                        resumed.append(((await worker.event("resumed"))["t"] - start) * 1000)
+            await finish_workers(client, workers)
+    finally:
+        await q.cleanup(queue)
+    return {
+        "rounds": rounds,
+        "workers": PAUSE_WORKERS,
+        "p50_ms": round(percentile(paused, 50), 2),
+        "p99_ms": round(percentile(paused, 99), 2),
+        "max_ms": round(max(paused), 2),
+        "call_p50_ms": round(percentile(calls, 50), 2),
+        "resume_p50_ms": round(percentile(resumed, 50), 2),
+        "resume_p99_ms": round(percentile(resumed, 99), 2),
+    }
+
+
+async def finish_workers(client: trunner.Client, workers: list[WorkerProcess]) -> None:
+    """Each worker stops after its first task: dispatch one every 20 ms until each ran one
+    (a worker that stopped fetches no more, so the next goes to another)."""
+    async with trio.open_nursery() as nursery:
+        left = [len(workers)]
+
+        async def done(worker: WorkerProcess) -> None:
+            await worker.event("done")
+            left[0] -= 1
+
+        for worker in workers:
+            nursery.start_soon(done, worker)
+        with trio.fail_after(60):
+            while left[0]:
+                await client.dispatch("noop", {"t": time.time()})
+                await trio.sleep(0.02)
+
+
 async def result_memory(q: Queue, s: Settings, keep: float = 60) -> dict[str, Any]:
     """Scenario 12: 100 000 no-op tasks keeping their results 60 s (``noop_keep``),
     enqueued in bulk into an idle worker; Redis's ``used_memory`` before and after (per
@@ -1191,6 +1269,12 @@ ROWS: list[tuple[str, str, str, str, bool, int]] = [
         1,
     ),
     ("12 results left once expired", "keys", "result-memory", "results_left_after_keep", False, 0),
+    ("13 pause: each worker's fetching stopped, p50", "ms", "pause", "p50_ms", False, 2),
+    ("13 pause: the same, p99", "ms", "pause", "p99_ms", False, 2),
+    ("13 pause: the same, max", "ms", "pause", "max_ms", False, 2),
+    ("13 pause: pause() call returns, p50", "ms", "pause", "call_p50_ms", False, 2),
+    ("13 resume: each worker fetching again, p50", "ms", "pause", "resume_p50_ms", False, 2),
+    ("13 resume: the same, p99", "ms", "pause", "resume_p99_ms", False, 2),
 ]
 
 #: Rows whose "trunner" column shows another trunner variant (by its impl name).
@@ -1254,6 +1338,7 @@ def _targets() -> dict[str, tuple[str, Callable[[float, Context], bool | None]]]
         "results/seq_p99_ms": ("<= 10 ms and < every peer", below(10)),
         "keep-result/on_over_off": (">= 0.7", lambda v, _: v >= 0.7),
         "cancel/p99_ms": ("<= 50 ms", lambda v, _: v <= 50),
+        "pause/p99_ms": ("<= 100 ms", lambda v, _: v <= 100),
         "result-memory/rss_growth_keep_mb": ("no growth (< 2 MB)", lambda v, _: v < 2),
     }
 
@@ -1457,7 +1542,7 @@ async def rounds_9_to_11(
     s: Settings,
     run: int,
 ) -> None:
-    """Scenarios 9 (trunner and the peers with a result API), 10 and 11 (trunner)."""
+    """Scenarios 9 (trunner and the peers with a result API), 10, 11 and 13 (trunner)."""
     trunner_queue = next(q for q in queues if q.name == "trunner")
     if "results" in chosen:
         for q in [trunner_queue, *(p for p in peers if p.name in RESULT_PEERS)]:
@@ -1467,6 +1552,8 @@ async def rounds_9_to_11(
         await measure(out, results, "keep-result", "trunner", run, work)
     if "cancel" in chosen:
         await measure(out, results, "cancel", "trunner", run, cancel(trunner_queue, s))
+    if "pause" in chosen:
+        await measure(out, results, "pause", "trunner", run, pause_latency(trunner_queue, s))
 
 
 async def rounds_4_to_6(

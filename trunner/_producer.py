@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import attrs
 
 from ._redis import Broker
+from ._util import wall_ms
 from .admin import (
     DeadLetter,
     GroupInfo,
@@ -29,6 +30,7 @@ from .group_stats import GroupStats, InstanceInfo
 from .handles import TaskHandle, Waiters
 from .keys import UniqueLock
 from .message import MessageDecodeError, MessageOptions, decode_message, encode_message
+from .pausing import PAUSE_NOTICE, RESUME_NOTICE
 from .quarantine import QuarantineRecord
 from .status import CancelOutcome
 from .task import TASK_ATTRIBUTE, Expiry, Task, TaskRegistry, checked_task_name, dispatch_options
@@ -609,6 +611,31 @@ class Producer:
             group that no runner created yet has no pending messages.
         """
         return await inspect_group(self._open_broker(), self._instance_ttl)
+
+    async def pause(self) -> bool:
+        """Pause the group: every runner of it stops fetching new messages.
+
+        Running tasks go on and finish; acknowledgements, heartbeats and the leader's
+        chores go on too (the delayed mover keeps moving due tasks into the stream, where
+        they wait). A runner started while the group is paused stays paused. The pause
+        lasts until [``resume``][trunner.Runner.resume]; see
+        [Pausing a group](pause.md) for the guarantee and how fast it holds.
+
+        Returns:
+            ``True`` if this call paused the group, ``False`` if it was paused already
+            (then nothing changes, and the runners are told again).
+        """
+        changed, _ = await self._open_broker().pause(wall_ms(), PAUSE_NOTICE)
+        return changed
+
+    async def resume(self) -> bool:
+        """Resume a paused group: its runners fetch again at once.
+
+        Returns:
+            ``True`` if the group was paused, ``False`` if it was not (then nothing
+            changes).
+        """
+        return await self._open_broker().resume(RESUME_NOTICE)
 
     async def dead_letters(self, count: int = 100, start: str = "-") -> list[DeadLetter]:
         """Read the dead-letter stream, oldest first.

@@ -31,6 +31,7 @@ from .message import (
     reencode_for_retry,
     stored_unique_for,
 )
+from .pausing import read_paused_since
 from .quarantine import QuarantineRecord
 from .status import TaskStatus
 
@@ -110,6 +111,14 @@ class GroupInfo:
     running: list[TaskStatus] = attrs.field(factory=list)
     """The tasks delivered longest ago and not finished (at most 20): each one's status,
     with the progress it reported."""
+    paused_since: float | None = None
+    """When the group was paused, in seconds since the epoch; ``None`` when it is not
+    paused (see [Pausing a group](pause.md))."""
+
+    @property
+    def paused(self) -> bool:
+        """Whether the group is paused: its runners fetch nothing."""
+        return self.paused_since is not None
 
 
 def _text(fields: dict[str, bytes], name: str) -> str:
@@ -345,9 +354,9 @@ async def read_stats(broker: Broker, ttl: float) -> GroupStats:
     queue_length = await broker.queue_length()
     instances = await read_instances(broker, ttl)
     previous = stats_or_none(await broker.latest_stats())
-    return compute_stats(
-        fields, queue_length, instances, time.time(), previous.average if previous else 0.0
-    )
+    paused = await read_paused_since(broker) is not None
+    average = previous.average if previous else 0.0
+    return compute_stats(fields, queue_length, instances, time.time(), average, paused=paused)
 
 
 async def inspect_group(broker: Broker, instance_ttl: float = 15.0) -> GroupInfo:
@@ -370,6 +379,7 @@ async def inspect_group(broker: Broker, instance_ttl: float = 15.0) -> GroupInfo
         stats=stats_or_none(await broker.latest_stats()),
         quarantined=await broker.quarantine_count(),
         running=await running_tasks(broker) if pending else [],
+        paused_since=await read_paused_since(broker),
     )
 
 

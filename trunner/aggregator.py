@@ -36,6 +36,7 @@ from .config import RunnerConfig
 from .election import Elector
 from .errors import BackendError
 from .group_stats import GroupStats, compute_stats
+from .pausing import read_paused_since
 from .quarantine import Quarantine
 
 __all__ = ["Aggregator", "decide_capacity"]
@@ -113,7 +114,10 @@ class Aggregator:
         for instance, stored, reason in bad_instances:
             action = "listed without its details"
             await quarantine.set_aside("instances:info", instance, reason, stored, action)
-        stats = compute_stats(fields, queue_length, instances, time.time(), self._last_average)
+        paused = await read_paused_since(self._broker) is not None
+        stats = compute_stats(
+            fields, queue_length, instances, time.time(), self._last_average, paused=paused
+        )
         self._last_average = stats.average or self._last_average
         capacity = decide_capacity(stats, config)
         await self._broker.publish(elector, capacity, elector.fence or 0, stats.to_json())

@@ -13,6 +13,11 @@ unique lock released, no failed-task handler.
 The canceller reads the marks again at most every :data:`RESYNC_INTERVAL` while it hears
 of more, and forgets those Redis forgot (acknowledged, or past their time): an instance
 keeps no more marks than its group holds, plus those it heard of since.
+
+The channel also carries the group's notices (pause, resume: see :mod:`trunner.pausing`),
+which never look like a task id: the canceller hands them to ``on_notice``, and tells
+``on_subscribed`` each time its subscription is made (anew), so that one connection serves
+both.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from ._redis import Broker, Subscriber
 from ._util import ErrorLog, LoopBackoff, logger, wall_ms
 from .errors import BackendError
 from .holdings import Holdings
+from .pausing import is_notice
 
 __all__ = ["MARK_LIFETIME", "Canceller"]
 
@@ -45,11 +51,15 @@ class Canceller:
         holdings: Holdings,
         cancel_task: Callable[[str], bool],
         errors: ErrorLog,
+        on_notice: Callable[[bytes], None] = lambda _: None,
+        on_subscribed: Callable[[], None] = lambda: None,
     ) -> None:
         self._broker = broker
         self._marks = holdings.cancelled
         self._cancel_task = cancel_task
         self._errors = errors
+        self._on_notice = on_notice
+        self._on_subscribed = on_subscribed
         self._scope = trio.CancelScope()
         self._next_read = 0
         self.stopped = trio.Event()
@@ -65,6 +75,7 @@ class Canceller:
                     subscriber = self._broker.open_cancel_subscriber()
                     try:
                         await subscriber.subscribe()
+                        self._on_subscribed()
                         await self._read_marks()  # after subscribing: none is missed
                         if first:
                             first = False
@@ -109,6 +120,9 @@ class Canceller:
     async def _listen(self, subscriber: Subscriber) -> None:
         while True:
             data = await subscriber.next_message()
+            if is_notice(data):
+                self._on_notice(data)
+                continue
             task_id = data.decode("utf-8", "surrogateescape")
             now = wall_ms()
             self._marks[task_id] = now + int(MARK_LIFETIME * 1000)

@@ -9,6 +9,8 @@
     trunner result GROUP TASK_ID [--timeout S]
     trunner cancel GROUP TASK_ID [--wait]
     trunner inspect GROUP [--json]
+    trunner pause GROUP
+    trunner resume GROUP
     trunner dead-letter list|replay|purge GROUP
     trunner quarantine list|purge GROUP
     trunner demo
@@ -143,6 +145,14 @@ def _parser() -> argparse.ArgumentParser:
     inspect.add_argument("--json", action="store_true", help="print JSON for scripts")
     _redis_option(inspect, "redis://127.0.0.1:6379/0")
 
+    for name, text in (
+        ("pause", "pause a group: its runners stop fetching (running tasks go on)"),
+        ("resume", "resume a paused group: its runners fetch again"),
+    ):
+        command = commands.add_parser(name, parents=[common], help=text)
+        command.add_argument("group")
+        _redis_option(command, "redis://127.0.0.1:6379/0")
+
     dead = commands.add_parser("dead-letter", parents=[common], help="the dead-letter stream")
     dead.add_argument("action", choices=("list", "replay", "purge"))
     dead.add_argument("group")
@@ -213,6 +223,8 @@ def _shared_redis(args: argparse.Namespace) -> str:
             "status": "no task is there",
             "result": "no task is there",
             "cancel": "no task is there",
+            "pause": "no runner would see the pause",
+            "resume": "no runner would see the resume",
             "dead-letter": "there are no dead letters there",
             "quarantine": "there is nothing set aside there",
         }[args.command]
@@ -300,14 +312,33 @@ async def _cancel(args: argparse.Namespace, out: Console) -> int:
     return 1 if outcome is CancelOutcome.UNKNOWN else 0
 
 
+async def _pause(args: argparse.Namespace, out: Console) -> int:
+    async with open_client(_shared_redis(args), args.group) as client:
+        if args.command == "pause":
+            changed = await client.pause()
+            since = (await client.inspect()).paused_since
+            said = (
+                "paused: its runners stop fetching; running tasks go on"
+                if changed
+                else f"was paused already (since {_when(since or 0.0)} UTC)"
+            )
+        else:
+            said = (
+                "resumed: its runners fetch again"
+                if await client.resume()
+                else "was not paused: nothing to resume"
+            )
+    out.print(f"group {args.group} {said}", highlight=False, soft_wrap=True)
+    return 0
+
+
 def _when(seconds: float) -> str:
     if not seconds:
         return "-"
     return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _print_group(info: GroupInfo, out: Console) -> None:
-    out.print(Text.assemble(("group", "bold"), f" {info.group}"))
+def _summary(info: GroupInfo) -> Table:
     summary = Table(show_header=False, box=None)
     summary.add_row("queue length", str(info.queue_length))
     summary.add_row("pending", str(sum(info.pending.values())))
@@ -315,13 +346,20 @@ def _print_group(info: GroupInfo, out: Console) -> None:
     summary.add_row("dead letters", str(info.dead_letters))
     if info.quarantined:
         summary.add_row("set aside", f"{info.quarantined} (trunner quarantine list {info.group})")
+    if info.paused_since is not None:
+        summary.add_row("paused", f"since {_when(info.paused_since)} UTC (trunner resume)")
     summary.add_row("leader", info.leader or "-")
     if info.capacity:
         summary.add_row(
             "capacity decision",
             f"{info.capacity.get('value')} per instance (version {info.capacity.get('version')})",
         )
-    out.print(summary)
+    return summary
+
+
+def _print_group(info: GroupInfo, out: Console) -> None:
+    out.print(Text.assemble(("group", "bold"), f" {info.group}"))
+    out.print(_summary(info))
     instances = Table(title="instances", title_justify="left")
     for column in ("id", "host", "pid", "capacity", "pending", "last seen", "leader"):
         instances.add_column(column)
@@ -533,6 +571,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "status": lambda: _status(args, out),
         "result": lambda: _result(args, out),
         "cancel": lambda: _cancel(args, out),
+        "pause": lambda: _pause(args, out),
+        "resume": lambda: _pause(args, out),
         "dead-letter": lambda: _dead_letter(args, out),
         "quarantine": lambda: _quarantine(args, out),
         "demo": lambda: _demo(args),

@@ -6,6 +6,12 @@ the instance's loops), and otherwise with new messages (XREADGROUP BLOCK). It ne
 more messages than it holds slots for, and it never blocks longer than the next reclaim pass
 is due, so slots held by a blocked read never delay recovery.
 
+While the group is paused (:mod:`trunner.pausing`) a loop neither reads nor claims: it
+waits at the runner's pause gate, and a pause ends its wait for slots, its backoff or its
+blocked read at once. What a read or claim returns after the pause is not started: it is
+released for immediate reclaim, and the first loop to pass the gate again runs a reclaim
+pass.
+
 Each loop owns one consumer name and is the only one that delivers into it, so after a read
 or claim that failed midway (its reply lost), the loop itself can safely release the
 entries Redis delivered that it never saw (:mod:`trunner.release`).
@@ -22,10 +28,11 @@ from typing import TypeVar
 
 import trio
 
-from ._redis import Broker, Reader
+from ._redis import Broker, RawEntry, Reader
 from ._util import ErrorLog, LoopBackoff, logger
 from .config import RunnerConfig
 from .errors import BackendError
+from .pausing import PauseGate
 from .pool import WorkerPool
 from .quarantine import Quarantine
 from .release import Releaser
@@ -64,6 +71,10 @@ class ReclaimSchedule:
     def failed(self) -> None:
         self.cursor = "0-0"
 
+    def due_now(self) -> None:
+        """Make a pass due at once (after a pause: messages released during it wait)."""
+        self.next_at = min(self.next_at, trio.current_time())
+
 
 class Fetcher:
     """One fetch loop, reading and claiming into its own consumer until :meth:`stop`."""
@@ -79,8 +90,10 @@ class Fetcher:
         schedule: ReclaimSchedule,
         counters: Counters,
         errors: ErrorLog,
+        gate: PauseGate,
     ) -> None:
         self._broker = broker
+        self._gate = gate
         self._pool = pool
         self._releaser = releaser
         self._quarantine = quarantine
@@ -104,6 +117,7 @@ class Fetcher:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._interrupter, reader)
+                nursery.start_soon(self._halt_on_pause)
                 task_status.started()
                 while not self._stopping:
                     await self._step(reader)
@@ -122,12 +136,26 @@ class Fetcher:
             except BackendError as exc:  # the read ends by its BLOCK time, or cancellation
                 logger.debug("interrupting a blocked read failed: %s", exc)
 
+    async def _halt_on_pause(self) -> None:
+        """When the group is paused, end a wait for slots, a backoff or a blocked read at
+        once: the loop then waits at the gate."""
+        gate = self._gate
+        while True:
+            await gate.wait_closed()
+            if self._wait_scope is not None:
+                self._wait_scope.cancel()
+            self._interrupt.set()
+            await gate.wait_open()
+
     async def _step(self, reader: Reader) -> None:
+        if self._gate.paused:
+            await self._wait_for_resume()
+            return
         slots = 0
         with trio.CancelScope() as self._wait_scope:
             slots = await self._pool.reserve(self._config.batch_size)
         self._wait_scope = None
-        if self._stopping:
+        if self._stopping or self._gate.paused:
             self._pool.unreserve(slots)
             return
         if self._schedule.take():
@@ -142,9 +170,30 @@ class Fetcher:
         )
         if entries is not None:
             self._counters.fetched += len(entries)
-            if self._pool.submit(entries, slots, self.consumer):
+            if self._paused() and entries:  # paused during the read
+                self._hand_back(entries, slots)
+                await self._release_excess()
+            elif self._pool.submit(entries, slots, self.consumer):
                 await self._release_excess()
             await self._recover()
+
+    def _paused(self) -> bool:
+        """Whether the group is paused now (a call: it may have changed since the last
+        look, across an await)."""
+        return self._gate.paused
+
+    async def _wait_for_resume(self) -> None:
+        with trio.CancelScope() as self._wait_scope:
+            if not self._stopping:
+                await self._gate.park()
+                self._schedule.due_now()
+        self._wait_scope = None
+
+    def _hand_back(self, entries: list[RawEntry], slots: int) -> None:
+        """Entries a read or claim returned after the group was paused: not started, but
+        queued for release (``_release_excess`` releases them)."""
+        self._pool.unreserve(slots)
+        self._releaser.hand_back(self.consumer, [e.message_id for e in entries])
 
     async def _reclaim(self, slots: int) -> int:
         """Fill ``slots`` reserved slots with abandoned or released messages; return how
@@ -163,6 +212,10 @@ class Fetcher:
         if not entries:
             return slots
         self._counters.reclaimed += len(entries)
+        if self._paused():
+            self._hand_back(entries, slots)
+            await self._release_excess()
+            return 0
         logger.info("reclaimed %d abandoned or released messages", len(entries))
         rest = slots - len(entries)
         excess = self._pool.submit(entries, len(entries), self.consumer)

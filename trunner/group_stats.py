@@ -111,6 +111,9 @@ class GroupStats:
     a stuck queue does not look like an empty one."""
     throughput: float
     """Tasks finished per second over the window."""
+    paused: bool = False
+    """Whether the group was paused when they were computed: its runners fetch nothing,
+    so its queue may grow (see [Pausing a group](pause.md))."""
 
     def to_json(self) -> str:
         """The statistics as compact JSON (what the leader publishes)."""
@@ -151,6 +154,8 @@ def compute_stats(
     instances: Sequence[InstanceInfo],
     now: float,
     previous_average: float = 0.0,
+    *,
+    paused: bool = False,
 ) -> GroupStats:
     """The group's statistics from a metrics hash (its fields: see
     :class:`~trunner.reporter.MetricsBuffer`).
@@ -207,6 +212,7 @@ def compute_stats(
         total_capacity=capacity,
         predicted_wait=(average or previous_average) * queue_length / capacity if capacity else 0.0,
         throughput=count / window if window else 0.0,
+        paused=paused,
     )
 
 

@@ -216,8 +216,16 @@ class Keys:
     @property
     def cancel_channel(self) -> str:
         """Pub/sub channel: a task was cancelled (payload: its id); runners running it
-        cancel it."""
+        cancel it. It also carries the group's notices to its runners (payload: the byte
+        0xFF, which never starts UTF-8 text, hence never a task id, then the notice:
+        ``pause`` or ``resume``; see ``trunner.pausing``)."""
         return self._key("cancel")
+
+    @property
+    def paused(self) -> str:
+        """``<prefix>:{<group>}:paused``: present while the group is paused; its value is
+        when it was paused (ms since the epoch, decimal digits)."""
+        return self._key("paused")
 
     @property
     def done(self) -> str:
@@ -259,6 +267,7 @@ class Keys:
             self.floor: "string",
             self.where: "hash",
             self.cancelled: "hash",
+            self.paused: "string",
         }
 
     @staticmethod
@@ -285,6 +294,7 @@ class Keys:
             self.floor,
             self.where,
             self.cancelled,
+            self.paused,
             self.quarantine,
         ]
 

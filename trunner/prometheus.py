@@ -76,6 +76,10 @@ class RunnerCollector:
             "queue_length": ("Entries in the group's stream", self.queue_length),
             "leader": ("1 if this instance leads the group", int(runner.is_leader)),
             "errors": ("Errors captured", stats.errors),
+            "paused": (
+                "1 while the group is paused, as this instance last heard",
+                int(stats.paused),
+            ),
         }
         for name, (text, level) in gauges.items():
             gauge = GaugeMetricFamily(f"trunner_{name}", text, labels=["group"])

@@ -6,7 +6,7 @@ at once. Two kinds:
 
 * **queued** ones (:attr:`Holdings.to_release <trunner.holdings.Holdings>`): fetched but
   not started at shutdown, fetched beyond a capacity lowered while the read was blocked,
-  or interrupted past the drain timeout;
+  read or claimed after the group was paused, or interrupted past the drain timeout;
 * **orphans**: entries pending for one of this instance's consumers that it never saw.
   A read or claim that failed or was cancelled after Redis sent its reply delivered them
   ("ghost deliveries"); they never ran.
@@ -31,6 +31,12 @@ class Releaser:
         self._broker = broker
         self._holdings = holdings
         self._counters = counters
+
+    def hand_back(self, consumer: str, message_ids: list[str]) -> None:
+        """Queue for release messages delivered to ``consumer`` that will not start (read
+        or claimed after the group was paused); :meth:`release_queued` releases them."""
+        for message_id in message_ids:
+            self._holdings.release_later(consumer, message_id)
 
     async def release_queued(self) -> int:
         """Release the messages queued for release; return how many were released."""

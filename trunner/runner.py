@@ -9,6 +9,8 @@
               ├── Reporter.run                    reporter.py      timings, membership, capacity
               ├── AckBuffer.run                   acks.py
               ├── Heartbeater.run                 heartbeat.py
+              ├── Canceller.run                   cancellation.py  cancel marks, the group's notices
+              ├── Pauser.run                      pausing.py       the pause mark -> the pause gate
               ├── Elector.run                     election.py      the leader lease
               ├── Leadership.run                  leadership.py    per promotion, a nursery of
               │     └── DelayedMover · CronScheduler · Aggregator · Janitor · user chores
@@ -95,6 +97,7 @@ from .keys import Keys
 from .leadership import Chore, Leadership
 from .mover import DelayedMover
 from .outcomes import Outcomes
+from .pausing import PauseGate, Pauser
 from .pool import WorkerPool
 from .quarantine import Quarantine
 from .redis_handle import RedisHandle
@@ -184,6 +187,8 @@ class _Components:
     redis: RedisHandle
     waiters: Waiters
     canceller: Canceller
+    gate: PauseGate
+    pauser: Pauser
     holdings: Holdings
     quarantine: Quarantine
     acks: AckBuffer
@@ -239,6 +244,7 @@ SERVICE_SHUTDOWN: tuple[tuple[str, Callable[[_Components], Awaitable[Any]]], ...
     ("leaving the group", lambda c: c.reporter.deregister()),
     ("stopping heartbeats", lambda c: _stopped(c.heartbeater)),
     ("stopping the result waiters", lambda c: _stopped(c.waiters)),
+    ("stopping the pause watcher", lambda c: _stopped(c.pauser)),
     ("stopping the canceller", lambda c: _stopped(c.canceller)),
     ("closing the Redis handle", lambda c: _stopped(c.redis)),
 )
@@ -412,7 +418,33 @@ class Runner(Producer):
             unique_dropped=mover.unique_dropped if mover else 0,
             quarantined=c.quarantined,
             chores_restarted=c.chores_restarted,
+            paused=parts.gate.paused if parts else False,
         )
+
+    async def wait_paused(self) -> None:
+        """Wait until this runner knows its group is paused and its fetch loops have
+        stopped: from then on it reads and claims nothing until the group is resumed
+        (see [Pausing a group](pause.md)). Returns at once if that is so already.
+
+        Raises:
+            RunnerNotRunning: The runner was never started.
+        """
+        await self._open_gate().wait_halted()
+
+    async def wait_resumed(self) -> None:
+        """Wait until this runner knows its group is not paused (its fetch loops fetch).
+        Returns at once if that is so already.
+
+        Raises:
+            RunnerNotRunning: The runner was never started.
+        """
+        await self._open_gate().wait_open()
+
+    def _open_gate(self) -> PauseGate:
+        c = self._components
+        if c is None:
+            raise RunnerNotRunning(f"{self!r} was never started")
+        return c.gate
 
     def errors(self) -> AsyncIterator[BaseException]:
         """The errors the runner handled, as they happen.
@@ -618,11 +650,22 @@ class Runner(Producer):
         aggregator = Aggregator(broker, config, errors, quarantine)
         janitor = Janitor(broker, config, errors, quarantine, self.consumers)
         chores = [mover.run, cron.run, aggregator.run, janitor.run, *self._leader_chores]
+        gate = PauseGate(config.num_fetchers)
+        pauser = Pauser(broker, gate, quarantine, errors)
         return _Components(
             broker=broker,
             redis=RedisHandle(broker.transport),
             waiters=Waiters(broker),
-            canceller=Canceller(broker, holdings, pool.cancel_task, errors),
+            canceller=Canceller(
+                broker,
+                holdings,
+                pool.cancel_task,
+                errors,
+                on_notice=pauser.heard,
+                on_subscribed=pauser.resync,
+            ),
+            gate=gate,
+            pauser=pauser,
             holdings=holdings,
             quarantine=quarantine,
             acks=acks,
@@ -632,7 +675,16 @@ class Runner(Producer):
             heartbeater=Heartbeater(broker, holdings, pool.min_beat_interval, counters, errors),
             fetchers=tuple(
                 Fetcher(
-                    broker, pool, releaser, quarantine, config, consumer, schedule, counters, errors
+                    broker,
+                    pool,
+                    releaser,
+                    quarantine,
+                    config,
+                    consumer,
+                    schedule,
+                    counters,
+                    errors,
+                    gate,
                 )
                 for consumer in self.consumers
             ),
@@ -690,6 +742,7 @@ class Runner(Producer):
         await services.start(c.redis.run)
         await services.start(c.waiters.run)
         await services.start(c.canceller.run)
+        await services.start(c.pauser.run)  # read before any fetch: a paused group stays so
         await services.start(c.reporter.run)  # registered before the runner is started
         await services.start(c.acks.run)
         await services.start(c.heartbeater.run)

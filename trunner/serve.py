@@ -109,8 +109,8 @@ async def _health(runner: Runner) -> Response:
 
 async def _ready(runner: Runner) -> Response:
     await trio.lowlevel.checkpoint()
-    if runner.state is RunnerState.STARTED:
-        return 200, "text/plain", b"ready\n"
+    if runner.state is RunnerState.STARTED:  # a paused runner is healthy: ready, and says so
+        return 200, "text/plain", b"ready (paused)\n" if runner.statistics().paused else b"ready\n"
     return 503, "text/plain", f"{runner.state.name.lower()}\n".encode()
 
 

@@ -153,3 +153,7 @@ class RunnerStatistics:
     [Bad data in Redis](reliability.md#bad-data-in-redis))."""
     chores_restarted: int = 0
     """Leader chores that failed and were restarted after a backoff."""
+    paused: bool = False
+    """Whether the group is paused, as this instance last heard (see
+    [Pausing a group](pause.md)): its fetch loops read and claim nothing; running tasks
+    go on."""

@@ -15,7 +15,9 @@ only for that task, so the other scenarios' RSS stays trunner's own.
 ``results``: a client (``open_client``) dispatches ``echo`` by name with
 ``keep_result=KEEP`` and awaits ``handle.result()``. ``cancel``: a client dispatches
 ``hang``, polls ``handle.status()`` until the task runs, waits 20 ms, then times
-``handle.cancel()`` and ``handle.result()`` raising ``TaskCancelled``.
+``handle.cancel()`` and ``handle.result()`` raising ``TaskCancelled``. A worker reports
+when a pause of its group has stopped its fetch loops, and when they fetch again
+(:func:`report_pauses`).
 """
 
 from __future__ import annotations
@@ -209,9 +211,14 @@ def work(
             batch_size=args.batch,
         )
         begin = time.perf_counter()
-        async with trunner.open_runner(url, config, tasks) as runner:
+        async with (
+            trunner.open_runner(url, config, tasks) as runner,
+            trio.open_nursery() as watching,
+        ):
+            watching.start_soon(report_pauses, runner)
             ready()
             await done.wait()
+            watching.cancel_scope.cancel()
             if args.linger:
                 await trio.sleep(args.linger)
                 rec.final()
@@ -232,6 +239,17 @@ def work(
     if args.task == "roundtrip_bridged":
         return trio.run(bridged, url, run)
     return trio.run(run)
+
+
+async def report_pauses(runner: trunner.Runner) -> None:
+    """Scenario 13: ``{"event": "paused", "t"}`` each time the group's pause has stopped
+    this worker's fetch loops, ``{"event": "resumed", "t"}`` each time they fetch again
+    (wall-clock times)."""
+    while True:
+        await runner.wait_paused()
+        emit({"event": "paused", "t": time.time()})
+        await runner.wait_resumed()
+        emit({"event": "resumed", "t": time.time()})
 
 
 class Own:

@@ -2,7 +2,9 @@
 
     python -m tests.processes.worker_process URL GROUP LOG [OPTIONS]
 
-OPTIONS is a JSON object: ``config`` (RunnerConfig arguments) and ``slow_seconds``. Tasks
+OPTIONS is a JSON object: ``config`` (RunnerConfig arguments), ``slow_seconds``, and
+``watch_pause`` (log ``paused`` and ``resumed``, with the wall time, each time the
+runner's fetch loops stop for a pause of the group and start again). Tasks
 append one line per event to LOG (``<pid> <event> <payload>``); ``kept`` and
 ``block_kept`` keep their result (task handles). The process prints
 ``ready`` once its runner started, and stops gracefully on SIGTERM or SIGINT.
@@ -14,6 +16,7 @@ import json
 import os
 import signal
 import sys
+import time
 from typing import Any
 
 import trio
@@ -66,12 +69,25 @@ def main() -> None:
         **options.get("config", {}),
     )
 
+    async def watch_pause(runner: trunner.Runner) -> None:
+        while True:
+            await runner.wait_paused()
+            log("paused", time.time())
+            await runner.wait_resumed()
+            log("resumed", time.time())
+
     async def run() -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async with trunner.open_runner(url, config, tasks):
+            async with (
+                trunner.open_runner(url, config, tasks) as runner,
+                trio.open_nursery() as nursery,
+            ):
+                if options.get("watch_pause"):
+                    nursery.start_soon(watch_pause, runner)
                 print("ready", flush=True)
                 async for _ in signals:
                     break
+                nursery.cancel_scope.cancel()
 
     trio.run(run)
 

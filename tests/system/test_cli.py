@@ -65,6 +65,28 @@ async def test_dispatch_inspect_and_dead_letters(redis_server: RedisServer, grou
     assert cli("dead-letter", "purge", group, "--yes", *url).returncode == 0
 
 
+async def test_pause_and_resume_a_group(redis_server: RedisServer, group: str) -> None:
+    url = ["--redis", redis_server.url]
+    config = trunner.RunnerConfig(consumer_group=group, block_duration=1.0)
+    async with open_checked_runner(redis_server.url, config, trunner.TaskRegistry()) as runner:
+        paused = cli("pause", group, *url)
+        assert paused.returncode == 0, paused.stderr
+        assert f"group {group} paused: its runners stop fetching" in paused.stdout
+        await runner.wait_paused()
+        again = cli("pause", group, *url)
+        assert again.returncode == 0
+        assert f"group {group} was paused already (since " in again.stdout
+        assert json.loads(cli("inspect", group, "--json", *url).stdout)["paused_since"] > 0
+        assert "paused" in cli("inspect", group, *url).stdout.split()
+        resumed = cli("resume", group, *url)
+        assert resumed.returncode == 0
+        assert f"group {group} resumed: its runners fetch again" in resumed.stdout
+        await runner.wait_resumed()
+        assert f"group {group} was not paused" in cli("resume", group, *url).stdout
+        assert json.loads(cli("inspect", group, "--json", *url).stdout)["paused_since"] is None
+        assert "paused" not in cli("inspect", group, *url).stdout.split()
+
+
 def test_inspecting_an_unknown_group_says_so(redis_server: RedisServer, group: str) -> None:
     shown = cli("inspect", f"{group}-typo", "--redis", redis_server.url)
     assert shown.returncode == 0
@@ -207,6 +229,8 @@ async def test_replay_says_what_it_did_with_each_id(redis_server: RedisServer, g
         (["inspect", "g"], "there is nothing to inspect there"),
         (["dead-letter", "replay", "g"], "there are no dead letters there"),
         (["quarantine", "list", "g"], "there is nothing set aside there"),
+        (["pause", "g"], "no runner would see the pause"),
+        (["resume", "g"], "no runner would see the resume"),
     ],
 )
 def test_group_commands_refuse_an_in_process_redis(

@@ -359,6 +359,30 @@ class Broker(Inspection):
         """A subscriber of the group's channel of cancelled tasks (their ids)."""
         return self.transport.open_subscriber(self.keys.cancel_channel)
 
+    async def pause(self, now_ms: int, notice: bytes) -> tuple[bool, bytes]:
+        """Pause the group (``pause.lua``) and send ``notice`` to its runners: whether this
+        call paused it (False: it was paused already), and the pause mark it holds."""
+        keys = self.keys
+        changed, mark = await self._script(
+            "pause", [keys.paused], [now_ms, keys.cancel_channel, notice]
+        )
+        return bool(changed), mark
+
+    async def resume(self, notice: bytes) -> bool:
+        """Resume the group (``resume.lua``) and send ``notice`` to its runners: whether it
+        was paused."""
+        keys = self.keys
+        return bool(await self._script("resume", [keys.paused], [keys.cancel_channel, notice]))
+
+    async def pause_mark(self) -> bytes | None:
+        """The group's pause mark as stored; None when the group is not paused.
+
+        Raises:
+            RedisCommandError: ``WRONGTYPE``, when the key holds another type.
+        """
+        reply = await self.transport.execute("GET", self.keys.paused)
+        return reply if isinstance(reply, bytes) else None
+
     async def record_progress(self, record: Record) -> bool:
         """Write a running task's progress into its record (see ``task_progress.lua``);
         False when the record already holds an outcome."""

@@ -85,6 +85,8 @@ class _Scripts:
         self.task_status = make_script("task_status", _with_delivered("task_status"))
         self.cancel_task = make_script("cancel_task", _with_delivered("cancel_task"))
         self.task_progress = _load("task_progress")
+        self.pause = _load("pause")
+        self.resume = _load("resume")
         self.forget_stale = _load("forget_stale")
         self.set_aside_delayed = fenced_script("set_aside_delayed", _read("set_aside_delayed"))
         self.lease_acquire = _load("lease_acquire")
