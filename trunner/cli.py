@@ -9,7 +9,8 @@
     trunner result GROUP TASK_ID [--timeout S]
     trunner cancel GROUP TASK_ID [--wait]
     trunner inspect GROUP [--json]
-    trunner dead-letter list|replay|purge GROUP
+    trunner dead-letter list|replay|delete|purge GROUP [IDS ...] [--task T]
+    trunner cron list|fire GROUP [NAME] [--tasks module:attribute]
     trunner quarantine list|purge GROUP
     trunner demo
 
@@ -86,6 +87,20 @@ def _task_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     _redis_option(cancel, "redis://127.0.0.1:6379/0")
 
 
+def _cron_command(commands: Any, common: argparse.ArgumentParser) -> None:
+    cron = commands.add_parser("cron", parents=[common], help="the group's cron schedules")
+    cron.add_argument("action", choices=("list", "fire"))
+    cron.add_argument("group")
+    cron.add_argument("name", nargs="?", help="fire: the schedule to run now")
+    cron.add_argument(
+        "--tasks",
+        metavar="MODULE:ATTRIBUTE",
+        help="the workers' registry (as for trunner worker): where the schedules are",
+    )
+    cron.add_argument("--json", action="store_true", help="list: print JSON for scripts")
+    _redis_option(cron, "redis://127.0.0.1:6379/0")
+
+
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -144,13 +159,18 @@ def _parser() -> argparse.ArgumentParser:
     _redis_option(inspect, "redis://127.0.0.1:6379/0")
 
     dead = commands.add_parser("dead-letter", parents=[common], help="the dead-letter stream")
-    dead.add_argument("action", choices=("list", "replay", "purge"))
+    dead.add_argument("action", choices=("list", "replay", "delete", "purge"))
     dead.add_argument("group")
-    dead.add_argument("ids", nargs="*", help="replay: these entries only (default: all)")
+    dead.add_argument(
+        "ids", nargs="*", help="replay, delete: these entries only (replay's default: all)"
+    )
+    dead.add_argument("--task", help="replay, delete: only the dead letters of this task")
     dead.add_argument("--count", type=int, default=50, help="list: how many")
     dead.add_argument("--json", action="store_true", help="print JSON for scripts")
     dead.add_argument("--yes", action="store_true", help="purge: do not ask")
     _redis_option(dead, "redis://127.0.0.1:6379/0")
+
+    _cron_command(commands, common)
 
     quarantine = commands.add_parser(
         "quarantine", parents=[common], help="bad data the runners set aside"
@@ -215,6 +235,7 @@ def _shared_redis(args: argparse.Namespace) -> str:
             "cancel": "no task is there",
             "dead-letter": "there are no dead letters there",
             "quarantine": "there is nothing set aside there",
+            "cron": "no cron state is there",
         }[args.command]
         raise ValueError(
             f"{url} is a Redis inside this one command's process: it starts empty and "
@@ -398,6 +419,8 @@ async def _dead_letter(args: argparse.Namespace, out: Console) -> int:
             return 0
         if args.action == "replay":
             return await _replay(client, args, out)
+        if args.action == "delete":
+            return await _delete_dead(client, args, out)
         count = await client.dead_letter_count()
         if not args.yes:
             answer = await trio.to_thread.run_sync(
@@ -436,9 +459,31 @@ def _print_dead_letters(group: str, letters: list[DeadLetter], total: int, out: 
         out.print(f"\n{total - len(letters)} more: pass --count {total}", highlight=False)
 
 
+async def _delete_dead(client: Client, args: argparse.Namespace, out: Console) -> int:
+    """Delete the dead letters named, or those of one task (asking first, as purge)."""
+    if not args.ids and not args.task:
+        out.print("delete what? name dead-letter ids, or --task NAME (purge deletes all)")
+        return 2
+    what = (
+        f"the dead letters of task {args.task!r}" if args.task else f"{len(args.ids)} dead letters"
+    )
+    if not args.yes:
+        answer = await trio.to_thread.run_sync(_ask, f"delete {what} of {args.group}? [y/N] ")
+        if answer is None or answer.strip().lower() not in ("y", "yes"):
+            closed = " (stdin is closed; pass --yes)" if answer is None else ""
+            out.print(f"nothing deleted{closed}")
+            return 1
+    if args.task:
+        deleted = await client.delete_dead_letters(task=args.task)
+    else:
+        deleted = await client.delete_dead_letters(args.ids)
+    out.print(f"deleted {deleted} dead letters", highlight=False)
+    return 0
+
+
 async def _replay(client: Client, args: argparse.Namespace, out: Console) -> int:
     """Replay, and say what became of each id asked for; 1 unless all were replayed."""
-    result = await client.replay_dead_letters(args.ids or None)
+    result = await client.replay_dead_letters(args.ids or None, task=args.task)
     if args.json:
         print(json.dumps(attrs.asdict(result)))
         return 0 if result.skipped == {} else 1
@@ -452,6 +497,35 @@ async def _replay(client: Client, args: argparse.Namespace, out: Console) -> int
     asked = len(result.new_ids) + len(result.skipped)
     out.print(f"replayed {len(result.new_ids)} of {asked} dead letters", highlight=False)
     return 0 if not result.skipped else 1
+
+
+async def _cron(args: argparse.Namespace, out: Console) -> int:
+    tasks = load_settings(args.tasks).tasks if args.tasks else None
+    async with open_client(_shared_redis(args), args.group, tasks=tasks) as client:
+        if args.action == "fire":
+            if not args.name:
+                out.print("fire which schedule? trunner cron fire GROUP NAME --tasks M:A")
+                return 2
+            task_id = await client.fire_cron(args.name)
+            out.print(f"fired {args.name}: task {task_id}", highlight=False, soft_wrap=True)
+            return 0
+        entries = await client.cron_entries()
+    if args.json:
+        print(json.dumps([as_dict(e) for e in entries]))
+        return 0
+    if not entries:
+        out.print(f"no cron schedule known for {args.group} (pass --tasks)", highlight=False)
+        return 0
+    table = Table()
+    for column in ("name", "expression", "task", "last fired", "next tick"):
+        table.add_column(column)
+    for e in entries:
+        table.add_row(
+            e.name, e.expression or "?", e.task or "?", _when(e.last_fired_at or 0.0),
+            _when(e.next_fire_at or 0.0),
+        )  # fmt: skip
+    out.print(table)
+    return 0
 
 
 async def _quarantine(args: argparse.Namespace, out: Console) -> int:
@@ -535,6 +609,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "cancel": lambda: _cancel(args, out),
         "dead-letter": lambda: _dead_letter(args, out),
         "quarantine": lambda: _quarantine(args, out),
+        "cron": lambda: _cron(args, out),
         "demo": lambda: _demo(args),
     }
     try:
