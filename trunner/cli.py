@@ -11,6 +11,8 @@
     trunner inspect GROUP [--json]
     trunner dead-letter list|replay|delete|purge GROUP [IDS ...] [--task T]
     trunner cron list|fire GROUP [NAME] [--tasks module:attribute]
+    trunner dashboard REDIS_URL [--group G ...] [--host H] [--port P] [--read-only]
+                      [--token T | --token-file F] [--tasks module:attribute]
     trunner quarantine list|purge GROUP
     trunner demo
 
@@ -101,6 +103,30 @@ def _cron_command(commands: Any, common: argparse.ArgumentParser) -> None:
     _redis_option(cron, "redis://127.0.0.1:6379/0")
 
 
+def _dashboard_command(commands: Any, common: argparse.ArgumentParser) -> None:
+    dash = commands.add_parser(
+        "dashboard",
+        parents=[common],
+        help="serve the web dashboard (needs the 'dashboard' extra)",
+    )
+    dash.add_argument("redis_url", metavar="REDIS_URL")
+    dash.add_argument(
+        "--group", action="append", dest="groups", help="a group to show (repeat; default: all)"
+    )
+    dash.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    dash.add_argument("--port", type=int, default=8080, help="port (default 8080; 0: any)")
+    dash.add_argument("--read-only", action="store_true", help="show, never act")
+    token = dash.add_mutually_exclusive_group()
+    token.add_argument("--token", help="require this token (bearer header or login form)")
+    token.add_argument("--token-file", help="read the token from this file")
+    dash.add_argument(
+        "--tasks",
+        metavar="MODULE:ATTRIBUTE",
+        help="the workers' registry: shows cron expressions and lets you fire them",
+    )
+    dash.add_argument("--prefix", default="trunner", help="the groups' key prefix")
+
+
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -171,6 +197,7 @@ def _parser() -> argparse.ArgumentParser:
     _redis_option(dead, "redis://127.0.0.1:6379/0")
 
     _cron_command(commands, common)
+    _dashboard_command(commands, common)
 
     quarantine = commands.add_parser(
         "quarantine", parents=[common], help="bad data the runners set aside"
@@ -528,6 +555,31 @@ async def _cron(args: argparse.Namespace, out: Console) -> int:
     return 0
 
 
+async def _dashboard(args: argparse.Namespace) -> int:
+    try:
+        # The dashboard extra (starlette, hypercorn) is loaded only by this command.
+        from .dashboard._serve import run_dashboard  # noqa: PLC0415
+    except ImportError as exc:
+        raise ImportError(
+            f"the dashboard needs its extra: pip install 'trunner[dashboard]' ({exc})"
+        ) from None
+    token = args.token
+    if args.token_file:
+        token = (await trio.Path(args.token_file).read_text(encoding="utf-8")).strip()
+        if not token:
+            raise ValueError(f"the token file {args.token_file} is empty")
+    return await run_dashboard(
+        args.redis_url,
+        args.groups or [],
+        host=args.host,
+        port=args.port,
+        read_only=args.read_only,
+        token=token,
+        tasks=load_settings(args.tasks).tasks if args.tasks else None,
+        prefix=args.prefix,
+    )
+
+
 async def _quarantine(args: argparse.Namespace, out: Console) -> int:
     async with open_client(_shared_redis(args), args.group) as client:
         if args.action == "list":
@@ -610,6 +662,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "dead-letter": lambda: _dead_letter(args, out),
         "quarantine": lambda: _quarantine(args, out),
         "cron": lambda: _cron(args, out),
+        "dashboard": lambda: _dashboard(args),
         "demo": lambda: _demo(args),
     }
     try:
