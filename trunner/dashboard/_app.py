@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 import jinja2
 import trio
@@ -109,19 +110,23 @@ class Dashboard:
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
         """Open a client and a sampler per group, for the app's lifetime."""
-        async with AsyncExitStack() as stack, trio.open_nursery() as nursery:
-            for group in self.groups:
-                client = await stack.enter_async_context(
+        async with AsyncExitStack() as stack:
+            clients = [
+                await stack.enter_async_context(
                     open_client(self.redis_url, group, prefix=self.prefix, tasks=self.tasks)
                 )
-                sampler = Sampler(client, self.interval)
-                await nursery.start(sampler.run)
-                self.samplers[group] = sampler
-            try:
-                yield
-            finally:
-                nursery.cancel_scope.cancel()
-                self.samplers.clear()
+                for group in self.groups
+            ]
+            async with trio.open_nursery() as nursery:
+                for client in clients:
+                    sampler = Sampler(client, self.interval)
+                    await nursery.start(sampler.run)
+                    self.samplers[client.consumer_group] = sampler
+                try:
+                    yield
+                finally:
+                    nursery.cancel_scope.cancel()
+                    self.samplers.clear()
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -231,8 +236,9 @@ class Dashboard:
             return refused
         if self.guard.read_only:
             return PlainTextResponse("read-only dashboard: no actions", 403)
-        form = await request.form()
-        fields: Form = {k: [str(v) for v in form.getlist(k)] for k in form}
+        fields = await _form(request)
+        if fields is None:
+            return PlainTextResponse("form too large", 413)
         submitted = (fields.get("csrf") or [""])[0] or request.headers.get("x-csrf-token")
         if (why := self.guard.refuse_post(request, submitted)) is not None:
             return PlainTextResponse(why, 403, headers=SECURITY_HEADERS)
@@ -263,10 +269,10 @@ class Dashboard:
         return self.page(request, "login.html", error=None)
 
     async def login(self, request: Request) -> Response:
-        form = await request.form()
-        submitted = str(form.get("csrf") or "")
+        form = await _form(request) or {}
+        submitted = (form.get("csrf") or [""])[0]
         why = self.guard.refuse_post(request, submitted)
-        if why is None and not self.guard.token_matches(str(form.get("token") or "")):
+        if why is None and not self.guard.token_matches((form.get("token") or [""])[0]):
             why = "wrong token"
         if why is not None:
             return self.page(request, "login.html", status=403, error=why)
@@ -280,6 +286,20 @@ class Dashboard:
             why = "the dashboard is not started: its lifespan did not run (see the docs)"
             return PlainTextResponse(why, 503)
         return PlainTextResponse("no such group or action on this dashboard", 404)
+
+
+#: The largest form accepted (a page's worth of selected ids is a few kB).
+MAX_FORM = 256 * 1024
+
+
+async def _form(request: Request) -> Form | None:
+    """The fields of a URL-encoded form (what the pages post); None when too large."""
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM:
+            return None
+    return parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
 
 
 def _set_cookie(request: Request, response: Response, value: str) -> None:

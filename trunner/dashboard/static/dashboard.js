@@ -97,6 +97,8 @@ function render(root, s) {
     const node = document.getElementById("count-" + key);
     if (node) node.textContent = key in counts ? String(counts[key]) : "?";
   }
+  const stale = document.getElementById("dead-stale");
+  if (stale && "dead" in counts) stale.hidden = stale.dataset.shown === String(counts.dead);
   const errors = document.getElementById("errors");
   errors.replaceChildren(
     ...Object.entries(s.errors || {}).map(([part, why]) => el("li", part + " unreadable: " + why))
