@@ -125,6 +125,9 @@ def _dashboard_command(commands: Any, common: argparse.ArgumentParser) -> None:
         help="the workers' registry: shows cron expressions and lets you fire them",
     )
     dash.add_argument("--prefix", default="trunner", help="the groups' key prefix")
+    dash.add_argument(
+        "--interval", type=float, default=1.0, help="seconds between two live updates (default 1)"
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -577,6 +580,7 @@ async def _dashboard(args: argparse.Namespace) -> int:
         token=token,
         tasks=load_settings(args.tasks).tasks if args.tasks else None,
         prefix=args.prefix,
+        interval=args.interval,
     )
 
 

@@ -255,3 +255,25 @@ async def test_pages_of_a_mounted_dashboard_link_under_its_path(
 
 def test_the_seeded_message_is_a_message() -> None:
     assert b'"task":"job"' in message("job")
+
+
+async def test_an_action_on_the_group_gets_its_button_by_itself(
+    memory_url: str, group: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """How pause/resume are added: one ACTIONS entry each, with on_group."""
+    from trunner.dashboard import _actions  # noqa: PLC0415 - the action table under test
+
+    calls: list[str] = []
+
+    async def ping(client: trunner.Client, form: _actions.Form) -> str:
+        calls.append(client.consumer_group)
+        return "pinged"
+
+    action = _actions.Action("ping", "Ping", "Ping group {}?", ping, on_group=True)
+    monkeypatch.setitem(_actions.ACTIONS, "ping", action)
+    async with open_app(memory_url, [group]) as http:
+        page = await http.get(f"/group/{group}")
+        assert f'data-confirm="Ping group {group}?"' in page.text
+        done = await post(http, f"/group/{group}/action/ping", {"csrf": csrf_of(page.text)})
+        assert "pinged" in (await http.get(done.headers["location"])).text
+    assert calls == [group]

@@ -1,8 +1,10 @@
 """What the dashboard can do to a group: each action is one call of trunner's public client
 API, the same call the CLI makes, named, labelled and with its confirmation question.
 
-Adding an action is one entry of :data:`ACTIONS`: the pages draw its buttons from it and
-the POST route runs it. An action whose call the client lacks is left out (``available``).
+Adding an action is one entry of :data:`ACTIONS`: the POST route runs it, and an action
+on the whole group (``on_group``) gets its button in the group page's header by itself; an
+action whose call the client lacks is left out (``available``). Pausing a group, once the
+client has ``pause()``/``resume()``, is two such entries.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ class Action:
     """Do it; return what was done, shown on the page."""
     available: Callable[[Client], bool] = lambda _client: True
     """Whether this client can do it (an API that a trunner version lacks)."""
+    on_group: bool = False
+    """An action on the whole group, without a form field: its button is in the header."""
 
 
 def _one(form: Form, name: str) -> str:

@@ -203,6 +203,9 @@ class Dashboard:
             first_page=before != "+",
             crons=crons,
             can_fire=self.tasks is not None,
+            group_actions=[
+                a for a in ACTIONS.values() if a.on_group and a.available(sampler.client)
+            ],
             problems=problems,
         )
 

@@ -70,6 +70,7 @@ async def run_dashboard(
     token: str | None,
     tasks: TaskRegistry | None,
     prefix: str,
+    interval: float = 1.0,
 ) -> int:
     """``trunner dashboard``: refuse an unsafe bind, then serve until SIGINT or SIGTERM."""
     if not groups:
@@ -87,6 +88,7 @@ async def run_dashboard(
         token=token,
         tasks=tasks,
         prefix=prefix,
+        interval=interval,
         allowed_hosts=LOOPBACK_HOSTS if local_names else None,
     )
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
