@@ -10,8 +10,9 @@ the queue's own client); task handles: ``results`` (9: dispatch and await the re
 at a time and with 50 waiters), ``keep-result`` (10: scenario 1's drain with
 ``keep_result`` off and on), ``cancel`` (11: a running task cancelled from another
 process), ``result-memory`` (12: 100 000 results kept 60 s); ``pause`` (13: how fast a
-pause stops three worker processes' fetching). Each scenario runs ``--runs``
-times, interleaving the queues run by run, and the median is reported. ``--peers`` adds
+pause stops three worker processes' fetching); ``dashboard`` (14: page load and
+live-update latency of the dashboard on a group of 100 000 queued and 100 000 dead
+entries; bench/dashboard.py). Each scenario runs ``--runs`` times, interleaving the queues run by run, and the median is reported. ``--peers`` adds
 arq, saq, streaq (on Trio), taskiq (Redis stream broker) and dramatiq to scenarios 1-4 and
 8 (arq, saq and streaq to 9), each installed into its own virtual environment under
 bench/.peers/ and using its own Redis database.
@@ -48,6 +49,9 @@ import trio
 
 import trunner
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from dashboard import dashboard  # bench/ is not a package: its folder is on the path
+
 HERE = Path(__file__).resolve().parent
 QUEUES = HERE / "queues"
 PEERS_DIR = HERE / ".peers"
@@ -65,6 +69,7 @@ SCENARIOS = [
     "cancel",
     "result-memory",
     "pause",
+    "dashboard",
 ]
 #: The peers scenario 9 (results) runs beside trunner (issue 19 names them).
 RESULT_PEERS = {"arq", "saq", "streaq"}
@@ -1275,6 +1280,22 @@ ROWS: list[tuple[str, str, str, str, bool, int]] = [
     ("13 pause: pause() call returns, p50", "ms", "pause", "call_p50_ms", False, 2),
     ("13 resume: each worker fetching again, p50", "ms", "pause", "resume_p50_ms", False, 2),
     ("13 resume: the same, p99", "ms", "pause", "resume_p99_ms", False, 2),
+    ("14 dashboard group page: first byte, p50", "ms", "dashboard", "group_ttfb_p50_ms", False, 2),
+    ("14 dashboard group page: full HTML, p50", "ms", "dashboard", "group_full_p50_ms", False, 2),
+    ("14 dashboard group page: full HTML, p99", "ms", "dashboard", "group_full_p99_ms", False, 2),
+    ("14 dead letters 50 000 deep: full, p50", "ms", "dashboard", "older_full_p50_ms", False, 2),
+    ("14 dashboard overview: full, p50", "ms", "dashboard", "overview_full_p50_ms", False, 2),
+    ("14 live snapshot JSON: full, p50", "ms", "dashboard", "snapshot_full_p50_ms", False, 2),
+    (
+        "14 Redis write to SSE event, p50 (1 s interval)",
+        "ms",
+        "dashboard",
+        "update_p50_ms",
+        False,
+        1,
+    ),
+    ("14 Redis write to SSE event, p99", "ms", "dashboard", "update_p99_ms", False, 1),
+    ("14 one snapshot's reads, p50", "ms", "dashboard", "snapshot_read_p50_ms", False, 2),
 ]
 
 #: Rows whose "trunner" column shows another trunner variant (by its impl name).
@@ -1340,6 +1361,7 @@ def _targets() -> dict[str, tuple[str, Callable[[float, Context], bool | None]]]
         "cancel/p99_ms": ("<= 50 ms", lambda v, _: v <= 50),
         "pause/p99_ms": ("<= 100 ms", lambda v, _: v <= 100),
         "result-memory/rss_growth_keep_mb": ("no growth (< 2 MB)", lambda v, _: v < 2),
+        "dashboard/older_full_p50_ms": ("pages quickly (< 100 ms)", lambda v, _: v < 100),
     }
 
 
@@ -1578,6 +1600,9 @@ async def rounds_4_to_6(
         if "result-memory" in chosen:
             work = result_memory(q, s)
             await measure(out, results, "result-memory", "trunner", run, work)
+        if "dashboard" in chosen:
+            work = dashboard(url, s.n(100_000), s.n(100_000))
+            await measure(out, results, "dashboard", "trunner", run, work)
         if "failover" in chosen:
             for mode in ("graceful", "crash"):
                 work = failover(url, mode, out)

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 from . import election
 from ._context import current_message
 from ._redis import forget_memory_server, redact_url
-from .admin import DeadLetter, GroupInfo, ReplayResult
+from .admin import CronEntry, DeadLetter, DelayedTask, GroupInfo, ReplayResult
 from .client import Client, open_client
 from .config import FailedTaskHandler, LongQueueHook, RunnerConfig
 from .errors import (
@@ -62,8 +62,10 @@ __all__ = [
     "Client",
     "CommandNotAllowed",
     "Crashed",
+    "CronEntry",
     "CronSchedule",
     "DeadLetter",
+    "DelayedTask",
     "ElectorCrashed",
     "FailedTaskHandler",
     "GiveUp",

@@ -14,15 +14,23 @@ import attrs
 from ._redis import Broker
 from ._util import wall_ms
 from .admin import (
+    CronEntry,
     DeadLetter,
+    DelayedTask,
     GroupInfo,
     ReplayResult,
+    cron_entries,
+    dead_ids_of_task,
+    delete_dead,
     inspect_group,
     list_dead,
+    list_dead_newest,
+    list_delayed,
     list_quarantined,
     read_instances,
     read_stats,
     replay_dead,
+    waiting_age,
 )
 from .codec import untyped
 from .errors import InvalidPayload, RunnerNotRunning, TaskAlreadyDispatched
@@ -569,6 +577,62 @@ class Producer:
                 lock = (broker.keys.unique(message.unique_key), message.unique_token)
         return await broker.cancel_delayed(delayed_id, lock)
 
+    async def delayed_tasks(self, count: int = 50, offset: int = 0) -> list[DelayedTask]:
+        """The tasks waiting in the delayed set, soonest due first (one page).
+
+        Args:
+            count: The most tasks to return.
+            offset: How many of the soonest to skip.
+
+        Returns:
+            Up to ``count`` [``DelayedTask``][trunner.DelayedTask]s; one whose message
+            cannot be read is listed with its ``problem``. Cancel one with
+            ``handle(task.id).cancel()``.
+        """
+        return await list_delayed(self._open_broker(), count, offset)
+
+    async def cron_entries(self) -> list[CronEntry]:
+        """The group's cron schedules, with when each last fired and fires next.
+
+        The schedules come from this producer's registry (``open_client(tasks=...)``);
+        the last tick fired of each, from Redis. Names Redis holds a last tick of that the
+        registry does not know are listed after, without expression or next tick.
+
+        Returns:
+            One [``CronEntry``][trunner.CronEntry] per schedule.
+        """
+        return await cron_entries(self._open_broker(), self._registry)
+
+    async def fire_cron(self, name: str) -> TaskHandle[Any]:
+        """Run a cron schedule's task now, once, outside its ticks.
+
+        The schedule's task is dispatched with its payload, as ``dispatch`` would (a
+        unique task takes its lock, or raises ``TaskAlreadyDispatched``). The schedule's
+        ticks are not changed: its next tick fires as planned.
+
+        Args:
+            name: The schedule's name; this producer's registry must hold it.
+
+        Returns:
+            The dispatched task's handle.
+
+        Raises:
+            LookupError: The registry (``open_client(tasks=...)``) has no such schedule.
+            TaskAlreadyDispatched: Its task is unique and its key is locked.
+        """
+        registry = self._registry
+        schedules = {s.name: s for s in registry.crons} if registry is not None else {}
+        if name not in schedules:
+            where = "its registry" if registry is not None else "no registry (pass tasks=)"
+            raise LookupError(f"no cron schedule {name!r}: this producer has {where}")
+        schedule = schedules[name]
+        return await self.dispatch(schedule.task_name, schedule.payload)
+
+    async def waiting_age(self) -> float | None:
+        """How long the oldest message not yet delivered has waited (seconds), from its
+        stream id's time; None when none waits. The wait of the next pickup, at least."""
+        return await waiting_age(self._open_broker())
+
     async def group_stats(self) -> GroupStats:
         """The group's statistics over the current window, computed now.
 
@@ -649,7 +713,49 @@ class Producer:
         """
         return await list_dead(self._open_broker(), count, start)
 
-    async def replay_dead_letters(self, ids: Sequence[str] | None = None) -> ReplayResult:
+    async def dead_letters_newest(self, count: int = 100, end: str = "+") -> list[DeadLetter]:
+        """Read the dead-letter stream, newest first: one page, whatever its length.
+
+        Args:
+            count: The most entries to return.
+            end: The dead-letter entry id to start at, going back (included; ``"(id"``
+                leaves it out, to read the page after one that ended at ``id``);
+                ``"+"``: the newest.
+
+        Returns:
+            Up to ``count`` entries.
+        """
+        return await list_dead_newest(self._open_broker(), count, end)
+
+    async def delete_dead_letters(
+        self, ids: Sequence[str] | None = None, *, task: str | None = None
+    ) -> int:
+        """Delete some dead letters: those of ``ids``, or every one of the task ``task``.
+
+        [``purge_dead_letters``][trunner.Runner.purge_dead_letters] deletes them all.
+
+        Args:
+            ids: Dead-letter entry ids (ids that are not entry ids are left out).
+            task: A task name: delete every dead letter of that task (the whole stream
+                is read, 500 entries per round trip).
+
+        Returns:
+            How many dead letters were deleted.
+
+        Raises:
+            ValueError: Neither or both of ``ids`` and ``task`` were given.
+        """
+        broker = self._open_broker()
+        if (ids is None) == (task is None):
+            raise ValueError("give either ids or task (purge_dead_letters() deletes all)")
+        if task is not None:
+            ids = await dead_ids_of_task(broker, task)
+        assert ids is not None
+        return await delete_dead(broker, ids)
+
+    async def replay_dead_letters(
+        self, ids: Sequence[str] | None = None, *, task: str | None = None
+    ) -> ReplayResult:
         """Put dead letters back into the stream, as fresh first attempts.
 
         Each replayed entry leaves the dead-letter stream and enters the task stream in
@@ -660,16 +766,22 @@ class Producer:
         in the dead-letter stream are skipped.
 
         Args:
-            ids: The dead-letter entry ids to replay; ``None`` replays all of them.
+            ids: The dead-letter entry ids to replay; ``None`` replays all of them (or,
+                with ``task``, all of that task's).
+            task: Replay only the dead letters of this task (with ``ids``: those of
+                ``ids`` that are of it; without: every one of it, the whole stream read
+                500 entries per round trip).
 
         Returns:
             A [``ReplayResult``][trunner.ReplayResult]: the new stream ids, and why each
             entry that was not replayed was not (it unpacks as ``(new ids, ids not
             replayed)``).
         """
-        return await replay_dead(
-            self._open_broker(), ids, self._max_payload_bytes, self._unique_for
-        )
+        broker = self._open_broker()
+        if task is not None:
+            of_task = await dead_ids_of_task(broker, task)
+            ids = of_task if ids is None else [i for i in ids if i in set(of_task)]
+        return await replay_dead(broker, ids, self._max_payload_bytes, self._unique_for)
 
     def _unique_for(self, task_name: str) -> float | None:
         """The registry's ``unique_for`` of a task (None without one, or not unique)."""

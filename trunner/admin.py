@@ -34,16 +34,25 @@ from .message import (
 from .pausing import read_paused_since
 from .quarantine import QuarantineRecord
 from .status import TaskStatus
+from .task import TaskRegistry
 
 __all__ = [
+    "CronEntry",
     "DeadLetter",
+    "DelayedTask",
     "GroupInfo",
     "ReplayResult",
+    "cron_entries",
+    "dead_ids_of_task",
+    "delete_dead",
     "inspect_group",
     "list_dead",
+    "list_dead_newest",
+    "list_delayed",
     "read_instances",
     "read_stats",
     "replay_dead",
+    "waiting_age",
 ]
 
 
@@ -155,6 +164,38 @@ def dead_letter_of(entry: RawEntry) -> DeadLetter:
 
 async def list_dead(broker: Broker, count: int = 100, start: str = "-") -> list[DeadLetter]:
     return [dead_letter_of(e) for e in await broker.dead_entries(count, start)]
+
+
+async def list_dead_newest(broker: Broker, count: int = 100, end: str = "+") -> list[DeadLetter]:
+    """Up to ``count`` dead letters, newest first, from the id ``end`` down (``(id``
+    leaves that id out): one ``XREVRANGE ... COUNT``, whatever the stream's length."""
+    return [dead_letter_of(e) for e in await broker.dead_entries_before(count, end)]
+
+
+#: Dead letters read per round trip when looking through the whole stream.
+DEAD_BATCH = 500
+
+
+async def dead_ids_of_task(broker: Broker, task: str) -> list[str]:
+    """The ids of every dead letter of the task named ``task``, oldest first.
+
+    Reads the whole dead-letter stream, :data:`DEAD_BATCH` entries per round trip."""
+    found: list[str] = []
+    start = "-"
+    while batch := await broker.dead_entries(DEAD_BATCH, start):
+        for entry in batch:
+            if dead_letter_of(entry).task == task:
+                found.append(entry.message_id)
+        if len(batch) < DEAD_BATCH:
+            break
+        start = f"({batch[-1].message_id}"
+    return found
+
+
+async def delete_dead(broker: Broker, ids: Sequence[str]) -> int:
+    """Delete the dead-letter entries ``ids`` (those that are not entry ids are left
+    out); return how many were there."""
+    return await broker.delete_dead([i for i in dict.fromkeys(ids) if is_entry_id(i)])
 
 
 @attrs.frozen
@@ -430,3 +471,110 @@ def _json_ready(_inst: Any, _field: Any, value: Any) -> Any:
     if isinstance(value, enum.Enum):
         return value.value
     return value
+
+
+@attrs.frozen
+class DelayedTask:
+    """A task waiting in the delayed set (a delayed dispatch, a scheduled time, or a
+    retry), as [``delayed_tasks``][trunner.Runner.delayed_tasks] lists it."""
+
+    id: str
+    """Its id in the delayed set: the task id (give it to ``handle(id).cancel()``)."""
+    task: str
+    """The task name; ``""`` when its message cannot be decoded (or is missing)."""
+    due_at: float
+    """When it is due, in seconds since the epoch."""
+    attempt: int
+    """The attempt it will be (above 1 for a scheduled retry); 0 when undecodable."""
+    enqueued_at: float
+    """When it was first dispatched (seconds since the epoch); 0.0 when undecodable."""
+    problem: str = ""
+    """Why its message cannot be read; ``""`` when it can."""
+
+
+def _delayed(task_id: str, due_ms: float, data: bytes | None) -> DelayedTask:
+    due = due_ms / 1000 if math.isfinite(due_ms) else 0.0
+    if data is None:
+        return DelayedTask(task_id, "", due, 0, 0.0, "its message is missing")
+    try:
+        message = decode_message(task_id, [b"payload", data])
+    except MessageDecodeError as exc:
+        return DelayedTask(task_id, "", due, 0, 0.0, f"undecodable: {exc.reason}")
+    return DelayedTask(task_id, message.task_name, due, message.attempt, message.enqueued_at)
+
+
+async def list_delayed(broker: Broker, count: int = 50, offset: int = 0) -> list[DelayedTask]:
+    """Up to ``count`` delayed tasks, soonest due first, from position ``offset`` (two
+    commands, bounded by ``count``)."""
+    return [_delayed(*row) for row in await broker.delayed_entries(count, offset)]
+
+
+@attrs.frozen
+class CronEntry:
+    """A cron schedule of the group, as [``cron_entries``][trunner.Runner.cron_entries]
+    lists it: what the registry says of it, and when the group last fired it."""
+
+    name: str
+    """The schedule's name."""
+    expression: str
+    """Its cron expression; ``""`` when the registry given does not know it."""
+    task: str
+    """The task it runs; ``""`` when the registry given does not know it."""
+    timezone: str
+    """The time zone its ticks are computed in; ``""`` when unknown."""
+    last_fired_at: float | None
+    """When the group last fired a tick of it (seconds since the epoch); None if never
+    (or if what Redis holds is not a tick)."""
+    next_fire_at: float | None
+    """Its next tick after now; None when the registry does not know it."""
+
+
+async def cron_entries(broker: Broker, registry: TaskRegistry | None) -> list[CronEntry]:
+    """The schedules of ``registry`` (in its order), then the names Redis holds a last
+    tick of that the registry does not know, by name."""
+    fired, bad = await broker.cron_last_fired()
+    now = time.time()
+    entries = []
+    known = registry.crons if registry is not None else []
+    for schedule in known:
+        try:
+            upcoming: float | None = schedule.next_tick(now)
+        except ValueError:
+            upcoming = None
+        last = fired.get(schedule.name)
+        entries.append(
+            CronEntry(
+                schedule.name,
+                schedule.expression,
+                schedule.task_name,
+                schedule.timezone,
+                last / 1000 if last is not None else None,
+                upcoming,
+            )
+        )
+    names = {s.name for s in known}
+    others = sorted({*fired, *(name for name, _ in bad)} - names)
+    for name in others:
+        last = fired.get(name)
+        entries.append(CronEntry(name, "", "", "", last / 1000 if last else None, None))
+    return entries
+
+
+async def waiting_age(broker: Broker) -> float | None:
+    """How long the oldest message not yet delivered to the group has waited, in seconds
+    (from its stream id's time: for a delayed task or a retry, since it was moved into
+    the stream); None when no message waits. Two round trips, whatever the backlog."""
+    try:
+        progress = await broker.progress(0)
+    except RedisCommandError:
+        return None
+    if progress.last_delivered is None:
+        return None
+    head = await broker.undelivered(progress.last_delivered, 1)
+    if not head:
+        return None
+    try:
+        at_ms = int(head[0].message_id.split("-", 1)[0])
+    except ValueError:
+        return None
+    return max(0.0, (wall_ms() - at_ms) / 1000)

@@ -11,7 +11,10 @@
     trunner inspect GROUP [--json]
     trunner pause GROUP
     trunner resume GROUP
-    trunner dead-letter list|replay|purge GROUP
+    trunner dead-letter list|replay|delete|purge GROUP [IDS ...] [--task T]
+    trunner cron list|fire GROUP [NAME] [--tasks module:attribute]
+    trunner dashboard REDIS_URL [--group G ...] [--host H] [--port P] [--read-only]
+                      [--token T | --token-file F] [--tasks module:attribute]
     trunner quarantine list|purge GROUP
     trunner demo
 
@@ -88,6 +91,47 @@ def _task_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     _redis_option(cancel, "redis://127.0.0.1:6379/0")
 
 
+def _cron_command(commands: Any, common: argparse.ArgumentParser) -> None:
+    cron = commands.add_parser("cron", parents=[common], help="the group's cron schedules")
+    cron.add_argument("action", choices=("list", "fire"))
+    cron.add_argument("group")
+    cron.add_argument("name", nargs="?", help="fire: the schedule to run now")
+    cron.add_argument(
+        "--tasks",
+        metavar="MODULE:ATTRIBUTE",
+        help="the workers' registry (as for trunner worker): where the schedules are",
+    )
+    cron.add_argument("--json", action="store_true", help="list: print JSON for scripts")
+    _redis_option(cron, "redis://127.0.0.1:6379/0")
+
+
+def _dashboard_command(commands: Any, common: argparse.ArgumentParser) -> None:
+    dash = commands.add_parser(
+        "dashboard",
+        parents=[common],
+        help="serve the web dashboard (needs the 'dashboard' extra)",
+    )
+    dash.add_argument("redis_url", metavar="REDIS_URL")
+    dash.add_argument(
+        "--group", action="append", dest="groups", help="a group to show (repeat; default: all)"
+    )
+    dash.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    dash.add_argument("--port", type=int, default=8080, help="port (default 8080; 0: any)")
+    dash.add_argument("--read-only", action="store_true", help="show, never act")
+    token = dash.add_mutually_exclusive_group()
+    token.add_argument("--token", help="require this token (bearer header or login form)")
+    token.add_argument("--token-file", help="read the token from this file")
+    dash.add_argument(
+        "--tasks",
+        metavar="MODULE:ATTRIBUTE",
+        help="the workers' registry: shows cron expressions and lets you fire them",
+    )
+    dash.add_argument("--prefix", default="trunner", help="the groups' key prefix")
+    dash.add_argument(
+        "--interval", type=float, default=1.0, help="seconds between two live updates (default 1)"
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -154,13 +198,19 @@ def _parser() -> argparse.ArgumentParser:
         _redis_option(command, "redis://127.0.0.1:6379/0")
 
     dead = commands.add_parser("dead-letter", parents=[common], help="the dead-letter stream")
-    dead.add_argument("action", choices=("list", "replay", "purge"))
+    dead.add_argument("action", choices=("list", "replay", "delete", "purge"))
     dead.add_argument("group")
-    dead.add_argument("ids", nargs="*", help="replay: these entries only (default: all)")
+    dead.add_argument(
+        "ids", nargs="*", help="replay, delete: these entries only (replay's default: all)"
+    )
+    dead.add_argument("--task", help="replay, delete: only the dead letters of this task")
     dead.add_argument("--count", type=int, default=50, help="list: how many")
     dead.add_argument("--json", action="store_true", help="print JSON for scripts")
     dead.add_argument("--yes", action="store_true", help="purge: do not ask")
     _redis_option(dead, "redis://127.0.0.1:6379/0")
+
+    _cron_command(commands, common)
+    _dashboard_command(commands, common)
 
     quarantine = commands.add_parser(
         "quarantine", parents=[common], help="bad data the runners set aside"
@@ -227,6 +277,7 @@ def _shared_redis(args: argparse.Namespace) -> str:
             "resume": "no runner would see the resume",
             "dead-letter": "there are no dead letters there",
             "quarantine": "there is nothing set aside there",
+            "cron": "no cron state is there",
         }[args.command]
         raise ValueError(
             f"{url} is a Redis inside this one command's process: it starts empty and "
@@ -436,6 +487,8 @@ async def _dead_letter(args: argparse.Namespace, out: Console) -> int:
             return 0
         if args.action == "replay":
             return await _replay(client, args, out)
+        if args.action == "delete":
+            return await _delete_dead(client, args, out)
         count = await client.dead_letter_count()
         if not args.yes:
             answer = await trio.to_thread.run_sync(
@@ -474,9 +527,31 @@ def _print_dead_letters(group: str, letters: list[DeadLetter], total: int, out: 
         out.print(f"\n{total - len(letters)} more: pass --count {total}", highlight=False)
 
 
+async def _delete_dead(client: Client, args: argparse.Namespace, out: Console) -> int:
+    """Delete the dead letters named, or those of one task (asking first, as purge)."""
+    if not args.ids and not args.task:
+        out.print("delete what? name dead-letter ids, or --task NAME (purge deletes all)")
+        return 2
+    what = (
+        f"the dead letters of task {args.task!r}" if args.task else f"{len(args.ids)} dead letters"
+    )
+    if not args.yes:
+        answer = await trio.to_thread.run_sync(_ask, f"delete {what} of {args.group}? [y/N] ")
+        if answer is None or answer.strip().lower() not in ("y", "yes"):
+            closed = " (stdin is closed; pass --yes)" if answer is None else ""
+            out.print(f"nothing deleted{closed}")
+            return 1
+    if args.task:
+        deleted = await client.delete_dead_letters(task=args.task)
+    else:
+        deleted = await client.delete_dead_letters(args.ids)
+    out.print(f"deleted {deleted} dead letters", highlight=False)
+    return 0
+
+
 async def _replay(client: Client, args: argparse.Namespace, out: Console) -> int:
     """Replay, and say what became of each id asked for; 1 unless all were replayed."""
-    result = await client.replay_dead_letters(args.ids or None)
+    result = await client.replay_dead_letters(args.ids or None, task=args.task)
     if args.json:
         print(json.dumps(attrs.asdict(result)))
         return 0 if result.skipped == {} else 1
@@ -490,6 +565,61 @@ async def _replay(client: Client, args: argparse.Namespace, out: Console) -> int
     asked = len(result.new_ids) + len(result.skipped)
     out.print(f"replayed {len(result.new_ids)} of {asked} dead letters", highlight=False)
     return 0 if not result.skipped else 1
+
+
+async def _cron(args: argparse.Namespace, out: Console) -> int:
+    tasks = load_settings(args.tasks).tasks if args.tasks else None
+    async with open_client(_shared_redis(args), args.group, tasks=tasks) as client:
+        if args.action == "fire":
+            if not args.name:
+                out.print("fire which schedule? trunner cron fire GROUP NAME --tasks M:A")
+                return 2
+            task_id = await client.fire_cron(args.name)
+            out.print(f"fired {args.name}: task {task_id}", highlight=False, soft_wrap=True)
+            return 0
+        entries = await client.cron_entries()
+    if args.json:
+        print(json.dumps([as_dict(e) for e in entries]))
+        return 0
+    if not entries:
+        out.print(f"no cron schedule known for {args.group} (pass --tasks)", highlight=False)
+        return 0
+    table = Table()
+    for column in ("name", "expression", "task", "last fired", "next tick"):
+        table.add_column(column)
+    for e in entries:
+        table.add_row(
+            e.name, e.expression or "?", e.task or "?", _when(e.last_fired_at or 0.0),
+            _when(e.next_fire_at or 0.0),
+        )  # fmt: skip
+    out.print(table)
+    return 0
+
+
+async def _dashboard(args: argparse.Namespace) -> int:
+    try:
+        # The dashboard extra (starlette, hypercorn) is loaded only by this command.
+        from .dashboard._serve import run_dashboard  # noqa: PLC0415
+    except ImportError as exc:
+        raise ImportError(
+            f"the dashboard needs its extra: pip install 'trunner[dashboard]' ({exc})"
+        ) from None
+    token = args.token
+    if args.token_file:
+        token = (await trio.Path(args.token_file).read_text(encoding="utf-8")).strip()
+        if not token:
+            raise ValueError(f"the token file {args.token_file} is empty")
+    return await run_dashboard(
+        args.redis_url,
+        args.groups or [],
+        host=args.host,
+        port=args.port,
+        read_only=args.read_only,
+        token=token,
+        tasks=load_settings(args.tasks).tasks if args.tasks else None,
+        prefix=args.prefix,
+        interval=args.interval,
+    )
 
 
 async def _quarantine(args: argparse.Namespace, out: Console) -> int:
@@ -575,6 +705,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "resume": lambda: _pause(args, out),
         "dead-letter": lambda: _dead_letter(args, out),
         "quarantine": lambda: _quarantine(args, out),
+        "cron": lambda: _cron(args, out),
+        "dashboard": lambda: _dashboard(args),
         "demo": lambda: _demo(args),
     }
     try:

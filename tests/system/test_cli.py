@@ -16,6 +16,7 @@ import trunner
 from trunner.cli import main
 
 from ..conftest import open_checked_runner, raw_client, redis_state, run_python
+from ..support.seeding import seed_dead
 from ..support.servers import RedisServer
 
 
@@ -387,3 +388,29 @@ async def test_status_and_inspect_show_what_tasks_wrote_as_text(
 
 async def _progress_written(handle: trunner.TaskHandle[Any]) -> bool:
     return (await handle.status()).progress == 0.5
+
+
+def test_dead_letters_deleted_by_task_and_cron_fired_now(
+    redis_server: RedisServer, group: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = ["--redis", redis_server.url]
+    raw = raw_client(redis_server.url)
+    keys = trunner.Keys("trunner", group)
+    jobs = seed_dead(raw, keys, 2, task="job")
+    seed_dead(raw, keys, 3, task="other")
+    assert main(["dead-letter", "delete", group, jobs[0], "--yes", *url]) == 0
+    assert main(["dead-letter", "delete", group, "--task", "other", "--yes", *url]) == 0
+    out = capsys.readouterr().out
+    assert "deleted 1 dead letters" in out
+    assert "deleted 3 dead letters" in out
+    assert raw.xlen(keys.dead) == 1
+    assert main(["dead-letter", "delete", group, *url]) == 2, "delete what?"
+    assert "delete what?" in capsys.readouterr().out
+    registry = ["--tasks", "examples.scheduled:tasks"]
+    assert main(["cron", "list", group, "--json", *url, *registry]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)
+    assert (entry["name"], entry["expression"]) == ("health_probe", "* * * * * *")
+    assert main(["cron", "fire", group, "health_probe", *url, *registry]) == 0
+    assert "fired health_probe" in capsys.readouterr().out
+    assert raw.xlen(keys.stream) == 1
+    raw.close()

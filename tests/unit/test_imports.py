@@ -219,3 +219,17 @@ print(loaded)
     result = run_python("-c", code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_importing_trunner_or_its_command_loads_no_web_stack() -> None:
+    """The dashboard is a top room of its own extra: nothing below it imports it."""
+    code = """
+import sys
+import trunner, trunner.cli, trunner.admin, trunner.client
+web = sorted(m for m in sys.modules if m.split(".")[0] in {"starlette", "hypercorn", "jinja2"}
+             or m.startswith("trunner.dashboard"))
+print(web)
+"""
+    result = run_python("-c", code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

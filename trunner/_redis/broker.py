@@ -10,6 +10,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
+import trio
+
 from ..errors import BackendError, RedisCommandError
 from ..keys import RELEASED_CONSUMER, Keys, UniqueLock
 from ..message import PAYLOAD_FIELD
@@ -836,6 +838,16 @@ class Broker(Inspection):
             [("XLEN", self.keys.quarantine), ("DEL", self.keys.quarantine)]
         )
         return int(replies[0]) if isinstance(replies[0], int) else 0
+
+    async def delete_dead(self, ids: Sequence[str]) -> int:
+        """Delete the dead-letter entries ``ids`` (XDEL, 1000 at a time); return how many
+        were there."""
+        deleted = 0
+        for chunk in _chunks(ids):
+            deleted += int(await self.transport.execute("XDEL", self.keys.dead, *chunk))
+        if not ids:
+            await trio.lowlevel.checkpoint()
+        return deleted
 
     async def purge_dead(self) -> int:
         """Delete the dead-letter stream; return how many entries it held."""

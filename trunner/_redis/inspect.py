@@ -140,10 +140,37 @@ class Inspection:
         )
         return stream_entries(reply)
 
+    async def dead_entries_before(self, count: int, end: str = "+") -> list[RawEntry]:
+        """Up to ``count`` dead-letter entries, newest first, from ``end`` down (an id, or
+        ``(id`` to leave it out)."""
+        reply = await self.transport.execute("XREVRANGE", self.keys.dead, end, "-", "COUNT", count)
+        return stream_entries(reply)
+
     async def dead_entry(self, entry_id: str) -> RawEntry | None:
         reply = await self.transport.execute("XRANGE", self.keys.dead, entry_id, entry_id)
         entries = stream_entries(reply)
         return entries[0] if entries else None
+
+    # -- delayed tasks and cron -----------------------------------------------------------------
+
+    async def delayed_entries(
+        self, count: int, offset: int = 0
+    ) -> list[tuple[str, float, bytes | None]]:
+        """(task id, due ms, message or None) of up to ``count`` delayed tasks, soonest
+        first, from position ``offset``: two commands, bounded by ``count``."""
+        keys = self.keys
+        flat = await self.transport.execute(
+            "ZRANGE", keys.delayed, offset, offset + count - 1, "WITHSCORES"
+        )
+        ids = [as_str(flat[i]) for i in range(0, len(flat or ()) - 1, 2)]
+        if not ids:
+            return []
+        dues = [float(flat[i]) for i in range(1, len(flat), 2)]
+        messages = await self.transport.execute("HMGET", keys.delayed_messages, *ids)
+        return [
+            (i, due, m if isinstance(m, bytes) else None)
+            for i, due, m in zip(ids, dues, messages, strict=True)
+        ]
 
     # -- progress, for the test kit's run_until_idle --------------------------------------------
 
