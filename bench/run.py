@@ -12,10 +12,11 @@ at a time and with 50 waiters), ``keep-result`` (10: scenario 1's drain with
 process), ``result-memory`` (12: 100 000 results kept 60 s); ``pause`` (13: how fast a
 pause stops three worker processes' fetching); ``dashboard`` (14: page load and
 live-update latency of the dashboard on a group of 100 000 queued and 100 000 dead
-entries; bench/dashboard.py). Each scenario runs ``--runs`` times, interleaving the queues run by run, and the median is reported. ``--peers`` adds
-arq, saq, streaq (on Trio), taskiq (Redis stream broker) and dramatiq to scenarios 1-4 and
-8 (arq, saq and streaq to 9), each installed into its own virtual environment under
-bench/.peers/ and using its own Redis database.
+entries; bench/dashboard.py). Each scenario runs ``--runs`` times, interleaving the
+queues run by run, and the median is reported. ``--peers`` adds arq, saq, streaq (on
+Trio), taskiq (Redis stream broker) and dramatiq to scenarios 1-4 and 8 (arq, saq and
+streaq to 9), each installed into its own virtual environment under bench/.peers/ and
+using its own Redis database.
 
 Without ``--redis`` a private redis-server is started on a free loopback port (no
 persistence) and stopped at the end. Every key created is deleted. Prints one JSON line

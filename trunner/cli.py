@@ -189,13 +189,7 @@ def _parser() -> argparse.ArgumentParser:
     inspect.add_argument("--json", action="store_true", help="print JSON for scripts")
     _redis_option(inspect, "redis://127.0.0.1:6379/0")
 
-    for name, text in (
-        ("pause", "pause a group: its runners stop fetching (running tasks go on)"),
-        ("resume", "resume a paused group: its runners fetch again"),
-    ):
-        command = commands.add_parser(name, parents=[common], help=text)
-        command.add_argument("group")
-        _redis_option(command, "redis://127.0.0.1:6379/0")
+    _pause_commands(commands, common)
 
     dead = commands.add_parser("dead-letter", parents=[common], help="the dead-letter stream")
     dead.add_argument("action", choices=("list", "replay", "delete", "purge"))
@@ -235,6 +229,16 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--instances", type=int, default=3, help="runner instances (default 3)")
     demo.add_argument("--images", type=int, default=15, help="image tasks to dispatch")
     return parser
+
+
+def _pause_commands(commands: Any, common: argparse.ArgumentParser) -> None:
+    for name, text in (
+        ("pause", "pause a group: its runners stop fetching (running tasks go on)"),
+        ("resume", "resume a paused group: its runners fetch again"),
+    ):
+        command = commands.add_parser(name, parents=[common], help=text)
+        command.add_argument("group")
+        _redis_option(command, "redis://127.0.0.1:6379/0")
 
 
 # -- commands -------------------------------------------------------------------------------

@@ -277,3 +277,26 @@ async def test_an_action_on_the_group_gets_its_button_by_itself(
         done = await post(http, f"/group/{group}/action/ping", {"csrf": csrf_of(page.text)})
         assert "pinged" in (await http.get(done.headers["location"])).text
     assert calls == [group]
+
+
+async def test_pause_and_resume_the_group_from_its_header(memory_url: str, group: str) -> None:
+    async with (
+        trunner.open_client(memory_url, group) as client,
+        open_app(memory_url, [group]) as http,
+    ):
+        page = await http.get(f"/group/{group}")
+        assert 'id="group-pause"' in page.text
+        assert 'id="group-resume"' in page.text
+        assert 'id="paused" class="paused" hidden' in page.text
+        token = csrf_of(page.text)
+        done = await post(http, f"/group/{group}/action/pause", {"csrf": token})
+        assert "paused" in (await http.get(done.headers["location"])).text
+        assert (await client.inspect()).paused
+        again = await post(http, f"/group/{group}/action/pause", {"csrf": token})
+        assert "was paused already" in (await http.get(again.headers["location"])).text
+        snapshot = (await http.get(f"/group/{group}/snapshot")).json()
+        assert snapshot["paused_since"] is not None
+        assert 'id="paused" class="paused">' in (await http.get(f"/group/{group}")).text
+        done = await post(http, f"/group/{group}/action/resume", {"csrf": token})
+        assert "resumed" in (await http.get(done.headers["location"])).text
+        assert not (await client.inspect()).paused

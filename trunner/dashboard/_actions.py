@@ -93,6 +93,14 @@ async def _fire_cron(client: Client, form: Form) -> str:
     return f"fired cron {name}: task {await client.fire_cron(name)}"
 
 
+async def _pause(client: Client, _form: Form) -> str:
+    return "paused" if await client.pause() else "was paused already"
+
+
+async def _resume(client: Client, _form: Form) -> str:
+    return "resumed" if await client.resume() else "was not paused"
+
+
 ACTIONS: dict[str, Action] = {
     a.name: a
     for a in (
@@ -112,5 +120,13 @@ ACTIONS: dict[str, Action] = {
         ),
         Action("cancel", "Cancel", "Cancel task {}?", _cancel),
         Action("fire-cron", "Fire now", "Run cron schedule {} now, once?", _fire_cron),
+        Action(
+            "pause",
+            "Pause",
+            "Pause group {}? Its runners stop fetching; running tasks go on.",
+            _pause,
+            on_group=True,
+        ),
+        Action("resume", "Resume", "Resume group {}?", _resume, on_group=True),
     )
 }

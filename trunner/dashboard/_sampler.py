@@ -133,6 +133,7 @@ def _overview(info: Any) -> dict[str, Any]:
             "quarantined": info.quarantined,
         },
         "leader": info.leader,
+        "paused_since": info.paused_since,
         "capacity_decision": info.capacity.get("value"),
         "instances": [
             {

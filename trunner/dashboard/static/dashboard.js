@@ -97,6 +97,11 @@ function render(root, s) {
     const node = document.getElementById("count-" + key);
     if (node) node.textContent = key in counts ? String(counts[key]) : "?";
   }
+  const paused = document.getElementById("paused");
+  if (paused && "paused_since" in s) {
+    paused.hidden = !s.paused_since;
+    paused.title = s.paused_since ? "paused since " + when(s.paused_since) : "";
+  }
   const stale = document.getElementById("dead-stale");
   if (stale && "dead" in counts) stale.hidden = stale.dataset.shown === String(counts.dead);
   const errors = document.getElementById("errors");
