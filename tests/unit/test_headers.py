@@ -179,3 +179,15 @@ def test_a_dead_letter_shows_the_headers_of_its_message() -> None:
     assert letter.headers == {"tenant": "acme"}
     bad = RawEntry("6-0", [b"payload", b"{not json", b"reason", b"undecodable"])
     assert dead_letter_of(bad).headers == {}
+
+
+def test_a_cron_schedule_carries_checked_headers() -> None:
+    schedule = trunner.CronSchedule("s", "* * * * *", "t", None, headers={"source": "cron"})
+    assert schedule.headers == {"source": "cron"}
+    assert isinstance(schedule.headers, MappingProxyType)
+    assert trunner.CronSchedule("s", "* * * * *", "t").headers == {}
+    with pytest.raises(trunner.InvalidHeaders):
+        trunner.CronSchedule("s", "* * * * *", "t", headers={"a": 1})  # type: ignore[dict-item]
+    tasks = trunner.TaskRegistry()
+    made = tasks.cron("* * * * *", "t", headers={"k": "v"})
+    assert made.headers == {"k": "v"}
