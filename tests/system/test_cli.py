@@ -369,7 +369,9 @@ async def test_dispatch_sends_headers_and_dead_letters_show_them(
     redis_server: RedisServer, group: str
 ) -> None:
     url = ["--redis", redis_server.url]
-    sent = cli("dispatch", group, "ghost", "1", "--header", "tenant=acme", "--header", "a=b=c", *url)
+    sent = cli(
+        "dispatch", group, "ghost", "1", "--header", "tenant=acme", "--header", "a=b=c", *url
+    )
     assert sent.returncode == 0, sent.stderr
     await dead_letter_everything(redis_server.url, group, 1)
     (listed,) = dead_letters_of(redis_server.url, group)
