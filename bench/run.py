@@ -9,7 +9,8 @@ also runs beside trunner in 1, 2 and 8, so every ratio is measured in the same r
 the queue's own client); task handles: ``results`` (9: dispatch and await the result, one
 at a time and with 50 waiters), ``keep-result`` (10: scenario 1's drain with
 ``keep_result`` off and on), ``cancel`` (11: a running task cancelled from another
-process), ``result-memory`` (12: 100 000 results kept 60 s). Each scenario runs ``--runs``
+process), ``result-memory`` (12: 100 000 results kept 60 s); ``middleware`` (13: scenario
+1's drain with no middleware and with one no-op middleware). Each scenario runs ``--runs``
 times, interleaving the queues run by run, and the median is reported. ``--peers`` adds
 arq, saq, streaq (on Trio), taskiq (Redis stream broker) and dramatiq to scenarios 1-4 and
 8 (arq, saq and streaq to 9), each installed into its own virtual environment under
@@ -63,6 +64,7 @@ SCENARIOS = [
     "keep-result",
     "cancel",
     "result-memory",
+    "middleware",
 ]
 #: The peers scenario 9 (results) runs beside trunner (issue 19 names them).
 RESULT_PEERS = {"arq", "saq", "streaq"}
@@ -677,12 +679,12 @@ async def handle_results(q: Queue, s: Settings) -> dict[str, Any]:
     }
 
 
-async def drain(q: Queue, s: Settings, task: str, n: int) -> dict[str, Any]:
+async def drain(q: Queue, s: Settings, task: str, n: int, *worker_args: str) -> dict[str, Any]:
     """A backlog of ``n`` ``task`` enqueued in bulk (not timed), drained by one worker."""
     queue = f"{q.name}-{task}-{uuid.uuid4().hex[:8]}"
     try:
         await run_once(q, queue, *f"enqueue --task {task} --mode bulk --n {n}".split())
-        async with worker_process(q, queue, *s.worker_args(task, n)) as worker:
+        async with worker_process(q, queue, *s.worker_args(task, n), *worker_args) as worker:
             with trio.fail_after(900):
                 done = await worker.event("done")
         await trio.sleep(0.2)  # the last acknowledgements (and results) written
@@ -712,6 +714,26 @@ async def keep_result(q: Queue, s: Settings, run: int) -> dict[str, Any]:
         "cpu_ms_on": on["cpu_ms_per_task"],
         "hwm_mb_off": off["hwm_mb"],
         "hwm_mb_on": on["hwm_mb"],
+    }
+
+
+async def middleware(q: Queue, s: Settings, run: int) -> dict[str, Any]:
+    """Scenario 13: scenario 1's drain of 20 000 no-op tasks by a runner without
+    middleware, and by one with one no-op middleware (an ``around_attempt`` that only
+    yields), in the same measurement (the order alternates run by run)."""
+    n = s.n(20_000)
+    order = [0, 1] if run % 2 else [1, 0]
+    figures = {count: await drain(q, s, "noop", n, "--middleware", str(count)) for count in order}
+    none, one = figures[0], figures[1]
+    return {
+        "n": n,
+        "first": order[0],
+        "rate_none": none["process_rate"],
+        "rate_one": one["process_rate"],
+        "one_over_none": round(one["process_rate"] / none["process_rate"], 3),
+        "cpu_ms_none": none["cpu_ms_per_task"],
+        "cpu_ms_one": one["cpu_ms_per_task"],
+        "cpu_us_added": round((one["cpu_ms_per_task"] - none["cpu_ms_per_task"]) * 1000, 2),
     }
 
 
@@ -1154,6 +1176,11 @@ ROWS: list[tuple[str, str, str, str, bool, int]] = [
         2,
     ),
     ("11 cancel: the same, p99", "ms", "cancel", "p99_ms", False, 2),
+    ("13 process 20 000 no-op, no middleware", "tasks/s", "middleware", "rate_none", True, 0),
+    ("13 process 20 000 no-op, one no-op middleware", "tasks/s", "middleware", "rate_one", True, 0),
+    ("13 one middleware / none", "x", "middleware", "one_over_none", True, 2),
+    ("13 worker CPU per task, no middleware", "ms", "middleware", "cpu_ms_none", False, 4),
+    ("13 worker CPU per task, one middleware", "ms", "middleware", "cpu_ms_one", False, 4),
     ("11 cancel: the same, max", "ms", "cancel", "max_ms", False, 2),
     ("11 cancel: cancel() call returns, p50", "ms", "cancel", "call_p50_ms", False, 2),
     ("11 cancel: TaskCancelled in the waiter, p50", "ms", "cancel", "outcome_p50_ms", False, 2),
@@ -1467,6 +1494,9 @@ async def rounds_9_to_11(
         await measure(out, results, "keep-result", "trunner", run, work)
     if "cancel" in chosen:
         await measure(out, results, "cancel", "trunner", run, cancel(trunner_queue, s))
+    if "middleware" in chosen:
+        work = middleware(trunner_queue, s, run)
+        await measure(out, results, "middleware", "trunner", run, work)
 
 
 async def rounds_4_to_6(
