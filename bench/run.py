@@ -12,7 +12,8 @@ at a time and with 50 waiters), ``keep-result`` (10: scenario 1's drain with
 process), ``result-memory`` (12: 100 000 results kept 60 s); ``pause`` (13: how fast a
 pause stops three worker processes' fetching); ``dashboard`` (14: page load and
 live-update latency of the dashboard on a group of 100 000 queued and 100 000 dead
-entries; bench/dashboard.py). Each scenario runs ``--runs`` times, interleaving the
+entries; bench/dashboard.py); ``middleware`` (15: scenario 1's drain with no middleware and
+with one no-op middleware). Each scenario runs ``--runs`` times, interleaving the
 queues run by run, and the median is reported. ``--peers`` adds arq, saq, streaq (on
 Trio), taskiq (Redis stream broker) and dramatiq to scenarios 1-4 and 8 (arq, saq and
 streaq to 9), each installed into its own virtual environment under bench/.peers/ and
@@ -71,6 +72,7 @@ SCENARIOS = [
     "result-memory",
     "pause",
     "dashboard",
+    "middleware",
 ]
 #: The peers scenario 9 (results) runs beside trunner (issue 19 names them).
 RESULT_PEERS = {"arq", "saq", "streaq"}
@@ -685,12 +687,12 @@ async def handle_results(q: Queue, s: Settings) -> dict[str, Any]:
     }
 
 
-async def drain(q: Queue, s: Settings, task: str, n: int) -> dict[str, Any]:
+async def drain(q: Queue, s: Settings, task: str, n: int, *worker_args: str) -> dict[str, Any]:
     """A backlog of ``n`` ``task`` enqueued in bulk (not timed), drained by one worker."""
     queue = f"{q.name}-{task}-{uuid.uuid4().hex[:8]}"
     try:
         await run_once(q, queue, *f"enqueue --task {task} --mode bulk --n {n}".split())
-        async with worker_process(q, queue, *s.worker_args(task, n)) as worker:
+        async with worker_process(q, queue, *s.worker_args(task, n), *worker_args) as worker:
             with trio.fail_after(900):
                 done = await worker.event("done")
         await trio.sleep(0.2)  # the last acknowledgements (and results) written
@@ -720,6 +722,26 @@ async def keep_result(q: Queue, s: Settings, run: int) -> dict[str, Any]:
         "cpu_ms_on": on["cpu_ms_per_task"],
         "hwm_mb_off": off["hwm_mb"],
         "hwm_mb_on": on["hwm_mb"],
+    }
+
+
+async def middleware(q: Queue, s: Settings, run: int) -> dict[str, Any]:
+    """Scenario 15: scenario 1's drain of 20 000 no-op tasks by a runner without
+    middleware, and by one with one no-op middleware (an ``around_attempt`` that only
+    yields), in the same measurement (the order alternates run by run)."""
+    n = s.n(20_000)
+    order = [0, 1] if run % 2 else [1, 0]
+    figures = {count: await drain(q, s, "noop", n, "--middleware", str(count)) for count in order}
+    none, one = figures[0], figures[1]
+    return {
+        "n": n,
+        "first": order[0],
+        "rate_none": none["process_rate"],
+        "rate_one": one["process_rate"],
+        "one_over_none": round(one["process_rate"] / none["process_rate"], 3),
+        "cpu_ms_none": none["cpu_ms_per_task"],
+        "cpu_ms_one": one["cpu_ms_per_task"],
+        "cpu_us_added": round((one["cpu_ms_per_task"] - none["cpu_ms_per_task"]) * 1000, 2),
     }
 
 
@@ -1297,6 +1319,11 @@ ROWS: list[tuple[str, str, str, str, bool, int]] = [
     ),
     ("14 Redis write to SSE event, p99", "ms", "dashboard", "update_p99_ms", False, 1),
     ("14 one snapshot's reads, p50", "ms", "dashboard", "snapshot_read_p50_ms", False, 2),
+    ("15 process 20 000 no-op, no middleware", "tasks/s", "middleware", "rate_none", True, 0),
+    ("15 process 20 000 no-op, one no-op middleware", "tasks/s", "middleware", "rate_one", True, 0),
+    ("15 one middleware / none", "x", "middleware", "one_over_none", True, 2),
+    ("15 worker CPU per task, no middleware", "ms", "middleware", "cpu_ms_none", False, 4),
+    ("15 worker CPU per task, one middleware", "ms", "middleware", "cpu_ms_one", False, 4),
 ]
 
 #: Rows whose "trunner" column shows another trunner variant (by its impl name).
@@ -1577,6 +1604,9 @@ async def rounds_9_to_11(
         await measure(out, results, "cancel", "trunner", run, cancel(trunner_queue, s))
     if "pause" in chosen:
         await measure(out, results, "pause", "trunner", run, pause_latency(trunner_queue, s))
+    if "middleware" in chosen:
+        work = middleware(trunner_queue, s, run)
+        await measure(out, results, "middleware", "trunner", run, work)
 
 
 async def rounds_4_to_6(

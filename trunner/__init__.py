@@ -17,11 +17,13 @@ from .errors import (
     ElectorCrashed,
     GiveUp,
     InvalidArgument,
+    InvalidHeaders,
     InvalidMessage,
     InvalidPayload,
     InvalidResult,
     LeadershipLost,
     MaxRetryExceeded,
+    MiddlewareError,
     PayloadTooLarge,
     RedisCommandError,
     RedisUnavailable,
@@ -43,6 +45,7 @@ from .group_stats import GroupStats, InstanceInfo, TaskTiming
 from .handles import SelfWait, TaskHandle
 from .keys import Keys
 from .message import TaskMessage
+from .middleware import AttemptInfo, AttemptOutcome, DispatchInfo, Middleware
 from .progress import report_progress
 from .quarantine import QuarantineRecord
 from .redis_handle import Pipeline, RedisHandle, open_redis
@@ -56,6 +59,8 @@ __version__ = "0.1.0"
 """The package version, a string."""
 
 __all__ = [
+    "AttemptInfo",
+    "AttemptOutcome",
     "BackendError",
     "BadData",
     "CancelOutcome",
@@ -66,6 +71,7 @@ __all__ = [
     "CronSchedule",
     "DeadLetter",
     "DelayedTask",
+    "DispatchInfo",
     "ElectorCrashed",
     "FailedTaskHandler",
     "GiveUp",
@@ -73,6 +79,7 @@ __all__ = [
     "GroupStats",
     "InstanceInfo",
     "InvalidArgument",
+    "InvalidHeaders",
     "InvalidMessage",
     "InvalidPayload",
     "InvalidResult",
@@ -80,6 +87,8 @@ __all__ = [
     "LeadershipLost",
     "LongQueueHook",
     "MaxRetryExceeded",
+    "Middleware",
+    "MiddlewareError",
     "PayloadTooLarge",
     "Pipeline",
     "QuarantineRecord",

@@ -8,24 +8,35 @@ it and nothing here imports the task module back.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 import trio
 
 from ._context import Given, NoRunnerInEagerCall, _current_message, _eager_call
 from .codec import TypeCodec
-from .errors import GiveUp, InvalidPayload, MaxRetryExceeded, TaskTimeout
+from .errors import GiveUp, InvalidPayload, MaxRetryExceeded, MiddlewareError, TaskTimeout
 from .message import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     NO_SIZE_LIMIT,
     PAYLOAD_FIELD,
+    TaskMessage,
+    check_headers,
     decode_message,
     encode_message,
     reencode_for_retry,
+)
+from .middleware import (
+    AttemptHooks,
+    AttemptInfo,
+    DispatchHooks,
+    DispatchInfo,
+    Middleware,
+    check_middleware,
 )
 
 __all__ = ["DEFAULT_MAX_PAYLOAD_BYTES", "EagerTask", "run_eagerly"]
@@ -73,34 +84,29 @@ async def run_eagerly(
     *,
     sleep_backoff: bool = False,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    headers: Mapping[str, str] | None = None,
+    middleware: Iterable[Middleware] = (),
 ) -> Any:
     """Run ``task`` with ``payload`` until an attempt succeeds or the last one failed.
 
-    See :func:`trunner.testing.call_task` for what is and is not emulated.
+    See :func:`trunner.testing.call_task` for what is and is not emulated. ``middleware``:
+    their ``on_dispatch`` hooks see the message once, their ``around_attempt`` hooks wrap
+    each attempt; a middleware that swallows what it may not raises
+    :class:`~trunner.errors.MiddlewareError` here (a runner reports it).
     """
-    unique_key = task.key_for(payload) if task.unique else None
-    if task.decode_payload is not None:  # typed: encoded and checked, as dispatch does
-        payload = task.payload_codec.encode(payload) if task.payload_codec.typed else payload
-        try:
-            task.decode_payload(payload)
-        except InvalidPayload as exc:
-            raise InvalidPayload(f"payload of task {task.name!r} {exc}") from None
-    data = encode_message(
-        task.name,
-        payload,
-        enqueued_at=time.time(),
-        unique_key=unique_key,
-        unique_token=secrets.token_hex(16) if unique_key is not None else None,
-        max_bytes=max_payload_bytes,
-    )
-    message = decode_message(_eager_id(), [PAYLOAD_FIELD, data])
+    chain = check_middleware(middleware)
+    message = await _first_message(task, payload, headers, chain, max_payload_bytes)
+    broken: list[MiddlewareError] = []
+    hooks = AttemptHooks(chain, broken.append)
     while True:
         result: Any = None
         failure: BaseException | None = None
-        token = _current_message.set(Given(message))
+        source = Given(message)
+        token = _current_message.set(source)
         eager = _eager_call.set(True)
         try:
-            result = await _attempt(task, message.payload, max_payload_bytes)
+            body = functools.partial(_attempt, task, message.payload, max_payload_bytes)
+            result = await (hooks.run(AttemptInfo(source, ""), body) if hooks else body())
         except NoRunnerInEagerCall:
             raise  # the test's set-up, not the attempt, is wrong: retrying cannot help
         except Exception as exc:  # noqa: BLE001 - a failed attempt, like the runner's
@@ -112,6 +118,8 @@ async def run_eagerly(
         finally:
             _eager_call.reset(eager)
             _current_message.reset(token)
+        if broken:  # a runner reports it and goes on; in a test, it is the finding
+            raise broken[0]
         if failure is None:
             return result
         gives_up = isinstance(failure, GiveUp) or (
@@ -126,6 +134,38 @@ async def run_eagerly(
             await trio.lowlevel.checkpoint()
         data = reencode_for_retry(message, message.attempt + 1, NO_SIZE_LIMIT)
         message = decode_message(_eager_id(), [PAYLOAD_FIELD, data])
+
+
+async def _first_message(
+    task: EagerTask,
+    payload: Any,
+    headers: Mapping[str, str] | None,
+    middleware: tuple[Middleware, ...],
+    max_payload_bytes: int,
+) -> TaskMessage:
+    """The message a dispatch of ``task`` would write: its payload encoded and checked,
+    its headers as the dispatch hooks leave them."""
+    unique_key = task.key_for(payload) if task.unique else None
+    if task.decode_payload is not None:  # typed: encoded and checked, as dispatch does
+        payload = task.payload_codec.encode(payload) if task.payload_codec.typed else payload
+        try:
+            task.decode_payload(payload)
+        except InvalidPayload as exc:
+            raise InvalidPayload(f"payload of task {task.name!r} {exc}") from None
+    hooks = DispatchHooks(middleware)
+    if hooks:
+        given = check_headers(headers, task.name) or {}
+        headers = await hooks.run(DispatchInfo(task.name, payload, given, ""))
+    data = encode_message(
+        task.name,
+        payload,
+        enqueued_at=time.time(),
+        unique_key=unique_key,
+        unique_token=secrets.token_hex(16) if unique_key is not None else None,
+        headers=headers,
+        max_bytes=max_payload_bytes,
+    )
+    return decode_message(_eager_id(), [PAYLOAD_FIELD, data])
 
 
 def _goes_up(exc: BaseException) -> bool:

@@ -6,7 +6,7 @@ import math
 import secrets
 import time
 import warnings
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import attrs
@@ -33,11 +33,18 @@ from .admin import (
     waiting_age,
 )
 from .codec import untyped
-from .errors import InvalidPayload, RunnerNotRunning, TaskAlreadyDispatched
+from .errors import InvalidHeaders, InvalidPayload, RunnerNotRunning, TaskAlreadyDispatched
 from .group_stats import GroupStats, InstanceInfo
 from .handles import TaskHandle, Waiters
 from .keys import UniqueLock
-from .message import MessageDecodeError, MessageOptions, decode_message, encode_message
+from .message import (
+    MessageDecodeError,
+    MessageOptions,
+    check_headers,
+    decode_message,
+    encode_message,
+)
+from .middleware import DispatchHooks, DispatchInfo, Middleware
 from .pausing import PAUSE_NOTICE, RESUME_NOTICE
 from .quarantine import QuarantineRecord
 from .status import CancelOutcome
@@ -71,13 +78,21 @@ class Producer:
 
     ``registry``: the tasks to check names (and unique keys) against, or None to accept
     any name; ``instance_ttl``: how long an instance that has not reported counts as live
-    (the group's ``RunnerConfig.instance_ttl``). The broker is set while open.
+    (the group's ``RunnerConfig.instance_ttl``); ``middleware``: whose ``on_dispatch``
+    hooks see each message. The broker is set while open.
     """
 
     def __init__(
-        self, *, registry: TaskRegistry | None, max_payload_bytes: int, instance_ttl: float
+        self,
+        *,
+        registry: TaskRegistry | None,
+        max_payload_bytes: int,
+        instance_ttl: float,
+        middleware: Sequence[Middleware] = (),
     ) -> None:
         self._broker: Broker | None = None
+        hooks = DispatchHooks(middleware)
+        self._dispatch_hooks = hooks if hooks else None
         self._waiters: Waiters | None = None
         self._registry = registry
         self._max_payload_bytes = max_payload_bytes
@@ -137,6 +152,7 @@ class Producer:
         task_id: str | None = None,
         unique: _Unique | None = None,
         options: MessageOptions | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> bytes:
         return encode_message(
             task_name,
@@ -147,8 +163,30 @@ class Producer:
             unique_token=unique.token if unique else None,
             unique_for=unique.seconds if unique else None,
             options=options,
+            headers=headers,
             max_bytes=self._max_payload_bytes,
         )
+
+    async def _headers(
+        self,
+        task_name: str,
+        payload: Any,
+        headers: Mapping[str, str] | None,
+        task_id: str | None = None,
+        due: float | None = None,
+    ) -> Mapping[str, str] | None:
+        """The headers of one message: the dispatch's, as the dispatch hooks leave them
+        (checked here, so that a bad one is blamed on its author: the call or a hook)."""
+        hooks = self._dispatch_hooks
+        if hooks is None:
+            return headers
+        given = check_headers(headers, task_name) or {}
+        info = DispatchInfo(task_name, payload, given, self._group_name(), task_id, due)
+        after = await hooks.run(info)
+        try:
+            return check_headers(after, task_name)
+        except InvalidHeaders as exc:
+            raise InvalidHeaders(f"{exc} (as the on_dispatch hooks left them)") from None
 
     @staticmethod
     def _payload(task: Task | None, payload: Any) -> Any:
@@ -208,6 +246,7 @@ class Producer:
         keep_result: float | None = None,
         timeout: float | None = None,
         expires: Expiry | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> TaskHandle[R]: ...
 
     @overload
@@ -219,6 +258,7 @@ class Producer:
         keep_result: float | None = None,
         timeout: float | None = None,
         expires: Expiry | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> TaskHandle[Any]: ...
 
     async def dispatch(
@@ -229,6 +269,7 @@ class Producer:
         keep_result: float | None = None,
         timeout: float | None = None,
         expires: Expiry | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> TaskHandle[Any]:
         """Add one task to the group's stream.
 
@@ -258,6 +299,10 @@ class Producer:
             timeout: Each attempt may run this many seconds (default: the task's).
             expires: Drop the task if it has not started by then: seconds from now, a
                 ``timedelta``, or an aware ``datetime``.
+            headers: The message's headers, ``str`` to ``str`` (at most 64, 8 KiB
+                encoded), which task code reads in ``current_message().headers`` and
+                middleware sees; the dispatch hooks of the runner's or client's
+                [middleware](middleware.md) may add to them.
 
         Returns:
             A [``TaskHandle``][trunner.TaskHandle]; as a ``str``, the task's id (the new
@@ -271,6 +316,9 @@ class Producer:
             InvalidPayload: The payload has no JSON form (sets, bytes, NaN, infinities,
                 arbitrary objects), or does not fit a typed task's declared type.
             PayloadTooLarge: The encoded message exceeds ``max_payload_bytes``.
+            InvalidHeaders: ``headers`` (or what the dispatch hooks made of them) are not
+                ``str`` to ``str``, or too many, or too large.
+            MiddlewareError: A dispatch hook raised (``__cause__``).
             TaskAlreadyDispatched: A unique task whose key is locked.
             RunnerNotRunning: The runner or client is not open.
             RedisUnavailable: No connection, or no reply within ``command_timeout``.
@@ -280,8 +328,10 @@ class Producer:
         name, task = self._resolve(task_name)
         options = dispatch_options(keep_result, timeout, expires)
         unique = self._unique(task, payload)
+        sent = self._payload(task, payload)
+        headers = await self._headers(name, sent, headers)
         data = self._encode(
-            name, self._payload(task, payload), time.time(), unique=unique, options=options
+            name, sent, time.time(), unique=unique, options=options, headers=headers
         )
         if unique is None:
             return self._handle(await broker.enqueue(data), task)
@@ -301,6 +351,7 @@ class Producer:
         keep_result: float | None = None,
         timeout: float | None = None,
         expires: Expiry | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> list[TaskHandle[R]]: ...
 
     @overload
@@ -312,6 +363,7 @@ class Producer:
         keep_result: float | None = None,
         timeout: float | None = None,
         expires: Expiry | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> list[TaskHandle[Any]]: ...
 
     async def dispatch_many(
@@ -322,6 +374,7 @@ class Producer:
         keep_result: float | None = None,
         timeout: float | None = None,
         expires: Expiry | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> list[TaskHandle[Any]]:
         """Add one task per payload, in order.
 
@@ -343,6 +396,8 @@ class Producer:
             keep_result: As for ``dispatch``, for every task of the call.
             timeout: As for ``dispatch``.
             expires: As for ``dispatch``.
+            headers: As for ``dispatch``, for every task of the call (the dispatch hooks
+                run once per task, each on a copy).
 
         Returns:
             The handles of the new tasks, in the order of ``payloads``.
@@ -358,9 +413,12 @@ class Producer:
         options = dispatch_options(keep_result, timeout, expires)
         now = time.time()
         items = []
+        hooks = self._dispatch_hooks
         for payload in payloads:
             unique = self._unique(task, payload)
-            data = self._encode(name, self._payload(task, payload), now, None, unique, options)
+            sent = self._payload(task, payload)
+            own = headers if hooks is None else await self._headers(name, sent, headers)
+            data = self._encode(name, sent, now, None, unique, options, own)
             items.append((unique, data))
         if not items:
             return []
@@ -385,6 +443,7 @@ class Producer:
         keep_result: float | None = None,
         timeout: float | None = None,
         expires: Expiry | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> TaskHandle[R]: ...
 
     @overload
@@ -397,6 +456,7 @@ class Producer:
         keep_result: float | None = None,
         timeout: float | None = None,
         expires: Expiry | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> TaskHandle[Any]: ...
 
     async def dispatch_delayed(
@@ -408,6 +468,7 @@ class Producer:
         keep_result: float | None = None,
         timeout: float | None = None,
         expires: Expiry | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> TaskHandle[Any]:
         """Schedule one task to be added to the stream ``delay`` from now.
 
@@ -430,6 +491,7 @@ class Producer:
             keep_result: As for ``dispatch``.
             timeout: As for ``dispatch``.
             expires: As for ``dispatch`` (counted from now, not from the due time).
+            headers: As for ``dispatch``.
 
         Returns:
             A [``TaskHandle``][trunner.TaskHandle]; as a ``str``, the task's id (32 hex
@@ -455,7 +517,8 @@ class Producer:
         if not math.isfinite(seconds) or seconds < 0:
             raise ValueError(f"delay must be a finite number of seconds >= 0, got {delay!r}")
         options = dispatch_options(keep_result, timeout, expires)
-        return await self._schedule(task_name, payload, time.time() + seconds, options)
+        due = time.time() + seconds
+        return await self._schedule(task_name, payload, due, options, headers)
 
     @overload
     async def schedule_for(
@@ -467,6 +530,7 @@ class Producer:
         keep_result: float | None = None,
         timeout: float | None = None,
         expires: Expiry | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> TaskHandle[R]: ...
 
     @overload
@@ -479,6 +543,7 @@ class Producer:
         keep_result: float | None = None,
         timeout: float | None = None,
         expires: Expiry | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> TaskHandle[Any]: ...
 
     async def schedule_for(
@@ -490,6 +555,7 @@ class Producer:
         keep_result: float | None = None,
         timeout: float | None = None,
         expires: Expiry | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> TaskHandle[Any]:
         """Schedule one task to be added to the stream at ``when``.
 
@@ -503,6 +569,7 @@ class Producer:
             keep_result: As for ``dispatch``.
             timeout: As for ``dispatch``.
             expires: As for ``dispatch``.
+            headers: As for ``dispatch``.
 
         Returns:
             A handle, as ``dispatch_delayed`` returns it.
@@ -520,18 +587,23 @@ class Producer:
         if when.tzinfo is None or when.utcoffset() is None:
             raise ValueError("when must be an aware datetime (with a time zone), got a naive one")
         options = dispatch_options(keep_result, timeout, expires)
-        return await self._schedule(task_name, payload, when.timestamp(), options)
+        return await self._schedule(task_name, payload, when.timestamp(), options, headers)
 
     async def _schedule(
-        self, task_name: TaskRef, payload: Any, due: float, options: MessageOptions | None
+        self,
+        task_name: TaskRef,
+        payload: Any,
+        due: float,
+        options: MessageOptions | None,
+        headers: Mapping[str, str] | None,
     ) -> TaskHandle[Any]:
         broker = self._open_broker()
         name, task = self._resolve(task_name)
         unique = self._unique(task, payload)
         task_id = secrets.token_hex(16)
-        data = self._encode(
-            name, self._payload(task, payload), time.time(), task_id, unique, options
-        )
+        sent = self._payload(task, payload)
+        headers = await self._headers(name, sent, headers, task_id, due)
+        data = self._encode(name, sent, time.time(), task_id, unique, options, headers)
         due_ms = math.ceil(max(due, 0.0) * 1000)
         lock = None
         if unique is not None:

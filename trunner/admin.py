@@ -29,6 +29,7 @@ from .message import (
     MessageDecodeError,
     decode_message,
     reencode_for_retry,
+    stored_headers,
     stored_unique_for,
 )
 from .pausing import read_paused_since
@@ -88,6 +89,9 @@ class DeadLetter:
     """The consumer that gave it up."""
     payload: bytes = attrs.field(repr=False)
     """The message exactly as it was in the stream (not shown in ``repr``)."""
+    headers: Mapping[str, str] = attrs.field(factory=dict, repr=False)
+    """The message's headers (see [Middleware and headers](middleware.md#headers));
+    empty when it has none or cannot be decoded (not shown in ``repr``)."""
 
 
 @attrs.frozen
@@ -159,6 +163,7 @@ def dead_letter_of(entry: RawEntry) -> DeadLetter:
         message_id=_text(fields, "message_id"),
         consumer=_text(fields, "consumer"),
         payload=fields.get("payload", b""),
+        headers=stored_headers(fields.get("payload", b"")),
     )
 
 
@@ -470,6 +475,8 @@ def _json_ready(_inst: Any, _field: Any, value: Any) -> Any:
         return value.decode("utf-8", "replace")
     if isinstance(value, enum.Enum):
         return value.value
+    if isinstance(value, Mapping):  # read-only headers
+        return dict(value)
     return value
 
 

@@ -180,6 +180,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="S",
         help="keep its outcome S seconds (for trunner result; default: the task's)",
     )
+    dispatch.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a message header (repeatable); the task reads current_message().headers",
+    )
     _redis_option(dispatch, "redis://127.0.0.1:6379/0")
 
     _task_commands(commands, common)
@@ -296,15 +303,21 @@ async def _dispatch(args: argparse.Namespace, out: Console) -> int:
         payload = json.loads(args.payload)
     except ValueError as exc:
         raise ValueError(f"the payload is not valid JSON: {exc}") from None
+    headers = {}
+    for given in args.header:
+        name, sep, value = given.partition("=")
+        if not sep or not name:
+            raise ValueError(f"--header takes NAME=VALUE, got {given!r}")
+        headers[name] = value
     tasks = load_settings(args.tasks).tasks if args.tasks else None
     async with open_client(_shared_redis(args), args.group, tasks=tasks) as client:
         keep = args.keep_result
         if args.delay is not None:
             task_id = await client.dispatch_delayed(
-                args.task, payload, args.delay, keep_result=keep
+                args.task, payload, args.delay, keep_result=keep, headers=headers
             )
         else:
-            task_id = await client.dispatch(args.task, payload, keep_result=keep)
+            task_id = await client.dispatch(args.task, payload, keep_result=keep, headers=headers)
     out.print(task_id, soft_wrap=True, highlight=False)
     return 0
 
@@ -525,6 +538,9 @@ def _print_dead_letters(group: str, letters: list[DeadLetter], total: int, out: 
         ]
         if d.cause and d.cause != d.error:
             lines.append(f"  cause:   {d.cause}")
+        if d.headers:
+            shown_headers = ", ".join(f"{k}={v}" for k, v in d.headers.items())
+            lines.append(f"  headers: {shown_headers}")
         lines.append(f"  task id: {d.task_id}  (consumer {d.consumer or '-'})")
         out.print("\n".join(lines), highlight=False, soft_wrap=True, markup=False)
     if total > len(letters):

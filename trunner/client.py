@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 
 import trio
@@ -15,6 +15,7 @@ from .errors import Crashed
 from .handles import Waiters
 from .keys import Keys
 from .message import DEFAULT_MAX_PAYLOAD_BYTES
+from .middleware import Middleware, check_middleware
 from .redis_handle import RedisHandle
 from .task import TaskRegistry
 
@@ -43,9 +44,13 @@ class Client(Producer):
         registry: TaskRegistry | None,
         max_payload_bytes: int,
         instance_ttl: float,
+        middleware: tuple[Middleware, ...] = (),
     ) -> None:
         super().__init__(
-            registry=registry, max_payload_bytes=max_payload_bytes, instance_ttl=instance_ttl
+            registry=registry,
+            max_payload_bytes=max_payload_bytes,
+            instance_ttl=instance_ttl,
+            middleware=middleware,
         )
         self._broker = broker
         self.keys = broker.keys
@@ -90,6 +95,7 @@ async def open_client(
     command_timeout: float = 10.0,
     max_connections: int = 20,
     instance_ttl: float = 15.0,
+    middleware: Iterable[Middleware] = (),
 ) -> AsyncIterator[Client]:
     """Open a producer-only client of ``consumer_group``, for the duration of the block.
 
@@ -115,6 +121,10 @@ async def open_client(
             [``RunnerConfig.instance_ttl``][trunner.RunnerConfig.instance_ttl]: an instance
             that has not reported for this long is not listed by ``instances()`` nor
             counted by ``group_stats()`` (> 0).
+        middleware: [Middleware][trunner.Middleware] whose ``on_dispatch`` hooks see
+            each message the client dispatches, the first first (their
+            ``around_attempt`` hooks are a runner's: a client runs no task). See
+            [Middleware and headers](middleware.md).
 
     Yields:
         The [``Client``][trunner.Client].
@@ -137,6 +147,7 @@ async def open_client(
     v.check_positive_number("command_timeout", command_timeout)
     v.check_positive_int("max_connections", max_connections)
     v.check_positive_number("instance_ttl", instance_ttl)
+    hooks = check_middleware(middleware)
     async with open_transport(
         redis,
         client_name=connection_name(f"trunner-client:{consumer_group}"),
@@ -152,6 +163,7 @@ async def open_client(
             registry=tasks,
             max_payload_bytes=max_payload_bytes,
             instance_ttl=instance_ttl,
+            middleware=hooks,
         )
         services = _Services(handle, Waiters(broker))
         client._waiters = services.waiters

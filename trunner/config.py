@@ -10,6 +10,7 @@ import attrs
 from . import _validate as v
 from .group_stats import GroupStats
 from .message import DEFAULT_MAX_PAYLOAD_BYTES
+from .middleware import Middleware, check_middleware
 
 if TYPE_CHECKING:
     from .message import TaskMessage
@@ -109,6 +110,13 @@ class RunnerConfig:
     it is dead-lettered (see [the contract](concepts.md#the-failed-task-handler) and
     [``FailedTaskHandler``][trunner.FailedTaskHandler]). It must be an ``async``
     function, or an object with an ``async def __call__``: ``TypeError`` otherwise."""
+
+    middleware: tuple[Middleware, ...] = attrs.field(default=(), converter=check_middleware)
+    """[Middleware][trunner.Middleware] of this runner, a list (kept as a tuple): their
+    ``around_attempt`` hooks wrap each attempt it runs, their ``on_dispatch`` hooks see
+    each message it dispatches. The first is the outermost (see
+    [Middleware and headers](middleware.md)). ``TypeError`` if an item is not a
+    ``Middleware``."""
 
     host: str | None = attrs.field(default=None, validator=v.optional_name)
     """The host part of the default consumer name (a name). Default: the machine's host

@@ -134,6 +134,7 @@ class CronScheduler:
                 task_id=f"cron:{schedule.name}:{tick_ms}",
                 unique_key=unique_key,
                 unique_token=token,
+                headers=schedule.headers,
                 max_bytes=self._max_bytes,
             )
         except InvalidPayload as exc:  # too large for this runner's max_payload_bytes

@@ -13,11 +13,13 @@ __all__ = [
     "ElectorCrashed",
     "GiveUp",
     "InvalidArgument",
+    "InvalidHeaders",
     "InvalidMessage",
     "InvalidPayload",
     "InvalidResult",
     "LeadershipLost",
     "MaxRetryExceeded",
+    "MiddlewareError",
     "PayloadTooLarge",
     "RedisCommandError",
     "RedisUnavailable",
@@ -126,6 +128,24 @@ class PayloadTooLarge(InvalidPayload):
 class InvalidArgument(TrunnerError, ValueError):
     """A value cannot be sent to Redis: a str holding a lone surrogate (UTF-8 cannot encode
     it). Nothing was sent."""
+
+
+class InvalidHeaders(TrunnerError, ValueError):
+    """A dispatch's message headers cannot be sent (also a ``ValueError``): not a mapping
+    of ``str`` to ``str``, an empty name, more than 64 headers, more than 8 KiB once
+    encoded, or a string UTF-8 cannot encode (a lone surrogate). Raised before anything
+    is written, whether the headers came from the call or from a dispatch hook (see
+    [Middleware and headers](middleware.md#headers))."""
+
+
+class MiddlewareError(TrunnerError):
+    """A middleware broke its contract; ``__cause__`` is what it raised, if anything.
+
+    Raised by a dispatch when a dispatch hook raised (nothing is written). Reported
+    through [``Runner.errors``][trunner.Runner.errors], never raised, when a middleware
+    around an attempt swallowed the attempt's exception or its cancellation: the runner
+    goes on with the exception, as if the middleware had not swallowed it (see
+    [Middleware and headers](middleware.md#errors))."""
 
 
 class CommandNotAllowed(TrunnerError, ValueError):

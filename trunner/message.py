@@ -9,15 +9,18 @@ retry re-enqueues with ``attempt + 1``). ``id`` is present when the task was ret
 dispatched delayed: it is the task's stable id. Without it the task id is the entry's own
 stream id. A unique task adds ``unique_key``, ``unique_token`` and ``unique_for`` (its lock's
 time-to-live, seconds). A dispatch may add its options (:class:`MessageOptions`):
-``keep_result`` and ``timeout`` (seconds), ``expires`` (seconds since the epoch). Unknown
-fields are ignored, so later versions can add fields.
+``keep_result`` and ``timeout`` (seconds), ``expires`` (seconds since the epoch), and its
+``headers``: a JSON object of strings (at most :data:`MAX_HEADERS` of them, at most
+:data:`MAX_HEADERS_BYTES` bytes encoded; a message without them has none, as every message
+written before they existed). Unknown fields are ignored, so later versions can add fields.
 
 The strings that become Redis keys or arguments (``task``, ``id``, ``unique_key``,
 ``unique_token``) must be encodable as UTF-8: JSON can carry a lone surrogate (``"\\ud800"``),
 UTF-8 cannot. :func:`encode_message` refuses them; a stored entry holding one is
 undecodable. Inside ``payload`` they are fine (they travel as JSON escapes).
 
-A retry or a replay writes the stored ``payload`` back verbatim (:func:`reencode_for_retry`):
+A retry or a replay writes the stored ``payload`` back verbatim, and the same headers
+(:func:`reencode_for_retry`):
 what the task is given never changes between attempts, even for JSON that Python reads but
 would not write (``1e400``), and the message grows by at most :data:`MESSAGE_GROWTH` bytes,
 which the read-side size check allows for.
@@ -30,24 +33,29 @@ import json
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import attrs
 
 from ._payload import Problem, find_problem, is_plain
-from .errors import InvalidMessage, InvalidPayload, PayloadTooLarge
+from .errors import InvalidHeaders, InvalidMessage, InvalidPayload, PayloadTooLarge
 from .keys import utf8_error
 
 __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
     "DEFAULT_UNIQUE_FOR",
+    "MAX_HEADERS",
+    "MAX_HEADERS_BYTES",
     "MESSAGE_GROWTH",
+    "NO_HEADERS",
     "NO_OPTIONS",
     "NO_SIZE_LIMIT",
     "PAYLOAD_FIELD",
     "MessageDecodeError",
     "MessageOptions",
     "TaskMessage",
+    "check_headers",
     "decode_message",
     "encode_message",
 ]
@@ -68,6 +76,13 @@ MESSAGE_GROWTH = 128
 #: ``unique_for`` (written before the field existed), when it is replayed from the dead
 #: letters by a client that does not know the task.
 DEFAULT_UNIQUE_FOR = 3600.0
+#: The most headers one message carries.
+MAX_HEADERS = 64
+#: The most bytes the headers of one message take, encoded as a JSON object
+#: (``{"name":"value",...}``, UTF-8): room for W3C trace context, a tenant and the like.
+MAX_HEADERS_BYTES = 8192
+#: The headers of a message that has none (read-only, like every message's headers).
+NO_HEADERS: Mapping[str, str] = MappingProxyType({})
 
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 # For strings holding lone surrogates (valid in Python and in JSON escapes, not in UTF-8).
@@ -129,6 +144,15 @@ class MessageOptions:
 NO_OPTIONS = MessageOptions()
 
 
+def _read_only(headers: Mapping[str, str] | None) -> Mapping[str, str]:
+    """``headers`` as a read-only mapping (the shared empty one when there are none)."""
+    if not headers:
+        return NO_HEADERS
+    if isinstance(headers, MappingProxyType):
+        return headers
+    return MappingProxyType(dict(headers))
+
+
 @attrs.frozen
 class TaskMessage:
     """One delivery of a task, as task code and the failed-task handler see it.
@@ -167,10 +191,63 @@ class TaskMessage:
     options: MessageOptions = attrs.field(default=NO_OPTIONS, repr=False)
     """What the dispatch asked for beyond the task's defaults (``keep_result``,
     ``timeout``, ``expires``)."""
+    headers: Mapping[str, str] = attrs.field(default=NO_HEADERS, converter=_read_only, repr=False)
+    """The message's headers (``str`` to ``str``, read-only), as the dispatch and its
+    dispatch hooks set them (see [Middleware and headers](middleware.md)); the same for
+    every attempt of the task. Empty for a message dispatched without any."""
 
     def with_attempt(self, attempt: int) -> TaskMessage:
         """A copy with another ``attempt``."""
         return attrs.evolve(self, attempt=attempt)
+
+
+def check_headers(headers: object, task_name: str = "") -> dict[str, str] | None:
+    """A copy of ``headers`` as a message carries them: None when there are none;
+    :class:`InvalidHeaders` saying why if they cannot be sent (not a mapping of ``str`` to
+    ``str``, an empty name, more than :data:`MAX_HEADERS` of them or more than
+    :data:`MAX_HEADERS_BYTES` bytes encoded, or a lone surrogate)."""
+    if headers is None:
+        return None
+    of = f" of task {task_name!r}" if task_name else ""
+    if not isinstance(headers, Mapping):
+        raise InvalidHeaders(
+            f"headers{of} must be a mapping of str to str, got {type(headers).__name__}"
+        )
+    copy = dict(headers)
+    if not copy:
+        return None
+    for name, value in copy.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise InvalidHeaders(
+                f"headers{of} must map str to str, got {type(name).__name__} "
+                f"{name!r:.80} -> {type(value).__name__} {value!r:.80}"
+            )
+    why = _headers_error(copy)
+    if why is not None:
+        raise InvalidHeaders(f"headers{of}: {why}")
+    return copy
+
+
+def _headers_error(headers: Any) -> str | None:
+    """Why ``headers`` (read from JSON, or checked by :func:`check_headers`) are not what a
+    message may carry, or None. The one check of both sides: what a dispatch writes, a
+    runner reads."""
+    if type(headers) is not dict:
+        return f"'headers' must be a JSON object, got {type(headers).__name__}"
+    if len(headers) > MAX_HEADERS:
+        return f"{len(headers)} headers, more than {MAX_HEADERS}"
+    for name, value in headers.items():
+        if type(value) is not str:
+            return f"the header {name!r:.80} is not a string: {type(value).__name__}"
+        if not name:
+            return "a header name is empty"
+    try:
+        size = len(_dumps(headers).encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        return f"a header cannot be encoded as UTF-8 (a lone surrogate?): {exc}"
+    if size > MAX_HEADERS_BYTES:
+        return f"the headers take {size} bytes encoded, more than {MAX_HEADERS_BYTES}"
+    return None
 
 
 def encode_message(
@@ -184,9 +261,11 @@ def encode_message(
     unique_token: str | None = None,
     unique_for: float | None = None,
     options: MessageOptions | None = None,
+    headers: Mapping[str, str] | None = None,
     max_bytes: int,
 ) -> bytes:
-    """Encode one task message; raise :class:`InvalidPayload` if it cannot be sent.
+    """Encode one task message; raise :class:`InvalidPayload` if it cannot be sent
+    (:class:`InvalidHeaders` for its headers: see :func:`check_headers`).
 
     ``unique_for``: a unique task's lock time-to-live in seconds (written with its key, so
     that a replay can take the lock again).
@@ -206,6 +285,8 @@ def encode_message(
             body["unique_for"] = unique_for
     if options is not None:
         options.to_body(body)
+    if headers and (checked := check_headers(headers, task_name)) is not None:
+        body["headers"] = checked
     if not is_plain(payload) and (problem := find_problem(payload)) is not None:
         raise InvalidPayload(_unsendable(task_name, problem))  # no silent conversion
     try:
@@ -292,6 +373,19 @@ def stored_unique_for(raw: bytes) -> float | None:
     return None
 
 
+def stored_headers(raw: bytes) -> Mapping[str, str]:
+    """The headers a stored message carries, read-only; empty when it has none, or when
+    they (or the message) cannot be decoded. For listings (dead letters): a runner checks
+    them strictly (see :func:`decode_message`)."""
+    with contextlib.suppress(ValueError, RecursionError):
+        body = _loads(raw.decode("utf-8"))
+        if isinstance(body, dict):
+            headers = body.get("headers")
+            if headers and _headers_error(headers) is None:
+                return MappingProxyType(headers)
+    return NO_HEADERS
+
+
 def reencode_for_retry(message: TaskMessage, attempt: int, max_bytes: int) -> bytes:
     """The message of the next attempt of ``message`` (same task id and payload).
 
@@ -317,6 +411,7 @@ def reencode_for_retry(message: TaskMessage, attempt: int, max_bytes: int) -> by
             unique_key=message.unique_key,
             unique_token=message.unique_token,
             options=_retry_options(message.options),
+            headers=message.headers,
             max_bytes=max_bytes,
         )
     unique_for = None
@@ -335,6 +430,7 @@ def reencode_for_retry(message: TaskMessage, attempt: int, max_bytes: int) -> by
         unique_token=message.unique_token,
         unique_for=unique_for,
         options=_retry_options(message.options),
+        headers=message.headers,
         max_bytes=NO_SIZE_LIMIT,
     )
     head, sep, tail = envelope.partition(b',"payload":0,')
@@ -400,8 +496,19 @@ class MessageDecodeError(InvalidMessage):
 
 #: What :func:`decode_fields` finds in an entry: task name, payload, attempt (deliveries
 #: counted), enqueued at, task id, the raw ``payload`` field, unique key, unique token,
-#: the dispatch's options (None when it has none).
-Fields = tuple[str, Any, int, float, str, bytes, str | None, str | None, MessageOptions | None]
+#: the dispatch's options (None when it has none), its headers (None when it has none).
+Fields = tuple[
+    str,
+    Any,
+    int,
+    float,
+    str,
+    bytes,
+    str | None,
+    str | None,
+    MessageOptions | None,
+    dict[str, str] | None,
+]
 
 
 def decode_message(
@@ -424,7 +531,18 @@ def decode_message(
 
 def message_from_fields(message_id: str, deliveries: int, fields: Fields) -> TaskMessage:
     """The :class:`TaskMessage` of what :func:`decode_fields` found."""
-    task, payload, attempt, enqueued_at, task_id, raw, unique_key, unique_token, options = fields
+    (
+        task,
+        payload,
+        attempt,
+        enqueued_at,
+        task_id,
+        raw,
+        unique_key,
+        unique_token,
+        options,
+        headers,
+    ) = fields
     return TaskMessage(
         message_id,
         task,
@@ -437,6 +555,7 @@ def message_from_fields(message_id: str, deliveries: int, fields: Fields) -> Tas
         unique_key,
         unique_token,
         options or NO_OPTIONS,
+        headers or NO_HEADERS,
     )
 
 
@@ -452,6 +571,7 @@ def fields_of(message: TaskMessage) -> Fields:
         message.unique_key,
         message.unique_token,
         message.options if message.options != NO_OPTIONS else None,
+        dict(message.headers) if message.headers else None,
     )
 
 
@@ -512,6 +632,9 @@ def decode_fields(
             options = MessageOptions.from_body(body)
         except ValueError:
             return None  # the slow path says why
+        headers = body.get("headers")
+        if headers is not None and (not headers or _headers_error(headers) is not None):
+            return None  # {} is no headers, as the slow path says; bad ones, it says why
         if deliveries > 1:
             attempt += deliveries - 1
         return (
@@ -524,6 +647,7 @@ def decode_fields(
             unique_key,
             unique_token,
             options,
+            headers,
         )
     return None
 
@@ -600,6 +724,9 @@ def _decode_checked(
         options = MessageOptions.from_body(body)
     except ValueError as exc:
         raise bad(str(exc)) from None
+    headers = body.get("headers")
+    if headers is not None and (why := _headers_error(headers)) is not None:
+        raise bad(why)
     return TaskMessage(
         message_id=message_id,
         task_name=task,
@@ -612,4 +739,5 @@ def _decode_checked(
         unique_key=unique_key,
         unique_token=unique_token if unique_key is not None else None,
         options=options or NO_OPTIONS,
+        headers=headers or NO_HEADERS,
     )

@@ -9,6 +9,10 @@ waits, it makes sure there are enough idle job loops for every job still ready, 
 ever waits behind another. Jobs that never wait (the common case for short tasks) thus
 cost no Trio task of their own.
 
+With middleware (``RunnerConfig.middleware``), each attempt runs inside their
+``around_attempt`` hooks (:mod:`trunner.middleware`); without, the path of a task is the
+one it always was.
+
 How an attempt ends (acknowledged, retried, given up, interrupted) is
 :mod:`trunner.outcomes`; which messages the pool holds is recorded in
 :class:`~trunner.holdings.Holdings`. The pool starts its job loops in a nursery its runner
@@ -29,8 +33,9 @@ from ._context import _current_message
 from ._isolated import Isolated
 from ._redis import RawEntry
 from ._slots import WorkerSlots
+from ._util import ErrorLog, logger
 from .config import RunnerConfig
-from .errors import InvalidPayload, TaskTimeout
+from .errors import InvalidPayload, MiddlewareError, TaskTimeout
 from .holdings import Holdings, Job, beat_interval
 from .message import (
     MESSAGE_GROWTH,
@@ -40,6 +45,7 @@ from .message import (
     decode_message,
     fields_of,
 )
+from .middleware import AttemptHooks, AttemptInfo
 from .outcomes import Outcomes
 from .statistics import Counters
 from .task import Task, TaskRegistry
@@ -70,6 +76,7 @@ class WorkerPool:
         outcomes: Outcomes,
         counters: Counters,
         on_task_time: Callable[[str, float], None] = lambda _task, _seconds: None,
+        errors: ErrorLog | None = None,
     ) -> None:
         self._registry = registry
         self._config = config
@@ -80,6 +87,10 @@ class WorkerPool:
         self._succeeded = outcomes.succeeded  # bound once: called for every message
         self._counters = counters
         self._on_task_time = on_task_time
+        self._errors = errors
+        hooks = AttemptHooks(config.middleware, self._middleware_broke)
+        #: The middleware around each attempt; None without any (the hot path checks it).
+        self._attempt_hooks = hooks if hooks else None
         #: How many messages the pool may hold at once, and how many it holds.
         self.slots = WorkerSlots(config.num_workers)
         self._ready: deque[Job] = deque()  # submitted, not taken by a job loop yet
@@ -289,7 +300,7 @@ class WorkerPool:
             ):
                 await self._not_run(job, task)
                 return
-            if job.fields[8] is None and task.plain:
+            if job.fields[8] is None and task.plain and self._attempt_hooks is None:
                 begin = job.began = time.perf_counter()
                 try:  # the hot path of every task
                     await task.action(job.fields[1])
@@ -397,6 +408,8 @@ class WorkerPool:
         if keep is not None:
             job.keep_result, job.started_at = keep, time.time()
             self._outcomes.started(job)
+        if self._attempt_hooks is not None:
+            return await self._run_with_middleware(job, task, payload, timeout, keep)
         begin = job.began = time.perf_counter()
         try:
             if timeout is None:
@@ -412,6 +425,46 @@ class WorkerPool:
         except Exception as exc:  # noqa: BLE001 - the task failed: retried or given up
             return exc, time.perf_counter() - begin
         return None, time.perf_counter() - begin
+
+    async def _run_with_middleware(
+        self, job: Job, task: Task, payload: object, limit: float | None, keep: float | None
+    ) -> tuple[Exception | None, float]:
+        """The attempt of :meth:`_run_with_options` inside the middleware's
+        ``around_attempt`` hooks, its timeout (``limit``) and result encoding included:
+        they see what the attempt ends with."""
+        assert self._attempt_hooks is not None
+        duration = 0.0
+
+        async def attempt() -> object:
+            nonlocal duration
+            begin = job.began = time.perf_counter()
+            try:
+                if limit is None:
+                    result = await task.action(payload)
+                else:
+                    with trio.move_on_after(limit) as scope:
+                        result = await task.action(payload)
+                    if scope.cancelled_caught:
+                        raise TaskTimeout(task.name, limit)
+                if keep is not None:
+                    size = self._config.max_payload_bytes
+                    job.result = task.result_codec.encode_json(result, size)
+            finally:
+                duration = time.perf_counter() - begin
+            return result
+
+        info = AttemptInfo(job, self._config.consumer_group)
+        try:
+            await self._attempt_hooks.run(info, attempt)
+        except Exception as exc:  # noqa: BLE001 - the attempt failed: retried or given up
+            return exc, duration
+        return None, duration
+
+    def _middleware_broke(self, error: MiddlewareError) -> None:
+        """A middleware swallowed what it may not: reported, and it changes nothing."""
+        if self._errors is not None:
+            self._errors.capture(error)
+        logger.error("%s", error)
 
     # -- cancelling a task ----------------------------------------------------------------
 

@@ -288,6 +288,7 @@ class Runner(Producer):
             registry=tasks,
             max_payload_bytes=config.max_payload_bytes,
             instance_ttl=config.instance_ttl,
+            middleware=config.middleware,
         )
         self._url = redis
         self.config = config
@@ -632,7 +633,9 @@ class Runner(Producer):
             quarantine,
             task_names=lambda: self.tasks.names,
         )
-        pool = WorkerPool(self.tasks, config, holdings, outcomes, counters, metrics.task_time)
+        pool = WorkerPool(
+            self.tasks, config, holdings, outcomes, counters, metrics.task_time, errors
+        )
         releaser = Releaser(broker, holdings, counters)
         schedule = ReclaimSchedule(config.reclaim_interval)
         elector = Elector(

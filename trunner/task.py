@@ -8,7 +8,8 @@ import math
 import random
 import time
 import warnings
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar, Union, overload
 
 import attrs
@@ -19,7 +20,8 @@ from ._util import user_stacklevel
 from .codec import TypeCodec, codec_for
 from .errors import InvalidPayload, TaskNotFound
 from .keys import utf8_error
-from .message import NO_SIZE_LIMIT, MessageOptions, encode_message
+from .message import NO_HEADERS, NO_SIZE_LIMIT, MessageOptions, check_headers, encode_message
+from .middleware import Middleware
 
 if TYPE_CHECKING:
     import datetime
@@ -340,6 +342,11 @@ def _check_timezone(_inst: object, attr: attrs.Attribute[Any], value: object) ->
         raise ValueError(f"unknown {attr.name}: {value!r}") from None
 
 
+def _cron_headers(headers: Mapping[str, str] | None) -> Mapping[str, str]:
+    checked = check_headers(headers)
+    return MappingProxyType(checked) if checked else NO_HEADERS
+
+
 @attrs.frozen
 class CronSchedule:
     """A periodic task: ``task_name`` with ``payload`` at every tick of ``expression``.
@@ -375,10 +382,21 @@ class CronSchedule:
     """
     timezone: str = attrs.field(default="UTC", validator=_check_timezone)
     """The IANA time zone the ticks are computed in."""
+    headers: Mapping[str, str] = attrs.field(default=NO_HEADERS, converter=_cron_headers)
+    """The headers of every tick's message (read-only; none by default). A cron tick is
+    not a dispatch: no dispatch hook sees it, so these are all the headers it carries.
+    ``InvalidHeaders`` when they cannot be sent (see
+    [Middleware and headers](middleware.md#headers))."""
 
     def __attrs_post_init__(self) -> None:
         # A payload that cannot be sent fails here, not at a tick on the leader.
-        encode_message(self.task_name, self.payload, enqueued_at=0.0, max_bytes=NO_SIZE_LIMIT)
+        encode_message(
+            self.task_name,
+            self.payload,
+            enqueued_at=0.0,
+            headers=self.headers,
+            max_bytes=NO_SIZE_LIMIT,
+        )
         # croniter accepts expressions that never match (30 February): finding the next
         # tick now makes them fail here, not on the leader at run time.
         try:
@@ -561,6 +579,7 @@ class TaskRegistry:
         *,
         name: str | None = None,
         timezone: str = "UTC",
+        headers: Mapping[str, str] | None = None,
     ) -> CronSchedule: ...
 
     @overload
@@ -571,6 +590,7 @@ class TaskRegistry:
         payload: Any = None,
         name: str | None = None,
         timezone: str = "UTC",
+        headers: Mapping[str, str] | None = None,
         max_retry: int = 0,
         retry_backoff: Backoff = 1.0,
         retry_backoff_max: float = 3600.0,
@@ -585,6 +605,7 @@ class TaskRegistry:
         *,
         name: str | None = None,
         timezone: str = "UTC",
+        headers: Mapping[str, str] | None = None,
         max_retry: int = 0,
         retry_backoff: Backoff = 1.0,
         retry_backoff_max: float = 3600.0,
@@ -609,6 +630,8 @@ class TaskRegistry:
             name: Identifies the schedule in Redis; default: the task's name. It must be
                 unique among the schedules; keep it stable.
             timezone: The IANA time zone the ticks are computed in.
+            headers: The headers of every tick's message (see
+                [``CronSchedule.headers``][trunner.CronSchedule.headers]).
             max_retry: Decorator form only: see [``Task.max_retry``][trunner.Task.max_retry].
             retry_backoff: Decorator form only.
             retry_backoff_max: Decorator form only.
@@ -626,13 +649,14 @@ class TaskRegistry:
         """
         if task_name is not None:
             return self.add_cron(
-                CronSchedule(name or task_name, expression, task_name, payload, timezone)
+                CronSchedule(name or task_name, expression, task_name, payload, timezone, headers)
             )
-        CronSchedule("check", expression, "check", None, timezone)  # fail before decorating
+        # Fail before decorating.
+        CronSchedule("check", expression, "check", None, timezone, headers)
 
         def decorate(func: A) -> A:
             task = getattr(func, "__name__", "")
-            schedule = CronSchedule(name or task, expression, task, payload, timezone)
+            schedule = CronSchedule(name or task, expression, task, payload, timezone, headers)
             if schedule.name in self._crons:
                 raise ValueError(f"a cron schedule named {schedule.name!r} is already registered")
             self.task(
@@ -707,11 +731,25 @@ class TaskRegistry:
 
     @overload
     async def call(
-        self, task: Callable[[P], Awaitable[R]], payload: P, *, sleep_backoff: bool = False
+        self,
+        task: Callable[[P], Awaitable[R]],
+        payload: P,
+        *,
+        sleep_backoff: bool = False,
+        headers: Mapping[str, str] | None = None,
+        middleware: Iterable[Middleware] = (),
     ) -> R: ...
 
     @overload
-    async def call(self, task: str, payload: Any = None, *, sleep_backoff: bool = False) -> Any: ...
+    async def call(
+        self,
+        task: str,
+        payload: Any = None,
+        *,
+        sleep_backoff: bool = False,
+        headers: Mapping[str, str] | None = None,
+        middleware: Iterable[Middleware] = (),
+    ) -> Any: ...
 
     async def call(
         self,
@@ -719,6 +757,8 @@ class TaskRegistry:
         payload: Any = None,
         *,
         sleep_backoff: bool = False,
+        headers: Mapping[str, str] | None = None,
+        middleware: Iterable[Middleware] = (),
     ) -> Any:
         """Run a task now, without Redis, as a runner would: eager mode, for unit tests.
 
@@ -734,6 +774,10 @@ class TaskRegistry:
                 (``tasks.call(resize, request)`` is typed as ``resize`` is).
             payload: The payload, JSON-serializable (or of the task's declared type).
             sleep_backoff: Sleep the backoff between attempts (on the Trio clock).
+            headers: The message's headers, as ``dispatch`` takes them.
+            middleware: [Middleware][trunner.Middleware], as a runner runs them: their
+                ``on_dispatch`` hooks once, their ``around_attempt`` hooks around each
+                attempt.
 
         Returns:
             What the action returns.
@@ -741,6 +785,9 @@ class TaskRegistry:
         Raises:
             MaxRetryExceeded: The last attempt failed, or the task gave up; ``__cause__``
                 is its exception (``TaskTimeout`` for an attempt past its timeout).
+            MiddlewareError: A dispatch hook raised, or a middleware swallowed an
+                attempt's exception or cancellation.
+            InvalidHeaders: ``headers`` cannot be sent.
             TaskNotFound: No task of that name is registered.
             TypeError: ``task`` is neither a name nor a registered task function.
             ValueError: ``task`` is an empty name.
@@ -757,7 +804,9 @@ class TaskRegistry:
                     f"got {task!r}"
                 )
             found = self.get(registered.name)
-        return await run_eagerly(found, payload, sleep_backoff=sleep_backoff)
+        return await run_eagerly(
+            found, payload, sleep_backoff=sleep_backoff, headers=headers, middleware=middleware
+        )
 
     def __contains__(self, name: object) -> bool:
         return name in self._tasks

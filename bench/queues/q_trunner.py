@@ -12,6 +12,9 @@ created at start), its pipeline executed through trio-asyncio (``aio_as_trio``),
 inside ``trio_asyncio.open_loop()``. redis-py's asyncio client and trio-asyncio are imported
 only for that task, so the other scenarios' RSS stays trunner's own.
 
+``--middleware N`` (scenario 13): the worker's runner has N no-op middleware, each an
+``around_attempt`` that yields (``NoopMiddleware``).
+
 ``results``: a client (``open_client``) dispatches ``echo`` by name with
 ``keep_result=KEEP`` and awaits ``handle.result()``. ``cancel``: a client dispatches
 ``hang``, polls ``handle.status()`` until the task runs, waits 20 ms, then times
@@ -25,7 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import trio
@@ -119,6 +122,14 @@ def cancel(url: str, queue: str, n: int) -> None:
     trio.run(run)
 
 
+class NoopMiddleware(trunner.Middleware):
+    """Scenario 13: the cost of one middleware around each attempt, doing nothing."""
+
+    @contextlib.asynccontextmanager
+    async def around_attempt(self, attempt: trunner.AttemptInfo) -> AsyncIterator[None]:
+        yield
+
+
 def bench_tasks(tasks: trunner.TaskRegistry, rec: Recorder) -> None:
     """The bodies without a Redis round trip of their own."""
 
@@ -209,6 +220,7 @@ def work(
             prefix=PREFIX,
             num_workers=args.concurrency,
             batch_size=args.batch,
+            middleware=[NoopMiddleware() for _ in range(args.middleware)],
         )
         begin = time.perf_counter()
         async with (

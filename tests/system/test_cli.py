@@ -414,3 +414,21 @@ def test_dead_letters_deleted_by_task_and_cron_fired_now(
     assert "fired health_probe" in capsys.readouterr().out
     assert raw.xlen(keys.stream) == 1
     raw.close()
+
+
+async def test_dispatch_sends_headers_and_dead_letters_show_them(
+    redis_server: RedisServer, group: str
+) -> None:
+    url = ["--redis", redis_server.url]
+    sent = cli(
+        "dispatch", group, "ghost", "1", "--header", "tenant=acme", "--header", "a=b=c", *url
+    )
+    assert sent.returncode == 0, sent.stderr
+    await dead_letter_everything(redis_server.url, group, 1)
+    (listed,) = dead_letters_of(redis_server.url, group)
+    assert listed["headers"] == {"tenant": "acme", "a": "b=c"}
+    assert "headers: tenant=acme, a=b=c" in cli("dead-letter", "list", group, *url).stdout
+    bad = cli("dispatch", group, "ghost", "1", "--header", "no-equals", *url)
+    assert bad.returncode == 1
+    assert "--header takes NAME=VALUE" in bad.stderr
+    assert "Traceback" not in bad.stderr

@@ -166,3 +166,36 @@ def test_results(tier: str, redis_server: RedisServer) -> None:
         "transcode: cancelled",
         "stale resize: expired, never ran",
     ]
+
+
+@pytest.mark.parametrize("tier", ["memory", "redis"])
+def test_middleware_logging(tier: str, redis_server: RedisServer) -> None:
+    env = {"REDIS_URL": redis_server.url} if tier == "redis" else {}
+    lines = [json.loads(line) for line in run_example("middleware_logging.py", env).splitlines()]
+    assert [line["message"] for line in lines] == [
+        "charging 1250 cents",
+        "attempt failed",
+        "charging 1250 cents",
+        "attempt succeeded",
+        "runner stopped",
+    ]
+    first, _, second, _, last = lines
+    assert (first["task"], first["attempt"], first["tenant"]) == ("charge", 1, "acme")
+    assert (second["attempt"], second["tenant"]) == (2, "acme")
+    assert first["task_id"] == second["task_id"]
+    assert first["message_id"] != second["message_id"]
+    assert "task" not in last, "outside of a task, no attempt's fields"
+
+
+@pytest.mark.parametrize("tier", ["memory", "redis"])
+def test_middleware_sentry(tier: str, redis_server: RedisServer) -> None:
+    """Sentry gets a transport that keeps the events: nothing is sent anywhere."""
+    if os.environ.get("CI") != "true":
+        pytest.importorskip("sentry_sdk", reason="pip install 'trunner[sentry]'")
+    env = {"REDIS_URL": redis_server.url} if tier == "redis" else {}
+    assert run_example("middleware_sentry.py", env).splitlines() == [
+        "captured ValueError: dog.txt is not an image "
+        "(task corrupt, attempt 1, group images, headers {})",
+        "captured OSError: cat.png: storage not reachable "
+        "(task resize, attempt 1, group images, headers {'tenant': 'acme'})",
+    ]

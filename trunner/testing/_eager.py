@@ -3,10 +3,12 @@ attempt loop (``trunner._eager``, which ``TaskRegistry.call`` runs too)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .._eager import DEFAULT_MAX_PAYLOAD_BYTES, run_eagerly
 from ..errors import RunnerNotRunning
+from ..middleware import Middleware
 from ..runner import Runner, _current_runner
 from ..statistics import RunnerState
 from ..task import Task, TaskRegistry, checked_task_name
@@ -22,6 +24,8 @@ async def call_task(
     sleep_backoff: bool = False,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     runner: Runner | None = None,
+    headers: Mapping[str, str] | None = None,
+    middleware: Iterable[Middleware] = (),
 ) -> Any:
     """Run a task now, in the calling Trio task, as a runner would, without Redis.
 
@@ -51,6 +55,12 @@ async def call_task(
             ``RunnerConfig``).
         runner: A started runner for ``trunner.current_runner()`` in the task, e.g. one
             of the ``trunner_runner`` fixture (on a ``memory://`` server by default).
+        headers: The message's headers, as ``dispatch`` takes them
+            (``current_message().headers`` in the task).
+        middleware: [Middleware][trunner.Middleware] run as a runner runs them: the
+            ``on_dispatch`` hooks once, the ``around_attempt`` hooks around each attempt.
+            A middleware that swallows an attempt's exception or cancellation raises
+            [``MiddlewareError``][trunner.MiddlewareError] (a runner reports it).
 
     Returns:
         What the action returns.
@@ -71,7 +81,12 @@ async def call_task(
     token = _current_runner.set(runner) if runner is not None else None
     try:
         return await run_eagerly(
-            task, payload, sleep_backoff=sleep_backoff, max_payload_bytes=max_payload_bytes
+            task,
+            payload,
+            sleep_backoff=sleep_backoff,
+            max_payload_bytes=max_payload_bytes,
+            headers=headers,
+            middleware=middleware,
         )
     finally:
         if token is not None:

@@ -1,0 +1,320 @@
+"""The middleware contract, without Redis: order, what a middleware sees of an attempt's
+outcome, what it may not swallow, and the dispatch hooks (eager mode runs them as a runner
+does)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from types import TracebackType
+from typing import Any
+
+import pytest
+import trio
+
+import trunner
+from trunner._context import Given
+from trunner.message import TaskMessage
+from trunner.middleware import AttemptHooks, DispatchHooks, check_middleware
+
+
+class Recorder(trunner.Middleware):
+    """Records its enters and exits in a shared log, with the outcome it saw."""
+
+    def __init__(self, name: str, log: list[Any]) -> None:
+        self.name = name
+        self.log = log
+
+    @contextlib.asynccontextmanager
+    async def around_attempt(self, attempt: trunner.AttemptInfo) -> AsyncIterator[None]:
+        self.log.append((self.name, "enter", attempt.task_name, attempt.attempt))
+        try:
+            yield
+        finally:
+            self.log.append((self.name, "exit", attempt.outcome, attempt.result, attempt.error))
+
+    def on_dispatch(self, dispatch: trunner.DispatchInfo) -> None:
+        self.log.append((self.name, "dispatch", dict(dispatch.headers)))
+        dispatch.headers[self.name] = str(len(dispatch.headers))
+
+
+class Swallower(trunner.Middleware):
+    """Returns True from ``__aexit__``, whatever it is given."""
+
+    def around_attempt(self, attempt: trunner.AttemptInfo) -> Swallower:
+        return self
+
+    async def __aenter__(self) -> None:
+        pass
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        return True
+
+
+class RaisesOnExit(trunner.Middleware):
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    @contextlib.asynccontextmanager
+    async def around_attempt(self, attempt: trunner.AttemptInfo) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            raise self.error
+
+
+def ignore(_: trunner.MiddlewareError) -> None:
+    pass
+
+
+def message(name: str = "t") -> Given:
+    return Given(TaskMessage("1-0", name, None, 1, 0.0, "1-0", headers={"h": "v"}))
+
+
+def registry() -> tuple[trunner.TaskRegistry, list[Any]]:
+    tasks = trunner.TaskRegistry()
+    seen: list[Any] = []
+
+    @tasks.task(max_retry=2)
+    async def flaky(payload: Any) -> Any:
+        message = trunner.current_message()
+        seen.append((message.attempt, dict(message.headers)))
+        if message.attempt < payload:
+            raise RuntimeError(f"attempt {message.attempt}")
+        return {"done": message.attempt}
+
+    return tasks, seen
+
+
+async def test_the_first_middleware_is_the_outermost_and_sees_each_attempt() -> None:
+    tasks, seen = registry()
+    log: list[Any] = []
+    chain = [Recorder("a", log), Recorder("b", log)]
+    assert await tasks.call("flaky", 2, headers={"x": "1"}, middleware=chain) == {"done": 2}
+    # The dispatch hooks ran once, first first, and the task saw their headers.
+    assert log[:2] == [("a", "dispatch", {"x": "1"}), ("b", "dispatch", {"x": "1", "a": "1"})]
+    expected = {"x": "1", "a": "1", "b": "2"}
+    assert seen == [(1, expected), (2, expected)]
+    failed = log[4][4]
+    assert isinstance(failed, RuntimeError)
+    assert log[2:] == [
+        ("a", "enter", "flaky", 1),
+        ("b", "enter", "flaky", 1),
+        ("b", "exit", trunner.AttemptOutcome.FAILED, None, failed),
+        ("a", "exit", trunner.AttemptOutcome.FAILED, None, failed),
+        ("a", "enter", "flaky", 2),
+        ("b", "enter", "flaky", 2),
+        ("b", "exit", trunner.AttemptOutcome.SUCCEEDED, {"done": 2}, None),
+        ("a", "exit", trunner.AttemptOutcome.SUCCEEDED, {"done": 2}, None),
+    ]
+
+
+async def test_a_timed_out_attempt_is_seen_as_such(autojump_clock: trio.abc.Clock) -> None:
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task(timeout=5.0)
+    async def slow(_: Any) -> None:
+        await trio.sleep_forever()
+
+    log: list[Any] = []
+    with pytest.raises(trunner.MaxRetryExceeded) as caught:
+        await tasks.call("slow", None, middleware=[Recorder("a", log)])
+    assert isinstance(caught.value.__cause__, trunner.TaskTimeout)
+    assert log[-1][:3] == ("a", "exit", trunner.AttemptOutcome.TIMED_OUT)
+    assert log[-1][4] is caught.value.__cause__
+
+
+async def test_a_cancelled_attempt_is_seen_as_such_and_the_cancellation_goes_on() -> None:
+    tasks = trunner.TaskRegistry()
+    started = trio.Event()
+
+    @tasks.task
+    async def hang(_: Any) -> None:
+        started.set()
+        await trio.sleep_forever()
+
+    log: list[Any] = []
+    async with trio.open_nursery() as nursery:
+
+        async def call() -> None:
+            await tasks.call("hang", None, middleware=[Recorder("a", log)])
+            raise AssertionError("not reached: the call is cancelled")
+
+        nursery.start_soon(call)
+        await started.wait()
+        nursery.cancel_scope.cancel()
+    assert log[-1][:3] == ("a", "exit", trunner.AttemptOutcome.CANCELLED)
+    assert isinstance(log[-1][4], trio.Cancelled)
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [RuntimeError("boom"), trio.Cancelled._create()],
+    ids=["exception", "cancelled"],
+)
+async def test_a_middleware_cannot_swallow_what_the_attempt_raised(failure: BaseException) -> None:
+    broken: list[trunner.MiddlewareError] = []
+    hooks = AttemptHooks([Swallower()], broken.append)
+
+    async def body() -> None:
+        raise failure
+
+    with pytest.raises(type(failure)) as caught:
+        await hooks.run(trunner.AttemptInfo(message(), "g"), body)
+    assert caught.value is failure
+    (error,) = broken
+    assert error.__cause__ is failure
+    assert "Swallower swallowed" in str(error)
+    assert ("a cancellation" in str(error)) == isinstance(failure, trio.Cancelled)
+
+
+async def test_a_cancellation_in_a_group_cannot_be_swallowed_either() -> None:
+    broken: list[trunner.MiddlewareError] = []
+    hooks = AttemptHooks([Swallower()], broken.append)
+    group = BaseExceptionGroup("", [trio.Cancelled._create(), ValueError("x")])
+
+    async def body() -> None:
+        raise group
+
+    with pytest.raises(BaseExceptionGroup) as caught:
+        await hooks.run(trunner.AttemptInfo(message(), "g"), body)
+    assert caught.value is group
+    assert len(broken) == 1
+
+
+async def test_an_error_raised_in_place_of_a_cancellation_does_not_replace_it() -> None:
+    broken: list[trunner.MiddlewareError] = []
+    replacement = RuntimeError("instead")
+    hooks = AttemptHooks([RaisesOnExit(replacement)], broken.append)
+    cancelled = trio.Cancelled._create()
+
+    async def body() -> None:
+        raise cancelled
+
+    with pytest.raises(trio.Cancelled):
+        await hooks.run(trunner.AttemptInfo(message(), "g"), body)
+    (error,) = broken
+    assert error.__cause__ is replacement
+    assert "in place of a cancellation" in str(error)
+
+
+async def test_an_error_a_middleware_raises_becomes_the_attempts() -> None:
+    broken: list[trunner.MiddlewareError] = []
+    log: list[Any] = []
+    replacement = ValueError("from the middleware")
+    hooks = AttemptHooks([Recorder("outer", log), RaisesOnExit(replacement)], broken.append)
+
+    async def body() -> int:
+        return 7
+
+    with pytest.raises(ValueError, match="from the middleware"):
+        await hooks.run(trunner.AttemptInfo(message(), "g"), body)
+    assert broken == [], "raising is allowed: it is how a middleware changes the outcome"
+    assert log[-1] == ("outer", "exit", trunner.AttemptOutcome.FAILED, None, replacement)
+
+
+async def test_a_middleware_that_fails_to_enter_skips_the_body() -> None:
+    log: list[Any] = []
+
+    class Refuses(trunner.Middleware):
+        def around_attempt(self, attempt: trunner.AttemptInfo) -> Any:
+            raise LookupError("no")
+
+    ran = False
+
+    async def body() -> None:
+        nonlocal ran
+        ran = True
+
+    hooks = AttemptHooks([Recorder("outer", log), Refuses()], ignore)
+    with pytest.raises(LookupError):
+        await hooks.run(trunner.AttemptInfo(message(), "g"), body)
+    assert not ran
+    assert log[-1][2] is trunner.AttemptOutcome.FAILED
+
+
+async def test_the_attempt_info_shows_the_message() -> None:
+    info = trunner.AttemptInfo(message("send"), "emails")
+    assert (info.task_name, info.message_id, info.task_id, info.attempt) == (
+        "send",
+        "1-0",
+        "1-0",
+        1,
+    )
+    assert info.headers == {"h": "v"}
+    assert info.group == "emails"
+    assert (info.outcome, info.result, info.error) == (None, None, None)
+    assert "send" in repr(info)
+
+
+async def test_eager_mode_raises_what_a_runner_would_report() -> None:
+    tasks, _ = registry()
+    with pytest.raises(trunner.MiddlewareError, match="swallowed"):
+        await tasks.call("flaky", 2, middleware=[Swallower()])
+
+
+async def test_dispatch_hooks_may_be_async_and_their_errors_fail_the_dispatch() -> None:
+    calls: list[str] = []
+
+    class Async(trunner.Middleware):
+        async def on_dispatch(self, dispatch: trunner.DispatchInfo) -> None:
+            await trio.lowlevel.checkpoint()
+            calls.append(dispatch.task_name)
+            dispatch.headers["async"] = "yes"
+
+    class Broken(trunner.Middleware):
+        def on_dispatch(self, dispatch: trunner.DispatchInfo) -> None:
+            raise KeyError("tenant")
+
+    info = trunner.DispatchInfo("t", None, {}, "g")
+    assert await DispatchHooks([Async()]).run(info) == {"async": "yes"}
+    assert calls == ["t"]
+    with pytest.raises(trunner.MiddlewareError, match="Broken raised for task 't'") as caught:
+        await DispatchHooks([Async(), Broken()]).run(trunner.DispatchInfo("t", None, {}, "g"))
+    assert isinstance(caught.value.__cause__, KeyError)
+    tasks, seen = registry()
+    with pytest.raises(trunner.MiddlewareError):
+        await tasks.call("flaky", 1, middleware=[Broken()])
+    assert seen == [], "nothing ran"
+
+
+async def test_headers_a_hook_leaves_bad_are_refused_and_blamed_on_the_hooks() -> None:
+    class Bad(trunner.Middleware):
+        def on_dispatch(self, dispatch: trunner.DispatchInfo) -> None:
+            dispatch.headers["n"] = 1  # type: ignore[assignment]
+
+    tasks, _ = registry()
+    with pytest.raises(trunner.InvalidHeaders, match="must map str to str"):
+        await tasks.call("flaky", 1, middleware=[Bad()])
+
+
+def test_a_hook_left_as_it_is_is_not_run() -> None:
+    class DispatchOnly(trunner.Middleware):
+        def on_dispatch(self, dispatch: trunner.DispatchInfo) -> None:
+            pass
+
+    class AttemptOnly(trunner.Middleware):
+        def around_attempt(self, attempt: trunner.AttemptInfo) -> Any:
+            return contextlib.nullcontext()
+
+    assert not AttemptHooks([DispatchOnly()], ignore)
+    assert AttemptHooks([AttemptOnly()], ignore)
+    assert not DispatchHooks([AttemptOnly()])
+    assert DispatchHooks([DispatchOnly()])
+
+
+def test_middleware_is_a_list_of_middleware() -> None:
+    one = Recorder("a", [])
+    assert check_middleware([one]) == (one,)
+    assert trunner.RunnerConfig(consumer_group="g", middleware=[one]).middleware == (one,)
+    with pytest.raises(TypeError, match="got one Middleware"):
+        trunner.RunnerConfig(consumer_group="g", middleware=one)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="subclass it"):
+        trunner.RunnerConfig(consumer_group="g", middleware=[contextlib.nullcontext])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="must be a list"):
+        trunner.RunnerConfig(consumer_group="g", middleware="a")  # type: ignore[arg-type]

@@ -1,0 +1,400 @@
+"""Middleware: code of yours around each attempt a runner runs, and at each dispatch.
+
+A middleware is an instance of a subclass of :class:`Middleware` that overrides either
+hook, or both:
+
+* :meth:`Middleware.around_attempt` returns an async context manager that wraps one
+  attempt of a task (from just before the task's action is called to just after it
+  returned or raised, its timeout included). It sees the attempt's message
+  (:class:`AttemptInfo`) and, as it exits, the attempt's outcome.
+* :meth:`Middleware.on_dispatch` is called once per message a producer dispatches, before
+  the message is encoded: it may add, change or remove headers (:class:`DispatchInfo`).
+
+Order: the list's order. The first middleware is the outermost: its ``around_attempt``
+is entered first and exited last, and its ``on_dispatch`` runs first (like ASGI
+middleware in Starlette).
+
+The rules the runner holds middleware to (see ``docs/middleware.md``):
+
+* a middleware *observes* an attempt; it does not decide its outcome by swallowing. If
+  its ``__aexit__`` returns true for the attempt's exception, the exception stands (as if
+  it had not been swallowed) and a :class:`~trunner.errors.MiddlewareError` is reported.
+  To change the outcome, raise: the exception a middleware raises becomes the attempt's
+  (``GiveUp`` gives the task up, any other is retried like a task error);
+* a cancellation (``trio.Cancelled``, alone or in a group) always goes on: swallowing it,
+  or raising something else in its place, is reported as a ``MiddlewareError`` and
+  changes nothing;
+* an error a middleware raises around an attempt is contained like a task error: the
+  attempt fails and follows its task's retry rules; the runner goes on;
+* an error raised by ``on_dispatch`` fails that dispatch with ``MiddlewareError`` (its
+  ``__cause__`` is the error), and nothing is written.
+
+With no middleware configured, nothing here runs: the runner's path for a task is the
+same as without this module.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+import trio
+
+from ._context import MessageSource
+from .errors import MiddlewareError, TaskTimeout
+from .message import TaskMessage
+
+__all__ = [
+    "AttemptInfo",
+    "AttemptOutcome",
+    "DispatchInfo",
+    "Middleware",
+]
+
+
+class AttemptOutcome(enum.Enum):
+    """How an attempt ended, as [``AttemptInfo.outcome``][trunner.AttemptInfo.outcome]
+    tells a middleware when it exits."""
+
+    SUCCEEDED = "succeeded"
+    """The action returned: [``result``][trunner.AttemptInfo.result] is its value."""
+    FAILED = "failed"
+    """The action (or a middleware inside this one) raised:
+    [``error``][trunner.AttemptInfo.error] is the exception."""
+    TIMED_OUT = "timed_out"
+    """The attempt ran past its timeout and was cancelled: ``error`` is a
+    [``TaskTimeout``][trunner.TaskTimeout]."""
+    CANCELLED = "cancelled"
+    """The attempt was cancelled: its task was cancelled
+    ([``TaskHandle.cancel``][trunner.TaskHandle.cancel]), or the runner stopped past its
+    drain timeout. ``error`` is the ``trio.Cancelled`` (or a group holding it), which goes
+    on whatever the middleware does."""
+
+
+class AttemptInfo:
+    """One attempt of a task, as a middleware's
+    [``around_attempt``][trunner.Middleware.around_attempt] sees it.
+
+    The message's fields are read-only. ``outcome``, ``result`` and ``error`` are
+    ``None`` while the attempt runs; trunner sets them before it exits each middleware,
+    to what that middleware's ``__aexit__`` is given (an inner middleware that raised
+    changes them for the outer ones).
+    """
+
+    __slots__ = ("_error", "_outcome", "_result", "_source", "group")
+
+    def __init__(self, source: MessageSource, group: str) -> None:
+        self._source = source
+        self._outcome: AttemptOutcome | None = None
+        self._result: Any = None
+        self._error: BaseException | None = None
+        self.group = group
+        """The consumer group the runner runs tasks of (``""`` in eager mode)."""
+
+    def __repr__(self) -> str:
+        message = self.message
+        return (
+            f"<AttemptInfo task={message.task_name!r} message_id={message.message_id!r} "
+            f"attempt={message.attempt} outcome={self._outcome}>"
+        )
+
+    @property
+    def message(self) -> TaskMessage:
+        """The whole [``TaskMessage``][trunner.TaskMessage] of the delivery (what
+        [``current_message()``][trunner.current_message] returns in the task)."""
+        return self._source.message
+
+    @property
+    def task_name(self) -> str:
+        """The task's name."""
+        return self._source.message.task_name
+
+    @property
+    def message_id(self) -> str:
+        """The stream entry id of this delivery (different for each retry)."""
+        return self._source.message.message_id
+
+    @property
+    def task_id(self) -> str:
+        """The task's id, the same across its retries and replays."""
+        return self._source.message.task_id
+
+    @property
+    def attempt(self) -> int:
+        """Which attempt this is, from 1."""
+        return self._source.message.attempt
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        """The message's headers (read-only)."""
+        return self._source.message.headers
+
+    @property
+    def outcome(self) -> AttemptOutcome | None:
+        """How the attempt ended; ``None`` while it runs."""
+        return self._outcome
+
+    @property
+    def result(self) -> Any:
+        """What the action returned, once the outcome is ``SUCCEEDED``; else ``None``."""
+        return self._result
+
+    @property
+    def error(self) -> BaseException | None:
+        """The exception the attempt ended with, once it ended with one; else ``None``."""
+        return self._error
+
+    def _ended(self, result: Any, error: BaseException | None) -> None:
+        self._result = result if error is None else None
+        self._error = error
+        self._outcome = _outcome_of(error)
+
+
+class DispatchInfo:
+    """One message being dispatched, as a middleware's
+    [``on_dispatch``][trunner.Middleware.on_dispatch] sees it.
+
+    Only ``headers`` may be changed: it is the dict the message will carry (add, change
+    or remove entries; the bounds are checked after the last hook, see
+    [``InvalidHeaders``][trunner.InvalidHeaders]).
+    """
+
+    __slots__ = ("delayed_until", "group", "headers", "payload", "task_id", "task_name")
+
+    def __init__(
+        self,
+        task_name: str,
+        payload: Any,
+        headers: dict[str, str],
+        group: str,
+        task_id: str | None = None,
+        delayed_until: float | None = None,
+    ) -> None:
+        self.task_name = task_name
+        """The task's name."""
+        self.payload = payload
+        """The payload as it is sent (JSON values: a typed task's is encoded already).
+        Do not change it."""
+        self.headers = headers
+        """The headers the message will carry: change this dict in place."""
+        self.group = group
+        """The consumer group dispatched to (``""`` in eager mode)."""
+        self.task_id = task_id
+        """The task's id when it is known before the write (a delayed task's); ``None``
+        for ``dispatch`` and ``dispatch_many`` (the stream entry's id, known after)."""
+        self.delayed_until = delayed_until
+        """For ``dispatch_delayed`` and ``schedule_for``: when the task is due (seconds
+        since the epoch); else ``None``."""
+
+    def __repr__(self) -> str:
+        return f"<DispatchInfo task={self.task_name!r} group={self.group!r}>"
+
+
+class Middleware:
+    """The base class of middleware: subclass it and override
+    [``around_attempt``][trunner.Middleware.around_attempt],
+    [``on_dispatch``][trunner.Middleware.on_dispatch], or both.
+
+    Give instances to a runner in
+    [``RunnerConfig.middleware``][trunner.RunnerConfig.middleware] (both hooks: its
+    attempts, and its own dispatches), to [``open_client``][trunner.open_client]
+    (``on_dispatch``), or to eager calls (``tasks.call``, ``call_task``). A hook left as
+    it is costs nothing. See [Middleware and headers](middleware.md).
+    """
+
+    def around_attempt(self, attempt: AttemptInfo) -> AbstractAsyncContextManager[object]:
+        """An async context manager wrapping one attempt.
+
+        Write it as an ``@contextlib.asynccontextmanager`` method that yields once.
+        Entered just before the task's action is called (after its payload was decoded),
+        exited once the attempt ended: normally if it succeeded (then ``attempt.result``
+        holds what the action returned), with the exception otherwise
+        (``TaskTimeout`` past its timeout, ``trio.Cancelled`` when cancelled). Its
+        ``__aexit__`` may not swallow the exception (see the module rules); an exception
+        it raises becomes the attempt's.
+
+        Args:
+            attempt: The attempt: its message, and its outcome once it ended.
+
+        Returns:
+            The async context manager (the base class's is never called).
+        """
+        raise NotImplementedError  # pragma: no cover - only overrides are ever called
+
+    def on_dispatch(self, dispatch: DispatchInfo) -> Awaitable[None] | None:
+        """Called for each message dispatched, before it is encoded; may be ``async``.
+
+        Called once per message (``dispatch_many`` calls it for each payload), after the
+        task and the payload were checked, and before anything is written. Change
+        ``dispatch.headers`` in place to set the message's headers. If it raises,
+        the dispatch fails with [``MiddlewareError``][trunner.MiddlewareError] and
+        nothing is written.
+
+        Args:
+            dispatch: The message being dispatched.
+
+        Returns:
+            ``None``, or an awaitable (an ``async def`` override).
+        """
+        raise NotImplementedError  # pragma: no cover - only overrides are ever called
+
+
+def _overrides(middleware: Middleware, name: str) -> bool:
+    return getattr(type(middleware), name) is not getattr(Middleware, name)
+
+
+def check_middleware(middleware: Iterable[Middleware]) -> tuple[Middleware, ...]:
+    """``middleware`` (an iterable of :class:`Middleware`) as a tuple; ``TypeError``
+    saying what is wrong otherwise."""
+    value: object = middleware
+    if isinstance(value, Middleware):
+        raise TypeError("middleware must be a list of Middleware, got one Middleware: wrap it")
+    if isinstance(value, str | bytes) or not hasattr(value, "__iter__"):
+        raise TypeError(f"middleware must be a list of Middleware, got {type(value).__name__}")
+    items = tuple(middleware)
+    for item in items:
+        if not isinstance(item, Middleware):
+            raise TypeError(
+                f"middleware must be instances of trunner.Middleware (subclass it and "
+                f"override around_attempt and/or on_dispatch), got {item!r:.100}"
+            )
+    return items
+
+
+def _must_pass(exc: BaseException) -> bool:
+    """Whether ``exc`` must go on up whatever a middleware does: a cancellation, or the
+    end of the process (alone, or in a group)."""
+    passing = (trio.Cancelled, KeyboardInterrupt, SystemExit, GeneratorExit)
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(passing) is not None
+    return isinstance(exc, passing)
+
+
+def _outcome_of(error: BaseException | None) -> AttemptOutcome:
+    if error is None:
+        return AttemptOutcome.SUCCEEDED
+    if isinstance(error, TaskTimeout):
+        return AttemptOutcome.TIMED_OUT
+    cancelled = (
+        error.subgroup(trio.Cancelled) is not None
+        if isinstance(error, BaseExceptionGroup)
+        else isinstance(error, trio.Cancelled)
+    )
+    return AttemptOutcome.CANCELLED if cancelled else AttemptOutcome.FAILED
+
+
+def _name(middleware: Middleware) -> str:
+    return type(middleware).__qualname__
+
+
+class AttemptHooks:
+    """The ``around_attempt`` hooks of a list of middleware, run around one attempt.
+
+    ``report`` receives each :class:`MiddlewareError` (a middleware that swallowed an
+    exception or a cancellation); the runner reports it through ``errors()``.
+    """
+
+    __slots__ = ("_middleware", "_report")
+
+    def __init__(
+        self, middleware: Sequence[Middleware], report: Callable[[MiddlewareError], None]
+    ) -> None:
+        self._middleware = tuple(m for m in middleware if _overrides(m, "around_attempt"))
+        self._report = report
+
+    def __bool__(self) -> bool:
+        return bool(self._middleware)
+
+    async def run(self, attempt: AttemptInfo, body: Callable[[], Awaitable[Any]]) -> Any:
+        """Run ``body`` inside every middleware (the first outermost); return what it
+        returned, or raise what the attempt ended with (see the module's rules)."""
+        entered: list[tuple[Middleware, AbstractAsyncContextManager[object]]] = []
+        error: BaseException | None = None
+        result: Any = None
+        try:
+            for middleware in self._middleware:
+                manager = middleware.around_attempt(attempt)
+                await manager.__aenter__()
+                entered.append((middleware, manager))
+            result = await body()
+        except BaseException as exc:  # noqa: BLE001 - given to each middleware's exit
+            error = exc
+        attempt._ended(result, error)
+        for middleware, manager in reversed(entered):
+            error = await self._exit(middleware, manager, attempt, error)
+        if error is not None:
+            try:
+                raise error
+            finally:
+                del error  # no reference cycle through this frame
+        return result
+
+    async def _exit(
+        self,
+        middleware: Middleware,
+        manager: AbstractAsyncContextManager[object],
+        attempt: AttemptInfo,
+        error: BaseException | None,
+    ) -> BaseException | None:
+        """Exit one middleware with ``error``; return the attempt's exception after it."""
+        try:
+            if error is None:
+                swallowed = await manager.__aexit__(None, None, None)
+            else:
+                swallowed = await manager.__aexit__(type(error), error, error.__traceback__)
+        except BaseException as exc:  # noqa: BLE001 - it raised: the attempt's error now
+            if error is not None and exc is not error and _must_pass(error) and not _must_pass(exc):
+                broken = MiddlewareError(
+                    f"middleware {_name(middleware)} raised {exc!r:.200} in place of a "
+                    f"cancellation of task {attempt.task_name!r} (message "
+                    f"{attempt.message_id}); the cancellation goes on"
+                )
+                broken.__cause__ = exc
+                self._report(broken)
+                return error
+            attempt._ended(None, exc)
+            return exc
+        if swallowed and error is not None:
+            what = "a cancellation" if _must_pass(error) else f"the exception {error!r:.200}"
+            broken = MiddlewareError(
+                f"middleware {_name(middleware)} swallowed {what} of task "
+                f"{attempt.task_name!r} (message {attempt.message_id}): a middleware "
+                "observes an attempt and may not swallow its exception; it stands "
+                "(raise another exception to change the outcome)"
+            )
+            broken.__cause__ = error
+            self._report(broken)
+        return error
+
+
+class DispatchHooks:
+    """The ``on_dispatch`` hooks of a list of middleware."""
+
+    __slots__ = ("_middleware",)
+
+    def __init__(self, middleware: Sequence[Middleware]) -> None:
+        self._middleware = tuple(m for m in middleware if _overrides(m, "on_dispatch"))
+
+    def __bool__(self) -> bool:
+        return bool(self._middleware)
+
+    async def run(self, dispatch: DispatchInfo) -> dict[str, str]:
+        """Call each hook in order (awaiting the async ones); return the headers.
+
+        Raises:
+            MiddlewareError: A hook raised (``__cause__``); the dispatch fails.
+        """
+        for middleware in self._middleware:
+            try:
+                done = middleware.on_dispatch(dispatch)
+                if inspect.isawaitable(done):
+                    await done
+            except Exception as exc:
+                raise MiddlewareError(
+                    f"the on_dispatch hook of middleware {_name(middleware)} raised for "
+                    f"task {dispatch.task_name!r}: {exc!r:.300}; nothing was dispatched"
+                ) from exc
+        return dispatch.headers
