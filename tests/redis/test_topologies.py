@@ -17,11 +17,12 @@ import trio
 
 import trunner
 from trunner import Keys
+from trunner._redis import BridgedTransport, open_transport
 from trunner.election import open_elector
 
 from ..conftest import config, open_checked_runner, parts, redis_state
 from ..support.servers import RedisServer
-from ..support.topologies import Cluster, SentinelSet, TlsServer
+from ..support.topologies import Cluster, SentinelSet, TlsServer, is_master
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 FAST_LEADER = {"leader_ttl": 1.0, "leader_wait": 1.2, "report_interval": 0.2}
@@ -354,3 +355,33 @@ async def test_a_sentinel_failover_during_a_run(group: str) -> None:
         await full_run(sentinels.url, f"{group}-warm")
         await handles_run(sentinels.url, f"{group}-handles")
         await run_through_failover(sentinels.url, group, sentinels.failover, "sentinel")
+
+
+async def test_sentinel_commands_follow_the_sentinels_to_the_new_master() -> None:
+    """A bare SENTINEL FAILOVER leaves the old master up, and a writable master until the
+    sentinels reconfigure it about ten seconds later (it then discards what it took):
+    once the sentinels name the new master, pooled commands, pipelines, blocking commands
+    and stream readers all go to it, on connections opened before the failover too."""
+    with SentinelSet() as sentinels:
+        async with open_transport(
+            sentinels.url, client_name="t", max_connections=4, connect_timeout=5
+        ) as transport:
+            assert isinstance(transport, BridgedTransport)
+            await transport.execute("XGROUP", "CREATE", "s", "g", "0", "MKSTREAM")
+            await transport.execute("SET", "k", "before")
+            assert await transport.execute_blocking("BLPOP", "list", "0.01") is None
+            reader = transport.open_reader("s")
+            assert not await reader.xreadgroup("g", "c", "s", 10, 0.01)
+            old, new = await trio.to_thread.run_sync(lambda: sentinels.failover(coordinated=False))
+            await transport.wait_master(("127.0.0.1", new))
+
+            await transport.execute("SET", "k", "after")
+            await transport.pipeline([["RPUSH", "list", "x"], ["XADD", "s", "*", "f", "v"]])
+            assert await transport.execute_blocking("BLPOP", "list", "1") == [b"list", b"x"]
+            [[_, entries]] = await reader.xreadgroup("g", "c", "s", 10, 1.0)
+            assert len(entries) == 1
+            await reader.aclose()
+            assert is_master(old), "the old master was demoted already: nothing was tested"
+        for port, value in ((new, b"after"), (old, b"before")):
+            with redis.Redis(port=port) as client:
+                assert client.get("k") == value

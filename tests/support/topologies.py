@@ -17,9 +17,21 @@ import redis
 from .servers import RedisServer, free_port, require_redis_server, stop_process
 
 
-def _is_master(port: int) -> bool:
+def is_master(port: int) -> bool:
     with redis.Redis(port=port) as client:
         return bool(client.info("replication")["role"] == "master")
+
+
+def _in_sync(replica: int, offset: int = 0) -> bool:
+    """Whether ``replica`` is linked to its master and has its stream up to ``offset``."""
+    with redis.Redis(port=replica) as client:
+        info = client.info("replication")
+    return bool(
+        info["role"] == "slave"
+        and info["master_link_status"] == "up"
+        and not info["master_sync_in_progress"]
+        and int(info["slave_repl_offset"]) >= offset
+    )
 
 
 def _wait(check: object, timeout: float, what: str) -> None:
@@ -96,7 +108,7 @@ class Cluster:
             with redis.Redis(port=new) as client:
                 client.execute_command("CLUSTER", "FAILOVER")
             try:
-                _wait(lambda: _is_master(new), 10, "the replica's promotion")
+                _wait(lambda: is_master(new), 10, "the replica's promotion")
                 break
             except RuntimeError:
                 if attempt == 2:
@@ -123,15 +135,19 @@ class SentinelSet:
 
     def __init__(self) -> None:
         binary = require_redis_server()
-        self.master = RedisServer()
+        self.master = RedisServer("--repl-diskless-sync-delay", "0")
         self.replica: RedisServer | None = None
         self.sentinels: list[subprocess.Popen[bytes]] = []
         self.sentinel_ports: list[int] = []
         self.dir = Path(tempfile.mkdtemp(prefix="trunner-sentinel-"))
         try:
             self.master.start()
-            self.replica = RedisServer("--replicaof", "127.0.0.1", str(self.master.port))
-            self.replica.start()
+            self.replica = replica = RedisServer("--replicaof", "127.0.0.1", str(self.master.port))
+            replica.start()
+            # The replica holds nothing until its first full sync, which a master delays
+            # by repl-diskless-sync-delay (5 s): a failover before it promotes an empty
+            # server, and everything written so far is gone.
+            _wait(lambda: _in_sync(replica.port), 30, "the replica's first sync")
             for _ in range(3):
                 port = free_port()
                 config = self.dir / f"sentinel-{port}.conf"
@@ -170,13 +186,44 @@ class SentinelSet:
         nodes = ",".join(f"127.0.0.1:{p}" for p in self.sentinel_ports)
         return f"redis+sentinel://{nodes}/{self.service}/0"
 
-    def failover(self) -> tuple[int, int]:
-        old = self.master_port()
-        with redis.Redis(port=self.sentinel_ports[0]) as client:
-            client.execute_command("SENTINEL", "FAILOVER", self.service)
-        _wait(lambda: self.master_port() != old, 30, "the sentinel failover")
-        new = self.master_port()
-        _wait(lambda: _is_master(new), 30, "the new master")
+    def replica_port(self) -> int:
+        assert self.replica is not None
+        master = self.master_port()
+        return self.master.port if self.replica.port == master else self.replica.port
+
+    def failover(self, *, coordinated: bool = True) -> tuple[int, int]:
+        """A planned failover, which loses no acknowledged write: (old master, new master).
+
+        ``SENTINEL FAILOVER`` alone is not one. It promotes the replica without stopping
+        the master, which goes on acknowledging writes until the sentinels reconfigure it
+        about ten seconds later, and then discards them to copy the new master (and a
+        replica that is behind is promoted all the same). So this does what Redis's own
+        coordinated ``FAILOVER`` command does, with the sentinels choosing the new master:
+        pause writes on the master, wait until the replica has everything, have the
+        sentinels promote it, make the old master its replica, and let writes resume.
+        Writes that waited in the pause then fail (READONLY), unacknowledged, and clients
+        send them again to the new master.
+
+        ``coordinated=False``: the bare ``SENTINEL FAILOVER`` (once the replica has caught
+        up), which leaves the old master a writable master for those ten seconds.
+        """
+        old, new = self.master_port(), self.replica_port()
+        with redis.Redis(port=old) as master:
+            if coordinated:
+                master.execute_command("CLIENT", "PAUSE", 60_000, "WRITE")
+            try:
+                offset = int(master.info("replication")["master_repl_offset"])
+                _wait(lambda: _in_sync(new, offset), 30, "the replica to catch up")
+                with redis.Redis(port=self.sentinel_ports[0]) as client:
+                    # NOGOODSLAVE until the sentinel has the replica's latest INFO: ask again
+                    _wait(lambda: client.sentinel_failover(self.service), 30, "the failover")
+                _wait(lambda: self.master_port() == new, 30, "the sentinel failover")
+                _wait(lambda: is_master(new), 30, "the new master")
+                if coordinated:
+                    master.execute_command("REPLICAOF", "127.0.0.1", new)
+            finally:
+                if coordinated:
+                    master.execute_command("CLIENT", "UNPAUSE")
         return old, new
 
     def close(self) -> None:

@@ -6,6 +6,12 @@ reader gets a dedicated connection of its own, so a blocked XREADGROUP never sta
 lease renewal or an acknowledgement (on a shared pool, control commands would wait for a
 connection behind the blocked reads). Every error of the client library is translated
 into :mod:`trunner.errors` by the map of :mod:`.errors`.
+
+On Sentinel, :meth:`BridgedTransport.follow_master` keeps the master's address current
+(the sentinels' ``+switch-master`` announcements, and a periodic question), and no command
+goes on a connection to another node: after a failover that leaves the old master up
+(``SENTINEL FAILOVER``, a healed partition), that node goes on acknowledging writes as a
+master until the sentinels reconfigure it, about ten seconds later, and then discards them.
 """
 
 from __future__ import annotations
@@ -21,9 +27,10 @@ import redis.exceptions
 import trio
 from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.retry import Retry
-from redis.asyncio.sentinel import Sentinel
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
 
+from .._util import LoopBackoff, logger
 from ..errors import BackendError, RedisUnavailable
 from .errors import map_exceptions, redis_py_errors, redis_py_reply
 from .resp import library_args
@@ -50,6 +57,36 @@ BLOCKING_IDLE = 2
 
 #: Commands named by two words, which the Cluster client routes by both.
 _TWO_WORD = frozenset({"SCRIPT", "CONFIG", "CLIENT", "CLUSTER"})
+
+#: Sentinel: seconds between two questions for the master when no switch was announced
+#: (an announcement is pub/sub, so it can be missed).
+MASTER_CHECK = 2.0
+
+#: The sentinels' channel announcing a new master: "<service> <old ip> <old port> <new ip>
+#: <new port>".
+SWITCH_CHANNEL = "+switch-master"
+
+
+def _deposed(pool: SentinelConnectionPool, conn: Any) -> bool:
+    """Whether ``conn`` is open to another node than the master ``pool`` last heard of."""
+    master = pool.master_address
+    return bool(conn.is_connected) and master is not None and (conn.host, conn.port) != master
+
+
+class _MasterPool(SentinelConnectionPool):
+    """redis-py's Sentinel pool, which never hands out a connection to a deposed master.
+
+    redis-py asks the sentinels for the master only when it opens a connection, and keeps
+    using the connections it has until their node refuses a write. Here a pooled
+    connection to another node than ``master_address`` (kept current by
+    :meth:`BridgedTransport.follow_master`) is closed at checkout, and reopened to the
+    master.
+    """
+
+    async def ensure_connection(self, connection: Any) -> None:
+        if _deposed(self, connection):
+            await connection.disconnect()
+        await super().ensure_connection(connection)
 
 
 class BridgedTransport(DedicatedConnections, Transport):
@@ -111,7 +148,10 @@ class BridgedTransport(DedicatedConnections, Transport):
             assert endpoint.service is not None
             self._sentinel = sentinel
             self._client = sentinel.master_for(
-                endpoint.service, redis_class=redis.asyncio.Redis, max_connections=max_connections
+                endpoint.service,
+                redis_class=redis.asyncio.Redis,
+                connection_pool_class=_MasterPool,
+                max_connections=max_connections,
             )
             self._pool = self._reader_pool = self._client.connection_pool
         else:
@@ -138,8 +178,109 @@ class BridgedTransport(DedicatedConnections, Transport):
         # Blocking commands: each on a connection of its own (a few kept idle, per node).
         self._blocking_idle: dict[str | None, list[Any]] = {}
         self._blocking_all: set[Any] = set()
+        self._switches: Any = None  # Sentinel: the subscription to SWITCH_CHANNEL
+        self._master_lot = trio.lowlevel.ParkingLot()  # woken when the sentinels answered
         self.command_timeout = command_timeout
+        self.connect_timeout = connect_timeout
         DedicatedConnections.__init__(self)
+
+    # -- Sentinel: following the master --------------------------------------------------------
+
+    @property
+    def follows_master(self) -> bool:
+        """Whether :meth:`follow_master` has work to do (Sentinel)."""
+        return self._sentinel is not None
+
+    @property
+    def master_address(self) -> tuple[str, int] | None:
+        """Sentinel: the master's address as last heard from the sentinels."""
+        address: tuple[str, int] | None = None
+        if self._sentinel is not None:
+            address = self._pool.master_address
+        return address
+
+    async def follow_master(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Sentinel: keep the master's address current until cancelled.
+
+        The address is learned again at every ``+switch-master`` a sentinel announces, and
+        every :data:`MASTER_CHECK` seconds in case an announcement was missed; pooled and
+        dedicated connections to any other node are then closed before their next command
+        (the pool closes its idle ones at once).
+        """
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._follow_announcements)
+            task_status.started()
+            while True:
+                await trio.sleep(MASTER_CHECK)
+                await self._learn_master()
+
+    async def wait_master(self, address: tuple[str, int]) -> None:
+        """Sentinel: wait until the sentinels have named ``address`` the master."""
+        while self.master_address != address:
+            await self._master_lot.park()
+
+    async def _learn_master(self) -> None:
+        try:
+            await self._call(self._pool.get_master_address, "SENTINEL MASTERS")
+        except BackendError as exc:  # the next question or announcement tries again
+            logger.debug("asking the sentinels for the master failed: %s", exc)
+        self._master_lot.unpark_all()
+
+    async def _follow_announcements(self) -> None:
+        backoff = LoopBackoff()
+        while True:
+            try:
+                if self._switches is None:
+                    await self._subscribe_switches()  # one may have been missed meanwhile
+                else:
+                    await self._call(self._next_switch, f"SUBSCRIBE {SWITCH_CHANNEL}", math.inf)
+            except BackendError as exc:
+                logger.debug("listening to the sentinels failed: %s", exc)
+                await trio.sleep(backoff.next_delay())
+                continue
+            backoff.reset()
+            await self._learn_master()
+
+    async def _subscribe_switches(self) -> None:
+        """Subscribe to SWITCH_CHANNEL on the first sentinel that answers."""
+        assert self._sentinel is not None
+        failure: BackendError | None = None
+        for sentinel in list(self._sentinel.sentinels):
+            pool: Any = sentinel.connection_pool
+            conn = pool.make_connection()
+
+            async def subscribe(conn: Any = conn) -> None:
+                try:
+                    await conn.connect()
+                    await conn.send_command("SUBSCRIBE", SWITCH_CHANNEL)
+                    await conn.read_response(timeout=math.inf)  # the confirmation
+                except BaseException:
+                    await conn.disconnect(nowait=True)
+                    raise
+
+            try:
+                await self._call(subscribe, f"SUBSCRIBE {SWITCH_CHANNEL}", self.connect_timeout)
+            except BackendError as exc:
+                failure = exc
+                continue
+            self._switches = conn
+            return
+        raise failure or RedisUnavailable("no sentinel to listen to")
+
+    async def _next_switch(self) -> None:
+        """Return at the next announcement of a switch of masters."""
+        conn = self._switches
+        try:
+            while True:
+                reply = await conn.read_response(timeout=math.inf)
+                if isinstance(reply, list) and len(reply) == 3 and reply[0] == b"message":
+                    return
+        except BaseException:
+            self._switches = None
+            await conn.disconnect(nowait=True)
+            raise
 
     # -- dedicated connections (blocking reads, subscriptions) -------------------------------
 
@@ -155,6 +296,10 @@ class BridgedTransport(DedicatedConnections, Transport):
         if node is None:
             raise RedisUnavailable(f"no Cluster node serves {key!r} now")
         return node.connection_class(**node.connection_kwargs), node.name
+
+    def _deposed(self, conn: Any) -> bool:
+        """Sentinel: whether dedicated ``conn`` is open to a node that is no longer master."""
+        return self._sentinel is not None and _deposed(self._pool, conn)
 
     async def _after_error(self, error: BaseException) -> None:
         """A dedicated connection failed: on Cluster, refresh the slot map (a failover, a
@@ -243,6 +388,8 @@ class BridgedTransport(DedicatedConnections, Transport):
 
         async def go() -> Any:
             try:
+                if self._deposed(conn):
+                    await conn.disconnect()
                 await conn.connect()  # nothing to do when connected
                 await conn.send_command(*args)
                 return await conn.read_response()
@@ -295,7 +442,11 @@ class BridgedTransport(DedicatedConnections, Transport):
         for conn in blocking:
             await self._disconnect(conn, "close")
 
+        switches, self._switches = self._switches, None
+
         async def close() -> None:
+            if switches is not None:
+                await switches.disconnect(nowait=True)
             await self._client.aclose()
             for pool in {id(p): p for p in (self._pool, self._reader_pool) if p}.values():
                 await pool.disconnect()
@@ -344,6 +495,8 @@ class _BridgedReader(_Dedicated, UnblockableReader):
 
     async def _read(self, args: Sequence[Arg]) -> Any:
         try:
+            if self._conn is not None and self._transport._deposed(self._conn):
+                await self._conn.disconnect()
             if self._client_id is None or self._conn is None or not self._conn.is_connected:
                 await self._connect()
             if self._interrupted:

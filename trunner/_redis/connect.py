@@ -74,12 +74,16 @@ async def open_transport(
     try:
         async with trio_asyncio.open_loop() as loop:
             transport = BridgedTransport(loop, parse_endpoint(url), **common)
-            async with _checked(transport, connect_timeout):
+            async with _checked(transport, connect_timeout), trio.open_nursery() as nursery:
+                if transport.follows_master:  # Sentinel: follow the master while open
+                    await nursery.start(transport.follow_master)
                 try:
                     yield transport
                 except BaseException as exc:
                     body_error = exc
                     raise
+                finally:
+                    nursery.cancel_scope.cancel()
         return
     except BaseExceptionGroup as group:
         to_raise = unwrap_single(group, body_error)
