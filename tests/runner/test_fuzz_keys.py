@@ -284,8 +284,10 @@ def corruptions(keys: Keys) -> dict[str, st.SearchStrategy[Corruption]]:
         records: set[tuple[str, str]] = set()
         for i in range(draw(st.integers(1, 3))):
             instance = f"ghost-{i}"
-            when = draw(st.sampled_from(["now", "-inf", "inf", "old", "future"]))
+            when = draw(st.sampled_from(["now", "-inf", "inf", "old", "future", "ahead"]))
             ops.append(("zadd-seen", keys.instances, instance, when))
+            if when in ("inf", "future"):  # no running instance writes it: dropped, noted
+                records.add(("instances", instance))
             details = draw(
                 st.none()
                 | values
@@ -301,8 +303,9 @@ def corruptions(keys: Keys) -> dict[str, st.SearchStrategy[Corruption]]:
             )
             if details is not None:
                 ops.append(("hset", keys.instances_info, instance, details))
-                # (Seen now, it may be gone by the leader's round on a busy machine.)
-                if when in ("inf", "future") and not details_readable(details):
+                # (Seen now, it may be gone by the leader's round on a busy machine; seen
+                # an hour ahead, it is listed, its details read.)
+                if when == "ahead" and not details_readable(details):
                     records.add(("instances:info", instance))
         return Corruption("instances", ops, records=records)
 
@@ -446,7 +449,12 @@ def write(raw: Any, op: Op) -> None:
             raw.zadd(key, {member: score})
         case ("zadd-seen", key, member, when):
             now_ms = raw.time()[0] * 1000
-            scores: dict[str, float] = {"now": now_ms, "old": 1000, "future": now_ms * 10}
+            scores: dict[str, float] = {
+                "now": now_ms,
+                "old": 1000,
+                "future": now_ms * 10,
+                "ahead": now_ms + 1_800_000,  # within the hour of clock skew allowed
+            }
             raw.zadd(key, {member: scores.get(when) or float(when)})
         case ("xadd", key, fields):
             raw.xadd(key, fields)
