@@ -384,12 +384,18 @@ async def _pause(args: argparse.Namespace, out: Console) -> int:
     async with open_client(_shared_redis(args), args.group) as client:
         if args.command == "pause":
             changed = await client.pause()
-            since = (await client.inspect()).paused_since
+            info = await client.inspect()
             said = (
                 "paused: its runners stop fetching; running tasks go on"
                 if changed
-                else f"was paused already (since {_when(since or 0.0)} UTC)"
+                else f"was paused already (since {_when(info.paused_since or 0.0)} UTC)"
             )
+            if _unknown(info):  # a mistyped name would pause nobody, silently
+                said += (
+                    f"\nnote: nothing is known of group {args.group!r} on this Redis (no"
+                    " instance, no message): runners of that name started later stay paused;"
+                    " check the group name, --redis and the key prefix"
+                )
         else:
             said = (
                 "resumed: its runners fetch again"
@@ -398,6 +404,13 @@ async def _pause(args: argparse.Namespace, out: Console) -> int:
             )
     out.print(f"group {args.group} {said}", highlight=False, soft_wrap=True)
     return 0
+
+
+def _unknown(info: GroupInfo) -> bool:
+    """Whether nothing at all is known of the group: no instance, no message."""
+    return not (
+        info.instances or info.queue_length or info.pending or info.delayed or info.dead_letters
+    )
 
 
 def _when(seconds: float) -> str:
@@ -451,9 +464,7 @@ def _print_group(info: GroupInfo, out: Console) -> None:
                 progress, _when(task.started_at or 0.0),
             )  # fmt: skip
         out.print(running)
-    if not (
-        info.instances or info.queue_length or info.pending or info.delayed or info.dead_letters
-    ):
+    if _unknown(info):
         out.print(
             f"nothing is known of group {info.group!r} on this Redis (no instance, no message):"
             " check the group name, --redis and the key prefix"

@@ -73,6 +73,7 @@ async def test_pause_and_resume_a_group(redis_server: RedisServer, group: str) -
         paused = cli("pause", group, *url)
         assert paused.returncode == 0, paused.stderr
         assert f"group {group} paused: its runners stop fetching" in paused.stdout
+        assert "nothing is known" not in paused.stdout
         await runner.wait_paused()
         again = cli("pause", group, *url)
         assert again.returncode == 0
@@ -86,6 +87,16 @@ async def test_pause_and_resume_a_group(redis_server: RedisServer, group: str) -
         assert f"group {group} was not paused" in cli("resume", group, *url).stdout
         assert json.loads(cli("inspect", group, "--json", *url).stdout)["paused_since"] is None
         assert "paused" not in cli("inspect", group, *url).stdout.split()
+
+
+def test_pausing_an_unknown_group_says_so(redis_server: RedisServer, group: str) -> None:
+    """A mistyped group name pauses nobody: the command says nothing is known of it."""
+    url = ["--redis", redis_server.url]
+    paused = cli("pause", f"{group}-typo", *url)
+    assert paused.returncode == 0, paused.stderr
+    assert f"group {group}-typo paused" in paused.stdout
+    assert f"nothing is known of group '{group}-typo' on this Redis" in paused.stdout
+    assert cli("resume", f"{group}-typo", *url).returncode == 0
 
 
 def test_inspecting_an_unknown_group_says_so(redis_server: RedisServer, group: str) -> None:
