@@ -48,6 +48,7 @@ from trunner import (
 )
 
 from ._instruments import GAUGES, TASK_COUNTERS
+from .group_stats import BUCKETS
 from .statistics import TaskTotals
 
 __all__ = ["OpenTelemetryMiddleware", "instrument_runner"]
@@ -125,6 +126,9 @@ class OpenTelemetryMiddleware(Middleware):
             "messaging.process.duration",
             unit="s",
             description="Duration of task attempts (trunner's process operations)",
+            # The bounds of trunner_task_duration_seconds: the SDK's own default (0 to
+            # 10 000) suits milliseconds, not seconds.
+            explicit_bucket_boundaries_advisory=BUCKETS,
         )
         self._propagator = propagator
         self._parent_from_message = parent_from_message

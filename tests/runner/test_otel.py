@@ -17,6 +17,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 import trunner
 from trunner import CancelOutcome
+from trunner.group_stats import BUCKETS
 from trunner.otel import OpenTelemetryMiddleware, instrument_runner
 from trunner.statistics import TaskTotals
 from trunner.testing import capture_errors, run_until_idle
@@ -367,3 +368,5 @@ async def test_the_runners_metrics_through_opentelemetry(url: str, group: str) -
         assert by_outcome["succeeded"].count == 1
         (recorded,) = metric_points(reader, "messaging.process.duration", of("record"))
         assert recorded.count == 3
+        # In seconds: the bounds of the Prometheus histogram, not the SDK's default.
+        assert list(recorded.explicit_bounds) == list(BUCKETS)
