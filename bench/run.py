@@ -12,12 +12,12 @@ at a time and with 50 waiters), ``keep-result`` (10: scenario 1's drain with
 process), ``result-memory`` (12: 100 000 results kept 60 s); ``pause`` (13: how fast a
 pause stops three worker processes' fetching); ``dashboard`` (14: page load and
 live-update latency of the dashboard on a group of 100 000 queued and 100 000 dead
-entries; bench/dashboard.py); ``middleware`` (15: scenario 1's drain with no middleware and
-with one no-op middleware). Each scenario runs ``--runs`` times, interleaving the
-queues run by run, and the median is reported. ``--peers`` adds arq, saq, streaq (on
-Trio), taskiq (Redis stream broker) and dramatiq to scenarios 1-4 and 8 (arq, saq and
-streaq to 9), each installed into its own virtual environment under bench/.peers/ and
-using its own Redis database.
+entries; bench/dashboard.py); ``middleware`` (15: scenario 1's drain with no middleware,
+with one no-op middleware, and with the OpenTelemetry middleware). Each scenario runs
+``--runs`` times, interleaving the queues run by run, and the median is reported.
+``--peers`` adds arq, saq, streaq (on Trio), taskiq (Redis stream broker) and dramatiq
+to scenarios 1-4 and 8 (arq, saq and streaq to 9), each installed into its own virtual
+environment under bench/.peers/ and using its own Redis database.
 
 Without ``--redis`` a private redis-server is started on a free loopback port (no
 persistence) and stopped at the end. Every key created is deleted. Prints one JSON line
@@ -727,21 +727,28 @@ async def keep_result(q: Queue, s: Settings, run: int) -> dict[str, Any]:
 
 async def middleware(q: Queue, s: Settings, run: int) -> dict[str, Any]:
     """Scenario 15: scenario 1's drain of 20 000 no-op tasks by a runner without
-    middleware, and by one with one no-op middleware (an ``around_attempt`` that only
-    yields), in the same measurement (the order alternates run by run)."""
+    middleware, by one with one no-op middleware (an ``around_attempt`` that only
+    yields), and by one with trunner's OpenTelemetry middleware (the SDK sampling every
+    span, exporting none), in the same measurement (the order rotates run by run)."""
     n = s.n(20_000)
-    order = [0, 1] if run % 2 else [1, 0]
-    figures = {count: await drain(q, s, "noop", n, "--middleware", str(count)) for count in order}
-    none, one = figures[0], figures[1]
+    variants = {"none": ("--middleware", "0"), "one": ("--middleware", "1"), "otel": ("--otel",)}
+    names = list(variants)
+    order = names[run % 3 :] + names[: run % 3]
+    figures = {name: await drain(q, s, "noop", n, *variants[name]) for name in order}
+    none, one, otel = figures["none"], figures["one"], figures["otel"]
     return {
         "n": n,
         "first": order[0],
         "rate_none": none["process_rate"],
         "rate_one": one["process_rate"],
+        "rate_otel": otel["process_rate"],
         "one_over_none": round(one["process_rate"] / none["process_rate"], 3),
+        "otel_over_none": round(otel["process_rate"] / none["process_rate"], 3),
         "cpu_ms_none": none["cpu_ms_per_task"],
         "cpu_ms_one": one["cpu_ms_per_task"],
+        "cpu_ms_otel": otel["cpu_ms_per_task"],
         "cpu_us_added": round((one["cpu_ms_per_task"] - none["cpu_ms_per_task"]) * 1000, 2),
+        "cpu_us_added_otel": round((otel["cpu_ms_per_task"] - none["cpu_ms_per_task"]) * 1000, 2),
     }
 
 
@@ -1324,6 +1331,9 @@ ROWS: list[tuple[str, str, str, str, bool, int]] = [
     ("15 one middleware / none", "x", "middleware", "one_over_none", True, 2),
     ("15 worker CPU per task, no middleware", "ms", "middleware", "cpu_ms_none", False, 4),
     ("15 worker CPU per task, one middleware", "ms", "middleware", "cpu_ms_one", False, 4),
+    ("15 process 20 000 no-op, OpenTelemetry", "tasks/s", "middleware", "rate_otel", True, 0),
+    ("15 OpenTelemetry / none", "x", "middleware", "otel_over_none", True, 2),
+    ("15 worker CPU per task, OpenTelemetry", "ms", "middleware", "cpu_ms_otel", False, 4),
 ]
 
 #: Rows whose "trunner" column shows another trunner variant (by its impl name).

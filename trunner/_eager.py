@@ -106,7 +106,7 @@ async def run_eagerly(
         eager = _eager_call.set(True)
         try:
             body = functools.partial(_attempt, task, message.payload, max_payload_bytes)
-            result = await (hooks.run(AttemptInfo(source, ""), body) if hooks else body())
+            result = await (hooks.run(AttemptInfo(source, "", task), body) if hooks else body())
         except NoRunnerInEagerCall:
             raise  # the test's set-up, not the attempt, is wrong: retrying cannot help
         except Exception as exc:  # noqa: BLE001 - a failed attempt, like the runner's

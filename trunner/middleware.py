@@ -39,12 +39,12 @@ import enum
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
 from ._context import MessageSource
-from .errors import MiddlewareError, TaskTimeout
+from .errors import GiveUp, MiddlewareError, TaskTimeout
 from .message import TaskMessage
 
 __all__ = [
@@ -74,6 +74,15 @@ class AttemptOutcome(enum.Enum):
     on whatever the middleware does."""
 
 
+class RetryRule(Protocol):
+    """What an attempt needs of its task to tell whether a failure is retried."""
+
+    @property
+    def max_attempts(self) -> int: ...
+    @property
+    def give_up_on(self) -> tuple[type[BaseException], ...]: ...
+
+
 class AttemptInfo:
     """One attempt of a task, as a middleware's
     [``around_attempt``][trunner.Middleware.around_attempt] sees it.
@@ -84,10 +93,11 @@ class AttemptInfo:
     changes them for the outer ones).
     """
 
-    __slots__ = ("_error", "_outcome", "_result", "_source", "group")
+    __slots__ = ("_error", "_outcome", "_result", "_rule", "_source", "group")
 
-    def __init__(self, source: MessageSource, group: str) -> None:
+    def __init__(self, source: MessageSource, group: str, rule: RetryRule | None = None) -> None:
         self._source = source
+        self._rule = rule
         self._outcome: AttemptOutcome | None = None
         self._result: Any = None
         self._error: BaseException | None = None
@@ -146,6 +156,21 @@ class AttemptInfo:
     def error(self) -> BaseException | None:
         """The exception the attempt ended with, once it ended with one; else ``None``."""
         return self._error
+
+    @property
+    def will_retry(self) -> bool:
+        """Whether the task runs again after this attempt, as far as this middleware can
+        tell when it exits: ``True`` when the attempt failed or timed out, was not its
+        task's last attempt, and the error does not give the task up
+        ([``GiveUp``][trunner.GiveUp], ``give_up_on``). ``False`` while the attempt runs,
+        and after a success or a cancellation. (A task cancelled while its failure is
+        being handled is not retried all the same.)"""
+        error, rule = self._error, self._rule
+        if error is None or rule is None or self._outcome is AttemptOutcome.CANCELLED:
+            return False
+        if isinstance(error, GiveUp) or (rule.give_up_on and isinstance(error, rule.give_up_on)):
+            return False
+        return self.attempt < rule.max_attempts
 
     def _ended(self, result: Any, error: BaseException | None) -> None:
         self._result = result if error is None else None

@@ -453,7 +453,7 @@ class WorkerPool:
                 duration = time.perf_counter() - begin
             return result
 
-        info = AttemptInfo(job, self._config.consumer_group)
+        info = AttemptInfo(job, self._config.consumer_group, task)
         try:
             await self._attempt_hooks.run(info, attempt)
         except Exception as exc:  # noqa: BLE001 - the attempt failed: retried or given up

@@ -2,12 +2,14 @@
 
 The ``trunner worker`` command serves them with ``--metrics-port`` (see
 :mod:`trunner.serve`); in your own process, :func:`collect` gives the text to serve from
-any HTTP handler, or register a :class:`RunnerCollector` with your own registry.
+any HTTP handler, or register a :class:`RunnerCollector` with your own registry. The
+counters and gauges are the table of ``_instruments.py``, which the OpenTelemetry
+instruments (:mod:`trunner.otel`) read too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 try:
@@ -22,8 +24,8 @@ except ImportError as exc:  # pragma: no cover - depends on the extra
         "Prometheus metrics need the prometheus extra: pip install 'trunner[prometheus]'"
     ) from exc
 
+from ._instruments import GAUGES, TASK_COUNTERS
 from .group_stats import BUCKETS
-from .statistics import TaskTotals
 
 if TYPE_CHECKING:
     from .runner import Runner
@@ -46,17 +48,13 @@ class RunnerCollector:
         stats = runner.statistics()
         group = runner.config.consumer_group
         labels = ["group", "task"]
-        outcomes: dict[str, tuple[str, Callable[[TaskTotals], int]]] = {
-            "processed": ("Task attempts finished", lambda t: t.succeeded + t.failed),
-            "failed": ("Task attempts that raised", lambda t: t.failed),
-            "retried": ("Failed attempts scheduled again", lambda t: t.retried),
-            "dead_lettered": ("Messages given up on", lambda t: t.dead_lettered),
-        }
         totals = runner.task_totals()
-        for name, (text, count) in outcomes.items():
-            family = CounterMetricFamily(f"trunner_tasks_{name}", text, labels=labels)
+        for counter in TASK_COUNTERS:
+            family = CounterMetricFamily(
+                f"trunner_tasks_{counter.key}", counter.description, labels=labels
+            )
             for task, counts in sorted(totals.items()):
-                family.add_metric([group, task], count(counts))
+                family.add_metric([group, task], counter.read(counts))
             yield family
         histogram = HistogramMetricFamily(
             "trunner_task_duration_seconds", "Execution time of task attempts", labels=labels
@@ -70,19 +68,11 @@ class RunnerCollector:
                 cumulative.append((bound, running))
             histogram.add_metric([group, task], cumulative, total[0])
         yield histogram
-        gauges = {
-            "in_flight": ("Tasks running now", stats.in_flight),
-            "capacity": ("Tasks this instance may run at once", stats.capacity),
-            "queue_length": ("Entries in the group's stream", self.queue_length),
-            "leader": ("1 if this instance leads the group", int(runner.is_leader)),
-            "errors": ("Errors captured", stats.errors),
-            "paused": (
-                "1 while the group is paused, as this instance last heard",
-                int(stats.paused),
-            ),
-        }
-        for name, (text, level) in gauges.items():
-            gauge = GaugeMetricFamily(f"trunner_{name}", text, labels=["group"])
+        levels = [(gauge.key, gauge.description, gauge.read(runner, stats)) for gauge in GAUGES]
+        # The last length serve.py refreshed: a group-wide figure read from Redis.
+        levels.insert(2, ("queue_length", "Entries in the group's stream", self.queue_length))
+        for key, text, level in levels:
+            gauge = GaugeMetricFamily(f"trunner_{key}", text, labels=["group"])
             gauge.add_metric([group], level)
             yield gauge
 

@@ -330,8 +330,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=100)
     p.add_argument("--linger", type=float, default=0.0)
     p.add_argument("--progress", action="store_true")
-    # trunner only (scenario 13): this many no-op middleware around each attempt.
+    # trunner only (scenario 15): this many no-op middleware around each attempt; and
+    # trunner's OpenTelemetry middleware, on the SDK with exporters that drop everything.
     p.add_argument("--middleware", type=int, default=0)
+    p.add_argument("--otel", action="store_true")
     p = sub.add_parser("results")
     p.add_argument("--n", type=int, required=True)
     p.add_argument("--concurrency", type=int, default=1)

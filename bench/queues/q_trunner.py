@@ -12,8 +12,11 @@ created at start), its pipeline executed through trio-asyncio (``aio_as_trio``),
 inside ``trio_asyncio.open_loop()``. redis-py's asyncio client and trio-asyncio are imported
 only for that task, so the other scenarios' RSS stays trunner's own.
 
-``--middleware N`` (scenario 13): the worker's runner has N no-op middleware, each an
-``around_attempt`` that yields (``NoopMiddleware``).
+``--middleware N`` (scenario 15): the worker's runner has N no-op middleware, each an
+``around_attempt`` that yields (``NoopMiddleware``). ``--otel`` (scenario 15): it has
+trunner's ``OpenTelemetryMiddleware`` on the OpenTelemetry SDK, spans going through a
+``BatchSpanProcessor`` to an exporter that drops them, the duration histogram aggregated
+by an in-memory reader nobody reads (:func:`otel_middleware`; imported only then).
 
 ``results``: a client (``open_client``) dispatches ``echo`` by name with
 ``keep_result=KEEP`` and awaits ``handle.result()``. ``cancel``: a client dispatches
@@ -122,8 +125,35 @@ def cancel(url: str, queue: str, n: int) -> None:
     trio.run(run)
 
 
+def otel_middleware() -> trunner.Middleware:
+    """Scenario 15: trunner's OpenTelemetry middleware, with the SDK doing all its work
+    (sampling every span, batching them) but exporting nowhere."""
+    # Loaded only for this scenario: the other scenarios' memory stays trunner's own.
+    from collections.abc import Sequence  # noqa: PLC0415
+
+    from opentelemetry.sdk.metrics import MeterProvider  # noqa: PLC0415
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: PLC0415
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: PLC0415
+    from opentelemetry.sdk.trace.export import (  # noqa: PLC0415
+        BatchSpanProcessor,
+        SpanExporter,
+        SpanExportResult,
+    )
+
+    from trunner.otel import OpenTelemetryMiddleware  # noqa: PLC0415
+
+    class Drop(SpanExporter):
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(BatchSpanProcessor(Drop()))
+    meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    return OpenTelemetryMiddleware(tracer_provider, meter_provider)
+
+
 class NoopMiddleware(trunner.Middleware):
-    """Scenario 13: the cost of one middleware around each attempt, doing nothing."""
+    """Scenario 15: the cost of one middleware around each attempt, doing nothing."""
 
     @contextlib.asynccontextmanager
     async def around_attempt(self, attempt: trunner.AttemptInfo) -> AsyncIterator[None]:
@@ -220,7 +250,10 @@ def work(
             prefix=PREFIX,
             num_workers=args.concurrency,
             batch_size=args.batch,
-            middleware=[NoopMiddleware() for _ in range(args.middleware)],
+            middleware=[
+                *(NoopMiddleware() for _ in range(args.middleware)),
+                *([otel_middleware()] if args.otel else []),
+            ],
         )
         begin = time.perf_counter()
         async with (

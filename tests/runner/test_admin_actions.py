@@ -4,6 +4,7 @@ cron schedules listed and fired now; the age of the oldest waiting message."""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -87,7 +88,7 @@ async def test_cron_entries_are_listed_and_fired_now(
 ) -> None:
     tasks = trunner.TaskRegistry()
 
-    @tasks.cron("0 3 * * *", payload={"deep": True})
+    @tasks.cron("0 3 * * *", payload={"deep": True}, headers={"source": "cron"})
     async def nightly(payload: Any) -> None:
         pass
 
@@ -106,6 +107,8 @@ async def test_cron_entries_are_listed_and_fired_now(
         handle = await client.fire_cron("nightly")
         assert (await handle.status()).task == "nightly"
         assert await client.queue_length() == 1
+        (entry,) = raw.xrange(keys.stream)
+        assert json.loads(entry[1][b"payload"])["headers"] == {"source": "cron"}  # as a tick's
         with pytest.raises(LookupError, match="no cron schedule 'retired'"):
             await client.fire_cron("retired")
     async with trunner.open_client(url, group) as anonymous:

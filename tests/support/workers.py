@@ -21,12 +21,21 @@ class Worker:
     """A worker process (tests/processes/worker_process.py) of one group; its tasks log to
     ``log`` (see :func:`read_log`)."""
 
-    def __init__(self, url: str, group: str, log: Path, options: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        url: str,
+        group: str,
+        log: Path,
+        options: dict[str, Any],
+        module: str = "tests.processes.worker_process",
+    ) -> None:
+        """``module``: another worker of the same command line (``URL GROUP LOG
+        OPTIONS``), such as ``tests.processes.otel_worker``."""
         self.process = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
-                "tests.processes.worker_process",
+                module,
                 url,
                 group,
                 str(log),

@@ -29,7 +29,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 #: The modules whose ``__all__`` is the public API.
-PUBLIC_MODULES = ("trunner", "trunner.testing", "trunner.election")
+PUBLIC_MODULES = ("trunner", "trunner.testing", "trunner.election", "trunner.otel")
 #: Members that are public names but documented only as deprecated (docs/api.md lists them).
 DEPRECATED_MEMBERS = {"trunner.Runner.stats", "trunner.Client.stats"}
 #: Sphinx roles render as raw text in mkdocstrings: docstrings use Markdown links instead.

@@ -233,3 +233,18 @@ print(web)
     result = run_python("-c", code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_importing_trunner_or_its_command_loads_no_opentelemetry() -> None:
+    """OpenTelemetry is a top room of its own extra: nothing below it imports it, so a
+    runner without the middleware pays nothing for it."""
+    code = """
+import sys
+import trunner, trunner.cli, trunner.admin, trunner.client, trunner.prometheus
+otel = sorted(m for m in sys.modules if m.split(".")[0] == "opentelemetry"
+              or m == "trunner.otel")
+print(otel)
+"""
+    result = run_python("-c", code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

@@ -114,6 +114,45 @@ async def test_the_first_middleware_is_the_outermost_and_sees_each_attempt() -> 
     ]
 
 
+class Retries(trunner.Middleware):
+    """Records ``(attempt, outcome, will_retry)`` as each attempt exits."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[int, trunner.AttemptOutcome | None, bool]] = []
+
+    @contextlib.asynccontextmanager
+    async def around_attempt(self, attempt: trunner.AttemptInfo) -> AsyncIterator[None]:
+        assert not attempt.will_retry  # running
+        try:
+            yield
+        finally:
+            self.seen.append((attempt.attempt, attempt.outcome, attempt.will_retry))
+
+
+async def test_an_attempt_tells_whether_its_task_is_retried_after_it() -> None:
+    tasks, _ = registry()
+
+    @tasks.task(max_retry=3, give_up_on=[KeyError])
+    async def gives_up(payload: Any) -> None:
+        if trunner.current_message().attempt == 1:
+            raise RuntimeError("retried")
+        raise (KeyError if payload == "key" else trunner.GiveUp)("given up")
+
+    failed, ok = trunner.AttemptOutcome.FAILED, trunner.AttemptOutcome.SUCCEEDED
+    spy = Retries()
+    assert await tasks.call("flaky", 2, middleware=[spy]) == {"done": 2}
+    assert spy.seen == [(1, failed, True), (2, ok, False)]
+    spy = Retries()
+    with pytest.raises(trunner.MaxRetryExceeded):
+        await tasks.call("flaky", 9, middleware=[spy])
+    assert spy.seen == [(1, failed, True), (2, failed, True), (3, failed, False)]
+    for payload in ("key", "give up"):
+        spy = Retries()
+        with pytest.raises(trunner.MaxRetryExceeded):
+            await tasks.call("gives_up", payload, middleware=[spy])
+        assert spy.seen == [(1, failed, True), (2, failed, False)]
+
+
 async def test_a_timed_out_attempt_is_seen_as_such(autojump_clock: trio.abc.Clock) -> None:
     tasks = trunner.TaskRegistry()
 

@@ -1,0 +1,68 @@
+"""The metrics a runner publishes, once: what each one is called, says and reads.
+
+Both exporters read this table: the Prometheus collector (:mod:`trunner.prometheus`) and
+the OpenTelemetry instruments (:mod:`trunner.otel`). Each figure is read from the runner
+when it is collected (``Runner.statistics()``, ``Runner.task_totals()``), so the two show
+the same numbers from the same counters, and neither counts anything of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import attrs
+
+from .statistics import RunnerStatistics, TaskTotals
+
+if TYPE_CHECKING:
+    from .runner import Runner
+
+__all__ = ["GAUGES", "TASK_COUNTERS", "Gauge", "TaskCounter"]
+
+
+@attrs.frozen
+class TaskCounter:
+    """A counter per task of the runner's group, cumulative since the runner started."""
+
+    key: str
+    """The Prometheus name is ``trunner_tasks_<key>``; the OpenTelemetry one
+    ``trunner.tasks.<key>``."""
+    description: str
+    unit: str
+    """The OpenTelemetry unit (UCUM, annotations in braces)."""
+    read: Callable[[TaskTotals], int]
+
+
+@attrs.frozen
+class Gauge:
+    """A level of the runner, one value per group."""
+
+    key: str
+    """The Prometheus name is ``trunner_<key>``; the OpenTelemetry one ``trunner.<key>``."""
+    description: str
+    unit: str
+    read: Callable[[Runner, RunnerStatistics], int]
+
+
+TASK_COUNTERS = (
+    TaskCounter(
+        "processed", "Task attempts finished", "{attempt}", lambda t: t.succeeded + t.failed
+    ),
+    TaskCounter("failed", "Task attempts that raised", "{attempt}", lambda t: t.failed),
+    TaskCounter("retried", "Failed attempts scheduled again", "{attempt}", lambda t: t.retried),
+    TaskCounter("dead_lettered", "Messages given up on", "{message}", lambda t: t.dead_lettered),
+)
+
+GAUGES = (
+    Gauge("in_flight", "Tasks running now", "{task}", lambda r, s: s.in_flight),
+    Gauge("capacity", "Tasks this instance may run at once", "{task}", lambda r, s: s.capacity),
+    Gauge("leader", "1 if this instance leads the group", "1", lambda r, s: int(r.is_leader)),
+    Gauge("errors", "Errors captured", "{error}", lambda r, s: s.errors),
+    Gauge(
+        "paused",
+        "1 while the group is paused, as this instance last heard",
+        "1",
+        lambda r, s: int(s.paused),
+    ),
+)
