@@ -300,3 +300,27 @@ async def test_pause_and_resume_the_group_from_its_header(memory_url: str, group
         done = await post(http, f"/group/{group}/action/resume", {"csrf": token})
         assert "resumed" in (await http.get(done.headers["location"])).text
         assert not (await client.inspect()).paused
+
+
+@pytest.mark.parametrize("bound", ["127.0.0.1", "localhost", "::1", "[::1]", "127.0.0.2"])
+async def test_a_loopback_dashboard_without_a_token_answers_loopback_hosts_only(
+    memory_url: str, group: str, bound: str
+) -> None:
+    """Against DNS rebinding, on every loopback bind: IPv6 ones too (``Host: [::1]:8080``,
+    which Starlette's TrustedHostMiddleware never matches)."""
+    from trunner.dashboard._serve import allowed_hosts_for  # noqa: PLC0415 - under test
+
+    assert allowed_hosts_for(bound, "a token") is None, "the token guards it"
+    hosts = allowed_hosts_for(bound, None)
+    assert hosts is not None
+    address = bound.strip("[]")
+    own = f"[{address}]:8080" if ":" in address else f"{address}:8080"
+    async with open_app(memory_url, [group], allowed_hosts=hosts) as http:
+        for host in ("127.0.0.1:8080", "localhost", "[::1]:8080", "[::1]", own):
+            page = await http.get(f"/group/{group}", headers={"host": host})
+            assert page.status_code == 200, host
+        for host in ("evil.example:8080", "evil.example", "127.0.0.1.evil.example", "[::2]:80"):
+            refused = await http.get(f"/group/{group}", headers={"host": host})
+            assert refused.status_code == 400, host
+        refused = await http.post(f"/group/{group}/action/pause", headers={"host": "evil.example"})
+        assert refused.status_code == 400

@@ -8,6 +8,9 @@
   ``Referer``) of this very site; a request authenticated by its bearer header, which a
   browser never adds by itself, may omit both.
 - Read-only refuses every action (403).
+- With ``allowed_hosts`` (:class:`HostCheck`), a request whose ``Host`` is not one of them
+  gets 400: against DNS rebinding, where a page of another site reaches a dashboard that
+  has no token through a name of the attacker's that resolves to loopback.
 
 The session is a random id in a cookie signed with a key made at start (a restart logs
 everyone out); the CSRF token is derived from it, so nothing is stored server-side.
@@ -18,11 +21,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from collections.abc import Iterable
 from urllib.parse import urlsplit
 
+from starlette.datastructures import Headers
 from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["COOKIE", "Guard"]
+__all__ = ["COOKIE", "Guard", "HostCheck", "host_name"]
 
 #: The session cookie's name.
 COOKIE = "trunner_dashboard"
@@ -109,3 +116,36 @@ def _origin_of(url: str | None) -> str | None:
 def _own_origin(request: Request) -> str:
     host = request.headers.get("host", "")
     return f"{request.url.scheme}://{host}"
+
+
+def host_name(host: str) -> str:
+    """The name or address of a ``Host`` header (or of an allowed host), without its port
+    and, for IPv6, without its brackets; lower case: ``[::1]:8080`` -> ``::1``."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        address, bracket, _ = host[1:].partition("]")
+        return address if bracket else ""
+    if host.count(":") > 1:  # a bare IPv6 address (an allowed host written without [])
+        return host
+    return host.partition(":")[0]
+
+
+class HostCheck:
+    """Answers 400 to a request (HTTP or websocket) whose ``Host`` is not allowed.
+
+    Unlike Starlette's ``TrustedHostMiddleware``, it understands IPv6 hosts
+    (``Host: [::1]:8080``), which that one never matches.
+    """
+
+    def __init__(self, app: ASGIApp, allowed_hosts: Iterable[str]) -> None:
+        self.app = app
+        self.allowed = frozenset(host_name(h) for h in allowed_hosts)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            host = host_name(Headers(scope=scope).get("host", ""))
+            if host not in self.allowed:
+                response = PlainTextResponse("Invalid host header", 400)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
