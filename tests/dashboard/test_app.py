@@ -324,3 +324,32 @@ async def test_a_loopback_dashboard_without_a_token_answers_loopback_hosts_only(
             assert refused.status_code == 400, host
         refused = await http.post(f"/group/{group}/action/pause", headers={"host": "evil.example"})
         assert refused.status_code == 400
+
+
+async def test_a_token_cookie_or_csrf_token_that_is_not_ascii_is_refused_not_a_crash(
+    memory_url: str, group: str
+) -> None:
+    """What a request carries may be any text: compared as bytes (``hmac.compare_digest``
+    raises TypeError on a str that is not ASCII), it is refused like any wrong value."""
+    async with open_app(memory_url, [group], token="s3cret") as http:
+        bad_cookie = {b"cookie": "trunner_dashboard=abc.1.\u00e9t\u00e9".encode("latin-1")}
+        assert (await http.get(f"/group/{group}/snapshot", headers=bad_cookie)).status_code == 401
+        bearer = {b"authorization": "Bearer s3cr\u00e9t".encode("latin-1")}
+        assert (await http.get(f"/group/{group}/snapshot", headers=bearer)).status_code == 401
+        login = await http.get("/login")
+        csrf = csrf_of(login.text)
+        wrong = await post(http, "/login", {"csrf": csrf, "token": "s3cr\u00e9t"})
+        assert wrong.status_code == 403
+        assert "wrong token" in wrong.text
+        foreign = await post(http, "/login", {"csrf": "\u00e9" * 40, "token": "s3cret"})
+        assert foreign.status_code == 403
+        assert "wrong CSRF token" in foreign.text
+        done = await post(http, "/login", {"csrf": csrf, "token": "s3cret"})
+        assert done.status_code == 303
+        csrf = csrf_of((await http.get(f"/group/{group}")).text)
+        act = f"/group/{group}/action/pause"
+        header = {b"origin": ORIGIN.encode(), b"x-csrf-token": "\u00e9t\u00e9".encode("latin-1")}
+        refused = await http.post(act, headers=header)
+        assert refused.status_code == 403
+        assert "wrong CSRF token" in refused.text
+        assert (await post(http, act, {"csrf": csrf})).status_code == 303

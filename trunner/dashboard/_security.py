@@ -64,14 +64,12 @@ class Guard:
         flag, _, mac = rest.partition(".")
         if not sid or flag not in ("0", "1"):
             return None
-        if not hmac.compare_digest(mac, self._mac(f"{sid}.{flag}")):
+        if not _same(mac, self._mac(f"{sid}.{flag}")):
             return None
         return sid, flag == "1"
 
     def token_matches(self, given: str) -> bool:
-        return self._token is not None and hmac.compare_digest(
-            given.encode("utf-8", "surrogateescape"), self._token.encode()
-        )
+        return self._token is not None and _same(given, self._token)
 
     def bearer(self, request: Request) -> bool:
         """Whether the request shows the token in its Authorization header."""
@@ -101,9 +99,18 @@ class Guard:
         found = self.session(request)
         if found is None or not submitted:
             return "no CSRF token: reload the page and try again"
-        if not hmac.compare_digest(submitted, self.csrf_token(found[0])):
+        if not _same(submitted, self.csrf_token(found[0])):
             return "wrong CSRF token: reload the page and try again"
         return None
+
+
+def _same(given: str, expected: str) -> bool:
+    """Whether ``given`` (from the request) is ``expected``, in constant time. As bytes:
+    ``hmac.compare_digest`` raises TypeError on a str that is not ASCII, and what a
+    request carries (a cookie, a header, a form field) may be anything."""
+    return hmac.compare_digest(
+        given.encode("utf-8", "surrogateescape"), expected.encode("utf-8", "surrogateescape")
+    )
 
 
 def _origin_of(url: str | None) -> str | None:
