@@ -678,8 +678,9 @@ class Producer:
     async def fire_cron(self, name: str) -> TaskHandle[Any]:
         """Run a cron schedule's task now, once, outside its ticks.
 
-        The schedule's task is dispatched with its payload, as ``dispatch`` would (a
-        unique task takes its lock, or raises ``TaskAlreadyDispatched``). The schedule's
+        The schedule's task is dispatched with its payload and headers, as ``dispatch``
+        would (a unique task takes its lock, or raises ``TaskAlreadyDispatched``; the
+        dispatch hooks run). The schedule's
         ticks are not changed: its next tick fires as planned.
 
         Args:
@@ -698,7 +699,8 @@ class Producer:
             where = "its registry" if registry is not None else "no registry (pass tasks=)"
             raise LookupError(f"no cron schedule {name!r}: this producer has {where}")
         schedule = schedules[name]
-        return await self.dispatch(schedule.task_name, schedule.payload)
+        headers = schedule.headers or None  # what its ticks carry (the hooks run: a dispatch)
+        return await self.dispatch(schedule.task_name, schedule.payload, headers=headers)
 
     async def waiting_age(self) -> float | None:
         """How long the oldest message not yet delivered has waited (seconds), from its
