@@ -224,6 +224,28 @@ async def test_a_pause_mark_trunner_did_not_write_reads_as_not_paused(
         await redis_state(lambda: _ran(ran, ["runs", "after"]))
 
 
+async def test_a_mark_of_too_many_digits_is_replaced_by_a_pause_not_kept(
+    url: str, group: str, keys: Keys, raw: Any
+) -> None:
+    """The runners read a mark of more than 20 digits as not paused (not a time trunner
+    wrote), so the scripts must too: ``pause()`` replaces it and says it paused the group
+    (not "paused already", with no runner paused), and ``resume()`` says it was not."""
+    gate, ran = Gate(), list[Any]()
+    async with (
+        open_checked_runner(url, config(group), registry(gate, ran)) as runner,
+        trunner.open_client(url, group) as client,
+    ):
+        raw.set(keys.paused, "1" * 21)
+        assert (await client.inspect()).paused_since is None
+        assert await client.resume() is False, "it was not paused"
+        raw.set(keys.paused, "9" * 25)
+        assert await client.pause() is True, "this call paused the group"
+        assert len(raw.get(keys.paused)) <= 20
+        await runner.wait_paused()
+        assert (await client.inspect()).paused
+        assert await client.resume() is True
+
+
 async def test_a_message_read_as_the_pause_arrives_is_released_not_started(
     url: str, group: str, keys: Keys, raw: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
