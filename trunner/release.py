@@ -39,14 +39,30 @@ class Releaser:
             self._holdings.release_later(consumer, message_id)
 
     async def release_queued(self) -> int:
-        """Release the messages queued for release; return how many were released."""
+        """Release the messages queued for release; return how many were released.
+
+        If a release fails, what it did not release is queued again (the next call
+        tries again) before the error propagates: dropped from the queue, a message that
+        never ran would wait pending until reclaimed past ``reclaim_delay``, and that
+        delivery would count as an attempt.
+        """
         by_consumer: dict[str, list[tuple[str, bool]]] = {}
         for consumer, message_id, give_back in self._holdings.take_releases():
             by_consumer.setdefault(consumer, []).append((message_id, give_back))
         released = 0
-        for consumer, entries in by_consumer.items():
-            released += await self._broker.release(consumer, entries)
-        self._counters.released += released
+        done: list[str] = []
+        try:
+            for consumer, entries in by_consumer.items():
+                released += await self._broker.release(consumer, entries)
+                done.append(consumer)
+        except BaseException:
+            for consumer, entries in by_consumer.items():
+                if consumer not in done:
+                    for message_id, give_back in entries:
+                        self._holdings.release_later(consumer, message_id, give_back)
+            raise
+        finally:
+            self._counters.released += released
         return released
 
     async def release_orphans(self, consumer: str, *, final: bool = False) -> int:

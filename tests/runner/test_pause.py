@@ -16,6 +16,7 @@ import trio
 
 import trunner
 from trunner import Keys
+from trunner.errors import RedisUnavailable
 from trunner.keys import RELEASED_CONSUMER
 from trunner.pausing import PAUSE_NOTICE, RESYNC_INTERVAL, Pauser
 from trunner.serve import _ready
@@ -286,3 +287,60 @@ async def test_a_message_read_as_the_pause_arrives_is_released_not_started(
         assert await client.resume() is True
         await redis_state(lambda: _ran(ran, ["late"]))
         assert runner.statistics().reclaimed == 1
+
+
+async def test_a_message_whose_release_failed_during_the_pause_runs_after_it_as_attempt_1(
+    url: str, group: str, keys: Keys, raw: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A message read as the pause arrives is released; if that release fails (Redis
+    blinked), it is released again after the resume: it runs then, as its first attempt,
+    not after ``reclaim_delay`` as a redelivery (a task without retries would be given up
+    on, never having run)."""
+    attempts: list[int] = []
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task(max_retry=0)
+    async def once(payload: Any) -> None:
+        attempts.append(trunner.current_message().attempt)
+
+    async with (
+        open_checked_runner(url, config(group, reclaim_delay=3600.0), tasks) as runner,
+        trunner.open_client(url, group) as client,
+    ):
+        c = parts(runner)
+        read, release = c.broker.read, c.broker.release
+        patched, refused = trio.Event(), trio.Event()
+
+        async def read_then_pause(*args: Any) -> Any:
+            patched.set()
+            entries = await read(*args)
+            if entries:
+                raw.set(keys.paused, "1700000000000")  # the mark, and its notice, meanwhile
+                c.pauser.heard(PAUSE_NOTICE)
+            return entries
+
+        async def release_fails_once(*args: Any) -> int:
+            if not refused.is_set():
+                refused.set()
+                raise RedisUnavailable("Redis blinked")
+            return await release(*args)
+
+        monkeypatch.setattr(c.broker, "read", read_then_pause)
+        monkeypatch.setattr(c.broker, "release", release_fails_once)
+        for fetcher in c.fetchers:
+            fetcher.nudge()  # the blocked read returns; the next one is patched
+        await patched.wait()
+        await client.dispatch(once, "late")
+        await runner.wait_paused()
+        await refused.wait()
+        assert attempts == []
+        monkeypatch.setattr(c.broker, "read", read)
+        assert await client.resume() is True
+
+        async def ran() -> bool:
+            await trio.lowlevel.checkpoint()
+            return bool(attempts)
+
+        await redis_state(ran)
+        assert attempts == [1]
+        assert runner.statistics().dead_lettered == 0
