@@ -353,3 +353,22 @@ async def test_a_token_cookie_or_csrf_token_that_is_not_ascii_is_refused_not_a_c
         assert refused.status_code == 403
         assert "wrong CSRF token" in refused.text
         assert (await post(http, act, {"csrf": csrf})).status_code == 303
+
+
+async def test_an_action_on_a_group_whose_name_has_url_characters_returns_to_its_page(
+    memory_url: str,
+) -> None:
+    """Group names may hold '#', '?' and '%': the links quote them, and so must the
+    redirect after an action (else it leads to another path, or to none)."""
+    groups = ["ops#1", "what?", "100%"]
+    async with open_app(memory_url, groups) as http:
+        for name in groups:
+            quoted = {"ops#1": "ops%231", "what?": "what%3F", "100%": "100%25"}[name]
+            page = await http.get(f"/group/{quoted}")
+            assert page.status_code == 200, name
+            done = await post(http, f"/group/{quoted}/action/pause", {"csrf": csrf_of(page.text)})
+            assert done.status_code == 303
+            assert done.headers["location"] == f"/group/{quoted}"
+            back = await http.get(done.headers["location"])
+            assert back.status_code == 200
+            assert "paused" in back.text

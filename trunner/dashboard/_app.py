@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, quote
 
 import jinja2
 import trio
@@ -258,7 +258,10 @@ class Dashboard:
         if "application/json" in request.headers.get("accept", ""):
             return JSONResponse({"done": said})
         base = request.scope.get("root_path", "")
-        return RedirectResponse(f"{base}/group/{sampler.group}", 303, headers=SECURITY_HEADERS)
+        # Quoted as the pages' links are (Jinja's urlencode): '#', '?' or '%' in a group's
+        # name would otherwise end its path in the Location.
+        where = f"{base}/group/{quote(sampler.group)}"
+        return RedirectResponse(where, 303, headers=SECURITY_HEADERS)
 
     @staticmethod
     async def _run(action: Action, sampler: Sampler, fields: Form) -> str:
