@@ -34,9 +34,16 @@ class Releaser:
 
     def hand_back(self, consumer: str, message_ids: list[str]) -> None:
         """Queue for release messages delivered to ``consumer`` that will not start (read
-        or claimed after the group was paused); :meth:`release_queued` releases them."""
+        or claimed after the group was paused); :meth:`release_queued` releases them.
+
+        A message this instance holds (a claim can return one running here whose
+        heartbeat was late) is left alone, as the pool leaves it when it is submitted:
+        released, any instance would claim it at once and run it a second time.
+        """
+        holdings = self._holdings
         for message_id in message_ids:
-            self._holdings.release_later(consumer, message_id)
+            if not holdings.holds(message_id):
+                holdings.release_later(consumer, message_id)
 
     async def release_queued(self) -> int:
         """Release the messages queued for release; return how many were released.

@@ -16,6 +16,7 @@ import trio
 
 import trunner
 from trunner import Keys
+from trunner._redis import RawEntry
 from trunner.errors import RedisUnavailable
 from trunner.keys import RELEASED_CONSUMER
 from trunner.pausing import PAUSE_NOTICE, RESYNC_INTERVAL, Pauser
@@ -344,3 +345,44 @@ async def test_a_message_whose_release_failed_during_the_pause_runs_after_it_as_
         await redis_state(ran)
         assert attempts == [1]
         assert runner.statistics().dead_lettered == 0
+
+
+async def test_a_claim_that_returns_a_message_running_here_as_the_pause_arrives_keeps_it(
+    url: str, group: str, keys: Keys, raw: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reclaim pass can return a message that runs on this very instance (its
+    heartbeat was late). If the pause arrives meanwhile, the claimed messages are handed
+    back: but not that one, which the pool keeps running, as it does without a pause.
+    Released, any instance would claim it at once and run it a second time."""
+    gate, ran = Gate(), list[Any]()
+    async with open_checked_runner(url, config(group), registry(gate, ran)) as runner:
+        c = parts(runner)
+        await runner.dispatch("gated", "long")
+        await gate.wait_started()
+        ((entry_id, fields),) = raw.xrange(keys.stream)
+        (mine,) = raw.xpending_range(keys.stream, group, "-", "+", 10)
+        reclaim = c.broker.reclaim
+        claimed = trio.Event()
+
+        async def claim_own_then_pause(*args: Any) -> Any:
+            if claimed.is_set():
+                return await reclaim(*args)
+            claimed.set()
+            raw.set(keys.paused, "1700000000000")  # the mark, and its notice, meanwhile
+            c.pauser.heard(PAUSE_NOTICE)
+            flat = [x for pair in fields.items() for x in pair]
+            return "0-0", [RawEntry(entry_id.decode(), flat, 2)]
+
+        monkeypatch.setattr(c.broker, "reclaim", claim_own_then_pause)
+        for fetcher in c.fetchers:
+            fetcher._schedule.due_now()
+            fetcher.nudge()
+        await claimed.wait()
+        await runner.wait_paused()
+        assert runner.statistics().released == 0
+        (still,) = raw.xpending_range(keys.stream, group, "-", "+", 10)
+        assert still["consumer"] == mine["consumer"] != RELEASED_CONSUMER.encode()
+        gate.open.set()
+        await redis_state(lambda: _ran(gate.finished, ["long"]))
+        assert runner.statistics().reservations_lost == 0
+        assert gate.started == ["long"]
