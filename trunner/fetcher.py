@@ -273,24 +273,32 @@ class Fetcher:
             )
 
     async def _release_excess(self) -> None:
-        """Hand back entries fetched beyond a capacity lowered while the read was blocked."""
+        """Hand back entries fetched beyond a capacity lowered while the read was blocked,
+        or after the group was paused."""
         try:
             await self._releaser.release_queued()
-        except BackendError as exc:  # they stay ours, pending: released at shutdown
+        except BackendError as exc:  # they stay queued: the next _recover tries again
             self._errors.capture(exc)
+            self._dirty = True
 
     async def _recover(self) -> None:
-        """After a failed call, release what Redis delivered to us that we never saw."""
+        """After a failed call or release, release what is still queued for release and
+        what Redis delivered to us that we never saw."""
         if not self._dirty:
             return
         try:
-            released = await self._releaser.release_orphans(self.consumer)
+            released = await self._releaser.release_queued()
+            orphans = await self._releaser.release_orphans(self.consumer)
         except BackendError as exc:
             self._errors.capture(exc)
             return
         self._dirty = False
-        if released:
-            logger.info("released %d entries delivered to a failed read", released)
+        if released or orphans:
+            logger.info(
+                "released %d entries queued for release and %d delivered to a failed read",
+                released,
+                orphans,
+            )
 
     def nudge(self) -> None:
         """Make a blocked read return now (it gives its slots back and reserves again)."""

@@ -18,12 +18,13 @@ leader's chores (the delayed mover, cron, the aggregator, the janitor) run; what
 to the stream waits there. Messages a read or claim returns after the runner heard of the
 pause are not started: they are released for immediate reclaim, and run after the resume.
 
-Bad data: a pause mark of another type, or that does not hold decimal digits, was not
-written by trunner. It is read as *not paused*, set aside in the quarantine (a key of the
-wrong type is renamed aside, a bad string is left in place and recorded, once), and logged
-once. Not paused, because the other reading would let a stray key stop every runner of
-the group, silently, with nobody having asked for a pause; ``pause()`` overwrites such a
-value, and ``resume()`` deletes it.
+Bad data: a pause mark of another type, or that does not hold 1 to 20 decimal digits
+(``pause.lua`` and ``resume.lua`` read it the same way), was not written by trunner. It is
+read as *not paused*, set aside in the quarantine (a key of the wrong type is renamed
+aside, a bad string is left in place and recorded, once), and logged once. Not paused,
+because the other reading would let a stray key stop every runner of the group, silently,
+with nobody having asked for a pause; ``pause()`` overwrites such a value, and
+``resume()`` deletes it.
 """
 
 from __future__ import annotations

@@ -34,19 +34,42 @@ class Releaser:
 
     def hand_back(self, consumer: str, message_ids: list[str]) -> None:
         """Queue for release messages delivered to ``consumer`` that will not start (read
-        or claimed after the group was paused); :meth:`release_queued` releases them."""
+        or claimed after the group was paused); :meth:`release_queued` releases them.
+
+        A message this instance holds (a claim can return one running here whose
+        heartbeat was late) is left alone, as the pool leaves it when it is submitted:
+        released, any instance would claim it at once and run it a second time.
+        """
+        holdings = self._holdings
         for message_id in message_ids:
-            self._holdings.release_later(consumer, message_id)
+            if not holdings.holds(message_id):
+                holdings.release_later(consumer, message_id)
 
     async def release_queued(self) -> int:
-        """Release the messages queued for release; return how many were released."""
+        """Release the messages queued for release; return how many were released.
+
+        If a release fails, what it did not release is queued again (the next call
+        tries again) before the error propagates: dropped from the queue, a message that
+        never ran would wait pending until reclaimed past ``reclaim_delay``, and that
+        delivery would count as an attempt.
+        """
         by_consumer: dict[str, list[tuple[str, bool]]] = {}
         for consumer, message_id, give_back in self._holdings.take_releases():
             by_consumer.setdefault(consumer, []).append((message_id, give_back))
         released = 0
-        for consumer, entries in by_consumer.items():
-            released += await self._broker.release(consumer, entries)
-        self._counters.released += released
+        done: list[str] = []
+        try:
+            for consumer, entries in by_consumer.items():
+                released += await self._broker.release(consumer, entries)
+                done.append(consumer)
+        except BaseException:
+            for consumer, entries in by_consumer.items():
+                if consumer not in done:
+                    for message_id, give_back in entries:
+                        self._holdings.release_later(consumer, message_id, give_back)
+            raise
+        finally:
+            self._counters.released += released
         return released
 
     async def release_orphans(self, consumer: str, *, final: bool = False) -> int:

@@ -300,3 +300,75 @@ async def test_pause_and_resume_the_group_from_its_header(memory_url: str, group
         done = await post(http, f"/group/{group}/action/resume", {"csrf": token})
         assert "resumed" in (await http.get(done.headers["location"])).text
         assert not (await client.inspect()).paused
+
+
+@pytest.mark.parametrize("bound", ["127.0.0.1", "localhost", "::1", "[::1]", "127.0.0.2"])
+async def test_a_loopback_dashboard_without_a_token_answers_loopback_hosts_only(
+    memory_url: str, group: str, bound: str
+) -> None:
+    """Against DNS rebinding, on every loopback bind: IPv6 ones too (``Host: [::1]:8080``,
+    which Starlette's TrustedHostMiddleware never matches)."""
+    from trunner.dashboard._serve import allowed_hosts_for  # noqa: PLC0415 - under test
+
+    assert allowed_hosts_for(bound, "a token") is None, "the token guards it"
+    hosts = allowed_hosts_for(bound, None)
+    assert hosts is not None
+    address = bound.strip("[]")
+    own = f"[{address}]:8080" if ":" in address else f"{address}:8080"
+    async with open_app(memory_url, [group], allowed_hosts=hosts) as http:
+        for host in ("127.0.0.1:8080", "localhost", "[::1]:8080", "[::1]", own):
+            page = await http.get(f"/group/{group}", headers={"host": host})
+            assert page.status_code == 200, host
+        for host in ("evil.example:8080", "evil.example", "127.0.0.1.evil.example", "[::2]:80"):
+            refused = await http.get(f"/group/{group}", headers={"host": host})
+            assert refused.status_code == 400, host
+        refused = await http.post(f"/group/{group}/action/pause", headers={"host": "evil.example"})
+        assert refused.status_code == 400
+
+
+async def test_a_token_cookie_or_csrf_token_that_is_not_ascii_is_refused_not_a_crash(
+    memory_url: str, group: str
+) -> None:
+    """What a request carries may be any text: compared as bytes (``hmac.compare_digest``
+    raises TypeError on a str that is not ASCII), it is refused like any wrong value."""
+    async with open_app(memory_url, [group], token="s3cret") as http:
+        bad_cookie = {b"cookie": "trunner_dashboard=abc.1.\u00e9t\u00e9".encode("latin-1")}
+        assert (await http.get(f"/group/{group}/snapshot", headers=bad_cookie)).status_code == 401
+        bearer = {b"authorization": "Bearer s3cr\u00e9t".encode("latin-1")}
+        assert (await http.get(f"/group/{group}/snapshot", headers=bearer)).status_code == 401
+        login = await http.get("/login")
+        csrf = csrf_of(login.text)
+        wrong = await post(http, "/login", {"csrf": csrf, "token": "s3cr\u00e9t"})
+        assert wrong.status_code == 403
+        assert "wrong token" in wrong.text
+        foreign = await post(http, "/login", {"csrf": "\u00e9" * 40, "token": "s3cret"})
+        assert foreign.status_code == 403
+        assert "wrong CSRF token" in foreign.text
+        done = await post(http, "/login", {"csrf": csrf, "token": "s3cret"})
+        assert done.status_code == 303
+        csrf = csrf_of((await http.get(f"/group/{group}")).text)
+        act = f"/group/{group}/action/pause"
+        header = {b"origin": ORIGIN.encode(), b"x-csrf-token": "\u00e9t\u00e9".encode("latin-1")}
+        refused = await http.post(act, headers=header)
+        assert refused.status_code == 403
+        assert "wrong CSRF token" in refused.text
+        assert (await post(http, act, {"csrf": csrf})).status_code == 303
+
+
+async def test_an_action_on_a_group_whose_name_has_url_characters_returns_to_its_page(
+    memory_url: str,
+) -> None:
+    """Group names may hold '#', '?' and '%': the links quote them, and so must the
+    redirect after an action (else it leads to another path, or to none)."""
+    groups = ["ops#1", "what?", "100%"]
+    async with open_app(memory_url, groups) as http:
+        for name in groups:
+            quoted = {"ops#1": "ops%231", "what?": "what%3F", "100%": "100%25"}[name]
+            page = await http.get(f"/group/{quoted}")
+            assert page.status_code == 200, name
+            done = await post(http, f"/group/{quoted}/action/pause", {"csrf": csrf_of(page.text)})
+            assert done.status_code == 303
+            assert done.headers["location"] == f"/group/{quoted}"
+            back = await http.get(done.headers["location"])
+            assert back.status_code == 200
+            assert "paused" in back.text

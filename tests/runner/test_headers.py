@@ -162,6 +162,19 @@ async def test_cron_ticks_carry_the_schedules_headers(url: str, group: str) -> N
     assert seen.runs[0] == ("tick", 1, {"source": "cron"})
 
 
+async def test_firing_a_cron_schedule_now_carries_its_headers(url: str, group: str) -> None:
+    """``fire_cron`` (the dashboard's "Fire now", ``trunner cron fire``) sends the message a
+    tick would: with the schedule's headers (its tenant, say), not without them."""
+    seen = Seen()
+    tasks = registry(seen)
+    tasks.cron("0 3 * * *", "record", "now", name="nightly", headers={"tenant": "acme"})
+    async with open_checked_runner(url, config(group), tasks) as runner:
+        await runner.fire_cron("nightly")
+        await seen.wait(1)
+        await run_until_idle(runner)
+    assert seen.runs == [("now", 1, {"tenant": "acme"})]
+
+
 async def test_an_entry_written_before_headers_existed_runs(
     url: str, group: str, keys: Keys, raw: Any
 ) -> None:

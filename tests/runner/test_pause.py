@@ -16,6 +16,8 @@ import trio
 
 import trunner
 from trunner import Keys
+from trunner._redis import RawEntry
+from trunner.errors import RedisUnavailable
 from trunner.keys import RELEASED_CONSUMER
 from trunner.pausing import PAUSE_NOTICE, RESYNC_INTERVAL, Pauser
 from trunner.serve import _ready
@@ -224,6 +226,28 @@ async def test_a_pause_mark_trunner_did_not_write_reads_as_not_paused(
         await redis_state(lambda: _ran(ran, ["runs", "after"]))
 
 
+async def test_a_mark_of_too_many_digits_is_replaced_by_a_pause_not_kept(
+    url: str, group: str, keys: Keys, raw: Any
+) -> None:
+    """The runners read a mark of more than 20 digits as not paused (not a time trunner
+    wrote), so the scripts must too: ``pause()`` replaces it and says it paused the group
+    (not "paused already", with no runner paused), and ``resume()`` says it was not."""
+    gate, ran = Gate(), list[Any]()
+    async with (
+        open_checked_runner(url, config(group), registry(gate, ran)) as runner,
+        trunner.open_client(url, group) as client,
+    ):
+        raw.set(keys.paused, "1" * 21)
+        assert (await client.inspect()).paused_since is None
+        assert await client.resume() is False, "it was not paused"
+        raw.set(keys.paused, "9" * 25)
+        assert await client.pause() is True, "this call paused the group"
+        assert len(raw.get(keys.paused)) <= 20
+        await runner.wait_paused()
+        assert (await client.inspect()).paused
+        assert await client.resume() is True
+
+
 async def test_a_message_read_as_the_pause_arrives_is_released_not_started(
     url: str, group: str, keys: Keys, raw: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -264,3 +288,101 @@ async def test_a_message_read_as_the_pause_arrives_is_released_not_started(
         assert await client.resume() is True
         await redis_state(lambda: _ran(ran, ["late"]))
         assert runner.statistics().reclaimed == 1
+
+
+async def test_a_message_whose_release_failed_during_the_pause_runs_after_it_as_attempt_1(
+    url: str, group: str, keys: Keys, raw: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A message read as the pause arrives is released; if that release fails (Redis
+    blinked), it is released again after the resume: it runs then, as its first attempt,
+    not after ``reclaim_delay`` as a redelivery (a task without retries would be given up
+    on, never having run)."""
+    attempts: list[int] = []
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task(max_retry=0)
+    async def once(payload: Any) -> None:
+        attempts.append(trunner.current_message().attempt)
+
+    async with (
+        open_checked_runner(url, config(group, reclaim_delay=3600.0), tasks) as runner,
+        trunner.open_client(url, group) as client,
+    ):
+        c = parts(runner)
+        read, release = c.broker.read, c.broker.release
+        patched, refused = trio.Event(), trio.Event()
+
+        async def read_then_pause(*args: Any) -> Any:
+            patched.set()
+            entries = await read(*args)
+            if entries:
+                raw.set(keys.paused, "1700000000000")  # the mark, and its notice, meanwhile
+                c.pauser.heard(PAUSE_NOTICE)
+            return entries
+
+        async def release_fails_once(*args: Any) -> int:
+            if not refused.is_set():
+                refused.set()
+                raise RedisUnavailable("Redis blinked")
+            return await release(*args)
+
+        monkeypatch.setattr(c.broker, "read", read_then_pause)
+        monkeypatch.setattr(c.broker, "release", release_fails_once)
+        for fetcher in c.fetchers:
+            fetcher.nudge()  # the blocked read returns; the next one is patched
+        await patched.wait()
+        await client.dispatch(once, "late")
+        await runner.wait_paused()
+        await refused.wait()
+        assert attempts == []
+        monkeypatch.setattr(c.broker, "read", read)
+        assert await client.resume() is True
+
+        async def ran() -> bool:
+            await trio.lowlevel.checkpoint()
+            return bool(attempts)
+
+        await redis_state(ran)
+        assert attempts == [1]
+        assert runner.statistics().dead_lettered == 0
+
+
+async def test_a_claim_that_returns_a_message_running_here_as_the_pause_arrives_keeps_it(
+    url: str, group: str, keys: Keys, raw: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reclaim pass can return a message that runs on this very instance (its
+    heartbeat was late). If the pause arrives meanwhile, the claimed messages are handed
+    back: but not that one, which the pool keeps running, as it does without a pause.
+    Released, any instance would claim it at once and run it a second time."""
+    gate, ran = Gate(), list[Any]()
+    async with open_checked_runner(url, config(group), registry(gate, ran)) as runner:
+        c = parts(runner)
+        await runner.dispatch("gated", "long")
+        await gate.wait_started()
+        ((entry_id, fields),) = raw.xrange(keys.stream)
+        (mine,) = raw.xpending_range(keys.stream, group, "-", "+", 10)
+        reclaim = c.broker.reclaim
+        claimed = trio.Event()
+
+        async def claim_own_then_pause(*args: Any) -> Any:
+            if claimed.is_set():
+                return await reclaim(*args)
+            claimed.set()
+            raw.set(keys.paused, "1700000000000")  # the mark, and its notice, meanwhile
+            c.pauser.heard(PAUSE_NOTICE)
+            flat = [x for pair in fields.items() for x in pair]
+            return "0-0", [RawEntry(entry_id.decode(), flat, 2)]
+
+        monkeypatch.setattr(c.broker, "reclaim", claim_own_then_pause)
+        for fetcher in c.fetchers:
+            fetcher._schedule.due_now()
+            fetcher.nudge()
+        await claimed.wait()
+        await runner.wait_paused()
+        assert runner.statistics().released == 0
+        (still,) = raw.xpending_range(keys.stream, group, "-", "+", 10)
+        assert still["consumer"] == mine["consumer"] != RELEASED_CONSUMER.encode()
+        gate.open.set()
+        await redis_state(lambda: _ran(gate.finished, ["long"]))
+        assert runner.statistics().reservations_lost == 0
+        assert gate.started == ["long"]

@@ -9,13 +9,12 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, quote
 
 import jinja2
 import trio
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import (
     HTMLResponse,
@@ -32,7 +31,7 @@ from trunner import TaskRegistry, TrunnerError, open_client, redact_url
 
 from ._actions import ACTIONS, Action, Form
 from ._sampler import Sampler
-from ._security import COOKIE, Guard
+from ._security import COOKIE, Guard, HostCheck
 
 __all__ = ["create_app"]
 
@@ -259,7 +258,10 @@ class Dashboard:
         if "application/json" in request.headers.get("accept", ""):
             return JSONResponse({"done": said})
         base = request.scope.get("root_path", "")
-        return RedirectResponse(f"{base}/group/{sampler.group}", 303, headers=SECURITY_HEADERS)
+        # Quoted as the pages' links are (Jinja's urlencode): '#', '?' or '%' in a group's
+        # name would otherwise end its path in the Location.
+        where = f"{base}/group/{quote(sampler.group)}"
+        return RedirectResponse(where, 303, headers=SECURITY_HEADERS)
 
     @staticmethod
     async def _run(action: Action, sampler: Sampler, fields: Form) -> str:
@@ -344,7 +346,8 @@ def create_app(
         prefix: The groups' key prefix.
         interval: Seconds between two snapshots of a group (what the pages show live).
         allowed_hosts: Host headers accepted (others get 400): against DNS rebinding
-            when there is no token. None accepts any.
+            when there is no token. Names or addresses, without a port; IPv6 ones with or
+            without brackets (``::1``). None accepts any.
 
     Returns:
         The application.
@@ -379,7 +382,7 @@ def create_app(
     ]
     middleware = []
     if allowed_hosts is not None:
-        middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)))
+        middleware.append(Middleware(HostCheck, allowed_hosts=list(allowed_hosts)))
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
     app.state.dashboard = dashboard
     return app

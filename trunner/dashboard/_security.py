@@ -8,6 +8,9 @@
   ``Referer``) of this very site; a request authenticated by its bearer header, which a
   browser never adds by itself, may omit both.
 - Read-only refuses every action (403).
+- With ``allowed_hosts`` (:class:`HostCheck`), a request whose ``Host`` is not one of them
+  gets 400: against DNS rebinding, where a page of another site reaches a dashboard that
+  has no token through a name of the attacker's that resolves to loopback.
 
 The session is a random id in a cookie signed with a key made at start (a restart logs
 everyone out); the CSRF token is derived from it, so nothing is stored server-side.
@@ -18,11 +21,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from collections.abc import Iterable
 from urllib.parse import urlsplit
 
+from starlette.datastructures import Headers
 from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["COOKIE", "Guard"]
+__all__ = ["COOKIE", "Guard", "HostCheck", "host_name"]
 
 #: The session cookie's name.
 COOKIE = "trunner_dashboard"
@@ -57,14 +64,12 @@ class Guard:
         flag, _, mac = rest.partition(".")
         if not sid or flag not in ("0", "1"):
             return None
-        if not hmac.compare_digest(mac, self._mac(f"{sid}.{flag}")):
+        if not _same(mac, self._mac(f"{sid}.{flag}")):
             return None
         return sid, flag == "1"
 
     def token_matches(self, given: str) -> bool:
-        return self._token is not None and hmac.compare_digest(
-            given.encode("utf-8", "surrogateescape"), self._token.encode()
-        )
+        return self._token is not None and _same(given, self._token)
 
     def bearer(self, request: Request) -> bool:
         """Whether the request shows the token in its Authorization header."""
@@ -94,9 +99,18 @@ class Guard:
         found = self.session(request)
         if found is None or not submitted:
             return "no CSRF token: reload the page and try again"
-        if not hmac.compare_digest(submitted, self.csrf_token(found[0])):
+        if not _same(submitted, self.csrf_token(found[0])):
             return "wrong CSRF token: reload the page and try again"
         return None
+
+
+def _same(given: str, expected: str) -> bool:
+    """Whether ``given`` (from the request) is ``expected``, in constant time. As bytes:
+    ``hmac.compare_digest`` raises TypeError on a str that is not ASCII, and what a
+    request carries (a cookie, a header, a form field) may be anything."""
+    return hmac.compare_digest(
+        given.encode("utf-8", "surrogateescape"), expected.encode("utf-8", "surrogateescape")
+    )
 
 
 def _origin_of(url: str | None) -> str | None:
@@ -109,3 +123,36 @@ def _origin_of(url: str | None) -> str | None:
 def _own_origin(request: Request) -> str:
     host = request.headers.get("host", "")
     return f"{request.url.scheme}://{host}"
+
+
+def host_name(host: str) -> str:
+    """The name or address of a ``Host`` header (or of an allowed host), without its port
+    and, for IPv6, without its brackets; lower case: ``[::1]:8080`` -> ``::1``."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        address, bracket, _ = host[1:].partition("]")
+        return address if bracket else ""
+    if host.count(":") > 1:  # a bare IPv6 address (an allowed host written without [])
+        return host
+    return host.partition(":")[0]
+
+
+class HostCheck:
+    """Answers 400 to a request (HTTP or websocket) whose ``Host`` is not allowed.
+
+    Unlike Starlette's ``TrustedHostMiddleware``, it understands IPv6 hosts
+    (``Host: [::1]:8080``), which that one never matches.
+    """
+
+    def __init__(self, app: ASGIApp, allowed_hosts: Iterable[str]) -> None:
+        self.app = app
+        self.allowed = frozenset(host_name(h) for h in allowed_hosts)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            host = host_name(Headers(scope=scope).get("host", ""))
+            if host not in self.allowed:
+                response = PlainTextResponse("Invalid host header", 400)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

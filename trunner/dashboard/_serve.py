@@ -23,10 +23,11 @@ from trunner import TaskRegistry
 
 from ._app import create_app
 
-__all__ = ["is_loopback", "run_dashboard", "serve_dashboard"]
+__all__ = ["allowed_hosts_for", "is_loopback", "run_dashboard", "serve_dashboard"]
 
-#: Host headers a loopback dashboard without a token answers (against DNS rebinding).
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
+#: Host headers a loopback dashboard without a token answers (against DNS rebinding),
+#: besides the address it is bound to.
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
 def is_loopback(host: str) -> bool:
@@ -37,6 +38,16 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def allowed_hosts_for(host: str, token: str | None) -> tuple[str, ...] | None:
+    """The ``Host`` headers a dashboard bound to ``host`` answers: with a token, any (the
+    token guards it); bound to loopback without one, only loopback names and the bound
+    address (a name of another's that resolves to loopback is DNS rebinding)."""
+    if token is not None or not is_loopback(host):
+        return None
+    bound = host.strip("[]")
+    return LOOPBACK_HOSTS if bound in LOOPBACK_HOSTS else (*LOOPBACK_HOSTS, bound)
 
 
 async def serve_dashboard(
@@ -80,7 +91,6 @@ async def run_dashboard(
             f"refusing to serve on {host}, beyond this machine, without a token: pass "
             "--token or --token-file (or bind 127.0.0.1 and use an SSH tunnel)"
         )
-    local_names = host in LOOPBACK_HOSTS and token is None
     app = create_app(
         redis_url,
         groups,
@@ -89,7 +99,7 @@ async def run_dashboard(
         tasks=tasks,
         prefix=prefix,
         interval=interval,
-        allowed_hosts=LOOPBACK_HOSTS if local_names else None,
+        allowed_hosts=allowed_hosts_for(host, token),
     )
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
 

@@ -7,11 +7,12 @@
 -- ARGV[2]  the cancel channel, which carries the group's notices
 -- ARGV[3]  the pause notice
 -- Returns  {1 if this call paused the group (0 if it was paused already), the mark}
--- What something else wrote there (another type, or not digits) never fails it: it is
--- replaced, as the runners read it as "not paused".
+-- What something else wrote there (another type, or not 1 to 20 decimal digits: see
+-- pausing.decode_mark) never fails it: it is replaced, as the runners read it as "not
+-- paused".
 local ok, held = pcall(redis.call, 'GET', KEYS[1])
 local changed = 0
-if not (ok and held and string.match(held, '^%d+$')) then
+if not (ok and held and #held <= 20 and string.match(held, '^%d+$')) then
   redis.call('SET', KEYS[1], ARGV[1])
   held = ARGV[1]
   changed = 1

@@ -4,10 +4,11 @@
 -- KEYS[1]  the pause mark
 -- ARGV[1]  the cancel channel, which carries the group's notices
 -- ARGV[2]  the resume notice
--- Returns  1 if the group was paused (a mark the runners read as paused), else 0
+-- Returns  1 if the group was paused (a mark the runners read as paused: 1 to 20 decimal
+--          digits, see pausing.decode_mark), else 0
 local ok, held = pcall(redis.call, 'GET', KEYS[1])
 local was = 0
-if ok and held and string.match(held, '^%d+$') then
+if ok and held and #held <= 20 and string.match(held, '^%d+$') then
   was = 1
 end
 redis.call('DEL', KEYS[1])
