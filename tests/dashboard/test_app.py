@@ -178,12 +178,12 @@ def trunner_raw(memory_url: str) -> Any:
 async def test_a_token_is_needed_by_bearer_header_or_by_the_login_form(
     memory_url: str, group: str
 ) -> None:
-    async with open_app(memory_url, [group], token="s3cret-token") as http:
+    async with open_app(memory_url, [group], token="s3cret-token-of-16+") as http:
         assert (await http.get(f"/group/{group}/snapshot")).status_code == 401
         assert (await http.get(f"/group/{group}/events")).status_code == 401
         page = await http.get("/", headers={"accept": "text/html"})
         assert (page.status_code, page.headers["location"]) == (303, "/login")
-        bearer = {"authorization": "Bearer s3cret-token"}
+        bearer = {"authorization": "Bearer s3cret-token-of-16+"}
         assert (await http.get(f"/group/{group}/snapshot", headers=bearer)).status_code == 200
         form = await http.get("/login")
         csrf = csrf_of(form.text)
@@ -191,7 +191,7 @@ async def test_a_token_is_needed_by_bearer_header_or_by_the_login_form(
         assert wrong.status_code == 403
         assert "wrong token" in wrong.text
         assert "s3cret" not in wrong.text
-        logged = await post(http, "/login", {"csrf": csrf, "token": "s3cret-token"})
+        logged = await post(http, "/login", {"csrf": csrf, "token": "s3cret-token-of-16+"})
         assert logged.status_code == 303
         cookie = logged.headers["set-cookie"]
         assert "HttpOnly" in cookie
@@ -251,6 +251,14 @@ async def test_pages_of_a_mounted_dashboard_link_under_its_path(
             assert f'data-events="/ops/group/{group}/events"' in page.text
             assert (await http.get("/ops/static/dashboard.js")).status_code == 200
     await trio.lowlevel.checkpoint()
+
+
+def test_a_short_token_is_refused_at_start(memory_url: str, group: str) -> None:
+    from trunner.dashboard import create_app  # noqa: PLC0415 - the dashboard extra
+
+    with pytest.raises(ValueError, match="at least 16 characters"):
+        create_app(memory_url, [group], token="s3cret")
+    create_app(memory_url, [group], token="x" * 16)
 
 
 def test_the_seeded_message_is_a_message() -> None:
@@ -331,10 +339,10 @@ async def test_a_token_cookie_or_csrf_token_that_is_not_ascii_is_refused_not_a_c
 ) -> None:
     """What a request carries may be any text: compared as bytes (``hmac.compare_digest``
     raises TypeError on a str that is not ASCII), it is refused like any wrong value."""
-    async with open_app(memory_url, [group], token="s3cret") as http:
+    async with open_app(memory_url, [group], token="s3cret-token-of-16+") as http:
         bad_cookie = {b"cookie": "trunner_dashboard=abc.1.\u00e9t\u00e9".encode("latin-1")}
         assert (await http.get(f"/group/{group}/snapshot", headers=bad_cookie)).status_code == 401
-        bearer = {b"authorization": "Bearer s3cr\u00e9t".encode("latin-1")}
+        bearer = {b"authorization": "Bearer s3cr\u00e9t-token-of-16+".encode("latin-1")}
         assert (await http.get(f"/group/{group}/snapshot", headers=bearer)).status_code == 401
         login = await http.get("/login")
         csrf = csrf_of(login.text)
@@ -344,7 +352,7 @@ async def test_a_token_cookie_or_csrf_token_that_is_not_ascii_is_refused_not_a_c
         foreign = await post(http, "/login", {"csrf": "\u00e9" * 40, "token": "s3cret"})
         assert foreign.status_code == 403
         assert "wrong CSRF token" in foreign.text
-        done = await post(http, "/login", {"csrf": csrf, "token": "s3cret"})
+        done = await post(http, "/login", {"csrf": csrf, "token": "s3cret-token-of-16+"})
         assert done.status_code == 303
         csrf = csrf_of((await http.get(f"/group/{group}")).text)
         act = f"/group/{group}/action/pause"

@@ -318,6 +318,11 @@ def _set_cookie(request: Request, response: Response, value: str) -> None:
     )
 
 
+#: The shortest token the dashboard takes: it is the only guard of actions on the groups,
+#: and nothing limits how many a client may try.
+MIN_TOKEN = 16
+
+
 def create_app(
     redis_url: str,
     groups: Sequence[str],
@@ -339,8 +344,9 @@ def create_app(
         redis_url: The groups' Redis (never shown: the page shows it redacted).
         groups: The consumer groups to show.
         read_only: Show no action, and refuse every POST (403).
-        token: Require this token: as ``Authorization: Bearer <token>``, or typed into
-            the login form (which sets an HttpOnly, SameSite=Strict session cookie).
+        token: Require this token (at least :data:`MIN_TOKEN` characters): as
+            ``Authorization: Bearer <token>``, or typed into the login form (which sets an
+            HttpOnly, SameSite=Strict session cookie).
         tasks: The workers' registry: its cron schedules are shown with their
             expressions and next ticks, and can be fired now.
         prefix: The groups' key prefix.
@@ -354,6 +360,12 @@ def create_app(
     """
     if not groups:
         raise ValueError("name at least one group to show")
+    if token is not None and len(token) < MIN_TOKEN:
+        raise ValueError(
+            f"a token of at least {MIN_TOKEN} characters, please (the dashboard acts on "
+            "the groups, and a short one can be guessed): for example "
+            "python -c 'import secrets; print(secrets.token_urlsafe(24))'"
+        )
     if not interval > 0:
         raise ValueError(f"interval must be > 0, got {interval!r}")
     dashboard = Dashboard(
