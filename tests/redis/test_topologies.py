@@ -372,8 +372,31 @@ async def test_sentinel_commands_follow_the_sentinels_to_the_new_master() -> Non
             assert await transport.execute_blocking("BLPOP", "list", "0.01") is None
             reader = transport.open_reader("s")
             assert not await reader.xreadgroup("g", "c", "s", 10, 0.01)
-            old, new = await trio.to_thread.run_sync(lambda: sentinels.failover(coordinated=False))
-            await transport.wait_master(("127.0.0.1", new))
+            subscriber = transport.open_subscriber("news")
+            await subscriber.subscribe()
+            resubscribed, heard = trio.Event(), trio.Event()
+
+            async def listen() -> None:
+                while True:
+                    try:
+                        assert await subscriber.next_message() == b"after"
+                        heard.set()
+                        return
+                    except trunner.BackendError:  # the subscription broke: subscribe again
+                        await subscriber.subscribe()
+                        resubscribed.set()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(listen)
+                failover = lambda: sentinels.failover(coordinated=False)  # noqa: E731
+                old, new = await trio.to_thread.run_sync(failover)
+                await transport.wait_master(("127.0.0.1", new))
+                # A subscription left on the old master would hear nothing published on the
+                # new one until the sentinels demote the old master: it is broken instead.
+                await resubscribed.wait()
+                await transport.execute("PUBLISH", "news", "after")
+                await heard.wait()
+            await subscriber.aclose()
 
             await transport.execute("SET", "k", "after")
             await transport.pipeline([["RPUSH", "list", "x"], ["XADD", "s", "*", "f", "v"]])

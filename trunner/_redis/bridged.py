@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import weakref
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
@@ -179,6 +180,8 @@ class BridgedTransport(DedicatedConnections, Transport):
         self._blocking_idle: dict[str | None, list[Any]] = {}
         self._blocking_all: set[Any] = set()
         self._switches: Any = None  # Sentinel: the subscription to SWITCH_CHANNEL
+        #: Sentinel: the subscriptions open, broken when their node is no longer master.
+        self._subscribers: weakref.WeakSet[_BridgedSubscriber] = weakref.WeakSet()
         self._master_lot = trio.lowlevel.ParkingLot()  # woken when the sentinels answered
         self.command_timeout = command_timeout
         self.connect_timeout = connect_timeout
@@ -224,9 +227,27 @@ class BridgedTransport(DedicatedConnections, Transport):
     async def _learn_master(self) -> None:
         try:
             await self._call(self._pool.get_master_address, "SENTINEL MASTERS")
+            await self._break_deposed_subscriptions()
         except BackendError as exc:  # the next question or announcement tries again
             logger.debug("asking the sentinels for the master failed: %s", exc)
         self._master_lot.unpark_all()
+
+    async def _break_deposed_subscriptions(self) -> None:
+        """Close each subscription open on a node that is no longer the master.
+
+        Nothing published on the new master reaches it until the sentinels make the old
+        one its replica (about ten seconds), and what was published meanwhile is never
+        heard: its owner (the waiters of results, of cancellations, of a pause) hears the
+        break instead, looks again at what it waits for, and subscribes again, to the
+        master."""
+        for subscriber in list(self._subscribers):
+            conn = subscriber._conn
+            if conn is not None and _deposed(self._pool, conn):
+
+                async def close(conn: Any = conn) -> None:
+                    await conn.disconnect(nowait=True)
+
+                await self._call(close, "close subscriber")
 
     async def _follow_announcements(self) -> None:
         backoff = LoopBackoff()
@@ -433,7 +454,10 @@ class BridgedTransport(DedicatedConnections, Transport):
         return _BridgedReader(self, key)
 
     def open_subscriber(self, channel: str) -> Subscriber:
-        return _BridgedSubscriber(self, channel)
+        subscriber = _BridgedSubscriber(self, channel)
+        if self._sentinel is not None:
+            self._subscribers.add(subscriber)
+        return subscriber
 
     async def aclose(self) -> None:
         await self._close_dedicated()
@@ -547,7 +571,11 @@ class _BridgedSubscriber(_Dedicated, Subscriber):
 
     async def _next(self) -> bytes:
         try:
-            if not self._subscribed or self._conn is None or not self._conn.is_connected:
+            if self._subscribed and (self._conn is None or not self._conn.is_connected):
+                # Closed between two messages (a master switch): what was published since
+                # is not heard here, so the owner must learn of the break and look again.
+                raise redis.exceptions.ConnectionError("the subscription was closed")
+            if not self._subscribed:
                 await self._subscribe()
             conn = self._conn
             while True:
