@@ -74,7 +74,9 @@ class AttemptOutcome(enum.Enum):
     """The attempt was cancelled: its task was cancelled
     ([``TaskHandle.cancel``][trunner.TaskHandle.cancel]), or the runner stopped past its
     drain timeout. ``error`` is the ``trio.Cancelled`` (or a group holding it), which goes
-    on whatever the middleware does."""
+    on whatever the middleware does. (Inside a middleware whose own cancel scope cancelled
+    the attempt, the middleware within that scope see ``CANCELLED`` too; the attempt then
+    fails, and the ones outside it see ``FAILED``.)"""
 
 
 class RetryRule(Protocol):
