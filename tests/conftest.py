@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import os
 import subprocess
 import sys
@@ -45,6 +46,14 @@ def _with_deadline(
         try:
             with trio.fail_after(seconds):
                 return await func(*args, **kwargs)
+        except trio.Cancelled as stray:
+            # pytest-trio reports a test that a Cancelled ended as passed. One that no
+            # scope around the test asked for is a stray: fail the test on it.
+            if trio.current_effective_deadline() != -math.inf:
+                raise AssertionError(
+                    "a trio.Cancelled that no scope around the test asked for ended it"
+                ) from stray
+            raise
         except pytest.skip.Exception as skip:
             item.stash[SKIPPED_BECAUSE] = (*_caller(skip), f"Skipped: {skip.msg}")
             raise

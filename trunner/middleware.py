@@ -23,7 +23,9 @@ The rules the runner holds middleware to (see ``docs/middleware.md``):
   (``GiveUp`` gives the task up, any other is retried like a task error);
 * a cancellation (``trio.Cancelled``, alone or in a group) always goes on: swallowing it,
   or raising something else in its place, is reported as a ``MiddlewareError`` and
-  changes nothing;
+  changes nothing — unless the cancellation is a middleware's own (its cancel scope around
+  the ``yield``, nothing around the attempt being cancelled): the attempt then fails, with
+  what that middleware raised, or a ``MiddlewareError`` if its scope swallowed it;
 * an error a middleware raises around an attempt is contained like a task error: the
   attempt fails and follows its task's retry rules; the runner goes on;
 * an error raised by ``on_dispatch`` fails that dispatch with ``MiddlewareError`` (its
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import enum
 import inspect
+import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
@@ -71,7 +74,9 @@ class AttemptOutcome(enum.Enum):
     """The attempt was cancelled: its task was cancelled
     ([``TaskHandle.cancel``][trunner.TaskHandle.cancel]), or the runner stopped past its
     drain timeout. ``error`` is the ``trio.Cancelled`` (or a group holding it), which goes
-    on whatever the middleware does."""
+    on whatever the middleware does. (Inside a middleware whose own cancel scope cancelled
+    the attempt, the middleware within that scope see ``CANCELLED`` too; the attempt then
+    fails, and the ones outside it see ``FAILED``.)"""
 
 
 class RetryRule(Protocol):
@@ -315,6 +320,36 @@ def _name(middleware: Middleware) -> str:
     return type(middleware).__qualname__
 
 
+def _own_cancellation(error: BaseException) -> bool:
+    """Whether ``error`` is a cancellation (alone, or in a group) that no scope around the
+    attempt asked for: a middleware's own cancel scope (``move_on_after``, ``fail_after``
+    around its ``yield``) cancelled the attempt. Nothing outside the attempt would catch
+    it, so it may not go on up."""
+    return (
+        _outcome_of(error) is AttemptOutcome.CANCELLED
+        and trio.current_effective_deadline() != -math.inf
+    )
+
+
+def _unless_orphaned(
+    middleware: Middleware, attempt: AttemptInfo, error: BaseException
+) -> BaseException:
+    """``error``, the attempt's exception after ``middleware`` exited; or, when it is a
+    cancellation no scope around the attempt asked for (a middleware's cancel scope whose
+    ``Cancelled`` got past it or that it swallowed), a :class:`MiddlewareError` in its
+    place: the attempt failed, and follows its task's retry rules."""
+    if not _own_cancellation(error):
+        return error
+    failure = MiddlewareError(
+        f"the attempt of task {attempt.task_name!r} (message {attempt.message_id}) was "
+        f"cancelled inside middleware {_name(middleware)} by a cancel scope of a "
+        "middleware, not by its task's cancellation nor by the runner: the attempt failed"
+    )
+    failure.__cause__ = error
+    attempt._ended(None, failure)
+    return failure
+
+
 class AttemptHooks:
     """The ``around_attempt`` hooks of a list of middleware, run around one attempt.
 
@@ -371,7 +406,13 @@ class AttemptHooks:
             else:
                 swallowed = await manager.__aexit__(type(error), error, error.__traceback__)
         except BaseException as exc:  # noqa: BLE001 - it raised: the attempt's error now
-            if error is not None and exc is not error and _must_pass(error) and not _must_pass(exc):
+            if (
+                error is not None
+                and exc is not error
+                and _must_pass(error)
+                and not _must_pass(exc)
+                and not _own_cancellation(error)
+            ):
                 broken = MiddlewareError(
                     f"middleware {_name(middleware)} raised {exc!r:.200} in place of a "
                     f"cancellation of task {attempt.task_name!r} (message "
@@ -381,7 +422,9 @@ class AttemptHooks:
                 self._report(broken)
                 return error
             attempt._ended(None, exc)
-            return exc
+            return _unless_orphaned(middleware, attempt, exc)
+        if swallowed and error is not None and _own_cancellation(error):
+            return _unless_orphaned(middleware, attempt, error)
         if swallowed and error is not None:
             what = "a cancellation" if _must_pass(error) else f"the exception {error!r:.200}"
             broken = MiddlewareError(

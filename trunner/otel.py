@@ -84,6 +84,15 @@ def _error_type(error: BaseException) -> str:
     return kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}"
 
 
+def _message_of(error: BaseException) -> str:
+    """``str(error)``; a stand-in when the exception's ``__str__`` raises (an observer of
+    the attempt must not replace its error with its own)."""
+    try:
+        return str(error)
+    except Exception:  # noqa: BLE001 - any error of the exception's own __str__
+        return f"<{type(error).__qualname__}: str() failed>"
+
+
 class OpenTelemetryMiddleware(Middleware):
     """Traces each dispatch and each attempt with OpenTelemetry, following its messaging
     semantic conventions; records each attempt's duration.
@@ -220,18 +229,25 @@ class OpenTelemetryMiddleware(Middleware):
         if attempt.group:
             measured[_DESTINATION] = attempt.group
             measured[_CONSUMER_GROUP] = attempt.group
-        span.set_attribute(OUTCOME, outcome.value)
-        if error is not None and outcome is not AttemptOutcome.CANCELLED:
-            kind = _error_type(error)
-            measured[_ERROR_TYPE] = kind
-            span.set_attribute(_ERROR_TYPE, kind)
-            span.set_attribute(WILL_RETRY, attempt.will_retry)
-            span.record_exception(error)
-            span.set_status(Status(StatusCode.ERROR, f"{kind}: {error}"[:300]))
-        elif outcome is AttemptOutcome.CANCELLED:
-            span.add_event("cancelled")
-        span.end()
-        self._duration.record(seconds, measured)
+        try:
+            span.set_attribute(OUTCOME, outcome.value)
+            if error is not None and outcome is not AttemptOutcome.CANCELLED:
+                kind = _error_type(error)
+                measured[_ERROR_TYPE] = kind
+                span.set_attribute(_ERROR_TYPE, kind)
+                span.set_attribute(WILL_RETRY, attempt.will_retry)
+                text = _message_of(error)
+                try:
+                    span.record_exception(error)
+                except Exception:  # noqa: BLE001 - its str() raised: recorded without it
+                    event = {"exception.type": kind, "exception.message": text}
+                    span.add_event("exception", event)
+                span.set_status(Status(StatusCode.ERROR, f"{kind}: {text}"[:300]))
+            elif outcome is AttemptOutcome.CANCELLED:
+                span.add_event("cancelled")
+        finally:  # whatever the error is like, the span ends and the duration counts
+            span.end()
+            self._duration.record(seconds, measured)
 
 
 class _ProcessSpan:

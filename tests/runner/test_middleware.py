@@ -188,6 +188,48 @@ async def test_a_middleware_may_give_a_task_up_by_raising_give_up(url: str, grou
         assert runner.statistics().retried == 0
 
 
+class OwnTimeLimit(trunner.Middleware):
+    """Bounds each attempt with a cancel scope of its own, which swallows its Cancelled."""
+
+    @contextlib.asynccontextmanager
+    async def around_attempt(self, attempt: trunner.AttemptInfo) -> AsyncIterator[None]:
+        with trio.move_on_after(0.05):
+            yield
+
+
+async def test_a_middleware_cancel_scope_fails_the_attempt_it_cancels(url: str, group: str) -> None:
+    # The Cancelled went on up past the middleware as if the task had been cancelled:
+    # no scope caught it, the message was never acknowledged nor retried and stayed
+    # pending (run_until_idle timed out).
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task(keep_result=60)
+    async def hangs(payload: Any) -> None:
+        await trio.sleep_forever()
+
+    journal = Journal("outer", [])
+    cfg = config(group, middleware=[journal, OwnTimeLimit()])
+    async with open_checked_runner(url, cfg, tasks) as runner:
+        with capture_errors(runner) as errors:
+            handle = await runner.dispatch("hangs", None)
+
+            async def dead_lettered() -> bool:
+                return await runner.dead_letter_count() == 1
+
+            await redis_state(dead_lettered)
+            errors.clear()
+        await run_until_idle(runner)
+        stats = runner.statistics()
+        (letter,) = await runner.dead_letters()
+        state = (await handle.status()).state
+    (seen,) = journal.exits
+    assert seen.outcome is AttemptOutcome.FAILED
+    assert isinstance(seen.error, trunner.MiddlewareError)
+    assert (stats.failed, stats.cancelled, stats.dead_lettered) == (1, 0, 1)
+    assert letter.cause.startswith("MiddlewareError: the attempt of task 'hangs'")
+    assert state is TaskState.FAILED
+
+
 async def test_a_swallowed_task_error_stands_and_is_reported(url: str, group: str) -> None:
     journal = Journal("inner", [])
     cfg = config(group, middleware=[Swallower(), journal])

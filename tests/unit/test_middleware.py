@@ -203,8 +203,10 @@ async def test_a_middleware_cannot_swallow_what_the_attempt_raised(failure: Base
     async def body() -> None:
         raise failure
 
-    with pytest.raises(type(failure)) as caught:
-        await hooks.run(trunner.AttemptInfo(message(), "g"), body)
+    with trio.CancelScope() as scope:  # what a Cancelled reaching a middleware comes from
+        scope.cancel()
+        with pytest.raises(type(failure)) as caught:
+            await hooks.run(trunner.AttemptInfo(message(), "g"), body)
     assert caught.value is failure
     (error,) = broken
     assert error.__cause__ is failure
@@ -220,8 +222,10 @@ async def test_a_cancellation_in_a_group_cannot_be_swallowed_either() -> None:
     async def body() -> None:
         raise group
 
-    with pytest.raises(BaseExceptionGroup) as caught:
-        await hooks.run(trunner.AttemptInfo(message(), "g"), body)
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        with pytest.raises(BaseExceptionGroup) as caught:
+            await hooks.run(trunner.AttemptInfo(message(), "g"), body)
     assert caught.value is group
     assert len(broken) == 1
 
@@ -235,11 +239,70 @@ async def test_an_error_raised_in_place_of_a_cancellation_does_not_replace_it() 
     async def body() -> None:
         raise cancelled
 
-    with pytest.raises(trio.Cancelled):
-        await hooks.run(trunner.AttemptInfo(message(), "g"), body)
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        with pytest.raises(trio.Cancelled):
+            await hooks.run(trunner.AttemptInfo(message(), "g"), body)
     (error,) = broken
     assert error.__cause__ is replacement
     assert "in place of a cancellation" in str(error)
+
+
+class TimeLimit(trunner.Middleware):
+    """Bounds each attempt with a cancel scope of its own, and records what it saw."""
+
+    def __init__(self, log: list[Any], *, fail: bool) -> None:
+        self.log = log
+        self.fail = fail
+
+    @contextlib.asynccontextmanager
+    async def around_attempt(self, attempt: trunner.AttemptInfo) -> AsyncIterator[None]:
+        try:
+            if self.fail:
+                with trio.fail_after(1.0):  # raises TooSlowError in place of the Cancelled
+                    yield
+            else:
+                with trio.move_on_after(1.0):  # swallows its own Cancelled
+                    yield
+        finally:
+            self.log.append(("limit", attempt.outcome))
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["move_on_after", "fail_after"])
+async def test_a_middleware_cancel_scope_fails_the_attempt_it_cancels(
+    autojump_clock: trio.abc.Clock, fail: bool
+) -> None:
+    # Nothing around the attempt was cancelled: the Cancelled belongs to the middleware's
+    # own scope. Going on up, it would reach a scope that was never cancelled — in a
+    # runner, the message was never acknowledged nor retried, and stayed pending.
+    tasks = trunner.TaskRegistry()
+    attempts: list[int] = []
+
+    @tasks.task(max_retry=1)
+    async def slow(_: Any) -> None:
+        attempts.append(trunner.current_message().attempt)
+        await trio.sleep_forever()
+
+    log: list[Any] = []
+    chain = [Recorder("outer", log), TimeLimit(log, fail=fail)]
+    raised: BaseException | None = None
+    try:  # not pytest.raises: a stray Cancelled would end this test silently, as passed
+        await tasks.call("slow", None, middleware=chain)
+    except BaseException as exc:  # noqa: BLE001 - what the call raised is the finding
+        raised = exc
+    assert isinstance(raised, trunner.MaxRetryExceeded), repr(raised)
+    assert attempts == [1, 2], "a failure: retried by the task's rules"
+    cause = raised.__cause__
+    if fail:
+        assert isinstance(cause, trio.TooSlowError)
+    else:
+        assert isinstance(cause, trunner.MiddlewareError)
+        assert "cancel scope of a middleware" in str(cause)
+        assert isinstance(cause.__cause__, trio.Cancelled)
+    assert ("limit", trunner.AttemptOutcome.CANCELLED) in log
+    exits = [entry for entry in log if entry[:2] == ("outer", "exit")]
+    assert [entry[2] for entry in exits] == [trunner.AttemptOutcome.FAILED] * 2
+    assert exits[-1][4] is cause
 
 
 async def test_an_error_a_middleware_raises_becomes_the_attempts() -> None:

@@ -16,7 +16,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 import trunner
 from trunner.otel import OpenTelemetryMiddleware
 
-from ..support.otel import tracing
+from ..support.otel import metering, metric_points, tracing
 
 PROPAGATOR = CompositePropagator([TraceContextTextMapPropagator(), W3CBaggagePropagator()])
 
@@ -82,3 +82,39 @@ async def test_the_middleware_never_swallows_what_the_attempt_raised() -> None:
     assert processed.attributes is not None
     assert processed.attributes["messaging.trunner.will_retry"] is False
     assert processed.attributes["error.type"] == "trunner.errors.GiveUp"
+
+
+class Unprintable(Exception):
+    """An exception whose ``__str__`` raises (one unpickled without the attributes its
+    ``__str__`` reads, say)."""
+
+    def __str__(self) -> str:
+        raise AttributeError("no message")
+
+
+async def test_an_error_that_cannot_be_printed_is_recorded_and_stays_the_attempts() -> None:
+    # The middleware's exit raised the AttributeError of str(error): it replaced the
+    # attempt's error (the task was retried for it, its dead letter blamed it) and the
+    # process span was never ended, nor its duration recorded.
+    provider, spans = tracing()
+    meters, reader = metering()
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task(max_retry=0)
+    async def fails(payload: Any) -> None:
+        raise Unprintable
+
+    otel = OpenTelemetryMiddleware(provider, meters)
+    with pytest.raises(trunner.MaxRetryExceeded) as caught:
+        await tasks.call("fails", None, middleware=[otel])
+    assert isinstance(caught.value.__cause__, Unprintable)
+    (_, processed) = spans.ended
+    assert processed.attributes is not None
+    assert processed.attributes["error.type"] == "tests.unit.test_otel.Unprintable"
+    assert processed.status.status_code is StatusCode.ERROR
+    assert processed.status.description == "tests.unit.test_otel.Unprintable: " + (
+        "<Unprintable: str() failed>"
+    )
+    assert [event.name for event in processed.events] == ["exception"]
+    (point,) = metric_points(reader, "messaging.process.duration")
+    assert point.count == 1
