@@ -532,6 +532,16 @@ async def _dead_letter(args: argparse.Namespace, out: Console) -> int:
         return 0
 
 
+#: Control characters (C0, DEL, C1) as escapes: text read from Redis is anybody's, and a
+#: newline or a terminal escape sequence in it would forge lines or drive the terminal.
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
+
+
+def _shown(text: object) -> str:
+    """``text`` as one line of the terminal: its control characters escaped."""
+    return str(text).translate(_CONTROLS)
+
+
 def _print_dead_letters(group: str, letters: list[DeadLetter], total: int, out: Console) -> None:
     """One block per dead letter, readable at any width: ids are never cut (they are
     copied into ``replay``), and errors are sentences."""
@@ -541,18 +551,19 @@ def _print_dead_letters(group: str, letters: list[DeadLetter], total: int, out: 
     shown = f"{len(letters)} of {total}" if total > len(letters) else str(total)
     out.print(f"dead letters of {group}, oldest first ({shown}):", highlight=False, markup=False)
     for d in letters:
+        task = _shown(d.task) if d.task else "(undecodable)"
         lines = [
             "",
-            f"{d.id}  {d.task or '(undecodable)'}  attempt {d.attempt}  {_when(d.failed_at)}",
-            f"  reason:  {d.reason}",
-            f"  error:   {d.error}",
+            f"{_shown(d.id)}  {task}  attempt {d.attempt}  {_when(d.failed_at)}",
+            f"  reason:  {_shown(d.reason)}",
+            f"  error:   {_shown(d.error)}",
         ]
         if d.cause and d.cause != d.error:
-            lines.append(f"  cause:   {d.cause}")
+            lines.append(f"  cause:   {_shown(d.cause)}")
         if d.headers:
-            shown_headers = ", ".join(f"{k}={v}" for k, v in d.headers.items())
+            shown_headers = ", ".join(f"{_shown(k)}={_shown(v)}" for k, v in d.headers.items())
             lines.append(f"  headers: {shown_headers}")
-        lines.append(f"  task id: {d.task_id}  (consumer {d.consumer or '-'})")
+        lines.append(f"  task id: {_shown(d.task_id)}  (consumer {_shown(d.consumer or '-')})")
         out.print("\n".join(lines), highlight=False, soft_wrap=True, markup=False)
     if total > len(letters):
         out.print(f"\n{total - len(letters)} more: pass --count {total}", highlight=False)
