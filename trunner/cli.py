@@ -429,7 +429,7 @@ def _summary(info: GroupInfo) -> Table:
         summary.add_row("set aside", f"{info.quarantined} (trunner quarantine list {info.group})")
     if info.paused_since is not None:
         summary.add_row("paused", f"since {_when(info.paused_since)} UTC (trunner resume)")
-    summary.add_row("leader", info.leader or "-")
+    summary.add_row("leader", _cell(info.leader or "-"))
     if info.capacity:
         summary.add_row(
             "capacity decision",
@@ -439,16 +439,16 @@ def _summary(info: GroupInfo) -> Table:
 
 
 def _print_group(info: GroupInfo, out: Console) -> None:
-    out.print(Text.assemble(("group", "bold"), f" {info.group}"))
+    out.print(Text.assemble(("group", "bold"), f" {_shown(info.group)}"))
     out.print(_summary(info))
     instances = Table(title="instances", title_justify="left")
     for column in ("id", "host", "pid", "capacity", "pending", "last seen", "leader"):
-        instances.add_column(column)
+        instances.add_column(column, no_wrap=column == "id")  # ids are copied: never cut
     for i in info.instances:
         pending = sum(n for c, n in info.pending.items() if c == i.id or c.startswith(i.id + "/"))
         instances.add_row(
-            i.id, i.host, str(i.pid), str(i.capacity), str(pending), _when(i.last_seen),
-            "yes" if i.leader else "",
+            _cell(i.id), _cell(i.host), str(i.pid), str(i.capacity), str(pending),
+            _when(i.last_seen), "yes" if i.leader else "",
         )  # fmt: skip
     out.print(instances)
     if info.running:
@@ -460,8 +460,8 @@ def _print_group(info: GroupInfo, out: Console) -> None:
             if task.progress_message:
                 progress += f" {task.progress_message}"
             running.add_row(
-                task.id, task.task or "?", task.instance or "-", str(task.attempt or "-"),
-                progress, _when(task.started_at or 0.0),
+                _cell(task.id), _cell(task.task or "?"), _cell(task.instance or "-"),
+                str(task.attempt or "-"), _cell(progress), _when(task.started_at or 0.0),
             )  # fmt: skip
         out.print(running)
     if _unknown(info):
@@ -480,7 +480,9 @@ def _print_group(info: GroupInfo, out: Console) -> None:
             table.add_column(column, justify="right" if column != "task" else "left")
         for name, t in stats.tasks.items():
             table.add_row(
-                name, str(t.count), *(f"{v * 1000:.1f}" for v in (t.average, t.p50, t.p95, t.p99))
+                _cell(name),
+                str(t.count),
+                *(f"{v * 1000:.1f}" for v in (t.average, t.p50, t.p95, t.p99)),
             )
         out.print(table)
 
@@ -540,6 +542,12 @@ _CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
 def _shown(text: object) -> str:
     """``text`` as one line of the terminal: its control characters escaped."""
     return str(text).translate(_CONTROLS)
+
+
+def _cell(text: object) -> Text:
+    """A table cell of text read from Redis: plain text (never Rich markup, whatever the
+    console), its control characters escaped."""
+    return Text(_shown(text))
 
 
 def _print_dead_letters(group: str, letters: list[DeadLetter], total: int, out: Console) -> None:
@@ -678,8 +686,9 @@ async def _quarantine(args: argparse.Namespace, out: Console) -> int:
             out.print(f"bad data set aside in {args.group}:", highlight=False)
             for r in records:
                 out.print(
-                    f"\n{r.id}  {_when(r.at)}  {r.source}  {r.item!r}\n"
-                    f"  reason: {r.reason}\n  action: {r.action}\n  by:     {r.instance}",
+                    f"\n{_shown(r.id)}  {_when(r.at)}  {_shown(r.source)}  {_shown(repr(r.item))}\n"
+                    f"  reason: {_shown(r.reason)}\n  action: {_shown(r.action)}\n"
+                    f"  by:     {_shown(r.instance)}",
                     highlight=False,
                     soft_wrap=True,
                     markup=False,

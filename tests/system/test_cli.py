@@ -466,3 +466,21 @@ def test_dead_letters_are_listed_with_control_characters_escaped(
     assert [line for line in out.splitlines() if line.startswith("  task id:")] == [
         "  task id: 0-0  (consumer seeded)"
     ]
+
+
+def test_inspect_shows_what_redis_holds_as_text(
+    redis_server: RedisServer, group: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Text read from Redis reached the terminal as it was: an escape sequence in an
+    instance id drove it. Shown as text, markup-like brackets included."""
+    raw = raw_client(redis_server.url)
+    keys = trunner.Keys("trunner", group)
+    now_ms = int(raw.time()[0]) * 1000
+    raw.zadd(keys.instances, {"ghost[/x]\x1b[2J": now_ms})
+    raw.hset(keys.instances_info, "ghost[/x]\x1b[2J", '{"host": "[b]h[/no]", "pid": 1}')
+    raw.close()
+    assert main(["inspect", group, "--redis", redis_server.url]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b[2J" not in out
+    assert "ghost[/x]\\x1b[2J" in out
+    assert "[b]h[/no]" in out
