@@ -19,7 +19,7 @@ import trio
 
 from ._context import Given, NoRunnerInEagerCall, _current_message, _eager_call
 from .codec import TypeCodec
-from .errors import GiveUp, InvalidPayload, MaxRetryExceeded, MiddlewareError, TaskTimeout
+from .errors import InvalidPayload, MaxRetryExceeded, MiddlewareError, TaskTimeout, gives_up
 from .message import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     NO_SIZE_LIMIT,
@@ -122,10 +122,7 @@ async def run_eagerly(
             raise broken[0]
         if failure is None:
             return result
-        gives_up = isinstance(failure, GiveUp) or (
-            task.give_up_on and isinstance(failure, task.give_up_on)
-        )
-        if gives_up or message.attempt >= task.max_attempts:
+        if gives_up(failure, task.give_up_on) or message.attempt >= task.max_attempts:
             raise MaxRetryExceeded(task.name, message.attempt) from failure
         delay = task.retry_delay(message.attempt)
         if sleep_backoff:

@@ -429,7 +429,7 @@ def _summary(info: GroupInfo) -> Table:
         summary.add_row("set aside", f"{info.quarantined} (trunner quarantine list {info.group})")
     if info.paused_since is not None:
         summary.add_row("paused", f"since {_when(info.paused_since)} UTC (trunner resume)")
-    summary.add_row("leader", info.leader or "-")
+    summary.add_row("leader", _cell(info.leader or "-"))
     if info.capacity:
         summary.add_row(
             "capacity decision",
@@ -439,16 +439,16 @@ def _summary(info: GroupInfo) -> Table:
 
 
 def _print_group(info: GroupInfo, out: Console) -> None:
-    out.print(Text.assemble(("group", "bold"), f" {info.group}"))
+    out.print(Text.assemble(("group", "bold"), f" {_shown(info.group)}"))
     out.print(_summary(info))
     instances = Table(title="instances", title_justify="left")
     for column in ("id", "host", "pid", "capacity", "pending", "last seen", "leader"):
-        instances.add_column(column)
+        instances.add_column(column, no_wrap=column == "id")  # ids are copied: never cut
     for i in info.instances:
         pending = sum(n for c, n in info.pending.items() if c == i.id or c.startswith(i.id + "/"))
         instances.add_row(
-            i.id, i.host, str(i.pid), str(i.capacity), str(pending), _when(i.last_seen),
-            "yes" if i.leader else "",
+            _cell(i.id), _cell(i.host), str(i.pid), str(i.capacity), str(pending),
+            _when(i.last_seen), "yes" if i.leader else "",
         )  # fmt: skip
     out.print(instances)
     if info.running:
@@ -460,8 +460,8 @@ def _print_group(info: GroupInfo, out: Console) -> None:
             if task.progress_message:
                 progress += f" {task.progress_message}"
             running.add_row(
-                task.id, task.task or "?", task.instance or "-", str(task.attempt or "-"),
-                progress, _when(task.started_at or 0.0),
+                _cell(task.id), _cell(task.task or "?"), _cell(task.instance or "-"),
+                str(task.attempt or "-"), _cell(progress), _when(task.started_at or 0.0),
             )  # fmt: skip
         out.print(running)
     if _unknown(info):
@@ -480,7 +480,9 @@ def _print_group(info: GroupInfo, out: Console) -> None:
             table.add_column(column, justify="right" if column != "task" else "left")
         for name, t in stats.tasks.items():
             table.add_row(
-                name, str(t.count), *(f"{v * 1000:.1f}" for v in (t.average, t.p50, t.p95, t.p99))
+                _cell(name),
+                str(t.count),
+                *(f"{v * 1000:.1f}" for v in (t.average, t.p50, t.p95, t.p99)),
             )
         out.print(table)
 
@@ -532,6 +534,22 @@ async def _dead_letter(args: argparse.Namespace, out: Console) -> int:
         return 0
 
 
+#: Control characters (C0, DEL, C1) as escapes: text read from Redis is anybody's, and a
+#: newline or a terminal escape sequence in it would forge lines or drive the terminal.
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
+
+
+def _shown(text: object) -> str:
+    """``text`` as one line of the terminal: its control characters escaped."""
+    return str(text).translate(_CONTROLS)
+
+
+def _cell(text: object) -> Text:
+    """A table cell of text read from Redis: plain text (never Rich markup, whatever the
+    console), its control characters escaped."""
+    return Text(_shown(text))
+
+
 def _print_dead_letters(group: str, letters: list[DeadLetter], total: int, out: Console) -> None:
     """One block per dead letter, readable at any width: ids are never cut (they are
     copied into ``replay``), and errors are sentences."""
@@ -541,18 +559,19 @@ def _print_dead_letters(group: str, letters: list[DeadLetter], total: int, out: 
     shown = f"{len(letters)} of {total}" if total > len(letters) else str(total)
     out.print(f"dead letters of {group}, oldest first ({shown}):", highlight=False, markup=False)
     for d in letters:
+        task = _shown(d.task) if d.task else "(undecodable)"
         lines = [
             "",
-            f"{d.id}  {d.task or '(undecodable)'}  attempt {d.attempt}  {_when(d.failed_at)}",
-            f"  reason:  {d.reason}",
-            f"  error:   {d.error}",
+            f"{_shown(d.id)}  {task}  attempt {d.attempt}  {_when(d.failed_at)}",
+            f"  reason:  {_shown(d.reason)}",
+            f"  error:   {_shown(d.error)}",
         ]
         if d.cause and d.cause != d.error:
-            lines.append(f"  cause:   {d.cause}")
+            lines.append(f"  cause:   {_shown(d.cause)}")
         if d.headers:
-            shown_headers = ", ".join(f"{k}={v}" for k, v in d.headers.items())
+            shown_headers = ", ".join(f"{_shown(k)}={_shown(v)}" for k, v in d.headers.items())
             lines.append(f"  headers: {shown_headers}")
-        lines.append(f"  task id: {d.task_id}  (consumer {d.consumer or '-'})")
+        lines.append(f"  task id: {_shown(d.task_id)}  (consumer {_shown(d.consumer or '-')})")
         out.print("\n".join(lines), highlight=False, soft_wrap=True, markup=False)
     if total > len(letters):
         out.print(f"\n{total - len(letters)} more: pass --count {total}", highlight=False)
@@ -667,8 +686,9 @@ async def _quarantine(args: argparse.Namespace, out: Console) -> int:
             out.print(f"bad data set aside in {args.group}:", highlight=False)
             for r in records:
                 out.print(
-                    f"\n{r.id}  {_when(r.at)}  {r.source}  {r.item!r}\n"
-                    f"  reason: {r.reason}\n  action: {r.action}\n  by:     {r.instance}",
+                    f"\n{_shown(r.id)}  {_when(r.at)}  {_shown(r.source)}  {_shown(repr(r.item))}\n"
+                    f"  reason: {_shown(r.reason)}\n  action: {_shown(r.action)}\n"
+                    f"  by:     {_shown(r.instance)}",
                     highlight=False,
                     soft_wrap=True,
                     markup=False,

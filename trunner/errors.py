@@ -239,6 +239,18 @@ class GiveUp(TrunnerError):
     """
 
 
+def gives_up(failure: BaseException, give_up_on: tuple[type[BaseException], ...] = ()) -> bool:
+    """Whether an attempt that raised ``failure`` gives its task up (no retry): a
+    [``GiveUp``][trunner.GiveUp], or an exception of a ``give_up_on`` type — also inside an
+    exception group (what a nursery in the task raises): a group gives up when it holds a
+    ``GiveUp``, or when every exception in it is of a ``give_up_on`` type."""
+    if isinstance(failure, BaseExceptionGroup):
+        if failure.subgroup(GiveUp) is not None:
+            return True
+        return bool(give_up_on) and failure.split(give_up_on)[1] is None
+    return isinstance(failure, GiveUp) or (bool(give_up_on) and isinstance(failure, give_up_on))
+
+
 class InvalidResult(GiveUp):
     """A task that keeps its result returned a value that has no JSON form (an object of
     a type the codec does not know): given up at once, as its result cannot be kept."""

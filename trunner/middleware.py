@@ -47,7 +47,7 @@ from typing import Any, Protocol
 import trio
 
 from ._context import MessageSource
-from .errors import GiveUp, MiddlewareError, TaskTimeout
+from .errors import MiddlewareError, TaskTimeout, gives_up
 from .message import TaskMessage
 
 __all__ = [
@@ -173,7 +173,7 @@ class AttemptInfo:
         error, rule = self._error, self._rule
         if error is None or rule is None or self._outcome is AttemptOutcome.CANCELLED:
             return False
-        if isinstance(error, GiveUp) or (rule.give_up_on and isinstance(error, rule.give_up_on)):
+        if gives_up(error, rule.give_up_on):
             return False
         return self.attempt < rule.max_attempts
 

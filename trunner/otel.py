@@ -176,6 +176,9 @@ class OpenTelemetryMiddleware(Middleware):
         )
         try:
             if links is None:
+                # A tracestate belongs to the traceparent beside it: one left from an
+                # invalid traceparent would be read with this span's (W3C: discard it).
+                dispatch.headers.pop("tracestate", None)
                 propagator.inject(dispatch.headers, trace.set_span_in_context(span))
         finally:
             span.end()

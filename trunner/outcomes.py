@@ -34,11 +34,11 @@ from .cancellation import MARK_LIFETIME
 from .config import RunnerConfig
 from .errors import (
     BackendError,
-    GiveUp,
     InvalidPayload,
     MaxRetryExceeded,
     TaskFailed,
     TaskNotFound,
+    gives_up,
 )
 from .holdings import Holdings, Job
 from .message import NO_SIZE_LIMIT, reencode_for_retry
@@ -160,9 +160,7 @@ class Outcomes:
         self._counters.failed += 1
         self._counters.task(task.name).failed += 1
         self._errors.capture(TaskFailed(task.name, job.message_id, attempt, failure))
-        if isinstance(failure, GiveUp) or (
-            task.give_up_on and isinstance(failure, task.give_up_on)
-        ):
+        if gives_up(failure, task.give_up_on):
             await self._give_up(job, failure, "given up by the task (no retry)", task, ran=True)
         elif attempt < task.max_attempts:
             await self._retry(job, task, failure)

@@ -207,7 +207,9 @@ class Task:
         default=(), converter=_exception_types, validator=_check_exception_types, kw_only=True
     )
     """Exception types that give the task up at once, without a retry (dead-lettered with
-    the error); [``GiveUp``][trunner.GiveUp] always does."""
+    the error); [``GiveUp``][trunner.GiveUp] always does. An exception group (what a
+    nursery in the task raises) gives up when it holds a ``GiveUp``, or only exceptions
+    of these types."""
     payload_codec: TypeCodec = attrs.field(init=False, eq=False, repr=False)
     """How the payload is decoded and checked, from the action's first parameter's
     annotation (see [Typed tasks](task-handles.md#typed-tasks))."""

@@ -380,3 +380,48 @@ async def test_the_dead_letter_of_a_misspelt_task_name_says_which_was_meant(
     [dead] = dead_entries(raw, keys)
     assert dead["reason"] == "unknown task"
     assert "did you mean 'resize'?" in dead["error"]
+
+
+@pytest.mark.parametrize(
+    ("raised", "retried"),
+    [
+        ("give-up", False),  # a GiveUp among others: the task said so
+        ("all-listed", False),  # every error of a give_up_on type
+        ("one-listed", True),  # one of them could go away on a retry
+    ],
+)
+async def test_giving_up_from_inside_a_nursery(
+    url: str, group: str, raised: str, retried: bool
+) -> None:
+    """A nursery in the task wraps what its children raise in an exception group: a
+    GiveUp inside one was retried like any failure."""
+    tasks = trunner.TaskRegistry()
+    attempts: list[int] = []
+
+    async def fail(error: BaseException) -> None:  # raises at its first step, so that
+        raise error  # every child's error is in the group, none is cancelled first
+
+    @tasks.task(max_retry=1, give_up_on=(KeyError,), retry_backoff=lambda _: 0.0)
+    async def fan_out(_: Any) -> None:
+        attempts.append(trunner.current_message().attempt)
+        table: dict[str, list[BaseException]] = {
+            "give-up": [trunner.GiveUp("the file is gone"), ValueError("and this")],
+            "all-listed": [KeyError("a"), KeyError("b")],
+            "one-listed": [KeyError("a"), ConnectionError("b")],
+        }
+        errors = table[raised]
+        async with trio.open_nursery() as nursery:
+            for error in errors:
+                nursery.start_soon(fail, error)
+
+    async with open_checked_runner(url, config(group), tasks) as runner:
+        await runner.dispatch(fan_out, None)
+
+        async def dead_lettered() -> bool:
+            return await runner.dead_letter_count() == 1
+
+        await redis_state(dead_lettered)
+        [letter] = await runner.dead_letters()
+    assert attempts == ([1, 2] if retried else [1])
+    expected = "max retries exceeded" if retried else "given up by the task (no retry)"
+    assert letter.reason == expected

@@ -443,3 +443,44 @@ async def test_dispatch_sends_headers_and_dead_letters_show_them(
     assert bad.returncode == 1
     assert "--header takes NAME=VALUE" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_dead_letters_are_listed_with_control_characters_escaped(
+    redis_server: RedisServer, group: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What a dead letter holds is anybody's text: a newline forged a line of the listing,
+    an escape sequence drove the terminal."""
+    raw = raw_client(redis_server.url)
+    keys = trunner.Keys("trunner", group)
+    forged = "boom\n  task id: 0-0  (consumer admin)\x1b[2J"
+    seed_dead(raw, keys, 1, task="job\rx", error=forged, reason="r\x85")
+    raw.close()
+    assert main(["dead-letter", "list", group, "--redis", redis_server.url]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out
+    assert "\r" not in out
+    assert "\x85" not in out
+    assert "error:   boom\\x0a  task id: 0-0  (consumer admin)\\x1b[2J" in out
+    assert "job\\x0dx" in out
+    assert out.count("task id:") == 2, "one real, one shown escaped inside the error"
+    assert [line for line in out.splitlines() if line.startswith("  task id:")] == [
+        "  task id: 0-0  (consumer seeded)"
+    ]
+
+
+def test_inspect_shows_what_redis_holds_as_text(
+    redis_server: RedisServer, group: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Text read from Redis reached the terminal as it was: an escape sequence in an
+    instance id drove it. Shown as text, markup-like brackets included."""
+    raw = raw_client(redis_server.url)
+    keys = trunner.Keys("trunner", group)
+    now_ms = int(raw.time()[0]) * 1000
+    raw.zadd(keys.instances, {"ghost[/x]\x1b[2J": now_ms})
+    raw.hset(keys.instances_info, "ghost[/x]\x1b[2J", '{"host": "[b]h[/no]", "pid": 1}')
+    raw.close()
+    assert main(["inspect", group, "--redis", redis_server.url]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b[2J" not in out
+    assert "ghost[/x]\\x1b[2J" in out
+    assert "[b]h[/no]" in out

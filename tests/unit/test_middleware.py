@@ -420,3 +420,16 @@ def test_middleware_is_a_list_of_middleware() -> None:
         trunner.RunnerConfig(consumer_group="g", middleware=[contextlib.nullcontext])  # type: ignore[list-item]
     with pytest.raises(TypeError, match="must be a list"):
         trunner.RunnerConfig(consumer_group="g", middleware="a")  # type: ignore[arg-type]
+
+
+def test_a_give_up_inside_an_exception_group_gives_up() -> None:
+    from trunner.errors import gives_up  # noqa: PLC0415 - the rule under test
+
+    group = ExceptionGroup("nursery", [trunner.GiveUp("no"), ValueError("x")])
+    assert gives_up(group)
+    assert gives_up(ExceptionGroup("n", [KeyError("a"), KeyError("b")]), (KeyError,))
+    assert not gives_up(ExceptionGroup("n", [KeyError("a"), OSError("b")]), (KeyError,))
+    assert not gives_up(ExceptionGroup("n", [ValueError("x")]))
+    assert gives_up(trunner.GiveUp("no"))
+    assert gives_up(KeyError("a"), (KeyError,))
+    assert not gives_up(ValueError("x"), (KeyError,))

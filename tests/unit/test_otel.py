@@ -118,3 +118,22 @@ async def test_an_error_that_cannot_be_printed_is_recorded_and_stays_the_attempt
     assert [event.name for event in processed.events] == ["exception"]
     (point,) = metric_points(reader, "messaging.process.duration")
     assert point.count == 1
+
+
+async def test_a_tracestate_beside_an_invalid_traceparent_is_dropped() -> None:
+    provider, spans = tracing()
+    otel = OpenTelemetryMiddleware(provider, propagator=PROPAGATOR)
+    tasks = trunner.TaskRegistry()
+    seen: list[dict[str, str]] = []
+
+    @tasks.task
+    async def record(payload: Any) -> None:
+        seen.append(dict(trunner.current_message().headers))
+
+    stale = {"traceparent": "00-not-a-trace-context", "tracestate": "vendor=stale"}
+    await tasks.call("record", None, middleware=[otel], headers=stale)
+    [headers] = seen
+    dispatched = spans.ended[0]
+    assert dispatched.context is not None
+    assert headers["traceparent"].startswith(f"00-{dispatched.context.trace_id:032x}-")
+    assert "tracestate" not in headers
