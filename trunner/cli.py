@@ -113,7 +113,10 @@ def _dashboard_command(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     dash.add_argument("redis_url", metavar="REDIS_URL")
     dash.add_argument(
-        "--group", action="append", dest="groups", help="a group to show (repeat; default: all)"
+        "--group",
+        action="append",
+        dest="groups",
+        help="a group to show (repeat for several; at least one)",
     )
     dash.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     dash.add_argument("--port", type=int, default=8080, help="port (default 8080; 0: any)")
