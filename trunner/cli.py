@@ -61,11 +61,16 @@ def _level(value: str) -> str:
 
 
 def _redis_option(parser: argparse.ArgumentParser, default: str | None) -> None:
+    """``--redis``; and, for a command on a group (``default`` given), ``--prefix``."""
     parser.add_argument(
         "--redis",
         default=os.environ.get("REDIS_URL", default),
         help="Redis URL (default: $REDIS_URL" + (f", else {default})" if default else ")"),
     )
+    if default is not None:
+        parser.add_argument(
+            "--prefix", default="trunner", help="the group's key prefix (default: trunner)"
+        )
 
 
 def _task_commands(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -313,7 +318,9 @@ async def _dispatch(args: argparse.Namespace, out: Console) -> int:
             raise ValueError(f"--header takes NAME=VALUE, got {given!r}")
         headers[name] = value
     tasks = load_settings(args.tasks).tasks if args.tasks else None
-    async with open_client(_shared_redis(args), args.group, tasks=tasks) as client:
+    async with open_client(
+        _shared_redis(args), args.group, prefix=args.prefix, tasks=tasks
+    ) as client:
         keep = args.keep_result
         if args.delay is not None:
             task_id = await client.dispatch_delayed(
@@ -326,7 +333,7 @@ async def _dispatch(args: argparse.Namespace, out: Console) -> int:
 
 
 async def _status(args: argparse.Namespace, out: Console) -> int:
-    async with open_client(_shared_redis(args), args.group) as client:
+    async with open_client(_shared_redis(args), args.group, prefix=args.prefix) as client:
         status = await client.handle(args.task_id).status()
     if args.json:
         print(json.dumps(as_dict(status)))
@@ -352,7 +359,7 @@ async def _status(args: argparse.Namespace, out: Console) -> int:
 
 
 async def _result(args: argparse.Namespace, out: Console) -> int:
-    async with open_client(_shared_redis(args), args.group) as client:
+    async with open_client(_shared_redis(args), args.group, prefix=args.prefix) as client:
         try:
             value = await client.handle(args.task_id).result(timeout=args.timeout)
         except trio.TooSlowError:
@@ -369,7 +376,7 @@ async def _result(args: argparse.Namespace, out: Console) -> int:
 
 
 async def _cancel(args: argparse.Namespace, out: Console) -> int:
-    async with open_client(_shared_redis(args), args.group) as client:
+    async with open_client(_shared_redis(args), args.group, prefix=args.prefix) as client:
         outcome = await client.handle(args.task_id).cancel(wait=args.wait)
     said = {
         CancelOutcome.REMOVED: "removed: it will never start",
@@ -384,7 +391,7 @@ async def _cancel(args: argparse.Namespace, out: Console) -> int:
 
 
 async def _pause(args: argparse.Namespace, out: Console) -> int:
-    async with open_client(_shared_redis(args), args.group) as client:
+    async with open_client(_shared_redis(args), args.group, prefix=args.prefix) as client:
         if args.command == "pause":
             changed = await client.pause()
             info = await client.inspect()
@@ -491,7 +498,7 @@ def _print_group(info: GroupInfo, out: Console) -> None:
 
 
 async def _inspect(args: argparse.Namespace, out: Console) -> int:
-    async with open_client(_shared_redis(args), args.group) as client:
+    async with open_client(_shared_redis(args), args.group, prefix=args.prefix) as client:
         info = await client.inspect()
     if args.json:
         print(json.dumps(as_dict(info), default=str))
@@ -510,7 +517,7 @@ def _ask(question: str) -> str | None:
 
 
 async def _dead_letter(args: argparse.Namespace, out: Console) -> int:
-    async with open_client(_shared_redis(args), args.group) as client:
+    async with open_client(_shared_redis(args), args.group, prefix=args.prefix) as client:
         if args.action == "list":
             letters = await client.dead_letters(args.count)
             if args.json:
@@ -622,7 +629,9 @@ async def _replay(client: Client, args: argparse.Namespace, out: Console) -> int
 
 async def _cron(args: argparse.Namespace, out: Console) -> int:
     tasks = load_settings(args.tasks).tasks if args.tasks else None
-    async with open_client(_shared_redis(args), args.group, tasks=tasks) as client:
+    async with open_client(
+        _shared_redis(args), args.group, prefix=args.prefix, tasks=tasks
+    ) as client:
         if args.action == "fire":
             if not args.name:
                 out.print("fire which schedule? trunner cron fire GROUP NAME --tasks M:A")
@@ -676,7 +685,7 @@ async def _dashboard(args: argparse.Namespace) -> int:
 
 
 async def _quarantine(args: argparse.Namespace, out: Console) -> int:
-    async with open_client(_shared_redis(args), args.group) as client:
+    async with open_client(_shared_redis(args), args.group, prefix=args.prefix) as client:
         if args.action == "list":
             records = await client.quarantined(args.count)
             if args.json:

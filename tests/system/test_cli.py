@@ -484,3 +484,20 @@ def test_inspect_shows_what_redis_holds_as_text(
     assert "\x1b[2J" not in out
     assert "ghost[/x]\\x1b[2J" in out
     assert "[b]h[/no]" in out
+
+
+async def test_group_commands_take_the_key_prefix(redis_server: RedisServer, group: str) -> None:
+    """A group under another prefix than trunner's default could not be reached."""
+    url = ["--redis", redis_server.url, "--prefix", "other"]
+    config = trunner.RunnerConfig(consumer_group=group, prefix="other", block_duration=1.0)
+    async with open_checked_runner(redis_server.url, config, trunner.TaskRegistry()) as runner:
+        paused = cli("pause", group, *url)
+        assert paused.returncode == 0, paused.stderr
+        assert "nothing is known" not in paused.stdout
+        await runner.wait_paused()
+        assert json.loads(cli("inspect", group, "--json", *url).stdout)["paused_since"] > 0
+        assert cli("resume", group, *url).returncode == 0
+        await runner.wait_resumed()
+        listed = cli("dead-letter", "list", group, *url)
+        assert listed.returncode == 0
+        assert f"no dead letters in group {group}" in listed.stdout
