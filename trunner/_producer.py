@@ -45,7 +45,7 @@ from .message import (
     encode_message,
 )
 from .middleware import DispatchHooks, DispatchInfo, Middleware
-from .pausing import PAUSE_NOTICE, RESUME_NOTICE
+from .pausing import notices_for
 from .quarantine import QuarantineRecord
 from .status import CancelOutcome
 from .task import TASK_ATTRIBUTE, Expiry, Task, TaskRegistry, checked_task_name, dispatch_options
@@ -764,7 +764,8 @@ class Producer:
             ``True`` if this call paused the group, ``False`` if it was paused already
             (then nothing changes, and the runners are told again).
         """
-        changed, _ = await self._open_broker().pause(wall_ms(), PAUSE_NOTICE)
+        broker = self._open_broker()
+        changed, _ = await broker.pause(wall_ms(), notices_for(broker.keys)[0])
         return changed
 
     async def resume(self) -> bool:
@@ -774,7 +775,8 @@ class Producer:
             ``True`` if the group was paused, ``False`` if it was not (then nothing
             changes).
         """
-        return await self._open_broker().resume(RESUME_NOTICE)
+        broker = self._open_broker()
+        return await broker.resume(notices_for(broker.keys)[1])
 
     async def dead_letters(self, count: int = 100, start: str = "-") -> list[DeadLetter]:
         """Read the dead-letter stream, oldest first.

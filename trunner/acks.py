@@ -62,13 +62,26 @@ class AckBuffer:
         self._stopping = False
         self.stopped = trio.Event()
 
-    def add(self, job: Job, record: Record | None = None, *, cancelled: bool = False) -> None:
+    def add(
+        self,
+        job: Job,
+        record: Record | None = None,
+        *,
+        cancelled: bool = False,
+        bare: bool = False,
+    ) -> None:
         """Acknowledge ``job``'s message soon (and release its unique lock, if any); write
         ``record``, its outcome, with the acknowledgement; forget its cancel mark when it
-        was ``cancelled``."""
+        was ``cancelled``. ``bare``: acknowledge it and nothing else (another group's
+        message)."""
         message_id = job.message_id
         self._ids.append(message_id)
         self._finished[message_id] = job
+        if bare:
+            self._nonempty.set()
+            if len(self._ids) >= self._batch:
+                self._full.set()
+            return
         fields = job.fields
         if fields[7] is not None:  # a unique task's token: its lock goes with the ack
             lock = job.lock(self._keys)

@@ -24,10 +24,10 @@ from .handles import status_of
 from .keys import UniqueLock
 from .message import (
     DEFAULT_UNIQUE_FOR,
-    MESSAGE_GROWTH,
     NO_SIZE_LIMIT,
     MessageDecodeError,
     decode_message,
+    message_growth,
     reencode_for_retry,
     stored_headers,
     stored_unique_for,
@@ -287,7 +287,9 @@ async def replay_dead(
             continue
         again = attrs.evolve(message, enqueued_at=time.time())
         # As a retry, a replay may grow the message a little: runners allow for it.
-        data = reencode_for_retry(again, 1, max_bytes + MESSAGE_GROWTH)
+        data = reencode_for_retry(
+            again, 1, max_bytes + message_growth(broker.keys.group), broker.keys.group
+        )
         lock = None
         if message.unique_key is not None and message.unique_token is not None:
             seconds = (

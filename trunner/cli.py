@@ -71,6 +71,12 @@ def _redis_option(parser: argparse.ArgumentParser, default: str | None) -> None:
         parser.add_argument(
             "--prefix", default="trunner", help="the group's key prefix (default: trunner)"
         )
+        parser.add_argument(
+            "--queue",
+            default=None,
+            help="the queue the group reads, when it is not the group's own (see "
+            "RunnerConfig.queue)",
+        )
 
 
 def _task_commands(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -319,7 +325,11 @@ async def _dispatch(args: argparse.Namespace, out: Console) -> int:
         headers[name] = value
     tasks = load_settings(args.tasks).tasks if args.tasks else None
     async with open_client(
-        _shared_redis(args), args.group, prefix=args.prefix, tasks=tasks
+        _shared_redis(args),
+        args.queue or args.group,
+        group=args.group,
+        prefix=args.prefix,
+        tasks=tasks,
     ) as client:
         keep = args.keep_result
         if args.delay is not None:
@@ -333,7 +343,9 @@ async def _dispatch(args: argparse.Namespace, out: Console) -> int:
 
 
 async def _status(args: argparse.Namespace, out: Console) -> int:
-    async with open_client(_shared_redis(args), args.group, prefix=args.prefix) as client:
+    async with open_client(
+        _shared_redis(args), args.queue or args.group, group=args.group, prefix=args.prefix
+    ) as client:
         status = await client.handle(args.task_id).status()
     if args.json:
         print(json.dumps(as_dict(status)))
@@ -359,7 +371,9 @@ async def _status(args: argparse.Namespace, out: Console) -> int:
 
 
 async def _result(args: argparse.Namespace, out: Console) -> int:
-    async with open_client(_shared_redis(args), args.group, prefix=args.prefix) as client:
+    async with open_client(
+        _shared_redis(args), args.queue or args.group, group=args.group, prefix=args.prefix
+    ) as client:
         try:
             value = await client.handle(args.task_id).result(timeout=args.timeout)
         except trio.TooSlowError:
@@ -376,7 +390,9 @@ async def _result(args: argparse.Namespace, out: Console) -> int:
 
 
 async def _cancel(args: argparse.Namespace, out: Console) -> int:
-    async with open_client(_shared_redis(args), args.group, prefix=args.prefix) as client:
+    async with open_client(
+        _shared_redis(args), args.queue or args.group, group=args.group, prefix=args.prefix
+    ) as client:
         outcome = await client.handle(args.task_id).cancel(wait=args.wait)
     said = {
         CancelOutcome.REMOVED: "removed: it will never start",
@@ -391,7 +407,9 @@ async def _cancel(args: argparse.Namespace, out: Console) -> int:
 
 
 async def _pause(args: argparse.Namespace, out: Console) -> int:
-    async with open_client(_shared_redis(args), args.group, prefix=args.prefix) as client:
+    async with open_client(
+        _shared_redis(args), args.queue or args.group, group=args.group, prefix=args.prefix
+    ) as client:
         if args.command == "pause":
             changed = await client.pause()
             info = await client.inspect()
@@ -498,7 +516,9 @@ def _print_group(info: GroupInfo, out: Console) -> None:
 
 
 async def _inspect(args: argparse.Namespace, out: Console) -> int:
-    async with open_client(_shared_redis(args), args.group, prefix=args.prefix) as client:
+    async with open_client(
+        _shared_redis(args), args.queue or args.group, group=args.group, prefix=args.prefix
+    ) as client:
         info = await client.inspect()
     if args.json:
         print(json.dumps(as_dict(info), default=str))
@@ -517,7 +537,9 @@ def _ask(question: str) -> str | None:
 
 
 async def _dead_letter(args: argparse.Namespace, out: Console) -> int:
-    async with open_client(_shared_redis(args), args.group, prefix=args.prefix) as client:
+    async with open_client(
+        _shared_redis(args), args.queue or args.group, group=args.group, prefix=args.prefix
+    ) as client:
         if args.action == "list":
             letters = await client.dead_letters(args.count)
             if args.json:
@@ -630,7 +652,11 @@ async def _replay(client: Client, args: argparse.Namespace, out: Console) -> int
 async def _cron(args: argparse.Namespace, out: Console) -> int:
     tasks = load_settings(args.tasks).tasks if args.tasks else None
     async with open_client(
-        _shared_redis(args), args.group, prefix=args.prefix, tasks=tasks
+        _shared_redis(args),
+        args.queue or args.group,
+        group=args.group,
+        prefix=args.prefix,
+        tasks=tasks,
     ) as client:
         if args.action == "fire":
             if not args.name:
@@ -685,7 +711,9 @@ async def _dashboard(args: argparse.Namespace) -> int:
 
 
 async def _quarantine(args: argparse.Namespace, out: Console) -> int:
-    async with open_client(_shared_redis(args), args.group, prefix=args.prefix) as client:
+    async with open_client(
+        _shared_redis(args), args.queue or args.group, group=args.group, prefix=args.prefix
+    ) as client:
         if args.action == "list":
             records = await client.quarantined(args.count)
             if args.json:

@@ -86,8 +86,9 @@ class _Services:
 @asynccontextmanager
 async def open_client(
     redis: str,
-    consumer_group: str,
+    queue: str,
     *,
+    group: str | None = None,
     prefix: str = "trunner",
     tasks: TaskRegistry | None = None,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
@@ -97,7 +98,7 @@ async def open_client(
     instance_ttl: float = 15.0,
     middleware: Iterable[Middleware] = (),
 ) -> AsyncIterator[Client]:
-    """Open a producer-only client of ``consumer_group``, for the duration of the block.
+    """Open a producer-only client of ``queue``, for the duration of the block.
 
     For processes that dispatch tasks but run none. It opens connections only: no
     fetchers, no workers, no leadership, so it never moves delayed tasks or fires cron
@@ -105,7 +106,12 @@ async def open_client(
 
     Args:
         redis: The Redis URL, as for [``open_runner``][trunner.open_runner].
-        consumer_group: The group to dispatch to (a name).
+        queue: The queue to dispatch to (a name): the consumer group's name, unless the
+            group reads another queue ([``RunnerConfig.queue``][trunner.RunnerConfig.queue]).
+        group: The consumer group whose side of things the client sees (a name): the
+            results, statuses and cancellations of its handles, its statistics,
+            instances, dead letters and pause. Default: the group of the queue's own name.
+            See [Queues and fan-out](queues.md).
         prefix: The key prefix. It must match the group's runners.
         tasks: With a registry, dispatching an unknown task name raises
             [``TaskNotFound``][trunner.TaskNotFound], and [unique tasks](unique-tasks.md)
@@ -139,7 +145,7 @@ async def open_client(
     An exception from the block leaves as itself. After the block, the client's methods
     raise [``RunnerNotRunning``][trunner.RunnerNotRunning].
     """
-    keys = Keys(prefix, consumer_group)
+    keys = Keys(prefix, queue if group is None else group, queue)
     if tasks is not None and not isinstance(tasks, TaskRegistry):
         raise TypeError(f"tasks must be a TaskRegistry or None, got {type(tasks).__name__}")
     v.check_positive_int("max_payload_bytes", max_payload_bytes)
@@ -150,7 +156,7 @@ async def open_client(
     hooks = check_middleware(middleware)
     async with open_transport(
         redis,
-        client_name=connection_name(f"trunner-client:{consumer_group}"),
+        client_name=connection_name(f"trunner-client:{queue}"),
         max_connections=max_connections,
         connect_timeout=connect_timeout,
         command_timeout=command_timeout,

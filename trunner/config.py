@@ -61,6 +61,11 @@ class RunnerConfig:
     """The consumer group (a name): every runner of one group shares its stream and its
     work. Required."""
 
+    queue: str | None = attrs.field(default=None, validator=v.optional_name)
+    """The queue (a name) the group reads; ``None`` (the default): the queue of the
+    group's own name, with the key layout trunner always had. Several groups reading one
+    queue each get every message once (fan-out): see [Queues and fan-out](queues.md)."""
+
     num_workers: int = attrs.field(default=10, validator=v.positive_int)
     """How many tasks this instance runs at once (an int >= 1)."""
 
@@ -88,7 +93,10 @@ class RunnerConfig:
     abandoned or released messages (> 0)."""
 
     delete_on_ack: bool = attrs.field(default=True, validator=v.boolean)
-    """Delete a message from the stream (``XDEL``) when it is acknowledged (a bool)."""
+    """Delete a message from the stream (``XDEL``) when it is acknowledged (a bool). On a
+    queue that more than one group reads, a message is never deleted on acknowledgement
+    (another group may not have read it yet): the groups' leaders trim what every group
+    has finished instead (see [Queues and fan-out](queues.md#trimming))."""
 
     drain_timeout: float = attrs.field(default=30.0, validator=v.non_negative_number)
     """On shutdown, how long running tasks may take to finish before they are cancelled

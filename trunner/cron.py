@@ -135,6 +135,7 @@ class CronScheduler:
                 unique_key=unique_key,
                 unique_token=token,
                 headers=schedule.headers,
+                group=self._broker.keys.group,
                 max_bytes=self._max_bytes,
             )
         except InvalidPayload as exc:  # too large for this runner's max_payload_bytes

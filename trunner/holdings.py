@@ -59,6 +59,9 @@ class Job:
     fields: Fields
     """What the entry holds (see :data:`trunner.message.Fields`)."""
     decode_error: MessageDecodeError | None = None
+    foreign: bool = False
+    """The message is for another consumer group reading the same queue (its retry,
+    replay or cron tick): skipped."""
     finishing: bool = False
     """A state-transition write (retry, dead-letter) acknowledges it: no more heartbeats."""
     lost: bool = False

@@ -9,6 +9,9 @@ Every ``janitor_interval`` seconds the leader
   some instance has taken them over; a later round deletes them;
 * with ``delete_on_ack=False``, trims finished messages older than ``stream_retention``
   from the stream, never past a message that is undelivered or still pending;
+* on a queue that several groups read, where acknowledging deletes nothing, trims what
+  every group has finished (with ``delete_on_ack=True``, every ``SHARED_TRIM_INTERVAL``
+  seconds), and records the group's floor;
 * forgets what outlived its use, a page of each per round: cancel marks past their time
   (a cancelled task that nobody fetched again within a day), and where-map entries of
   moved tasks whose stream entry is gone. A value that is not what trunner writes there
@@ -36,6 +39,9 @@ __all__ = ["Janitor", "instance_of"]
 
 #: The most stream entries one trim call removes; a round repeats calls up to 100 times.
 TRIM_LIMIT = 10_000
+#: How often the leader trims a queue that several groups read (seconds), where
+#: acknowledging deletes nothing (with ``delete_on_ack=True``).
+SHARED_TRIM_INTERVAL = 2.0
 #: How many cancel marks, and where-map entries, one round looks at (HSCAN COUNT).
 SWEEP_PAGE = 500
 _ENTRY_ID = re.compile(r"[0-9]+-[0-9]+")
@@ -74,12 +80,37 @@ class Janitor:
         #: Consumers deleted, and stream entries trimmed, since the runner started.
         self.consumers_deleted = 0
         self.entries_trimmed = 0
+        #: Passes of the trim of a queue that several groups read (see _trim_shared).
+        self.shared_passes = 0
         #: Cancel marks and where-map entries forgotten since the runner started.
         self.forgotten = 0
         self._cursors = {"cancelled": 0, "where": 0}
         self._lot = trio.lowlevel.ParkingLot()
 
     async def run(self, elector: Elector) -> None:
+        async with trio.open_nursery() as nursery:
+            if self._config.delete_on_ack:
+                nursery.start_soon(self._trim_shared, elector)
+            await self._rounds(elector)
+
+    async def _trim_shared(self, elector: Elector) -> None:
+        """While several groups read the queue, trim what they all finished, often: their
+        acknowledgements delete nothing."""
+        backoff = LoopBackoff()
+        while True:
+            await trio.sleep(SHARED_TRIM_INTERVAL)
+            try:
+                if await self._broker.shared():
+                    self.entries_trimmed += await self._trim_below(elector, wall_ms())
+                    self.shared_passes += 1
+            except BackendError as exc:
+                self._errors.capture(exc)
+                logger.warning("trimming the shared queue failed: %s", exc)
+                await trio.sleep(backoff.next_delay())
+            else:
+                backoff.reset()
+
+    async def _rounds(self, elector: Elector) -> None:
         interval = self._config.janitor_interval
         if interval is None:
             return
@@ -100,8 +131,8 @@ class Janitor:
         """One round: delete gone instances' consumers, trim old finished messages."""
         deleted = await self._delete_gone_consumers()
         trimmed = await self._trim(elector)
-        if not self._config.delete_on_ack:  # finished messages stay: see record_floor
-            await self._broker.record_floor()
+        if not self._config.delete_on_ack or await self._broker.shared():
+            await self._broker.record_floor()  # finished messages stay: see record_floor
         forgotten = await self._forget_stale()
         self.rounds += 1
         self.consumers_deleted += deleted
@@ -188,7 +219,10 @@ class Janitor:
         config = self._config
         if config.delete_on_ack or config.stream_retention is None:
             return 0
-        before_ms = wall_ms() - int(config.stream_retention * 1000)
+        return await self._trim_below(elector, wall_ms() - int(config.stream_retention * 1000))
+
+    async def _trim_below(self, elector: Elector, before_ms: int) -> int:
+        """Trim the finished messages older than ``before_ms`` (ms since the epoch)."""
         total = 0
         for _ in range(100):  # bounded per round; the next round goes on
             trimmed, _ = await self._broker.trim_finished(elector, before_ms, TRIM_LIMIT)

@@ -1,7 +1,10 @@
 """Every Redis key name trunner uses, built in one place.
 
-All keys of one consumer group carry the hash tag ``{<group>}`` so that a script may touch
-several of them on Redis Cluster: ``<prefix>:{<group>}:stream`` and so on.
+All keys of one queue and of the consumer groups that read it carry the hash tag
+``{<queue>}`` so that a script may touch several of them on Redis Cluster. A group reading
+the queue of its own name (the default) keeps the layout trunner always had:
+``<prefix>:{<group>}:stream`` and so on. A group reading another queue keeps what is its
+own under ``<prefix>:{<queue>}:group:<group>:`` (see [Queues and fan-out](queues.md)).
 """
 
 from __future__ import annotations
@@ -84,35 +87,72 @@ def aside_key_for(key: str, at_ms: int) -> str:
     return _in_slot_of(key, f":bad:{at_ms}")
 
 
+def _queue_of(keys: Keys) -> str:
+    return keys.group
+
+
 @attrs.frozen
 class Keys:
-    """The key names of one consumer group under one prefix.
+    """The key names of one consumer group reading one queue, under one prefix.
 
-    Every key carries the hash tag ``{<group>}``, so that all keys of a group are in one
-    Redis Cluster hash slot (see [Redis keys and messages](redis-layout.md)).
+    Every key carries the hash tag ``{<queue>}``, so that all keys of a queue and of its
+    groups are in one Redis Cluster hash slot (see [Redis keys and
+    messages](redis-layout.md)). The queue defaults to the group: then every key is
+    ``<prefix>:{<group>}:<name>``. A group reading another queue has the queue's keys
+    (the stream, the delayed dispatches, the unique locks, the cancel marks) in
+    ``<prefix>:{<queue>}:<name>`` and its own (dead letters, retries, results, leadership,
+    metrics ...) in ``<prefix>:{<queue>}:group:<group>:<name>``.
 
     Raises:
-        TypeError: ``prefix`` or ``group`` is not a string.
-        ValueError: ``prefix`` or ``group`` is empty, or holds ``{``, ``}`` or
-            whitespace.
+        TypeError: ``prefix``, ``group`` or ``queue`` is not a string.
+        ValueError: ``prefix``, ``group`` or ``queue`` is empty, or holds ``{``, ``}``
+            or whitespace.
     """
 
     prefix: str
     """The key prefix (``RunnerConfig.prefix``)."""
     group: str
     """The consumer group."""
+    queue: str = attrs.field(default=attrs.Factory(_queue_of, takes_self=True))
+    """The queue (stream) the group reads; by default the group's own name."""
 
     def __attrs_post_init__(self) -> None:
         check_name("prefix", self.prefix)
         check_name("consumer_group", self.group)
+        check_name("queue", self.queue)
+
+    @property
+    def own_queue(self) -> bool:
+        """Whether the group reads the queue of its own name (the layout trunner always
+        had)."""
+        return self.queue == self.group
+
+    def _qkey(self, name: str) -> str:
+        """A key of the queue, shared by every group reading it."""
+        return f"{self.prefix}:{{{self.queue}}}:{name}"
 
     def _key(self, name: str) -> str:
-        return f"{self.prefix}:{{{self.group}}}:{name}"
+        """A key of the group's own."""
+        if self.queue == self.group:
+            return f"{self.prefix}:{{{self.queue}}}:{name}"
+        return f"{self.prefix}:{{{self.queue}}}:group:{self.group}:{name}"
+
+    def for_group(self, group: str) -> Keys:
+        """The keys of another group reading the same queue."""
+        return Keys(self.prefix, group, self.queue)
 
     @property
     def stream(self) -> str:
-        """``<prefix>:{<group>}:stream``: the task stream, read by the consumer group."""
-        return self._key("stream")
+        """``<prefix>:{<queue>}:stream``: the task stream, read by the consumer group (and
+        by every other group reading the queue)."""
+        return self._qkey("stream")
+
+    @property
+    def groups(self) -> str:
+        """``<prefix>:{<queue>}:groups``: the names of the consumer groups trunner created
+        on the queue's stream (a set). With more than one, acknowledging a message never
+        deletes it: the leaders trim what every group has finished."""
+        return self._qkey("groups")
 
     @property
     def dead(self) -> str:
@@ -121,21 +161,21 @@ class Keys:
 
     @property
     def delayed(self) -> str:
-        """``<prefix>:{<group>}:delayed``: the delayed task ids (delayed tasks and
-        retries), by due time."""
-        return self._key("delayed")
+        """``<prefix>:{<queue>}:delayed``: the delayed task ids (delayed tasks, and the
+        retries of a group reading its own queue), by due time."""
+        return self._qkey("delayed")
 
     @property
     def delayed_messages(self) -> str:
-        """``<prefix>:{<group>}:delayed:messages``: delayed task id → the message to
+        """``<prefix>:{<queue>}:delayed:messages``: delayed task id → the message to
         enqueue when it is due."""
-        return self._key("delayed:messages")
+        return self._qkey("delayed:messages")
 
     @property
     def delayed_wake(self) -> str:
-        """``<prefix>:{<group>}:delayed:wake``: a pub/sub channel, told when a delayed
-        task became the earliest one (payload: its due time in ms)."""
-        return self._key("delayed:wake")
+        """``<prefix>:{<queue>}:delayed:wake``: a pub/sub channel, told when a delayed
+        task or a retry became the earliest one (payload: its due time in ms)."""
+        return self._qkey("delayed:wake")
 
     @property
     def cron(self) -> str:
@@ -154,9 +194,28 @@ class Keys:
 
     @property
     def delayed_unique(self) -> str:
-        """``<prefix>:{<group>}:delayed:unique``: delayed unique task id → the lock it
+        """``<prefix>:{<queue>}:delayed:unique``: delayed unique task id → the lock it
         takes when due, a JSON array ``["<lock key>", "<token>", <ttl ms>]`` (see
         [Unique locks](redis-layout.md#unique-locks))."""
+        return self._qkey("delayed:unique")
+
+    @property
+    def retries(self) -> str:
+        """The delayed set of the group's own retries (and of its tasks deferred by a
+        limit): :attr:`delayed` for a group reading its own queue, else
+        ``<prefix>:{<queue>}:group:<group>:delayed`` (a retry is the group's alone: it
+        must not wait beside another group's retry of the same task id)."""
+        return self._key("delayed")
+
+    @property
+    def retry_messages(self) -> str:
+        """The messages of :attr:`retries` (as :attr:`delayed_messages`)."""
+        return self._key("delayed:messages")
+
+    @property
+    def retry_unique(self) -> str:
+        """The delayed unique hash beside :attr:`retries` (as :attr:`delayed_unique`;
+        retries keep the lock they hold, so it stays empty for a group of its own)."""
         return self._key("delayed:unique")
 
     def unique(self, key: str) -> str:
@@ -167,9 +226,9 @@ class Keys:
                 (``<len>:<task>[:<key>]``).
 
         Returns:
-            ``<prefix>:{<group>}:unique:<key>``.
+            ``<prefix>:{<queue>}:unique:<key>``.
         """
-        return self._key(f"unique:{key}")
+        return self._qkey(f"unique:{key}")
 
     @property
     def metrics(self) -> str:
@@ -205,13 +264,13 @@ class Keys:
         """The hash of task id -> the stream id of its message, for the messages whose id is
         not their task's (delayed tasks, retries, cron ticks, replays), while they are in
         the stream: so that a task can be found by its id (cancel, status)."""
-        return self._key("where")
+        return self._qkey("where")
 
     @property
     def cancelled(self) -> str:
         """The hash of cancelled task id -> until when the mark holds (ms): a task fetched
         after its cancellation is dropped before it starts."""
-        return self._key("cancelled")
+        return self._qkey("cancelled")
 
     @property
     def cancel_channel(self) -> str:
@@ -219,7 +278,7 @@ class Keys:
         cancel it. It also carries the group's notices to its runners (payload: the byte
         0xFF, which never starts UTF-8 text, hence never a task id, then the notice:
         ``pause`` or ``resume``; see ``trunner.pausing``)."""
-        return self._key("cancel")
+        return self._qkey("cancel")
 
     @property
     def paused(self) -> str:
@@ -250,12 +309,16 @@ class Keys:
 
     def types(self) -> dict[str, str]:
         """The Redis type of every fixed key but the quarantine stream (``TYPE`` names)."""
-        return {
+        types = {
             self.stream: "stream",
+            self.groups: "set",
             self.dead: "stream",
             self.delayed: "zset",
             self.delayed_messages: "hash",
             self.delayed_unique: "hash",
+            self.retries: "zset",
+            self.retry_messages: "hash",
+            self.retry_unique: "hash",
             self.leader: "string",
             self.fence: "string",
             self.cron: "hash",
@@ -269,20 +332,34 @@ class Keys:
             self.cancelled: "hash",
             self.paused: "string",
         }
+        return types
 
     @staticmethod
     def aside(key: str, at_ms: int) -> str:
         """The name a key of a wrong type is renamed to (see :func:`aside_key_for`)."""
         return aside_key_for(key, at_ms)
 
-    def fixed(self) -> list[str]:
-        """Every key of the group with a fixed name (the unique locks are not listed)."""
+    def queue_keys(self) -> list[str]:
+        """The keys of the queue, shared by the groups reading it (the unique locks are
+        not listed)."""
         return [
             self.stream,
-            self.dead,
+            self.groups,
             self.delayed,
             self.delayed_messages,
             self.delayed_unique,
+            self.where,
+            self.cancelled,
+        ]
+
+    def group_keys(self) -> list[str]:
+        """The keys of the group's own with a fixed name (for a group reading its own
+        queue, the queue's keys too)."""
+        own = [
+            self.dead,
+            self.retries,
+            self.retry_messages,
+            self.retry_unique,
             self.leader,
             self.fence,
             self.cron,
@@ -292,11 +369,17 @@ class Keys:
             self.capacity,
             self.stats,
             self.floor,
-            self.where,
-            self.cancelled,
             self.paused,
             self.quarantine,
         ]
+        if self.own_queue:
+            return list(dict.fromkeys(self.queue_keys() + own))
+        return own
+
+    def fixed(self) -> list[str]:
+        """Every key of the group and of its queue with a fixed name (the unique locks are
+        not listed)."""
+        return list(dict.fromkeys(self.queue_keys() + self.group_keys()))
 
 
 @attrs.frozen

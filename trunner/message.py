@@ -55,9 +55,11 @@ __all__ = [
     "MessageDecodeError",
     "MessageOptions",
     "TaskMessage",
+    "addressed_group",
     "check_headers",
     "decode_message",
     "encode_message",
+    "message_growth",
 ]
 
 PAYLOAD_FIELD = b"payload"
@@ -72,6 +74,25 @@ NO_SIZE_LIMIT = 1 << 62
 #: up. A runner reads entries up to ``max_payload_bytes + MESSAGE_GROWTH`` bytes, so that a
 #: message dispatched under the limit survives all of its retries, replays and reclaims.
 MESSAGE_GROWTH = 128
+
+
+def message_growth(group: str) -> int:
+    """How many bytes a group's own message (a retry, a replay, a cron tick) may add to the
+    message dispatched: :data:`MESSAGE_GROWTH`, and its ``group`` field."""
+    return MESSAGE_GROWTH + len(_dumps({"group": group}).encode("utf-8")) - 1
+
+
+def addressed_group(raw: bytes) -> str | None:
+    """The ``group`` a stored message names (see :attr:`TaskMessage.group`), read whatever
+    else is wrong with it; None when it names none (or is no JSON object)."""
+    try:
+        body = _loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return None
+    group = body.get("group") if isinstance(body, dict) else None
+    return group if isinstance(group, str) and group else None
+
+
 #: The lock time-to-live (seconds) of a unique message that does not say its own
 #: ``unique_for`` (written before the field existed), when it is replayed from the dead
 #: letters by a client that does not know the task.
@@ -196,6 +217,12 @@ class TaskMessage:
     dispatch hooks set them (see [Middleware and headers](middleware.md)); the same for
     every attempt of the task. Empty for a message dispatched without any."""
 
+    group: str | None = attrs.field(default=None, repr=False)
+    """The one consumer group this message is for: set on what a group sends itself (its
+    retries, its replayed dead letters, its cron ticks), which the other groups reading
+    the same queue skip. ``None`` for a dispatch: every group reading the queue runs it
+    (see [Queues and fan-out](queues.md))."""
+
     def with_attempt(self, attempt: int) -> TaskMessage:
         """A copy with another ``attempt``."""
         return attrs.evolve(self, attempt=attempt)
@@ -262,13 +289,15 @@ def encode_message(
     unique_for: float | None = None,
     options: MessageOptions | None = None,
     headers: Mapping[str, str] | None = None,
+    group: str | None = None,
     max_bytes: int,
 ) -> bytes:
     """Encode one task message; raise :class:`InvalidPayload` if it cannot be sent
     (:class:`InvalidHeaders` for its headers: see :func:`check_headers`).
 
     ``unique_for``: a unique task's lock time-to-live in seconds (written with its key, so
-    that a replay can take the lock again).
+    that a replay can take the lock again). ``group``: the one consumer group the message
+    is for (see :attr:`TaskMessage.group`).
     """
     body: dict[str, Any] = {
         "task": task_name,
@@ -287,6 +316,8 @@ def encode_message(
         options.to_body(body)
     if headers and (checked := check_headers(headers, task_name)) is not None:
         body["headers"] = checked
+    if group is not None:
+        body["group"] = group
     if not is_plain(payload) and (problem := find_problem(payload)) is not None:
         raise InvalidPayload(_unsendable(task_name, problem))  # no silent conversion
     try:
@@ -386,8 +417,11 @@ def stored_headers(raw: bytes) -> Mapping[str, str]:
     return NO_HEADERS
 
 
-def reencode_for_retry(message: TaskMessage, attempt: int, max_bytes: int) -> bytes:
-    """The message of the next attempt of ``message`` (same task id and payload).
+def reencode_for_retry(
+    message: TaskMessage, attempt: int, max_bytes: int, group: str | None = None
+) -> bytes:
+    """The message of the next attempt of ``message`` (same task id and payload), for
+    ``group`` alone (see :attr:`TaskMessage.group`; None: for every group).
 
     The payload is copied verbatim from the message as stored (its JSON text, not the
     object decoded from it): the attempt that failed may have changed the object it was
@@ -412,6 +446,7 @@ def reencode_for_retry(message: TaskMessage, attempt: int, max_bytes: int) -> by
             unique_token=message.unique_token,
             options=_retry_options(message.options),
             headers=message.headers,
+            group=group,
             max_bytes=max_bytes,
         )
     unique_for = None
@@ -431,6 +466,7 @@ def reencode_for_retry(message: TaskMessage, attempt: int, max_bytes: int) -> by
         unique_for=unique_for,
         options=_retry_options(message.options),
         headers=message.headers,
+        group=group,
         max_bytes=NO_SIZE_LIMIT,
     )
     head, sep, tail = envelope.partition(b',"payload":0,')
@@ -598,8 +634,8 @@ def decode_fields(
         body, end = _scan_once(text, 0)
     except (ValueError, RecursionError, StopIteration):
         return None
-    if end != len(text) or type(body) is not dict:
-        return None
+    if end != len(text) or type(body) is not dict or "group" in body:
+        return None  # a message for one group: the slow path reads it
     task = body.get("task")
     attempt = body.get("attempt", 1)
     enqueued_at = body.get("enqueued_at", 0.0)
@@ -663,6 +699,13 @@ def _key_fields_error(task: str, task_id: str, unique_key: Any, unique_token: An
     return None
 
 
+def _group_error(group: Any) -> str | None:
+    """Why a message's ``group`` is not a group name it may carry, or None."""
+    if group is None or (isinstance(group, str) and group and utf8_error(group) is None):
+        return None
+    return f"'group' must be a non-empty string, got {group!r:.60}"
+
+
 def _body(raw: bytes) -> dict[str, Any]:
     """The JSON object of a stored message; ValueError saying why it is not one."""
     try:
@@ -724,8 +767,9 @@ def _decode_checked(
         options = MessageOptions.from_body(body)
     except ValueError as exc:
         raise bad(str(exc)) from None
-    headers = body.get("headers")
-    if headers is not None and (why := _headers_error(headers)) is not None:
+    headers, group = body.get("headers"), body.get("group")
+    why = _headers_error(headers) if headers is not None else None
+    if (why := why or _group_error(group)) is not None:
         raise bad(why)
     return TaskMessage(
         message_id=message_id,
@@ -740,4 +784,5 @@ def _decode_checked(
         unique_token=unique_token if unique_key is not None else None,
         options=options or NO_OPTIONS,
         headers=headers or NO_HEADERS,
+        group=group,
     )

@@ -78,11 +78,13 @@ class DelayedMover:
             self._next_due_ms = None
             begin = time.perf_counter()
             try:
-                moved, next_due, unique = await self._broker.move_due(
-                    elector, wall_ms(), MOVE_BATCH
-                )
-                if unique:
-                    moved += await self._move_unique(elector, unique)
+                moved, next_due, unique = await self._move_set(elector, own=False)
+                if not self._broker.keys.own_queue:  # the group's retries wait apart
+                    more, own_due, own_unique = await self._move_set(elector, own=True)
+                    moved += more
+                    unique = unique + own_unique
+                    if own_due is not None and (next_due is None or own_due < next_due):
+                        next_due = own_due
             except BackendError as exc:
                 self._errors.capture(exc)
                 logger.warning("moving due delayed tasks failed: %s", exc)
@@ -105,10 +107,22 @@ class DelayedMover:
             with trio.move_on_after(min(MAX_SLEEP, max(delay, 0.0))):
                 await self._wake.wait()
 
-    async def _move_unique(self, elector: Elector, unique: list[str]) -> int:
+    async def _move_set(
+        self, elector: Elector, *, own: bool
+    ) -> tuple[int, float | None, list[str]]:
+        """One pass over the queue's delayed set, or with ``own`` the group's retries:
+        (moved, next due ms, the due unique ones that were looked at)."""
+        moved, next_due, unique = await self._broker.move_due(
+            elector, wall_ms(), MOVE_BATCH, own=own
+        )
+        if unique:
+            moved += await self._move_unique(elector, unique, own=own)
+        return moved, next_due, unique
+
+    async def _move_unique(self, elector: Elector, unique: list[str], *, own: bool) -> int:
         """Move due unique tasks, each taking its lock; set aside those whose stored lock
         cannot be read. Returns how many were moved."""
-        moved, dropped, bad = await self._broker.move_unique(elector, unique)
+        moved, dropped, bad = await self._broker.move_unique(elector, unique, own=own)
         self.unique_dropped += dropped
         if dropped:
             logger.warning(

@@ -216,6 +216,13 @@ class Outcomes:
             extra=job.log_fields(),
         )
 
+    def skipped(self, job: Job) -> None:
+        """Another group's message (its retry, replay or cron tick, on a queue several
+        groups read): acknowledged for this group and nothing else (its lock, its record,
+        its cancel mark are the other group's)."""
+        self._counters.skipped += 1
+        self._add_ack(job, bare=True)
+
     def cancelled(self, job: Job, task: Task | None) -> None:
         """The task was cancelled (before it started, or while it ran): acknowledged with
         the outcome 'cancelled', never retried, its unique lock released, no failed-task
@@ -272,7 +279,7 @@ class Outcomes:
             self._errors.capture(exc)
             delay = 1.0
         due_ms = wall_ms() + math.ceil(delay * 1000)
-        data = reencode_for_retry(message, message.attempt + 1, NO_SIZE_LIMIT)
+        data = reencode_for_retry(message, message.attempt + 1, NO_SIZE_LIMIT, self._keys.group)
         keep = _keep(job, task)
         record = None
         if keep is not None:

@@ -34,6 +34,7 @@ import trio
 from ._redis import Broker
 from ._util import ErrorLog, LoopBackoff, logger
 from .errors import BackendError, RedisCommandError
+from .keys import Keys
 from .quarantine import Quarantine
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "Pauser",
     "decode_mark",
     "is_notice",
+    "notices_for",
     "read_paused_since",
 ]
 
@@ -57,6 +59,17 @@ PAUSE_NOTICE = NOTICE + b"pause"
 RESUME_NOTICE = NOTICE + b"resume"
 #: How often (at most) a runner reads the pause mark again when it hears nothing (seconds).
 RESYNC_INTERVAL = 1.0
+
+
+def notices_for(keys: Keys) -> tuple[bytes, bytes]:
+    """The (pause, resume) notices of the group of ``keys``: :data:`PAUSE_NOTICE` and
+    :data:`RESUME_NOTICE` for a group reading its own queue; for a group reading another
+    queue, whose cancel channel the queue's other groups share, the same followed by ``:``
+    and the group's name."""
+    if keys.own_queue:
+        return PAUSE_NOTICE, RESUME_NOTICE
+    tail = b":" + keys.group.encode("utf-8")
+    return PAUSE_NOTICE + tail, RESUME_NOTICE + tail
 
 
 def is_notice(data: bytes) -> bool:
@@ -175,6 +188,7 @@ class Pauser:
         self._quarantine = quarantine
         self._errors = errors
         self._heard = 0
+        self._pause_notice, self._resume_notice = notices_for(broker.keys)
         self._wake = trio.Event()
         self._scope = trio.CancelScope()
         self.reads = 0
@@ -208,11 +222,11 @@ class Pauser:
     def heard(self, notice: bytes) -> None:
         """A notice arrived on the cancel channel: apply it at once, and read the mark
         again to confirm it."""
-        if notice == PAUSE_NOTICE:
+        if notice == self._pause_notice:
             self._apply(True)
-        elif notice == RESUME_NOTICE:
+        elif notice == self._resume_notice:
             self._apply(False)
-        else:  # a later version's notice: nothing to do with it here
+        else:  # another group's, or a later version's notice: nothing to do with it here
             logger.debug("unknown notice on the cancel channel: %r", notice[:100])
             return
         self._heard += 1

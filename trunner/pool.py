@@ -27,6 +27,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
+import attrs
 import trio
 
 from ._context import _current_message
@@ -38,12 +39,13 @@ from .config import RunnerConfig
 from .errors import InvalidPayload, MiddlewareError, TaskTimeout
 from .holdings import Holdings, Job, beat_interval
 from .message import (
-    MESSAGE_GROWTH,
     NO_OPTIONS,
     MessageDecodeError,
+    addressed_group,
     decode_fields,
     decode_message,
     fields_of,
+    message_growth,
 )
 from .middleware import AttemptHooks, AttemptInfo
 from .outcomes import Outcomes
@@ -102,6 +104,9 @@ class WorkerPool:
         self._idle = trio.Event()
         self._idle.set()
         self._infos: dict[str, tuple[Task | None, float]] = {}  # see _task_info
+        self._group = config.consumer_group
+        #: The largest message read: retries and replays grow a bit.
+        self._max_bytes = config.max_payload_bytes + message_growth(config.consumer_group)
         delay = config.reclaim_delay
         #: The shortest heartbeat interval of any task (see :func:`beat_interval`).
         self.min_beat_interval = min(
@@ -191,7 +196,7 @@ class WorkerPool:
 
     def _make_job(self, entry: RawEntry, consumer: str, now: float) -> Job:
         message_id, deliveries = entry.message_id, entry.deliveries
-        max_bytes = self._config.max_payload_bytes + MESSAGE_GROWTH  # retries grow a bit
+        max_bytes = self._max_bytes
         fields = decode_fields(message_id, entry.fields, deliveries, max_bytes)
         if fields is not None:
             task, interval = self._task_info(fields[0])
@@ -207,6 +212,9 @@ class WorkerPool:
             )
         except MessageDecodeError as exc:
             message, error = exc.message, exc  # its stand-in has no task name: no task
+            if (group := addressed_group(message.raw)) is not None and group != self._group:
+                error = None  # another group's, whatever is wrong with it: not ours to say
+                message = attrs.evolve(message, group=group)
         task, interval = self._task_info(message.task_name)
         return Job(
             consumer,
@@ -217,6 +225,7 @@ class WorkerPool:
             task,
             fields_of(message),
             error,
+            foreign=message.group is not None and message.group != self._group,
             message=message,
         )
 
@@ -295,6 +304,7 @@ class WorkerPool:
             if (
                 job.cancel_requested
                 or job.decode_error is not None
+                or job.foreign
                 or task is None
                 or job.fields[2] > task.max_attempts
             ):
@@ -328,10 +338,13 @@ class WorkerPool:
             self._ended(job)
 
     async def _not_run(self, job: Job, task: Task | None) -> None:
-        """A job that may not run: cancelled before it started, or refused (undecodable,
-        unknown task, or delivered again past its last attempt)."""
+        """A job that may not run: another group's (skipped), cancelled before it
+        started, or refused (undecodable, unknown task, or delivered again past its last
+        attempt)."""
         job.ended = True
-        if job.cancel_requested and job.decode_error is None:
+        if job.foreign:
+            self._outcomes.skipped(job)
+        elif job.cancel_requested and job.decode_error is None:
             self._outcomes.cancelled(job, task)
         else:
             await self._outcomes.refuse(job, task)

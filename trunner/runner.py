@@ -295,7 +295,9 @@ class Runner(Producer):
         """The configuration."""
         self.tasks = tasks
         """The registry whose tasks this instance runs."""
-        self.keys = Keys(config.prefix, config.consumer_group)
+        self.keys = Keys(
+            config.prefix, config.consumer_group, config.queue or config.consumer_group
+        )
         """The Redis key names of the group."""
         self.consumer_name = config.consumer_name or instance_id(config.host)
         """This instance's consumer name: ``config.consumer_name``, or
@@ -409,6 +411,7 @@ class Runner(Producer):
             abandoned=c.abandoned,
             expired=c.expired,
             cancelled=c.cancelled,
+            skipped=c.skipped,
             reservations_lost=c.reservations_lost,
             acked=c.acked,
             errors=self._errors.captured,
@@ -759,10 +762,12 @@ class Runner(Producer):
         config = self.config
         delay = config.reclaim_delay
         logger.info(
-            "runner started: group %r, consumer %r, %d workers, Redis at %s; reclaim_delay "
+            "runner started: group %r (queue %r), consumer %r, %d workers, Redis at %s; "
+            "reclaim_delay "
             "%g s: the tasks of an instance that dies run again after about %g s, and an "
             "event-loop stall or Redis outage longer than about %g s may run a task twice",
             config.consumer_group,
+            self.keys.queue,
             self.consumer_name,
             config.num_workers,
             broker.description,

@@ -70,6 +70,7 @@ class Counters:
     abandoned: int = 0
     expired: int = 0
     cancelled: int = 0
+    skipped: int = 0
     reservations_lost: int = 0
     acked: int = 0
     max_in_flight: int = 0
@@ -125,6 +126,9 @@ class RunnerStatistics:
     """Tasks dropped because they were not started before their ``expires`` time."""
     cancelled: int = 0
     """Tasks cancelled while this instance held them (before they started, or running)."""
+    skipped: int = 0
+    """Messages of another group reading the same queue (its retries, replays and cron
+    ticks), acknowledged without running (see [Queues and fan-out](queues.md))."""
     abandoned: int = 0
     """Tasks still running after the cancel grace (they ignore cancellation): left behind
     when the runner stopped, their messages released."""

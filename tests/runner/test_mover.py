@@ -236,15 +236,15 @@ async def test_a_task_scheduled_during_a_pass_wakes_the_mover(url: str, group: s
         woken: list[bool] = []
         checked = trio.Event()
 
-        async def move_due(*args: Any) -> Any:
-            reply = await original(*args)
+        async def move_due(*args: Any, **kwargs: Any) -> Any:
+            reply = await original(*args, **kwargs)
             if reply[0] and not woken:  # "first" moved: schedule one before the pass ends
                 await runner.dispatch_delayed("record", "during", 0)
                 woken.append(mover._wake.is_set())
                 checked.set()
             return reply
 
-        broker.move_due = move_due  # type: ignore[method-assign,assignment]
+        broker.move_due = move_due  # type: ignore[method-assign]
         await runner.dispatch_delayed("record", "first", 0)
         await checked.wait()
         assert woken == [True]

@@ -116,25 +116,34 @@ class Broker(Inspection):
 
     async def ensure_group(self) -> str | None:
         """Create the stream and the consumer group if missing: from the group's recorded
-        floor (see :meth:`record_floor`), else from the stream's start. Returns the id it
-        was created from, or None when it existed."""
+        floor (see :meth:`record_floor`), else from the stream's start; record the group
+        in the queue's registry (``ensure_group.lua``). Returns the id it was created
+        from, or None when it existed."""
         floor = await self.transport.execute("GET", self.keys.floor)
         start = as_str(floor) if floor is not None and _is_stream_id(floor) else "0"
         try:
-            await self.transport.execute(
-                "XGROUP", "CREATE", self.keys.stream, self.group, start, "MKSTREAM"
+            created = await self._script(
+                "ensure_group", [self.keys.stream, self.keys.groups], [self.group, start]
             )
         except RedisCommandError as exc:
             if "BUSYGROUP" in str(exc) or await self._group_exists():
                 return None  # e.g. refused because Redis is out of memory, but it is there
             raise
-        return start
+        return start if created else None
 
     async def record_floor(self) -> str | None:
         """Record the id below which every message is finished for the group (the oldest
         pending one, or the next to deliver); None when there is no group."""
         reply = await self._script("group_floor", [self.keys.stream, self.keys.floor], [self.group])
         return as_str(reply) if reply else None
+
+    async def shared(self) -> bool:
+        """Whether more than one group reads the queue (its registry of groups says so; a
+        registry of another type reads as shared, as the scripts read it)."""
+        try:
+            return int(await self.transport.execute("SCARD", self.keys.groups)) > 1
+        except RedisCommandError:
+            return True
 
     async def _group_exists(self) -> bool:
         try:
@@ -279,6 +288,7 @@ class Broker(Inspection):
                         keys.cancelled,
                         *(key for key, _ in held),
                         *(key for key, _, _ in outcomes),
+                        keys.groups,
                     ],
                     args,
                 )
@@ -308,6 +318,9 @@ class Broker(Inspection):
                 keys.where,
                 keys.cancelled,
                 keys.task(task_id),
+                keys.retries,
+                keys.retry_messages,
+                keys.groups,
                 *([lock[0]] if lock else []),
             ],
             [
@@ -419,10 +432,11 @@ class Broker(Inspection):
             "retry",
             [
                 keys.stream,
-                keys.delayed,
-                keys.delayed_messages,
+                keys.retries,
+                keys.retry_messages,
                 keys.where,
                 record[0] if record else keys.stream,
+                keys.groups,
             ],
             [
                 self.group,
@@ -463,6 +477,7 @@ class Broker(Inspection):
                 keys.where,
                 keys.cancelled,
                 record[0] if record else keys.stream,
+                keys.groups,
                 *([lock[0]] if lock else []),
             ],
             [
@@ -541,17 +556,28 @@ class Broker(Inspection):
         reply = await leader.run_fenced(SCRIPTS.trim, [self.keys.stream], [before_ms, limit])
         return int(reply[0]), as_str(reply[1])
 
+    def _delayed_keys(self, own: bool) -> tuple[str, str, str]:
+        """The delayed set, its messages and its unique hash: the queue's (delayed
+        dispatches), or with ``own`` the group's (its retries; the same keys for a group
+        reading its own queue)."""
+        keys = self.keys
+        if own:
+            return keys.retries, keys.retry_messages, keys.retry_unique
+        return keys.delayed, keys.delayed_messages, keys.delayed_unique
+
     async def move_due(
-        self, leader: Leader, now_ms: int, limit: int
+        self, leader: Leader, now_ms: int, limit: int, *, own: bool = False
     ) -> tuple[int, float | None, list[str]]:
-        """Move up to ``limit`` due tasks: (moved, earliest remaining due ms, due unique ids).
+        """Move up to ``limit`` due tasks: (moved, earliest remaining due ms, due unique ids)
+        of the queue's delayed set, or with ``own`` of the group's retries.
 
         Due unique tasks are left for :meth:`move_unique` (their locks must be in KEYS).
         """
         keys = self.keys
+        delayed, messages, unique = self._delayed_keys(own)
         reply = await leader.run_fenced(
             SCRIPTS.move_due,
-            [keys.delayed, keys.delayed_messages, keys.stream, keys.delayed_unique, keys.where],
+            [delayed, messages, keys.stream, unique, keys.where],
             [now_ms, limit],
         )
         moved = int(reply[0])
@@ -559,7 +585,7 @@ class Broker(Inspection):
         return moved, nxt, [as_str(i) for i in reply[2]]
 
     async def move_unique(
-        self, leader: Leader, task_ids: Sequence[str]
+        self, leader: Leader, task_ids: Sequence[str], *, own: bool = False
     ) -> tuple[int, int, list[tuple[str, bytes, str]]]:
         """Move due unique tasks, each taking its lock.
 
@@ -568,7 +594,8 @@ class Broker(Inspection):
         :class:`~trunner.keys.UniqueLock` writes; they are not moved (set them aside).
         """
         keys = self.keys
-        specs = await self.transport.execute("HMGET", keys.delayed_unique, *task_ids)
+        delayed, messages, unique = self._delayed_keys(own)
+        specs = await self.transport.execute("HMGET", unique, *task_ids)
         locks: list[str] = []
         args: list[Arg] = []
         bad: list[tuple[str, bytes, str]] = []
@@ -587,10 +614,10 @@ class Broker(Inspection):
         reply = await leader.run_fenced(
             SCRIPTS.move_unique,
             [
-                keys.delayed,
-                keys.delayed_messages,
+                delayed,
+                messages,
                 keys.stream,
-                keys.delayed_unique,
+                unique,
                 keys.where,
                 keys.quarantine,
                 *locks,

@@ -92,7 +92,15 @@ class Inspection:
         reply = await call_script(
             self.transport.execute,
             SCRIPTS.task_status,
-            [keys.stream, keys.delayed, keys.delayed_messages, keys.where, keys.task(task_id)],
+            [
+                keys.stream,
+                keys.delayed,
+                keys.delayed_messages,
+                keys.where,
+                keys.task(task_id),
+                keys.retries,
+                keys.retry_messages,
+            ],
             [self.group, task_id],
         )
         flat, due, delayed, entry_id, fields, consumer, deliveries, delivered = reply
@@ -108,7 +116,13 @@ class Inspection:
         )
 
     async def delayed_count(self) -> int:
-        return int(await self.transport.execute("ZCARD", self.keys.delayed))
+        """The delayed tasks of the queue, and the group's retries waiting (for a group of
+        its own, one set holds both)."""
+        keys = self.keys
+        count = int(await self.transport.execute("ZCARD", keys.delayed))
+        if not keys.own_queue:
+            count += int(await self.transport.execute("ZCARD", keys.retries))
+        return count
 
     async def dead_count(self) -> int:
         return int(await self.transport.execute("XLEN", self.keys.dead))

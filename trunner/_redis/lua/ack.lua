@@ -9,8 +9,11 @@
 -- KEYS[3]  the cancel marks (hash: task id -> until, ms)
 -- KEYS[4..3+L] the unique locks of some of the messages
 -- KEYS[4+L..]  the records of the tasks that keep their result, in order
+-- KEYS[#KEYS]   the queue's registry of groups (a set): with more than one group reading
+--               the stream, neither the entries nor the cancel marks are deleted
+--               (another group may not have read them yet)
 -- ARGV[1]  the consumer group
--- ARGV[2]  '1' to XDEL the entries, '0' to keep them
+-- ARGV[2]  '1' to XDEL the entries (unless the stream is shared), '0' to keep them
 -- ARGV[3]  the channel of finished tasks ('' to say nothing)
 -- ARGV[4]  n, then the n entry ids (the caller sends at most 1000 per call)
 -- then     L, then one lock token per lock key, in KEYS order
@@ -32,7 +35,9 @@ local n = tonumber(take())
 local ids = {unpack(ARGV, at, at + n - 1)}
 at = at + n
 local acked = redis.call('XACK', KEYS[1], ARGV[1], unpack(ids))
-if ARGV[2] == '1' then
+local known, groups = pcall(redis.call, 'SCARD', KEYS[#KEYS]) -- another type: shared
+local shared = not known or groups > 1
+if ARGV[2] == '1' and not shared then
   redis.call('XDEL', KEYS[1], unpack(ids))
 end
 local locks = tonumber(take())
@@ -52,12 +57,17 @@ if moved > 0 then
     local index = tonumber(take())
     local task_id = take()
     said[index] = task_id
-    redis.call('HDEL', KEYS[2], task_id)
+    if not shared then -- else the janitor forgets it once the entry is trimmed
+      redis.call('HDEL', KEYS[2], task_id)
+    end
   end
 end
 local cancelled = tonumber(take())
 for _ = 1, cancelled do
-  redis.call('HDEL', KEYS[3], take())
+  local task_id = take()
+  if not shared then -- else another group may not have read it: the mark expires
+    redis.call('HDEL', KEYS[3], task_id)
+  end
 end
 local records = tonumber(take())
 for r = 1, records do

@@ -11,7 +11,10 @@
 -- KEYS[5]  where moved tasks are (hash: task id -> stream id)
 -- KEYS[6]  the cancel marks (hash: task id -> until, ms)
 -- KEYS[7]  the task's record
--- KEYS[8]  (optional) the lock of the task's unique key
+-- KEYS[8]  the group's delayed set of retries (the delayed set, for a group of its own)
+-- KEYS[9]  its messages
+-- KEYS[10] the queue's registry of groups (a set)
+-- KEYS[11] (optional) the lock of the task's unique key
 -- ARGV[1]  the consumer group
 -- ARGV[2]  the task id
 -- ARGV[3]  until when a cancel mark holds (ms since the epoch)
@@ -21,16 +24,20 @@
 -- ARGV[7]  the record's time-to-live in ms ('0': no record is written)
 -- ARGV[8..] field/value pairs of the record
 -- Returns  'delayed', 'queued' or 'running' (where it was cancelled), or 'absent'
+-- On a stream that several groups read (the registry holds more than one), a queued entry
+-- is deleted only while no group has it pending; else it is 'running': it gets the mark,
+-- which every group that fetches it later obeys (and which stays until it expires). An
+-- absent task gets the mark too: another group's retry of it may be on its way.
 -- What something else wrote never fails it: an id, or a where-map entry, that leads to no
 -- entry of this task is 'absent'.
 local id = ARGV[2]
 local function release_lock()
   local locked, held = false, false
-  if KEYS[8] then
-    locked, held = pcall(redis.call, 'GET', KEYS[8]) -- another type: nobody's lock
+  if KEYS[11] then
+    locked, held = pcall(redis.call, 'GET', KEYS[11]) -- another type: nobody's lock
   end
   if locked and held == ARGV[6] then
-    redis.call('DEL', KEYS[8])
+    redis.call('DEL', KEYS[11])
   end
 end
 local function record_outcome()
@@ -48,6 +55,14 @@ if redis.call('ZREM', KEYS[2], id) == 1 then
   record_outcome()
   return 'delayed'
 end
+if KEYS[8] ~= KEYS[2] and redis.call('ZREM', KEYS[8], id) == 1 then
+  redis.call('HDEL', KEYS[9], id)
+  release_lock()
+  record_outcome()
+  return 'delayed'
+end
+local known, groups = pcall(redis.call, 'SCARD', KEYS[10]) -- another type: shared
+local shared = not known or groups > 1
 -- The task's entry: through the where-map, or its id itself; only an entry of this task
 -- (a where-map entry gone stale, or an id shaped like an entry id, may lead to another
 -- task's: it is left alone).
@@ -74,12 +89,37 @@ local function entry_of_task()
   end
   return entries[1][1] == id and entries[1][1]
 end
+local function mark()
+  redis.call('HSET', KEYS[6], id, ARGV[3])
+  redis.call('PUBLISH', ARGV[4], id)
+end
 local entry = entry_of_task()
+if shared then
+  if not entry then
+    mark()
+    return 'absent'
+  end
+  for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+    for i = 1, #group, 2 do
+      if group[i] == 'name' then
+        local pending = redis.call('XPENDING', KEYS[1], group[i + 1], entry, entry, 1)
+        if pending[1] then
+          mark()
+          return 'running'
+        end
+      end
+    end
+  end
+  redis.call('XDEL', KEYS[1], entry) -- pending nowhere: no group runs it, none ever will
+  redis.call('HDEL', KEYS[5], id)
+  release_lock()
+  record_outcome()
+  return 'queued'
+end
 if entry then
   local ok, pending = pcall(redis.call, 'XPENDING', KEYS[1], ARGV[1], entry, entry, 1)
   if ok and pending[1] then
-    redis.call('HSET', KEYS[6], id, ARGV[3])
-    redis.call('PUBLISH', ARGV[4], id)
+    mark()
     return 'running'
   end
   local delivered = ok and delivered_to(KEYS[1], ARGV[1], entry)

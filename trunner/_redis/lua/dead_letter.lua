@@ -6,9 +6,12 @@
 -- KEYS[3]  where moved tasks are (hash: task id -> stream id)
 -- KEYS[4]  the cancel marks (hash: task id -> until, ms)
 -- KEYS[5]  the task's record ('' -> none is written; pass any key of the group)
--- KEYS[6]  (optional) the message's unique lock
+-- KEYS[6]  the queue's registry of groups (a set): with more than one group reading the
+--          stream, the entry is not deleted, nor the task's cancel mark (another group
+--          may not have read it yet)
+-- KEYS[7]  (optional) the message's unique lock
 -- ARGV[1]  the consumer group
--- ARGV[2]  '1' to XDEL the entry
+-- ARGV[2]  '1' to XDEL the entry (unless the stream is shared)
 -- ARGV[3]  the entry id
 -- ARGV[4]  approximate cap of the dead-letter stream ('0': no cap)
 -- ARGV[5]  the unique lock's token ('' when there is no lock)
@@ -27,20 +30,24 @@ end
 if redis.call('XACK', KEYS[1], ARGV[1], ARGV[3]) == 0 then
   return false
 end
-if ARGV[2] == '1' then
+local known, groups = pcall(redis.call, 'SCARD', KEYS[6]) -- another type: shared
+local shared = not known or groups > 1
+if ARGV[2] == '1' and not shared then
   redis.call('XDEL', KEYS[1], ARGV[3])
 end
 local locked, held = false, false
-if KEYS[6] then
-  locked, held = pcall(redis.call, 'GET', KEYS[6]) -- another type: nobody's lock
+if KEYS[7] then
+  locked, held = pcall(redis.call, 'GET', KEYS[7]) -- another type: nobody's lock
 end
 if locked and held == ARGV[5] then
-  redis.call('DEL', KEYS[6])
+  redis.call('DEL', KEYS[7])
 end
-if ARGV[6] ~= ARGV[3] then
-  redis.call('HDEL', KEYS[3], ARGV[6])
+if not shared then -- else another group may not have read it: these expire, or go
+  if ARGV[6] ~= ARGV[3] then -- with the entry
+    redis.call('HDEL', KEYS[3], ARGV[6])
+  end
+  redis.call('HDEL', KEYS[4], ARGV[6])
 end
-redis.call('HDEL', KEYS[4], ARGV[6])
 local fields = tonumber(ARGV[9])
 local after = 10 + 2 * fields
 if ARGV[8] ~= '0' then

@@ -3,12 +3,13 @@
 -- the message was (the next one is recorded when it is moved); update the task's record
 -- to 'retrying' if it keeps its result.
 -- KEYS[1]  the task stream
--- KEYS[2]  the delayed set (task id scored by due time in ms)
--- KEYS[3]  the delayed messages (task id -> encoded message)
+-- KEYS[2]  the group's delayed set of retries (task id scored by due time in ms)
+-- KEYS[3]  its messages (task id -> encoded message)
 -- KEYS[4]  where moved tasks are (hash: task id -> stream id)
 -- KEYS[5]  the task's record (any key of the group when none is written)
+-- KEYS[6]  the queue's registry of groups (a set): with more than one, nothing is deleted
 -- ARGV[1]  the consumer group
--- ARGV[2]  '1' to XDEL the entry
+-- ARGV[2]  '1' to XDEL the entry (unless the stream is shared)
 -- ARGV[3]  the entry id
 -- ARGV[4]  due time of the next attempt (ms since the epoch)
 -- ARGV[5]  the next attempt's encoded message
@@ -26,10 +27,12 @@ end
 if redis.call('XACK', KEYS[1], ARGV[1], ARGV[3]) == 0 then
   return 0
 end
-if ARGV[2] == '1' then
+local known, groups = pcall(redis.call, 'SCARD', KEYS[6]) -- another type: shared
+local shared = not known or groups > 1
+if ARGV[2] == '1' and not shared then
   redis.call('XDEL', KEYS[1], ARGV[3])
 end
-if ARGV[6] ~= ARGV[3] then
+if ARGV[6] ~= ARGV[3] and not shared then
   redis.call('HDEL', KEYS[4], ARGV[6])
 end
 if ARGV[8] ~= '0' then

@@ -7,6 +7,8 @@
 -- KEYS[3]  the delayed messages
 -- KEYS[4]  where moved tasks are (hash: task id -> stream id)
 -- KEYS[5]  the task's record
+-- KEYS[6]  the group's delayed set of retries (the delayed set, for a group of its own)
+-- KEYS[7]  its messages
 -- ARGV[1]  the consumer group
 -- ARGV[2]  the task id
 -- Returns  {record (flat field/value list), due ms or false, delayed message or false,
@@ -26,6 +28,11 @@ local due = read(false, 'ZSCORE', KEYS[2], id)
 local delayed = false
 if due then
   delayed = read(false, 'HGET', KEYS[3], id)
+elseif KEYS[6] ~= KEYS[2] then
+  due = read(false, 'ZSCORE', KEYS[6], id)
+  if due then
+    delayed = read(false, 'HGET', KEYS[7], id)
+  end
 end
 local entry_id = read(false, 'HGET', KEYS[4], id)
 if not entry_id then
