@@ -44,6 +44,13 @@ def main() -> None:
         await trio.sleep(options.get("slow_seconds", 0.05))
         log("ran", payload)
 
+    @tasks.task(max_retry=3)
+    async def sturdy(payload: Any) -> None:
+        """As ``slow``, with retries: a crash of its worker costs an attempt, not the task."""
+        log("started", payload)
+        await trio.sleep(options.get("slow_seconds", 0.05))
+        log("ran", payload)
+
     @tasks.task
     async def block(payload: Any) -> None:
         log("started", payload)
