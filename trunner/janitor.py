@@ -11,7 +11,8 @@ Every ``janitor_interval`` seconds the leader
   from the stream, never past a message that is undelivered or still pending;
 * on a queue that several groups read, where acknowledging deletes nothing, trims what
   every group has finished (with ``delete_on_ack=True``, every ``SHARED_TRIM_INTERVAL``
-  seconds), and records the group's floor;
+  seconds), records the group's floor, and forgets the groups of the queue's registry
+  that are gone (destroyed by hand);
 * forgets what outlived its use, a page of each per round: cancel marks past their time
   (a cancelled task that nobody fetched again within a day), and where-map entries of
   moved tasks whose stream entry is gone. A value that is not what trunner writes there
@@ -133,6 +134,12 @@ class Janitor:
         trimmed = await self._trim(elector)
         if not self._config.delete_on_ack or await self._broker.shared():
             await self._broker.record_floor()  # finished messages stay: see record_floor
+            if gone := await self._broker.forget_gone_groups():
+                logger.info(
+                    "janitor: groups %s no longer read the queue %s: forgotten",
+                    ", ".join(gone),
+                    self._broker.keys.queue,
+                )
         forgotten = await self._forget_stale()
         self.rounds += 1
         self.consumers_deleted += deleted

@@ -286,3 +286,27 @@ async def test_results_are_each_groups_own(url: str, group: str) -> None:
         handle = await audit.dispatch("shout", "hi")
         assert await handle.result(timeout=10) == "HI"
         assert await email.handle(handle.id).result(timeout=10) == "hihi"
+
+
+async def test_a_group_destroyed_by_hand_is_forgotten_and_acks_delete_again(
+    url: str, group: str, raw: Any
+) -> None:
+    queue = _queue(group)
+    keys = Keys("trunner", "audit", queue)
+    ran: list[tuple[str, Any]] = []
+    async with open_checked_runner(url, config("email", queue=queue), recording(ran, "email")):
+        pass
+    raw.xgroup_destroy(keys.stream, "email")
+    async with (
+        open_checked_runner(
+            url, config("audit", queue=queue, janitor_interval=0.2), recording(ran, "audit")
+        ) as audit,
+        trunner.open_client(url, queue) as client,
+    ):
+        assert raw.smembers(keys.groups) == {b"audit", b"email"}
+        janitor = parts(audit).janitor
+        await janitor.wait_rounds(janitor.rounds + 1)
+        assert raw.smembers(keys.groups) == {b"audit"}
+        await client.dispatch("record", 1)
+        await redis_state(lambda: _acked(audit, 1))
+        assert raw.xlen(keys.stream) == 0, "one group again: the ack deleted it"

@@ -145,6 +145,12 @@ class Broker(Inspection):
         except RedisCommandError:
             return True
 
+    async def forget_gone_groups(self) -> list[str]:
+        """Remove from the queue's registry the groups no longer on its stream
+        (``forget_groups.lua``); returns their names."""
+        reply = await self._script("forget_groups", [self.keys.stream, self.keys.groups], [])
+        return [as_str(name) for name in reply]
+
     async def _group_exists(self) -> bool:
         try:
             groups = await self.transport.execute("XINFO", "GROUPS", self.keys.stream)

@@ -63,6 +63,7 @@ class _Scripts:
         self.enqueue_unique = make_script("enqueue_unique", _locking("enqueue_unique"))
         self.ack = _load("ack")
         self.ensure_group = _load("ensure_group")
+        self.forget_groups = _load("forget_groups")
         self.retry = make_script("retry", _typed("retry"))
         self.dead_letter = make_script("dead_letter", _typed("dead_letter"))
         self.schedule = make_script("schedule", _typed("schedule"))
