@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import trio
 
-from ._redis import Broker, Record
+from ._redis import AckRecord, Broker, Record
 from ._util import ErrorLog, LoopBackoff, logger
 from .config import RunnerConfig
 from .errors import BackendError
@@ -25,6 +25,10 @@ from .holdings import Holdings, Job
 from .statistics import Counters
 
 __all__ = ["AckBuffer"]
+
+
+def _no_record(job: Job) -> Record:
+    raise RuntimeError(f"no running record builder for {job.message_id}")
 
 
 class AckBuffer:
@@ -52,11 +56,14 @@ class AckBuffer:
         self._ids: list[str] = []  # waiting for the next flush
         self._locks: dict[str, tuple[str, str]] = {}  # id -> unique lock (key, token)
         self._moved: dict[str, str] = {}  # id -> task id, when they differ
-        self._records: dict[str, Record] = {}  # id -> outcome of a task keeping its result
+        self._records: dict[str, AckRecord] = {}  # id -> outcome of a task keeping its result
         self._forget: dict[str, str] = {}  # id -> cancelled task id: its mark goes
         #: Running records to write (tasks keeping results): each record's key, and what
         #: builds it, called only if the record is written (most tasks end first).
-        self._started: list[tuple[str, Callable[[], Record]]] = []
+        self._started: list[Job] = []
+        #: Builds the running record of a task that keeps its result (the runner's
+        #: ``Outcomes`` sets it).
+        self.running_record: Callable[[Job], Record] = _no_record
         self._nonempty = trio.Event()
         self._full = trio.Event()
         self._stopping = False
@@ -65,7 +72,7 @@ class AckBuffer:
     def add(
         self,
         job: Job,
-        record: Record | None = None,
+        record: AckRecord | None = None,
         *,
         cancelled: bool = False,
         bare: bool = False,
@@ -103,11 +110,11 @@ class AckBuffer:
             if deadline < self._wait.deadline:  # noqa: PLR1730 - min() would set it always
                 self._wait.deadline = deadline
 
-    def started(self, key: str, record: Callable[[], Record]) -> None:
-        """Write the running record of a task that keeps its result (``key``; ``record()``
-        builds it), with the next flush (unless the task's outcome goes in the same flush:
-        it says all the record would, and the record is never built)."""
-        self._started.append((key, record))
+    def started(self, job: Job) -> None:
+        """Write the running record of ``job``'s task, which keeps its result, with the next
+        flush (unless the task's outcome goes in the same flush: it says all the record
+        would, and the record is never built). ``running_record`` builds it."""
+        self._started.append(job)
         self._nonempty.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -175,9 +182,19 @@ class AckBuffer:
         return written
 
     async def _write_started(self) -> None:
-        """The running records buffered, but those whose outcome goes in this flush."""
-        ending = {record[0] for record in self._records.values()}
-        starts = [record() for key, record in self._started if key not in ending]
+        """The running records buffered, but those whose task has an outcome in this flush
+        (its own, the usual case, found by its message id; or another attempt's)."""
+        records, build = self._records, self.running_record
+        ending: set[str] | None = None
+        starts: list[Record] = []
+        for job in self._started:
+            if job.message_id in records:
+                continue
+            if ending is None:
+                ending = {record[0] for record in records.values()}
+            start = build(job)
+            if start[0] not in ending:
+                starts.append(start)
         self._started = []
         if not starts:
             return

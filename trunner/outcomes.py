@@ -27,7 +27,7 @@ from typing import Any, overload
 
 import trio
 
-from ._redis import Arg, Broker, Record
+from ._redis import AckRecord, Arg, Broker, Record
 from ._util import ErrorLog, LoopBackoff, logger, wall_ms
 from .acks import AckBuffer
 from .cancellation import MARK_LIFETIME
@@ -96,6 +96,38 @@ class Outcomes:
         ttl = keep if finished else max(keep, RUNNING_TTL)
         return self._keys.task(task_id), ttl_ms(ttl), fields
 
+    def _outcome(self, job: Job, state: str, keep: float, result: bytes | None) -> AckRecord:
+        """The record of a finished task written with its acknowledgement: as
+        :meth:`_record` would, but its fields as one JSON object, which Redis stores as a
+        string with one ``SET`` (the hot path of a task that keeps its result: see
+        ``trunner.status``). The fields a JSON encoder refuses (a lone surrogate in a
+        progress message) fall back to :meth:`_record`."""
+        task_name, _, attempt, enqueued_at, task_id = job.fields[:5]
+        body: dict[str, Any] = {
+            "state": state,  # first: the scripts recognise an outcome by its start
+            "task": task_name,
+            "attempt": attempt,
+            "instance": job.consumer,
+            "message_id": job.message_id,
+            "enqueued_at": enqueued_at,
+        }
+        if job.started_at:
+            body["started_at"] = job.started_at
+        body["finished_at"] = time.time()
+        body["keep"] = keep
+        if job.progress is not None:
+            body["progress"] = job.progress
+        if job.progress_message is not None:
+            body["progress_message"] = job.progress_message
+        encode, raw, refused = _OUTCOME_CODEC or _outcome_codec()
+        if result is not None:
+            body["result"] = raw(result)
+        try:
+            data = encode(body)
+        except refused:
+            return self._record(job, state, keep, result=result)
+        return self._keys.task(task_id), ttl_ms(keep), data
+
     def __init__(
         self,
         broker: Broker,
@@ -114,6 +146,7 @@ class Outcomes:
         self._config = config
         self._holdings = holdings
         self._acks = acks
+        acks.running_record = self._running_record
         self._add_ack = acks.add
         self._counters = counters
         self._errors = errors
@@ -129,7 +162,7 @@ class Outcomes:
         if job.cancel_requested:  # it swallowed its cancellation: it returned all the same
             self._succeeded_though_cancelled(job)
         elif job.keep_result is not None:
-            self._add_ack(job, self._record(job, "succeeded", job.keep_result, result=job.result))
+            self._add_ack(job, self._outcome(job, "succeeded", job.keep_result, job.result))
         elif job.progress is not None:  # it reported progress but keeps no result
             self._add_ack(job, (self._keys.task(job.fields[4]), 0, ()))
         else:
@@ -199,11 +232,11 @@ class Outcomes:
 
     def started(self, job: Job) -> None:
         """A task that keeps its result started: its record says so (batched)."""
+        self._acks.started(job)
+
+    def _running_record(self, job: Job) -> Record:
         keep = job.keep_result if job.keep_result is not None else RUNNING_TTL
-        self._acks.started(
-            self._keys.task(job.fields[4]),
-            lambda: self._record(job, "running", keep, finished=False),
-        )
+        return self._record(job, "running", keep, finished=False)
 
     def expired(self, job: Job, task: Task) -> None:
         """Not started before its ``expires`` time: dropped (acknowledged, not run)."""
@@ -451,6 +484,22 @@ def _keep(job: Job, task: Task | None, unasked: float | None = None) -> float | 
     if task is not None and task.keep_result is not None:
         return task.keep_result
     return unasked
+
+
+#: What ``Outcomes._outcome`` encodes with: the encoder, ``msgspec.Raw`` (a result's JSON
+#: as it is), and the errors that make it fall back to a hash. msgspec is imported when
+#: first needed: a runner whose tasks keep no result never loads it (nor what it imports).
+_Codec = tuple[Callable[[Any], bytes], Callable[[bytes], Any], tuple[type[Exception], ...]]
+_OUTCOME_CODEC: _Codec | None = None
+
+
+def _outcome_codec() -> _Codec:
+    global _OUTCOME_CODEC
+    import msgspec  # noqa: PLC0415 - see above
+
+    encode = msgspec.json.Encoder().encode
+    _OUTCOME_CODEC = (encode, msgspec.Raw, (msgspec.EncodeError, UnicodeEncodeError))
+    return _OUTCOME_CODEC
 
 
 def _error_fields(error: BaseException) -> list[tuple[str, Arg]]:

@@ -1,14 +1,18 @@
 """Where a dispatched task is, and how it ended: the values task handles return, and the
 one layout of the per-task record that holds a task's outcome.
 
-The record, ``<prefix>:{<group>}:task:<task id>`` (a hash), exists for a task that keeps its
+The record, ``<prefix>:{<group>}:task:<task id>``, exists for a task that keeps its
 result (``keep_result``), reports progress, or was cancelled or expired. It is written by
 the scripts that end an attempt — the same script that acknowledges a message writes its
 outcome — and expires ``keep_result`` seconds after the outcome (:data:`RUNNING_TTL` while
 the task runs; :data:`UNASKED_KEEP` for a cancelled or expired task that keeps no result).
 :func:`record_fields` writes its fields (the runner's ``Outcomes._record`` builds the same
 fields without it, on its hot path) and :func:`read_record` reads them; nothing else does.
-Fields (all text):
+It is a hash of these fields (all text); or, for an outcome written with the
+acknowledgement of a successful attempt (the hot path: one ``SET``), a string, one JSON
+object of the same fields with ``state`` first (strings as JSON strings, numbers as JSON
+numbers, ``result`` as the JSON value itself), which :func:`record_from_json` reads into the
+hash's form. Fields:
 
 ====================  =======================================================
 ``state``             running, retrying, succeeded, failed, dead, cancelled, expired
@@ -183,6 +187,25 @@ class TaskStatus:
 
 #: One stored record: field -> text (bytes as Redis gives them).
 Record = Mapping[bytes, bytes]
+
+
+def record_from_json(data: bytes) -> dict[bytes, bytes]:
+    """A record stored as one JSON object, in the form of a stored hash: each field's text
+    (a JSON string's value; a number's JSON text; ``result``'s JSON text as it is). What is
+    not a JSON object reads as no record (empty)."""
+    import msgspec  # noqa: PLC0415 - loaded by who reads a result, not by every runner
+
+    try:
+        fields = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
+    except msgspec.DecodeError:
+        return {}
+    record: dict[bytes, bytes] = {}
+    for name, raw in fields.items():
+        value = bytes(raw)
+        if name != "result" and value[:1] == b'"':
+            value = msgspec.json.decode(value, type=str).encode("utf-8", "backslashreplace")
+        record[name.encode("utf-8", "backslashreplace")] = value
+    return record
 
 
 def ttl_ms(seconds: float) -> int:

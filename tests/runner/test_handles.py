@@ -12,6 +12,7 @@ import dataclasses
 import datetime
 import decimal
 import enum
+import json
 import uuid
 from typing import Any, TypedDict
 
@@ -486,18 +487,34 @@ async def test_a_stored_result_that_is_not_what_was_written_is_bad_data(
         handle = await runner.dispatch(resize.action, request(1))
         await handle.result()
         raw = raw_client(url)
+        key = keys.task(handle)
         try:
-            raw.hset(keys.task(handle), "result", '{"path": 1}')  # JSON, not a Thumbnail
+            # The outcome of a success is one JSON object (a string key).
+            stored = json.loads(raw.get(key))
+            assert next(iter(stored)) == "state"
+            stored["result"] = {"path": 1}  # JSON, not a Thumbnail
+            raw.set(key, json.dumps(stored))
             with pytest.raises(trunner.BadData, match="does not match Thumbnail"):
                 await handle.result()
             assert await runner.handle(str(handle)).result() == {"path": 1}
-            raw.hset(keys.task(handle), mapping={"result": "{not json", "attempt": "many"})
+            # A record as a hash (as the other outcomes are written), with bad fields.
+            fields = {name: str(value) for name, value in stored.items() if name != "result"}
+            raw.delete(key)
+            raw.hset(key, mapping={**fields, "result": "{not json", "attempt": "many"})
             with pytest.raises(trunner.BadData, match="not JSON"):
                 await handle.result()
             status = await handle.status()  # the fields that read go on being read
             assert status.state is TaskState.SUCCEEDED
             assert status.attempt is None
-            raw.hset(keys.task(handle), "state", "exploded")  # not a state: no record
+            raw.hset(key, "state", "exploded")  # not a state: no record
             assert (await handle.status()).state is TaskState.UNKNOWN
+            raw.delete(key)
+            raw.set(key, "{not json")  # a string that is no JSON object: no record
+            assert (await handle.status()).state is TaskState.UNKNOWN
+            raw.delete(key)
+            raw.set(key, json.dumps({**stored, "attempt": "many", "state": "succeeded"}))
+            status = await handle.status()  # a JSON record's bad field reads as unknown
+            assert status.state is TaskState.SUCCEEDED
+            assert status.attempt is None
         finally:
             raw.close()

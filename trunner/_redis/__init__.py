@@ -11,7 +11,15 @@ in-process ``memory://`` servers, and what the test helpers look at Redis with
 
 from typing import TYPE_CHECKING, Any
 
-from .broker import MAX_IDS_PER_CALL, RELEASED_IDLE_MS, BadValue, Broker, Leader, Record
+from .broker import (
+    MAX_IDS_PER_CALL,
+    RELEASED_IDLE_MS,
+    AckRecord,
+    BadValue,
+    Broker,
+    Leader,
+    Record,
+)
 from .connect import open_transport
 from .errors import ScriptNotLoaded
 from .inspect import GroupProgress, TaskLook, delete_prefixed
@@ -32,6 +40,7 @@ __all__ = [
     "MAX_IDS_PER_CALL",
     "RELEASED_IDLE_MS",
     "SCRIPTS",
+    "AckRecord",
     "Arg",
     "BadValue",
     "BridgedTransport",

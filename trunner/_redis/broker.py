@@ -25,6 +25,7 @@ __all__ = [
     "MAX_AHEAD_MS",
     "MAX_IDS_PER_CALL",
     "RELEASED_IDLE_MS",
+    "AckRecord",
     "BadValue",
     "Broker",
     "Leader",
@@ -57,8 +58,11 @@ def _chunks(items: Sequence[Any], size: int = MAX_IDS_PER_CALL) -> Iterable[Sequ
 #: A stored value that is not what trunner writes there: (field or item, value, reason).
 BadValue = tuple[str, bytes, str]
 #: The outcome of a task that keeps its result: its record's key, time-to-live (ms) and
-#: fields (``trunner.status`` says which).
+#: fields (``trunner.status`` says which), stored as a hash.
 Record = tuple[str, int, Sequence[tuple[str, Arg]]]
+#: A record written with an acknowledgement (:meth:`Broker.ack`): as a :data:`Record`, or
+#: with its fields as one JSON object, stored as a string (one ``SET``: the hot path).
+AckRecord = Record | tuple[str, int, bytes]
 
 
 def _metric_fields(flat: Any) -> tuple[dict[str, float], list[BadValue]]:
@@ -256,7 +260,7 @@ class Broker(Inspection):
         ids: Sequence[str],
         locks: Mapping[str, tuple[str, str]] | None = None,
         moved: Mapping[str, str] | None = None,
-        records: Mapping[str, Record] | None = None,
+        records: Mapping[str, AckRecord] | None = None,
         forget: Mapping[str, str] | None = None,
     ) -> int:
         """Acknowledge ``ids`` and tell the waiters of their tasks, in one script per 1000.
@@ -280,6 +284,9 @@ class Broker(Inspection):
             args += [len(gone), *gone]
             args.append(len(outcomes))
             for _, ttl_ms, fields in outcomes:
+                if isinstance(fields, bytes):  # a JSON object: stored as it is
+                    args += [fields, ttl_ms]
+                    continue
                 packed = packed_fields(fields, ttl_ms) if fields else None
                 if packed is not None:
                     args.append(packed)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
+from ..status import record_from_json
 from .resp import RawEntry, as_str, stream_entries
 from .scripts import SCRIPTS
 from .transport import call_script
@@ -104,8 +105,12 @@ class Inspection:
             [self.group, task_id],
         )
         flat, due, delayed, entry_id, fields, consumer, deliveries, delivered = reply
+        if isinstance(flat, bytes):  # an outcome written as one JSON object
+            record = record_from_json(flat)
+        else:
+            record = {flat[i]: flat[i + 1] for i in range(0, len(flat) - 1, 2)}
         return TaskLook(
-            record={flat[i]: flat[i + 1] for i in range(0, len(flat) - 1, 2)},
+            record=record,
             due_ms=float(due) if due is not None else None,
             delayed=delayed if isinstance(delayed, bytes) else None,
             entry_id=as_str(entry_id) if entry_id else None,

@@ -20,10 +20,12 @@
 -- then     M, then M pairs: the (1-based) index of an entry whose id is not its task's id,
 --          and the task's id (the where-map forgets it; the channel says it)
 -- then     C, then C task ids whose cancel marks go
--- then     R, then per record either one argument, a JSON array of strings: the
---          field/value pairs, then the time-to-live (ms); or its time-to-live (ms), F, then
---          F field/value pairs (F = 0: the record is deleted: a task that keeps no result
---          but reported progress)
+-- then     R, then per record either a JSON object of its fields (stored as a string,
+--          what task_status.lua reads as the record) then its time-to-live (ms); or one
+--          argument, a JSON array of strings: the field/value pairs, then the
+--          time-to-live (ms) (stored as a hash); or its time-to-live (ms), F, then F
+--          field/value pairs (a hash; F = 0: the record is deleted: a task that keeps no
+--          result but reported progress)
 -- Returns  how many entries were still pending and are now acknowledged
 local at = 4
 local function take()
@@ -73,13 +75,16 @@ local records = tonumber(take())
 for r = 1, records do
   local key = KEYS[3 + locks + r]
   local head = take()
-  redis.call('DEL', key)
-  if string.byte(head) == 91 then -- '[': the pairs and the time-to-live, as JSON
+  if string.byte(head) == 123 then -- '{': the record as one JSON object, then its TTL
+    redis.call('SET', key, head, 'PX', take())
+  elseif string.byte(head) == 91 then -- '[': the pairs and the time-to-live, as JSON
+    redis.call('DEL', key)
     local flat = cjson.decode(head)
     local ttl = table.remove(flat)
     redis.call('HSET', key, unpack(flat))
     redis.call('PEXPIRE', key, ttl)
   else
+    redis.call('DEL', key)
     local fields = tonumber(take())
     if fields > 0 then
       redis.call('HSET', key, unpack(ARGV, at, at + 2 * fields - 1))

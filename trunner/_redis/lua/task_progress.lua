@@ -5,8 +5,17 @@
 -- ARGV[1]  the record's time-to-live in ms, set when it has none
 -- ARGV[2..] field/value pairs: the progress, and what a new record needs
 -- Returns  1 when written, 0 when the record holds an outcome
+-- is_outcome(key): whether the key holds an outcome written as one JSON object (ack.lua
+-- writes a finished task's record so: a string starting with its state)
+local function is_outcome(key)
+  local ok, text = pcall(redis.call, 'GET', key)
+  return ok and type(text) == 'string' and string.sub(text, 1, 9) == '{"state":'
+end
 local ok, state = pcall(redis.call, 'HGET', KEYS[1], 'state')
-if not ok then  -- not a hash: written by something else, the record takes its place
+if not ok then  -- not a hash: an outcome written as one JSON object (ack.lua), or else
+  if is_outcome(KEYS[1]) then  -- written by something else: the record takes its place
+    return 0
+  end
   redis.call('DEL', KEYS[1])
   state = false
 end

@@ -6,6 +6,12 @@
 -- ARGV     per record, in KEYS order: its time-to-live (ms), F, then F field/value pairs
 --          (one of them 'attempt')
 -- Returns  how many records were written
+-- is_outcome(key): whether the key holds an outcome written as one JSON object (ack.lua
+-- writes a finished task's record so: a string starting with its state)
+local function is_outcome(key)
+  local ok, text = pcall(redis.call, 'GET', key)
+  return ok and type(text) == 'string' and string.sub(text, 1, 9) == '{"state":'
+end
 local at, written = 1, 0
 for i = 1, #KEYS do
   local ttl, fields = ARGV[at], tonumber(ARGV[at + 1])
@@ -17,7 +23,9 @@ for i = 1, #KEYS do
     end
   end
   local ok, current = pcall(redis.call, 'HMGET', KEYS[i], 'state', 'attempt')
-  if not ok then  -- not a hash: written by something else, the record takes its place
+  if not ok and is_outcome(KEYS[i]) then  -- an outcome written as one JSON object
+    current = {'outcome', false}
+  elseif not ok then  -- written by something else: the record takes its place
     redis.call('DEL', KEYS[i])
     current = {false, false}
   end

@@ -11,7 +11,8 @@
 -- KEYS[7]  its messages
 -- ARGV[1]  the consumer group
 -- ARGV[2]  the task id
--- Returns  {record (flat field/value list), due ms or false, delayed message or false,
+-- Returns  {record (flat field/value list, or the JSON object of an outcome written as
+--           one), due ms or false, delayed message or false,
 --           entry id or false, entry fields (flat) or false, pending consumer or false,
 --           deliveries (0 when not pending), delivered (1 when the group delivered the
 --           entry already, 0 when not yet)}
@@ -23,7 +24,10 @@ local function read(default, ...)
   end
   return default
 end
-local record = read({}, 'HGETALL', KEYS[5])
+local record = read(false, 'HGETALL', KEYS[5])
+if not record then  -- an outcome written as one JSON object (ack.lua): returned as it is
+  record = read({}, 'GET', KEYS[5]) or {}
+end
 local due = read(false, 'ZSCORE', KEYS[2], id)
 local delayed = false
 if due then
