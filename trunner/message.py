@@ -263,12 +263,14 @@ def encode_message(
     options: MessageOptions | None = None,
     headers: Mapping[str, str] | None = None,
     max_bytes: int,
+    rate_reserved: bool = False,
 ) -> bytes:
     """Encode one task message; raise :class:`InvalidPayload` if it cannot be sent
     (:class:`InvalidHeaders` for its headers: see :func:`check_headers`).
 
     ``unique_for``: a unique task's lock time-to-live in seconds (written with its key, so
-    that a replay can take the lock again).
+    that a replay can take the lock again). ``rate_reserved``: its rate limit's admission
+    is taken already (:data:`RATE_RESERVED_MARK`, always the last member).
     """
     body: dict[str, Any] = {
         "task": task_name,
@@ -287,6 +289,8 @@ def encode_message(
         options.to_body(body)
     if headers and (checked := check_headers(headers, task_name)) is not None:
         body["headers"] = checked
+    if rate_reserved:
+        body["rate_reserved"] = True
     if not is_plain(payload) and (problem := find_problem(payload)) is not None:
         raise InvalidPayload(_unsendable(task_name, problem))  # no silent conversion
     try:
@@ -386,6 +390,27 @@ def stored_headers(raw: bytes) -> Mapping[str, str]:
     return NO_HEADERS
 
 
+#: How a message deferred by its rate limit ends: its admission is reserved (see
+#: :func:`reencode_deferred`). Always the last member, so a runner tests it with
+#: ``raw.endswith`` (a nested value cannot end the top-level object).
+RATE_RESERVED_MARK = b',"rate_reserved":true}'
+
+
+def is_rate_reserved(raw: bytes) -> bool:
+    """Whether a stored message carries :data:`RATE_RESERVED_MARK`: its rate limit admitted
+    it already, when it was deferred (it runs without being checked again)."""
+    return raw.endswith(RATE_RESERVED_MARK)
+
+
+def reencode_deferred(message: TaskMessage, *, rate_reserved: bool) -> bytes:
+    """The message of ``message`` deferred by a limit, to come back later: the same task
+    id, payload and attempt (a deferral uses no attempt: the stored attempt is the one
+    this delivery would have been, crash redeliveries counted), copied verbatim as
+    :func:`reencode_for_retry` does; with :data:`RATE_RESERVED_MARK` when
+    ``rate_reserved``. Never refused for its size."""
+    return _reencode(message, message.attempt, NO_SIZE_LIMIT, rate_reserved=rate_reserved)
+
+
 def reencode_for_retry(message: TaskMessage, attempt: int, max_bytes: int) -> bytes:
     """The message of the next attempt of ``message`` (same task id and payload).
 
@@ -393,8 +418,13 @@ def reencode_for_retry(message: TaskMessage, attempt: int, max_bytes: int) -> by
     object decoded from it): the attempt that failed may have changed the object it was
     given, and JSON that Python reads but does not write back (``1e400`` reads as ``inf``)
     stays what it was. So does the unique lock's ``unique_for``. A message that is not a
-    stored one (a test's own TaskMessage) is encoded from its fields.
+    stored one (a test's own TaskMessage) is encoded from its fields. A rate limit's
+    reservation is not carried over: the retry is admitted again.
     """
+    return _reencode(message, attempt, max_bytes, rate_reserved=False)
+
+
+def _reencode(message: TaskMessage, attempt: int, max_bytes: int, *, rate_reserved: bool) -> bytes:
     spans = None
     text = ""
     if message.raw:
@@ -413,6 +443,7 @@ def reencode_for_retry(message: TaskMessage, attempt: int, max_bytes: int) -> by
             options=_retry_options(message.options),
             headers=message.headers,
             max_bytes=max_bytes,
+            rate_reserved=rate_reserved,
         )
     unique_for = None
     if message.unique_key is not None and "unique_for" in spans:
@@ -432,6 +463,7 @@ def reencode_for_retry(message: TaskMessage, attempt: int, max_bytes: int) -> by
         options=_retry_options(message.options),
         headers=message.headers,
         max_bytes=NO_SIZE_LIMIT,
+        rate_reserved=rate_reserved,
     )
     head, sep, tail = envelope.partition(b',"payload":0,')
     assert sep, envelope

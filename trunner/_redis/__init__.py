@@ -11,7 +11,7 @@ in-process ``memory://`` servers, and what the test helpers look at Redis with
 
 from typing import TYPE_CHECKING, Any
 
-from .broker import MAX_IDS_PER_CALL, RELEASED_IDLE_MS, BadValue, Broker, Leader, Record
+from .broker import MAX_IDS_PER_CALL, RELEASED_IDLE_MS, BadValue, Broker, Leader, Record, Slot
 from .connect import open_transport
 from .errors import ScriptNotLoaded
 from .inspect import GroupProgress, TaskLook, delete_prefixed
@@ -46,6 +46,7 @@ __all__ = [
     "Record",
     "Script",
     "ScriptNotLoaded",
+    "Slot",
     "Subscriber",
     "TaskLook",
     "Transport",

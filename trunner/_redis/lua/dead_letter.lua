@@ -6,7 +6,10 @@
 -- KEYS[3]  where moved tasks are (hash: task id -> stream id)
 -- KEYS[4]  the cancel marks (hash: task id -> until, ms)
 -- KEYS[5]  the task's record ('' -> none is written; pass any key of the group)
--- KEYS[6]  (optional) the message's unique lock
+-- KEYS[6]  (optional) the message's unique lock (or, with a slot and no lock, the stream)
+-- KEYS[7..9] (optional) the concurrency slot the entry holds: its holders, its waiting
+--          list, and the quarantine stream; then the last ARGV is the limit. The slot is
+--          released and the oldest waiters granted (limits.lua).
 -- ARGV[1]  the consumer group
 -- ARGV[2]  '1' to XDEL the entry
 -- ARGV[3]  the entry id
@@ -41,6 +44,11 @@ if ARGV[6] ~= ARGV[3] then
   redis.call('HDEL', KEYS[3], ARGV[6])
 end
 redis.call('HDEL', KEYS[4], ARGV[6])
+local last = #ARGV
+if KEYS[7] then
+  last = last - 1
+  release_slot(KEYS[7], KEYS[8], ARGV[3], tonumber(ARGV[#ARGV]), KEYS[1], KEYS[3], KEYS[9])
+end
 local fields = tonumber(ARGV[9])
 local after = 10 + 2 * fields
 if ARGV[8] ~= '0' then
@@ -50,9 +58,9 @@ if ARGV[8] ~= '0' then
 end
 local id
 if ARGV[4] == '0' then
-  id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, after))
+  id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, after, last))
 else
-  id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', unpack(ARGV, after))
+  id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', unpack(ARGV, after, last))
 end
 if ARGV[7] ~= '' then
   redis.call('PUBLISH', ARGV[7], ARGV[6])

@@ -16,6 +16,9 @@
 -- ARGV[7]  the wake-up channel, told when the retry became the earliest delayed task
 -- ARGV[8]  the record's time-to-live in ms ('0': no record is written)
 -- ARGV[9..] field/value pairs of the record
+-- KEYS[6..8] (optional) the concurrency slot the entry holds: its holders, its waiting
+--          list, and the quarantine stream; then the last ARGV is the limit. The slot is
+--          released and the oldest waiters granted (limits.lua).
 -- Returns  1 when scheduled; 0 when the entry was no longer pending (nothing written)
 -- Its keys' types are checked first (key_types.lua): a message acknowledged but not
 -- scheduled again would be lost.
@@ -32,8 +35,13 @@ end
 if ARGV[6] ~= ARGV[3] then
   redis.call('HDEL', KEYS[4], ARGV[6])
 end
+local last = #ARGV
+if KEYS[6] then
+  last = last - 1
+  release_slot(KEYS[6], KEYS[7], ARGV[3], tonumber(ARGV[#ARGV]), KEYS[1], KEYS[4], KEYS[8])
+end
 if ARGV[8] ~= '0' then
-  redis.call('HSET', KEYS[5], unpack(ARGV, 9))
+  redis.call('HSET', KEYS[5], unpack(ARGV, 9, last))
   redis.call('PEXPIRE', KEYS[5], ARGV[8])
 end
 redis.call('ZADD', KEYS[2], ARGV[4], ARGV[6])
