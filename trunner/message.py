@@ -391,15 +391,28 @@ def stored_headers(raw: bytes) -> Mapping[str, str]:
 
 
 #: How a message deferred by its rate limit ends: its admission is reserved (see
-#: :func:`reencode_deferred`). Always the last member, so a runner tests it with
-#: ``raw.endswith`` (a nested value cannot end the top-level object).
+#: :func:`reencode_deferred`). Always the last member, so a runner tests only the end of
+#: the message (a nested value cannot end the top-level object). ``admit.lua`` replaces
+#: ``true`` with the reserved time (ms since the epoch) when it defers the message.
 RATE_RESERVED_MARK = b',"rate_reserved":true}'
+_RESERVED_TAIL = re.compile(rb',"rate_reserved":(true|[0-9]{1,19})\}\Z')
+
+
+def rate_reserved_at(raw: bytes) -> int | None:
+    """The time (ms since the epoch) a message deferred by its rate limit was reserved for
+    (0 when it does not say), or None when it carries no reservation."""
+    match = _RESERVED_TAIL.search(raw, max(0, len(raw) - 40))
+    if match is None:
+        return None
+    value = match.group(1)
+    return 0 if value == b"true" else int(value)
 
 
 def is_rate_reserved(raw: bytes) -> bool:
-    """Whether a stored message carries :data:`RATE_RESERVED_MARK`: its rate limit admitted
-    it already, when it was deferred (it runs without being checked again)."""
-    return raw.endswith(RATE_RESERVED_MARK)
+    """Whether a stored message carries a rate reservation (:data:`RATE_RESERVED_MARK`):
+    its rate limit admitted it already, when it was deferred (it runs without being
+    checked again)."""
+    return raw.endswith(b"}") and _RESERVED_TAIL.search(raw, max(0, len(raw) - 40)) is not None
 
 
 def reencode_deferred(message: TaskMessage, *, rate_reserved: bool) -> bytes:

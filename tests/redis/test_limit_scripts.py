@@ -12,7 +12,7 @@ import pytest
 
 from trunner._redis import Broker, Slot, open_transport
 from trunner.keys import Keys
-from trunner.message import encode_message
+from trunner.message import encode_message, rate_reserved_at
 
 from .test_broker import deliver
 
@@ -32,6 +32,10 @@ def message(n: int, task_id: str | None = None) -> bytes:
     return encode_message("t", n, enqueued_at=1.0, task_id=task_id, max_bytes=1 << 20)
 
 
+def marked(n: int) -> bytes:
+    return message(n)[:-1] + b',"rate_reserved":true}'
+
+
 def slot_of(keys: Keys, limit: int = 2) -> Slot:
     return keys.concurrency_holders("1:t"), keys.concurrency_waiting("1:t"), limit
 
@@ -49,7 +53,7 @@ async def test_rate_gcra_reserves_and_defers_to_exact_times(
     rate = (keys.rate_limit("1:t"), 100.0, 100.0)  # 10/s, burst 2
     now = 1_000_000.0
     verdicts = [
-        await broker.admit(i, f"task-{n}", now, message(n), rate, None) for n, i in enumerate(ids)
+        await broker.admit(i, f"task-{n}", now, marked(n), rate, None) for n, i in enumerate(ids)
     ]
     # Burst 2: two at once; then one every 100 ms, each reserved (tat moves on).
     assert verdicts == [("run", 0), ("run", 0), ("rate", 1_000_100), ("rate", 1_000_200)]
@@ -59,6 +63,9 @@ async def test_rate_gcra_reserves_and_defers_to_exact_times(
         (b"task-3", 1_000_200.0),
     ]
     assert await broker.pending_count() == 2, "the deferred ones are acknowledged"
+    stored = raw.hget(keys.delayed_messages, "task-3")
+    assert rate_reserved_at(stored) == 1_000_200, "the mark says when it was reserved for"
+    assert json.loads(stored)["payload"] == 3
     # Later, the limit admits again (its state is the theoretical arrival time).
     (late,) = await fetched(broker, 1)
     assert await broker.admit(late, "task-0", now + 400, message(0), rate, None) == ("run", 0)

@@ -22,7 +22,8 @@
 -- ARGV[3]  the entry id
 -- ARGV[4]  the task id
 -- ARGV[5]  now (ms since the epoch)
--- ARGV[6]  the message to store when deferred (reencode_deferred)
+-- ARGV[6]  the message to store when deferred (reencode_deferred); deferred by its rate,
+--          its mark '"rate_reserved":true' becomes '"rate_reserved":<due ms>'.
 -- ARGV[7]  the wake-up channel of the delayed set
 -- ARGV[8]  the rate's emission interval in ms ('0': no rate check)
 -- ARGV[9]  the rate's burst tolerance in ms
@@ -81,8 +82,13 @@ if due then
     return {'lost'}
   end
   reserve()
+  local message = ARGV[6]
+  local mark = ',"rate_reserved":true}'
+  if string.sub(message, -#mark) == mark then -- the reserved time, for the record
+    message = string.sub(message, 1, -6) .. string.format('%d', due) .. '}'
+  end
   redis.call('ZADD', KEYS[2], due, task_id)
-  redis.call('HSET', KEYS[3], task_id, ARGV[6])
+  redis.call('HSET', KEYS[3], task_id, message)
   local first = redis.call('ZRANGE', KEYS[2], 0, 0)
   if first[1] == task_id then
     redis.call('PUBLISH', ARGV[7], due)
