@@ -25,6 +25,8 @@ __all__ = [
 RELEASED_CONSUMER = "trunner:released"
 
 _FORBIDDEN = frozenset("{}")
+#: What the name of every holders key of a concurrency limit starts with, after the group.
+_CONCURRENCY_HOLDERS = "concurrency:holders:"
 
 
 def utf8_error(value: str) -> str | None:
@@ -183,13 +185,10 @@ class Keys:
         """
         return self._key(f"rate:{key}")
 
-    #: What every holders key of a concurrency limit starts with (``inspect`` scans it).
-    CONCURRENCY_HOLDERS = "concurrency:holders:"
-
     def concurrency_holders(self, key: str) -> str:
         """The holders of one concurrency limit: ``<prefix>:{<group>}:concurrency:holders:
         <key>``, a sorted set of stream ids scored by when they were granted (ms)."""
-        return self._key(f"{self.CONCURRENCY_HOLDERS}{key}")
+        return self._key(f"{_CONCURRENCY_HOLDERS}{key}")
 
     def concurrency_waiting(self, key: str) -> str:
         """The waiting list of one concurrency limit: ``<prefix>:{<group>}:concurrency:
@@ -199,7 +198,7 @@ class Keys:
     def holders_pattern(self) -> str:
         """A ``SCAN MATCH`` pattern of the group's concurrency holders keys."""
         escaped = "".join(f"\\{c}" if c in "*?[]\\" else c for c in self._key(""))
-        return f"{escaped}{self.CONCURRENCY_HOLDERS}*"
+        return f"{escaped}{_CONCURRENCY_HOLDERS}*"
 
     @property
     def metrics(self) -> str:

@@ -14,8 +14,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from trunner._redis import Broker, Script
-from trunner._redis.memory import forget_memory_server, server_client
+from trunner._redis import Broker, Script, forget_memory_server
+from trunner._redis import memory_server_client as server_client
 from trunner.keys import Keys
 from trunner.message import encode_message
 
