@@ -13,7 +13,10 @@ process), ``result-memory`` (12: 100 000 results kept 60 s); ``pause`` (13: how 
 pause stops three worker processes' fetching); ``dashboard`` (14: page load and
 live-update latency of the dashboard on a group of 100 000 queued and 100 000 dead
 entries; bench/dashboard.py); ``middleware`` (15: scenario 1's drain with no middleware,
-with one no-op middleware, and with the OpenTelemetry middleware). Each scenario runs
+with one no-op middleware, and with the OpenTelemetry middleware); ``limits`` (16:
+scenario 1's drain of a task without limits and of one with ``concurrency=100`` (the
+worker's capacity: every message is admitted by one script, and its slot released with
+its acknowledgement), in the same measurement). Each scenario runs
 ``--runs`` times, interleaving the queues run by run, and the median is reported.
 ``--peers`` adds arq, saq, streaq (on Trio), taskiq (Redis stream broker) and dramatiq
 to scenarios 1-4 and 8 (arq, saq and streaq to 9), each installed into its own virtual
@@ -73,6 +76,7 @@ SCENARIOS = [
     "pause",
     "dashboard",
     "middleware",
+    "limits",
 ]
 #: The peers scenario 9 (results) runs beside trunner (issue 19 names them).
 RESULT_PEERS = {"arq", "saq", "streaq"}
@@ -752,6 +756,28 @@ async def middleware(q: Queue, s: Settings, run: int) -> dict[str, Any]:
     }
 
 
+async def limits(q: Queue, s: Settings, run: int) -> dict[str, Any]:
+    """Scenario 16: scenario 1's drain of 20 000 no-op tasks without limits (``noop``),
+    and with a group-wide concurrency limit on every task (``noop_limited``:
+    ``concurrency=100``, the worker's capacity, so nothing waits: the cost measured is
+    the admission script before each attempt and the slot released with the
+    acknowledgement), in the same measurement (the order alternates run by run)."""
+    n = s.n(20_000)
+    order = ["noop", "noop_limited"] if run % 2 else ["noop_limited", "noop"]
+    figures = {task: await drain(q, s, task, n) for task in order}
+    off, on = figures["noop"], figures["noop_limited"]
+    return {
+        "n": n,
+        "first": order[0],
+        "rate_off": off["process_rate"],
+        "rate_on": on["process_rate"],
+        "on_over_off": round(on["process_rate"] / off["process_rate"], 3),
+        "cpu_ms_off": off["cpu_ms_per_task"],
+        "cpu_ms_on": on["cpu_ms_per_task"],
+        "cpu_us_added": round((on["cpu_ms_per_task"] - off["cpu_ms_per_task"]) * 1000, 2),
+    }
+
+
 async def cancel(q: Queue, s: Settings) -> dict[str, Any]:
     """Scenario 11: a worker process runs ``hang`` tasks (awaiting for ever); another
     process dispatches one, waits until it runs (+20 ms), calls ``cancel()``, then awaits
@@ -1334,6 +1360,11 @@ ROWS: list[tuple[str, str, str, str, bool, int]] = [
     ("15 process 20 000 no-op, OpenTelemetry", "tasks/s", "middleware", "rate_otel", True, 0),
     ("15 OpenTelemetry / none", "x", "middleware", "otel_over_none", True, 2),
     ("15 worker CPU per task, OpenTelemetry", "ms", "middleware", "cpu_ms_otel", False, 4),
+    ("16 process 20 000 no-op, no limits", "tasks/s", "limits", "rate_off", True, 0),
+    ("16 process 20 000 no-op, concurrency=100", "tasks/s", "limits", "rate_on", True, 0),
+    ("16 concurrency limit / none", "x", "limits", "on_over_off", True, 2),
+    ("16 worker CPU per task, no limits", "ms", "limits", "cpu_ms_off", False, 4),
+    ("16 worker CPU per task, concurrency=100", "ms", "limits", "cpu_ms_on", False, 4),
 ]
 
 #: Rows whose "trunner" column shows another trunner variant (by its impl name).
@@ -1617,6 +1648,8 @@ async def rounds_9_to_11(
     if "middleware" in chosen:
         work = middleware(trunner_queue, s, run)
         await measure(out, results, "middleware", "trunner", run, work)
+    if "limits" in chosen:
+        await measure(out, results, "limits", "trunner", run, limits(trunner_queue, s, run))
 
 
 async def rounds_4_to_6(

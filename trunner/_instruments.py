@@ -52,6 +52,18 @@ TASK_COUNTERS = (
     TaskCounter("failed", "Task attempts that raised", "{attempt}", lambda t: t.failed),
     TaskCounter("retried", "Failed attempts scheduled again", "{attempt}", lambda t: t.retried),
     TaskCounter("dead_lettered", "Messages given up on", "{message}", lambda t: t.dead_lettered),
+    TaskCounter(
+        "deferred_rate",
+        "Messages deferred by their task's rate limit (no attempt used)",
+        "{message}",
+        lambda t: t.deferred_rate,
+    ),
+    TaskCounter(
+        "deferred_concurrency",
+        "Messages deferred by their task's concurrency limit (no attempt used)",
+        "{message}",
+        lambda t: t.deferred_concurrency,
+    ),
 )
 
 GAUGES = (

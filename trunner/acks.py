@@ -7,8 +7,8 @@ A finished message stays in :attr:`Holdings.finished <trunner.holdings.Holdings.
 from :meth:`AckBuffer.add` until a flush wrote its acknowledgement: a failed or cancelled
 flush puts it back, so a finished task is never forgotten (and never released to run again
 as if it had not run). Meanwhile the heartbeater keeps its reservation fresh, so it is not
-reclaimed and run again while its acknowledgement waits for Redis. A unique task's lock is
-released by the same script that acknowledges it.
+reclaimed and run again while its acknowledgement waits for Redis. A unique task's lock, and
+a concurrency slot, are released by the same script that acknowledges it.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import trio
 
-from ._redis import AckRecord, Broker, Record
+from ._redis import AckRecord, Broker, Record, Slot
 from ._util import ErrorLog, LoopBackoff, logger
 from .config import RunnerConfig
 from .errors import BackendError
@@ -58,6 +58,7 @@ class AckBuffer:
         self._moved: dict[str, str] = {}  # id -> task id, when they differ
         self._records: dict[str, AckRecord] = {}  # id -> outcome of a task keeping its result
         self._forget: dict[str, str] = {}  # id -> cancelled task id: its mark goes
+        self._slots: dict[str, Slot] = {}  # id -> the concurrency slot it releases
         #: Running records to write (tasks keeping results): each record's key, and what
         #: builds it, called only if the record is written (most tasks end first).
         self._started: list[Job] = []
@@ -94,6 +95,8 @@ class AckBuffer:
             lock = job.lock(self._keys)
             if lock is not None:
                 self._locks[message_id] = lock
+        if job.slot is not None:  # a concurrency slot: released with the ack
+            self._slots[message_id] = job.slot
         if fields[4] != message_id:  # moved (delayed, retried, cron, replayed)
             self._moved[message_id] = fields[4]
         if record is not None:
@@ -157,7 +160,7 @@ class AckBuffer:
         written = False
         try:
             self._counters.acked += await self._broker.ack(
-                batch, self._locks, self._moved, self._records, self._forget
+                batch, self._locks, self._moved, self._records, self._forget, self._slots
             )
             written = True
         except BackendError as exc:
@@ -167,12 +170,15 @@ class AckBuffer:
             if written:
                 finished, locks, moved = self._finished, self._locks, self._moved
                 extras = self._records or self._forget
+                slots = self._slots
                 for message_id in batch:
                     finished.pop(message_id, None)
                     if locks:
                         locks.pop(message_id, None)
                     if moved:
                         moved.pop(message_id, None)
+                    if slots:
+                        slots.pop(message_id, None)
                     if extras:
                         self._records.pop(message_id, None)
                         self._forget.pop(message_id, None)

@@ -91,6 +91,10 @@ class Job:
     """When its progress was last written (Trio clock): reports are throttled."""
     progress_done: bool = False
     """The last progress written was 1.0 (written at once the first time only)."""
+    slot: tuple[str, str, int] | None = None
+    """The group-wide concurrency slot its message holds (holders key, waiting-list key,
+    limit): released with its acknowledgement, retry or dead letter (see
+    ``trunner.admission``)."""
     _message: TaskMessage | None = None
 
     @property

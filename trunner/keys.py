@@ -28,6 +28,8 @@ __all__ = [
 RELEASED_CONSUMER = "trunner:released"
 
 _FORBIDDEN = frozenset("{}")
+#: What the name of every holders key of a concurrency limit starts with, after the group.
+_CONCURRENCY_HOLDERS = "concurrency:holders:"
 
 
 def utf8_error(value: str) -> str | None:
@@ -229,6 +231,33 @@ class Keys:
             ``<prefix>:{<queue>}:unique:<key>``.
         """
         return self._qkey(f"unique:{key}")
+
+    def rate_limit(self, key: str) -> str:
+        """The state of one rate limit (GCRA): its theoretical arrival time.
+
+        Args:
+            key: The limit's key, ``<len>:<task>[:<rate_limit_key(payload)>]``.
+
+        Returns:
+            ``<prefix>:{<group>}:rate:<key>``, a string (ms since the epoch) with a
+            time-to-live.
+        """
+        return self._key(f"rate:{key}")
+
+    def concurrency_holders(self, key: str) -> str:
+        """The holders of one concurrency limit: ``<prefix>:{<group>}:concurrency:holders:
+        <key>``, a sorted set of stream ids scored by when they were granted (ms)."""
+        return self._key(f"{_CONCURRENCY_HOLDERS}{key}")
+
+    def concurrency_waiting(self, key: str) -> str:
+        """The waiting list of one concurrency limit: ``<prefix>:{<group>}:concurrency:
+        waiting:<key>``, a list of encoded messages, oldest first."""
+        return self._key(f"concurrency:waiting:{key}")
+
+    def holders_pattern(self) -> str:
+        """A ``SCAN MATCH`` pattern of the group's concurrency holders keys."""
+        escaped = "".join(f"\\{c}" if c in "*?[]\\" else c for c in self._key(""))
+        return f"{escaped}{_CONCURRENCY_HOLDERS}*"
 
     @property
     def metrics(self) -> str:

@@ -291,13 +291,15 @@ def encode_message(
     headers: Mapping[str, str] | None = None,
     group: str | None = None,
     max_bytes: int,
+    rate_reserved: bool = False,
 ) -> bytes:
     """Encode one task message; raise :class:`InvalidPayload` if it cannot be sent
     (:class:`InvalidHeaders` for its headers: see :func:`check_headers`).
 
     ``unique_for``: a unique task's lock time-to-live in seconds (written with its key, so
     that a replay can take the lock again). ``group``: the one consumer group the message
-    is for (see :attr:`TaskMessage.group`).
+    is for (see :attr:`TaskMessage.group`). ``rate_reserved``: its rate limit's admission
+    is taken already (:data:`RATE_RESERVED_MARK`, always the last member).
     """
     body: dict[str, Any] = {
         "task": task_name,
@@ -318,6 +320,8 @@ def encode_message(
         body["headers"] = checked
     if group is not None:
         body["group"] = group
+    if rate_reserved:
+        body["rate_reserved"] = True
     if not is_plain(payload) and (problem := find_problem(payload)) is not None:
         raise InvalidPayload(_unsendable(task_name, problem))  # no silent conversion
     try:
@@ -417,6 +421,45 @@ def stored_headers(raw: bytes) -> Mapping[str, str]:
     return NO_HEADERS
 
 
+#: How a message deferred by its rate limit ends: its admission is reserved (see
+#: :func:`reencode_deferred`). Always the last member, so a runner tests only the end of
+#: the message (a nested value cannot end the top-level object). ``admit.lua`` replaces
+#: ``true`` with the reserved time (ms since the epoch) when it defers the message.
+RATE_RESERVED_MARK = b',"rate_reserved":true}'
+_RESERVED_TAIL = re.compile(rb',"rate_reserved":(true|[0-9]{1,19})\}\Z')
+
+
+def rate_reserved_at(raw: bytes) -> int | None:
+    """The time (ms since the epoch) a message deferred by its rate limit was reserved for
+    (0 when it does not say), or None when it carries no reservation."""
+    match = _RESERVED_TAIL.search(raw, max(0, len(raw) - 40))
+    if match is None:
+        return None
+    value = match.group(1)
+    return 0 if value == b"true" else int(value)
+
+
+def is_rate_reserved(raw: bytes) -> bool:
+    """Whether a stored message carries a rate reservation (:data:`RATE_RESERVED_MARK`):
+    its rate limit admitted it already, when it was deferred (it runs without being
+    checked again)."""
+    return raw.endswith(b"}") and _RESERVED_TAIL.search(raw, max(0, len(raw) - 40)) is not None
+
+
+def reencode_deferred(
+    message: TaskMessage, *, rate_reserved: bool, group: str | None = None
+) -> bytes:
+    """The message of ``message`` deferred by a limit, to come back later: the same task
+    id, payload and attempt (a deferral uses no attempt: the stored attempt is the one
+    this delivery would have been, crash redeliveries counted), copied verbatim as
+    :func:`reencode_for_retry` does; with :data:`RATE_RESERVED_MARK` when
+    ``rate_reserved``; for ``group`` alone (see :attr:`TaskMessage.group`). Never refused
+    for its size."""
+    return _reencode(
+        message, message.attempt, NO_SIZE_LIMIT, rate_reserved=rate_reserved, group=group
+    )
+
+
 def reencode_for_retry(
     message: TaskMessage, attempt: int, max_bytes: int, group: str | None = None
 ) -> bytes:
@@ -427,8 +470,20 @@ def reencode_for_retry(
     object decoded from it): the attempt that failed may have changed the object it was
     given, and JSON that Python reads but does not write back (``1e400`` reads as ``inf``)
     stays what it was. So does the unique lock's ``unique_for``. A message that is not a
-    stored one (a test's own TaskMessage) is encoded from its fields.
+    stored one (a test's own TaskMessage) is encoded from its fields. A rate limit's
+    reservation is not carried over: the retry is admitted again.
     """
+    return _reencode(message, attempt, max_bytes, rate_reserved=False, group=group)
+
+
+def _reencode(
+    message: TaskMessage,
+    attempt: int,
+    max_bytes: int,
+    *,
+    rate_reserved: bool,
+    group: str | None,
+) -> bytes:
     spans = None
     text = ""
     if message.raw:
@@ -448,6 +503,7 @@ def reencode_for_retry(
             headers=message.headers,
             group=group,
             max_bytes=max_bytes,
+            rate_reserved=rate_reserved,
         )
     unique_for = None
     if message.unique_key is not None and "unique_for" in spans:
@@ -468,6 +524,7 @@ def reencode_for_retry(
         headers=message.headers,
         group=group,
         max_bytes=NO_SIZE_LIMIT,
+        rate_reserved=rate_reserved,
     )
     head, sep, tail = envelope.partition(b',"payload":0,')
     assert sep, envelope

@@ -319,7 +319,9 @@ class Outcomes:
             record = self._record(job, "retrying", keep, finished=False, error=failure)
 
         async def write() -> bool:
-            return await self._broker.retry(job.message_id, message.task_id, due_ms, data, record)
+            return await self._broker.retry(
+                job.message_id, message.task_id, due_ms, data, record, job.slot
+            )
 
         if await self._transition(job, write, "retry") is True:
             if job.cancel_requested:  # cancelled while the retry was written: it goes
@@ -413,7 +415,7 @@ class Outcomes:
 
         async def write() -> str | None:
             return await self._broker.dead_letter(
-                job.message_id, fields, maxlen, lock, message.task_id, record
+                job.message_id, fields, maxlen, lock, message.task_id, record, job.slot
             )
 
         if await self._transition(job, write, "dead-letter"):

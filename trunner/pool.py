@@ -35,6 +35,7 @@ from ._isolated import Isolated
 from ._redis import RawEntry
 from ._slots import WorkerSlots
 from ._util import ErrorLog, logger
+from .admission import Admission
 from .config import RunnerConfig
 from .errors import InvalidPayload, MiddlewareError, TaskTimeout
 from .holdings import Holdings, Job, beat_interval
@@ -79,8 +80,11 @@ class WorkerPool:
         counters: Counters,
         on_task_time: Callable[[str, float], None] = lambda _task, _seconds: None,
         errors: ErrorLog | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self._registry = registry
+        #: Admits the messages of tasks with limits (None when no task has any).
+        self._admission = admission
         self._config = config
         self._holdings = holdings
         self._running_jobs = holdings.running  # submitted and not ended: ready or running
@@ -400,13 +404,16 @@ class WorkerPool:
 
     async def _run_with_options(self, job: Job, task: Task) -> tuple[Exception | None, float]:
         """The attempt of a task that has options
-        (its own or its dispatch's): it may have expired, its payload is decoded and
+        (its own or its dispatch's): it may have expired, it may have limits (admitted or
+        deferred, see :mod:`trunner.admission`), its payload is decoded and
         checked, it may have a timeout, its result may be kept. Returns (the failure or
         None, the duration); ``job.ended`` when it did not run (its outcome is written)."""
         options = job.fields[8] or NO_OPTIONS
         if options.expires is not None and time.time() > options.expires:
             job.ended = True
             self._outcomes.expired(job, task)
+            return None, 0.0
+        if task.limits is not None and not await self._admitted(job, task):
             return None, 0.0
         payload = job.fields[1]
         if task.decode_payload is not None:
@@ -438,6 +445,19 @@ class WorkerPool:
         except Exception as exc:  # noqa: BLE001 - the task failed: retried or given up
             return exc, time.perf_counter() - begin
         return None, time.perf_counter() - begin
+
+    async def _admitted(self, job: Job, task: Task) -> bool:
+        """Whether ``job`` of a task with limits may run now; else it was deferred (or
+        refused: its payload has no limit key), and ``job.ended``."""
+        if self._admission is None or task.limits is None:
+            return True
+        admitted = await self._admission.admit(job, task, task.limits)
+        if admitted is True:
+            return True
+        job.ended = True
+        if admitted is not False:  # a key function refused the payload: given up
+            await self._outcomes.invalid_payload(job, task, admitted)
+        return False
 
     async def _run_with_middleware(
         self, job: Job, task: Task, payload: object, limit: float | None, keep: float | None

@@ -75,6 +75,7 @@ from ._producer import Producer
 from ._redis import Broker, check_url, open_transport
 from ._util import ErrorLog, connection_name, instance_id, logger, run_in_background
 from .acks import AckBuffer
+from .admission import Admission
 from .aggregator import Aggregator
 from .cancellation import Canceller
 from .config import RunnerConfig
@@ -422,6 +423,8 @@ class Runner(Producer):
             unique_dropped=mover.unique_dropped if mover else 0,
             quarantined=c.quarantined,
             chores_restarted=c.chores_restarted,
+            deferred_rate=c.deferred_rate,
+            deferred_concurrency=c.deferred_concurrency,
             paused=parts.gate.paused if parts else False,
         )
 
@@ -636,8 +639,11 @@ class Runner(Producer):
             quarantine,
             task_names=lambda: self.tasks.names,
         )
+        admission = None
+        if any(task.limits is not None for task in self.tasks):
+            admission = Admission(broker, holdings, counters, errors, quarantine, mover.due_at)
         pool = WorkerPool(
-            self.tasks, config, holdings, outcomes, counters, metrics.task_time, errors
+            self.tasks, config, holdings, outcomes, counters, metrics.task_time, errors, admission
         )
         releaser = Releaser(broker, holdings, counters)
         schedule = ReclaimSchedule(config.reclaim_interval)

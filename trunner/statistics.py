@@ -47,6 +47,10 @@ class TaskTotals:
     failed: int = 0
     retried: int = 0
     dead_lettered: int = 0
+    deferred_rate: int = 0
+    """Messages deferred by the task's rate limit (no attempt used)."""
+    deferred_concurrency: int = 0
+    """Messages deferred by the task's concurrency limit (no attempt used)."""
 
 
 @attrs.define
@@ -76,6 +80,8 @@ class Counters:
     max_in_flight: int = 0
     quarantined: int = 0
     chores_restarted: int = 0
+    deferred_rate: int = 0
+    deferred_concurrency: int = 0
 
     def task(self, name: str) -> TaskTotals:
         totals = self.per_task.get(name)
@@ -157,6 +163,12 @@ class RunnerStatistics:
     [Bad data in Redis](reliability.md#bad-data-in-redis))."""
     chores_restarted: int = 0
     """Leader chores that failed and were restarted after a backoff."""
+    deferred_rate: int = 0
+    """Messages this instance deferred because their task's [rate limit](limits.md) did
+    not admit them yet (each comes back when it does; no attempt used)."""
+    deferred_concurrency: int = 0
+    """Messages this instance deferred to their [concurrency limit](limits.md)'s waiting
+    list (each is granted a slot when one is released; no attempt used)."""
     paused: bool = False
     """Whether the group is paused, as this instance last heard (see
     [Pausing a group](pause.md)): its fetch loops read and claim nothing; running tasks

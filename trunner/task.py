@@ -20,6 +20,7 @@ from ._util import user_stacklevel
 from .codec import TypeCodec, codec_for
 from .errors import InvalidPayload, TaskNotFound
 from .keys import utf8_error
+from .limits import Limits, parse_rate
 from .message import NO_HEADERS, NO_SIZE_LIMIT, MessageOptions, check_headers, encode_message
 from .middleware import Middleware
 
@@ -210,6 +211,28 @@ class Task:
     the error); [``GiveUp``][trunner.GiveUp] always does. An exception group (what a
     nursery in the task raises) gives up when it holds a ``GiveUp``, or only exceptions
     of these types."""
+    rate_limit: str | None = attrs.field(default=None, kw_only=True)
+    """A group-wide [rate limit](limits.md): ``"<count>/s"``, ``"/m"`` or ``"/h"``
+    (``"100/s"``). A message over it is deferred to when the limit admits it (GCRA), and
+    uses no attempt. ``None``: no rate limit."""
+    rate_burst: int | None = attrs.field(default=None, kw_only=True)
+    """How many admissions of the rate limit may come at once (an int >= 1; default 1:
+    admissions are spaced evenly). Only with ``rate_limit``."""
+    rate_limit_key: Callable[[Any], Any] | None = attrs.field(
+        default=None, validator=v.optional_callable, kw_only=True
+    )
+    """``payload -> str or int``: one rate limit per key (a tenant, say). Only with
+    ``rate_limit``."""
+    concurrency: int | None = attrs.field(default=None, kw_only=True)
+    """At most this many messages of the task (per ``concurrency_key``) run at once in the
+    whole group (an int >= 1, or ``None``: no limit). See [limits](limits.md)."""
+    concurrency_key: Callable[[Any], Any] | None = attrs.field(
+        default=None, validator=v.optional_callable, kw_only=True
+    )
+    """``payload -> str or int``: one concurrency limit per key. Only with
+    ``concurrency``."""
+    limits: Limits | None = attrs.field(init=False, eq=False, repr=False)
+    """The task's limits, or None when it has none (the pool's hot path pays nothing)."""
     payload_codec: TypeCodec = attrs.field(init=False, eq=False, repr=False)
     """How the payload is decoded and checked, from the action's first parameter's
     annotation (see [Typed tasks](task-handles.md#typed-tasks))."""
@@ -234,7 +257,11 @@ class Task:
         object.__setattr__(self, "result_codec", result_codec)
         decode = None if payload_codec.passes_through else payload_codec.decode
         object.__setattr__(self, "decode_payload", decode)
-        plain = decode is None and self.timeout is None and self.keep_result is None
+        limits = self._limits()
+        object.__setattr__(self, "limits", limits)
+        plain = (
+            decode is None and self.timeout is None and self.keep_result is None and limits is None
+        )
         object.__setattr__(self, "plain", plain)
         if self.unique and self.unique_for is None:
             raise ValueError(
@@ -250,6 +277,27 @@ class Task:
                 UserWarning,
                 stacklevel=user_stacklevel(),
             )
+
+    def _limits(self) -> Limits | None:
+        """The limits the options declare (checked), or None."""
+        if self.rate_limit is None and (self.rate_burst is not None or self.rate_limit_key):
+            raise ValueError(f"task {self.name!r}: rate_burst and rate_limit_key need rate_limit")
+        concurrency = self.concurrency
+        if concurrency is None and self.concurrency_key is not None:
+            raise ValueError(f"task {self.name!r}: concurrency_key needs concurrency")
+        if concurrency is not None and (
+            isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
+        ):
+            raise ValueError(
+                f"task {self.name!r}: concurrency must be an int >= 1, got {concurrency!r}"
+            )
+        if self.rate_limit is None and concurrency is None:
+            return None
+        try:
+            rate = None if self.rate_limit is None else parse_rate(self.rate_limit, self.rate_burst)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"task {self.name!r}: {exc}") from None
+        return Limits(self.name, rate, self.rate_limit_key, concurrency, self.concurrency_key)
 
     @property
     def max_attempts(self) -> int:
@@ -493,6 +541,11 @@ class TaskRegistry:
         timeout: float | None = None,
         keep_result: float | None = None,
         give_up_on: Iterable[type[BaseException]] = (),
+        rate_limit: str | None = None,
+        rate_burst: int | None = None,
+        rate_limit_key: Callable[[Any], Any] | None = None,
+        concurrency: int | None = None,
+        concurrency_key: Callable[[Any], Any] | None = None,
     ) -> Callable[[A], A]: ...
 
     def task(
@@ -509,6 +562,11 @@ class TaskRegistry:
         timeout: float | None = None,
         keep_result: float | None = None,
         give_up_on: Iterable[type[BaseException]] = (),
+        rate_limit: str | None = None,
+        rate_burst: int | None = None,
+        rate_limit_key: Callable[[Any], Any] | None = None,
+        concurrency: int | None = None,
+        concurrency_key: Callable[[Any], Any] | None = None,
     ) -> A | Callable[[A], A]:
         """Register an ``async def action(payload)`` as a task: a decorator.
 
@@ -529,6 +587,11 @@ class TaskRegistry:
             timeout: See [``Task.timeout``][trunner.Task.timeout].
             keep_result: See [``Task.keep_result``][trunner.Task.keep_result].
             give_up_on: See [``Task.give_up_on``][trunner.Task.give_up_on].
+            rate_limit: See [``Task.rate_limit``][trunner.Task.rate_limit].
+            rate_burst: See [``Task.rate_burst``][trunner.Task.rate_burst].
+            rate_limit_key: See [``Task.rate_limit_key``][trunner.Task.rate_limit_key].
+            concurrency: See [``Task.concurrency``][trunner.Task.concurrency].
+            concurrency_key: See [``Task.concurrency_key``][trunner.Task.concurrency_key].
 
         Returns:
             The decorator, which returns the function unchanged.
@@ -559,6 +622,11 @@ class TaskRegistry:
                     timeout=timeout,
                     keep_result=keep_result,
                     give_up_on=give_up_on,
+                    rate_limit=rate_limit,
+                    rate_burst=rate_burst,
+                    rate_limit_key=rate_limit_key,
+                    concurrency=concurrency,
+                    concurrency_key=concurrency_key,
                 )
             )
             with contextlib.suppress(AttributeError, TypeError):  # a builtin: by name only

@@ -118,6 +118,7 @@ def proc_status(pid: int | str = "self") -> dict[str, int]:
 TASKS = [
     "noop",
     "noop_keep",
+    "noop_limited",
     "sleep",
     "latency",
     "echo",

@@ -168,6 +168,11 @@ def bench_tasks(tasks: trunner.TaskRegistry, rec: Recorder) -> None:
         rec.begin(payload)
         rec.end()
 
+    @tasks.task(concurrency=100)  # scenario 16: the worker's capacity, so nothing waits
+    async def noop_limited(payload: Any) -> None:
+        rec.begin(payload)
+        rec.end()
+
     @tasks.task(keep_result=KEEP)
     async def noop_keep(payload: Any) -> None:
         rec.begin(payload)

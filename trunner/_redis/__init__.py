@@ -19,6 +19,7 @@ from .broker import (
     Broker,
     Leader,
     Record,
+    Slot,
 )
 from .connect import open_transport
 from .errors import ScriptNotLoaded
@@ -55,6 +56,7 @@ __all__ = [
     "Record",
     "Script",
     "ScriptNotLoaded",
+    "Slot",
     "Subscriber",
     "TaskLook",
     "Transport",

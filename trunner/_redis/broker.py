@@ -31,6 +31,7 @@ __all__ = [
     "Leader",
     "RawEntry",
     "Record",
+    "Slot",
 ]
 
 #: The most ids or payloads one script call carries; larger batches are split.
@@ -63,6 +64,8 @@ Record = tuple[str, int, Sequence[tuple[str, Arg]]]
 #: A record written with an acknowledgement (:meth:`Broker.ack`): as a :data:`Record`, or
 #: with its fields as one JSON object, stored as a string (one ``SET``: the hot path).
 AckRecord = Record | tuple[str, int, bytes]
+#: A concurrency slot an entry holds: its holders key, its waiting-list key, the limit.
+Slot = tuple[str, str, int]
 
 
 def _metric_fields(flat: Any) -> tuple[dict[str, float], list[BadValue]]:
@@ -262,6 +265,7 @@ class Broker(Inspection):
         moved: Mapping[str, str] | None = None,
         records: Mapping[str, AckRecord] | None = None,
         forget: Mapping[str, str] | None = None,
+        slots: Mapping[str, Slot] | None = None,
     ) -> int:
         """Acknowledge ``ids`` and tell the waiters of their tasks, in one script per 1000.
 
@@ -269,7 +273,8 @@ class Broker(Inspection):
         is the task id of a message whose id is not its task's (the where-map forgets
         it, and the waiters hear of the task id); ``records[id]`` is the outcome of a task
         that keeps its result, written with the acknowledgement; ``forget[id]`` is a
-        cancelled task id whose cancel mark goes.
+        cancelled task id whose cancel mark goes; ``slots[id]`` is the concurrency slot
+        it holds, released (and granted to the oldest waiter) with the acknowledgement.
         """
         keys = self.keys
         acked = 0
@@ -292,6 +297,14 @@ class Broker(Inspection):
                     args.append(packed)
                 else:
                     args += [ttl_ms, len(fields), *(text_field(x) for pair in fields for x in pair)]
+            held_slots = [(i, slots[i]) for i in chunk if i in slots] if slots else []
+            slot_keys: list[str] = []
+            if held_slots:
+                args.append(len(held_slots))
+                for i, (holders, waiting, limit) in held_slots:
+                    slot_keys += [holders, waiting]
+                    args += [i, limit]
+                slot_keys.append(keys.quarantine)
             acked += int(
                 await self._script(
                     "ack",
@@ -301,6 +314,7 @@ class Broker(Inspection):
                         keys.cancelled,
                         *(key for key, _ in held),
                         *(key for key, _, _ in outcomes),
+                        *slot_keys,
                         keys.groups,
                     ],
                     args,
@@ -436,9 +450,11 @@ class Broker(Inspection):
         due_ms: int,
         data: bytes,
         record: Record | None = None,
+        slot: Slot | None = None,
     ) -> bool:
         """Acknowledge a failed message and schedule its next attempt, atomically; update
-        the ``record`` of a task that keeps its result (state 'retrying')."""
+        the ``record`` of a task that keeps its result (state 'retrying'); release the
+        concurrency ``slot`` it holds."""
         keys = self.keys
         ttl, fields = (record[1], record[2]) if record else (0, [])
         reply = await self._script(
@@ -450,6 +466,7 @@ class Broker(Inspection):
                 keys.where,
                 record[0] if record else keys.stream,
                 keys.groups,
+                *((slot[0], slot[1], keys.quarantine) if slot else ()),
             ],
             [
                 self.group,
@@ -461,6 +478,7 @@ class Broker(Inspection):
                 keys.delayed_wake,
                 ttl,
                 *(text_field(x) for pair in fields for x in pair),
+                *((slot[2],) if slot else ()),
             ],
         )
         return bool(reply)
@@ -473,9 +491,11 @@ class Broker(Inspection):
         lock: tuple[str, str] | None = None,
         task_id: str | None = None,
         record: Record | None = None,
+        slot: Slot | None = None,
     ) -> str | None:
         """Acknowledge and copy to the dead-letter stream; release ``lock`` (key, token);
-        write the ``record`` of a task that keeps its result; tell the task's waiters.
+        write the ``record`` of a task that keeps its result; tell the task's waiters;
+        release the concurrency ``slot`` it holds.
 
         A field's text that cannot be sent as it is (a lone surrogate, in an error message
         say) is written with backslash escapes: the write never fails on it."""
@@ -491,7 +511,8 @@ class Broker(Inspection):
                 keys.cancelled,
                 record[0] if record else keys.stream,
                 keys.groups,
-                *([lock[0]] if lock else []),
+                *([lock[0]] if lock else [keys.stream] if slot else []),
+                *((slot[0], slot[1], keys.quarantine) if slot else ()),
             ],
             [
                 self.group,
@@ -505,9 +526,55 @@ class Broker(Inspection):
                 len(outcome),
                 *(text_field(x) for pair in outcome for x in pair),
                 *flat,
+                *((slot[2],) if slot else ()),
             ],
         )
         return as_str(reply) if reply else None
+
+    async def admit(
+        self,
+        message_id: str,
+        task_id: str,
+        now_ms: float,
+        deferred: bytes,
+        rate: tuple[str, float, float] | None,
+        slot: Slot | None,
+    ) -> tuple[str, int]:
+        """Admit a message of a limited task, or defer it (``admit.lua``): ``("run", 0)``,
+        ``("rate", due ms)``, ``("wait", position)`` or ``("lost", 0)``.
+
+        ``rate``: (its key, emission interval ms, burst tolerance ms), None when its rate
+        is not checked; ``slot``: its concurrency slot, None without one; ``deferred``:
+        the message stored if it is deferred."""
+        keys = self.keys
+        reply = await self._script(
+            "admit",
+            [
+                keys.stream,
+                keys.retries,
+                keys.retry_messages,
+                keys.where,
+                keys.quarantine,
+                rate[0] if rate else keys.stream,
+                slot[0] if slot else keys.stream,
+                slot[1] if slot else keys.stream,
+                keys.groups,
+            ],
+            [
+                self.group,
+                self._delete,
+                message_id,
+                task_id,
+                repr(now_ms),
+                deferred,
+                keys.delayed_wake,
+                repr(rate[1]) if rate else "0",
+                repr(rate[2]) if rate else "0",
+                slot[2] if slot else 0,
+            ],
+        )
+        verdict = as_str(reply[0])
+        return verdict, int(reply[1]) if len(reply) > 1 else 0
 
     async def heartbeat(self, consumer: str, ids: Sequence[str]) -> list[str]:
         """Extend the reservations of ``ids``; return those that are no longer ours."""

@@ -49,6 +49,13 @@ def _locking(name: str, *, typed: bool = False) -> str:
     return _read("key_types") + "\n" + source if typed else source
 
 
+def _limited(name: str, *, typed: bool = False) -> str:
+    """``name``'s source behind ``lua/limits.lua``, which defines ``release_slot`` and
+    ``grant_waiters`` (and behind ``lua/key_types.lua`` too when ``typed``)."""
+    source = _read("limits") + "\n" + _read(name)
+    return _read("key_types") + "\n" + source if typed else source
+
+
 def fenced_script(name: str, body: str) -> Script:
     """``body`` behind the fence check (``lua/fence.lua``): it runs only for the leader.
 
@@ -61,11 +68,12 @@ class _Scripts:
     def __init__(self) -> None:
         self.enqueue_many = _load("enqueue_many")
         self.enqueue_unique = make_script("enqueue_unique", _locking("enqueue_unique"))
-        self.ack = _load("ack")
+        self.ack = make_script("ack", _limited("ack"))
         self.ensure_group = _load("ensure_group")
         self.forget_groups = _load("forget_groups")
-        self.retry = make_script("retry", _typed("retry"))
-        self.dead_letter = make_script("dead_letter", _typed("dead_letter"))
+        self.retry = make_script("retry", _limited("retry", typed=True))
+        self.dead_letter = make_script("dead_letter", _limited("dead_letter", typed=True))
+        self.admit = make_script("admit", _limited("admit", typed=True))
         self.schedule = make_script("schedule", _typed("schedule"))
         self.cancel_delayed = _load("cancel_delayed")
         self.move_due = fenced_script("move_due", _typed("move_due"))

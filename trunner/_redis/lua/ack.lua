@@ -9,6 +9,8 @@
 -- KEYS[3]  the cancel marks (hash: task id -> until, ms)
 -- KEYS[4..3+L] the unique locks of some of the messages
 -- KEYS[4+L..]  the records of the tasks that keep their result, in order
+-- then     (with S > 0) per concurrency slot held: its holders and its waiting list; then
+--          the quarantine stream (limits.lua)
 -- KEYS[#KEYS]   the queue's registry of groups (a set): with more than one group reading
 --               the stream, neither the entries nor the cancel marks are deleted
 --               (another group may not have read them yet)
@@ -26,6 +28,8 @@
 --          time-to-live (ms) (stored as a hash); or its time-to-live (ms), F, then F
 --          field/value pairs (a hash; F = 0: the record is deleted: a task that keeps no
 --          result but reported progress)
+-- then     (optional) S, then S pairs: the entry id holding a concurrency slot, the limit;
+--          the slot is released and the oldest waiters granted (limits.lua)
 -- Returns  how many entries were still pending and are now acknowledged
 local at = 4
 local function take()
@@ -91,6 +95,18 @@ for r = 1, records do
       at = at + 2 * fields
       redis.call('PEXPIRE', key, head)
     end
+  end
+end
+local slots = tonumber(ARGV[at] or '0')
+if slots > 0 then
+  at = at + 1
+  local first = 4 + locks + records
+  local quarantine = KEYS[first + 2 * slots]
+  for s = 1, slots do
+    local holder = take()
+    local limit = tonumber(take())
+    release_slot(KEYS[first + 2 * s - 2], KEYS[first + 2 * s - 1], holder, limit, KEYS[1], KEYS[2],
+      quarantine)
   end
 end
 if ARGV[3] ~= '' then

@@ -9,7 +9,10 @@
 -- KEYS[6]  the queue's registry of groups (a set): with more than one group reading the
 --          stream, the entry is not deleted, nor the task's cancel mark (another group
 --          may not have read it yet)
--- KEYS[7]  (optional) the message's unique lock
+-- KEYS[7]  (optional) the message's unique lock (or, with a slot and no lock, the stream)
+-- KEYS[8..10] (optional) the concurrency slot the entry holds: its holders, its waiting
+--          list, and the quarantine stream; then the last ARGV is the limit. The slot is
+--          released and the oldest waiters granted (limits.lua).
 -- ARGV[1]  the consumer group
 -- ARGV[2]  '1' to XDEL the entry (unless the stream is shared)
 -- ARGV[3]  the entry id
@@ -48,6 +51,11 @@ if not shared then -- else another group may not have read it: these expire, or 
   end
   redis.call('HDEL', KEYS[4], ARGV[6])
 end
+local last = #ARGV
+if KEYS[8] then
+  last = last - 1
+  release_slot(KEYS[8], KEYS[9], ARGV[3], tonumber(ARGV[#ARGV]), KEYS[1], KEYS[3], KEYS[10])
+end
 local fields = tonumber(ARGV[9])
 local after = 10 + 2 * fields
 if ARGV[8] ~= '0' then
@@ -57,9 +65,9 @@ if ARGV[8] ~= '0' then
 end
 local id
 if ARGV[4] == '0' then
-  id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, after))
+  id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, after, last))
 else
-  id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', unpack(ARGV, after))
+  id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', unpack(ARGV, after, last))
 end
 if ARGV[7] ~= '' then
   redis.call('PUBLISH', ARGV[7], ARGV[6])

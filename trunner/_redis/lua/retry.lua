@@ -8,6 +8,9 @@
 -- KEYS[4]  where moved tasks are (hash: task id -> stream id)
 -- KEYS[5]  the task's record (any key of the group when none is written)
 -- KEYS[6]  the queue's registry of groups (a set): with more than one, nothing is deleted
+-- KEYS[7..9] (optional) the concurrency slot the entry holds: its holders, its waiting
+--          list, and the quarantine stream; then the last ARGV is the limit. The slot is
+--          released and the oldest waiters granted (limits.lua).
 -- ARGV[1]  the consumer group
 -- ARGV[2]  '1' to XDEL the entry (unless the stream is shared)
 -- ARGV[3]  the entry id
@@ -35,8 +38,13 @@ end
 if ARGV[6] ~= ARGV[3] and not shared then
   redis.call('HDEL', KEYS[4], ARGV[6])
 end
+local last = #ARGV
+if KEYS[7] then
+  last = last - 1
+  release_slot(KEYS[7], KEYS[8], ARGV[3], tonumber(ARGV[#ARGV]), KEYS[1], KEYS[4], KEYS[9])
+end
 if ARGV[8] ~= '0' then
-  redis.call('HSET', KEYS[5], unpack(ARGV, 9))
+  redis.call('HSET', KEYS[5], unpack(ARGV, 9, last))
   redis.call('PEXPIRE', KEYS[5], ARGV[8])
 end
 redis.call('ZADD', KEYS[2], ARGV[4], ARGV[6])

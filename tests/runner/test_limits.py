@@ -1,0 +1,217 @@
+"""Group-wide rate and concurrency limits in a runner (memory://): over-limit messages are
+deferred with no attempt used, in order; a slot is released with the acknowledgement,
+retry, dead letter or cancellation of its holder and granted to the next waiter; a
+reclaimed holder keeps its slot."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import trio
+
+import trunner
+from trunner import Keys
+
+from ..conftest import config, open_checked_runner, redis_state
+
+
+class Steps:
+    """Tasks that record their start and wait for the test to let each one finish."""
+
+    def __init__(self) -> None:
+        self.started: list[tuple[Any, int, float]] = []  # payload, attempt, wall time
+        self.gates: dict[Any, trio.Event] = {}
+        self.running = 0
+        self.most = 0
+        self._lot = trio.lowlevel.ParkingLot()
+
+    async def run(self, payload: Any) -> None:
+        self.started.append((payload, trunner.current_message().attempt, time.time()))
+        self.running += 1
+        self.most = max(self.most, self.running)
+        self._lot.unpark_all()
+        try:
+            await self.gates.setdefault(payload, trio.Event()).wait()
+        finally:
+            self.running -= 1
+
+    def finish(self, payload: Any) -> None:
+        self.gates.setdefault(payload, trio.Event()).set()
+
+    async def wait_started(self, count: int) -> None:
+        while len(self.started) < count:
+            await self._lot.park()
+
+    @property
+    def payloads(self) -> list[Any]:
+        return [p for p, _, _ in self.started]
+
+
+def test_limit_options_are_checked() -> None:
+    tasks = trunner.TaskRegistry()
+
+    async def action(_: Any) -> None:
+        pass
+
+    for bad in ("100", "0/s", "-1/s", "1/d", "x/s", "1.5/s", "", "1/s/s"):
+        with pytest.raises(ValueError, match="rate_limit"):
+            trunner.Task("a", action, rate_limit=bad)
+    with pytest.raises(TypeError, match="rate_limit"):
+        trunner.Task("a", action, rate_limit=5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="rate_burst must be >= 1"):
+        trunner.Task("a", action, rate_limit="1/s", rate_burst=0)
+    with pytest.raises(ValueError, match="need rate_limit"):
+        trunner.Task("a", action, rate_burst=2)
+    with pytest.raises(ValueError, match="concurrency must be an int >= 1"):
+        trunner.Task("a", action, concurrency=0)
+    with pytest.raises(ValueError, match="concurrency_key needs concurrency"):
+        trunner.Task("a", action, concurrency_key=lambda p: p)
+    task = tasks.task("b", rate_limit=" 10 / m ", rate_burst=3, concurrency=2)(action)
+    limits = tasks.get("b").limits
+    assert limits is not None
+    assert limits.rate is not None
+    assert (limits.rate.count, limits.rate.period_ms, limits.rate.burst) == (10, 60_000.0, 3)
+    assert limits.concurrency == 2
+    assert not tasks.get("b").plain, "a limited task never takes the pool's plain path"
+    assert task is action
+    assert trunner.Task("c", action).limits is None
+
+
+async def test_concurrency_limit_defers_in_order_without_using_attempts(
+    memory_url: str, group: str, raw_memory: Any
+) -> None:
+    steps = Steps()
+    tasks = trunner.TaskRegistry()
+    tasks.task("limited", concurrency=2, max_retry=0)(steps.run)
+    keys = Keys("trunner", group)
+    async with open_checked_runner(memory_url, config(group, num_workers=10), tasks) as runner:
+        for n in range(6):
+            await runner.dispatch("limited", n)
+        await steps.wait_started(2)
+
+        async def deferred() -> bool:
+            return runner.statistics().deferred_concurrency == 4
+
+        await redis_state(deferred)
+        assert raw_memory.zcard(keys.concurrency_holders("7:limited")) == 2
+        waiting = raw_memory.lrange(keys.concurrency_waiting("7:limited"), 0, -1)
+        order = [json.loads(item)["payload"] for item in waiting]
+        assert sorted(order + steps.payloads) == list(range(6))
+        for n, payload in enumerate(steps.payloads[:2] + order):
+            steps.finish(payload)
+            await steps.wait_started(min(n + 3, 6))
+    assert steps.most == 2
+    assert sorted(steps.payloads) == list(range(6))
+    assert steps.payloads[2:] == order, "granted in the order they were deferred"
+    assert {attempt for _, attempt, _ in steps.started} == {1}, "no attempt used"
+    assert runner.statistics().succeeded == 6
+    assert runner.task_totals()["limited"].deferred_concurrency == 4
+    assert raw_memory.zcard(keys.concurrency_holders("7:limited")) == 0
+
+
+async def test_per_key_concurrency_limits_are_separate(memory_url: str, group: str) -> None:
+    steps = Steps()
+    tasks = trunner.TaskRegistry()
+    tasks.task("export", concurrency=1, concurrency_key=lambda p: p[0])(steps.run)
+    async with open_checked_runner(memory_url, config(group), tasks) as runner:
+        for payload in ("a1", "b2", "a3"):
+            await runner.dispatch("export", payload)
+        await steps.wait_started(2)
+
+        async def one_deferred() -> bool:
+            return runner.statistics().deferred_concurrency == 1
+
+        await redis_state(one_deferred)
+        assert sorted(steps.payloads) == ["a1", "b2"], "tenant b does not wait for tenant a"
+        steps.finish("a1")
+        await steps.wait_started(3)
+        assert steps.payloads[2] == "a3"
+        steps.finish("b2")
+        steps.finish("a3")
+
+
+async def test_slot_released_by_retry_dead_letter_and_cancel(
+    memory_url: str, group: str, raw_memory: Any
+) -> None:
+    """One slot: each end of the holder (a retry, a dead letter, a cancellation, a success)
+    grants it to a waiter; never two at once."""
+    steps = Steps()
+    tasks = trunner.TaskRegistry()
+    task_ids: dict[Any, str] = {}
+    failed: set[Any] = set()
+
+    @tasks.task(concurrency=1, max_retry=1, retry_backoff=0)
+    async def one(payload: Any) -> None:
+        task_ids[payload] = trunner.current_message().task_id
+        await steps.run(payload)
+        if payload == "dead" or (payload == "retry-me" and payload not in failed):
+            failed.add(payload)
+            raise RuntimeError(payload)
+
+    holders = Keys("trunner", group).concurrency_holders("3:one")
+    async with open_checked_runner(memory_url, config(group, num_workers=10), tasks) as runner:
+        for payload in ("retry-me", "dead", "cancel-me", "ok"):
+            await runner.dispatch("one", payload)
+        # retry-me twice, dead twice (then dead-lettered), cancel-me once, ok once
+        for n in range(6):
+            await steps.wait_started(n + 1)
+            payload = steps.payloads[n]
+            if payload == "cancel-me":
+                await runner.cancel(task_ids[payload])
+            else:
+                steps.finish(payload)
+
+        async def all_free() -> bool:
+            return raw_memory.zcard(holders) == 0 and runner.statistics().in_flight == 0
+
+        await redis_state(all_free)
+        stats = runner.statistics()
+    assert steps.most == 1
+    assert sorted(steps.payloads) == sorted(["retry-me"] * 2 + ["dead"] * 2 + ["cancel-me", "ok"])
+    assert (stats.dead_lettered, stats.cancelled, stats.retried) == (1, 1, 2)
+    assert stats.deferred_concurrency >= 3
+
+
+async def test_rate_limit_defers_to_when_admitted_with_no_attempt_used(
+    memory_url: str, group: str
+) -> None:
+    steps = Steps()
+    tasks = trunner.TaskRegistry()
+    tasks.task("paced", rate_limit="20/s")(steps.run)
+    async with open_checked_runner(memory_url, config(group), tasks) as runner:
+        began = time.time()
+        await runner.dispatch_many("paced", list(range(5)))
+        for n in range(5):
+            steps.finish(n)
+        await steps.wait_started(5)
+    # Each admission is reserved 50 ms after the one before: the k-th run starts no
+    # earlier than k * 50 ms after the first could have been admitted.
+    times = sorted(t for _, _, t in steps.started)
+    for k, at in enumerate(times):
+        assert at >= began + k * 0.05 - 0.002
+    assert {attempt for _, attempt, _ in steps.started} == {1}
+    assert runner.statistics().deferred_rate == 4, "each deferred once, admitted on return"
+    assert runner.statistics().succeeded == 5
+
+
+async def test_eager_calls_ignore_limits() -> None:
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task(rate_limit="1/h", concurrency=1)
+    async def limited(payload: int) -> int:
+        return payload + 1
+
+    assert [await tasks.call(limited, n) for n in range(3)] == [1, 2, 3]
+
+
+@pytest.fixture
+def raw_memory(memory_url: str) -> Iterator[Any]:
+    from trunner._redis import memory_server_client  # noqa: PLC0415
+
+    client = memory_server_client(memory_url[len("memory://") :])
+    yield client
+    client.close()

@@ -1,0 +1,163 @@
+"""Admission of the messages of limited tasks: group-wide rate and concurrency limits.
+
+Limits are admission, not failure. Before the attempt of a message of a task with limits
+starts, one script (``admit.lua``) decides, atomically for the whole group:
+
+* **run** it: its rate admits it now (the reservation is taken) and it holds a concurrency
+  slot (its stream entry id is recorded as a holder; a message that holds one already — a
+  redelivery, a reclaim — runs at once);
+* **defer it by its rate**: it is acknowledged off the stream and put into the delayed set
+  due exactly when the rate admits it (GCRA with reservation), marked as reserved so that
+  it runs without being checked again when it comes back;
+* **defer it by its concurrency**: it is acknowledged off the stream and appended to the
+  limit's waiting list; the script that releases a slot (the acknowledgement, the retry or
+  the dead letter of a holder) grants it to the oldest waiter: its message re-enters the
+  stream and its new entry id holds the slot.
+
+Either deferral uses no attempt. Tasks without limits never come here: the pool's hot path
+tests ``Task.plain``, which is False for a limited task. See [limits](limits.md).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import trio
+
+from ._redis import Broker, Slot
+from ._util import ErrorLog, LoopBackoff, logger
+from .errors import BackendError, InvalidPayload
+from .holdings import Holdings, Job
+from .limits import Limits
+from .message import is_rate_reserved, reencode_deferred
+from .quarantine import Quarantine
+from .statistics import Counters
+from .task import Task
+
+__all__ = ["ADMISSION_TIMEOUT", "Admission"]
+
+#: Bound on one admission, its own retries included; then the message stays pending.
+ADMISSION_TIMEOUT = 10.0
+
+
+class Admission:
+    """Admits or defers the messages of limited tasks (see the module docs)."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        holdings: Holdings,
+        counters: Counters,
+        errors: ErrorLog,
+        quarantine: Quarantine | None,
+        on_deferred: Callable[[int], None],
+    ) -> None:
+        self._broker = broker
+        self._keys = broker.keys
+        self._holdings = holdings
+        self._counters = counters
+        self._errors = errors
+        self._quarantine = quarantine
+        self._on_deferred = on_deferred
+
+    def _plan(
+        self, job: Job, limits: Limits
+    ) -> tuple[tuple[str, float, float] | None, Slot | None]:
+        """What to check for ``job``: (its rate, or None; its slot, or None). Whatever the
+        key functions raise propagates."""
+        payload, keys = job.fields[1], self._keys
+        rate = None
+        if limits.rate is not None and not is_rate_reserved(job.fields[5]):
+            key = keys.rate_limit(limits.rate_key_for(payload))
+            rate = (key, limits.rate.emission_ms, limits.rate.tolerance_ms)
+        slot = None
+        if limits.concurrency is not None:
+            key = limits.concurrency_key_for(payload)
+            holders, waiting = keys.concurrency_holders(key), keys.concurrency_waiting(key)
+            slot = (holders, waiting, limits.concurrency)
+        return rate, slot
+
+    async def admit(self, job: Job, task: Task, limits: Limits) -> bool | InvalidPayload:
+        """Whether ``job`` may run now (True); False when it was deferred (or it is not
+        pending any more, or admission failed: it stays pending for a later delivery); an
+        ``InvalidPayload`` when a key function refused its payload (it is given up)."""
+        try:
+            rate, slot = self._plan(job, limits)
+        except Exception as exc:  # noqa: BLE001 - the user's key function: the payload's fault
+            if isinstance(exc, InvalidPayload):
+                return exc
+            error = InvalidPayload(f"has no limit key: {type(exc).__name__}: {exc}")
+            error.__cause__ = exc
+            return error
+        if rate is None and slot is None:
+            return True  # its rate reserved already, and no concurrency limit
+        message = job.message
+        deferred = reencode_deferred(
+            message, rate_reserved=limits.rate is not None, group=self._broker.keys.group
+        )
+        verdict: tuple[str, int] | None = None
+        backoff = LoopBackoff()
+        with trio.move_on_after(ADMISSION_TIMEOUT, shield=True):
+            while verdict is None:
+                try:
+                    verdict = await self._broker.admit(
+                        job.message_id,
+                        message.task_id,
+                        round(time.time() * 1000, 3),
+                        deferred,
+                        rate,
+                        slot,
+                    )
+                except BackendError as exc:
+                    self._errors.capture(exc)
+                    logger.warning(
+                        "admission of %s failed, will retry: %s",
+                        job.about(),
+                        exc,
+                        extra=job.log_fields(),
+                    )
+                    if self._quarantine is not None:  # a key of a wrong type: set aside
+                        await self._quarantine.after_error(exc)
+                    await trio.sleep(backoff.next_delay())
+        if verdict is None:
+            self._holdings.keep(job)
+            logger.error(
+                "admission of %s could not be written; it stays pending for a later delivery",
+                job.about(),
+                extra=job.log_fields(),
+            )
+            return False
+        return self._decided(job, task, slot, *verdict)
+
+    def _decided(self, job: Job, task: Task, slot: Slot | None, verdict: str, value: int) -> bool:
+        counters = self._counters
+        if verdict == "run":
+            job.slot = slot
+            return True
+        if verdict == "rate":
+            counters.deferred_rate += 1
+            counters.task(task.name).deferred_rate += 1
+            self._on_deferred(value)
+            logger.debug(
+                "%s deferred by its rate limit for %.3f s",
+                job.about(),
+                max(0.0, value / 1000 - time.time()),
+                extra=job.log_fields(),
+            )
+        elif verdict == "wait":
+            counters.deferred_concurrency += 1
+            counters.task(task.name).deferred_concurrency += 1
+            logger.debug(
+                "%s deferred by its concurrency limit (waiting: %d)",
+                job.about(),
+                value,
+                extra=job.log_fields(),
+            )
+        else:  # lost: another consumer claimed it, and ended it
+            logger.info(
+                "%s: not pending any more when admitted; not run here",
+                job.about(),
+                extra=job.log_fields(),
+            )
+        return False
