@@ -63,27 +63,27 @@ class Admission:
 
     def _plan(
         self, job: Job, limits: Limits
-    ) -> tuple[tuple[str, float, float] | None, Slot | None]:
-        """What to check for ``job``: (its rate, or None; its slot, or None). Whatever the
-        key functions raise propagates."""
+    ) -> tuple[tuple[str, float, float] | None, Slot | None, str]:
+        """What to check for ``job``: (its rate, or None; its slot, or None; the slot's
+        limit key, or ''). Whatever the key functions raise propagates."""
         payload, keys = job.fields[1], self._keys
         rate = None
         if limits.rate is not None and not is_rate_reserved(job.fields[5]):
             key = keys.rate_limit(limits.rate_key_for(payload))
             rate = (key, limits.rate.emission_ms, limits.rate.tolerance_ms)
-        slot = None
+        slot, slot_key = None, ""
         if limits.concurrency is not None:
-            key = limits.concurrency_key_for(payload)
-            holders, waiting = keys.concurrency_holders(key), keys.concurrency_waiting(key)
-            slot = (holders, waiting, limits.concurrency)
-        return rate, slot
+            slot_key = limits.concurrency_key_for(payload)
+            holders = keys.concurrency_holders(slot_key)
+            slot = (holders, keys.concurrency_waiting(slot_key), limits.concurrency)
+        return rate, slot, slot_key
 
     async def admit(self, job: Job, task: Task, limits: Limits) -> bool | InvalidPayload:
         """Whether ``job`` may run now (True); False when it was deferred (or it is not
         pending any more, or admission failed: it stays pending for a later delivery); an
         ``InvalidPayload`` when a key function refused its payload (it is given up)."""
         try:
-            rate, slot = self._plan(job, limits)
+            rate, slot, slot_key = self._plan(job, limits)
         except Exception as exc:  # noqa: BLE001 - the user's key function: the payload's fault
             if isinstance(exc, InvalidPayload):
                 return exc
@@ -108,6 +108,7 @@ class Admission:
                         deferred,
                         rate,
                         slot,
+                        slot_key,
                     )
                 except BackendError as exc:
                     self._errors.capture(exc)

@@ -13,6 +13,8 @@ Every ``janitor_interval`` seconds the leader
   every group has finished (with ``delete_on_ack=True``, every ``SHARED_TRIM_INTERVAL``
   seconds), records the group's floor, and forgets the groups of the queue's registry
   that are gone (destroyed by hand);
+* frees the concurrency slots whose holder is gone (see ``reconcile_slots.lua``), a page
+  of limits per round;
 * forgets what outlived its use, a page of each per round: cancel marks past their time
   (a cancelled task that nobody fetched again within a day), and where-map entries of
   moved tasks whose stream entry is gone. A value that is not what trunner writes there
@@ -25,6 +27,7 @@ were killed, or lost Redis while stopping.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 import trio
 
@@ -71,8 +74,13 @@ class Janitor:
         errors: ErrorLog,
         quarantine: Quarantine,
         own: list[str],
+        limits: Mapping[str, int] | None = None,
     ) -> None:
         self._broker = broker
+        #: The concurrency limit of each task this runner knows (task name -> limit).
+        self._limits = dict(limits or {})
+        #: Concurrency slots freed because their holder was gone (see reconcile_slots.lua).
+        self.slots_freed = 0
         self._config = config
         self._errors = errors
         self._quarantine = quarantine
@@ -141,6 +149,7 @@ class Janitor:
                     self._broker.keys.queue,
                 )
         forgotten = await self._forget_stale()
+        await self._reconcile_slots()
         self.rounds += 1
         self.consumers_deleted += deleted
         self.entries_trimmed += trimmed
@@ -153,6 +162,35 @@ class Janitor:
                 deleted,
                 trimmed,
             )
+
+    async def _reconcile_slots(self) -> None:
+        """Free the concurrency slots whose holder is gone (a granted waiter cancelled
+        before anyone fetched it, an entry deleted by hand ...), a page of limits per
+        round; see ``reconcile_slots.lua``."""
+        broker = self._broker
+        cursor, keys = await broker.concurrency_limits(self._cursors.get("slots", 0), SWEEP_PAGE)
+        self._cursors["slots"] = cursor
+        for key in keys:
+            freed, held, waiting = await broker.reconcile_slots(key, self._limit_of(key))
+            if freed:
+                self.slots_freed += freed
+                logger.warning(
+                    "janitor: freed %d concurrency slots of %s whose holder was gone "
+                    "(%d held, %d waiting now)",
+                    freed,
+                    key,
+                    held,
+                    waiting,
+                )
+
+    def _limit_of(self, key: str) -> int:
+        """The limit of a concurrency limit's key ``<len>:<task>[:<key>]``; 0 when the task
+        is not one this runner knows (its slots are freed, and granted by the next
+        admission or release)."""
+        length, _, rest = key.partition(":")
+        if not length.isdigit():
+            return 0
+        return self._limits.get(rest[: int(length)], 0)
 
     async def wait_rounds(self, count: int) -> None:
         """Wait until ``count`` rounds have completed since the runner started."""

@@ -254,6 +254,13 @@ class Keys:
         waiting:<key>``, a list of encoded messages, oldest first."""
         return self._key(f"concurrency:waiting:{key}")
 
+    @property
+    def concurrency_keys(self) -> str:
+        """``<prefix>:{<group>}:concurrency:keys``: the keys of the concurrency limits in use
+        (a set of ``<len>:<task>[:<key>]``), which the leader's janitor looks over for slots
+        whose holder is gone."""
+        return self._key("concurrency:keys")
+
     def holders_pattern(self) -> str:
         """A ``SCAN MATCH`` pattern of the group's concurrency holders keys."""
         escaped = "".join(f"\\{c}" if c in "*?[]\\" else c for c in self._key(""))
@@ -360,6 +367,7 @@ class Keys:
             self.where: "hash",
             self.cancelled: "hash",
             self.paused: "string",
+            self.concurrency_keys: "set",
         }
         return types
 
@@ -400,6 +408,7 @@ class Keys:
             self.floor,
             self.paused,
             self.quarantine,
+            self.concurrency_keys,
         ]
         if self.own_queue:
             return list(dict.fromkeys(self.queue_keys() + own))

@@ -660,7 +660,14 @@ class Runner(Producer):
         )
         cron = CronScheduler(broker, self.tasks, errors, quarantine, config.max_payload_bytes)
         aggregator = Aggregator(broker, config, errors, quarantine)
-        janitor = Janitor(broker, config, errors, quarantine, self.consumers)
+        janitor = Janitor(
+            broker,
+            config,
+            errors,
+            quarantine,
+            self.consumers,
+            {t.name: t.concurrency for t in self.tasks if t.concurrency is not None},
+        )
         chores = [mover.run, cron.run, aggregator.run, janitor.run, *self._leader_chores]
         gate = PauseGate(config.num_fetchers)
         pauser = Pauser(broker, gate, quarantine, errors)

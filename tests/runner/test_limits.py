@@ -215,3 +215,49 @@ def raw_memory(memory_url: str) -> Iterator[Any]:
     client = memory_server_client(memory_url[len("memory://") :])
     yield client
     client.close()
+
+
+async def test_a_slot_whose_holder_is_gone_is_freed_by_the_janitor(
+    memory_url: str, group: str, raw_memory: Any
+) -> None:
+    """A granted waiter cancelled before anyone fetched it leaves its slot to nobody: the
+    leader's janitor sees the holder is gone (pending nowhere, not in the stream) and
+    frees the slot for the next waiter; a granted waiter still on its way keeps it."""
+    steps = Steps()
+    tasks = trunner.TaskRegistry()
+    tasks.task("one", concurrency=1)(steps.run)
+    keys = Keys("trunner", group)
+    holders = keys.concurrency_holders("3:one")
+    cfg = config(group, janitor_interval=0.1)
+    async with (
+        open_checked_runner(memory_url, cfg, tasks) as runner,
+        trunner.open_client(memory_url, group) as client,
+    ):
+        janitor = runner._components.janitor  # type: ignore[union-attr]
+        await runner.dispatch("one", "a")
+        await steps.wait_started(1)
+        b = await runner.dispatch("one", "b")
+
+        async def b_waits() -> bool:
+            return raw_memory.llen(keys.concurrency_waiting("3:one")) == 1
+
+        await redis_state(b_waits)
+        assert await client.pause() is True
+        await runner.wait_paused()
+        steps.finish("a")  # its ack grants the slot to b, whose message waits unfetched
+
+        async def b_granted() -> bool:
+            return raw_memory.llen(keys.concurrency_waiting("3:one")) == 0 and (
+                raw_memory.zcard(holders) == 1
+            )
+
+        await redis_state(b_granted)
+        await janitor.wait_rounds(janitor.rounds + 2)
+        assert raw_memory.zcard(holders) == 1, "a granted waiter on its way keeps its slot"
+        assert await b.cancel() is trunner.CancelOutcome.REMOVED
+        await runner.dispatch("one", "c")
+        assert await client.resume() is True
+        await steps.wait_started(2)  # c: only once the janitor freed b's slot
+        assert steps.payloads == ["a", "c"]
+        assert janitor.slots_freed == 1
+        steps.finish("c")

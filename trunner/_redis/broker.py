@@ -539,13 +539,15 @@ class Broker(Inspection):
         deferred: bytes,
         rate: tuple[str, float, float] | None,
         slot: Slot | None,
+        slot_key: str = "",
     ) -> tuple[str, int]:
         """Admit a message of a limited task, or defer it (``admit.lua``): ``("run", 0)``,
         ``("rate", due ms)``, ``("wait", position)`` or ``("lost", 0)``.
 
         ``rate``: (its key, emission interval ms, burst tolerance ms), None when its rate
-        is not checked; ``slot``: its concurrency slot, None without one; ``deferred``:
-        the message stored if it is deferred."""
+        is not checked; ``slot``: its concurrency slot, None without one, and
+        ``slot_key`` its limit's key (``<len>:<task>[:<key>]``); ``deferred``: the message
+        stored if it is deferred."""
         keys = self.keys
         reply = await self._script(
             "admit",
@@ -559,6 +561,7 @@ class Broker(Inspection):
                 slot[0] if slot else keys.stream,
                 slot[1] if slot else keys.stream,
                 keys.groups,
+                keys.concurrency_keys,
             ],
             [
                 self.group,
@@ -571,10 +574,38 @@ class Broker(Inspection):
                 repr(rate[1]) if rate else "0",
                 repr(rate[2]) if rate else "0",
                 slot[2] if slot else 0,
+                slot_key,
             ],
         )
         verdict = as_str(reply[0])
         return verdict, int(reply[1]) if len(reply) > 1 else 0
+
+    async def concurrency_limits(self, cursor: int, count: int) -> tuple[int, list[str]]:
+        """One page of the keys of the concurrency limits in use (``SSCAN``): (next
+        cursor, 0 when done; the keys)."""
+        reply = await self.transport.execute(
+            "SSCAN", self.keys.concurrency_keys, cursor, "COUNT", count
+        )
+        return int(reply[0]), [as_str(key) for key in reply[1] or ()]
+
+    async def reconcile_slots(self, key: str, limit: int) -> tuple[int, int, int]:
+        """Free the slots of the concurrency limit ``key`` whose holder entry is gone (see
+        ``reconcile_slots.lua``), granting them to its waiters when ``limit`` is known
+        (> 0): (freed, held now, waiting now)."""
+        keys = self.keys
+        reply = await self._script(
+            "reconcile_slots",
+            [
+                keys.stream,
+                keys.concurrency_keys,
+                keys.concurrency_holders(key),
+                keys.concurrency_waiting(key),
+                keys.where,
+                keys.quarantine,
+            ],
+            [self.group, key, limit],
+        )
+        return int(reply[0]), int(reply[1]), int(reply[2])
 
     async def heartbeat(self, consumer: str, ids: Sequence[str]) -> list[str]:
         """Extend the reservations of ``ids``; return those that are no longer ours."""

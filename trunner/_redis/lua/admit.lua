@@ -19,6 +19,7 @@
 -- KEYS[8]  the concurrency waiting list (encoded messages)
 -- KEYS[9]  the queue's registry of groups (a set): with more than one group reading the
 --          stream, a deferred entry is not deleted, nor its where-map entry
+-- KEYS[10] the keys of the concurrency limits in use (a set; the janitor looks them over)
 -- ARGV[1]  the consumer group
 -- ARGV[2]  '1' to XDEL a deferred entry (unless the stream is shared)
 -- ARGV[3]  the entry id
@@ -30,6 +31,7 @@
 -- ARGV[8]  the rate's emission interval in ms ('0': no rate check)
 -- ARGV[9]  the rate's burst tolerance in ms
 -- ARGV[10] the concurrency limit ('0': none)
+-- ARGV[11] the concurrency limit's key (<len>:<task>[:<key>]; '' without a limit)
 -- Returns  {'run'}; {'rate', due ms}; {'wait', position in the waiting list}; or {'lost'}
 --          when the entry is no longer pending (nothing written)
 local refused = wrong_type({[KEYS[2]] = 'zset', [KEYS[3]] = 'hash', [KEYS[4]] = 'hash'})
@@ -43,6 +45,7 @@ local limit = tonumber(ARGV[10])
 if limit > 0 then
   limit_key_usable(KEYS[7], 'zset', quarantine)
   limit_key_usable(KEYS[8], 'list', quarantine)
+  redis.pcall('SADD', KEYS[10], ARGV[11]) -- another type: set aside by the runner at start
   if redis.call('ZSCORE', KEYS[7], id) then
     return {'run'}
   end

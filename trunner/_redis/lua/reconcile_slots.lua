@@ -1,0 +1,72 @@
+-- Free the concurrency slots whose holder is gone (the leader's janitor): a holder is a
+-- stream entry id of the group; it is gone when it is pending for no consumer of the
+-- group and either no longer in the stream (a granted waiter cancelled before anyone
+-- fetched it, an entry deleted or trimmed) or already delivered to the group (finished
+-- without its slot being released). A holder pending anywhere (running, crashed and not
+-- yet reclaimed, handed back at shutdown), or in the stream and not yet delivered (a
+-- granted waiter on its way), keeps its slot: a slot is never freed early. The freed
+-- slots go to the oldest waiters (limits.lua), when the limit is known.
+-- KEYS[1]  the task stream
+-- KEYS[2]  the keys of the concurrency limits in use (a set)
+-- KEYS[3]  the limit's holders (sorted set: entry id -> granted at, ms)
+-- KEYS[4]  the limit's waiting list
+-- KEYS[5]  where moved tasks are (hash: task id -> stream id)
+-- KEYS[6]  the quarantine stream
+-- ARGV[1]  the consumer group
+-- ARGV[2]  the limit's key (its member of KEYS[2])
+-- ARGV[3]  the limit ('0': not known here, nothing is granted)
+-- Returns  {freed, held now, waiting now}; the limit's key leaves KEYS[2] once nothing
+--          holds or waits
+local function parse(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  return {tonumber(ms), tonumber(seq)}
+end
+local function at_or_before(a, b)
+  return a[1] < b[1] or (a[1] == b[1] and a[2] <= b[2])
+end
+limit_key_usable(KEYS[3], 'zset', KEYS[6])
+limit_key_usable(KEYS[4], 'list', KEYS[6])
+local last = nil
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+    local name, delivered
+    for i = 1, #group, 2 do
+      if group[i] == 'name' then
+        name = group[i + 1]
+      elseif group[i] == 'last-delivered-id' then
+        delivered = group[i + 1]
+      end
+    end
+    if name == ARGV[1] then
+      last = parse(delivered)
+    end
+  end
+end
+local freed = 0
+if last then -- without the group (or the stream), nothing can be told: nothing is freed
+  for _, id in ipairs(redis.call('ZRANGE', KEYS[3], 0, 999)) do
+    local entry = parse(id)
+    if entry[1] then
+      local pending = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1)
+      if not pending[1] then
+        local present = #redis.call('XRANGE', KEYS[1], id, id) > 0
+        if not present or at_or_before(entry, last) then
+          redis.call('ZREM', KEYS[3], id)
+          freed = freed + 1
+        end
+      end
+    else -- not an entry id: nothing trunner wrote holds it
+      redis.call('ZREM', KEYS[3], id)
+      freed = freed + 1
+    end
+  end
+end
+local limit = tonumber(ARGV[3]) or 0
+if freed > 0 and limit > 0 then
+  grant_waiters(KEYS[3], KEYS[4], limit, KEYS[1], KEYS[5], KEYS[6])
+end
+local held, waiting = redis.call('ZCARD', KEYS[3]), redis.call('LLEN', KEYS[4])
+if held == 0 and waiting == 0 then
+  redis.pcall('SREM', KEYS[2], ARGV[2])
+end
+return {freed, held, waiting}
