@@ -127,6 +127,12 @@ class GroupInfo:
     paused_since: float | None = None
     """When the group was paused, in seconds since the epoch; ``None`` when it is not
     paused (see [Pausing a group](pause.md))."""
+    queue: str = ""
+    """The queue the group reads (its own name, unless it reads another: see
+    [Queues and fan-out](queues.md))."""
+    concurrency: Mapping[str, tuple[int, int]] = attrs.field(factory=dict)
+    """The group's [concurrency limits](limits.md) in use (at most 100): each one's key
+    (``<len>:<task>[:<key>]``) -> (slots held, messages waiting)."""
 
     @property
     def paused(self) -> bool:
@@ -428,6 +434,8 @@ async def inspect_group(broker: Broker, instance_ttl: float = 15.0) -> GroupInfo
         quarantined=await broker.quarantine_count(),
         running=await running_tasks(broker) if pending else [],
         paused_since=await read_paused_since(broker),
+        queue=broker.keys.queue,
+        concurrency=await broker.concurrency_usage(),
     )
 
 

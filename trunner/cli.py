@@ -466,8 +466,18 @@ def _summary(info: GroupInfo) -> Table:
     return summary
 
 
+def _limits_table(info: GroupInfo) -> Table:
+    limits = Table(title="concurrency limits in use", title_justify="left")
+    for column in ("limit key", "held", "waiting"):
+        limits.add_column(column, no_wrap=column == "limit key")
+    for key, (held, waiting) in info.concurrency.items():
+        limits.add_row(_cell(key), str(held), str(waiting))
+    return limits
+
+
 def _print_group(info: GroupInfo, out: Console) -> None:
-    out.print(Text.assemble(("group", "bold"), f" {_shown(info.group)}"))
+    queue = f" (queue {_shown(info.queue)})" if info.queue and info.queue != info.group else ""
+    out.print(Text.assemble(("group", "bold"), f" {_shown(info.group)}{queue}"))
     out.print(_summary(info))
     instances = Table(title="instances", title_justify="left")
     for column in ("id", "host", "pid", "capacity", "pending", "last seen", "leader"):
@@ -492,6 +502,8 @@ def _print_group(info: GroupInfo, out: Console) -> None:
                 str(task.attempt or "-"), _cell(progress), _when(task.started_at or 0.0),
             )  # fmt: skip
         out.print(running)
+    if info.concurrency:
+        out.print(_limits_table(info))
     if _unknown(info):
         out.print(
             f"nothing is known of group {info.group!r} on this Redis (no instance, no message):"

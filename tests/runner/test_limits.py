@@ -98,6 +98,7 @@ async def test_concurrency_limit_defers_in_order_without_using_attempts(
 
         await redis_state(deferred)
         assert raw_memory.zcard(keys.concurrency_holders("7:limited")) == 2
+        assert (await runner.inspect()).concurrency == {"7:limited": (2, 4)}
         waiting = raw_memory.lrange(keys.concurrency_waiting("7:limited"), 0, -1)
         order = [json.loads(item)["payload"] for item in waiting]
         assert sorted(order + steps.payloads) == list(range(6))
@@ -239,7 +240,7 @@ async def test_a_slot_whose_holder_is_gone_is_freed_by_the_janitor(
         b = await runner.dispatch("one", "b")
 
         async def b_waits() -> bool:
-            return raw_memory.llen(keys.concurrency_waiting("3:one")) == 1
+            return bool(raw_memory.llen(keys.concurrency_waiting("3:one")) == 1)
 
         await redis_state(b_waits)
         assert await client.pause() is True
@@ -247,9 +248,8 @@ async def test_a_slot_whose_holder_is_gone_is_freed_by_the_janitor(
         steps.finish("a")  # its ack grants the slot to b, whose message waits unfetched
 
         async def b_granted() -> bool:
-            return raw_memory.llen(keys.concurrency_waiting("3:one")) == 0 and (
-                raw_memory.zcard(holders) == 1
-            )
+            waiting = raw_memory.llen(keys.concurrency_waiting("3:one"))
+            return bool(waiting == 0 and raw_memory.zcard(holders) == 1)
 
         await redis_state(b_granted)
         await janitor.wait_rounds(janitor.rounds + 2)

@@ -232,6 +232,7 @@ async def test_pausing_one_group_of_a_queue_leaves_the_others_running(url: str, 
         trunner.open_client(url, queue, group="audit") as audit_client,
         trunner.open_client(url, queue) as client,
     ):
+        assert (await audit_client.inspect()).queue == queue
         assert await audit_client.pause() is True
         await audit.wait_paused()
         await client.dispatch("record", "x")

@@ -588,6 +588,25 @@ class Broker(Inspection):
         )
         return int(reply[0]), [as_str(key) for key in reply[1] or ()]
 
+    async def concurrency_usage(self, count: int = 100) -> dict[str, tuple[int, int]]:
+        """Up to ``count`` concurrency limits in use: key -> (slots held, waiting); a
+        holders or waiting key of another type counts as 0 (the admission script sets it
+        aside)."""
+        _, limits = await self.concurrency_limits(0, count)
+        limits = sorted(limits)[:count]
+        if not limits:
+            return {}
+        keys = self.keys
+        commands: list[tuple[Arg, ...]] = []
+        for key in limits:
+            commands += [
+                ("ZCARD", keys.concurrency_holders(key)),
+                ("LLEN", keys.concurrency_waiting(key)),
+            ]
+        replies = await self.transport.pipeline(commands)
+        counts = [r if isinstance(r, int) else 0 for r in replies]
+        return {key: (counts[2 * i], counts[2 * i + 1]) for i, key in enumerate(limits)}
+
     async def reconcile_slots(self, key: str, limit: int) -> tuple[int, int, int]:
         """Free the slots of the concurrency limit ``key`` whose holder entry is gone (see
         ``reconcile_slots.lua``), granting them to its waiters when ``limit`` is known
