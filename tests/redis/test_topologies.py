@@ -241,7 +241,8 @@ ACL_COMMANDS = (
     "+xautoclaim +xclaim +xpending +xlen +xrange +zadd +zcard +zrangebyscore +zrange +zrem "
     "+hset +hsetnx +hget +hdel +hexists +hgetall +hmget +hincrby +hincrbyfloat +set +get "
     "+del +incr +pexpire +type +publish +subscribe +config|get "
-    "+xinfo|consumers +xinfo|groups +xtrim +exists +pttl +rename +time +zscore +hscan"
+    "+xinfo|consumers +xinfo|groups +xtrim +exists +pttl +rename +time +zscore +hscan "
+    "+sadd +scard +smembers +srem +sscan +llen +lpop +rpush"
 )
 
 
