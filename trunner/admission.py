@@ -23,9 +23,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import attrs
 import trio
 
-from ._redis import Broker, Slot
+from ._redis import MAX_ADMITS_PER_CALL, Admit, Broker, Slot
 from ._util import ErrorLog, LoopBackoff, logger
 from .errors import BackendError, InvalidPayload
 from .holdings import Holdings, Job
@@ -39,6 +40,16 @@ __all__ = ["ADMISSION_TIMEOUT", "Admission"]
 
 #: Bound on one admission, its own retries included; then the message stays pending.
 ADMISSION_TIMEOUT = 10.0
+
+
+@attrs.define(eq=False)
+class _Pending:
+    """One admission waiting for its batch's script call."""
+
+    request: Admit
+    job: Job
+    decided: bool = False
+    verdict: tuple[str, int] | None = None
 
 
 class Admission:
@@ -60,6 +71,11 @@ class Admission:
         self._errors = errors
         self._quarantine = quarantine
         self._on_deferred = on_deferred
+        #: Admissions waiting to be sent, in the order their jobs asked.
+        self._queued: list[_Pending] = []
+        #: A job is sending a batch (the others wait for ``_flushed``).
+        self._flushing = False
+        self._flushed = trio.Event()
 
     def _plan(
         self, job: Job, limits: Limits
@@ -96,31 +112,25 @@ class Admission:
         deferred = reencode_deferred(
             message, rate_reserved=limits.rate is not None, group=self._broker.keys.group
         )
-        verdict: tuple[str, int] | None = None
-        backoff = LoopBackoff()
+        pending = _Pending(
+            Admit(job.message_id, message.task_id, deferred, rate, slot, slot_key), job
+        )
+        self._queued.append(pending)
         with trio.move_on_after(ADMISSION_TIMEOUT, shield=True):
-            while verdict is None:
+            while not pending.decided:
+                if self._flushing:
+                    await self._flushed.wait()
+                    continue
+                self._flushing = True
                 try:
-                    verdict = await self._broker.admit(
-                        job.message_id,
-                        message.task_id,
-                        round(time.time() * 1000, 3),
-                        deferred,
-                        rate,
-                        slot,
-                        slot_key,
-                    )
-                except BackendError as exc:
-                    self._errors.capture(exc)
-                    logger.warning(
-                        "admission of %s failed, will retry: %s",
-                        job.about(),
-                        exc,
-                        extra=job.log_fields(),
-                    )
-                    if self._quarantine is not None:  # a key of a wrong type: set aside
-                        await self._quarantine.after_error(exc)
-                    await trio.sleep(backoff.next_delay())
+                    await self._flush()
+                finally:
+                    self._flushing = False
+                    self._flushed.set()
+                    self._flushed = trio.Event()
+        if not pending.decided and pending in self._queued:
+            self._queued.remove(pending)  # timed out before it was sent
+        verdict = pending.verdict
         if verdict is None:
             self._holdings.keep(job)
             logger.error(
@@ -130,6 +140,38 @@ class Admission:
             )
             return False
         return self._decided(job, task, slot, *verdict)
+
+    async def _flush(self) -> None:
+        """Send the admissions queued now (those of the jobs started in this scheduling
+        round join first), at most :data:`MAX_ADMITS_PER_CALL`, in one script call; retry
+        on a Redis error. A batch whose call was cancelled (its flusher's time ran out) is
+        decided as not admitted: its messages stay pending for a later delivery."""
+        await trio.lowlevel.checkpoint()  # the other jobs of this round queue theirs
+        batch = self._queued[:MAX_ADMITS_PER_CALL]
+        del self._queued[: len(batch)]
+        if not batch:
+            return
+        backoff = LoopBackoff()
+        try:
+            while True:
+                try:
+                    verdicts = await self._broker.admit_many(
+                        [p.request for p in batch], round(time.time() * 1000, 3)
+                    )
+                    break
+                except BackendError as exc:
+                    self._errors.capture(exc)
+                    logger.warning(
+                        "admission of %d messages failed, will retry: %s", len(batch), exc
+                    )
+                    if self._quarantine is not None:  # a key of a wrong type: set aside
+                        await self._quarantine.after_error(exc)
+                    await trio.sleep(backoff.next_delay())
+        finally:
+            for p in batch:
+                p.decided = True
+        for p, verdict in zip(batch, verdicts, strict=True):
+            p.verdict = verdict
 
     def _decided(self, job: Job, task: Task, slot: Slot | None, verdict: str, value: int) -> bool:
         counters = self._counters

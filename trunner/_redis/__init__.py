@@ -12,9 +12,11 @@ in-process ``memory://`` servers, and what the test helpers look at Redis with
 from typing import TYPE_CHECKING, Any
 
 from .broker import (
+    MAX_ADMITS_PER_CALL,
     MAX_IDS_PER_CALL,
     RELEASED_IDLE_MS,
     AckRecord,
+    Admit,
     BadValue,
     Broker,
     Leader,
@@ -38,10 +40,12 @@ if TYPE_CHECKING:
     from .bridged import BridgedTransport
 
 __all__ = [
+    "MAX_ADMITS_PER_CALL",
     "MAX_IDS_PER_CALL",
     "RELEASED_IDLE_MS",
     "SCRIPTS",
     "AckRecord",
+    "Admit",
     "Arg",
     "BadValue",
     "BridgedTransport",

@@ -10,6 +10,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
+import attrs
 import trio
 
 from ..errors import BackendError, RedisCommandError
@@ -26,6 +27,7 @@ __all__ = [
     "MAX_IDS_PER_CALL",
     "RELEASED_IDLE_MS",
     "AckRecord",
+    "Admit",
     "BadValue",
     "Broker",
     "Leader",
@@ -66,6 +68,23 @@ Record = tuple[str, int, Sequence[tuple[str, Arg]]]
 AckRecord = Record | tuple[str, int, bytes]
 #: A concurrency slot an entry holds: its holders key, its waiting-list key, the limit.
 Slot = tuple[str, str, int]
+#: The most messages one admission script call decides.
+MAX_ADMITS_PER_CALL = 100
+
+
+@attrs.frozen
+class Admit:
+    """One message to admit (see :meth:`Broker.admit_many`): its entry id, its task id,
+    the message stored if it is deferred, its rate (key, emission interval ms, burst
+    tolerance ms; None: not checked), its concurrency slot (None: none) and that limit's
+    key (``<len>:<task>[:<key>]``, or '')."""
+
+    message_id: str
+    task_id: str
+    deferred: bytes
+    rate: tuple[str, float, float] | None
+    slot: Slot | None
+    slot_key: str
 
 
 def _metric_fields(flat: Any) -> tuple[dict[str, float], list[BadValue]]:
@@ -541,44 +560,46 @@ class Broker(Inspection):
         slot: Slot | None,
         slot_key: str = "",
     ) -> tuple[str, int]:
-        """Admit a message of a limited task, or defer it (``admit.lua``): ``("run", 0)``,
-        ``("rate", due ms)``, ``("wait", position)`` or ``("lost", 0)``.
+        """Admit one message of a limited task, or defer it: see :meth:`admit_many`."""
+        request = Admit(message_id, task_id, deferred, rate, slot, slot_key)
+        return (await self.admit_many([request], now_ms))[0]
 
-        ``rate``: (its key, emission interval ms, burst tolerance ms), None when its rate
-        is not checked; ``slot``: its concurrency slot, None without one, and
-        ``slot_key`` its limit's key (``<len>:<task>[:<key>]``); ``deferred``: the message
-        stored if it is deferred."""
+    async def admit_many(self, requests: Sequence[Admit], now_ms: float) -> list[tuple[str, int]]:
+        """Admit messages of limited tasks, or defer them (``admit.lua``, one call per
+        :data:`MAX_ADMITS_PER_CALL`, in order): per message ``("run", 0)``,
+        ``("rate", due ms)``, ``("wait", position)`` or ``("lost", 0)``."""
         keys = self.keys
-        reply = await self._script(
-            "admit",
-            [
+        verdicts: list[tuple[str, int]] = []
+        for chunk in _chunks(requests, MAX_ADMITS_PER_CALL):
+            call_keys = [
                 keys.stream,
                 keys.retries,
                 keys.retry_messages,
                 keys.where,
                 keys.quarantine,
-                rate[0] if rate else keys.stream,
-                slot[0] if slot else keys.stream,
-                slot[1] if slot else keys.stream,
                 keys.groups,
                 keys.concurrency_keys,
-            ],
-            [
-                self.group,
-                self._delete,
-                message_id,
-                task_id,
-                repr(now_ms),
-                deferred,
-                keys.delayed_wake,
-                repr(rate[1]) if rate else "0",
-                repr(rate[2]) if rate else "0",
-                slot[2] if slot else 0,
-                slot_key,
-            ],
-        )
-        verdict = as_str(reply[0])
-        return verdict, int(reply[1]) if len(reply) > 1 else 0
+            ]
+            args: list[Arg] = [self.group, self._delete, repr(now_ms), keys.delayed_wake]
+            for r in chunk:
+                rate, slot = r.rate, r.slot
+                call_keys += [
+                    rate[0] if rate else keys.stream,
+                    slot[0] if slot else keys.stream,
+                    slot[1] if slot else keys.stream,
+                ]
+                args += [
+                    r.message_id,
+                    r.task_id,
+                    r.deferred,
+                    repr(rate[1]) if rate else "0",
+                    repr(rate[2]) if rate else "0",
+                    slot[2] if slot else 0,
+                    r.slot_key,
+                ]
+            reply = await self._script("admit", call_keys, args)
+            verdicts += [(as_str(v[0]), int(v[1])) for v in reply]
+        return verdicts
 
     async def concurrency_limits(self, cursor: int, count: int) -> tuple[int, list[str]]:
         """One page of the keys of the concurrency limits in use (``SSCAN``): (next
