@@ -94,6 +94,17 @@ class Admission:
             slot = (holders, keys.concurrency_waiting(slot_key), limits.concurrency)
         return rate, slot, slot_key
 
+    def slot_of(self, job: Job, limits: Limits) -> Slot | None:
+        """The concurrency slot ``job``'s message would hold (None: its task has no
+        concurrency limit, or its key function refuses the payload)."""
+        if limits.concurrency is None:
+            return None
+        try:
+            _, slot, _ = self._plan(job, limits)
+        except Exception:  # noqa: BLE001 - the user's key function: no slot to release
+            return None
+        return slot
+
     async def admit(self, job: Job, task: Task, limits: Limits) -> bool | InvalidPayload:
         """Whether ``job`` may run now (True); False when it was deferred (or it is not
         pending any more, or admission failed: it stays pending for a later delivery); an

@@ -86,9 +86,10 @@ class _Services:
 @asynccontextmanager
 async def open_client(
     redis: str,
-    queue: str,
+    queue: str | None = None,
     *,
     group: str | None = None,
+    consumer_group: str | None = None,
     prefix: str = "trunner",
     tasks: TaskRegistry | None = None,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
@@ -112,6 +113,8 @@ async def open_client(
             results, statuses and cancellations of its handles, its statistics,
             instances, dead letters and pause. Default: the group of the queue's own name.
             See [Queues and fan-out](queues.md).
+        consumer_group: The name this argument had before queues and groups were two
+            things: the same as ``queue`` (give one of them).
         prefix: The key prefix. It must match the group's runners.
         tasks: With a registry, dispatching an unknown task name raises
             [``TaskNotFound``][trunner.TaskNotFound], and [unique tasks](unique-tasks.md)
@@ -145,6 +148,12 @@ async def open_client(
     An exception from the block leaves as itself. After the block, the client's methods
     raise [``RunnerNotRunning``][trunner.RunnerNotRunning].
     """
+    if consumer_group is not None:
+        if queue is not None:
+            raise TypeError("give the queue once: as queue or as consumer_group")
+        queue = consumer_group
+    if queue is None:
+        raise TypeError("open_client() needs the queue to dispatch to")
     keys = Keys(prefix, queue if group is None else group, queue)
     if tasks is not None and not isinstance(tasks, TaskRegistry):
         raise TypeError(f"tasks must be a TaskRegistry or None, got {type(tasks).__name__}")

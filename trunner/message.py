@@ -453,10 +453,16 @@ def reencode_deferred(
     id, payload and attempt (a deferral uses no attempt: the stored attempt is the one
     this delivery would have been, crash redeliveries counted), copied verbatim as
     :func:`reencode_for_retry` does; with :data:`RATE_RESERVED_MARK` when
-    ``rate_reserved``; for ``group`` alone (see :attr:`TaskMessage.group`). Never refused
-    for its size."""
+    ``rate_reserved``; for ``group`` alone (see :attr:`TaskMessage.group`). Its options
+    stay as they are, ``expires`` included (a deferral is not a retry: a task not started
+    by then is dropped when it comes back). Never refused for its size."""
     return _reencode(
-        message, message.attempt, NO_SIZE_LIMIT, rate_reserved=rate_reserved, group=group
+        message,
+        message.attempt,
+        NO_SIZE_LIMIT,
+        rate_reserved=rate_reserved,
+        group=group,
+        options=_own_options(message.options),
     )
 
 
@@ -473,7 +479,18 @@ def reencode_for_retry(
     stored one (a test's own TaskMessage) is encoded from its fields. A rate limit's
     reservation is not carried over: the retry is admitted again.
     """
-    return _reencode(message, attempt, max_bytes, rate_reserved=False, group=group)
+    return _reencode(
+        message,
+        attempt,
+        max_bytes,
+        rate_reserved=False,
+        group=group,
+        options=_retry_options(message.options),
+    )
+
+
+def _own_options(options: MessageOptions) -> MessageOptions | None:
+    return None if options == NO_OPTIONS else options
 
 
 def _reencode(
@@ -483,6 +500,7 @@ def _reencode(
     *,
     rate_reserved: bool,
     group: str | None,
+    options: MessageOptions | None,
 ) -> bytes:
     spans = None
     text = ""
@@ -499,7 +517,7 @@ def _reencode(
             task_id=message.task_id,
             unique_key=message.unique_key,
             unique_token=message.unique_token,
-            options=_retry_options(message.options),
+            options=options,
             headers=message.headers,
             group=group,
             max_bytes=max_bytes,
@@ -520,7 +538,7 @@ def _reencode(
         unique_key=message.unique_key,
         unique_token=message.unique_token,
         unique_for=unique_for,
-        options=_retry_options(message.options),
+        options=options,
         headers=message.headers,
         group=group,
         max_bytes=NO_SIZE_LIMIT,
@@ -673,13 +691,16 @@ def decode_fields(
     fields: Sequence[bytes] | Mapping[bytes, bytes] | None,
     deliveries: int,
     max_bytes: int | None,
+    group: str | None = None,
 ) -> Fields | None:
     """The fast path of :func:`decode_message`, without building a :class:`TaskMessage`:
     the parts of the entry every dispatch writes, or None for anything else (good or bad:
     :func:`decode_message` then checks it field by field and says why it is bad).
 
     The entry every dispatch writes is ``[b"payload", <JSON object>]`` with well-typed
-    fields, checked by exact types (JSON only makes exact dict, str, int, float).
+    fields, checked by exact types (JSON only makes exact dict, str, int, float). A message
+    for one consumer group (``"group"``) takes the fast path only for ``group`` (the
+    reading runner's own: its retries, replays and cron ticks); the fields do not say it.
     """
     if type(fields) is not list or len(fields) != 2 or fields[0] != PAYLOAD_FIELD:
         return None
@@ -691,8 +712,10 @@ def decode_fields(
         body, end = _scan_once(text, 0)
     except (ValueError, RecursionError, StopIteration):
         return None
-    if end != len(text) or type(body) is not dict or "group" in body:
-        return None  # a message for one group: the slow path reads it
+    if end != len(text) or type(body) is not dict:
+        return None
+    if "group" in body and (group is None or body["group"] != group):
+        return None  # a message for one group (another, or not said): the slow path reads it
     task = body.get("task")
     attempt = body.get("attempt", 1)
     enqueued_at = body.get("enqueued_at", 0.0)

@@ -55,6 +55,9 @@ from .task import Task, TaskRegistry
 
 __all__ = ["WorkerPool"]
 
+#: How much larger than this runner reads a message may be for the pool to look whether it
+#: is another group's (whose runners may allow a little more: a longer group name).
+FOREIGN_SLACK = 64 * 1024
 #: What a task raises that is never its failure: the end of the process goes on up.
 _PASSING = (KeyboardInterrupt, SystemExit, GeneratorExit)
 
@@ -201,7 +204,7 @@ class WorkerPool:
     def _make_job(self, entry: RawEntry, consumer: str, now: float) -> Job:
         message_id, deliveries = entry.message_id, entry.deliveries
         max_bytes = self._max_bytes
-        fields = decode_fields(message_id, entry.fields, deliveries, max_bytes)
+        fields = decode_fields(message_id, entry.fields, deliveries, max_bytes, self._group)
         if fields is not None:
             task, interval = self._task_info(fields[0])
             job = Job(consumer, interval, now + interval, message_id, deliveries, task, fields)
@@ -216,10 +219,20 @@ class WorkerPool:
             )
         except MessageDecodeError as exc:
             message, error = exc.message, exc  # its stand-in has no task name: no task
-            if (group := addressed_group(message.raw)) is not None and group != self._group:
-                error = None  # another group's, whatever is wrong with it: not ours to say
+            # Another group's, whatever is wrong with it, is not ours to say (looked for
+            # only in a message of about the size a runner reads: parsing one of any size
+            # would stall the event loop).
+            group = None
+            if len(message.raw) <= max_bytes + FOREIGN_SLACK:
+                group = addressed_group(message.raw)
+            if group is not None and group != self._group:
+                error = None
                 message = attrs.evolve(message, group=group)
         task, interval = self._task_info(message.task_name)
+        foreign = message.group is not None and message.group != self._group
+        cancelled = bool(
+            not foreign and error is None and message.task_id in self._cancel_marks
+        )  # cancelled before it was fetched here
         return Job(
             consumer,
             interval,
@@ -229,7 +242,8 @@ class WorkerPool:
             task,
             fields_of(message),
             error,
-            foreign=message.group is not None and message.group != self._group,
+            foreign=foreign,
+            cancel_requested=cancelled,
             message=message,
         )
 
@@ -348,7 +362,9 @@ class WorkerPool:
         job.ended = True
         if job.foreign:
             self._outcomes.skipped(job)
-        elif job.cancel_requested and job.decode_error is None:
+            return
+        self._release_slot_with(job, task)
+        if job.cancel_requested and job.decode_error is None:
             self._outcomes.cancelled(job, task)
         else:
             await self._outcomes.refuse(job, task)
@@ -411,6 +427,7 @@ class WorkerPool:
         options = job.fields[8] or NO_OPTIONS
         if options.expires is not None and time.time() > options.expires:
             job.ended = True
+            self._release_slot_with(job, task)
             self._outcomes.expired(job, task)
             return None, 0.0
         if task.limits is not None and not await self._admitted(job, task):
@@ -445,6 +462,14 @@ class WorkerPool:
         except Exception as exc:  # noqa: BLE001 - the task failed: retried or given up
             return exc, time.perf_counter() - begin
         return None, time.perf_counter() - begin
+
+    def _release_slot_with(self, job: Job, task: Task | None) -> None:
+        """A message of a task with a concurrency limit that ends without being admitted
+        (cancelled before it started, expired, refused) may hold a slot all the same (a
+        granted waiter, a redelivered or reclaimed holder): its end releases it, as an
+        admitted one's does (releasing a slot it does not hold changes nothing)."""
+        if self._admission is not None and task is not None and task.limits is not None:
+            job.slot = self._admission.slot_of(job, task.limits)
 
     async def _admitted(self, job: Job, task: Task) -> bool:
         """Whether ``job`` of a task with limits may run now; else it was deferred (or

@@ -261,3 +261,34 @@ async def test_a_slot_whose_holder_is_gone_is_freed_by_the_janitor(
         assert steps.payloads == ["a", "c"]
         assert janitor.slots_freed == 1
         steps.finish("c")
+
+
+async def test_a_deferred_message_keeps_its_expiry_and_its_end_frees_its_slot(
+    memory_url: str, group: str
+) -> None:
+    """A task dispatched with ``expires`` that waits for a slot is dropped (expired) when
+    it is granted too late; the slot it was granted goes on to the next waiter at once
+    (with its acknowledgement: the janitor is off)."""
+    steps = Steps()
+    tasks = trunner.TaskRegistry()
+    tasks.task("one", concurrency=1)(steps.run)
+    async with open_checked_runner(
+        memory_url, config(group, janitor_interval=None), tasks
+    ) as runner:
+        await runner.dispatch("one", "a")
+        await steps.wait_started(1)
+        expires = time.time() + 0.2
+        await runner.dispatch("one", "b", expires=0.2)  # seconds from now
+        await runner.dispatch("one", "c")
+
+        async def both_wait() -> bool:
+            return runner.statistics().deferred_concurrency == 2
+
+        await redis_state(both_wait)
+        while time.time() <= expires:  # noqa: ASYNC110 - b's expiry is a wall-clock time
+            await trio.sleep(0.05)
+        steps.finish("a")
+        await steps.wait_started(2)
+        steps.finish("c")
+    assert steps.payloads == ["a", "c"]
+    assert runner.statistics().expired == 1

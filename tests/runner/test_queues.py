@@ -11,6 +11,7 @@ retry.lua, dead_letter.lua and cancel_task.lua (no deletion on a shared stream),
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from typing import Any
 
@@ -311,3 +312,30 @@ async def test_a_group_destroyed_by_hand_is_forgotten_and_acks_delete_again(
         await client.dispatch("record", 1)
         await redis_state(lambda: _acked(audit, 1))
         assert raw.xlen(keys.stream) == 0, "one group again: the ack deleted it"
+
+
+async def test_a_cancelled_tasks_retry_is_dropped_when_it_is_fetched(
+    url: str, group: str, raw: Any
+) -> None:
+    """A retry (a message for one group) held by an instance that died is cancelled: the
+    runner that reclaims it drops it before it starts, as it drops a dispatch."""
+    keys = Keys("trunner", group)
+    ran: list[tuple[str, Any]] = []
+    body = {"task": "record", "payload": "retried", "attempt": 2, "id": "1-0", "group": group}
+    async with open_checked_runner(url, config(group), recording(ran, group)):
+        pass  # the group exists
+    entry = raw.xadd(keys.stream, {"payload": json.dumps(body)})
+    raw.hset(keys.where, "1-0", entry)  # where the mover records a moved task
+    raw.xreadgroup(group, "ghost", {keys.stream: ">"}, count=1)  # a dead instance's
+    async with trunner.open_client(url, group) as client:
+        outcome = await client.handle("1-0").cancel()
+        assert outcome is trunner.CancelOutcome.CANCELLING
+        cfg = config(group, reclaim_delay=0.2, reclaim_interval=0.1)
+        async with open_checked_runner(url, cfg, recording(ran, group)) as runner:
+
+            async def dropped() -> bool:
+                await trio.lowlevel.checkpoint()
+                return runner.statistics().cancelled == 1
+
+            await redis_state(dropped)
+    assert ran == []

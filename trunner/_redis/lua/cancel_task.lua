@@ -25,9 +25,9 @@
 -- ARGV[8..] field/value pairs of the record
 -- Returns  'delayed', 'queued' or 'running' (where it was cancelled), or 'absent'
 -- On a stream that several groups read (the registry holds more than one), a queued entry
--- is deleted only while no group has it pending; else it is 'running': it gets the mark,
--- which every group that fetches it later obeys (and which stays until it expires). An
--- absent task gets the mark too: another group's retry of it may be on its way.
+-- is deleted only while no group has it pending; else it is 'running'. Whatever it finds,
+-- the task gets the mark there, which every group that fetches it later obeys (and which
+-- stays until it expires): another group's retry of it may be waiting, or on its way.
 -- What something else wrote never fails it: an id, or a where-map entry, that leads to no
 -- entry of this task is 'absent'.
 local id = ARGV[2]
@@ -48,21 +48,33 @@ local function record_outcome()
   end
   redis.call('PUBLISH', ARGV[5], id)
 end
+local known, groups = pcall(redis.call, 'SCARD', KEYS[10]) -- another type: shared
+local shared = not known or groups > 1
+local function mark()
+  redis.call('HSET', KEYS[6], id, ARGV[3])
+  redis.call('PUBLISH', ARGV[4], id)
+end
+-- On a shared stream every way out also marks the task: another group may hold a retry of
+-- it (in its own delayed set, which this script does not see), or fetch it later.
 if redis.call('ZREM', KEYS[2], id) == 1 then
   redis.call('HDEL', KEYS[3], id)
   redis.call('HDEL', KEYS[4], id)
   release_lock()
   record_outcome()
+  if shared then
+    mark()
+  end
   return 'delayed'
 end
 if KEYS[8] ~= KEYS[2] and redis.call('ZREM', KEYS[8], id) == 1 then
   redis.call('HDEL', KEYS[9], id)
   release_lock()
   record_outcome()
+  if shared then
+    mark()
+  end
   return 'delayed'
 end
-local known, groups = pcall(redis.call, 'SCARD', KEYS[10]) -- another type: shared
-local shared = not known or groups > 1
 -- The task's entry: through the where-map, or its id itself; only an entry of this task
 -- (a where-map entry gone stale, or an id shaped like an entry id, may lead to another
 -- task's: it is left alone).
@@ -89,10 +101,6 @@ local function entry_of_task()
   end
   return entries[1][1] == id and entries[1][1]
 end
-local function mark()
-  redis.call('HSET', KEYS[6], id, ARGV[3])
-  redis.call('PUBLISH', ARGV[4], id)
-end
 local entry = entry_of_task()
 if shared then
   if not entry then
@@ -114,6 +122,7 @@ if shared then
   redis.call('HDEL', KEYS[5], id)
   release_lock()
   record_outcome()
+  mark()
   return 'queued'
 end
 if entry then

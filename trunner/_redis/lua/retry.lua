@@ -44,6 +44,9 @@ if KEYS[7] then
   release_slot(KEYS[7], KEYS[8], ARGV[3], tonumber(ARGV[#ARGV]), KEYS[1], KEYS[4], KEYS[9])
 end
 if ARGV[8] ~= '0' then
+  if not pcall(redis.call, 'HLEN', KEYS[5]) then -- not a hash (an outcome as one JSON
+    redis.call('DEL', KEYS[5])                   -- string): the retry's record replaces it
+  end
   redis.call('HSET', KEYS[5], unpack(ARGV, 9, last))
   redis.call('PEXPIRE', KEYS[5], ARGV[8])
 end
