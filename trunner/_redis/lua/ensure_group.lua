@@ -7,8 +7,8 @@
 -- ARGV[1]  the consumer group
 -- ARGV[2]  the id to create it from ('0': the stream's start)
 -- Returns  1 when the group was created, 0 when it existed
--- A registry of another type is left alone (scripts read it as 'shared': nothing is
--- deleted); the runner sets it aside at start.
+-- A registry of another type is left alone: every script reads it as 'shared' (nothing is
+-- deleted on acknowledgement; the leaders trim the stream instead).
 local names = {}
 local exists = false
 if redis.call('EXISTS', KEYS[1]) == 1 then
