@@ -9,7 +9,6 @@ worker processes (tests/processes/worker_process.py: ``kept``, ``block_kept``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +22,6 @@ from trunner import CancelOutcome, Keys, TaskState
 from ..conftest import Gate, config, open_checked_runner, redis_state
 from ..support.servers import RedisServer
 from ..support.workers import Worker, read_log
-
-
-@pytest.fixture
-def workers(redis_server: RedisServer) -> Iterator[list[Worker]]:
-    started: list[Worker] = []
-    yield started
-    for worker in started:
-        worker.close()
 
 
 def logged(log: Path, event: str) -> list[Any]:

@@ -6,7 +6,6 @@ of 50/s over 20 s admits within 5 % and never more than its burst."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,14 +21,6 @@ from ..support.servers import RedisServer
 from ..support.workers import Worker, read_log
 
 MODULE = "tests.processes.limits_worker"
-
-
-@pytest.fixture
-def workers(redis_server: RedisServer) -> Iterator[list[Worker]]:
-    started: list[Worker] = []
-    yield started
-    for worker in started:
-        worker.close()
 
 
 async def start(url: str, group: str, log: Path, workers: list[Worker], **config: Any) -> None:

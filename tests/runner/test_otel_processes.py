@@ -6,7 +6,7 @@ after a SIGKILL included, is in the dispatching trace, a child of the dispatch s
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +21,6 @@ from ..support.servers import RedisServer
 from ..support.workers import Worker
 
 WORKER = "tests.processes.otel_worker"
-
-
-@pytest.fixture
-def workers(redis_server: RedisServer) -> Iterator[list[Worker]]:
-    started: list[Worker] = []
-    yield started
-    for worker in started:
-        worker.close()
 
 
 def lines(path: Path) -> list[dict[str, Any]]:

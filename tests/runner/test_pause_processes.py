@@ -6,7 +6,6 @@ connections, and worker processes (tests/processes/worker_process.py, ``watch_pa
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +17,6 @@ import trunner
 from ..conftest import redis_state
 from ..support.servers import RedisServer
 from ..support.workers import Worker, read_log
-
-
-@pytest.fixture
-def workers(redis_server: RedisServer) -> Iterator[list[Worker]]:
-    started: list[Worker] = []
-    yield started
-    for worker in started:
-        worker.close()
 
 
 def pids(log: Path, event: str) -> list[int]:

@@ -8,7 +8,6 @@ fetcher's reclaim, and the janitor's trim of a shared queue.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +23,6 @@ from ..support.workers import Worker, read_log
 
 GROUPS = ("audit", "email", "billing")
 TASKS = 400
-
-
-@pytest.fixture
-def workers(redis_server: RedisServer) -> Iterator[list[Worker]]:
-    started: list[Worker] = []
-    yield started
-    for worker in started:
-        worker.close()
 
 
 def ran(log: Path) -> Counter[Any]:

@@ -7,7 +7,6 @@ Crosses fetcher.py (reclaim passes), heartbeat.py (reservations kept fresh), out
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,14 +27,6 @@ def take_as_dead_consumer(raw: Any, keys: Keys, count: int) -> list[str]:
     raw.xgroup_create(keys.stream, keys.group, id="0", mkstream=True)
     reply = raw.xreadgroup(keys.group, "dead-consumer", {keys.stream: ">"}, count=count)
     return [entry_id.decode() for entry_id, _ in reply[0][1]]
-
-
-@pytest.fixture
-def workers(redis_server: RedisServer) -> Iterator[list[Worker]]:
-    started: list[Worker] = []
-    yield started
-    for worker in started:
-        worker.close()
 
 
 async def test_messages_of_a_dead_consumer_are_reclaimed(

@@ -74,7 +74,9 @@ class _Scripts:
         self.retry = make_script("retry", _limited("retry", typed=True))
         self.dead_letter = make_script("dead_letter", _limited("dead_letter", typed=True))
         self.admit = make_script("admit", _limited("admit", typed=True))
-        self.reconcile_slots = make_script("reconcile_slots", _limited("reconcile_slots"))
+        self.reconcile_slots = make_script(
+            "reconcile_slots", _read("delivered") + "\n" + _limited("reconcile_slots")
+        )
         self.schedule = make_script("schedule", _typed("schedule"))
         self.cancel_delayed = _load("cancel_delayed")
         self.move_due = fenced_script("move_due", _typed("move_due"))

@@ -17,40 +17,18 @@
 -- ARGV[3]  the limit ('0': not known here, nothing is granted)
 -- Returns  {freed, held now, waiting now}; the limit's key leaves KEYS[2] once nothing
 --          holds or waits
-local function parse(id)
-  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
-  return {tonumber(ms), tonumber(seq)}
-end
-local function at_or_before(a, b)
-  return a[1] < b[1] or (a[1] == b[1] and a[2] <= b[2])
-end
 limit_key_usable(KEYS[3], 'zset', KEYS[6])
 limit_key_usable(KEYS[4], 'list', KEYS[6])
-local last = nil
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
-    local name, delivered
-    for i = 1, #group, 2 do
-      if group[i] == 'name' then
-        name = group[i + 1]
-      elseif group[i] == 'last-delivered-id' then
-        delivered = group[i + 1]
-      end
-    end
-    if name == ARGV[1] then
-      last = parse(delivered)
-    end
-  end
-end
+local known = redis.call('EXISTS', KEYS[1]) == 1
+  and pcall(redis.call, 'XPENDING', KEYS[1], ARGV[1]) -- the group is there
 local freed = 0
-if last then -- without the group (or the stream), nothing can be told: nothing is freed
+if known then -- without the group (or the stream), nothing can be told: nothing is freed
   for _, id in ipairs(redis.call('ZRANGE', KEYS[3], 0, 999)) do
-    local entry = parse(id)
-    if entry[1] then
+    if string.match(id, '^%d+%-%d+$') then
       local pending = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1)
       if not pending[1] then
         local present = #redis.call('XRANGE', KEYS[1], id, id) > 0
-        if not present or at_or_before(entry, last) then
+        if not present or delivered_to(KEYS[1], ARGV[1], id) then
           redis.call('ZREM', KEYS[3], id)
           freed = freed + 1
         end
