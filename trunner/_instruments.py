@@ -72,6 +72,12 @@ GAUGES = (
     Gauge("leader", "1 if this instance leads the group", "1", lambda r, s: int(r.is_leader)),
     Gauge("errors", "Errors captured", "{error}", lambda r, s: s.errors),
     Gauge(
+        "concurrency_slots_held",
+        "Concurrency slots the messages this instance runs hold",
+        "{slot}",
+        lambda r, s: s.slots_held,
+    ),
+    Gauge(
         "paused",
         "1 while the group is paused, as this instance last heard",
         "1",

@@ -147,6 +147,10 @@ class Holdings:
         #: them is dropped before it starts (see ``trunner.cancellation``).
         self.cancelled: dict[str, int] = {}
 
+    def slots_held(self) -> int:
+        """How many of the messages held here hold a concurrency slot (admitted)."""
+        return sum(1 for job in self.running.values() if job.slot is not None)
+
     def holds(self, message_id: str) -> bool:
         """Whether the message is running here, or finished with its acknowledgement not
         written yet (a read must not treat it as delivered to nobody)."""

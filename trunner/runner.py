@@ -425,6 +425,7 @@ class Runner(Producer):
             chores_restarted=c.chores_restarted,
             deferred_rate=c.deferred_rate,
             deferred_concurrency=c.deferred_concurrency,
+            slots_held=parts.holdings.slots_held() if parts else 0,
             paused=parts.gate.paused if parts else False,
         )
 

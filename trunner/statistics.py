@@ -169,6 +169,10 @@ class RunnerStatistics:
     deferred_concurrency: int = 0
     """Messages this instance deferred to their [concurrency limit](limits.md)'s waiting
     list (each is granted a slot when one is released; no attempt used)."""
+    slots_held: int = 0
+    """Concurrency slots the messages this instance runs hold now (their sum over the
+    group's instances is how many hold a slot, but for slots held by messages between
+    instances: granted and not yet fetched, or abandoned by a dead instance)."""
     paused: bool = False
     """Whether the group is paused, as this instance last heard (see
     [Pausing a group](pause.md)): its fetch loops read and claim nothing; running tasks

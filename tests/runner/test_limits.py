@@ -99,6 +99,10 @@ async def test_concurrency_limit_defers_in_order_without_using_attempts(
         await redis_state(deferred)
         assert raw_memory.zcard(keys.concurrency_holders("7:limited")) == 2
         assert (await runner.inspect()).concurrency == {"7:limited": (2, 4)}
+        assert runner.statistics().slots_held == 2
+        prometheus = pytest.importorskip("trunner.prometheus")
+        metrics = prometheus.collect(runner).decode()
+        assert f'trunner_concurrency_slots_held{{group="{group}"}} 2.0' in metrics
         waiting = raw_memory.lrange(keys.concurrency_waiting("7:limited"), 0, -1)
         order = [json.loads(item)["payload"] for item in waiting]
         assert sorted(order + steps.payloads) == list(range(6))
