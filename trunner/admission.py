@@ -114,7 +114,10 @@ class Admission:
         except Exception as exc:  # noqa: BLE001 - the user's key function: the payload's fault
             if isinstance(exc, InvalidPayload):
                 return exc
-            error = InvalidPayload(f"has no limit key: {type(exc).__name__}: {exc}")
+            error = InvalidPayload(
+                f"has no limit key (its rate_limit_key or concurrency_key raised "
+                f"{type(exc).__name__}: {exc})"
+            )
             error.__cause__ = exc
             return error
         if rate is None and slot is None:

@@ -507,7 +507,8 @@ def _print_group(info: GroupInfo, out: Console) -> None:
     if _unknown(info):
         out.print(
             f"nothing is known of group {info.group!r} on this Redis (no instance, no message):"
-            " check the group name, --redis and the key prefix"
+            " check the group name, --redis, the key prefix, and --queue if the group reads"
+            " a queue of another name"
         )
     if info.stats is not None and info.stats.tasks:
         stats = info.stats

@@ -13,7 +13,7 @@ from ._redis import Broker, open_transport
 from ._util import connection_name, run_in_background
 from .errors import Crashed
 from .handles import Waiters
-from .keys import Keys
+from .keys import Keys, check_name
 from .message import DEFAULT_MAX_PAYLOAD_BYTES
 from .middleware import Middleware, check_middleware
 from .redis_handle import RedisHandle
@@ -154,6 +154,9 @@ async def open_client(
         queue = consumer_group
     if queue is None:
         raise TypeError("open_client() needs the queue to dispatch to")
+    check_name("queue", queue)
+    if group is not None:
+        check_name("group", group)
     keys = Keys(prefix, queue if group is None else group, queue)
     if tasks is not None and not isinstance(tasks, TaskRegistry):
         raise TypeError(f"tasks must be a TaskRegistry or None, got {type(tasks).__name__}")

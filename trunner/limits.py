@@ -75,20 +75,30 @@ def parse_rate(spec: object, burst: object = None) -> RateLimit:
     return RateLimit(count, _PERIODS[match.group(2)], burst)
 
 
-def limit_key(task_name: str, key_of: Callable[[Any], Any] | None, payload: Any) -> str:
-    """``<len(name)>:<name>[:<key>]``: the limit's key for one payload (as unique keys)."""
+def limit_key(
+    task_name: str, key_of: Callable[[Any], Any] | None, payload: Any, which: str = "limit key"
+) -> str:
+    """``<len(name)>:<name>[:<key>]``: the limit's key for one payload (as unique keys).
+
+    ``which``: the key function's name, for the errors (``rate_limit_key``,
+    ``concurrency_key``). What the key function raises, or a key it returns that is not a
+    str or int or cannot be sent to Redis, raises ``InvalidPayload`` (its message goes
+    after "payload of task ...")."""
     prefix = f"{len(task_name)}:{task_name}"
     if key_of is None:
         return prefix
-    key = key_of(payload)
+    try:
+        key = key_of(payload)
+    except InvalidPayload:
+        raise
+    except Exception as exc:
+        raise InvalidPayload(f"has no {which}: it raised {type(exc).__name__}: {exc}") from exc
     if isinstance(key, bytes):
         key = key.decode("utf-8", "replace")
     if isinstance(key, bool) or not isinstance(key, str | int):
-        raise InvalidPayload(
-            f"the limit key of task {task_name!r} must be a str or int, got {key!r:.80}"
-        )
+        raise InvalidPayload(f"has a {which} that is not a str or int: {key!r:.80}")
     if isinstance(key, str) and (why := utf8_error(key)) is not None:
-        raise InvalidPayload(f"the limit key of task {task_name!r} cannot be sent to Redis: {why}")
+        raise InvalidPayload(f"has a {which} that cannot be sent to Redis: {why}")
     return f"{prefix}:{key}"
 
 
@@ -104,7 +114,7 @@ class Limits:
     concurrency_key: Callable[[Any], Any] | None = None
 
     def rate_key_for(self, payload: Any) -> str:
-        return limit_key(self.task_name, self.rate_key, payload)
+        return limit_key(self.task_name, self.rate_key, payload, "rate_limit_key")
 
     def concurrency_key_for(self, payload: Any) -> str:
-        return limit_key(self.task_name, self.concurrency_key, payload)
+        return limit_key(self.task_name, self.concurrency_key, payload, "concurrency_key")

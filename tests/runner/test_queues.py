@@ -201,6 +201,9 @@ async def test_nothing_a_group_has_not_read_is_trimmed(
             passes = janitor.shared_passes
             await redis_state(lambda: _passes(janitor, passes + 3))
             assert raw.xlen(keys.stream) == 300, "email read none of them: none trimmed"
+            # Each group's queue length is its own backlog, not the shared stream's length.
+            assert await audit.queue_length() == 0
+            assert await email_client.queue_length() == 300
             assert {g for g, _ in ran} == {"audit"}
             async with open_checked_runner(
                 url, config("email", queue=queue), recording(ran, "email")

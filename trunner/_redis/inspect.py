@@ -75,7 +75,18 @@ class Inspection:
     # -- counts -------------------------------------------------------------------------------
 
     async def queue_length(self) -> int:
-        return int(await self.transport.execute("XLEN", self.keys.stream))
+        """The entries of the stream waiting for the group or running: all of them (XLEN)
+        with one group on the stream; on a stream several groups read, those not yet
+        delivered to this group plus its pending ones (``queue_length.lua``)."""
+        keys = self.keys
+        return int(
+            await call_script(
+                self.transport.execute,
+                SCRIPTS.queue_length,
+                [keys.stream, keys.groups],
+                [self.group],
+            )
+        )
 
     async def pending_count(self) -> int:
         reply = await self.transport.execute("XPENDING", self.keys.stream, self.group)

@@ -71,6 +71,7 @@ class _Scripts:
         self.ack = make_script("ack", _limited("ack"))
         self.ensure_group = _load("ensure_group")
         self.forget_groups = _load("forget_groups")
+        self.queue_length = _load("queue_length")
         self.retry = make_script("retry", _limited("retry", typed=True))
         self.dead_letter = make_script("dead_letter", _limited("dead_letter", typed=True))
         self.admit = make_script("admit", _limited("admit", typed=True))
