@@ -111,6 +111,9 @@ local function admit_one(rate_key, holders, waiting, id, task_id, deferred, emis
       reserve()
       return {'wait', redis.call('RPUSH', waiting, deferred)}
     end
+    if not redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1)[1] then
+      return {'lost', 0} -- finished or claimed by another meanwhile: no slot for it
+    end
     redis.call('ZADD', holders, now, id)
   end
   reserve()
