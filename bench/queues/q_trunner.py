@@ -268,13 +268,13 @@ def work(
             watching.start_soon(report_pauses, runner)
             ready()
             await done.wait()
-            watching.cancel_scope.cancel()
-            if args.linger:
+            if args.linger:  # before the watcher is cancelled: this sleep is in its scope
                 await trio.sleep(args.linger)
                 rec.final()
             stats = runner.statistics()
             handle = runner.redis  # its counts: round trips and commands of the task bodies
             stop = time.perf_counter()
+            watching.cancel_scope.cancel()
         return {
             "succeeded": stats.succeeded,
             "failed": stats.failed,
