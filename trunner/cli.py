@@ -31,6 +31,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import attrs
@@ -47,6 +48,7 @@ from .errors import TaskFailed, TrunnerError
 from .runner import Runner
 from .serve import configure_logging, load_settings, run_worker, worker_config
 from .status import CancelOutcome, TaskState
+from .task import TaskRegistry
 
 __all__ = ["main"]
 
@@ -312,6 +314,20 @@ def _shared_redis(args: argparse.Namespace) -> str:
     return url
 
 
+def _group_client(
+    args: argparse.Namespace, tasks: TaskRegistry | None = None
+) -> AbstractAsyncContextManager[Client]:
+    """The client of a command on a group: its shared Redis (``--redis``), the queue it
+    reads (``--queue``, else its own name), ``--prefix``."""
+    return open_client(
+        _shared_redis(args),
+        args.queue or args.group,
+        group=args.group,
+        prefix=args.prefix,
+        tasks=tasks,
+    )
+
+
 async def _dispatch(args: argparse.Namespace, out: Console) -> int:
     try:
         payload = json.loads(args.payload)
@@ -324,13 +340,7 @@ async def _dispatch(args: argparse.Namespace, out: Console) -> int:
             raise ValueError(f"--header takes NAME=VALUE, got {given!r}")
         headers[name] = value
     tasks = load_settings(args.tasks).tasks if args.tasks else None
-    async with open_client(
-        _shared_redis(args),
-        args.queue or args.group,
-        group=args.group,
-        prefix=args.prefix,
-        tasks=tasks,
-    ) as client:
+    async with _group_client(args, tasks) as client:
         keep = args.keep_result
         if args.delay is not None:
             task_id = await client.dispatch_delayed(
@@ -343,9 +353,7 @@ async def _dispatch(args: argparse.Namespace, out: Console) -> int:
 
 
 async def _status(args: argparse.Namespace, out: Console) -> int:
-    async with open_client(
-        _shared_redis(args), args.queue or args.group, group=args.group, prefix=args.prefix
-    ) as client:
+    async with _group_client(args) as client:
         status = await client.handle(args.task_id).status()
     if args.json:
         print(json.dumps(as_dict(status)))
@@ -371,9 +379,7 @@ async def _status(args: argparse.Namespace, out: Console) -> int:
 
 
 async def _result(args: argparse.Namespace, out: Console) -> int:
-    async with open_client(
-        _shared_redis(args), args.queue or args.group, group=args.group, prefix=args.prefix
-    ) as client:
+    async with _group_client(args) as client:
         try:
             value = await client.handle(args.task_id).result(timeout=args.timeout)
         except trio.TooSlowError:
@@ -390,9 +396,7 @@ async def _result(args: argparse.Namespace, out: Console) -> int:
 
 
 async def _cancel(args: argparse.Namespace, out: Console) -> int:
-    async with open_client(
-        _shared_redis(args), args.queue or args.group, group=args.group, prefix=args.prefix
-    ) as client:
+    async with _group_client(args) as client:
         outcome = await client.handle(args.task_id).cancel(wait=args.wait)
     said = {
         CancelOutcome.REMOVED: "removed: it will never start",
@@ -407,9 +411,7 @@ async def _cancel(args: argparse.Namespace, out: Console) -> int:
 
 
 async def _pause(args: argparse.Namespace, out: Console) -> int:
-    async with open_client(
-        _shared_redis(args), args.queue or args.group, group=args.group, prefix=args.prefix
-    ) as client:
+    async with _group_client(args) as client:
         if args.command == "pause":
             changed = await client.pause()
             info = await client.inspect()
@@ -529,9 +531,7 @@ def _print_group(info: GroupInfo, out: Console) -> None:
 
 
 async def _inspect(args: argparse.Namespace, out: Console) -> int:
-    async with open_client(
-        _shared_redis(args), args.queue or args.group, group=args.group, prefix=args.prefix
-    ) as client:
+    async with _group_client(args) as client:
         info = await client.inspect()
     if args.json:
         print(json.dumps(as_dict(info), default=str))
@@ -550,9 +550,7 @@ def _ask(question: str) -> str | None:
 
 
 async def _dead_letter(args: argparse.Namespace, out: Console) -> int:
-    async with open_client(
-        _shared_redis(args), args.queue or args.group, group=args.group, prefix=args.prefix
-    ) as client:
+    async with _group_client(args) as client:
         if args.action == "list":
             letters = await client.dead_letters(args.count)
             if args.json:
@@ -664,13 +662,7 @@ async def _replay(client: Client, args: argparse.Namespace, out: Console) -> int
 
 async def _cron(args: argparse.Namespace, out: Console) -> int:
     tasks = load_settings(args.tasks).tasks if args.tasks else None
-    async with open_client(
-        _shared_redis(args),
-        args.queue or args.group,
-        group=args.group,
-        prefix=args.prefix,
-        tasks=tasks,
-    ) as client:
+    async with _group_client(args, tasks) as client:
         if args.action == "fire":
             if not args.name:
                 out.print("fire which schedule? trunner cron fire GROUP NAME --tasks M:A")
@@ -724,9 +716,7 @@ async def _dashboard(args: argparse.Namespace) -> int:
 
 
 async def _quarantine(args: argparse.Namespace, out: Console) -> int:
-    async with open_client(
-        _shared_redis(args), args.queue or args.group, group=args.group, prefix=args.prefix
-    ) as client:
+    async with _group_client(args) as client:
         if args.action == "list":
             records = await client.quarantined(args.count)
             if args.json:

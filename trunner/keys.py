@@ -261,11 +261,6 @@ class Keys:
         whose holder is gone."""
         return self._key("concurrency:keys")
 
-    def holders_pattern(self) -> str:
-        """A ``SCAN MATCH`` pattern of the group's concurrency holders keys."""
-        escaped = "".join(f"\\{c}" if c in "*?[]\\" else c for c in self._key(""))
-        return f"{escaped}{_CONCURRENCY_HOLDERS}*"
-
     @property
     def metrics(self) -> str:
         """``<prefix>:{<group>}:metrics``: the timing totals since the leader last reset

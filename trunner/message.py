@@ -86,10 +86,9 @@ def addressed_group(raw: bytes) -> str | None:
     """The ``group`` a stored message names (see :attr:`TaskMessage.group`), read whatever
     else is wrong with it; None when it names none (or is no JSON object)."""
     try:
-        body = _loads(raw.decode("utf-8"))
-    except (ValueError, RecursionError):
+        group = _body(raw).get("group")
+    except ValueError:
         return None
-    group = body.get("group") if isinstance(body, dict) else None
     return group if isinstance(group, str) and group else None
 
 

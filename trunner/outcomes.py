@@ -56,6 +56,30 @@ TRANSITION_TIMEOUT = 10.0
 class Outcomes:
     """Ends attempts: see the module docs. One per runner, used by the pool."""
 
+    def _fields(self, job: Job, state: str, keep: float, *, finished: bool) -> dict[str, Any]:
+        """The fields of ``job``'s record in ``state`` but its result and error (see
+        ``trunner.status``), ``state`` first. The fields :func:`~trunner.status.record_fields`
+        would give, built without it: this runs for every task that keeps its result."""
+        task_name, _, attempt, enqueued_at, _ = job.fields[:5]
+        fields: dict[str, Any] = {
+            "state": state,  # first: the scripts recognise a JSON outcome by its start
+            "task": task_name,
+            "attempt": attempt,
+            "instance": job.consumer,
+            "message_id": job.message_id,
+            "enqueued_at": enqueued_at,
+        }
+        if job.started_at:
+            fields["started_at"] = job.started_at
+        if finished:
+            fields["finished_at"] = time.time()
+        fields["keep"] = keep
+        if job.progress is not None:
+            fields["progress"] = job.progress
+        if job.progress_message is not None:
+            fields["progress_message"] = job.progress_message
+        return fields
+
     def _record(
         self,
         job: Job,
@@ -66,59 +90,24 @@ class Outcomes:
         result: bytes | None = None,
         error: BaseException | None = None,
     ) -> Record:
-        """The record of ``job``'s task in ``state`` (see ``trunner.status``), kept
-        ``keep`` seconds (:data:`RUNNING_TTL` while not finished).
-
-        The fields :func:`~trunner.status.record_fields` would give, built without it: this
-        runs twice for every task that keeps its result (its start, its outcome)."""
-        task_name, _, attempt, enqueued_at, task_id = job.fields[:5]
-        fields: list[tuple[str, Arg]] = [
-            ("state", state),
-            ("task", task_name),
-            ("attempt", attempt),
-            ("instance", job.consumer),
-            ("message_id", job.message_id),
-            ("enqueued_at", enqueued_at),
-        ]
-        if job.started_at:
-            fields.append(("started_at", job.started_at))
-        if finished:
-            fields.append(("finished_at", time.time()))
-        fields.append(("keep", keep))
-        if job.progress is not None:
-            fields.append(("progress", job.progress))
-        if job.progress_message is not None:
-            fields.append(("progress_message", job.progress_message))
+        """The record of ``job``'s task in ``state``, as a hash's field/value pairs, kept
+        ``keep`` seconds (:data:`RUNNING_TTL` while not finished)."""
+        fields = self._fields(job, state, keep, finished=finished)
         if result is not None:
-            fields.append(("result", result))
+            fields["result"] = result
+        pairs: list[tuple[str, Arg]] = list(fields.items())
         if error is not None:
-            fields += _error_fields(error)
+            pairs += _error_fields(error)
         ttl = keep if finished else max(keep, RUNNING_TTL)
-        return self._keys.task(task_id), ttl_ms(ttl), fields
+        return self._keys.task(job.fields[4]), ttl_ms(ttl), pairs
 
     def _outcome(self, job: Job, state: str, keep: float, result: bytes | None) -> AckRecord:
-        """The record of a finished task written with its acknowledgement: as
-        :meth:`_record` would, but its fields as one JSON object, which Redis stores as a
-        string with one ``SET`` (the hot path of a task that keeps its result: see
-        ``trunner.status``). The fields a JSON encoder refuses (a lone surrogate in a
-        progress message) fall back to :meth:`_record`."""
-        task_name, _, attempt, enqueued_at, task_id = job.fields[:5]
-        body: dict[str, Any] = {
-            "state": state,  # first: the scripts recognise an outcome by its start
-            "task": task_name,
-            "attempt": attempt,
-            "instance": job.consumer,
-            "message_id": job.message_id,
-            "enqueued_at": enqueued_at,
-        }
-        if job.started_at:
-            body["started_at"] = job.started_at
-        body["finished_at"] = time.time()
-        body["keep"] = keep
-        if job.progress is not None:
-            body["progress"] = job.progress
-        if job.progress_message is not None:
-            body["progress_message"] = job.progress_message
+        """The record of a finished task written with its acknowledgement: the fields of
+        :meth:`_record`, as one JSON object, which Redis stores as a string with one
+        ``SET`` (the hot path of a task that keeps its result: see ``trunner.status``).
+        The fields a JSON encoder refuses (a lone surrogate in a progress message) fall
+        back to :meth:`_record`."""
+        body = self._fields(job, state, keep, finished=True)
         encode, raw, refused = _OUTCOME_CODEC or _outcome_codec()
         if result is not None:
             body["result"] = raw(result)
@@ -126,7 +115,7 @@ class Outcomes:
             data = encode(body)
         except refused:
             return self._record(job, state, keep, result=result)
-        return self._keys.task(task_id), ttl_ms(keep), data
+        return self._keys.task(job.fields[4]), ttl_ms(keep), data
 
     def __init__(
         self,

@@ -6,7 +6,8 @@ OPTIONS is a JSON object: ``config`` (RunnerConfig arguments), ``slow_seconds``,
 ``watch_pause`` (log ``paused`` and ``resumed``, with the wall time, each time the
 runner's fetch loops stop for a pause of the group and start again). Tasks
 append one line per event to LOG (``<pid> <event> <payload>``); ``kept`` and
-``block_kept`` keep their result (task handles). The process prints
+``block_kept`` keep their result (task handles); ``held`` and ``paced`` have group-wide
+limits. The process prints
 ``ready`` once its runner started, and stops gracefully on SIGTERM or SIGINT.
 """
 
@@ -22,6 +23,7 @@ from typing import Any
 import trio
 
 import trunner
+from trunner.message import rate_reserved_at
 
 
 def main() -> None:
@@ -50,6 +52,21 @@ def main() -> None:
         log("started", payload)
         await trio.sleep(options.get("slow_seconds", 0.05))
         log("ran", payload)
+
+    @tasks.task(concurrency=2, max_retry=5)
+    async def held(payload: Any) -> None:
+        """A group-wide concurrency limit of 2: ``started``/``ran`` around a sleep of
+        ``payload["s"]`` seconds."""
+        log("started", payload["i"])
+        await trio.sleep(payload["s"])
+        log("ran", payload["i"])
+
+    @tasks.task(rate_limit="50/s")
+    async def paced(payload: Any) -> None:
+        """A group-wide rate limit of 50/s: ``ran`` with the wall time and the time its
+        admission was reserved for (from its message's mark; 0 when admitted at once)."""
+        reserved = rate_reserved_at(trunner.current_message().raw) or 0
+        log("ran", {"i": payload, "t": time.time(), "reserved": reserved})
 
     @tasks.task
     async def block(payload: Any) -> None:

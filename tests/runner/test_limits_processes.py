@@ -1,7 +1,7 @@
 """Group-wide limits across three worker processes on a real Redis
-(tests/processes/limits_worker.py): a concurrency limit is never exceeded, sampled
-continuously from Redis, while a holder is SIGKILLed, and every task finishes; a rate limit
-of 50/s over 20 s admits within 5 % and never more than its burst."""
+(tests/processes/worker_process.py: ``held`` and ``paced``): a concurrency limit is never
+exceeded, sampled continuously from Redis, while a holder is SIGKILLed, and every task
+finishes; a rate limit of 50/s over 20 s admits within 5 % and never more than its burst."""
 
 from __future__ import annotations
 
@@ -20,12 +20,10 @@ from ..conftest import redis_state
 from ..support.servers import RedisServer
 from ..support.workers import Worker, read_log
 
-MODULE = "tests.processes.limits_worker"
-
 
 async def start(url: str, group: str, log: Path, workers: list[Worker], **config: Any) -> None:
     for _ in range(3):
-        workers.append(Worker(url, group, log, {"config": config}, module=MODULE))
+        workers.append(Worker(url, group, log, {"config": config}))
     for worker in workers:
         await worker.ready()
 

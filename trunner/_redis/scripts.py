@@ -33,7 +33,8 @@ def _load(name: str) -> Script:
 
 
 def _with_delivered(name: str) -> str:
-    """``name``'s source behind ``lua/delivered.lua``, which defines ``delivered_to``."""
+    """``name``'s source behind ``lua/delivered.lua``, which defines ``group_info`` and
+    ``delivered_to``."""
     return _read("delivered") + "\n" + _read(name)
 
 
@@ -71,7 +72,7 @@ class _Scripts:
         self.ack = make_script("ack", _limited("ack"))
         self.ensure_group = _load("ensure_group")
         self.forget_groups = _load("forget_groups")
-        self.queue_length = _load("queue_length")
+        self.queue_length = make_script("queue_length", _with_delivered("queue_length"))
         self.retry = make_script("retry", _limited("retry", typed=True))
         self.dead_letter = make_script("dead_letter", _limited("dead_letter", typed=True))
         self.admit = make_script("admit", _limited("admit", typed=True))
@@ -94,7 +95,7 @@ class _Scripts:
         self.publish_capacity = fenced_script("publish_capacity", _read("publish_capacity"))
         self.trim = fenced_script("trim", _read("trim"))
         self.set_aside_keys = _load("set_aside_keys")
-        self.group_floor = _load("group_floor")
+        self.group_floor = make_script("group_floor", _with_delivered("group_floor"))
         self.task_started = _load("task_started")
         self.task_status = make_script("task_status", _with_delivered("task_status"))
         self.cancel_task = make_script("cancel_task", _with_delivered("cancel_task"))

@@ -13,25 +13,16 @@ end
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return false
 end
+local info = group_info(KEYS[1], ARGV[1])
 local floor
-for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
-  local name, delivered
-  for i = 1, #group, 2 do
-    if group[i] == 'name' then
-      name = group[i + 1]
-    elseif group[i] == 'last-delivered-id' then
-      delivered = group[i + 1]
-    end
-  end
-  if name == ARGV[1] then
-    floor = parse(delivered)
-    floor[2] = floor[2] + 1
-    local pending = redis.call('XPENDING', KEYS[1], name)
-    if pending[2] then
-      local oldest = parse(pending[2])
-      if oldest[1] < floor[1] or (oldest[1] == floor[1] and oldest[2] < floor[2]) then
-        floor = oldest
-      end
+if info then
+  floor = parse(info['last-delivered-id'])
+  floor[2] = floor[2] + 1
+  local pending = redis.call('XPENDING', KEYS[1], ARGV[1])
+  if pending[2] then
+    local oldest = parse(pending[2])
+    if oldest[1] < floor[1] or (oldest[1] == floor[1] and oldest[2] < floor[2]) then
+      floor = oldest
     end
   end
 end

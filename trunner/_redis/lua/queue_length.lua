@@ -16,22 +16,8 @@ end
 if length == 0 then
   return 0
 end
-for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
-  local name, lag, pending
-  for i = 1, #group, 2 do
-    if group[i] == 'name' then
-      name = group[i + 1]
-    elseif group[i] == 'lag' then
-      lag = group[i + 1]
-    elseif group[i] == 'pending' then
-      pending = group[i + 1]
-    end
-  end
-  if name == ARGV[1] then
-    if type(lag) == 'number' and type(pending) == 'number' then
-      return math.min(length, lag + pending)
-    end
-    return length
-  end
+local info = group_info(KEYS[1], ARGV[1])
+if info and type(info['lag']) == 'number' and type(info['pending']) == 'number' then
+  return math.min(length, info['lag'] + info['pending'])
 end
 return length
