@@ -171,7 +171,13 @@ class Janitor:
         cursor, keys = await broker.concurrency_limits(self._cursors.get("slots", 0), SWEEP_PAGE)
         self._cursors["slots"] = cursor
         for key in keys:
-            freed, held, waiting = await broker.reconcile_slots(key, self._limit_of(key))
+            try:
+                freed, held, waiting = await broker.reconcile_slots(key, self._limit_of(key))
+            except BackendError as exc:  # this limit's keys: the others are still looked at
+                self._errors.capture(exc)
+                logger.warning("janitor: reconciling the slots of %s failed: %s", key, exc)
+                await self._quarantine.after_error(exc)
+                continue
             if freed:
                 self.slots_freed += freed
                 logger.warning(

@@ -296,3 +296,28 @@ async def test_a_deferred_message_keeps_its_expiry_and_its_end_frees_its_slot(
         steps.finish("c")
     assert steps.payloads == ["a", "c"]
     assert runner.statistics().expired == 1
+
+
+async def test_one_limit_the_janitor_cannot_reconcile_leaves_the_others_reconciled(
+    memory_url: str, group: str, raw_memory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keys = Keys("trunner", group)
+    tasks = trunner.TaskRegistry()
+    tasks.task("one", concurrency=1)(Steps().run)
+    async with open_checked_runner(memory_url, config(group, janitor_interval=None), tasks) as r:
+        janitor = r._components.janitor  # type: ignore[union-attr]
+        broker = r._components.broker  # type: ignore[union-attr]
+        raw_memory.sadd(keys.concurrency_keys, "3:one:bad", "3:one:ok")
+        raw_memory.zadd(keys.concurrency_holders("3:one:ok"), {"not-an-entry": 1})
+        reconcile = broker.reconcile_slots
+
+        async def failing(key: str, limit: int) -> tuple[int, int, int]:
+            if key.endswith(":bad"):
+                raise trunner.RedisCommandError("ERR injected for one limit")
+            return await reconcile(key, limit)
+
+        monkeypatch.setattr(broker, "reconcile_slots", failing)
+        await janitor._reconcile_slots()
+        assert janitor.slots_freed == 1
+        assert raw_memory.zcard(keys.concurrency_holders("3:one:ok")) == 0
+        assert r.statistics().errors >= 1
