@@ -36,7 +36,7 @@ from .codec import untyped
 from .errors import InvalidHeaders, InvalidPayload, RunnerNotRunning, TaskAlreadyDispatched
 from .group_stats import GroupStats, InstanceInfo
 from .handles import TaskHandle, Waiters
-from .keys import UniqueLock
+from .keys import DEFAULT_LANE, UniqueLock, check_lane
 from .message import (
     MessageDecodeError,
     MessageOptions,
@@ -153,6 +153,7 @@ class Producer:
         unique: _Unique | None = None,
         options: MessageOptions | None = None,
         headers: Mapping[str, str] | None = None,
+        lane: str = DEFAULT_LANE,
     ) -> bytes:
         return encode_message(
             task_name,
@@ -165,6 +166,7 @@ class Producer:
             options=options,
             headers=headers,
             max_bytes=self._max_payload_bytes,
+            lane=lane,
         )
 
     async def _headers(
@@ -202,6 +204,13 @@ class Producer:
         except InvalidPayload as exc:
             raise InvalidPayload(f"payload of task {task.name!r} {exc}") from None
         return encoded
+
+    @staticmethod
+    def _lane(task: Task | None, priority: str | None) -> str:
+        """The lane of a dispatch: its ``priority``, else the task's, else the default."""
+        if priority is not None:
+            return check_lane(priority)
+        return task.priority if task is not None else DEFAULT_LANE
 
     def _unique(self, task: Task | None, payload: Any) -> _Unique | None:
         if task is None or not task.unique:
@@ -247,6 +256,7 @@ class Producer:
         timeout: float | None = None,
         expires: Expiry | None = None,
         headers: Mapping[str, str] | None = None,
+        priority: str | None = None,
     ) -> TaskHandle[R]: ...
 
     @overload
@@ -259,6 +269,7 @@ class Producer:
         timeout: float | None = None,
         expires: Expiry | None = None,
         headers: Mapping[str, str] | None = None,
+        priority: str | None = None,
     ) -> TaskHandle[Any]: ...
 
     async def dispatch(
@@ -270,6 +281,7 @@ class Producer:
         timeout: float | None = None,
         expires: Expiry | None = None,
         headers: Mapping[str, str] | None = None,
+        priority: str | None = None,
     ) -> TaskHandle[Any]:
         """Add one task to the group's stream.
 
@@ -303,15 +315,19 @@ class Producer:
                 encoded), which task code reads in ``current_message().headers`` and
                 middleware sees; the dispatch hooks of the runner's or client's
                 [middleware](middleware.md) may add to them.
+            priority: The [priority lane](lanes.md) (a lane name) the task goes to
+                (default: the task's ``priority``, else ``"default"``); the runners
+                reading the queue serve it if their ``lanes`` name it.
 
         Returns:
             A [``TaskHandle``][trunner.TaskHandle]; as a ``str``, the task's id (the new
-            stream entry's id).
+            stream entry's id; ``<id>@<lane>`` in a lane other than the default).
 
         Raises:
             TypeError: ``task_name`` is not a task, or the ``unique_key`` of a unique
                 task returned something other than a ``str`` or ``int``.
-            ValueError: ``task_name`` is empty, or an option is out of range.
+            ValueError: ``task_name`` is empty, an option is out of range, or
+                ``priority`` is not a lane name.
             TaskNotFound: The registry does not know the task.
             InvalidPayload: The payload has no JSON form (sets, bytes, NaN, infinities,
                 arbitrary objects), or does not fit a typed task's declared type.
@@ -327,16 +343,17 @@ class Producer:
         broker = self._open_broker()
         name, task = self._resolve(task_name)
         options = dispatch_options(keep_result, timeout, expires)
+        lane = self._lane(task, priority)
         unique = self._unique(task, payload)
         sent = self._payload(task, payload)
         headers = await self._headers(name, sent, headers)
         data = self._encode(
-            name, sent, time.time(), unique=unique, options=options, headers=headers
+            name, sent, time.time(), unique=unique, options=options, headers=headers, lane=lane
         )
         if unique is None:
-            return self._handle(await broker.enqueue(data), task)
+            return self._handle(await broker.enqueue(data, lane), task)
         (message_id,) = await broker.enqueue_unique(
-            [(broker.keys.unique(unique.key), unique.token, data)], unique.ttl_ms
+            [(broker.keys.unique(unique.key), unique.token, data)], unique.ttl_ms, lane
         )
         if message_id is None:
             raise TaskAlreadyDispatched(name, [unique.key])
@@ -352,6 +369,7 @@ class Producer:
         timeout: float | None = None,
         expires: Expiry | None = None,
         headers: Mapping[str, str] | None = None,
+        priority: str | None = None,
     ) -> list[TaskHandle[R]]: ...
 
     @overload
@@ -364,6 +382,7 @@ class Producer:
         timeout: float | None = None,
         expires: Expiry | None = None,
         headers: Mapping[str, str] | None = None,
+        priority: str | None = None,
     ) -> list[TaskHandle[Any]]: ...
 
     async def dispatch_many(
@@ -375,6 +394,7 @@ class Producer:
         timeout: float | None = None,
         expires: Expiry | None = None,
         headers: Mapping[str, str] | None = None,
+        priority: str | None = None,
     ) -> list[TaskHandle[Any]]:
         """Add one task per payload, in order.
 
@@ -398,6 +418,7 @@ class Producer:
             expires: As for ``dispatch``.
             headers: As for ``dispatch``, for every task of the call (the dispatch hooks
                 run once per task, each on a copy).
+            priority: As for ``dispatch``, for every task of the call.
 
         Returns:
             The handles of the new tasks, in the order of ``payloads``.
@@ -411,6 +432,7 @@ class Producer:
         broker = self._open_broker()
         name, task = self._resolve(task_name)
         options = dispatch_options(keep_result, timeout, expires)
+        lane = self._lane(task, priority)
         now = time.time()
         items = []
         hooks = self._dispatch_hooks
@@ -418,15 +440,15 @@ class Producer:
             unique = self._unique(task, payload)
             sent = self._payload(task, payload)
             own = headers if hooks is None else await self._headers(name, sent, headers)
-            data = self._encode(name, sent, now, None, unique, options, own)
+            data = self._encode(name, sent, now, None, unique, options, own, lane)
             items.append((unique, data))
         if not items:
             return []
         if task is None or not task.unique:
-            ids = await broker.enqueue_many([data for _, data in items])
+            ids = await broker.enqueue_many([data for _, data in items], lane)
             return [self._handle(i, task) for i in ids]
         locked = [(broker.keys.unique(u.key), u.token, data) for u, data in items if u is not None]
-        maybe = await broker.enqueue_unique(locked, task.unique_for_ms)
+        maybe = await broker.enqueue_unique(locked, task.unique_for_ms, lane)
         refused = [i for i, message_id in enumerate(maybe) if message_id is None]
         if refused:
             keys = [u.key for i in refused if (u := items[i][0]) is not None]
@@ -444,6 +466,7 @@ class Producer:
         timeout: float | None = None,
         expires: Expiry | None = None,
         headers: Mapping[str, str] | None = None,
+        priority: str | None = None,
     ) -> TaskHandle[R]: ...
 
     @overload
@@ -457,6 +480,7 @@ class Producer:
         timeout: float | None = None,
         expires: Expiry | None = None,
         headers: Mapping[str, str] | None = None,
+        priority: str | None = None,
     ) -> TaskHandle[Any]: ...
 
     async def dispatch_delayed(
@@ -469,6 +493,7 @@ class Producer:
         timeout: float | None = None,
         expires: Expiry | None = None,
         headers: Mapping[str, str] | None = None,
+        priority: str | None = None,
     ) -> TaskHandle[Any]:
         """Schedule one task to be added to the stream ``delay`` from now.
 
@@ -492,6 +517,7 @@ class Producer:
             timeout: As for ``dispatch``.
             expires: As for ``dispatch`` (counted from now, not from the due time).
             headers: As for ``dispatch``.
+            priority: As for ``dispatch``: the lane it enters when it is due.
 
         Returns:
             A [``TaskHandle``][trunner.TaskHandle]; as a ``str``, the task's id (32 hex
@@ -518,7 +544,7 @@ class Producer:
             raise ValueError(f"delay must be a finite number of seconds >= 0, got {delay!r}")
         options = dispatch_options(keep_result, timeout, expires)
         due = time.time() + seconds
-        return await self._schedule(task_name, payload, due, options, headers)
+        return await self._schedule(task_name, payload, due, options, headers, priority)
 
     @overload
     async def schedule_for(
@@ -531,6 +557,7 @@ class Producer:
         timeout: float | None = None,
         expires: Expiry | None = None,
         headers: Mapping[str, str] | None = None,
+        priority: str | None = None,
     ) -> TaskHandle[R]: ...
 
     @overload
@@ -544,6 +571,7 @@ class Producer:
         timeout: float | None = None,
         expires: Expiry | None = None,
         headers: Mapping[str, str] | None = None,
+        priority: str | None = None,
     ) -> TaskHandle[Any]: ...
 
     async def schedule_for(
@@ -556,6 +584,7 @@ class Producer:
         timeout: float | None = None,
         expires: Expiry | None = None,
         headers: Mapping[str, str] | None = None,
+        priority: str | None = None,
     ) -> TaskHandle[Any]:
         """Schedule one task to be added to the stream at ``when``.
 
@@ -570,6 +599,7 @@ class Producer:
             timeout: As for ``dispatch``.
             expires: As for ``dispatch``.
             headers: As for ``dispatch``.
+            priority: As for ``dispatch_delayed``.
 
         Returns:
             A handle, as ``dispatch_delayed`` returns it.
@@ -587,7 +617,9 @@ class Producer:
         if when.tzinfo is None or when.utcoffset() is None:
             raise ValueError("when must be an aware datetime (with a time zone), got a naive one")
         options = dispatch_options(keep_result, timeout, expires)
-        return await self._schedule(task_name, payload, when.timestamp(), options, headers)
+        return await self._schedule(
+            task_name, payload, when.timestamp(), options, headers, priority
+        )
 
     async def _schedule(
         self,
@@ -596,14 +628,16 @@ class Producer:
         due: float,
         options: MessageOptions | None,
         headers: Mapping[str, str] | None,
+        priority: str | None,
     ) -> TaskHandle[Any]:
         broker = self._open_broker()
         name, task = self._resolve(task_name)
+        lane = self._lane(task, priority)
         unique = self._unique(task, payload)
         task_id = secrets.token_hex(16)
         sent = self._payload(task, payload)
         headers = await self._headers(name, sent, headers, task_id, due)
-        data = self._encode(name, sent, time.time(), task_id, unique, options, headers)
+        data = self._encode(name, sent, time.time(), task_id, unique, options, headers, lane)
         due_ms = math.ceil(max(due, 0.0) * 1000)
         lock = None
         if unique is not None:

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from . import _validate as v
 from .group_stats import GroupStats
+from .keys import DEFAULT_LANE, check_lane
 from .message import DEFAULT_MAX_PAYLOAD_BYTES
 from .middleware import Middleware, check_middleware
 
 if TYPE_CHECKING:
     from .message import TaskMessage
 
-__all__ = ["FailedTaskHandler", "LongQueueHook", "RunnerConfig"]
+__all__ = ["MAX_LANES", "MAX_LANE_WEIGHT", "FailedTaskHandler", "LongQueueHook", "RunnerConfig"]
 
 FailedTaskHandler = Callable[["TaskMessage", BaseException], Awaitable[Any]]
 """The type of [``RunnerConfig.failed_task_handler``][trunner.RunnerConfig.failed_task_handler]:
@@ -36,6 +37,43 @@ The leader calls it with the window's [``GroupStats``][trunner.GroupStats] when 
 ``predicted_wait`` exceeds ``long_queue_threshold``. The return value is ignored; an
 exception is reported through ``runner.errors()`` and does not stop the leader.
 """
+
+
+#: The most lanes one runner reads.
+MAX_LANES = 16
+#: The largest weight of a lane.
+MAX_LANE_WEIGHT = 1000
+
+
+def _lanes(value: Any) -> tuple[tuple[str, int], ...]:
+    """``RunnerConfig.lanes`` as (name, weight) pairs, highest priority first."""
+    if value is None:
+        return ((DEFAULT_LANE, 1),)
+    if isinstance(value, str) or not isinstance(value, Mapping | list | tuple):
+        raise TypeError(
+            "lanes must be a dict of lane name -> weight, or a list of lane names, "
+            f"got {type(value).__name__}"
+        )
+    pairs = list(value.items()) if isinstance(value, Mapping) else [(n, 1) for n in value]
+    if not 1 <= len(pairs) <= MAX_LANES:
+        raise ValueError(f"lanes must name 1 to {MAX_LANES} lanes, got {len(pairs)}")
+    seen: set[str] = set()
+    for name, weight in pairs:
+        check_lane(name, "a lane of lanes")
+        if name in seen:
+            raise ValueError(f"lanes names {name!r} twice")
+        seen.add(name)
+        if not isinstance(weight, int) or isinstance(weight, bool):
+            raise TypeError(f"the weight of lane {name!r} must be an int, got {weight!r:.40}")
+        if not 1 <= weight <= MAX_LANE_WEIGHT:
+            raise ValueError(
+                f"the weight of lane {name!r} must be 1 to {MAX_LANE_WEIGHT}, got {weight}"
+            )
+    if DEFAULT_LANE not in seen:
+        raise ValueError(
+            f"lanes must include {DEFAULT_LANE!r}: tasks dispatched without a priority go there"
+        )
+    return tuple(pairs)
 
 
 @attrs.frozen(kw_only=True)
@@ -65,6 +103,18 @@ class RunnerConfig:
     """The queue (a name) the group reads; ``None`` (the default): the queue of the
     group's own name, with the key layout trunner always had. Several groups reading one
     queue each get every message once (fan-out): see [Queues and fan-out](queues.md)."""
+
+    lanes: tuple[tuple[str, int], ...] = attrs.field(default=None, converter=_lanes)
+    """The priority lanes this runner reads: a dict of lane name -> weight (an int from 1
+    to 1000), highest priority first, or a list of lane names; kept as (name, weight)
+    pairs. ``None`` (the default): the one lane ``"default"``. It must include
+    ``"default"``, where tasks dispatched without a priority go. Every runner of a group
+    should read the same lanes. See [Priority lanes](lanes.md)."""
+
+    strict_lanes: bool = attrs.field(default=False, validator=v.boolean)
+    """Serve the lanes in strict priority order: a lane is read only while every lane
+    before it is empty. ``False`` (the default): by weight, each read starting with a lane
+    drawn with a probability proportional to its weight, so that no lane starves."""
 
     num_workers: int = attrs.field(default=10, validator=v.positive_int)
     """How many tasks this instance runs at once (an int >= 1)."""

@@ -23,7 +23,8 @@ delivered to it (never lost to a cancellation).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+import random
+from collections.abc import Awaitable, Sequence
 from typing import TypeVar
 
 import trio
@@ -32,6 +33,7 @@ from ._redis import Broker, RawEntry, Reader
 from ._util import ErrorLog, LoopBackoff, logger
 from .config import RunnerConfig
 from .errors import BackendError
+from .keys import DEFAULT_LANE, split_entry_id
 from .pausing import PauseGate
 from .pool import WorkerPool
 from .quarantine import Quarantine
@@ -47,12 +49,18 @@ MIN_BLOCK = 0.001
 
 
 class ReclaimSchedule:
-    """When the next reclaim pass is due, shared by an instance's fetch loops."""
+    """When the next reclaim pass is due, shared by an instance's fetch loops; and where
+    the pass goes on in each lane."""
 
-    def __init__(self, interval: float) -> None:
+    def __init__(self, interval: float, lanes: Sequence[str] = (DEFAULT_LANE,)) -> None:
         self.interval = interval
         self.next_at = trio.current_time()
-        self.cursor = "0-0"
+        self.cursors = dict.fromkeys(lanes, "0-0")
+
+    @property
+    def cursor(self) -> str:
+        """Where the pass goes on in the default lane."""
+        return self.cursors[DEFAULT_LANE]
 
     def take(self) -> bool:
         """Claim the pass if it is due (so only one loop runs it)."""
@@ -62,14 +70,13 @@ class ReclaimSchedule:
         self.next_at = now + self.interval
         return True
 
-    def finished(self, cursor: str, more: bool) -> None:
+    def finished(self, more: bool) -> None:
         """Record the end of a pass; with ``more`` to claim, the next one is due at once."""
-        self.cursor = cursor
         if more:
             self.next_at = trio.current_time()
 
     def failed(self) -> None:
-        self.cursor = "0-0"
+        self.cursors = dict.fromkeys(self.cursors, "0-0")
 
     def due_now(self) -> None:
         """Make a pass due at once (after a pause: messages released during it wait)."""
@@ -110,6 +117,13 @@ class Fetcher:
         self._dirty = False
         self._interrupt = trio.Event()
         self.stopped = trio.Event()
+        lanes = broker.lanes
+        self._lanes = len(lanes)
+        self._rank = {lane: rank for rank, lane in enumerate(lanes)}
+        weights = dict(config.lanes)
+        self._weights = [weights.get(lane, 1) for lane in lanes]
+        self._strict = config.strict_lanes
+        self._random = random.Random()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Fetch until :meth:`stop`; ``stopped`` is set once the loop has returned."""
@@ -162,12 +176,25 @@ class Fetcher:
             slots = await self._reclaim(slots)
             if not slots:
                 return
-        block = min(self._config.block_duration, self._schedule.next_at - trio.current_time())
-        entries = await self._call(
-            self._broker.read(reader, self.consumer, slots, max(block, MIN_BLOCK)),
-            slots,
-            "reading the stream",
-        )
+        entries: list[RawEntry] | None = None
+        if self._lanes > 1:
+            entries = await self._call(
+                self._broker.read_lanes(self.consumer, self._lane_order(), slots),
+                slots,
+                "reading the lanes",
+            )
+            if entries is None:
+                return
+        if not entries:
+            block = min(self._config.block_duration, self._schedule.next_at - trio.current_time())
+            count = -(-slots // self._lanes)  # per lane: at most one lane's share over
+            entries = await self._call(
+                self._broker.read(reader, self.consumer, count, max(block, MIN_BLOCK)),
+                slots,
+                "reading the stream",
+            )
+            if entries is not None and len(entries) > slots:
+                entries = self._over(entries, slots)
         if entries is not None:
             self._counters.fetched += len(entries)
             if self._paused() and entries:  # paused during the read
@@ -176,6 +203,31 @@ class Fetcher:
             elif self._pool.submit(entries, slots, self.consumer):
                 await self._release_excess()
             await self._recover()
+
+    def _lane_order(self) -> list[int]:
+        """The order to read the lanes in this time: by priority when strict, else a
+        draw by weight (each lane first with a probability proportional to its weight,
+        then the next among the rest, and so on)."""
+        if self._strict:
+            return list(range(self._lanes))
+        rest = list(range(self._lanes))
+        weights = list(self._weights)
+        order: list[int] = []
+        while len(rest) > 1:
+            pick = self._random.choices(range(len(rest)), weights)[0]
+            order.append(rest.pop(pick))
+            weights.pop(pick)
+        return order + rest
+
+    def _over(self, entries: list[RawEntry], slots: int) -> list[RawEntry]:
+        """Of more entries than ``slots`` (a read of several lanes at once), keep those of
+        the lanes first in priority order; queue the others for release (their delivery
+        does not count)."""
+        rank = self._rank
+        entries.sort(key=lambda e: rank.get(split_entry_id(e.message_id)[0], 0))
+        self._releaser.hand_back(self.consumer, [e.message_id for e in entries[slots:]])
+        self._dirty = True  # _recover releases them
+        return entries[:slots]
 
     def _paused(self) -> bool:
         """Whether the group is paused now (a call: it may have changed since the last
@@ -196,21 +248,37 @@ class Fetcher:
         self._releaser.hand_back(self.consumer, [e.message_id for e in entries])
 
     async def _reclaim(self, slots: int) -> int:
-        """Fill ``slots`` reserved slots with abandoned or released messages; return how
-        many slots are left."""
+        """Fill ``slots`` reserved slots with abandoned or released messages, lane by lane
+        in priority order; return how many slots are left."""
         schedule = self._schedule
-        reply = await self._call(
-            self._broker.reclaim(self.consumer, self._min_idle_ms, schedule.cursor, slots),
-            slots,
-            "reclaiming",
-        )
-        if reply is None:
-            schedule.failed()
-            return 0
-        cursor, entries = reply
-        schedule.finished(cursor, more=cursor != "0-0" or len(entries) == slots)
-        if not entries:
-            return slots
+        more = False
+        for lane in self._broker.lanes:
+            if not slots:
+                more = True
+                break
+            reply = await self._call(
+                self._broker.reclaim(
+                    self.consumer, self._min_idle_ms, schedule.cursors[lane], slots, lane
+                ),
+                slots,
+                "reclaiming",
+            )
+            if reply is None:
+                schedule.failed()
+                return 0
+            cursor, entries = reply
+            schedule.cursors[lane] = cursor
+            more = more or cursor != "0-0" or len(entries) == slots
+            if entries:
+                slots = await self._claimed(entries, slots)
+                if not slots and self._paused():
+                    return 0
+        schedule.finished(more)
+        return slots
+
+    async def _claimed(self, entries: list[RawEntry], slots: int) -> int:
+        """Hand reclaimed ``entries`` to the pool on ``slots`` reserved slots; return how
+        many slots are left."""
         self._counters.reclaimed += len(entries)
         if self._paused():
             self._hand_back(entries, slots)

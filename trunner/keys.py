@@ -14,13 +14,18 @@ import json
 import attrs
 
 __all__ = [
+    "DEFAULT_LANE",
     "RELEASED_CONSUMER",
     "Keys",
     "UniqueLock",
     "aside_key_for",
+    "check_lane",
     "check_name",
+    "entry_id",
     "fence_key_for",
     "hash_tag",
+    "is_lane",
+    "split_entry_id",
     "utf8_error",
 ]
 
@@ -58,6 +63,51 @@ def check_name(field: str, value: object) -> str:
     if any(ch.isspace() for ch in value):
         raise ValueError(f"{field} must not contain whitespace (got {value!r})")
     return value
+
+
+#: The lane of a queue's first stream, ``<prefix>:{<queue>}:stream``: the one lane of a
+#: queue that declares none (see [Priority lanes](lanes.md)).
+DEFAULT_LANE = "default"
+#: Between a stream id and its lane in the id of an entry of another lane than the default.
+LANE_MARK = "@"
+#: The most characters of a lane name.
+MAX_LANE_LENGTH = 32
+_LANE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+
+
+def check_lane(value: object, field: str = "priority") -> str:
+    """Validate a lane name: 1 to 32 ASCII letters, digits, ``_``, ``.`` or ``-``.
+
+    Raises:
+        TypeError: ``value`` is not a str.
+        ValueError: ``value`` is empty, too long or holds another character.
+    """
+    if not isinstance(value, str):
+        raise TypeError(f"{field} must be a lane name (a str), got {type(value).__name__}")
+    if not is_lane(value):
+        raise ValueError(
+            f"{field} must be a lane name: 1 to {MAX_LANE_LENGTH} ASCII letters, digits, "
+            f"'_', '.' or '-' (got {value!r:.60})"
+        )
+    return value
+
+
+def is_lane(value: str) -> bool:
+    """Whether ``value`` is a lane name (what :func:`check_lane` accepts)."""
+    return 0 < len(value) <= MAX_LANE_LENGTH and _LANE_CHARS.issuperset(value)
+
+
+def entry_id(stream_id: str, lane: str) -> str:
+    """The id trunner gives the entry ``stream_id`` of ``lane``'s stream: the stream id
+    itself in the default lane, else ``<stream id>@<lane>`` (the streams of two lanes give
+    the same ids: the lane tells them apart). It is also the task id of a plain dispatch."""
+    return stream_id if lane == DEFAULT_LANE else f"{stream_id}{LANE_MARK}{lane}"
+
+
+def split_entry_id(message_id: str) -> tuple[str, str]:
+    """(lane, stream id) of an id made by :func:`entry_id`."""
+    stream_id, mark, lane = message_id.partition(LANE_MARK)
+    return (lane, stream_id) if mark else (DEFAULT_LANE, message_id)
 
 
 def hash_tag(key: str) -> str | None:
@@ -148,6 +198,18 @@ class Keys:
         """``<prefix>:{<queue>}:stream``: the task stream, read by the consumer group (and
         by every other group reading the queue)."""
         return self._qkey("stream")
+
+    def lane_stream(self, lane: str) -> str:
+        """The stream of one lane of the queue: :attr:`stream` for the default lane, else
+        ``<prefix>:{<queue>}:stream:<lane>`` (the scripts name it so too: the default
+        stream's name, ``:`` and the lane)."""
+        return self.stream if lane == DEFAULT_LANE else self._qkey(f"stream:{lane}")
+
+    @property
+    def lanes(self) -> str:
+        """``<prefix>:{<queue>}:lanes``: the lanes other than the default that runners
+        reading the queue declared (a set): ``trunner inspect`` shows each one's backlog."""
+        return self._qkey("lanes")
 
     @property
     def groups(self) -> str:
@@ -333,6 +395,11 @@ class Keys:
         ``group_floor.lua``); a lost group is recreated from it."""
         return self._key("floor")
 
+    def lane_floor(self, lane: str) -> str:
+        """The floor (see :attr:`floor`) of one lane's stream: :attr:`floor` for the default
+        lane, else ``<prefix>:{<group>}:floor:<lane>``."""
+        return self.floor if lane == DEFAULT_LANE else self._key(f"floor:{lane}")
+
     @property
     def quarantine(self) -> str:
         """The stream of bad data set aside, with the reason (see ``trunner.quarantine``)."""
@@ -363,6 +430,7 @@ class Keys:
             self.cancelled: "hash",
             self.paused: "string",
             self.concurrency_keys: "set",
+            self.lanes: "set",
         }
         return types
 
@@ -382,6 +450,7 @@ class Keys:
             self.delayed_unique,
             self.where,
             self.cancelled,
+            self.lanes,
         ]
 
     def group_keys(self) -> list[str]:

@@ -40,7 +40,7 @@ import attrs
 
 from ._payload import Problem, find_problem, is_plain
 from .errors import InvalidHeaders, InvalidMessage, InvalidPayload, PayloadTooLarge
-from .keys import utf8_error
+from .keys import DEFAULT_LANE, check_lane, split_entry_id, utf8_error
 
 __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
@@ -69,10 +69,11 @@ DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 #: a replay) must not fail on its size.
 NO_SIZE_LIMIT = 1 << 62
 #: How many bytes the message of a retry or a replay may add to the message dispatched: the
-#: task id (``,"id":"<stream id>"``, at most 49 bytes), a longer attempt number (at most 19
-#: more digits) and a longer ``enqueued_at`` (at most 16 more characters), 84 in all, rounded
-#: up. A runner reads entries up to ``max_payload_bytes + MESSAGE_GROWTH`` bytes, so that a
-#: message dispatched under the limit survives all of its retries, replays and reclaims.
+#: task id (``,"id":"<stream id>[@<lane>]"``, at most 82 bytes), a longer attempt number (at
+#: most 19 more digits) and a longer ``enqueued_at`` (at most 16 more characters), 117 in
+#: all, rounded up. A runner reads entries up to ``max_payload_bytes + MESSAGE_GROWTH``
+#: bytes, so that a message dispatched under the limit survives all of its retries, replays
+#: and reclaims.
 MESSAGE_GROWTH = 128
 
 
@@ -222,6 +223,10 @@ class TaskMessage:
     the same queue skip. ``None`` for a dispatch: every group reading the queue runs it
     (see [Queues and fan-out](queues.md))."""
 
+    lane: str = attrs.field(default=DEFAULT_LANE, repr=False)
+    """The priority lane the task was dispatched to (``"default"`` without a priority):
+    its retries and deferrals go back to it (see [Priority lanes](lanes.md))."""
+
     def with_attempt(self, attempt: int) -> TaskMessage:
         """A copy with another ``attempt``."""
         return attrs.evolve(self, attempt=attempt)
@@ -291,6 +296,7 @@ def encode_message(
     group: str | None = None,
     max_bytes: int,
     rate_reserved: bool = False,
+    lane: str = DEFAULT_LANE,
 ) -> bytes:
     """Encode one task message; raise :class:`InvalidPayload` if it cannot be sent
     (:class:`InvalidHeaders` for its headers: see :func:`check_headers`).
@@ -298,9 +304,12 @@ def encode_message(
     ``unique_for``: a unique task's lock time-to-live in seconds (written with its key, so
     that a replay can take the lock again). ``group``: the one consumer group the message
     is for (see :attr:`TaskMessage.group`). ``rate_reserved``: its rate limit's admission
-    is taken already (:data:`RATE_RESERVED_MARK`, always the last member).
+    is taken already (:data:`RATE_RESERVED_MARK`, always the last member). ``lane``: its
+    priority lane, written as the first member (``{"lane":"<name>",``: the scripts that
+    move a message back into its lane read it there) unless it is the default.
     """
-    body: dict[str, Any] = {
+    body: dict[str, Any] = {} if lane == DEFAULT_LANE else {"lane": lane}
+    body |= {
         "task": task_name,
         "payload": payload,
         "attempt": attempt,
@@ -521,6 +530,7 @@ def _reencode(
             group=group,
             max_bytes=max_bytes,
             rate_reserved=rate_reserved,
+            lane=message.lane,
         )
     unique_for = None
     if message.unique_key is not None and "unique_for" in spans:
@@ -542,6 +552,7 @@ def _reencode(
         group=group,
         max_bytes=NO_SIZE_LIMIT,
         rate_reserved=rate_reserved,
+        lane=message.lane,
     )
     head, sep, tail = envelope.partition(b',"payload":0,')
     assert sep, envelope
@@ -592,6 +603,7 @@ def undecodable(message_id: str, raw: bytes, deliveries: int) -> TaskMessage:
         task_id=message_id,
         deliveries=deliveries,
         raw=raw,
+        lane=split_entry_id(message_id)[0],
     )
 
 
@@ -666,6 +678,7 @@ def message_from_fields(message_id: str, deliveries: int, fields: Fields) -> Tas
         unique_token,
         options or NO_OPTIONS,
         headers or NO_HEADERS,
+        lane=split_entry_id(message_id)[0],
     )
 
 
@@ -785,6 +798,26 @@ def _group_error(group: Any) -> str | None:
     return f"'group' must be a non-empty string, got {group!r:.60}"
 
 
+def _lane_error(lane: Any) -> str | None:
+    """Why a message's ``lane`` is not a lane name, or None."""
+    if lane is None:
+        return None
+    try:
+        check_lane(lane, "'lane'")
+    except (TypeError, ValueError) as exc:
+        return str(exc)
+    return None
+
+
+def stored_lane(raw: bytes) -> str:
+    """The lane a stored message names (the default when it names none, or is bad)."""
+    try:
+        lane = _body(raw).get("lane")
+    except ValueError:
+        return DEFAULT_LANE
+    return lane if lane is not None and _lane_error(lane) is None else DEFAULT_LANE
+
+
 def _body(raw: bytes) -> dict[str, Any]:
     """The JSON object of a stored message; ValueError saying why it is not one."""
     try:
@@ -848,7 +881,7 @@ def _decode_checked(
         raise bad(str(exc)) from None
     headers, group = body.get("headers"), body.get("group")
     why = _headers_error(headers) if headers is not None else None
-    if (why := why or _group_error(group)) is not None:
+    if (why := why or _group_error(group) or _lane_error(body.get("lane"))) is not None:
         raise bad(why)
     return TaskMessage(
         message_id=message_id,
@@ -864,4 +897,5 @@ def _decode_checked(
         options=options or NO_OPTIONS,
         headers=headers or NO_HEADERS,
         group=group,
+        lane=body.get("lane") or split_entry_id(message_id)[0],
     )

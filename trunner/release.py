@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from ._redis import MAX_IDS_PER_CALL, Broker
 from .holdings import Holdings
+from .keys import split_entry_id
 from .statistics import Counters
 
 __all__ = ["Releaser"]
@@ -82,21 +83,23 @@ class Releaser:
         """
         holdings = self._holdings
         releases: list[tuple[str, bool]] = []
-        start = "-"
-        while True:
-            ids = await self._broker.pending_ids(consumer, start=start)
-            fresh = [i for i in ids if i != start]
-            for message_id in fresh:
-                if holdings.holds(message_id):
-                    continue
-                if message_id in holdings.kept:
-                    if final:
-                        releases.append((message_id, False))
-                    continue
-                releases.append((message_id, True))
-            if not fresh or len(ids) < MAX_IDS_PER_CALL:
-                break
-            start = ids[-1]
+        for lane in self._broker.lanes:
+            start = "-"
+            while True:
+                ids = await self._broker.pending_ids(consumer, start=start, lane=lane)
+                stream_ids = [split_entry_id(i)[1] for i in ids]
+                fresh = [i for i, raw in zip(ids, stream_ids, strict=True) if raw != start]
+                for message_id in fresh:
+                    if holdings.holds(message_id):
+                        continue
+                    if message_id in holdings.kept:
+                        if final:
+                            releases.append((message_id, False))
+                        continue
+                    releases.append((message_id, True))
+                if not fresh or len(ids) < MAX_IDS_PER_CALL:
+                    break
+                start = stream_ids[-1]
         released = await self._broker.release(consumer, releases) if releases else 0
         self._counters.released += released
         return released

@@ -565,7 +565,12 @@ class Runner(Producer):
                 connect_timeout=self.config.connect_timeout,
                 command_timeout=self.config.command_timeout,
             ) as transport:
-                broker = Broker(transport, self.keys, delete_on_ack=self.config.delete_on_ack)
+                broker = Broker(
+                    transport,
+                    self.keys,
+                    delete_on_ack=self.config.delete_on_ack,
+                    lanes=[lane for lane, _ in self.config.lanes],
+                )
                 await self._prepare(broker)
                 self._components = self._build(broker)
                 async with trio.open_nursery() as watcher:
@@ -647,7 +652,7 @@ class Runner(Producer):
             self.tasks, config, holdings, outcomes, counters, metrics.task_time, errors, admission
         )
         releaser = Releaser(broker, holdings, counters)
-        schedule = ReclaimSchedule(config.reclaim_interval)
+        schedule = ReclaimSchedule(config.reclaim_interval, [lane for lane, _ in config.lanes])
         elector = Elector(
             broker.transport,
             self.keys.leader,

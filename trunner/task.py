@@ -19,7 +19,7 @@ from ._eager import run_eagerly
 from ._util import user_stacklevel
 from .codec import TypeCodec, codec_for
 from .errors import InvalidPayload, TaskNotFound
-from .keys import utf8_error
+from .keys import DEFAULT_LANE, check_lane, utf8_error
 from .limits import Limits, parse_rate
 from .message import NO_HEADERS, NO_SIZE_LIMIT, MessageOptions, check_headers, encode_message
 from .middleware import Middleware
@@ -231,6 +231,13 @@ class Task:
     )
     """``payload -> str or int``: one concurrency limit per key. Only with
     ``concurrency``."""
+    priority: str = attrs.field(
+        default=DEFAULT_LANE,
+        validator=v.field(lambda name, value: check_lane(value, name)),
+        kw_only=True,
+    )
+    """The priority lane the task's messages go to when a dispatch names none
+    (``"default"``; see [Priority lanes](lanes.md))."""
     limits: Limits | None = attrs.field(init=False, eq=False, repr=False)
     """The task's limits, or None when it has none (the pool's hot path pays nothing)."""
     payload_codec: TypeCodec = attrs.field(init=False, eq=False, repr=False)
@@ -546,6 +553,7 @@ class TaskRegistry:
         rate_limit_key: Callable[[Any], Any] | None = None,
         concurrency: int | None = None,
         concurrency_key: Callable[[Any], Any] | None = None,
+        priority: str = DEFAULT_LANE,
     ) -> Callable[[A], A]: ...
 
     def task(
@@ -567,6 +575,7 @@ class TaskRegistry:
         rate_limit_key: Callable[[Any], Any] | None = None,
         concurrency: int | None = None,
         concurrency_key: Callable[[Any], Any] | None = None,
+        priority: str = DEFAULT_LANE,
     ) -> A | Callable[[A], A]:
         """Register an ``async def action(payload)`` as a task: a decorator.
 
@@ -592,6 +601,7 @@ class TaskRegistry:
             rate_limit_key: See [``Task.rate_limit_key``][trunner.Task.rate_limit_key].
             concurrency: See [``Task.concurrency``][trunner.Task.concurrency].
             concurrency_key: See [``Task.concurrency_key``][trunner.Task.concurrency_key].
+            priority: See [``Task.priority``][trunner.Task.priority].
 
         Returns:
             The decorator, which returns the function unchanged.
@@ -627,6 +637,7 @@ class TaskRegistry:
                     rate_limit_key=rate_limit_key,
                     concurrency=concurrency,
                     concurrency_key=concurrency_key,
+                    priority=priority,
                 )
             )
             with contextlib.suppress(AttributeError, TypeError):  # a builtin: by name only

@@ -14,7 +14,16 @@ import attrs
 import trio
 
 from ..errors import BackendError, RedisCommandError
-from ..keys import RELEASED_CONSUMER, Keys, UniqueLock
+from ..keys import (
+    DEFAULT_LANE,
+    LANE_MARK,
+    RELEASED_CONSUMER,
+    Keys,
+    UniqueLock,
+    entry_id,
+    is_lane,
+    split_entry_id,
+)
 from ..message import PAYLOAD_FIELD
 from .inspect import Inspection
 from .lease import LeaseStore
@@ -117,15 +126,47 @@ def _int_or_none(raw: Any) -> int | None:
         return None
 
 
+def _suffix(lane: str) -> str:
+    """What trunner's ids of ``lane``'s entries add to their stream id."""
+    return "" if lane == DEFAULT_LANE else f"{LANE_MARK}{lane}"
+
+
 class Broker(Inspection):
     """The group ``keys.group`` on ``transport``: its state transitions here, its
-    read-only queries in :class:`~trunner._redis.inspect.Inspection`."""
+    read-only queries in :class:`~trunner._redis.inspect.Inspection`.
 
-    def __init__(self, transport: Transport, keys: Keys, *, delete_on_ack: bool = True) -> None:
+    ``lanes``: the priority lanes it reads, highest first (see [Priority
+    lanes](lanes.md)). Ids in and out are trunner's entry ids (``<stream id>@<lane>``
+    in a lane other than the default, :func:`~trunner.keys.entry_id`); each call goes to
+    the stream of its ids' lane, one script call per lane.
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        keys: Keys,
+        *,
+        delete_on_ack: bool = True,
+        lanes: Sequence[str] = (DEFAULT_LANE,),
+    ) -> None:
         self.transport = transport
         self.keys = keys
         self.group = keys.group
         self._delete = "1" if delete_on_ack else "0"
+        self.lanes = tuple(lanes)
+        """The lanes it reads, highest priority first."""
+        self._streams = [keys.lane_stream(lane) for lane in self.lanes]
+        self._lane_of = dict(zip(self._streams, self.lanes, strict=True))
+        self._multi = len(self.lanes) > 1
+
+    def _by_lane(self, ids: Sequence[str]) -> Iterable[tuple[str, Sequence[str]]]:
+        """``ids`` by lane: (lane, its ids in order)."""
+        if not self._multi and not any(LANE_MARK in i for i in ids):
+            return ((DEFAULT_LANE, ids),)
+        lanes: dict[str, list[str]] = {}
+        for i in ids:
+            lanes.setdefault(split_entry_id(i)[0], []).append(i)
+        return lanes.items()
 
     @property
     def description(self) -> str:
@@ -141,27 +182,45 @@ class Broker(Inspection):
             await self.transport.execute("SCRIPT", "LOAD", script.source)
 
     async def ensure_group(self) -> str | None:
-        """Create the stream and the consumer group if missing: from the group's recorded
-        floor (see :meth:`record_floor`), else from the stream's start; record the group
-        in the queue's registry (``ensure_group.lua``). Returns the id it was created
-        from, or None when it existed."""
-        floor = await self.transport.execute("GET", self.keys.floor)
+        """Create the stream of each lane and the consumer group on it if missing: from
+        the lane's recorded floor (see :meth:`record_floor`), else from the stream's
+        start; record the group in the queue's registry (``ensure_group.lua``) and the
+        lanes in the queue's registry of lanes. Returns the id a lane's group was created
+        from (the first such lane's), or None when each existed."""
+        created: str | None = None
+        for lane in self.lanes:
+            start = await self._ensure_lane(lane)
+            created = created or start
+        if self._multi:
+            extra = [lane for lane in self.lanes if lane != DEFAULT_LANE]
+            await self.transport.execute("SADD", self.keys.lanes, *extra)
+        return created
+
+    async def _ensure_lane(self, lane: str) -> str | None:
+        stream = self.keys.lane_stream(lane)
+        floor = await self.transport.execute("GET", self.keys.lane_floor(lane))
         start = as_str(floor) if floor is not None and _is_stream_id(floor) else "0"
         try:
             created = await self._script(
-                "ensure_group", [self.keys.stream, self.keys.groups], [self.group, start]
+                "ensure_group", [stream, self.keys.groups], [self.group, start]
             )
         except RedisCommandError as exc:
-            if "BUSYGROUP" in str(exc) or await self._group_exists():
+            if "BUSYGROUP" in str(exc) or await self._group_exists(stream):
                 return None  # e.g. refused because Redis is out of memory, but it is there
             raise
         return start if created else None
 
     async def record_floor(self) -> str | None:
-        """Record the id below which every message is finished for the group (the oldest
-        pending one, or the next to deliver); None when there is no group."""
-        reply = await self._script("group_floor", [self.keys.stream, self.keys.floor], [self.group])
-        return as_str(reply) if reply else None
+        """Record, for each lane, the id below which every message is finished for the
+        group (the oldest pending one, or the next to deliver); returns the default
+        lane's, None when there is no group."""
+        recorded: str | None = None
+        for lane in self.lanes:
+            keys = [self.keys.lane_stream(lane), self.keys.lane_floor(lane)]
+            reply = await self._script("group_floor", keys, [self.group])
+            if lane == DEFAULT_LANE:
+                recorded = as_str(reply) if reply else None
+        return recorded
 
     async def shared(self) -> bool:
         """Whether more than one group reads the queue (its registry of groups says so; a
@@ -177,9 +236,9 @@ class Broker(Inspection):
         reply = await self._script("forget_groups", [self.keys.stream, self.keys.groups], [])
         return [as_str(name) for name in reply]
 
-    async def _group_exists(self) -> bool:
+    async def _group_exists(self, stream: str) -> bool:
         try:
-            groups = await self.transport.execute("XINFO", "GROUPS", self.keys.stream)
+            groups = await self.transport.execute("XINFO", "GROUPS", stream)
         except RedisCommandError:
             return False  # no such stream
         return any(
@@ -191,29 +250,35 @@ class Broker(Inspection):
 
     # -- producing --------------------------------------------------------------------------
 
-    async def enqueue(self, data: bytes) -> str:
-        reply = await self.transport.execute("XADD", self.keys.stream, "*", PAYLOAD_FIELD, data)
-        return as_str(reply)
+    async def enqueue(self, data: bytes, lane: str = DEFAULT_LANE) -> str:
+        """Add a message to ``lane``'s stream; its entry id."""
+        stream = self.keys.lane_stream(lane)
+        reply = await self.transport.execute("XADD", stream, "*", PAYLOAD_FIELD, data)
+        return entry_id(as_str(reply), lane)
 
     async def enqueue_unique(
-        self, items: Sequence[tuple[str, str, bytes]], ttl_ms: int
+        self, items: Sequence[tuple[str, str, bytes]], ttl_ms: int, lane: str = DEFAULT_LANE
     ) -> list[str | None]:
-        """Enqueue unique tasks ``(lock key, token, message)``: ids, None where refused."""
+        """Enqueue unique tasks ``(lock key, token, message)`` into ``lane``: ids, None
+        where refused."""
         ids: list[str | None] = []
+        stream = self.keys.lane_stream(lane)
         for chunk in _chunks(items, MAX_IDS_PER_CALL // 2):
-            keys = [self.keys.stream, self.keys.quarantine, *(lock for lock, _, _ in chunk)]
+            keys = [stream, self.keys.quarantine, *(lock for lock, _, _ in chunk)]
             args: list[Arg] = [ttl_ms]
             for _, token, data in chunk:
                 args += [token, data]
             reply = await self._script("enqueue_unique", keys, args)
-            ids.extend(as_str(i) if i else None for i in reply)
+            ids.extend(entry_id(as_str(i), lane) if i else None for i in reply)
         return ids
 
-    async def enqueue_many(self, datas: Sequence[bytes]) -> list[str]:
+    async def enqueue_many(self, datas: Sequence[bytes], lane: str = DEFAULT_LANE) -> list[str]:
+        """Add messages to ``lane``'s stream, in order; their entry ids."""
         ids: list[str] = []
+        stream = self.keys.lane_stream(lane)
         for chunk in _chunks(datas):
-            reply = await self._script("enqueue_many", [self.keys.stream], chunk)
-            ids.extend(as_str(i) for i in reply)
+            reply = await self._script("enqueue_many", [stream], chunk)
+            ids.extend(entry_id(as_str(i), lane) for i in reply)
         return ids
 
     async def schedule(
@@ -263,18 +328,46 @@ class Broker(Inspection):
         return self.transport.open_reader(self.keys.stream)
 
     async def read(self, reader: Reader, consumer: str, count: int, block: float) -> list[RawEntry]:
-        reply = await reader.xreadgroup(self.group, consumer, self.keys.stream, count, block)
-        if not reply:
-            return []
-        return stream_entries(reply[0][1])
+        """Wait up to ``block`` seconds for new entries, at most ``count`` from each lane
+        (so up to ``count`` times the lanes in all, with several lanes)."""
+        if not self._multi:
+            reply = await reader.xreadgroup(self.group, consumer, self.keys.stream, count, block)
+            if not reply:
+                return []
+            return stream_entries(reply[0][1])
+        reply = await reader.xreadgroup(self.group, consumer, self._streams, count, block)
+        entries: list[RawEntry] = []
+        for stream, raw in reply or ():
+            entries += self._tagged(self._lane_of[as_str(stream)], raw)
+        return entries
+
+    @staticmethod
+    def _tagged(lane: str, raw: Any) -> list[RawEntry]:
+        return stream_entries(raw, suffix=_suffix(lane))
+
+    async def read_lanes(self, consumer: str, order: Sequence[int], count: int) -> list[RawEntry]:
+        """Read up to ``count`` new entries without waiting, from the lanes at the indices
+        ``order`` of :attr:`lanes`, each in turn until ``count`` are read
+        (``read_lanes.lua``)."""
+        streams = [self._streams[i] for i in order]
+        reply = await self._script("read_lanes", streams, [self.group, consumer, count])
+        entries: list[RawEntry] = []
+        for index, raw in reply:
+            entries += self._tagged(self.lanes[order[int(index) - 1]], raw)
+        return entries
 
     async def reclaim(
-        self, consumer: str, min_idle_ms: int, cursor: str, count: int
+        self, consumer: str, min_idle_ms: int, cursor: str, count: int, lane: str = DEFAULT_LANE
     ) -> tuple[str, list[RawEntry]]:
+        """Claim up to ``count`` entries of ``lane`` idle ``min_idle_ms`` or released, from
+        ``cursor`` on: (next cursor, "0-0" at the end; the entries)."""
         reply = await self._script(
-            "reclaim", [self.keys.stream], [self.group, consumer, min_idle_ms, cursor, count]
+            "reclaim",
+            [self.keys.lane_stream(lane)],
+            [self.group, consumer, min_idle_ms, cursor, count],
         )
-        entries = [RawEntry(as_str(e[0]), list(e[1]) or None, int(e[2])) for e in reply[1]]
+        suffix = _suffix(lane)
+        entries = [RawEntry(as_str(e[0]) + suffix, list(e[1]) or None, int(e[2])) for e in reply[1]]
         return as_str(reply[0]), entries
 
     async def ack(
@@ -295,14 +388,38 @@ class Broker(Inspection):
         cancelled task id whose cancel mark goes; ``slots[id]`` is the concurrency slot
         it holds, released (and granted to the oldest waiter) with the acknowledgement.
         """
+        acked = 0
+        for lane, lane_ids in self._by_lane(ids):
+            acked += await self._ack_lane(lane, lane_ids, locks, moved, records, forget, slots)
+        return acked
+
+    async def _ack_lane(
+        self,
+        lane: str,
+        ids: Sequence[str],
+        locks: Mapping[str, tuple[str, str]] | None,
+        moved: Mapping[str, str] | None,
+        records: Mapping[str, AckRecord] | None,
+        forget: Mapping[str, str] | None,
+        slots: Mapping[str, Slot] | None,
+    ) -> int:
         keys = self.keys
         acked = 0
+        default = lane == DEFAULT_LANE
         for chunk in _chunks(ids):
             held = [locks[i] for i in chunk if i in locks] if locks else []
             outcomes = [records[i] for i in chunk if i in records] if records else []
-            args: list[Arg] = [self.group, self._delete, keys.done, len(chunk), *chunk]
+            raw = chunk if default else [split_entry_id(i)[1] for i in chunk]
+            args: list[Arg] = [self.group, self._delete, keys.done, len(chunk), *raw]
             args += [len(held), *(token for _, token in held)]
-            pairs = [(n + 1, moved[i]) for n, i in enumerate(chunk) if i in moved] if moved else []
+            if default:
+                pairs = (
+                    [(n + 1, moved[i]) for n, i in enumerate(chunk) if i in moved] if moved else []
+                )
+            else:  # the channel says trunner's ids (a where-map field of that name: none)
+                pairs = [
+                    (n + 1, moved[i] if moved and i in moved else i) for n, i in enumerate(chunk)
+                ]
             args += [len(pairs), *(x for pair in pairs for x in pair)]
             gone = [forget[i] for i in chunk if i in forget] if forget else []
             args += [len(gone), *gone]
@@ -323,12 +440,12 @@ class Broker(Inspection):
                 for i, (holders, waiting, limit) in held_slots:
                     slot_keys += [holders, waiting]
                     args += [i, limit]
-                slot_keys.append(keys.quarantine)
+                slot_keys += [keys.quarantine, keys.stream]
             acked += int(
                 await self._script(
                     "ack",
                     [
-                        keys.stream,
+                        keys.lane_stream(lane),
                         keys.where,
                         keys.cancelled,
                         *(key for key, _ in held),
@@ -475,29 +592,30 @@ class Broker(Inspection):
         the ``record`` of a task that keeps its result (state 'retrying'); release the
         concurrency ``slot`` it holds."""
         keys = self.keys
+        lane, stream_id = split_entry_id(message_id)
         ttl, fields = (record[1], record[2]) if record else (0, [])
         reply = await self._script(
             "retry",
             [
-                keys.stream,
+                keys.lane_stream(lane),
                 keys.retries,
                 keys.retry_messages,
                 keys.where,
                 record[0] if record else keys.stream,
                 keys.groups,
-                *((slot[0], slot[1], keys.quarantine) if slot else ()),
+                *((slot[0], slot[1], keys.quarantine, keys.stream) if slot else ()),
             ],
             [
                 self.group,
                 self._delete,
-                message_id,
+                stream_id,
                 due_ms,
                 data,
                 task_id,
                 keys.delayed_wake,
                 ttl,
                 *(text_field(x) for pair in fields for x in pair),
-                *((slot[2],) if slot else ()),
+                *((message_id, slot[2]) if slot else ()),
             ],
         )
         return bool(reply)
@@ -519,24 +637,25 @@ class Broker(Inspection):
         A field's text that cannot be sent as it is (a lone surrogate, in an error message
         say) is written with backslash escapes: the write never fails on it."""
         keys = self.keys
+        lane, stream_id = split_entry_id(message_id)
         flat: list[Any] = [text_field(x) for pair in fields for x in pair]
         ttl, outcome = (record[1], record[2]) if record else (0, [])
         reply = await self._script(
             "dead_letter",
             [
-                keys.stream,
+                keys.lane_stream(lane),
                 keys.dead,
                 keys.where,
                 keys.cancelled,
                 record[0] if record else keys.stream,
                 keys.groups,
                 *([lock[0]] if lock else [keys.stream] if slot else []),
-                *((slot[0], slot[1], keys.quarantine) if slot else ()),
+                *((slot[0], slot[1], keys.quarantine, keys.stream) if slot else ()),
             ],
             [
                 self.group,
                 self._delete,
-                message_id,
+                stream_id,
                 maxlen or 0,
                 lock[1] if lock else "",
                 task_id or message_id,
@@ -545,7 +664,7 @@ class Broker(Inspection):
                 len(outcome),
                 *(text_field(x) for pair in outcome for x in pair),
                 *flat,
-                *((slot[2],) if slot else ()),
+                *((message_id, slot[2]) if slot else ()),
             ],
         )
         return as_str(reply) if reply else None
@@ -568,19 +687,40 @@ class Broker(Inspection):
         """Admit messages of limited tasks, or defer them (``admit.lua``, one call per
         :data:`MAX_ADMITS_PER_CALL`, in order): per message ``("run", 0)``,
         ``("rate", due ms)``, ``("wait", position)`` or ``("lost", 0)``."""
+        verdicts: list[tuple[str, int]] = [("lost", 0)] * len(requests)
+        if not self._multi and not any(LANE_MARK in r.message_id for r in requests):
+            lanes: Iterable[tuple[str, list[int]]] = [(DEFAULT_LANE, list(range(len(requests))))]
+        else:
+            by_lane: dict[str, list[int]] = {}
+            for n, r in enumerate(requests):
+                by_lane.setdefault(split_entry_id(r.message_id)[0], []).append(n)
+            lanes = by_lane.items()
+        for lane, indices in lanes:
+            chosen = [requests[n] for n in indices]
+            for n, verdict in zip(
+                indices, await self._admit_lane(lane, chosen, now_ms), strict=True
+            ):
+                verdicts[n] = verdict
+        return verdicts
+
+    async def _admit_lane(
+        self, lane: str, requests: Sequence[Admit], now_ms: float
+    ) -> list[tuple[str, int]]:
         keys = self.keys
+        suffix = _suffix(lane)
         verdicts: list[tuple[str, int]] = []
         for chunk in _chunks(requests, MAX_ADMITS_PER_CALL):
             call_keys = [
-                keys.stream,
+                keys.lane_stream(lane),
                 keys.retries,
                 keys.retry_messages,
                 keys.where,
                 keys.quarantine,
                 keys.groups,
                 keys.concurrency_keys,
+                keys.stream,
             ]
-            args: list[Arg] = [self.group, self._delete, repr(now_ms), keys.delayed_wake]
+            args: list[Arg] = [self.group, self._delete, repr(now_ms), keys.delayed_wake, suffix]
             for r in chunk:
                 rate, slot = r.rate, r.slot
                 call_keys += [
@@ -589,7 +729,7 @@ class Broker(Inspection):
                     slot[1] if slot else keys.stream,
                 ]
                 args += [
-                    r.message_id,
+                    r.message_id[: len(r.message_id) - len(suffix)] if suffix else r.message_id,
                     r.task_id,
                     r.deferred,
                     repr(rate[1]) if rate else "0",
@@ -650,62 +790,89 @@ class Broker(Inspection):
     async def heartbeat(self, consumer: str, ids: Sequence[str]) -> list[str]:
         """Extend the reservations of ``ids``; return those that are no longer ours."""
         lost: list[str] = []
-        for chunk in _chunks(ids):
-            reply = await self._script(
-                "heartbeat", [self.keys.stream], [self.group, consumer, *chunk]
-            )
-            lost.extend(as_str(i) for i in reply)
+        for lane, lane_ids in self._by_lane(ids):
+            stream, suffix = self.keys.lane_stream(lane), _suffix(lane)
+            raw = [split_entry_id(i)[1] for i in lane_ids] if suffix else lane_ids
+            for chunk in _chunks(raw):
+                reply = await self._script("heartbeat", [stream], [self.group, consumer, *chunk])
+                lost.extend(as_str(i) + suffix for i in reply)
         return lost
 
     async def release(self, consumer: str, entries: Sequence[tuple[str, bool]]) -> int:
         """Release ``(id, give_back_delivery)`` entries of ``consumer`` for immediate reclaim."""
         released = 0
-        for chunk in _chunks(entries, MAX_IDS_PER_CALL // 2):
-            flat: list[Arg] = [x for mid, undo in chunk for x in (mid, int(undo))]
-            released += int(
-                await self._script(
-                    "release",
-                    [self.keys.stream],
-                    [self.group, consumer, RELEASED_CONSUMER, RELEASED_IDLE_MS, *flat],
+        undo_of = dict(entries)
+        for lane, lane_ids in self._by_lane([mid for mid, _ in entries]):
+            stream = self.keys.lane_stream(lane)
+            for chunk in _chunks(lane_ids, MAX_IDS_PER_CALL // 2):
+                flat: list[Arg] = [
+                    x for mid in chunk for x in (split_entry_id(mid)[1], int(undo_of[mid]))
+                ]
+                released += int(
+                    await self._script(
+                        "release",
+                        [stream],
+                        [self.group, consumer, RELEASED_CONSUMER, RELEASED_IDLE_MS, *flat],
+                    )
                 )
-            )
         return released
 
     async def pending_ids(
-        self, consumer: str, *, start: str = "-", count: int = MAX_IDS_PER_CALL
+        self,
+        consumer: str,
+        *,
+        start: str = "-",
+        count: int = MAX_IDS_PER_CALL,
+        lane: str = DEFAULT_LANE,
     ) -> list[str]:
-        """Ids of up to ``count`` entries pending for ``consumer``, from ``start`` on."""
+        """Ids of up to ``count`` entries of ``lane`` pending for ``consumer``, from the
+        stream id ``start`` on."""
         reply = await self.transport.execute(
-            "XPENDING", self.keys.stream, self.group, start, "+", count, consumer
+            "XPENDING", self.keys.lane_stream(lane), self.group, start, "+", count, consumer
         )
-        return [as_str(e[0]) for e in reply or ()]
+        suffix = _suffix(lane)
+        return [as_str(e[0]) + suffix for e in reply or ()]
 
     async def delete_consumer_if_idle(self, consumer: str) -> bool:
-        return bool(
-            await self._script("delete_consumer", [self.keys.stream], [self.group, consumer])
-        )
+        """Delete ``consumer`` from the group on each lane where nothing is pending for
+        it; True when it is gone from every lane."""
+        deleted = True
+        for stream in self._streams:
+            gone = await self._script("delete_consumer", [stream], [self.group, consumer])
+            deleted = deleted and bool(gone)
+        return deleted
 
     # -- leader chores (fenced: ``leader`` runs them only while it leads) --------------------
 
     async def consumers(self) -> list[tuple[str, int, int]]:
-        """(name, pending entries, idle ms) of every consumer of the group."""
-        try:
-            reply = await self.transport.execute("XINFO", "CONSUMERS", self.keys.stream, self.group)
-        except RedisCommandError as exc:
-            if "NOGROUP" in str(exc) or "no such key" in str(exc):
-                return []
-            raise
-        rows = []
-        for flat in reply or ():
-            info = {as_str(flat[i]): flat[i + 1] for i in range(0, len(flat) - 1, 2)}
-            rows.append((as_str(info["name"]), int(info["pending"]), int(info["idle"])))
-        return rows
+        """(name, pending entries, idle ms) of every consumer of the group, over its lanes
+        (pending summed, the shortest idle time)."""
+        rows: dict[str, tuple[int, int]] = {}
+        for stream in self._streams:
+            try:
+                reply = await self.transport.execute("XINFO", "CONSUMERS", stream, self.group)
+            except RedisCommandError as exc:
+                if "NOGROUP" in str(exc) or "no such key" in str(exc):
+                    continue
+                raise
+            for flat in reply or ():
+                info = {as_str(flat[i]): flat[i + 1] for i in range(0, len(flat) - 1, 2)}
+                name, pending, idle = as_str(info["name"]), int(info["pending"]), int(info["idle"])
+                if name in rows:
+                    pending, idle = pending + rows[name][0], min(idle, rows[name][1])
+                rows[name] = (pending, idle)
+        return [(name, pending, idle) for name, (pending, idle) in rows.items()]
 
     async def trim_finished(self, leader: Leader, before_ms: int, limit: int) -> tuple[int, str]:
         """Trim finished messages with ids below ``before_ms`` (leader only):
         (entries trimmed, the id trimmed below). Undelivered and pending ones stay."""
-        reply = await leader.run_fenced(SCRIPTS.trim, [self.keys.stream], [before_ms, limit])
-        return int(reply[0]), as_str(reply[1])
+        trimmed, below = 0, "0-0"
+        for lane, stream in zip(self.lanes, self._streams, strict=True):
+            reply = await leader.run_fenced(SCRIPTS.trim, [stream], [before_ms, limit])
+            trimmed += int(reply[0])
+            if lane == DEFAULT_LANE:
+                below = as_str(reply[1])
+        return trimmed, below
 
     def _delayed_keys(self, own: bool) -> tuple[str, str, str]:
         """The delayed set, its messages and its unique hash: the queue's (delayed
@@ -951,8 +1118,15 @@ class Broker(Inspection):
         return as_str(replies[0][1]), int(replies[1][1])
 
     async def delete_group(self) -> int:
-        """Delete every fixed key of the group (its stream, delayed tasks, lease ...)."""
-        return int(await self.transport.execute("DEL", *self.keys.fixed()))
+        """Delete every fixed key of the group (its stream, delayed tasks, lease ...), and
+        the streams and floors of the lanes it reads or the queue's registry names."""
+        keys = self.keys
+        named = await self.transport.execute("SMEMBERS", keys.lanes)
+        lanes = set(self.lanes) | {n for lane in named or () if is_lane(n := as_str(lane))}
+        lane_keys = [
+            k for lane in sorted(lanes) for k in (keys.lane_stream(lane), keys.lane_floor(lane))
+        ]
+        return int(await self.transport.execute("DEL", *dict.fromkeys(keys.fixed() + lane_keys)))
 
     # -- dead letters -----------------------------------------------------------------------
 

@@ -220,8 +220,9 @@ class _MemoryReader(_Dedicated, Reader):
         self._interrupted = False
 
     async def xreadgroup(
-        self, group: str, consumer: str, stream: str, count: int, block: float
+        self, group: str, consumer: str, stream: str | Sequence[str], count: int, block: float
     ) -> Any:
+        streams = [stream] if isinstance(stream, str) else list(stream)
         deadline = trio.current_time() + block
         try:
             while True:
@@ -229,7 +230,9 @@ class _MemoryReader(_Dedicated, Reader):
                 if self._interrupted:
                     return None
                 read = ("XREADGROUP", "GROUP", group, consumer, "COUNT", count)
-                reply = _execute(self._client, (*read, "STREAMS", stream, ">"))
+                reply = _execute(
+                    self._client, (*read, "STREAMS", *streams, *(">" for _ in streams))
+                )
                 if reply or trio.current_time() >= deadline:
                     return reply
                 with trio.move_on_at(deadline):

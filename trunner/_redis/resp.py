@@ -232,6 +232,9 @@ class RawEntry:
     deliveries: int = 1
 
 
-def stream_entries(raw: Any, deliveries: int = 1) -> list[RawEntry]:
-    """The entries of an XRANGE or XREADGROUP reply (``[[id, [field, value ...]] ...]``)."""
-    return [RawEntry(as_str(e[0]), list(e[1]) if e[1] else None, deliveries) for e in raw or ()]
+def stream_entries(raw: Any, deliveries: int = 1, suffix: str = "") -> list[RawEntry]:
+    """The entries of an XRANGE or XREADGROUP reply (``[[id, [field, value ...]] ...]``);
+    ``suffix`` follows each id (a lane's, see ``trunner.keys.entry_id``)."""
+    return [
+        RawEntry(as_str(e[0]) + suffix, list(e[1]) if e[1] else None, deliveries) for e in raw or ()
+    ]

@@ -50,10 +50,17 @@ def _locking(name: str, *, typed: bool = False) -> str:
     return _read("key_types") + "\n" + source if typed else source
 
 
+def _laned(source: str) -> str:
+    """``source`` behind ``lua/lanes.lua``, which defines ``lane_entry``,
+    ``checked_entry`` and ``message_lane``."""
+    return _read("lanes") + "\n" + source
+
+
 def _limited(name: str, *, typed: bool = False) -> str:
     """``name``'s source behind ``lua/limits.lua``, which defines ``release_slot`` and
-    ``grant_waiters`` (and behind ``lua/key_types.lua`` too when ``typed``)."""
-    source = _read("limits") + "\n" + _read(name)
+    ``grant_waiters`` (and behind ``lua/key_types.lua`` too when ``typed``), behind
+    ``lua/lanes.lua``."""
+    source = _laned(_read("limits")) + "\n" + _read(name)
     return _read("key_types") + "\n" + source if typed else source
 
 
@@ -81,14 +88,15 @@ class _Scripts:
         )
         self.schedule = make_script("schedule", _typed("schedule"))
         self.cancel_delayed = _load("cancel_delayed")
-        self.move_due = fenced_script("move_due", _typed("move_due"))
-        self.move_unique = fenced_script("move_unique", _locking("move_unique", typed=True))
-        self.cron_fire = fenced_script("cron_fire", _locking("cron_fire", typed=True))
+        self.move_due = fenced_script("move_due", _laned(_typed("move_due")))
+        self.move_unique = fenced_script("move_unique", _laned(_locking("move_unique", typed=True)))
+        self.cron_fire = fenced_script("cron_fire", _laned(_locking("cron_fire", typed=True)))
         self.reclaim = _load("reclaim")
+        self.read_lanes = _load("read_lanes")
         self.heartbeat = _load("heartbeat")
         self.release = _load("release")
         self.delete_consumer = _load("delete_consumer")
-        self.replay_dead = make_script("replay_dead", _locking("replay_dead", typed=True))
+        self.replay_dead = make_script("replay_dead", _laned(_locking("replay_dead", typed=True)))
         self.report = _load("report")
         self.deregister = _load("deregister")
         self.metrics_take = fenced_script("metrics_take", _read("metrics_take"))
@@ -97,12 +105,12 @@ class _Scripts:
         self.set_aside_keys = _load("set_aside_keys")
         self.group_floor = make_script("group_floor", _with_delivered("group_floor"))
         self.task_started = _load("task_started")
-        self.task_status = make_script("task_status", _with_delivered("task_status"))
-        self.cancel_task = make_script("cancel_task", _with_delivered("cancel_task"))
+        self.task_status = make_script("task_status", _laned(_with_delivered("task_status")))
+        self.cancel_task = make_script("cancel_task", _laned(_with_delivered("cancel_task")))
         self.task_progress = _load("task_progress")
         self.pause = _load("pause")
         self.resume = _load("resume")
-        self.forget_stale = _load("forget_stale")
+        self.forget_stale = make_script("forget_stale", _laned(_read("forget_stale")))
         self.set_aside_delayed = fenced_script("set_aside_delayed", _read("set_aside_delayed"))
         self.lease_acquire = _load("lease_acquire")
         self.lease_renew = _load("lease_renew")

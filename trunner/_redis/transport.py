@@ -65,9 +65,10 @@ class Reader(abc.ABC):
 
     @abc.abstractmethod
     async def xreadgroup(
-        self, group: str, consumer: str, stream: str, count: int, block: float
+        self, group: str, consumer: str, stream: str | Sequence[str], count: int, block: float
     ) -> Any:
-        """``XREADGROUP GROUP group consumer COUNT count BLOCK block STREAMS stream >``.
+        """``XREADGROUP GROUP group consumer COUNT count BLOCK block STREAMS stream >``
+        (with several streams, ``COUNT`` is per stream).
 
         Waits up to ``block`` seconds for new entries. Returns the raw reply: None or an
         empty list when none came, else ``[[stream, [[id, [field, value, ...]], ...]]]``.
@@ -345,11 +346,12 @@ class UnblockableReader(Reader):
         """CLIENT UNBLOCK ``client_id``, on another connection."""
 
     async def xreadgroup(
-        self, group: str, consumer: str, stream: str, count: int, block: float
+        self, group: str, consumer: str, stream: str | Sequence[str], count: int, block: float
     ) -> Any:
+        streams = [stream] if isinstance(stream, str) else list(stream)
         args: tuple[Arg, ...] = (
             "XREADGROUP", "GROUP", group, consumer, "COUNT", count,
-            "BLOCK", max(1, int(block * 1000)), "STREAMS", stream, ">",
+            "BLOCK", max(1, int(block * 1000)), "STREAMS", *streams, *(">" for _ in streams),
         )  # fmt: skip
         if self._interrupted:
             self._interrupted = False

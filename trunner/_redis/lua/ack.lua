@@ -4,13 +4,13 @@
 -- cancel marks of cancelled ones; tell the waiters which tasks finished (one PUBLISH).
 -- Everything in one script: an acknowledged task always has its outcome, and an outcome
 -- always belongs to an acknowledged task.
--- KEYS[1]  the task stream
+-- KEYS[1]  the task stream (of the entries' lane: one lane per call)
 -- KEYS[2]  where moved tasks are (hash: task id -> stream id)
 -- KEYS[3]  the cancel marks (hash: task id -> until, ms)
 -- KEYS[4..3+L] the unique locks of some of the messages
 -- KEYS[4+L..]  the records of the tasks that keep their result, in order
 -- then     (with S > 0) per concurrency slot held: its holders and its waiting list; then
---          the quarantine stream (limits.lua)
+--          the quarantine stream and the stream of the default lane (limits.lua)
 -- KEYS[#KEYS]   the queue's registry of groups (a set): with more than one group reading
 --               the stream, neither the entries nor the cancel marks are deleted
 --               (another group may not have read them yet)
@@ -28,7 +28,8 @@
 --          time-to-live (ms) (stored as a hash); or its time-to-live (ms), F, then F
 --          field/value pairs (a hash; F = 0: the record is deleted: a task that keeps no
 --          result but reported progress)
--- then     (optional) S, then S pairs: the entry id holding a concurrency slot, the limit;
+-- then     (optional) S, then S pairs: the entry id holding a concurrency slot (as trunner
+--          names it: '<stream id>@<lane>' in another lane than the default), the limit;
 --          the slot is released and the oldest waiters granted (limits.lua)
 -- Returns  how many entries were still pending and are now acknowledged
 local at = 4
@@ -105,8 +106,8 @@ if slots > 0 then
   for s = 1, slots do
     local holder = take()
     local limit = tonumber(take())
-    release_slot(KEYS[first + 2 * s - 2], KEYS[first + 2 * s - 1], holder, limit, KEYS[1], KEYS[2],
-      quarantine)
+    release_slot(KEYS[first + 2 * s - 2], KEYS[first + 2 * s - 1], holder, limit,
+      KEYS[first + 2 * slots + 1], KEYS[2], quarantine)
   end
 end
 if ARGV[3] ~= '' then

@@ -10,7 +10,7 @@
 -- * Concurrency: the oldest waiters are granted first while slots are free; then the
 --   message takes a slot (its entry id holds it) if fewer than the limit are held and
 --   nobody waits, else it is appended to the waiting list (release_slot grants it later).
--- KEYS[1]  the task stream
+-- KEYS[1]  the task stream (of the messages' lane: one lane per call)
 -- KEYS[2]  the group's delayed set of retries (the delayed set, for a group of its own)
 -- KEYS[3]  its messages
 -- KEYS[4]  where moved tasks are (hash: task id -> stream id)
@@ -18,6 +18,7 @@
 -- KEYS[6]  the queue's registry of groups (a set): with more than one group reading the
 --          stream, a deferred entry is not deleted, nor its where-map entry
 -- KEYS[7]  the keys of the concurrency limits in use (a set; the janitor looks them over)
+-- KEYS[8]  the stream of the default lane (waiters granted enter their own lane)
 -- then     per message, three keys: its rate limit's state, its concurrency holders
 --          (sorted set: entry id -> granted at, ms) and waiting list (any key of the
 --          group for what it has not)
@@ -25,6 +26,8 @@
 -- ARGV[2]  '1' to XDEL a deferred entry (unless the stream is shared)
 -- ARGV[3]  now (ms since the epoch)
 -- ARGV[4]  the wake-up channel of the delayed set
+-- ARGV[5]  what trunner's ids of the lane's entries add to their stream id ('' in the
+--          default lane, else '@<lane>'): the holders of slots are trunner's ids
 -- then     per message, seven arguments: its entry id; its task id; the message to store
 --          when deferred (reencode_deferred: deferred by its rate, its mark
 --          '"rate_reserved":true' becomes '"rate_reserved":<due ms>'); the rate's emission
@@ -46,7 +49,7 @@ local function admit_one(rate_key, holders, waiting, id, task_id, deferred, emis
     limit_key_usable(holders, 'zset', quarantine)
     limit_key_usable(waiting, 'list', quarantine)
     redis.pcall('SADD', KEYS[7], limit_key) -- another type: set aside by the runner at start
-    if redis.call('ZSCORE', holders, id) then
+    if redis.call('ZSCORE', holders, id .. ARGV[5]) then
       return {'run', 0}
     end
   end
@@ -78,7 +81,7 @@ local function admit_one(rate_key, holders, waiting, id, task_id, deferred, emis
       if ARGV[2] == '1' then
         redis.call('XDEL', KEYS[1], id)
       end
-      if task_id ~= id then
+      if task_id ~= id .. ARGV[5] then
         redis.call('HDEL', KEYS[4], task_id)
       end
     end
@@ -103,7 +106,7 @@ local function admit_one(rate_key, holders, waiting, id, task_id, deferred, emis
     return {'rate', due}
   end
   if limit > 0 then
-    grant_waiters(holders, waiting, limit, KEYS[1], KEYS[4], quarantine)
+    grant_waiters(holders, waiting, limit, KEYS[8], KEYS[4], quarantine)
     if redis.call('ZCARD', holders) >= limit or redis.call('LLEN', waiting) > 0 then
       if not acknowledge() then
         return {'lost', 0}
@@ -114,14 +117,14 @@ local function admit_one(rate_key, holders, waiting, id, task_id, deferred, emis
     if not redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1)[1] then
       return {'lost', 0} -- finished or claimed by another meanwhile: no slot for it
     end
-    redis.call('ZADD', holders, now, id)
+    redis.call('ZADD', holders, now, id .. ARGV[5])
   end
   reserve()
   return {'run', 0}
 end
 local verdicts = {}
-for m = 0, (#ARGV - 4) / 7 - 1 do
-  local a, k = 5 + 7 * m, 8 + 3 * m
+for m = 0, (#ARGV - 5) / 7 - 1 do
+  local a, k = 6 + 7 * m, 9 + 3 * m
   verdicts[m + 1] = admit_one(KEYS[k], KEYS[k + 1], KEYS[k + 2], ARGV[a], ARGV[a + 1],
     ARGV[a + 2], tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]),
     ARGV[a + 6])

@@ -4,7 +4,7 @@
 -- announcement: the runner holding it cancels it, and a runner that fetches it later
 -- drops it before it starts. A cancelled task's outcome is 'cancelled': its record says
 -- so when it keeps its result, and its waiters are told.
--- KEYS[1]  the task stream
+-- KEYS[1]  the task stream (of the default lane: an entry id names its lane, lanes.lua)
 -- KEYS[2]  the delayed set
 -- KEYS[3]  the delayed messages
 -- KEYS[4]  the unique delayed tasks
@@ -83,10 +83,11 @@ local function entry_of_task()
   if not found or not entry then
     entry = id
   end
-  if not string.match(entry, '^%d+%-%d+$') then
+  local stream, stream_id = checked_entry(KEYS[1], entry)
+  if not stream then
     return false
   end
-  local ok, entries = pcall(redis.call, 'XRANGE', KEYS[1], entry, entry)
+  local ok, entries = pcall(redis.call, 'XRANGE', stream, stream_id, stream_id)
   if not ok or #entries ~= 1 then
     return false
   end
@@ -95,22 +96,22 @@ local function entry_of_task()
     if fields[i] == 'payload' then
       local decoded, body = pcall(cjson.decode, fields[i + 1])
       if decoded and type(body) == 'table' and type(body.id) == 'string' then
-        return body.id == id and entries[1][1]
+        return body.id == id and stream, stream_id
       end
     end
   end
-  return entries[1][1] == id and entries[1][1]
+  return entry == id and stream, stream_id
 end
-local entry = entry_of_task()
+local stream, entry = entry_of_task()
 if shared then
-  if not entry then
+  if not stream then
     mark()
     return 'absent'
   end
-  for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+  for _, group in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
     for i = 1, #group, 2 do
       if group[i] == 'name' then
-        local pending = redis.call('XPENDING', KEYS[1], group[i + 1], entry, entry, 1)
+        local pending = redis.call('XPENDING', stream, group[i + 1], entry, entry, 1)
         if pending[1] then
           mark()
           return 'running'
@@ -118,22 +119,22 @@ if shared then
       end
     end
   end
-  redis.call('XDEL', KEYS[1], entry) -- pending nowhere: no group runs it, none ever will
+  redis.call('XDEL', stream, entry) -- pending nowhere: no group runs it, none ever will
   redis.call('HDEL', KEYS[5], id)
   release_lock()
   record_outcome()
   mark()
   return 'queued'
 end
-if entry then
-  local ok, pending = pcall(redis.call, 'XPENDING', KEYS[1], ARGV[1], entry, entry, 1)
+if stream then
+  local ok, pending = pcall(redis.call, 'XPENDING', stream, ARGV[1], entry, entry, 1)
   if ok and pending[1] then
     mark()
     return 'running'
   end
-  local delivered = ok and delivered_to(KEYS[1], ARGV[1], entry)
+  local delivered = ok and delivered_to(stream, ARGV[1], entry)
   if not delivered then
-    redis.call('XDEL', KEYS[1], entry)
+    redis.call('XDEL', stream, entry)
     redis.call('HDEL', KEYS[5], id)
     release_lock()
     record_outcome()

@@ -1,7 +1,7 @@
 -- Fire one tick of a cron schedule, at most once group-wide: the leader's cron.
 -- (Behind the fence: KEYS[1] is the lease, ARGV[1] the leader's id.)
 -- KEYS[2]  the cron hash (schedule name -> last tick fired, ms)
--- KEYS[3]  the task stream
+-- KEYS[3]  the task stream (of the default lane: the message may name another, lanes.lua)
 -- KEYS[4]  where moved tasks are (hash: task id -> stream id)
 -- KEYS[5]  the quarantine stream (a lock key holding something else is set aside, see
 --          locks.lua)
@@ -38,5 +38,6 @@ redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
 if KEYS[6] and not take_lock(KEYS[6], ARGV[6], ARGV[7], KEYS[5]) then
   return -1
 end
-redis.call('HSET', KEYS[4], ARGV[5], redis.call('XADD', KEYS[3], '*', 'payload', ARGV[4]))
+local stream, suffix = message_lane(KEYS[3], ARGV[4])
+redis.call('HSET', KEYS[4], ARGV[5], redis.call('XADD', stream, '*', 'payload', ARGV[4]) .. suffix)
 return 1

@@ -1,7 +1,7 @@
 -- Give up on a message: acknowledge it and copy it to the dead-letter stream, atomically;
 -- release its unique lock if it holds one; write its outcome if it keeps its result;
 -- forget where it was and its cancel mark; tell the waiters it finished.
--- KEYS[1]  the task stream
+-- KEYS[1]  the task stream (of the entry's lane)
 -- KEYS[2]  the dead-letter stream
 -- KEYS[3]  where moved tasks are (hash: task id -> stream id)
 -- KEYS[4]  the cancel marks (hash: task id -> until, ms)
@@ -10,8 +10,9 @@
 --          stream, the entry is not deleted, nor the task's cancel mark (another group
 --          may not have read it yet)
 -- KEYS[7]  (optional) the message's unique lock (or, with a slot and no lock, the stream)
--- KEYS[8..10] (optional) the concurrency slot the entry holds: its holders, its waiting
---          list, and the quarantine stream; then the last ARGV is the limit. The slot is
+-- KEYS[8..11] (optional) the concurrency slot the entry holds: its holders, its waiting
+--          list, the quarantine stream and the stream of the default lane; then the last
+--          two ARGV are the entry's id as trunner names it (its holder) and the limit. The slot is
 --          released and the oldest waiters granted (limits.lua).
 -- ARGV[1]  the consumer group
 -- ARGV[2]  '1' to XDEL the entry (unless the stream is shared)
@@ -53,8 +54,8 @@ if not shared then -- else another group may not have read it: these expire, or 
 end
 local last = #ARGV
 if KEYS[8] then
-  last = last - 1
-  release_slot(KEYS[8], KEYS[9], ARGV[3], tonumber(ARGV[#ARGV]), KEYS[1], KEYS[3], KEYS[10])
+  last = last - 2
+  release_slot(KEYS[8], KEYS[9], ARGV[#ARGV - 1], tonumber(ARGV[#ARGV]), KEYS[11], KEYS[3], KEYS[10])
 end
 local fields = tonumber(ARGV[9])
 local after = 10 + 2 * fields

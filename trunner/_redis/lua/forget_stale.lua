@@ -4,7 +4,7 @@
 -- stays.
 -- KEYS[1]  the cancel marks (hash: task id -> until, ms)
 -- KEYS[2]  where moved tasks are (hash: task id -> stream id)
--- KEYS[3]  the task stream
+-- KEYS[3]  the task stream (of the default lane: an entry id names its lane, lanes.lua)
 -- ARGV[1]  now (ms since the epoch)
 -- ARGV[2]  n, then n task ids of marks to check
 -- then     m, then m task ids of where-map entries to check
@@ -26,8 +26,8 @@ local m = tonumber(ARGV[at])
 for i = at + 1, at + m do
   local entry = redis.call('HGET', KEYS[2], ARGV[i])
   if entry then
-    if not string.match(entry, '^%d+%-%d+$')
-        or #redis.call('XRANGE', KEYS[3], entry, entry) == 0 then
+    local stream, stream_id = checked_entry(KEYS[3], entry)
+    if not stream or #redis.call('XRANGE', stream, stream_id, stream_id) == 0 then
       moved = moved + redis.call('HDEL', KEYS[2], ARGV[i])
     end
   end

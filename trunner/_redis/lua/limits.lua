@@ -34,9 +34,10 @@ local function limit_key_usable(key, want, quarantine)
   end
 end
 -- grant_waiters(holders, waiting, limit, stream, where, quarantine) -> how many granted:
--- while fewer than limit hold a slot, the oldest waiter's message re-enters the stream and
--- its new entry id holds the slot (the where-map finds it by its task id). At most 100
--- items are looked at per call.
+-- while fewer than limit hold a slot, the oldest waiter's message re-enters the stream
+-- (of the default lane: the lane the message names, lanes.lua) and its new entry id holds
+-- the slot (the where-map finds it by its task id). At most 100 items are looked at per
+-- call. Holders are trunner's entry ids ('<stream id>@<lane>' in another lane).
 local function grant_waiters(holders, waiting, limit, stream, where, quarantine)
   local granted, looked = 0, 0
   local now = nil
@@ -50,7 +51,8 @@ local function grant_waiters(holders, waiting, limit, stream, where, quarantine)
     if ok and type(body) == 'table' and type(body.task) == 'string' and type(body.id) == 'string'
         and body.id ~= '' then
       now = now or limit_now_ms()
-      local id = redis.call('XADD', stream, '*', 'payload', message)
+      local lane_stream, suffix = message_lane(stream, message)
+      local id = redis.call('XADD', lane_stream, '*', 'payload', message) .. suffix
       redis.call('ZADD', holders, now, id)
       redis.pcall('HSET', where, body.id, id)
       granted = granted + 1
@@ -62,8 +64,9 @@ local function grant_waiters(holders, waiting, limit, stream, where, quarantine)
   end
   return granted
 end
--- release_slot(holders, waiting, id, limit, stream, where, quarantine): the entry id no
--- longer holds a slot; the waiters are granted what is free.
+-- release_slot(holders, waiting, id, limit, stream, where, quarantine): the entry id (as
+-- trunner names it) no longer holds a slot; the waiters are granted what is free (stream:
+-- of the default lane).
 local function release_slot(holders, waiting, id, limit, stream, where, quarantine)
   limit_key_usable(holders, 'zset', quarantine)
   limit_key_usable(waiting, 'list', quarantine)

@@ -4,7 +4,8 @@
 -- (Behind the fence: KEYS[1] is the lease, ARGV[1] the leader's id.)
 -- KEYS[2]  the delayed set (task id scored by due time in ms)
 -- KEYS[3]  the delayed messages (task id -> encoded message)
--- KEYS[4]  the task stream
+-- KEYS[4]  the task stream (of the default lane: a message naming a lane enters that
+--          lane's stream, lanes.lua)
 -- KEYS[5]  the unique delayed tasks (task id -> its lock, see keys.UniqueLock)
 -- KEYS[6]  where moved tasks are (hash: task id -> stream id)
 -- ARGV[2]  now (ms since the epoch)
@@ -25,7 +26,8 @@ for i = 1, #due do
   else
     local message = redis.call('HGET', KEYS[3], due[i])
     if message then
-      redis.call('HSET', KEYS[6], due[i], redis.call('XADD', KEYS[4], '*', 'payload', message))
+      local stream, suffix = message_lane(KEYS[4], message)
+      redis.call('HSET', KEYS[6], due[i], redis.call('XADD', stream, '*', 'payload', message) .. suffix)
       moved = moved + 1
     end
     redis.call('ZREM', KEYS[2], due[i])

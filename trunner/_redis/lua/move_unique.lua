@@ -3,7 +3,7 @@
 -- (Behind the fence: KEYS[1] is the lease, ARGV[1] the leader's id.)
 -- KEYS[2]  the delayed set
 -- KEYS[3]  the delayed messages
--- KEYS[4]  the task stream
+-- KEYS[4]  the task stream (of the default lane: see move_due.lua)
 -- KEYS[5]  the unique delayed tasks (task id -> its lock, see keys.UniqueLock)
 -- KEYS[6]  where moved tasks are (hash: task id -> stream id)
 -- KEYS[7]  the quarantine stream (a lock key holding something else is set aside, see
@@ -24,7 +24,8 @@ for i = 8, #KEYS do
   if redis.call('ZREM', KEYS[2], id) == 1 then
     local message = redis.call('HGET', KEYS[3], id)
     if message and take_lock(KEYS[i], ARGV[j + 1], ARGV[j + 2], KEYS[7]) then
-      redis.call('HSET', KEYS[6], id, redis.call('XADD', KEYS[4], '*', 'payload', message))
+      local stream, suffix = message_lane(KEYS[4], message)
+      redis.call('HSET', KEYS[6], id, redis.call('XADD', stream, '*', 'payload', message) .. suffix)
       moved = moved + 1
     else
       dropped = dropped + 1

@@ -1,12 +1,12 @@
--- Free the concurrency slots whose holder is gone (the leader's janitor): a holder is a
--- stream entry id of the group; it is gone when it is pending for no consumer of the
+-- Free the concurrency slots whose holder is gone (the leader's janitor): a holder is an
+-- entry id of the group (as trunner names it: '<stream id>@<lane>' in another lane); it is gone when it is pending for no consumer of the
 -- group and either no longer in the stream (a granted waiter cancelled before anyone
 -- fetched it, an entry deleted or trimmed) or already delivered to the group (finished
 -- without its slot being released). A holder pending anywhere (running, crashed and not
 -- yet reclaimed, handed back at shutdown), or in the stream and not yet delivered (a
 -- granted waiter on its way), keeps its slot: a slot is never freed early. The freed
 -- slots go to the oldest waiters (limits.lua), when the limit is known.
--- KEYS[1]  the task stream
+-- KEYS[1]  the task stream (of the default lane: a holder's id names its lane, lanes.lua)
 -- KEYS[2]  the keys of the concurrency limits in use (a set)
 -- KEYS[3]  the limit's holders (sorted set: entry id -> granted at, ms)
 -- KEYS[4]  the limit's waiting list
@@ -19,23 +19,29 @@
 --          holds or waits
 limit_key_usable(KEYS[3], 'zset', KEYS[6])
 limit_key_usable(KEYS[4], 'list', KEYS[6])
-local known = redis.call('EXISTS', KEYS[1]) == 1
-  and pcall(redis.call, 'XPENDING', KEYS[1], ARGV[1]) -- the group is there
+-- Without the group (or the stream) of an entry's lane, nothing can be told: its slot stays.
+local known = {}
+local function group_there(stream)
+  if known[stream] == nil then
+    known[stream] = redis.call('EXISTS', stream) == 1
+      and pcall(redis.call, 'XPENDING', stream, ARGV[1]) and true or false
+  end
+  return known[stream]
+end
 local freed = 0
-if known then -- without the group (or the stream), nothing can be told: nothing is freed
-  for _, id in ipairs(redis.call('ZRANGE', KEYS[3], 0, 999)) do
-    if string.match(id, '^%d+%-%d+$') then
-      local pending = redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1)
-      if not pending[1] then
-        local present = #redis.call('XRANGE', KEYS[1], id, id) > 0
-        if not present or delivered_to(KEYS[1], ARGV[1], id) then
-          redis.call('ZREM', KEYS[3], id)
-          freed = freed + 1
-        end
+for _, id in ipairs(redis.call('ZRANGE', KEYS[3], 0, 999)) do
+  local stream, entry = checked_entry(KEYS[1], id)
+  if not stream then -- not an entry id: nothing trunner wrote holds it
+    redis.call('ZREM', KEYS[3], id)
+    freed = freed + 1
+  elseif group_there(stream) then
+    local pending = redis.call('XPENDING', stream, ARGV[1], entry, entry, 1)
+    if not pending[1] then
+      local present = #redis.call('XRANGE', stream, entry, entry) > 0
+      if not present or delivered_to(stream, ARGV[1], entry) then
+        redis.call('ZREM', KEYS[3], id)
+        freed = freed + 1
       end
-    else -- not an entry id: nothing trunner wrote holds it
-      redis.call('ZREM', KEYS[3], id)
-      freed = freed + 1
     end
   end
 end

@@ -4,7 +4,8 @@
 -- (a task of that key is queued or running), the message is not replayed and stays in the
 -- dead-letter stream.
 -- KEYS[1]  the dead-letter stream
--- KEYS[2]  the task stream
+-- KEYS[2]  the task stream (of the default lane: a message enters the lane it names,
+--          lanes.lua)
 -- KEYS[3]  where moved tasks are (hash: task id -> stream id)
 -- KEYS[4]  the quarantine stream (a lock key holding something else is set aside, see
 --          locks.lua)
@@ -35,7 +36,8 @@ for i = 1, #ARGV, 5 do
     end
     if free then
       redis.call('XDEL', KEYS[1], id)
-      result = redis.call('XADD', KEYS[2], '*', 'payload', message)
+      local stream, suffix = message_lane(KEYS[2], message)
+      result = redis.call('XADD', stream, '*', 'payload', message) .. suffix
       redis.call('HSET', KEYS[3], task_id, result)
     else
       result = 0

@@ -2,15 +2,16 @@
 -- to the delayed set, atomically (a crash can neither lose nor double it); forget where
 -- the message was (the next one is recorded when it is moved); update the task's record
 -- to 'retrying' if it keeps its result.
--- KEYS[1]  the task stream
+-- KEYS[1]  the task stream (of the entry's lane)
 -- KEYS[2]  the group's delayed set of retries (task id scored by due time in ms)
 -- KEYS[3]  its messages (task id -> encoded message)
 -- KEYS[4]  where moved tasks are (hash: task id -> stream id)
 -- KEYS[5]  the task's record (any key of the group when none is written)
 -- KEYS[6]  the queue's registry of groups (a set): with more than one, nothing is deleted
--- KEYS[7..9] (optional) the concurrency slot the entry holds: its holders, its waiting
---          list, and the quarantine stream; then the last ARGV is the limit. The slot is
---          released and the oldest waiters granted (limits.lua).
+-- KEYS[7..10] (optional) the concurrency slot the entry holds: its holders, its waiting
+--          list, the quarantine stream and the stream of the default lane; then the last
+--          two ARGV are the entry's id as trunner names it (its holder) and the limit. The
+--          slot is released and the oldest waiters granted (limits.lua).
 -- ARGV[1]  the consumer group
 -- ARGV[2]  '1' to XDEL the entry (unless the stream is shared)
 -- ARGV[3]  the entry id
@@ -40,8 +41,8 @@ if ARGV[6] ~= ARGV[3] and not shared then
 end
 local last = #ARGV
 if KEYS[7] then
-  last = last - 1
-  release_slot(KEYS[7], KEYS[8], ARGV[3], tonumber(ARGV[#ARGV]), KEYS[1], KEYS[4], KEYS[9])
+  last = last - 2
+  release_slot(KEYS[7], KEYS[8], ARGV[#ARGV - 1], tonumber(ARGV[#ARGV]), KEYS[10], KEYS[4], KEYS[9])
 end
 if ARGV[8] ~= '0' then
   if not pcall(redis.call, 'HLEN', KEYS[5]) then -- not a hash (an outcome as one JSON

@@ -2,7 +2,7 @@
 -- entry found by the task id itself or through the where-map), and the group's progress.
 -- What something else wrote never fails the look: a key of the wrong type reads as
 -- missing, an id that is not an entry id (or names no entry) as no entry.
--- KEYS[1]  the task stream
+-- KEYS[1]  the task stream (of the default lane: an entry id names its lane, lanes.lua)
 -- KEYS[2]  the delayed set
 -- KEYS[3]  the delayed messages
 -- KEYS[4]  where moved tasks are (hash: task id -> stream id)
@@ -42,19 +42,16 @@ local entry_id = read(false, 'HGET', KEYS[4], id)
 if not entry_id then
   entry_id = id
 end
-if not string.match(entry_id, '^%d+%-%d+$') then  -- '+', '7' ... would range over others
-  entry_id = false
-end
+local stream, stream_id = checked_entry(KEYS[1], entry_id) -- '+', '7' ... would range over others
 local fields, consumer, deliveries, delivered = false, false, 0, 0
-if entry_id and redis.call('EXISTS', KEYS[1]) == 1 then
-  local entries = read({}, 'XRANGE', KEYS[1], entry_id, entry_id)
+if stream and redis.call('EXISTS', stream) == 1 then
+  local entries = read({}, 'XRANGE', stream, stream_id, stream_id)
   if entries[1] then
-    entry_id = entries[1][1]
     fields = entries[1][2]
-    local ok, pending = pcall(redis.call, 'XPENDING', KEYS[1], ARGV[1], entry_id, entry_id, 1)
+    local ok, pending = pcall(redis.call, 'XPENDING', stream, ARGV[1], stream_id, stream_id, 1)
     if ok and pending[1] then
       consumer, deliveries, delivered = pending[1][2], pending[1][4], 1
-    elseif ok and delivered_to(KEYS[1], ARGV[1], entry_id) then
+    elseif ok and delivered_to(stream, ARGV[1], stream_id) then
       delivered = 1
     end
   else
