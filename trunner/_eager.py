@@ -72,6 +72,8 @@ class EagerTask(Protocol):
     def result_codec(self) -> TypeCodec: ...
     @property
     def decode_payload(self) -> Callable[[Any], Any] | None: ...
+    @property
+    def priority(self) -> str: ...
 
 
 def _eager_id() -> str:
@@ -161,6 +163,7 @@ async def _first_message(
         unique_token=secrets.token_hex(16) if unique_key is not None else None,
         headers=headers,
         max_bytes=max_payload_bytes,
+        lane=task.priority,
     )
     return decode_message(_eager_id(), [PAYLOAD_FIELD, data])
 

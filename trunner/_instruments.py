@@ -8,7 +8,7 @@ the same numbers from the same counters, and neither counts anything of its own.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import attrs
@@ -18,7 +18,7 @@ from .statistics import RunnerStatistics, TaskTotals
 if TYPE_CHECKING:
     from .runner import Runner
 
-__all__ = ["GAUGES", "TASK_COUNTERS", "Gauge", "TaskCounter"]
+__all__ = ["GAUGES", "LANE_COUNTERS", "TASK_COUNTERS", "Gauge", "LaneCounter", "TaskCounter"]
 
 
 @attrs.frozen
@@ -32,6 +32,18 @@ class TaskCounter:
     unit: str
     """The OpenTelemetry unit (UCUM, annotations in braces)."""
     read: Callable[[TaskTotals], int]
+
+
+@attrs.frozen
+class LaneCounter:
+    """A counter per priority lane the runner reads, cumulative since it started."""
+
+    key: str
+    """The Prometheus name is ``trunner_lane_<key>``; the OpenTelemetry one
+    ``trunner.lane.<key>``."""
+    description: str
+    unit: str
+    read: Callable[[RunnerStatistics], Mapping[str, int]]
 
 
 @attrs.frozen
@@ -63,6 +75,15 @@ TASK_COUNTERS = (
         "Messages deferred by their task's concurrency limit (no attempt used)",
         "{message}",
         lambda t: t.deferred_concurrency,
+    ),
+)
+
+LANE_COUNTERS = (
+    LaneCounter(
+        "fetched",
+        "Messages fetched (read or reclaimed) from the lane",
+        "{message}",
+        lambda s: s.lanes,
     ),
 )
 

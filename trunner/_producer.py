@@ -910,13 +910,20 @@ class Producer:
         return await self._open_broker().purge_dead()
 
     async def queue_length(self) -> int:
-        """The number of entries in the group's stream (``XLEN``).
+        """The number of entries in the group's stream (``XLEN``), over its
+        [priority lanes](lanes.md).
 
         Waiting messages, plus delivered ones not yet acknowledged. With
         ``delete_on_ack=False``, acknowledged entries stay in the stream and are counted
         too.
         """
         return await self._open_broker().queue_length()
+
+    async def lane_lengths(self) -> dict[str, int]:
+        """[``queue_length``][trunner.Runner.queue_length] per [priority lane](lanes.md):
+        the lanes this runner reads (a client: the default lane), then those the other
+        runners of the queue declared."""
+        return await self._open_broker().lane_lengths()
 
     async def pending_count(self) -> int:
         """The number of messages delivered to a consumer and not yet acknowledged.

@@ -21,7 +21,7 @@ from ._util import wall_ms
 from .errors import RedisCommandError
 from .group_stats import GroupStats, InstanceInfo, compute_stats, stats_or_none
 from .handles import status_of
-from .keys import UniqueLock
+from .keys import UniqueLock, split_entry_id
 from .message import (
     DEFAULT_UNIQUE_FOR,
     NO_SIZE_LIMIT,
@@ -133,6 +133,9 @@ class GroupInfo:
     concurrency: Mapping[str, tuple[int, int]] = attrs.field(factory=dict)
     """The group's [concurrency limits](limits.md) in use (at most 100): each one's key
     (``<len>:<task>[:<key>]``) -> (slots held, messages waiting)."""
+    lanes: Mapping[str, int] = attrs.field(factory=dict)
+    """The queue's [priority lanes](lanes.md) (``"default"``, then those its runners
+    declared) -> the queue length of each (``queue_length`` is their sum)."""
 
     @property
     def paused(self) -> bool:
@@ -421,9 +424,10 @@ async def inspect_group(broker: Broker, instance_ttl: float = 15.0) -> GroupInfo
             raise
         pending = {}
     instances = await read_instances(broker, instance_ttl)
+    lanes = await broker.lane_lengths()
     return GroupInfo(
         group=broker.group,
-        queue_length=await broker.queue_length(),
+        queue_length=sum(lanes.values()),
         pending=pending,
         delayed=await broker.delayed_count(),
         dead_letters=await broker.dead_count(),
@@ -436,6 +440,7 @@ async def inspect_group(broker: Broker, instance_ttl: float = 15.0) -> GroupInfo
         paused_since=await read_paused_since(broker),
         queue=broker.keys.queue,
         concurrency=await broker.concurrency_usage(),
+        lanes=lanes,
     )
 
 
@@ -580,18 +585,22 @@ async def cron_entries(broker: Broker, registry: TaskRegistry | None) -> list[Cr
 async def waiting_age(broker: Broker) -> float | None:
     """How long the oldest message not yet delivered to the group has waited, in seconds
     (from its stream id's time: for a delayed task or a retry, since it was moved into
-    the stream); None when no message waits. Two round trips, whatever the backlog."""
+    the stream), over its lanes; None when no message waits. Two round trips and one per
+    lane, whatever the backlog."""
     try:
         progress = await broker.progress(0)
     except RedisCommandError:
         return None
-    if progress.last_delivered is None:
-        return None
-    head = await broker.undelivered(progress.last_delivered, 1)
-    if not head:
-        return None
-    try:
-        at_ms = int(head[0].message_id.split("-", 1)[0])
-    except ValueError:
-        return None
-    return max(0.0, (wall_ms() - at_ms) / 1000)
+    oldest: int | None = None
+    for lane, last in progress.last_by_lane.items():
+        if last is None:
+            continue
+        head = await broker.undelivered(last, 1, lane)
+        if not head:
+            continue
+        try:
+            at_ms = int(split_entry_id(head[0].message_id)[1].split("-", 1)[0])
+        except ValueError:
+            continue
+        oldest = at_ms if oldest is None else min(oldest, at_ms)
+    return None if oldest is None else max(0.0, (wall_ms() - oldest) / 1000)

@@ -148,6 +148,39 @@ def _dashboard_command(commands: Any, common: argparse.ArgumentParser) -> None:
     )
 
 
+def _dispatch_command(commands: Any, common: argparse.ArgumentParser) -> None:
+    dispatch = commands.add_parser("dispatch", parents=[common], help="dispatch one task")
+    dispatch.add_argument("group")
+    dispatch.add_argument("task")
+    dispatch.add_argument("payload", help="the payload, as JSON")
+    dispatch.add_argument("--delay", type=float, help="run it this many seconds from now")
+    dispatch.add_argument(
+        "--tasks",
+        metavar="MODULE:ATTRIBUTE",
+        help="the workers' registry (as for trunner worker): refuse an unknown task name "
+        "(saying which one you meant) and send unique tasks as unique",
+    )
+    dispatch.add_argument(
+        "--keep-result",
+        type=float,
+        metavar="S",
+        help="keep its outcome S seconds (for trunner result; default: the task's)",
+    )
+    dispatch.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a message header (repeatable); the task reads current_message().headers",
+    )
+    dispatch.add_argument(
+        "--priority",
+        metavar="LANE",
+        help="the priority lane it goes to (default: the task's, else 'default')",
+    )
+    _redis_option(dispatch, "redis://127.0.0.1:6379/0")
+
+
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -179,31 +212,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("--log-format", choices=("text", "json"), default="text")
 
-    dispatch = commands.add_parser("dispatch", parents=[common], help="dispatch one task")
-    dispatch.add_argument("group")
-    dispatch.add_argument("task")
-    dispatch.add_argument("payload", help="the payload, as JSON")
-    dispatch.add_argument("--delay", type=float, help="run it this many seconds from now")
-    dispatch.add_argument(
-        "--tasks",
-        metavar="MODULE:ATTRIBUTE",
-        help="the workers' registry (as for trunner worker): refuse an unknown task name "
-        "(saying which one you meant) and send unique tasks as unique",
-    )
-    dispatch.add_argument(
-        "--keep-result",
-        type=float,
-        metavar="S",
-        help="keep its outcome S seconds (for trunner result; default: the task's)",
-    )
-    dispatch.add_argument(
-        "--header",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a message header (repeatable); the task reads current_message().headers",
-    )
-    _redis_option(dispatch, "redis://127.0.0.1:6379/0")
+    _dispatch_command(commands, common)
 
     _task_commands(commands, common)
 
@@ -341,13 +350,15 @@ async def _dispatch(args: argparse.Namespace, out: Console) -> int:
         headers[name] = value
     tasks = load_settings(args.tasks).tasks if args.tasks else None
     async with _group_client(args, tasks) as client:
-        keep = args.keep_result
+        keep, lane = args.keep_result, args.priority
         if args.delay is not None:
             task_id = await client.dispatch_delayed(
-                args.task, payload, args.delay, keep_result=keep, headers=headers
+                args.task, payload, args.delay, keep_result=keep, headers=headers, priority=lane
             )
         else:
-            task_id = await client.dispatch(args.task, payload, keep_result=keep, headers=headers)
+            task_id = await client.dispatch(
+                args.task, payload, keep_result=keep, headers=headers, priority=lane
+            )
     out.print(task_id, soft_wrap=True, highlight=False)
     return 0
 
@@ -452,6 +463,9 @@ def _when(seconds: float) -> str:
 def _summary(info: GroupInfo) -> Table:
     summary = Table(show_header=False, box=None)
     summary.add_row("queue length", str(info.queue_length))
+    if len(info.lanes) > 1:
+        shown = ", ".join(f"{_shown(lane)} {length}" for lane, length in info.lanes.items())
+        summary.add_row("by lane", shown)
     summary.add_row("pending", str(sum(info.pending.values())))
     summary.add_row("delayed", str(info.delayed))
     summary.add_row("dead letters", str(info.dead_letters))

@@ -197,12 +197,20 @@ class Fetcher:
                 entries = self._over(entries, slots)
         if entries is not None:
             self._counters.fetched += len(entries)
+            if self._lanes > 1:
+                self._count_lanes(entries)
             if self._paused() and entries:  # paused during the read
                 self._hand_back(entries, slots)
                 await self._release_excess()
             elif self._pool.submit(entries, slots, self.consumer):
                 await self._release_excess()
             await self._recover()
+
+    def _count_lanes(self, entries: list[RawEntry]) -> None:
+        counts = self._counters.lanes
+        for entry in entries:
+            lane = split_entry_id(entry.message_id)[0]
+            counts[lane] = counts.get(lane, 0) + 1
 
     def _lane_order(self) -> list[int]:
         """The order to read the lanes in this time: by priority when strict, else a
@@ -280,6 +288,8 @@ class Fetcher:
         """Hand reclaimed ``entries`` to the pool on ``slots`` reserved slots; return how
         many slots are left."""
         self._counters.reclaimed += len(entries)
+        if self._lanes > 1:
+            self._count_lanes(entries)
         if self._paused():
             self._hand_back(entries, slots)
             await self._release_excess()

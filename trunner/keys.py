@@ -25,6 +25,7 @@ __all__ = [
     "fence_key_for",
     "hash_tag",
     "is_lane",
+    "lane_suffix",
     "split_entry_id",
     "utf8_error",
 ]
@@ -101,7 +102,13 @@ def entry_id(stream_id: str, lane: str) -> str:
     """The id trunner gives the entry ``stream_id`` of ``lane``'s stream: the stream id
     itself in the default lane, else ``<stream id>@<lane>`` (the streams of two lanes give
     the same ids: the lane tells them apart). It is also the task id of a plain dispatch."""
-    return stream_id if lane == DEFAULT_LANE else f"{stream_id}{LANE_MARK}{lane}"
+    return stream_id + lane_suffix(lane)
+
+
+def lane_suffix(lane: str) -> str:
+    """What :func:`entry_id` adds to the stream ids of ``lane``: ``""`` for the default
+    lane, else ``@<lane>``."""
+    return "" if lane == DEFAULT_LANE else f"{LANE_MARK}{lane}"
 
 
 def split_entry_id(message_id: str) -> tuple[str, str]:

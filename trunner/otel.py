@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -47,7 +47,7 @@ from trunner import (
     __version__,
 )
 
-from ._instruments import GAUGES, TASK_COUNTERS
+from ._instruments import GAUGES, LANE_COUNTERS, TASK_COUNTERS
 from .group_stats import BUCKETS
 from .statistics import TaskTotals
 
@@ -70,6 +70,8 @@ _MESSAGE_ID = "messaging.message.id"
 _CLIENT_ID = "messaging.client.id"
 _ERROR_TYPE = "error.type"
 TASK_NAME = "messaging.trunner.task.name"
+#: The priority lane of a lane counter's observation.
+LANE = "messaging.trunner.lane"
 TASK_ID = "messaging.trunner.task.id"
 ATTEMPT = "messaging.trunner.attempt"
 OUTCOME = "messaging.trunner.outcome"
@@ -301,6 +303,13 @@ class _RunnerInstruments:
                 unit=counter.unit,
                 description=counter.description,
             )
+        for lane_counter in LANE_COUNTERS:
+            meter.create_observable_counter(
+                f"trunner.lane.{lane_counter.key}",
+                [self._lane_callback(lane_counter.read)],
+                unit=lane_counter.unit,
+                description=lane_counter.description,
+            )
         for gauge in GAUGES:
             meter.create_observable_gauge(
                 f"trunner.{gauge.key}",
@@ -326,6 +335,15 @@ class _RunnerInstruments:
                 labels = self._labels(runner)
                 for task, totals in sorted(runner.task_totals().items()):
                     yield metrics.Observation(read(totals), {**labels, TASK_NAME: task})
+
+        return observe
+
+    def _lane_callback(self, read: Callable[[RunnerStatistics], Mapping[str, int]]) -> _Callback:
+        def observe(options: metrics.CallbackOptions) -> Iterator[metrics.Observation]:
+            for runner in list(self._runners):
+                labels = self._labels(runner)
+                for lane, count in read(runner.statistics()).items():
+                    yield metrics.Observation(count, {**labels, LANE: lane})
 
         return observe
 

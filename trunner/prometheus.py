@@ -24,7 +24,7 @@ except ImportError as exc:  # pragma: no cover - depends on the extra
         "Prometheus metrics need the prometheus extra: pip install 'trunner[prometheus]'"
     ) from exc
 
-from ._instruments import GAUGES, TASK_COUNTERS
+from ._instruments import GAUGES, LANE_COUNTERS, TASK_COUNTERS
 from .group_stats import BUCKETS
 
 if TYPE_CHECKING:
@@ -39,6 +39,7 @@ class RunnerCollector:
     def __init__(self, runner: Runner) -> None:
         self._runner = runner
         self.queue_length = 0
+        self.lane_lengths: dict[str, int] = {}
 
     def describe(self) -> list[Any]:
         return []
@@ -68,6 +69,24 @@ class RunnerCollector:
                 cumulative.append((bound, running))
             histogram.add_metric([group, task], cumulative, total[0])
         yield histogram
+        for lane_counter in LANE_COUNTERS:
+            lanes = CounterMetricFamily(
+                f"trunner_lane_{lane_counter.key}",
+                lane_counter.description,
+                labels=["group", "lane"],
+            )
+            for lane, count in lane_counter.read(stats).items():
+                lanes.add_metric([group, lane], count)
+            yield lanes
+        if self.lane_lengths:
+            lengths = GaugeMetricFamily(
+                "trunner_lane_length",
+                "Entries in the stream of each lane",
+                labels=["group", "lane"],
+            )
+            for lane, length in self.lane_lengths.items():
+                lengths.add_metric([group, lane], length)
+            yield lengths
         levels = [(gauge.key, gauge.description, gauge.read(runner, stats)) for gauge in GAUGES]
         # The last length serve.py refreshed: a group-wide figure read from Redis.
         levels.insert(2, ("queue_length", "Entries in the group's stream", self.queue_length))

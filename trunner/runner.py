@@ -426,8 +426,18 @@ class Runner(Producer):
             deferred_rate=c.deferred_rate,
             deferred_concurrency=c.deferred_concurrency,
             slots_held=parts.holdings.slots_held() if parts else 0,
+            lanes=self._lane_counts(),
             paused=parts.gate.paused if parts else False,
         )
+
+    def _lane_counts(self) -> dict[str, int]:
+        """Messages fetched per lane this runner reads (counted by the fetch loops with
+        more than one lane; with one, all of them)."""
+        c = self._counters
+        lanes = [lane for lane, _ in self.config.lanes]
+        if len(lanes) == 1:
+            return {lanes[0]: c.fetched + c.reclaimed}
+        return {lane: c.lanes.get(lane, 0) for lane in lanes}
 
     async def wait_paused(self) -> None:
         """Wait until this runner knows its group is paused and its fetch loops have

@@ -8,6 +8,7 @@ Local and synchronous, like Trio's ``statistics()``; the group-wide figures are
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 
 import attrs
 
@@ -82,6 +83,8 @@ class Counters:
     chores_restarted: int = 0
     deferred_rate: int = 0
     deferred_concurrency: int = 0
+    #: Messages fetched (read or reclaimed) per lane, with more than one lane.
+    lanes: dict[str, int] = attrs.field(factory=dict)
 
     def task(self, name: str) -> TaskTotals:
         totals = self.per_task.get(name)
@@ -173,6 +176,9 @@ class RunnerStatistics:
     """Concurrency slots the messages this instance runs hold now (their sum over the
     group's instances is how many hold a slot, but for slots held by messages between
     instances: granted and not yet fetched, or abandoned by a dead instance)."""
+    lanes: Mapping[str, int] = attrs.field(factory=dict)
+    """Messages this instance fetched (read or reclaimed) per [priority lane](lanes.md),
+    for each lane it reads: how its work divided among the lanes."""
     paused: bool = False
     """Whether the group is paused, as this instance last heard (see
     [Pausing a group](pause.md)): its fetch loops read and claim nothing; running tasks

@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -50,7 +50,7 @@ class RecordingReader(Reader):
         self.replies: list[Any] = []
 
     async def xreadgroup(
-        self, group: str, consumer: str, stream: str, count: int, block: float
+        self, group: str, consumer: str, stream: str | Sequence[str], count: int, block: float
     ) -> Any:
         reply = await self.inner.xreadgroup(group, consumer, stream, count, block)
         self.replies.append(reply)

@@ -308,6 +308,58 @@ async def test_a_full_run_on_a_three_master_cluster(cluster: Cluster) -> None:
         assert stats.instances == 2
 
 
+@pytest.mark.deadline(60)
+async def test_priority_lanes_on_a_cluster(cluster: Cluster) -> None:
+    """Every script that finds a lane's stream from an id or a message (lanes.lua) names
+    a key of the queue's slot: on a Cluster, a lane task runs, retries, waits as a delayed
+    task, is looked up and cancelled by its id, and its finished entries are trimmed."""
+    group = f"ln-{uuid.uuid4().hex[:6]}"
+    ran: list[tuple[str, Any]] = []
+    failed: set[Any] = set()
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task(max_retry=1, retry_backoff=0.01, priority="urgent")
+    async def hurry(payload: Any) -> Any:
+        ran.append((trunner.current_message().message_id, payload))
+        if payload == "fails once" and payload not in failed:
+            failed.add(payload)
+            raise RuntimeError("once")
+        return payload
+
+    lanes = {"urgent": 3, "default": 1}
+    async with trunner.open_client(cluster.url, group, tasks=tasks) as client:
+        queued = await client.dispatch(hurry, "cancelled", keep_result=60)
+        assert (await queued.status()).state is trunner.TaskState.QUEUED
+        assert await queued.cancel() is trunner.CancelOutcome.REMOVED
+    cfg = config(
+        group, lanes=lanes, delete_on_ack=False, stream_retention=0.2, janitor_interval=0.3,
+        **FAST_LEADER,
+    )  # fmt: skip
+    async with trunner.open_runner(cluster.url, cfg, tasks) as runner:
+        done = await runner.dispatch(hurry, "kept", keep_result=60)
+        await runner.dispatch(hurry, "fails once")
+        await runner.dispatch_delayed(hurry, "delayed", 0.1)
+        await runner.dispatch("hurry", "plain", priority="default")
+        assert await done.result() == "kept"
+        await redis_state(lambda: _ran(ran, 5))
+        keys = Keys("trunner", group)
+        stream = keys.lane_stream("urgent")
+
+        async def trimmed() -> bool:
+            return await runner.lane_lengths() == {"urgent": 0, "default": 0}
+
+        await redis_state(trimmed, poll=0.1)
+        assert cluster.master_of(stream) == cluster.master_of(keys.stream), "one slot"
+    lanes_of = sorted(i.rpartition("@")[2] if "@" in i else "default" for i, _ in ran)
+    assert lanes_of == ["default", "urgent", "urgent", "urgent", "urgent"]
+    assert sorted(p for _, p in ran) == ["delayed", "fails once", "fails once", "kept", "plain"]
+
+
+async def _ran(ran: list[Any], n: int) -> bool:
+    await trio.lowlevel.checkpoint()
+    return len(ran) >= n
+
+
 async def test_task_handles_on_a_cluster(cluster: Cluster) -> None:
     await handles_run(cluster.url, f"h-{uuid.uuid4().hex[:6]}")
 

@@ -22,6 +22,7 @@ from ..keys import (
     UniqueLock,
     entry_id,
     is_lane,
+    lane_suffix,
     split_entry_id,
 )
 from ..message import PAYLOAD_FIELD
@@ -124,11 +125,6 @@ def _int_or_none(raw: Any) -> int | None:
         return int(raw)
     except (TypeError, ValueError):
         return None
-
-
-def _suffix(lane: str) -> str:
-    """What trunner's ids of ``lane``'s entries add to their stream id."""
-    return "" if lane == DEFAULT_LANE else f"{LANE_MARK}{lane}"
 
 
 class Broker(Inspection):
@@ -343,7 +339,7 @@ class Broker(Inspection):
 
     @staticmethod
     def _tagged(lane: str, raw: Any) -> list[RawEntry]:
-        return stream_entries(raw, suffix=_suffix(lane))
+        return stream_entries(raw, suffix=lane_suffix(lane))
 
     async def read_lanes(self, consumer: str, order: Sequence[int], count: int) -> list[RawEntry]:
         """Read up to ``count`` new entries without waiting, from the lanes at the indices
@@ -366,7 +362,7 @@ class Broker(Inspection):
             [self.keys.lane_stream(lane)],
             [self.group, consumer, min_idle_ms, cursor, count],
         )
-        suffix = _suffix(lane)
+        suffix = lane_suffix(lane)
         entries = [RawEntry(as_str(e[0]) + suffix, list(e[1]) or None, int(e[2])) for e in reply[1]]
         return as_str(reply[0]), entries
 
@@ -707,7 +703,7 @@ class Broker(Inspection):
         self, lane: str, requests: Sequence[Admit], now_ms: float
     ) -> list[tuple[str, int]]:
         keys = self.keys
-        suffix = _suffix(lane)
+        suffix = lane_suffix(lane)
         verdicts: list[tuple[str, int]] = []
         for chunk in _chunks(requests, MAX_ADMITS_PER_CALL):
             call_keys = [
@@ -791,7 +787,7 @@ class Broker(Inspection):
         """Extend the reservations of ``ids``; return those that are no longer ours."""
         lost: list[str] = []
         for lane, lane_ids in self._by_lane(ids):
-            stream, suffix = self.keys.lane_stream(lane), _suffix(lane)
+            stream, suffix = self.keys.lane_stream(lane), lane_suffix(lane)
             raw = [split_entry_id(i)[1] for i in lane_ids] if suffix else lane_ids
             for chunk in _chunks(raw):
                 reply = await self._script("heartbeat", [stream], [self.group, consumer, *chunk])
@@ -830,7 +826,7 @@ class Broker(Inspection):
         reply = await self.transport.execute(
             "XPENDING", self.keys.lane_stream(lane), self.group, start, "+", count, consumer
         )
-        suffix = _suffix(lane)
+        suffix = lane_suffix(lane)
         return [as_str(e[0]) + suffix for e in reply or ()]
 
     async def delete_consumer_if_idle(self, consumer: str) -> bool:

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 
+from ..errors import RedisCommandError
+from ..keys import DEFAULT_LANE, entry_id, is_lane, lane_suffix, split_entry_id
 from ..status import record_from_json
 from .resp import RawEntry, as_str, stream_entries
 from .scripts import SCRIPTS
@@ -41,6 +43,9 @@ class GroupProgress:
     """Delayed tasks (and retries) due by the time asked about."""
     delayed: int
     """Delayed tasks (and retries), due or not."""
+    last_by_lane: dict[str, str | None] = attrs.field(factory=dict)
+    """Per lane: :attr:`last_delivered` of the lane's stream (the default lane's is
+    :attr:`last_delivered`)."""
 
 
 @attrs.frozen
@@ -71,32 +76,63 @@ class Inspection:
     transport: Transport
     keys: Keys
     group: str
+    lanes: tuple[str, ...]
 
     # -- counts -------------------------------------------------------------------------------
 
+    async def known_lanes(self) -> list[str]:
+        """The lanes this broker reads, then the others the queue's registry of lanes
+        names (what runners declared; names that are no lane names are left out)."""
+        named = await self.transport.execute("SMEMBERS", self.keys.lanes)
+        others = {n for raw in named or () if is_lane(n := as_str(raw))} - set(self.lanes)
+        return [*self.lanes, *sorted(others)]
+
     async def queue_length(self) -> int:
-        """The entries of the stream waiting for the group or running: all of them (XLEN)
-        with one group on the stream; on a stream several groups read, those not yet
-        delivered to this group plus its pending ones (``queue_length.lua``)."""
+        """The entries of the lanes' streams waiting for the group or running: all of
+        them (XLEN) with one group on the queue; on a queue several groups read, those
+        not yet delivered to this group plus its pending ones (``queue_length.lua``)."""
+        return sum((await self.lane_lengths()).values())
+
+    async def lane_lengths(self) -> dict[str, int]:
+        """:meth:`queue_length` per lane (of :meth:`known_lanes`)."""
         keys = self.keys
-        return int(
-            await call_script(
-                self.transport.execute,
-                SCRIPTS.queue_length,
-                [keys.stream, keys.groups],
-                [self.group],
+        lengths: dict[str, int] = {}
+        for lane in await self.known_lanes():
+            lengths[lane] = int(
+                await call_script(
+                    self.transport.execute,
+                    SCRIPTS.queue_length,
+                    [keys.lane_stream(lane), keys.groups],
+                    [self.group],
+                )
             )
-        )
+        return lengths
+
+    async def _pending_summaries(self) -> list[tuple[str, Any]]:
+        """(lane, XPENDING summary) of each known lane with a stream and the group on it
+        (a NOGROUP error of the default lane's stream propagates)."""
+        found = []
+        for lane in await self.known_lanes():
+            try:
+                reply = await self.transport.execute(
+                    "XPENDING", self.keys.lane_stream(lane), self.group
+                )
+            except RedisCommandError:
+                if lane == DEFAULT_LANE:
+                    raise
+                continue
+            found.append((lane, reply))
+        return found
 
     async def pending_count(self) -> int:
-        reply = await self.transport.execute("XPENDING", self.keys.stream, self.group)
-        return int(reply[0]) if reply else 0
+        return sum(int(reply[0]) for _, reply in await self._pending_summaries() if reply)
 
     async def pending_by_consumer(self) -> dict[str, int]:
-        reply = await self.transport.execute("XPENDING", self.keys.stream, self.group)
-        if not reply or not reply[3]:
-            return {}
-        return {as_str(name): int(count) for name, count in reply[3]}
+        counts: dict[str, int] = {}
+        for _, reply in await self._pending_summaries():
+            for name, count in (reply[3] or ()) if reply else ():
+                counts[as_str(name)] = counts.get(as_str(name), 0) + int(count)
+        return counts
 
     async def task_look(self, task_id: str) -> TaskLook:
         """Where the task ``task_id`` is (its record, delayed, queued, pending), at once."""
@@ -207,54 +243,76 @@ class Inspection:
     async def progress(self, due_by_ms: int) -> GroupProgress:
         """Where the group stands, with the delayed tasks due by ``due_by_ms`` (Unix ms)."""
         keys = self.keys
-        groups, due, delayed = await self.transport.pipeline(
+        lanes = await self.known_lanes()
+        replies = await self.transport.pipeline(
             [
-                ("XINFO", "GROUPS", keys.stream),
+                *(("XINFO", "GROUPS", keys.lane_stream(lane)) for lane in lanes),
                 ("ZCOUNT", keys.delayed, "-inf", due_by_ms),
                 ("ZCARD", keys.delayed),
             ]
         )
+        due, delayed = replies[-2], replies[-1]
         if isinstance(due, BaseException):
             raise due
         if isinstance(delayed, BaseException):
             raise delayed
-        pending, last = 0, None
-        if isinstance(groups, BaseException):
-            if "no such key" not in str(groups):  # no stream yet: nothing was dispatched
-                raise groups
-        else:
-            last = "0-0"  # a stream without our group: every entry is waiting for it
-            for info in groups:
-                fields = {as_str(info[i]): info[i + 1] for i in range(0, len(info) - 1, 2)}
-                if as_str(fields.get("name")) == self.group:
-                    pending, last = int(fields["pending"]), as_str(fields["last-delivered-id"])
-        return GroupProgress(pending, last, int(due), int(delayed))
+        pending = 0
+        lasts: dict[str, str | None] = {}
+        for lane, groups in zip(lanes, replies, strict=False):
+            last = None
+            if isinstance(groups, BaseException):
+                if "no such key" not in str(groups):  # no stream yet: nothing was dispatched
+                    raise groups
+            else:
+                last = "0-0"  # a stream without our group: every entry is waiting for it
+                for info in groups:
+                    fields = {as_str(info[i]): info[i + 1] for i in range(0, len(info) - 1, 2)}
+                    if as_str(fields.get("name")) == self.group:
+                        pending += int(fields["pending"])
+                        last = as_str(fields["last-delivered-id"])
+            lasts[lane] = last
+        return GroupProgress(pending, lasts[DEFAULT_LANE], int(due), int(delayed), lasts)
 
-    async def undelivered(self, after: str, count: int) -> list[RawEntry]:
-        """Up to ``count`` entries of the stream after the id ``after``."""
+    async def undelivered(self, after: str, count: int, lane: str = DEFAULT_LANE) -> list[RawEntry]:
+        """Up to ``count`` entries of ``lane``'s stream after its stream id ``after``."""
         reply = await self.transport.execute(
-            "XRANGE", self.keys.stream, f"({after}", "+", "COUNT", count
+            "XRANGE", self.keys.lane_stream(lane), f"({after}", "+", "COUNT", count
         )
-        return stream_entries(reply)
+        return stream_entries(reply, suffix=lane_suffix(lane))
 
     async def pending_entries(self, count: int) -> list[tuple[str, str]]:
-        """(id, consumer) of up to ``count`` entries pending in the group, oldest first."""
-        reply = await self.transport.execute(
-            "XPENDING", self.keys.stream, self.group, "-", "+", count
-        )
-        return [(as_str(p[0]), as_str(p[1])) for p in reply]
+        """(id, consumer) of up to ``count`` entries pending in the group, oldest first
+        in each lane, lane after lane."""
+        found: list[tuple[str, str]] = []
+        for lane in await self.known_lanes():
+            if len(found) >= count:
+                break
+            try:
+                reply = await self.transport.execute(
+                    "XPENDING", self.keys.lane_stream(lane), self.group, "-", "+", count
+                )
+            except RedisCommandError:
+                if lane == DEFAULT_LANE:
+                    raise
+                continue
+            found += [(entry_id(as_str(p[0]), lane), as_str(p[1])) for p in reply]
+        return found[:count]
 
     async def entries(self, ids: Sequence[str]) -> list[RawEntry | None]:
-        """The stream entries ``ids``, in one round trip; None for each deleted one."""
+        """The entries ``ids`` (of any lane), in one round trip; None for each deleted
+        one."""
         if not ids:
             await trio.lowlevel.checkpoint()
             return []
-        stream = self.keys.stream
-        replies = await self.transport.pipeline([("XRANGE", stream, i, i) for i in ids])
+        commands: list[tuple[str, ...]] = []
+        for i in ids:
+            lane, stream_id = split_entry_id(i)
+            commands.append(("XRANGE", self.keys.lane_stream(lane), stream_id, stream_id))
+        replies = await self.transport.pipeline(commands)
         found: list[RawEntry | None] = []
-        for reply in replies:
+        for i, reply in zip(ids, replies, strict=True):
             entries = [] if isinstance(reply, BaseException) else stream_entries(reply)
-            found.append(entries[0] if entries else None)
+            found.append(RawEntry(i, entries[0].fields, 1) if entries else None)
         return found
 
     async def due_messages(self, due_by_ms: int, count: int) -> list[bytes | None]:

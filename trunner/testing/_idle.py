@@ -126,8 +126,9 @@ async def _group_state(runner: Runner, detail: bool, within: float = 0.0) -> Idl
     progress = await broker.progress(now_ms)
     count = SUMMARY_LIMIT if detail else 1
     queued_entries: list[RawEntry] = []
-    if progress.last_delivered is not None:
-        queued_entries = await broker.undelivered(progress.last_delivered, count)
+    for lane, last in progress.last_by_lane.items():
+        if last is not None and len(queued_entries) < count:
+            queued_entries += await broker.undelivered(last, count - len(queued_entries), lane)
     parts = runner._components
     holdings = parts.holdings if parts is not None else None
     jobs = list(holdings.running.values()) if holdings is not None else []

@@ -1,0 +1,362 @@
+"""Priority lanes: each lane its own stream in the queue's slot, served strictly or by
+weight; a task keeps its lane through retries, delays, dead letters and replays, reclaims
+and releases; a lower lane served by weight never starves under a saturated upper lane.
+
+Crosses keys.py (lane streams, entry ids), message.py (the lane as the first member),
+the producer (priority), the broker (one call per lane), lanes.lua (the scripts that put a
+stored message back, or look a task up by id), the fetcher (the order of the lanes, the
+read of all lanes at once) and the release and reclaim paths.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import trio
+
+import trunner
+from trunner import Keys
+from trunner.keys import (
+    DEFAULT_LANE,
+    check_lane,
+    entry_id,
+    hash_tag,
+    lane_suffix,
+    split_entry_id,
+)
+from trunner.message import encode_message
+
+from ..conftest import config, open_checked_runner, parts, redis_state
+
+LANES = {"urgent": 9, "default": 1}
+
+
+class Recorder:
+    """A registry whose tasks note (lane, payload) in the order they start."""
+
+    def __init__(self) -> None:
+        self.ran: list[tuple[str, Any]] = []
+        self.ids: dict[Any, list[str]] = {}
+        self.tasks = trunner.TaskRegistry()
+        self.failing: set[Any] = set()
+        self.gate = trio.Event()
+        self.blocked = 0
+
+        @self.tasks.task(max_retry=2, retry_backoff=0.01)
+        async def record(payload: Any) -> Any:
+            message = trunner.current_message()
+            self.ran.append((message.lane, payload))
+            self.ids.setdefault(payload, []).append(message.message_id)
+            if payload in self.failing:
+                self.failing.discard(payload)
+                raise RuntimeError("fails once")
+            return payload
+
+        @self.tasks.task(priority="urgent")
+        async def hurry(payload: Any) -> Any:
+            message = trunner.current_message()
+            self.ran.append((message.lane, payload))
+            self.ids.setdefault(payload, []).append(message.message_id)
+            return payload
+
+        @self.tasks.task(priority="urgent", max_retry=0)
+        async def doomed(payload: Any) -> None:
+            self.ran.append((trunner.current_message().lane, payload))
+            raise RuntimeError("always fails")
+
+        @self.tasks.task(priority="urgent")
+        async def block(payload: Any) -> None:
+            self.blocked += 1
+            await self.gate.wait()
+
+    async def count(self, n: int) -> bool:
+        await trio.lowlevel.checkpoint()
+        return len(self.ran) >= n
+
+
+def test_lane_streams_and_entry_ids() -> None:
+    keys = Keys("trunner", "emails")
+    assert keys.lane_stream(DEFAULT_LANE) == keys.stream == "trunner:{emails}:stream"
+    assert keys.lane_stream("urgent") == "trunner:{emails}:stream:urgent"
+    assert keys.lane_floor("urgent") == "trunner:{emails}:floor:urgent"
+    assert keys.lanes == "trunner:{emails}:lanes"
+    shared = Keys("trunner", "audit", "events")
+    lane_keys = [shared.lane_stream("bulk"), shared.lane_floor("bulk"), shared.lanes]
+    assert {hash_tag(k) for k in lane_keys} == {"events"}, "one Cluster slot per queue"
+    assert entry_id("5-1", DEFAULT_LANE) == "5-1"
+    assert entry_id("5-1", "bulk") == "5-1@bulk"
+    assert split_entry_id("5-1@bulk") == ("bulk", "5-1")
+    assert split_entry_id("5-1") == (DEFAULT_LANE, "5-1")
+    assert lane_suffix("bulk") == "@bulk"
+    assert lane_suffix(DEFAULT_LANE) == ""
+    for bad in ("", "a b", "x{y}", "é", "a@b", "x" * 33):
+        with pytest.raises(ValueError, match="lane name"):
+            check_lane(bad)
+    with pytest.raises(TypeError, match="lane name"):
+        check_lane(3)
+
+
+def test_lanes_configuration_is_checked() -> None:
+    cfg = trunner.RunnerConfig(consumer_group="g", lanes=["urgent", "default", "bulk"])
+    assert cfg.lanes == (("urgent", 1), ("default", 1), ("bulk", 1))
+    assert trunner.RunnerConfig(consumer_group="g").lanes == (("default", 1),)
+    with pytest.raises(ValueError, match="must include 'default'"):
+        trunner.RunnerConfig(consumer_group="g", lanes={"urgent": 1})
+    with pytest.raises(ValueError, match="weight of lane 'urgent'"):
+        trunner.RunnerConfig(consumer_group="g", lanes={"urgent": 0, "default": 1})
+    with pytest.raises(TypeError, match="weight of lane 'urgent'"):
+        trunner.RunnerConfig(consumer_group="g", lanes={"urgent": 1.5, "default": 1})
+    with pytest.raises(TypeError, match="lanes must be"):
+        trunner.RunnerConfig(consumer_group="g", lanes="default")
+    with pytest.raises(ValueError, match="twice"):
+        trunner.RunnerConfig(consumer_group="g", lanes=["default", "default"])
+    with pytest.raises(ValueError, match="lane name"):
+        trunner.RunnerConfig(consumer_group="g", lanes=["default", "no way"])
+    with pytest.raises(TypeError, match="strict_lanes"):
+        trunner.RunnerConfig(consumer_group="g", strict_lanes="yes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="priority"):
+        trunner.Task("t", _noop, priority="not a lane")
+
+
+async def _noop(payload: Any) -> None:
+    await trio.lowlevel.checkpoint()
+
+
+def test_a_message_of_the_default_lane_keeps_its_layout() -> None:
+    """Only a message of another lane names it, as its first member (where the scripts
+    that put it back into its lane read it)."""
+    plain = encode_message("t", 1, enqueued_at=1.0, max_bytes=1000)
+    assert plain == b'{"task":"t","payload":1,"attempt":1,"enqueued_at":1.0}'
+    laned = encode_message("t", 1, enqueued_at=1.0, max_bytes=1000, lane="bulk")
+    assert laned.startswith(b'{"lane":"bulk","task":"t",')
+
+
+async def test_dispatch_refuses_a_priority_that_is_no_lane_name(url: str, group: str) -> None:
+    async with trunner.open_client(url, group) as client:
+        with pytest.raises(ValueError, match="priority must be a lane name"):
+            await client.dispatch("record", 1, priority="no such lane!")
+        with pytest.raises(TypeError, match="priority"):
+            await client.dispatch("record", 1, priority=5)  # type: ignore[call-overload]
+
+
+async def test_strict_lanes_serve_the_upper_lane_first(url: str, group: str, raw: Any) -> None:
+    """A backlog in the default lane; an urgent task dispatched after it starts before
+    every one of them (one worker, one message per read)."""
+    rec = Recorder()
+    async with trunner.open_client(url, group, tasks=rec.tasks) as client:
+        await client.dispatch_many("record", list(range(30)))
+        urgent = await client.dispatch("hurry", "first", keep_result=60)
+        later = await client.dispatch("record", "also urgent", priority="urgent")
+    assert str(urgent).endswith("@urgent")
+    cfg = config(group, lanes=LANES, strict_lanes=True, num_workers=1, batch_size=1)
+    async with open_checked_runner(url, cfg, rec.tasks) as runner:
+        await redis_state(lambda: rec.count(32))
+        assert await runner.handle(str(urgent)).result() == "first"
+        stats = runner.statistics()
+    assert rec.ran[:2] == [("urgent", "first"), ("urgent", "also urgent")]
+    assert [p for _, p in rec.ran[2:]] == list(range(30))
+    assert rec.ids["first"] == [str(urgent)]
+    assert rec.ids["also urgent"] == [str(later)]
+    assert stats.lanes == {"urgent": 2, "default": 30}
+    keys = Keys("trunner", group)
+    assert raw.smembers(keys.lanes) == {b"urgent"}
+    assert raw.xlen(keys.lane_stream("urgent")) == 0, "acknowledged entries are deleted"
+
+
+async def test_a_weighted_lower_lane_never_starves(url: str, group: str) -> None:
+    """The upper lane holds 600 tasks, nine tenths of the weight: the 20 tasks of the
+    lower lane all run while more than 300 upper ones still wait. (Each read starts with
+    the lower lane with probability 1/10: 20 of the first 300 reads or fewer has a
+    probability below 1e-4; strict order would run none of them before the 600.)"""
+    rec = Recorder()
+    async with trunner.open_client(url, group) as client:
+        await client.dispatch_many("record", [f"u{i}" for i in range(600)], priority="urgent")
+        await client.dispatch_many("record", [f"d{i}" for i in range(20)])
+    cfg = config(group, lanes=LANES, num_workers=1, batch_size=1)
+    async with open_checked_runner(url, cfg, rec.tasks):
+        await redis_state(lambda: rec.count(620))
+    lower = [i for i, (lane, _) in enumerate(rec.ran) if lane == DEFAULT_LANE]
+    assert len(lower) == 20
+    upper_before_last_lower = lower[-1] - 19
+    assert upper_before_last_lower < 300, f"lower lane done after {upper_before_last_lower}"
+    assert upper_before_last_lower > 0, "the upper lane is served first most of the time"
+
+
+async def test_a_retry_and_a_delayed_task_go_to_their_lane(url: str, group: str) -> None:
+    rec = Recorder()
+    rec.failing.add("again")
+    cfg = config(group, lanes=LANES, strict_lanes=True)
+    async with open_checked_runner(url, cfg, rec.tasks) as runner:
+        await runner.dispatch("record", "again", priority="urgent")
+        await runner.dispatch_delayed("record", "later", 0.05, priority="urgent")
+        await redis_state(lambda: rec.count(3))
+        assert runner.statistics().retried == 1
+    assert sorted(rec.ran) == [("urgent", "again"), ("urgent", "again"), ("urgent", "later")]
+    assert all(i.endswith("@urgent") for i in rec.ids["again"] + rec.ids["later"])
+    assert len(set(rec.ids["again"])) == 2, "the retry is a new entry of the same lane"
+
+
+async def test_a_dead_letter_is_replayed_into_its_lane(url: str, group: str) -> None:
+    rec = Recorder()
+    cfg = config(group, lanes=LANES)
+    async with open_checked_runner(url, cfg, rec.tasks) as runner:
+        handle = await runner.dispatch("doomed", "x")
+        await redis_state(lambda: _dead(runner, 1))
+        (letter,) = await runner.dead_letters()
+        assert letter.message_id == str(handle)
+        assert letter.payload.startswith(b'{"lane":"urgent",')
+        replayed, skipped = await runner.replay_dead_letters([letter.id])
+        assert skipped == []
+        (new_id,) = replayed
+        assert new_id.endswith("@urgent")
+        await redis_state(lambda: _dead(runner, 2))
+    assert rec.ran == [("urgent", "x"), ("urgent", "x")]
+
+
+async def _dead(runner: trunner.Runner, n: int) -> bool:
+    await trio.lowlevel.checkpoint()
+    return runner.statistics().dead_lettered >= n
+
+
+async def test_a_lane_task_is_found_and_cancelled_by_its_id(url: str, group: str) -> None:
+    rec = Recorder()
+    async with trunner.open_client(url, group, tasks=rec.tasks) as client:
+        await _register(url, group, rec)
+        handle = await client.dispatch("hurry", "queued", keep_result=60)
+        status = await handle.status()
+        assert status.state is trunner.TaskState.QUEUED
+        assert await handle.cancel() is trunner.CancelOutcome.REMOVED
+        assert (await handle.status()).state is trunner.TaskState.CANCELLED
+        assert await client.queue_length() == 0
+    async with open_checked_runner(url, config(group, lanes=LANES), rec.tasks) as runner:
+        kept = await runner.dispatch("hurry", "kept", keep_result=60)
+        assert await kept.result() == "kept"
+        assert (await kept.status()).state is trunner.TaskState.SUCCEEDED
+    assert rec.ran == [("urgent", "kept")]
+
+
+async def _register(url: str, group: str, rec: Recorder) -> None:
+    """Create the group and its lanes (a runner started once)."""
+    async with open_checked_runner(url, config(group, lanes=LANES), rec.tasks):
+        pass
+
+
+async def test_a_released_lane_message_is_run_by_the_next_runner(
+    url: str, group: str, raw: Any
+) -> None:
+    """At shutdown a task that outlives the drain is interrupted and its message handed
+    back at once; a message fetched and not started is released: both wait in their
+    lane, and the next runner runs them without waiting for a reclaim delay."""
+    rec = Recorder()
+    cfg = config(group, lanes=LANES, num_workers=1, drain_timeout=0.0, reclaim_delay=3600.0)
+    async with trunner.open_runner(url, cfg, rec.tasks) as runner:
+        await runner.dispatch("block", "stuck")
+        await redis_state(lambda: _blocked(rec))
+    keys = Keys("trunner", group)
+    pending = raw.xpending(keys.lane_stream("urgent"), group)
+    assert pending["pending"] == 1
+    assert pending["consumers"][0]["name"] == b"trunner:released"
+    rec.gate.set()
+    async with open_checked_runner(url, config(group, lanes=LANES), rec.tasks) as again:
+        await redis_state(lambda: _acked(again, 1))
+        assert again.statistics().reclaimed == 1
+    assert rec.blocked == 2
+
+
+async def _blocked(rec: Recorder) -> bool:
+    await trio.lowlevel.checkpoint()
+    return rec.blocked >= 1
+
+
+async def _acked(runner: trunner.Runner, n: int) -> bool:
+    await trio.lowlevel.checkpoint()
+    return runner.statistics().acked >= n
+
+
+async def test_an_abandoned_lane_message_is_reclaimed(url: str, group: str, raw: Any) -> None:
+    """A message of a lane delivered to a consumer that died is reclaimed after the
+    reclaim delay, from its lane."""
+    rec = Recorder()
+    await _register(url, group, rec)
+    keys = Keys("trunner", group)
+    async with trunner.open_client(url, group) as client:
+        await client.dispatch("record", "orphan", priority="urgent")
+    raw.xreadgroup(group, "dead-consumer", {keys.lane_stream("urgent"): ">"}, count=1)
+    cfg = config(group, lanes=LANES, reclaim_delay=0.2, reclaim_interval=0.05)
+    async with open_checked_runner(url, cfg, rec.tasks) as runner:
+        await redis_state(lambda: rec.count(1))
+        assert runner.statistics().reclaimed == 1
+    assert rec.ran == [("urgent", "orphan")]
+
+
+async def test_a_unique_lane_task_holds_its_lock_until_it_finishes(url: str, group: str) -> None:
+    tasks = trunner.TaskRegistry()
+    done = trio.Event()
+
+    @tasks.task(unique=True, unique_for=60, unique_key=lambda p: p, priority="urgent")
+    async def once(payload: Any) -> None:
+        done.set()
+
+    async with trunner.open_client(url, group, tasks=tasks) as client:
+        first = await client.dispatch(once, 1)
+        assert str(first).endswith("@urgent")
+        with pytest.raises(trunner.TaskAlreadyDispatched):
+            await client.dispatch(once, 1)
+    async with open_checked_runner(url, config(group, lanes=LANES), tasks) as runner:
+        await done.wait()
+        await redis_state(lambda: _acked(runner, 1))
+        again = await runner.dispatch(once, 1)  # the lock went with the acknowledgement
+        assert str(again).endswith("@urgent")
+
+
+async def test_a_concurrency_waiter_is_granted_into_its_lane(url: str, group: str) -> None:
+    tasks = trunner.TaskRegistry()
+    started: list[str] = []
+    release = trio.Event()
+
+    @tasks.task(priority="urgent", concurrency=1)
+    async def one_at_a_time(payload: Any) -> None:
+        started.append(trunner.current_message().message_id)
+        await release.wait()
+
+    async with open_checked_runner(url, config(group, lanes=LANES), tasks) as runner:
+        await runner.dispatch_many(one_at_a_time, [1, 2])
+        await redis_state(lambda: _deferred(runner))
+        assert len(started) == 1
+        release.set()
+        await redis_state(lambda: _acked(runner, 2))
+    assert len(started) == 2
+    assert all(i.endswith("@urgent") for i in started), started
+
+
+async def _deferred(runner: trunner.Runner) -> bool:
+    await trio.lowlevel.checkpoint()
+    return runner.statistics().deferred_concurrency >= 1
+
+
+async def test_lanes_are_counted_in_inspect_and_the_queue_length(url: str, group: str) -> None:
+    rec = Recorder()
+    await _register(url, group, rec)
+    async with trunner.open_client(url, group) as client:
+        await client.dispatch_many("record", [1, 2, 3], priority="urgent")
+        await client.dispatch("record", 4)
+        assert await client.lane_lengths() == {"default": 1, "urgent": 3}
+        assert await client.queue_length() == 4
+        info = await client.inspect()
+        assert info.lanes == {"default": 1, "urgent": 3}
+        assert info.queue_length == 4
+        as_json = json.loads(json.dumps(trunner.admin.as_dict(info)))
+        assert as_json["lanes"] == {"default": 1, "urgent": 3}
+
+
+async def test_the_test_kit_waits_for_every_lane(url: str, group: str) -> None:
+    rec = Recorder()
+    async with trunner.testing.open_runner_factory(url, group) as runners:
+        runner = await runners(rec.tasks, config(group, lanes=LANES))
+        await runner.dispatch("hurry", 1)
+        await runner.dispatch("record", 2)
+        await trunner.testing.run_until_idle(runner)
+        assert sorted(p for _, p in rec.ran) == [1, 2]
+        assert parts(runner).holdings.running == {}
