@@ -24,7 +24,7 @@ from ._redis import Broker
 from ._util import ErrorLog, LoopBackoff, logger
 from .election import Elector
 from .errors import BackendError, InvalidPayload
-from .keys import UniqueLock
+from .keys import DEFAULT_LANE, UniqueLock
 from .message import encode_message
 from .quarantine import Quarantine
 from .task import CronSchedule, TaskRegistry
@@ -137,6 +137,7 @@ class CronScheduler:
                 headers=schedule.headers,
                 group=self._broker.keys.group,
                 max_bytes=self._max_bytes,
+                lane=task.priority if task is not None else DEFAULT_LANE,
             )
         except InvalidPayload as exc:  # too large for this runner's max_payload_bytes
             self._errors.capture(exc)

@@ -654,3 +654,23 @@ async def test_a_unique_lock_of_another_type_never_fails_the_end_of_its_task(
         await redis_state(ended)
         assert runner.state is trunner.RunnerState.STARTED
     assert raw.type(lock) == b"list"
+
+
+async def test_a_lane_stream_of_the_wrong_type_is_set_aside_and_the_lanes_go_on(
+    url: str, group: str, raw: Any
+) -> None:
+    """A priority lane's stream holding a string: set aside like the default stream, and
+    both lanes run."""
+    keys = Keys("trunner", group)
+    runs = Runs()
+    raw.set(keys.lane_stream("urgent"), "not a stream")
+    lanes = {"urgent": 2, "default": 1}
+    async with trunner.open_runner(url, config(group, **FAST, lanes=lanes), registry(runs)) as r:
+        await r.dispatch("record", "urgent", priority="urgent")
+        await r.dispatch("record", "plain")
+        await runs.wait_for("urgent")
+        await runs.wait_for("plain")
+        [record] = records(raw, keys)
+        assert record[b"source"] == keys.lane_stream("urgent").encode()
+        renamed = record[b"action"].decode().removeprefix("renamed to ")
+        assert raw.get(renamed) == b"not a stream", "set aside, not deleted"

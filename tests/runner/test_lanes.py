@@ -360,3 +360,24 @@ async def test_the_test_kit_waits_for_every_lane(url: str, group: str) -> None:
         await trunner.testing.run_until_idle(runner)
         assert sorted(p for _, p in rec.ran) == [1, 2]
         assert parts(runner).holdings.running == {}
+
+
+async def test_a_cron_tick_enters_its_tasks_lane(url: str, group: str) -> None:
+    tasks = trunner.TaskRegistry()
+    ticks: list[tuple[str, str]] = []
+    ticked = trio.Event()
+
+    @tasks.task(priority="urgent")
+    async def beat(payload: Any) -> None:
+        message = trunner.current_message()
+        ticks.append((message.lane, message.message_id))
+        ticked.set()
+
+    tasks.cron("* * * * * *", "beat", "tick")  # every second (six fields: seconds last)
+
+    cfg = config(group, lanes=LANES, leader_ttl=0.5, leader_wait=0.6)
+    async with open_checked_runner(url, cfg, tasks):
+        await ticked.wait()
+    lane, message_id = ticks[0]
+    assert lane == "urgent"
+    assert message_id.endswith("@urgent")

@@ -1164,9 +1164,13 @@ class Broker(Inspection):
         self, instance: str, now_ms: int, maxlen: int
     ) -> list[tuple[str, str, str]]:
         """Rename every fixed key holding a value of the wrong type, recording each in the
-        quarantine stream: (key, the type it had, its new name) of each."""
+        quarantine stream: (key, the type it had, its new name) of each (the streams and
+        floors of the lanes it reads included)."""
         keys = self.keys
         types = keys.types()
+        for lane in self.lanes:
+            types[keys.lane_stream(lane)] = "stream"
+            types[keys.lane_floor(lane)] = "string"
         flat: list[str] = []
         for key in types:
             flat += [key, keys.aside(key, now_ms)]
