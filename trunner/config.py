@@ -54,7 +54,10 @@ def _lanes(value: Any) -> tuple[tuple[str, int], ...]:
             "lanes must be a dict of lane name -> weight, or a list of lane names, "
             f"got {type(value).__name__}"
         )
-    pairs = list(value.items()) if isinstance(value, Mapping) else [(n, 1) for n in value]
+    if isinstance(value, Mapping):
+        pairs = list(value.items())
+    else:  # names, or (name, weight) pairs (what this returns: attrs.evolve gives it back)
+        pairs = [tuple(n) if isinstance(n, tuple) and len(n) == 2 else (n, 1) for n in value]
     if not 1 <= len(pairs) <= MAX_LANES:
         raise ValueError(f"lanes must name 1 to {MAX_LANES} lanes, got {len(pairs)}")
     seen: set[str] = set()
@@ -106,10 +109,11 @@ class RunnerConfig:
 
     lanes: tuple[tuple[str, int], ...] = attrs.field(default=None, converter=_lanes)
     """The priority lanes this runner reads: a dict of lane name -> weight (an int from 1
-    to 1000), highest priority first, or a list of lane names; kept as (name, weight)
-    pairs. ``None`` (the default): the one lane ``"default"``. It must include
-    ``"default"``, where tasks dispatched without a priority go. Every runner of a group
-    should read the same lanes. See [Priority lanes](lanes.md)."""
+    to 1000), highest priority first, or a list of lane names (or of (name, weight)
+    pairs); kept as (name, weight) pairs. ``None`` (the default): the one lane
+    ``"default"``. It must include ``"default"``, where tasks dispatched without a
+    priority go. Every runner of a group should read the same lanes. See
+    [Priority lanes](lanes.md)."""
 
     strict_lanes: bool = attrs.field(default=False, validator=v.boolean)
     """Serve the lanes in strict priority order: a lane is read only while every lane

@@ -381,3 +381,11 @@ async def test_a_cron_tick_enters_its_tasks_lane(url: str, group: str) -> None:
     lane, message_id = ticks[0]
     assert lane == "urgent"
     assert message_id.endswith("@urgent")
+
+
+def test_a_config_with_lanes_evolves() -> None:
+    """attrs.evolve gives the converted lanes back to the converter."""
+    import attrs  # noqa: PLC0415
+
+    cfg = trunner.RunnerConfig(consumer_group="g", lanes={"urgent": 3, "default": 1})
+    assert attrs.evolve(cfg, num_workers=5).lanes == (("urgent", 3), ("default", 1))
