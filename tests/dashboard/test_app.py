@@ -380,3 +380,22 @@ async def test_an_action_on_a_group_whose_name_has_url_characters_returns_to_its
             back = await http.get(done.headers["location"])
             assert back.status_code == 200
             assert "paused" in back.text
+
+
+async def test_the_group_page_shows_each_lanes_length(url: str, group: str, raw: Any) -> None:
+    """A queue whose runners declared lanes: the page and its snapshot give each lane's
+    length (what the lanes registry names); a queue of one lane shows none."""
+    keys = Keys("trunner", group)
+    async with open_app(url, [group]) as http:
+        page = await http.get(f"/group/{group}")
+        assert '<p id="lanes" class="note" hidden>' in page.text
+    raw.sadd(keys.lanes, "urgent")
+    async with trunner.open_client(url, group) as client:
+        await client.dispatch_many("record", [1, 2], priority="urgent")
+        await client.dispatch("record", 3)
+    async with open_app(url, [group]) as http:
+        snapshot = (await http.get(f"/group/{group}/snapshot")).json()
+        assert snapshot["lanes"] == {"default": 1, "urgent": 2}
+        assert snapshot["counts"]["queue"] == 3
+        page = await http.get(f"/group/{group}")
+        assert '<p id="lanes" class="note">by lane: default 1, urgent 2</p>' in page.text

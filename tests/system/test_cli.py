@@ -501,3 +501,28 @@ async def test_group_commands_take_the_key_prefix(redis_server: RedisServer, gro
         listed = cli("dead-letter", "list", group, *url)
         assert listed.returncode == 0
         assert f"no dead letters in group {group}" in listed.stdout
+
+
+async def test_dispatch_into_a_lane_and_inspect_it_by_lane(
+    redis_server: RedisServer, group: str
+) -> None:
+    url = ["--redis", redis_server.url]
+    tasks = trunner.TaskRegistry()
+    config = trunner.RunnerConfig(consumer_group=group, lanes={"urgent": 2, "default": 1})
+    async with open_checked_runner(redis_server.url, config, tasks):
+        pass  # the lanes are declared
+    sent = cli("dispatch", group, "ghost", "1", "--priority", "urgent", *url)
+    assert sent.returncode == 0, sent.stderr
+    assert sent.stdout.strip().endswith("@urgent")
+    assert cli("dispatch", group, "ghost", "2", *url).returncode == 0
+    info = json.loads(cli("inspect", group, "--json", *url).stdout)
+    assert info["lanes"] == {"default": 1, "urgent": 1}
+    assert info["queue_length"] == 2
+    text = cli("inspect", group, *url).stdout
+    assert "by lane" in text
+    assert "urgent 1" in text
+    status = json.loads(cli("status", group, sent.stdout.strip(), "--json", *url).stdout)
+    assert status["state"] == "queued"
+    bad = cli("dispatch", group, "ghost", "3", "--priority", "no lane!", *url)
+    assert bad.returncode != 0
+    assert "lane name" in bad.stderr

@@ -132,6 +132,7 @@ def _overview(info: Any) -> dict[str, Any]:
             "dead": info.dead_letters,
             "quarantined": info.quarantined,
         },
+        "lanes": dict(info.lanes),
         "leader": info.leader,
         "paused_since": info.paused_since,
         "capacity_decision": info.capacity.get("value"),

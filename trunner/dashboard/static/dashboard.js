@@ -97,6 +97,12 @@ function render(root, s) {
     const node = document.getElementById("count-" + key);
     if (node) node.textContent = key in counts ? String(counts[key]) : "?";
   }
+  const lanes = document.getElementById("lanes");
+  if (lanes && s.lanes) {
+    const entries = Object.entries(s.lanes);
+    lanes.hidden = entries.length < 2;
+    lanes.textContent = "by lane: " + entries.map(([lane, n]) => lane + " " + n).join(", ");
+  }
   const paused = document.getElementById("paused");
   if (paused && "paused_since" in s) {
     paused.hidden = !s.paused_since;
