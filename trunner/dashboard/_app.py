@@ -76,6 +76,29 @@ def _json(value: Any) -> str:
     return json.dumps(_finite(value), separators=(",", ":"))
 
 
+class _SnapshotEvents:
+    """The server-sent events of one group page: its snapshot now, then each newer one.
+
+    An iterator object, not an async generator: when the browser goes away, the response
+    stops iterating while it waits between two events, and an async generator left
+    suspended there would be finalized by the garbage collector (a ResourceWarning), at
+    any later moment."""
+
+    def __init__(self, sampler: Sampler) -> None:
+        self._sampler = sampler
+        self._version = -1
+
+    def __aiter__(self) -> _SnapshotEvents:
+        return self
+
+    async def __anext__(self) -> str:
+        sampler = self._sampler
+        if not await sampler.wait_newer(self._version):
+            raise StopAsyncIteration
+        self._version = sampler.version
+        return f"id: {self._version}\nevent: snapshot\ndata: {_json(sampler.latest)}\n\n"
+
+
 class Dashboard:
     """The state of one dashboard app: its groups' clients and samplers, its guard."""
 
@@ -224,14 +247,9 @@ class Dashboard:
         if sampler is None:
             return self._unknown(request)
 
-        async def stream() -> AsyncIterator[str]:
-            version = -1
-            while await sampler.wait_newer(version):
-                version = sampler.version
-                yield f"id: {version}\nevent: snapshot\ndata: {_json(sampler.latest)}\n\n"
-
         headers = {**SECURITY_HEADERS, "x-accel-buffering": "no"}
-        return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
+        events = _SnapshotEvents(sampler)
+        return StreamingResponse(events, media_type="text/event-stream", headers=headers)
 
     async def act(self, request: Request) -> Response:
         if (refused := self.gate(request)) is not None:
