@@ -24,7 +24,7 @@ delivered to it (never lost to a cancellation).
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import TypeVar
 
 import trio
@@ -40,12 +40,22 @@ from .quarantine import Quarantine
 from .release import Releaser
 from .statistics import Counters
 
-__all__ = ["Fetcher", "ReclaimSchedule"]
+__all__ = ["Fetcher", "ReclaimSchedule", "split_excess"]
 
 T = TypeVar("T")
 
 #: The shortest BLOCK of one read (ms resolution in Redis).
 MIN_BLOCK = 0.001
+
+
+def split_excess(
+    entries: Sequence[RawEntry], slots: int, rank: Mapping[str, int]
+) -> tuple[list[RawEntry], list[RawEntry]]:
+    """``entries`` read from several lanes at once, split into the ``slots`` to keep (the
+    upper lanes' first: ``rank`` gives each lane's place) and the rest, each lane's in the
+    order it gave them."""
+    ordered = sorted(entries, key=lambda e: rank.get(split_entry_id(e.message_id)[0], 0))
+    return ordered[:slots], ordered[slots:]
 
 
 class ReclaimSchedule:
@@ -231,11 +241,10 @@ class Fetcher:
         """Of more entries than ``slots`` (a read of several lanes at once), keep those of
         the lanes first in priority order; queue the others for release (their delivery
         does not count)."""
-        rank = self._rank
-        entries.sort(key=lambda e: rank.get(split_entry_id(e.message_id)[0], 0))
-        self._releaser.hand_back(self.consumer, [e.message_id for e in entries[slots:]])
+        kept, excess = split_excess(entries, slots, self._rank)
+        self._releaser.hand_back(self.consumer, [e.message_id for e in excess])
         self._dirty = True  # _recover releases them
-        return entries[:slots]
+        return kept
 
     def _paused(self) -> bool:
         """Whether the group is paused now (a call: it may have changed since the last

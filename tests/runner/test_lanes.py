@@ -18,6 +18,8 @@ import trio
 
 import trunner
 from trunner import Keys
+from trunner._redis import RawEntry
+from trunner.fetcher import split_excess
 from trunner.keys import (
     DEFAULT_LANE,
     check_lane,
@@ -389,3 +391,23 @@ def test_a_config_with_lanes_evolves() -> None:
 
     cfg = trunner.RunnerConfig(consumer_group="g", lanes={"urgent": 3, "default": 1})
     assert attrs.evolve(cfg, num_workers=5).lanes == (("urgent", 3), ("default", 1))
+
+
+def test_a_read_beyond_the_free_slots_keeps_the_upper_lanes_entries() -> None:
+    """A blocking read names every lane, and Redis counts per stream: what it returns
+    beyond the reserved slots is handed back, the lowest lanes' first (in the order each
+    lane gave them)."""
+    entries = [
+        RawEntry("1-0", None),
+        RawEntry("1-0@urgent", None),
+        RawEntry("2-0", None),
+        RawEntry("2-0@urgent", None),
+        RawEntry("1-0@bulk", None),
+    ]
+    rank = {"urgent": 0, DEFAULT_LANE: 1, "bulk": 2}
+    kept, excess = split_excess(entries, 3, rank)
+    assert [e.message_id for e in kept] == ["1-0@urgent", "2-0@urgent", "1-0"]
+    assert [e.message_id for e in excess] == ["2-0", "1-0@bulk"]
+    kept, excess = split_excess(entries, 5, rank)
+    assert len(kept) == 5
+    assert excess == []
