@@ -20,6 +20,7 @@ import trio
 from ._context import Given, NoRunnerInEagerCall, _current_message, _eager_call
 from .codec import TypeCodec
 from .errors import InvalidPayload, MaxRetryExceeded, MiddlewareError, TaskTimeout, gives_up
+from .keys import entry_id
 from .message import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     NO_SIZE_LIMIT,
@@ -165,7 +166,7 @@ async def _first_message(
         max_bytes=max_payload_bytes,
         lane=task.priority,
     )
-    return decode_message(_eager_id(), [PAYLOAD_FIELD, data])
+    return decode_message(entry_id(_eager_id(), task.priority), [PAYLOAD_FIELD, data])
 
 
 def _goes_up(exc: BaseException) -> bool:

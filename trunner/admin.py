@@ -21,7 +21,7 @@ from ._util import wall_ms
 from .errors import RedisCommandError
 from .group_stats import GroupStats, InstanceInfo, compute_stats, stats_or_none
 from .handles import status_of
-from .keys import UniqueLock, split_entry_id
+from .keys import UniqueLock, is_lane_entry_id, split_entry_id
 from .message import (
     DEFAULT_UNIQUE_FOR,
     NO_SIZE_LIMIT,
@@ -329,7 +329,10 @@ async def _dead_entries(
     entries: list[RawEntry] = []
     if ids is not None:
         for i in dict.fromkeys(ids):  # each once, in order
-            if not is_entry_id(i):
+            if not is_entry_id(i) and is_lane_entry_id(i):  # a task id of a lane
+                dead_id = await _dead_letter_of_task(broker, i)
+                skipped[i] = _task_id_reason(dead_id) if dead_id is not None else GONE
+            elif not is_entry_id(i):
                 skipped[i] = MALFORMED
             elif (entry := await broker.dead_entry(i)) is not None:
                 entries.append(entry)
@@ -351,8 +354,8 @@ async def _dead_entries(
 async def _dead_letter_of_task(broker: Broker, task_id: str) -> str | None:
     """The id of a dead letter of task ``task_id``, if one is found among the
     :data:`TASK_ID_SCAN` dead letters written from the task's dispatch on (a task id is
-    the stream id of its first message: its dead letter came later)."""
-    start, seen = task_id, 0
+    the stream id of its first message, of a lane or not: its dead letter came later)."""
+    start, seen = split_entry_id(task_id)[1], 0
     while seen < TASK_ID_SCAN and (batch := await broker.dead_entries(500, start)):
         fresh = [e for e in batch if e.message_id != start]
         if not fresh:

@@ -36,7 +36,7 @@ from ._util import ErrorLog, LoopBackoff, logger, wall_ms
 from .config import RunnerConfig
 from .election import Elector
 from .errors import BackendError
-from .keys import RELEASED_CONSUMER
+from .keys import RELEASED_CONSUMER, is_lane_entry_id
 from .quarantine import Quarantine
 
 __all__ = ["Janitor", "instance_of"]
@@ -48,7 +48,6 @@ TRIM_LIMIT = 10_000
 SHARED_TRIM_INTERVAL = 2.0
 #: How many cancel marks, and where-map entries, one round looks at (HSCAN COUNT).
 SWEEP_PAGE = 500
-_ENTRY_ID = re.compile(r"[0-9]+-[0-9]+")
 #: The most digits of a time in ms (int64).
 MAX_MS_DIGITS = 19
 _FETCHER_SUFFIX = re.compile(r"/\d+$")
@@ -246,7 +245,7 @@ class Janitor:
                 marks.append(task_id)
         moved = []
         for task_id, entry in pages["where"]:
-            if not _ENTRY_ID.fullmatch(entry):
+            if not is_lane_entry_id(entry):
                 await self._set_aside("where", task_id, entry, "not a stream entry id")
             moved.append(task_id)  # the script deletes those whose entry is gone
         if not (marks or moved):

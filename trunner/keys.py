@@ -25,6 +25,7 @@ __all__ = [
     "fence_key_for",
     "hash_tag",
     "is_lane",
+    "is_lane_entry_id",
     "lane_suffix",
     "split_entry_id",
     "utf8_error",
@@ -103,6 +104,21 @@ def entry_id(stream_id: str, lane: str) -> str:
     itself in the default lane, else ``<stream id>@<lane>`` (the streams of two lanes give
     the same ids: the lane tells them apart). It is also the task id of a plain dispatch."""
     return stream_id + lane_suffix(lane)
+
+
+def is_lane_entry_id(text: str) -> bool:
+    """Whether ``text`` is an id :func:`entry_id` makes: ``<ms>-<seq>``, or
+    ``<ms>-<seq>@<lane>``."""
+    stream_id, mark, lane = text.partition(LANE_MARK)
+    ms, dash, seq = stream_id.partition("-")
+    return (
+        bool(dash)
+        and ms.isascii()
+        and ms.isdigit()
+        and seq.isascii()
+        and seq.isdigit()
+        and (not mark or is_lane(lane))
+    )
 
 
 def lane_suffix(lane: str) -> str:

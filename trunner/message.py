@@ -224,8 +224,9 @@ class TaskMessage:
     (see [Queues and fan-out](queues.md))."""
 
     lane: str = attrs.field(default=DEFAULT_LANE, repr=False)
-    """The priority lane the task was dispatched to (``"default"`` without a priority):
-    its retries and deferrals go back to it (see [Priority lanes](lanes.md))."""
+    """The priority lane of this delivery: the lane whose stream it was read from, which
+    its id names (``"default"`` for a task dispatched without a priority). Its retries and
+    deferrals go back to it (see [Priority lanes](lanes.md))."""
 
     def with_attempt(self, attempt: int) -> TaskMessage:
         """A copy with another ``attempt``."""
@@ -763,6 +764,8 @@ def decode_fields(
         headers = body.get("headers")
         if headers is not None and (not headers or _headers_error(headers) is not None):
             return None  # {} is no headers, as the slow path says; bad ones, it says why
+        if "lane" in body and _lane_error(body["lane"]) is not None:
+            return None  # the slow path says why
         if deliveries > 1:
             attempt += deliveries - 1
         return (
@@ -807,15 +810,6 @@ def _lane_error(lane: Any) -> str | None:
     except (TypeError, ValueError) as exc:
         return str(exc)
     return None
-
-
-def stored_lane(raw: bytes) -> str:
-    """The lane a stored message names (the default when it names none, or is bad)."""
-    try:
-        lane = _body(raw).get("lane")
-    except ValueError:
-        return DEFAULT_LANE
-    return lane if lane is not None and _lane_error(lane) is None else DEFAULT_LANE
 
 
 def _body(raw: bytes) -> dict[str, Any]:
@@ -897,5 +891,5 @@ def _decode_checked(
         options=options or NO_OPTIONS,
         headers=headers or NO_HEADERS,
         group=group,
-        lane=body.get("lane") or split_entry_id(message_id)[0],
+        lane=split_entry_id(message_id)[0],
     )

@@ -30,7 +30,7 @@ def _names(raw: Any, keys: Keys) -> set[str]:
 
 def _trim(raw: Any, keys: Keys, before_ms: int, leader: str = "me") -> list[Any]:
     result: list[Any] = raw.eval(
-        SCRIPTS.trim.source, 2, keys.leader, keys.stream, leader, before_ms, 10_000
+        SCRIPTS.trim.source, 3, keys.leader, keys.stream, keys.groups, leader, before_ms, 10_000
     )
     return result
 

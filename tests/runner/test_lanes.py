@@ -11,12 +11,14 @@ read of all lanes at once) and the release and reclaim paths.
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import pytest
 import trio
 
 import trunner
+import trunner.testing
 from trunner import Keys
 from trunner._redis import RawEntry
 from trunner.fetcher import split_excess
@@ -28,7 +30,7 @@ from trunner.keys import (
     lane_suffix,
     split_entry_id,
 )
-from trunner.message import encode_message
+from trunner.message import decode_fields, decode_message, encode_message
 
 from ..conftest import config, open_checked_runner, parts, redis_state
 
@@ -411,3 +413,178 @@ def test_a_read_beyond_the_free_slots_keeps_the_upper_lanes_entries() -> None:
     kept, excess = split_excess(entries, 5, rank)
     assert len(kept) == 5
     assert excess == []
+
+
+# -- what the review of lanes found ------------------------------------------------------
+
+FAST = {"report_interval": 0.1, "instance_ttl": 0.3, "janitor_interval": 0.1}
+
+
+async def _rounds(count: Any, n: int) -> bool:
+    await trio.lowlevel.checkpoint()
+    return bool(count() >= n)
+
+
+async def test_a_lane_where_map_entry_is_no_bad_data(url: str, group: str) -> None:
+    """A delayed task moved into a lane has the where-map entry '<id>@urgent': trunner's,
+    not bad data, whatever the janitor's rounds."""
+    rec = Recorder()
+    rec.gate = trio.Event()
+    cfg = config(group, lanes=LANES, **FAST)
+    async with open_checked_runner(url, cfg, rec.tasks) as runner:
+        await runner.dispatch_delayed("block", 1, 0.01)
+        await redis_state(lambda: _blocked(rec))
+        janitor = parts(runner).janitor
+        await janitor.wait_rounds(janitor.rounds + 3)
+        assert await runner.quarantined() == []
+        status = await runner.handle(_only_task_id(rec, runner)).status()
+        assert status.state is trunner.TaskState.RUNNING
+        rec.gate.set()
+
+
+def _only_task_id(rec: Recorder, runner: trunner.Runner) -> str:
+    (job,) = parts(runner).holdings.running.values()
+    assert job.message_id.endswith("@urgent")
+    return job.message.task_id
+
+
+async def test_a_lane_of_another_runner_holding_another_type_stops_no_chore(
+    url: str, group: str, raw: Any
+) -> None:
+    """Something else wrote a string at the stream of a lane the registry names (another
+    runner's), and a where-map value names an entry of it: the statistics, inspect and the
+    janitor go on (that lane counts 0, the entry is kept); the key is left to the runners
+    that read the lane (they set it aside)."""
+    keys = Keys("trunner", group)
+    raw.sadd(keys.lanes, "ghost")
+    raw.set(keys.lane_stream("ghost"), "not a stream")
+    raw.hset(keys.where, "some-task", "1-1@ghost")
+    cfg = config(group, stats_interval=0.05, **FAST)
+    async with open_checked_runner(url, cfg, trunner.TaskRegistry()) as runner:
+        aggregator, janitor = parts(runner).aggregator, parts(runner).janitor
+        await redis_state(lambda: _rounds(lambda: aggregator.rounds, 2))
+        await janitor.wait_rounds(janitor.rounds + 2)
+        assert (await runner.inspect()).lanes["default"] == 0
+        assert await runner.queue_length() == 0
+    assert raw.hget(keys.where, "some-task") == b"1-1@ghost", "kept"
+
+
+async def test_a_message_naming_a_lane_whose_stream_is_bad_runs_in_the_default_lane(
+    url: str, group: str, raw: Any
+) -> None:
+    """A due delayed task and a concurrency waiter naming a lane whose stream holds a
+    string (a lane no runner here reads, so nobody set it aside): each is moved into the
+    default lane and runs; the mover goes on with the others."""
+    tasks = trunner.TaskRegistry()
+    ran: list[tuple[str, Any]] = []
+
+    @tasks.task(concurrency=1)
+    async def lim(payload: Any) -> None:
+        ran.append((trunner.current_message().lane, payload))
+
+    keys = Keys("trunner", group)
+    async with trunner.open_client(url, group) as client:
+        await client.dispatch_delayed("lim", "bulk", 0, priority="bulk")
+    waiter = encode_message(
+        "lim", "waiter", enqueued_at=1.0, task_id="w1", lane="bulk", max_bytes=10_000
+    )
+    raw.rpush(keys.concurrency_waiting("3:lim"), waiter)  # as a runner reading bulk left it
+    raw.set(keys.lane_stream("bulk"), "not a stream")
+    async with open_checked_runner(url, config(group, **FAST), tasks) as runner:
+        await runner.dispatch_delayed(lim, "plain", 0.05)
+        await runner.dispatch(lim, "first")
+        await redis_state(lambda: _ran(ran, 4))
+    assert sorted(p for _, p in ran) == ["bulk", "first", "plain", "waiter"]
+    assert {lane for lane, _ in ran} == {DEFAULT_LANE}
+    assert raw.get(keys.lane_stream("bulk")) == b"not a stream", "left as it was"
+
+
+async def _ran(ran: list[Any], n: int) -> bool:
+    await trio.lowlevel.checkpoint()
+    return len(ran) >= n
+
+
+async def test_a_group_that_does_not_read_a_lane_yet_loses_nothing_of_it(
+    url: str, raw: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fan-out: group a reads {urgent, default}, group b only the default lane. a's
+    leader trims nothing of the urgent lane while b has no consumer group on it: when b
+    reads the lane, it runs what was dispatched there."""
+    monkeypatch.setattr("trunner.janitor.SHARED_TRIM_INTERVAL", 0.05)
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    seen: dict[str, list[Any]] = {"a": [], "b": []}
+
+    def registry(name: str) -> trunner.TaskRegistry:
+        reg = trunner.TaskRegistry()
+
+        @reg.task(name="work")
+        async def work(payload: Any) -> None:
+            seen[name].append(payload)
+
+        return reg
+
+    ga, gb = f"a-{queue}", f"b-{queue}"
+    keys = Keys("trunner", ga, queue)
+    async with (
+        open_checked_runner(url, config(ga, queue=queue, lanes=LANES), registry("a")) as a,
+        open_checked_runner(url, config(gb, queue=queue), registry("b")),
+    ):
+        await a.dispatch("work", "both", priority="urgent")
+        await a.dispatch("work", "plain")
+        await redis_state(lambda: _ran(seen["a"], 2))
+        await redis_state(lambda: _ran(seen["b"], 1))
+        janitor = parts(a).janitor
+        await redis_state(lambda: _rounds(lambda: janitor.shared_passes, 3))
+        assert raw.xlen(keys.lane_stream("urgent")) == 1, "b has not read it"
+    async with open_checked_runner(url, config(gb, queue=queue, lanes=LANES), registry("b")):
+        await redis_state(lambda: _ran(seen["b"], 2))
+    assert sorted(seen["b"]) == ["both", "plain"]
+    assert sorted(seen["a"]) == ["both", "plain"]
+
+
+def test_a_messages_lane_is_its_streams_on_both_decode_paths() -> None:
+    """The fast path and the checked one (a message for one group takes it) agree: the
+    lane is the stream's, which the id names; a body naming no lane name is undecodable."""
+    laned = b'{"lane":"urgent","task":"t","payload":1}'
+    grouped = b'{"lane":"urgent","task":"t","payload":1,"group":"g"}'
+    for raw in (laned, grouped):
+        assert decode_message("5-0@urgent", [b"payload", raw]).lane == "urgent"
+        assert decode_message("5-0", [b"payload", raw]).lane == DEFAULT_LANE
+    for bad in (b'{"lane":5,"task":"t","payload":1}', b'{"lane":"a b","task":"t","payload":1}'):
+        with pytest.raises(trunner.InvalidMessage, match="'lane'"):
+            decode_message("5-0", [b"payload", bad])
+        assert decode_fields("5-0", [b"payload", bad], 1, None) is None
+
+
+async def test_eager_calls_see_the_tasks_lane() -> None:
+    rec = Recorder()
+    assert await rec.tasks.call("hurry", "now") == "now"
+    assert rec.ran == [("urgent", "now")]
+
+
+async def test_the_clean_shutdown_check_sees_a_message_left_in_a_lane(
+    url: str, group: str, raw: Any
+) -> None:
+    keys = Keys("trunner", group)
+    with pytest.raises(trunner.testing.ShutdownLeak, match="@urgent"):
+        async with trunner.testing.assert_clean_shutdown(threads=False):
+            async with trunner.open_runner(
+                url, config(group, lanes=LANES), trunner.TaskRegistry()
+            ) as runner:
+                pass
+            async with trunner.open_client(url, group) as client:
+                await client.dispatch("t", 1, priority="urgent")
+            # a fetch the runner never released, as a leak would leave it
+            raw.xreadgroup(group, runner.consumers[0], {keys.lane_stream("urgent"): ">"}, count=1)
+
+
+async def test_replaying_by_a_lane_task_id_names_its_dead_letter(url: str, group: str) -> None:
+    rec = Recorder()
+    async with open_checked_runner(url, config(group, lanes=LANES), rec.tasks) as runner:
+        handle = await runner.dispatch("doomed", 1)
+        await redis_state(lambda: _dead(runner, 1))
+        (letter,) = await runner.dead_letters()
+        result = await runner.replay_dead_letters([str(handle)])
+    assert result.replayed == []
+    assert letter.id in result.skipped[str(handle)]
+    assert "task id" in result.skipped[str(handle)]

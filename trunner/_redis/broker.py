@@ -21,7 +21,6 @@ from ..keys import (
     Keys,
     UniqueLock,
     entry_id,
-    is_lane,
     lane_suffix,
     split_entry_id,
 )
@@ -406,16 +405,9 @@ class Broker(Inspection):
             held = [locks[i] for i in chunk if i in locks] if locks else []
             outcomes = [records[i] for i in chunk if i in records] if records else []
             raw = chunk if default else [split_entry_id(i)[1] for i in chunk]
-            args: list[Arg] = [self.group, self._delete, keys.done, len(chunk), *raw]
-            args += [len(held), *(token for _, token in held)]
-            if default:
-                pairs = (
-                    [(n + 1, moved[i]) for n, i in enumerate(chunk) if i in moved] if moved else []
-                )
-            else:  # the channel says trunner's ids (a where-map field of that name: none)
-                pairs = [
-                    (n + 1, moved[i] if moved and i in moved else i) for n, i in enumerate(chunk)
-                ]
+            args: list[Arg] = [self.group, self._delete, keys.done, lane_suffix(lane)]
+            args += [len(chunk), *raw, len(held), *(token for _, token in held)]
+            pairs = [(n + 1, moved[i]) for n, i in enumerate(chunk) if i in moved] if moved else []
             args += [len(pairs), *(x for pair in pairs for x in pair)]
             gone = [forget[i] for i in chunk if i in forget] if forget else []
             args += [len(gone), *gone]
@@ -864,7 +856,9 @@ class Broker(Inspection):
         (entries trimmed, the id trimmed below). Undelivered and pending ones stay."""
         trimmed, below = 0, "0-0"
         for lane, stream in zip(self.lanes, self._streams, strict=True):
-            reply = await leader.run_fenced(SCRIPTS.trim, [stream], [before_ms, limit])
+            reply = await leader.run_fenced(
+                SCRIPTS.trim, [stream, self.keys.groups], [before_ms, limit]
+            )
             trimmed += int(reply[0])
             if lane == DEFAULT_LANE:
                 below = as_str(reply[1])
@@ -1117,8 +1111,7 @@ class Broker(Inspection):
         """Delete every fixed key of the group (its stream, delayed tasks, lease ...), and
         the streams and floors of the lanes it reads or the queue's registry names."""
         keys = self.keys
-        named = await self.transport.execute("SMEMBERS", keys.lanes)
-        lanes = set(self.lanes) | {n for lane in named or () if is_lane(n := as_str(lane))}
+        lanes = await self.known_lanes()
         lane_keys = [
             k for lane in sorted(lanes) for k in (keys.lane_stream(lane), keys.lane_floor(lane))
         ]
@@ -1168,7 +1161,7 @@ class Broker(Inspection):
         floors of the lanes it reads included)."""
         keys = self.keys
         types = keys.types()
-        for lane in self.lanes:
+        for lane in await self.known_lanes():
             types[keys.lane_stream(lane)] = "stream"
             types[keys.lane_floor(lane)] = "string"
         flat: list[str] = []

@@ -83,7 +83,10 @@ class Inspection:
     async def known_lanes(self) -> list[str]:
         """The lanes this broker reads, then the others the queue's registry of lanes
         names (what runners declared; names that are no lane names are left out)."""
-        named = await self.transport.execute("SMEMBERS", self.keys.lanes)
+        try:
+            named = await self.transport.execute("SMEMBERS", self.keys.lanes)
+        except RedisCommandError:  # another type: set aside by the runners (Keys.types)
+            named = []
         others = {n for raw in named or () if is_lane(n := as_str(raw))} - set(self.lanes)
         return [*self.lanes, *sorted(others)]
 
@@ -98,14 +101,19 @@ class Inspection:
         keys = self.keys
         lengths: dict[str, int] = {}
         for lane in await self.known_lanes():
-            lengths[lane] = int(
-                await call_script(
-                    self.transport.execute,
-                    SCRIPTS.queue_length,
-                    [keys.lane_stream(lane), keys.groups],
-                    [self.group],
+            try:
+                lengths[lane] = int(
+                    await call_script(
+                        self.transport.execute,
+                        SCRIPTS.queue_length,
+                        [keys.lane_stream(lane), keys.groups],
+                        [self.group],
+                    )
                 )
-            )
+            except RedisCommandError:
+                if lane in self.lanes:
+                    raise  # this runner's own: it sets the key aside
+                lengths[lane] = 0  # another runner's lane whose key holds another type
         return lengths
 
     async def _pending_summaries(self) -> list[tuple[str, Any]]:
@@ -261,7 +269,9 @@ class Inspection:
         for lane, groups in zip(lanes, replies, strict=False):
             last = None
             if isinstance(groups, BaseException):
-                if "no such key" not in str(groups):  # no stream yet: nothing was dispatched
+                # No stream yet: nothing was dispatched. Another type: for another
+                # runner's lane, nothing to wait for here.
+                if "no such key" not in str(groups) and lane in self.lanes:
                     raise groups
             else:
                 last = "0-0"  # a stream without our group: every entry is waiting for it

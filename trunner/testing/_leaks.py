@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import itertools
 import os
 import threading
 import time
@@ -15,7 +16,7 @@ import trio
 from .._jobhost import JobHost
 from .._redis import Probe, redact_url
 from .._util import connection_name, process_tag
-from ..keys import RELEASED_CONSUMER
+from ..keys import RELEASED_CONSUMER, entry_id
 from ..message import PAYLOAD_FIELD
 from ..runner import Runner
 from ..statistics import RunnerState
@@ -320,13 +321,15 @@ class CleanShutdown:
 
 def _pending_of(probe: Probe, runner: Runner) -> list[str]:
     """Messages still pending for the consumers of a stopped runner (neither acknowledged
-    nor released)."""
-    stream, group = runner.keys.stream, runner.config.consumer_group
+    nor released), in every lane it reads."""
+    group = runner.config.consumer_group
     leaks = []
-    for consumer in runner.consumers:
-        for message_id in probe.pending_ids(stream, group, consumer, 100):
-            fields = probe.entry_fields(stream, message_id)
+    for consumer, (lane, _) in itertools.product(runner.consumers, runner.config.lanes):
+        stream = runner.keys.lane_stream(lane)
+        for stream_id in probe.pending_ids(stream, group, consumer, 100):
+            fields = probe.entry_fields(stream, stream_id)
             name = _task_name(_field(fields, PAYLOAD_FIELD)) if fields is not None else "(deleted)"
+            message_id = entry_id(stream_id, lane)
             leaks.append(
                 f"message {message_id} of task {name!r} is still pending for consumer "
                 f"{consumer!r} of {runner!r}: fetched, and neither acknowledged nor "

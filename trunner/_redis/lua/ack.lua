@@ -17,7 +17,9 @@
 -- ARGV[1]  the consumer group
 -- ARGV[2]  '1' to XDEL the entries (unless the stream is shared), '0' to keep them
 -- ARGV[3]  the channel of finished tasks ('' to say nothing)
--- ARGV[4]  n, then the n entry ids (the caller sends at most 1000 per call)
+-- ARGV[4]  what trunner's ids of the lane's entries add to their stream id ('' in the
+--          default lane, else '@<lane>'): the channel says trunner's ids
+-- ARGV[5]  n, then the n stream ids (the caller sends at most 1000 per call)
 -- then     L, then one lock token per lock key, in KEYS order
 -- then     M, then M pairs: the (1-based) index of an entry whose id is not its task's id,
 --          and the task's id (the where-map forgets it; the channel says it)
@@ -32,7 +34,7 @@
 --          names it: '<stream id>@<lane>' in another lane than the default), the limit;
 --          the slot is released and the oldest waiters granted (limits.lua)
 -- Returns  how many entries were still pending and are now acknowledged
-local at = 4
+local at = 5
 local function take()
   local value = ARGV[at]
   at = at + 1
@@ -57,9 +59,17 @@ for i = 1, locks do
   end
 end
 local said = ids
+if ARGV[4] ~= '' then
+  said = {}
+  for i = 1, #ids do
+    said[i] = ids[i] .. ARGV[4]
+  end
+end
 local moved = tonumber(take())
 if moved > 0 then
-  said = {unpack(ids)}
+  if said == ids then
+    said = {unpack(ids)}
+  end
   for _ = 1, moved do
     local index = tonumber(take())
     local task_id = take()

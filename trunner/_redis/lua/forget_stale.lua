@@ -27,7 +27,11 @@ for i = at + 1, at + m do
   local entry = redis.call('HGET', KEYS[2], ARGV[i])
   if entry then
     local stream, stream_id = checked_entry(KEYS[3], entry)
-    if not stream or #redis.call('XRANGE', stream, stream_id, stream_id) == 0 then
+    local ok, entries = true, {}
+    if stream then -- a lane's key of another type: kept, until it is set aside
+      ok, entries = pcall(redis.call, 'XRANGE', stream, stream_id, stream_id)
+    end
+    if not stream or (ok and #entries == 0) then
       moved = moved + redis.call('HDEL', KEYS[2], ARGV[i])
     end
   end

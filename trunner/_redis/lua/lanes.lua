@@ -2,14 +2,6 @@
 -- or a message's stream from the message (see keys.py: entry_id, Keys.lane_stream).
 -- A queue's default lane is its stream <base>; lane L is the stream <base>:L. trunner's id
 -- of an entry of lane L is '<stream id>@L' (of the default lane, the stream id itself).
--- lane_entry(base, id) -> the entry's stream, its stream id (of an id trunner made)
-local function lane_entry(base, id)
-  local at = string.find(id, '@', 1, true)
-  if not at then
-    return base, id
-  end
-  return base .. ':' .. string.sub(id, at + 1), string.sub(id, 1, at - 1)
-end
 -- checked_entry(base, id) -> as lane_entry, or nil when id is not one trunner makes (what
 -- something else wrote: '+', '7', a lane that is no lane name ...)
 local function checked_entry(base, id)
@@ -23,11 +15,22 @@ local function checked_entry(base, id)
   return nil
 end
 -- message_lane(base, message) -> the stream of the lane a message names (its first member,
--- '{"lane":"<name>",', written so by message.encode_message), and the suffix of its ids
+-- '{"lane":"<name>",', written so by message.encode_message), and the suffix of its ids.
+-- A lane whose key holds something else than a stream (what trunner did not write; the
+-- runners that read the lane set it aside) gives the default lane: the message runs there
+-- rather than fail the script that moves it, or be lost.
 local function message_lane(base, message)
   local lane = string.match(message, '^{"lane":"([%w_%.%-]+)",')
   if not lane or lane == 'default' then
     return base, ''
   end
-  return base .. ':' .. lane, '@' .. lane
+  local stream = base .. ':' .. lane
+  local kind = redis.call('TYPE', stream)
+  if type(kind) == 'table' then
+    kind = kind['ok']
+  end
+  if kind ~= 'stream' and kind ~= 'none' then
+    return base, ''
+  end
+  return stream, '@' .. lane
 end

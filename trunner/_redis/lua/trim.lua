@@ -2,7 +2,10 @@
 -- delete_on_ack=False). Never trims a message that some group of the stream has not yet
 -- delivered, or that is still pending.
 -- (Behind the fence: KEYS[1] is the lease, ARGV[1] the leader's id.)
--- KEYS[2]  the task stream
+-- KEYS[2]  the task stream (of one lane)
+-- KEYS[3]  the queue's registry of groups (a set): while a group it names has no consumer
+--          group on this stream (it reads other lanes only, so far), nothing is trimmed:
+--          what waits in the lane is that group's too, once it reads it
 -- ARGV[2]  the cutoff: messages with ids below <cutoff ms>-0 may go
 -- ARGV[3]  the most entries to trim in this call (approximately)
 -- Returns  {entries trimmed, the id trimmed below}
@@ -17,7 +20,25 @@ if redis.call('EXISTS', KEYS[2]) == 0 then
   return {0, '0-0'}
 end
 local bound = {tonumber(ARGV[2]), 0}
-for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[2])) do
+local groups = redis.call('XINFO', 'GROUPS', KEYS[2])
+local ok, registered = pcall(redis.call, 'SMEMBERS', KEYS[3])
+if not ok then -- another type: which groups read the queue cannot be told
+  return {0, '0-0'}
+end
+local here = {}
+for _, group in ipairs(groups) do
+  for i = 1, #group, 2 do
+    if group[i] == 'name' then
+      here[group[i + 1]] = true
+    end
+  end
+end
+for _, name in ipairs(registered) do
+  if not here[name] then
+    return {0, '0-0'}
+  end
+end
+for _, group in ipairs(groups) do
   local name, delivered
   for i = 1, #group, 2 do
     if group[i] == 'name' then
