@@ -16,7 +16,9 @@ entries; bench/dashboard.py); ``middleware`` (15: scenario 1's drain with no mid
 with one no-op middleware, and with the OpenTelemetry middleware); ``limits`` (16:
 scenario 1's drain of a task without limits and of one with ``concurrency=100`` (the
 worker's capacity: every message is admitted by one script, and its slot released with
-its acknowledgement), in the same measurement). Each scenario runs
+its acknowledgement), in the same measurement); ``lanes`` (17: pickup latency of urgent
+tasks dispatched one at a time while a worker drains a 100 000-task backlog, with strict
+lanes, with weighted lanes, and with no lanes). Each scenario runs
 ``--runs`` times, interleaving the queues run by run, and the median is reported.
 ``--peers`` adds arq, saq, streaq (on Trio), taskiq (Redis stream broker) and dramatiq
 to scenarios 1-4 and 8 (arq, saq and streaq to 9), each installed into its own virtual
@@ -77,6 +79,7 @@ SCENARIOS = [
     "dashboard",
     "middleware",
     "limits",
+    "lanes",
 ]
 #: The peers scenario 9 (results) runs beside trunner (issue 19 names them).
 RESULT_PEERS = {"arq", "saq", "streaq"}
@@ -778,6 +781,106 @@ async def limits(q: Queue, s: Settings, run: int) -> dict[str, Any]:
     }
 
 
+# -- scenario 17: an urgent task behind a bulk backlog (priority lanes) -----------------------
+
+#: Scenario 17: the bulk backlog of each round, the rounds of one measurement, the urgent
+#: tasks of a round and the time between two of them. A round's window is ~0.5 s: a worker
+#: drains 50 000-75 000 no-op tasks a second here, so most of the backlog is still there
+#: when the window ends (a 1 s window left as few as 25 000 of 100 000).
+LANE_BACKLOG, LANE_ROUNDS, LANE_URGENT, LANE_INTERVAL = 100_000, 10, 50, 0.01
+#: Scenario 17's variants: the worker's lanes, and the priority the urgent tasks are
+#: dispatched with (None: the default lane, behind the backlog).
+LANE_VARIANTS: dict[str, tuple[tuple[str, ...], str | None]] = {
+    "strict": (("--lanes", "urgent:9,default:1", "--strict-lanes"), "urgent"),
+    "weighted": (("--lanes", "urgent:9,default:1"), "urgent"),
+    "none": ((), None),
+}
+
+
+async def lanes(q: Queue, s: Settings, run: int) -> dict[str, Any]:
+    """Scenario 17: pickup latency of urgent tasks dispatched one at a time while one
+    worker process (100 workers, batch 100) drains a backlog of 100 000 no-op tasks in
+    the default lane: with the urgent tasks in a lane of their own read strictly first,
+    read by weight (9:1), and, without lanes, in the backlog's lane. Each variant runs
+    ``LANE_ROUNDS`` rounds (a fresh backlog and worker each; the variants take turns,
+    their order rotating run by run); the latencies of its rounds are pooled."""
+    backlog, urgent = s.n(LANE_BACKLOG), s.n(LANE_URGENT)
+    names = list(LANE_VARIANTS)
+    order = names[run % 3 :] + names[: run % 3]
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    for _ in range(LANE_ROUNDS):
+        for name in order:
+            latencies, figures = await lane_round(q, s, name, backlog, urgent)
+            samples[name] += latencies
+            rounds[name].append(figures)
+    result: dict[str, Any] = {
+        "backlog": backlog,
+        "urgent": urgent * LANE_ROUNDS,
+        "rounds": LANE_ROUNDS,
+        "first": order[0],
+    }
+    for name in names:
+        ms, info = samples[name], rounds[name]
+        left = [r["backlog_left"] for r in info]
+        result |= {
+            f"{name}_p50_ms": round(percentile(ms, 50), 2),
+            f"{name}_p99_ms": round(percentile(ms, 99), 2),
+            f"{name}_max_ms": round(max(ms), 2),
+            f"{name}_rounds_p99_ms": [r["p99_ms"] for r in info],
+            f"{name}_backlog_at_start": min(r["backlog_at_start"] for r in info),
+            f"{name}_backlog_left_min": min(left),
+            f"{name}_backlog_left_max": max(left),
+            f"{name}_window_s": round(statistics.median(r["window_s"] for r in info), 3),
+            f"{name}_drain_rate": round(statistics.median(r["drain_rate"] for r in info)),
+            f"{name}_fetched_per_lane": [r["fetched_per_lane"] for r in info],
+        }
+    return result
+
+
+async def lane_round(
+    q: Queue, s: Settings, variant: str, backlog: int, urgent: int
+) -> tuple[list[float], dict[str, Any]]:
+    """One round of scenario 17: ``backlog`` no-op tasks enqueued in bulk into the default
+    lane; a worker process started on them; once it is ready (draining), ``urgent``
+    latency tasks dispatched from here one at a time, ``LANE_INTERVAL`` apart, each
+    payload carrying ``time.time()`` taken just before its dispatch call. The worker
+    counts only those (the backlog's bodies do not call its recorder) and reports every
+    start - dispatch; the backlog's length is read before the first urgent dispatch and
+    when the worker reports the last urgent task done."""
+    worker_args, priority = LANE_VARIANTS[variant]
+    queue = f"{q.name}-lanes-{uuid.uuid4().hex[:8]}"
+    try:
+        await run_once(q, queue, *f"enqueue --task backlog --mode bulk --n {backlog}".split())
+        args = [*s.worker_args("latency", urgent), "--samples", *worker_args]
+        async with (
+            trunner.open_client(q.url, queue, prefix="trunner-bench") as client,
+            worker_process(q, queue, *args) as worker,
+        ):
+            with trio.fail_after(60):
+                await worker.event("ready")
+            at_start = (await client.lane_lengths())["default"]
+            start = trio.current_time()
+            for i in range(urgent):
+                await trio.sleep_until(start + i * LANE_INTERVAL)
+                await client.dispatch("latency", {"t": time.time()}, priority=priority)
+            with trio.fail_after(300):
+                done = await worker.event("done")
+            left = (await client.lane_lengths())["default"]
+            window = trio.current_time() - start
+    finally:
+        await q.cleanup(queue)
+    stopped = next((e for e in worker.seen if e["event"] == "stopped"), {})
+    return done["latencies_ms"], {
+        "p99_ms": done["p99_ms"],
+        "backlog_at_start": at_start,
+        "backlog_left": left,
+        "window_s": window,
+        "drain_rate": (at_start - left) / window,
+        "fetched_per_lane": stopped.get("fetched_per_lane"),
+    }
+
+
 async def cancel(q: Queue, s: Settings) -> dict[str, Any]:
     """Scenario 11: a worker process runs ``hang`` tasks (awaiting for ever); another
     process dispatches one, waits until it runs (+20 ms), calls ``cancel()``, then awaits
@@ -1365,6 +1468,40 @@ ROWS: list[tuple[str, str, str, str, bool, int]] = [
     ("16 concurrency limit / none", "x", "limits", "on_over_off", True, 2),
     ("16 worker CPU per task, no limits", "ms", "limits", "cpu_ms_off", False, 4),
     ("16 worker CPU per task, concurrency=100", "ms", "limits", "cpu_ms_on", False, 4),
+    (
+        "17 urgent task behind 100 000 bulk, strict lanes: pickup p50",
+        "ms",
+        "lanes",
+        "strict_p50_ms",
+        False,
+        2,
+    ),
+    ("17 strict lanes: pickup p99", "ms", "lanes", "strict_p99_ms", False, 2),
+    ("17 strict lanes: pickup max", "ms", "lanes", "strict_max_ms", False, 2),
+    ("17 weighted lanes (9:1): pickup p50", "ms", "lanes", "weighted_p50_ms", False, 2),
+    ("17 weighted lanes (9:1): pickup p99", "ms", "lanes", "weighted_p99_ms", False, 2),
+    ("17 weighted lanes (9:1): pickup max", "ms", "lanes", "weighted_max_ms", False, 2),
+    ("17 no lanes (the backlog's lane): pickup p50", "ms", "lanes", "none_p50_ms", False, 0),
+    ("17 no lanes (the backlog's lane): pickup p99", "ms", "lanes", "none_p99_ms", False, 0),
+    (
+        "17 bulk backlog left at a round's end, fewest (strict)",
+        "tasks",
+        "lanes",
+        "strict_backlog_left_min",
+        True,
+        0,
+    ),
+    (
+        "17 bulk backlog left at a round's end, fewest (weighted)",
+        "tasks",
+        "lanes",
+        "weighted_backlog_left_min",
+        True,
+        0,
+    ),
+    ("17 backlog drain rate, strict lanes", "tasks/s", "lanes", "strict_drain_rate", True, 0),
+    ("17 backlog drain rate, weighted lanes", "tasks/s", "lanes", "weighted_drain_rate", True, 0),
+    ("17 backlog drain rate, no lanes", "tasks/s", "lanes", "none_drain_rate", True, 0),
 ]
 
 #: Rows whose "trunner" column shows another trunner variant (by its impl name).
@@ -1431,6 +1568,8 @@ def _targets() -> dict[str, tuple[str, Callable[[float, Context], bool | None]]]
         "pause/p99_ms": ("<= 100 ms", lambda v, _: v <= 100),
         "result-memory/rss_growth_keep_mb": ("no growth (< 2 MB)", lambda v, _: v < 2),
         "dashboard/older_full_p50_ms": ("pages quickly (< 100 ms)", lambda v, _: v < 100),
+        "lanes/strict_p99_ms": ("<= 10 ms", lambda v, _: v <= 10),
+        "lanes/weighted_p99_ms": ("<= 10 ms", lambda v, _: v <= 10),
     }
 
 
@@ -1633,7 +1772,8 @@ async def rounds_9_to_11(
     s: Settings,
     run: int,
 ) -> None:
-    """Scenarios 9 (trunner and the peers with a result API), 10, 11 and 13 (trunner)."""
+    """Scenarios 9 (trunner and the peers with a result API), 10, 11, 13, 15, 16 and 17
+    (trunner)."""
     trunner_queue = next(q for q in queues if q.name == "trunner")
     if "results" in chosen:
         for q in [trunner_queue, *(p for p in peers if p.name in RESULT_PEERS)]:
@@ -1650,6 +1790,8 @@ async def rounds_9_to_11(
         await measure(out, results, "middleware", "trunner", run, work)
     if "limits" in chosen:
         await measure(out, results, "limits", "trunner", run, limits(trunner_queue, s, run))
+    if "lanes" in chosen:
+        await measure(out, results, "lanes", "trunner", run, lanes(trunner_queue, s, run))
 
 
 async def rounds_4_to_6(

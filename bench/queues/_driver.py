@@ -6,7 +6,7 @@ Standard library only: this file also runs in the peers' virtual environments. E
     python q_NAME.py --redis URL --queue Q enqueue --task T --mode single|bulk --n N [--sleep S]
     python q_NAME.py --redis URL --queue Q dispatch --n N --interval S
     python q_NAME.py --redis URL --queue Q worker --task T --n N --concurrency C [--batch B]
-                                                 [--linger S] [--progress]
+                                                 [--linger S] [--progress] [--samples]
     python q_NAME.py --redis URL --queue Q results --n N --concurrency C
     python q_NAME.py --redis URL --queue Q cancel --n N
 
@@ -29,6 +29,12 @@ Every command prints JSON lines on stdout (libraries log to stderr):
   exits. With ``--linger S`` it idles S seconds first and reports ``{"event": "final"}`` with
   its RSS (after the linger, and after a ``gc.collect()``). With ``--progress`` it reports
   ``{"event": "progress", "count", "seconds", "rss_kb", "hwm_kb"}`` every n/10 tasks.
+  With ``--samples`` the "done" line also carries ``latencies_ms``, every start - dispatch
+  it measured (so the harness can pool several workers' samples).
+
+Task ``backlog`` (the lanes scenario) is a no-op that does not call the recorder: a
+backlog of it keeps a worker busy without counting towards its ``--n``, which then counts
+only the ``latency`` tasks dispatched behind it or beside it.
 
 Task ``echo`` (the results scenario) returns ``payload["i"]`` and keeps its result; task
 ``noop_keep`` is ``noop`` keeping its result for 60 s (trunner: ``keep_result=60``); task
@@ -119,6 +125,7 @@ TASKS = [
     "noop",
     "noop_keep",
     "noop_limited",
+    "backlog",
     "sleep",
     "latency",
     "echo",
@@ -152,7 +159,9 @@ class Recorder:
     ``on_complete`` is called (from the thread of the n-th ``end``) after the result is out.
     """
 
-    def __init__(self, n: int, threadsafe: bool = False, progress: bool = False) -> None:
+    def __init__(
+        self, n: int, threadsafe: bool = False, progress: bool = False, samples: bool = False
+    ) -> None:
         self.n = n
         self.count = 0
         #: With ``progress``, a ``{"event": "progress"}`` line (with the RSS) every n/10 tasks.
@@ -164,6 +173,8 @@ class Recorder:
         self._lock: Any = threading.Lock() if threadsafe else None
         #: Seconds the worker idles after the n-th task (``--linger``): its stop waits them.
         self.linger = 0.0
+        #: Whether the "done" line carries every latency (``--samples``).
+        self.samples = samples
 
     def begin(self, payload: Any) -> None:
         if self.first is None:
@@ -207,6 +218,8 @@ class Recorder:
                 p99_ms=round(percentile(ms, 99), 3),
                 max_ms=round(max(ms), 3),
             )
+            if self.samples:
+                record["latencies_ms"] = [round(x, 3) for x in ms]
         emit(record)
         self.complete = True
         _watchdog(STOP_TIMEOUT + self.linger)
@@ -331,10 +344,15 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=100)
     p.add_argument("--linger", type=float, default=0.0)
     p.add_argument("--progress", action="store_true")
+    p.add_argument("--samples", action="store_true")
     # trunner only (scenario 15): this many no-op middleware around each attempt; and
     # trunner's OpenTelemetry middleware, on the SDK with exporters that drop everything.
     p.add_argument("--middleware", type=int, default=0)
     p.add_argument("--otel", action="store_true")
+    # trunner only (scenario 17): the priority lanes the worker reads, "name:weight,..."
+    # highest first (default: none, the one default lane); and whether strictly.
+    p.add_argument("--lanes", default="")
+    p.add_argument("--strict-lanes", action="store_true")
     p = sub.add_parser("results")
     p.add_argument("--n", type=int, required=True)
     p.add_argument("--concurrency", type=int, default=1)
@@ -364,7 +382,9 @@ def run_command(
         dispatch(args.redis, args.queue, args.n, args.interval, lambda: {"t": time.time()})
         emit({"event": "dispatched", "n": args.n, "seconds": time.perf_counter() - begin})
     else:
-        recorder = Recorder(args.n, threadsafe=threadsafe, progress=args.progress)
+        recorder = Recorder(
+            args.n, threadsafe=threadsafe, progress=args.progress, samples=args.samples
+        )
         recorder.linger = args.linger
         info = work(args.redis, args.queue, args, recorder, lambda: emit({"event": "ready"}))
         emit({"event": "stopped", **(info or {})})

@@ -17,6 +17,9 @@ only for that task, so the other scenarios' RSS stays trunner's own.
 trunner's ``OpenTelemetryMiddleware`` on the OpenTelemetry SDK, spans going through a
 ``BatchSpanProcessor`` to an exporter that drops them, the duration histogram aggregated
 by an in-memory reader nobody reads (:func:`otel_middleware`; imported only then).
+``--lanes urgent:9,default:1`` (scenario 17): the worker's runner reads those priority
+lanes (``RunnerConfig.lanes``, highest first), by weight, or strictly with
+``--strict-lanes``; its "stopped" line then says how many messages it fetched per lane.
 
 ``results``: a client (``open_client``) dispatches ``echo`` by name with
 ``keep_result=KEEP`` and awaits ``handle.result()``. ``cancel``: a client dispatches
@@ -173,6 +176,10 @@ def bench_tasks(tasks: trunner.TaskRegistry, rec: Recorder) -> None:
         rec.begin(payload)
         rec.end()
 
+    @tasks.task
+    async def backlog(payload: Any) -> None:
+        """Scenario 17's backlog: a no-op that the recorder does not count."""
+
     @tasks.task(keep_result=KEEP)
     async def noop_keep(payload: Any) -> None:
         rec.begin(payload)
@@ -259,6 +266,8 @@ def work(
                 *(NoopMiddleware() for _ in range(args.middleware)),
                 *([otel_middleware()] if args.otel else []),
             ],
+            lanes=parse_lanes(args.lanes),
+            strict_lanes=args.strict_lanes,
         )
         begin = time.perf_counter()
         async with (
@@ -280,6 +289,7 @@ def work(
             "failed": stats.failed,
             "errors": stats.errors,
             "max_in_flight": stats.max_in_flight,
+            "fetched_per_lane": dict(stats.lanes),
             "redis_batches": handle.batches,
             "redis_commands": handle.commands,
             "shutdown_seconds": round(time.perf_counter() - stop, 3),
@@ -289,6 +299,18 @@ def work(
     if args.task == "roundtrip_bridged":
         return trio.run(bridged, url, run)
     return trio.run(run)
+
+
+def parse_lanes(text: str) -> dict[str, int] | None:
+    """``--lanes``: ``"urgent:9,default:1"`` -> ``{"urgent": 9, "default": 1}`` (in order:
+    the first is the highest); ``""`` -> None (the one default lane)."""
+    if not text:
+        return None
+    lanes: dict[str, int] = {}
+    for item in text.split(","):
+        name, _, weight = item.partition(":")
+        lanes[name] = int(weight or 1)
+    return lanes
 
 
 async def report_pauses(runner: trunner.Runner) -> None:
