@@ -21,7 +21,7 @@ import trunner
 import trunner.testing
 from trunner import Keys
 from trunner._redis import RawEntry
-from trunner.fetcher import split_excess
+from trunner.fetcher import lane_plan, split_excess
 from trunner.keys import (
     DEFAULT_LANE,
     check_lane,
@@ -170,21 +170,22 @@ async def test_strict_lanes_serve_the_upper_lane_first(url: str, group: str, raw
 
 
 async def test_a_weighted_lower_lane_never_starves(url: str, group: str) -> None:
-    """The upper lane holds 600 tasks, nine tenths of the weight: the 20 tasks of the
-    lower lane all run while more than 300 upper ones still wait. (Each read starts with
-    the lower lane with probability 1/10: 20 of the first 300 reads or fewer has a
-    probability below 1e-4; strict order would run none of them before the 600.)"""
+    """One free worker at a time (so each read is one draw by weight). The upper lane
+    holds 1000 tasks, nine tenths of the weight: the 20 tasks of the lower lane all run
+    while more than 400 upper ones still wait. (Each read takes the lower lane with
+    probability 1/10: 19 or fewer of the first 619 reads do with a probability below
+    1e-7; in strict order none would run before the 1000.)"""
     rec = Recorder()
     async with trunner.open_client(url, group) as client:
-        await client.dispatch_many("record", [f"u{i}" for i in range(600)], priority="urgent")
+        await client.dispatch_many("record", [f"u{i}" for i in range(1000)], priority="urgent")
         await client.dispatch_many("record", [f"d{i}" for i in range(20)])
     cfg = config(group, lanes=LANES, num_workers=1, batch_size=1)
     async with open_checked_runner(url, cfg, rec.tasks):
-        await redis_state(lambda: rec.count(620))
+        await redis_state(lambda: rec.count(1020))
     lower = [i for i, (lane, _) in enumerate(rec.ran) if lane == DEFAULT_LANE]
     assert len(lower) == 20
     upper_before_last_lower = lower[-1] - 19
-    assert upper_before_last_lower < 300, f"lower lane done after {upper_before_last_lower}"
+    assert upper_before_last_lower < 600, f"lower lane done after {upper_before_last_lower}"
     assert upper_before_last_lower > 0, "the upper lane is served first most of the time"
 
 
@@ -393,6 +394,33 @@ def test_a_config_with_lanes_evolves() -> None:
 
     cfg = trunner.RunnerConfig(consumer_group="g", lanes={"urgent": 3, "default": 1})
     assert attrs.evolve(cfg, num_workers=5).lanes == (("urgent", 3), ("default", 1))
+
+
+def test_a_read_asks_each_lane_for_its_share_and_the_last_for_the_rest() -> None:
+    weights = [9, 1]  # urgent, default
+    assert lane_plan([0, 1], weights, 100, strict=False) == [(0, 90), (1, 100)]
+    assert lane_plan([1, 0], weights, 100, strict=False) == [(1, 10), (0, 100)]
+    # Each lane is looked at on every read with as many slots as lanes (shares round up).
+    assert lane_plan([0, 1], weights, 2, strict=False) == [(0, 2), (1, 2)]
+    assert lane_plan([1, 0], weights, 2, strict=False) == [(1, 1), (0, 2)]
+    # One slot: the lane drawn first gets it (by weight), the next one what is left.
+    assert lane_plan([1, 0], weights, 1, strict=False) == [(1, 1), (0, 1)]
+    assert lane_plan([0, 1, 2], [1, 1, 1], 10, strict=False) == [(0, 4), (1, 4), (2, 10)]
+    assert lane_plan([0, 1, 2], [5, 3, 1], 10, strict=True) == [(0, 10), (1, 10), (2, 10)]
+
+
+async def test_by_weight_each_lane_gets_its_share_of_a_double_backlog(url: str, group: str) -> None:
+    """Both lanes saturated, reads of 10 with weights 9:1: the first 200 tasks started are
+    about nine tenths upper-lane ones (each read asks the lower lane for its share, 1)."""
+    rec = Recorder()
+    async with trunner.open_client(url, group) as client:
+        await client.dispatch_many("record", [f"u{i}" for i in range(300)], priority="urgent")
+        await client.dispatch_many("record", [f"d{i}" for i in range(300)])
+    cfg = config(group, lanes=LANES, num_workers=10, batch_size=10)
+    async with open_checked_runner(url, cfg, rec.tasks):
+        await redis_state(lambda: rec.count(200))
+    lower = sum(1 for lane, _ in rec.ran[:200] if lane == DEFAULT_LANE)
+    assert 10 <= lower <= 40, lower
 
 
 def test_a_read_beyond_the_free_slots_keeps_the_upper_lanes_entries() -> None:
