@@ -616,3 +616,31 @@ async def test_replaying_by_a_lane_task_id_names_its_dead_letter(url: str, group
     assert result.replayed == []
     assert letter.id in result.skipped[str(handle)]
     assert "task id" in result.skipped[str(handle)]
+
+
+async def test_lanes_in_the_prometheus_and_opentelemetry_metrics(url: str, group: str) -> None:
+    """What each lane gave (a counter), and each lane's length (refreshed at each scrape
+    of the worker's /metrics)."""
+    from trunner.otel import instrument_runner  # noqa: PLC0415
+    from trunner.serve import _metrics_handler  # noqa: PLC0415
+
+    from ..support.otel import metering, metric_points  # noqa: PLC0415
+
+    rec = Recorder()
+    meters, reader = metering()
+    async with open_checked_runner(url, config(group, lanes=LANES), rec.tasks) as runner:
+        instrument_runner(runner, meters)
+        await runner.dispatch_many("record", [1, 2], priority="urgent")
+        await runner.dispatch("record", 3)
+        await redis_state(lambda: rec.count(3))
+        status, _, body = await _metrics_handler(runner)()
+        text = body.decode()
+        assert status == 200
+        assert f'trunner_lane_fetched_total{{group="{group}",lane="urgent"}} 2.0' in text
+        assert f'trunner_lane_fetched_total{{group="{group}",lane="default"}} 1.0' in text
+        assert f'trunner_lane_length{{group="{group}",lane="urgent"}} 0.0' in text
+        points = {
+            p.attributes["messaging.trunner.lane"]: p.value
+            for p in metric_points(reader, "trunner.lane.fetched")
+        }
+        assert points == {"urgent": 2, "default": 1}
