@@ -117,8 +117,8 @@ class RunnerConfig:
 
     strict_lanes: bool = attrs.field(default=False, validator=v.boolean)
     """Serve the lanes in strict priority order: a lane is read only while every lane
-    before it is empty. ``False`` (the default): by weight, each read starting with a lane
-    drawn with a probability proportional to its weight, so that no lane starves."""
+    before it is empty. ``False`` (the default): by weight, each read dividing the free
+    workers among the lanes by weight, so that no lane starves."""
 
     num_workers: int = attrs.field(default=10, validator=v.positive_int)
     """How many tasks this instance runs at once (an int >= 1)."""

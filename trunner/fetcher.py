@@ -40,12 +40,32 @@ from .quarantine import Quarantine
 from .release import Releaser
 from .statistics import Counters
 
-__all__ = ["Fetcher", "ReclaimSchedule", "split_excess"]
+__all__ = ["Fetcher", "ReclaimSchedule", "lane_plan", "split_excess"]
 
 T = TypeVar("T")
 
 #: The shortest BLOCK of one read (ms resolution in Redis).
 MIN_BLOCK = 0.001
+
+
+def lane_plan(
+    order: Sequence[int], weights: Sequence[int], slots: int, *, strict: bool
+) -> list[tuple[int, int]]:
+    """How one read of several lanes fills ``slots``: (lane index, the most to read from
+    it), in reading order (``order``: the indices of the lanes, in priority order when
+    strict, else drawn by weight).
+
+    Strict: each lane in turn, for all that is left. By weight: each lane in turn for its
+    share of the slots (``weights``), rounded up, so that each lane is looked at on every
+    read that has as many slots as lanes; the last one for all that is left. (The fetch
+    loop then reads again, in priority order, the lanes that gave all they were asked.)
+    """
+    if strict:
+        return [(index, slots) for index in order]
+    total = sum(weights)
+    plan = [(index, -(-slots * weights[index] // total)) for index in order]
+    plan[-1] = (plan[-1][0], slots)
+    return plan
 
 
 def split_excess(
@@ -188,11 +208,7 @@ class Fetcher:
                 return
         entries: list[RawEntry] | None = None
         if self._lanes > 1:
-            entries = await self._call(
-                self._broker.read_lanes(self.consumer, self._lane_order(), slots),
-                slots,
-                "reading the lanes",
-            )
+            entries = await self._read_lanes(slots)
             if entries is None:
                 return
         if not entries:
@@ -221,6 +237,43 @@ class Fetcher:
         for entry in entries:
             lane = split_entry_id(entry.message_id)[0]
             counts[lane] = counts.get(lane, 0) + 1
+
+    async def _read_lanes(self, slots: int) -> list[RawEntry] | None:
+        """Fill ``slots`` reserved slots with new entries of the lanes, without waiting:
+        one ``XREADGROUP`` per lane, as :func:`lane_plan` says, then the lanes that gave
+        all they were asked, in priority order, for what is left. None when the first read
+        failed (the slots are given back, the loop backs off)."""
+        broker, lanes = self._broker, self._broker.lanes
+        entries: list[RawEntry] = []
+        full: list[int] = []
+        plan = lane_plan(self._lane_order(), self._weights, slots, strict=self._strict)
+        try:
+            for index, quota in plan:
+                want = min(quota, slots - len(entries))
+                if want > 0:
+                    got = await broker.read_lane(self.consumer, lanes[index], want)
+                    entries += got
+                    if len(got) == want:
+                        full.append(index)
+            for index in sorted(full):
+                want = slots - len(entries)
+                if want > 0:
+                    entries += await broker.read_lane(self.consumer, lanes[index], want)
+        except BackendError as exc:
+            if not entries:
+                self._pool.unreserve(slots)
+                await self._failed(exc, "reading the lanes")
+                return None
+            # What was read goes on; what the failed read delivered is released by _recover.
+            self._errors.capture(exc)
+            self._dirty = True
+            logger.warning("reading a lane failed (consumer %s): %s", self.consumer, exc)
+            return entries
+        except BaseException:
+            self._pool.unreserve(slots)
+            raise
+        self._backoff.reset()
+        return entries
 
     def _lane_order(self) -> list[int]:
         """The order to read the lanes in this time: by priority when strict, else a

@@ -21,7 +21,7 @@ import trunner
 import trunner.testing
 from trunner import Keys
 from trunner._redis import RawEntry
-from trunner.fetcher import split_excess
+from trunner.fetcher import lane_plan, split_excess
 from trunner.keys import (
     DEFAULT_LANE,
     check_lane,
@@ -170,21 +170,22 @@ async def test_strict_lanes_serve_the_upper_lane_first(url: str, group: str, raw
 
 
 async def test_a_weighted_lower_lane_never_starves(url: str, group: str) -> None:
-    """The upper lane holds 600 tasks, nine tenths of the weight: the 20 tasks of the
-    lower lane all run while more than 300 upper ones still wait. (Each read starts with
-    the lower lane with probability 1/10: 20 of the first 300 reads or fewer has a
-    probability below 1e-4; strict order would run none of them before the 600.)"""
+    """One free worker at a time (so each read is one draw by weight). The upper lane
+    holds 1000 tasks, nine tenths of the weight: the 20 tasks of the lower lane all run
+    while more than 400 upper ones still wait. (Each read takes the lower lane with
+    probability 1/10: 19 or fewer of the first 619 reads do with a probability below
+    1e-7; in strict order none would run before the 1000.)"""
     rec = Recorder()
     async with trunner.open_client(url, group) as client:
-        await client.dispatch_many("record", [f"u{i}" for i in range(600)], priority="urgent")
+        await client.dispatch_many("record", [f"u{i}" for i in range(1000)], priority="urgent")
         await client.dispatch_many("record", [f"d{i}" for i in range(20)])
     cfg = config(group, lanes=LANES, num_workers=1, batch_size=1)
     async with open_checked_runner(url, cfg, rec.tasks):
-        await redis_state(lambda: rec.count(620))
+        await redis_state(lambda: rec.count(1020))
     lower = [i for i, (lane, _) in enumerate(rec.ran) if lane == DEFAULT_LANE]
     assert len(lower) == 20
     upper_before_last_lower = lower[-1] - 19
-    assert upper_before_last_lower < 300, f"lower lane done after {upper_before_last_lower}"
+    assert upper_before_last_lower < 600, f"lower lane done after {upper_before_last_lower}"
     assert upper_before_last_lower > 0, "the upper lane is served first most of the time"
 
 
@@ -395,6 +396,33 @@ def test_a_config_with_lanes_evolves() -> None:
     assert attrs.evolve(cfg, num_workers=5).lanes == (("urgent", 3), ("default", 1))
 
 
+def test_a_read_asks_each_lane_for_its_share_and_the_last_for_the_rest() -> None:
+    weights = [9, 1]  # urgent, default
+    assert lane_plan([0, 1], weights, 100, strict=False) == [(0, 90), (1, 100)]
+    assert lane_plan([1, 0], weights, 100, strict=False) == [(1, 10), (0, 100)]
+    # Each lane is looked at on every read with as many slots as lanes (shares round up).
+    assert lane_plan([0, 1], weights, 2, strict=False) == [(0, 2), (1, 2)]
+    assert lane_plan([1, 0], weights, 2, strict=False) == [(1, 1), (0, 2)]
+    # One slot: the lane drawn first gets it (by weight), the next one what is left.
+    assert lane_plan([1, 0], weights, 1, strict=False) == [(1, 1), (0, 1)]
+    assert lane_plan([0, 1, 2], [1, 1, 1], 10, strict=False) == [(0, 4), (1, 4), (2, 10)]
+    assert lane_plan([0, 1, 2], [5, 3, 1], 10, strict=True) == [(0, 10), (1, 10), (2, 10)]
+
+
+async def test_by_weight_each_lane_gets_its_share_of_a_double_backlog(url: str, group: str) -> None:
+    """Both lanes saturated, reads of 10 with weights 9:1: the first 200 tasks started are
+    about nine tenths upper-lane ones (each read asks the lower lane for its share, 1)."""
+    rec = Recorder()
+    async with trunner.open_client(url, group) as client:
+        await client.dispatch_many("record", [f"u{i}" for i in range(300)], priority="urgent")
+        await client.dispatch_many("record", [f"d{i}" for i in range(300)])
+    cfg = config(group, lanes=LANES, num_workers=10, batch_size=10)
+    async with open_checked_runner(url, cfg, rec.tasks):
+        await redis_state(lambda: rec.count(200))
+    lower = sum(1 for lane, _ in rec.ran[:200] if lane == DEFAULT_LANE)
+    assert 10 <= lower <= 40, lower
+
+
 def test_a_read_beyond_the_free_slots_keeps_the_upper_lanes_entries() -> None:
     """A blocking read names every lane, and Redis counts per stream: what it returns
     beyond the reserved slots is handed back, the lowest lanes' first (in the order each
@@ -588,3 +616,31 @@ async def test_replaying_by_a_lane_task_id_names_its_dead_letter(url: str, group
     assert result.replayed == []
     assert letter.id in result.skipped[str(handle)]
     assert "task id" in result.skipped[str(handle)]
+
+
+async def test_lanes_in_the_prometheus_and_opentelemetry_metrics(url: str, group: str) -> None:
+    """What each lane gave (a counter), and each lane's length (refreshed at each scrape
+    of the worker's /metrics)."""
+    from trunner.otel import instrument_runner  # noqa: PLC0415
+    from trunner.serve import _metrics_handler  # noqa: PLC0415
+
+    from ..support.otel import metering, metric_points  # noqa: PLC0415
+
+    rec = Recorder()
+    meters, reader = metering()
+    async with open_checked_runner(url, config(group, lanes=LANES), rec.tasks) as runner:
+        instrument_runner(runner, meters)
+        await runner.dispatch_many("record", [1, 2], priority="urgent")
+        await runner.dispatch("record", 3)
+        await redis_state(lambda: rec.count(3))
+        status, _, body = await _metrics_handler(runner)()
+        text = body.decode()
+        assert status == 200
+        assert f'trunner_lane_fetched_total{{group="{group}",lane="urgent"}} 2.0' in text
+        assert f'trunner_lane_fetched_total{{group="{group}",lane="default"}} 1.0' in text
+        assert f'trunner_lane_length{{group="{group}",lane="urgent"}} 0.0' in text
+        points = {
+            p.attributes["messaging.trunner.lane"]: p.value
+            for p in metric_points(reader, "trunner.lane.fetched")
+        }
+        assert points == {"urgent": 2, "default": 1}

@@ -340,16 +340,14 @@ class Broker(Inspection):
     def _tagged(lane: str, raw: Any) -> list[RawEntry]:
         return stream_entries(raw, suffix=lane_suffix(lane))
 
-    async def read_lanes(self, consumer: str, order: Sequence[int], count: int) -> list[RawEntry]:
-        """Read up to ``count`` new entries without waiting, from the lanes at the indices
-        ``order`` of :attr:`lanes`, each in turn until ``count`` are read
-        (``read_lanes.lua``)."""
-        streams = [self._streams[i] for i in order]
-        reply = await self._script("read_lanes", streams, [self.group, consumer, count])
-        entries: list[RawEntry] = []
-        for index, raw in reply:
-            entries += self._tagged(self.lanes[order[int(index) - 1]], raw)
-        return entries
+    async def read_lane(self, consumer: str, lane: str, count: int) -> list[RawEntry]:
+        """Read up to ``count`` new entries of ``lane`` without waiting (``XREADGROUP``
+        without ``BLOCK``, on the connection pool)."""
+        reply = await self.transport.execute(
+            "XREADGROUP", "GROUP", self.group, consumer, "COUNT", count,
+            "STREAMS", self.keys.lane_stream(lane), ">",
+        )  # fmt: skip
+        return self._tagged(lane, reply[0][1]) if reply else []
 
     async def reclaim(
         self, consumer: str, min_idle_ms: int, cursor: str, count: int, lane: str = DEFAULT_LANE

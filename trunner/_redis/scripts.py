@@ -92,7 +92,6 @@ class _Scripts:
         self.move_unique = fenced_script("move_unique", _laned(_locking("move_unique", typed=True)))
         self.cron_fire = fenced_script("cron_fire", _laned(_locking("cron_fire", typed=True)))
         self.reclaim = _load("reclaim")
-        self.read_lanes = _load("read_lanes")
         self.heartbeat = _load("heartbeat")
         self.release = _load("release")
         self.delete_consumer = _load("delete_consumer")
