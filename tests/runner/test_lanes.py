@@ -20,7 +20,8 @@ import trio
 import trunner
 import trunner.testing
 from trunner import Keys
-from trunner._redis import RawEntry
+from trunner._redis import Broker, RawEntry
+from trunner.errors import RedisUnavailable
 from trunner.fetcher import lane_plan, split_excess
 from trunner.keys import (
     DEFAULT_LANE,
@@ -31,6 +32,7 @@ from trunner.keys import (
     split_entry_id,
 )
 from trunner.message import decode_fields, decode_message, encode_message
+from trunner.testing import capture_errors
 
 from ..conftest import config, open_checked_runner, parts, redis_state
 
@@ -632,7 +634,7 @@ async def test_lanes_in_the_prometheus_and_opentelemetry_metrics(url: str, group
         instrument_runner(runner, meters)
         await runner.dispatch_many("record", [1, 2], priority="urgent")
         await runner.dispatch("record", 3)
-        await redis_state(lambda: rec.count(3))
+        await redis_state(lambda: _acked(runner, 3))  # acknowledged: deleted
         status, _, body = await _metrics_handler(runner)()
         text = body.decode()
         assert status == 200
@@ -644,3 +646,39 @@ async def test_lanes_in_the_prometheus_and_opentelemetry_metrics(url: str, group
             for p in metric_points(reader, "trunner.lane.fetched")
         }
         assert points == {"urgent": 2, "default": 1}
+
+
+async def test_a_lane_read_whose_reply_is_lost_loses_nothing(
+    url: str, group: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read of the lanes gets the urgent entry, then the default lane's reply is lost
+    (its entries delivered to the consumer, unseen). What was read runs; the lost
+    deliveries are released and run too, each once."""
+    rec = Recorder()
+    await _register(url, group, rec)
+    real = Broker.read_lane
+    lost: list[str] = []
+
+    async def losing(self: Broker, consumer: str, lane: str, count: int) -> list[RawEntry]:
+        got = await real(self, consumer, lane, count)
+        if not lost and lane == DEFAULT_LANE and got:
+            lost.extend(e.message_id for e in got)
+            raise RedisUnavailable("injected: the reply of this read was lost")
+        return got
+
+    monkeypatch.setattr(Broker, "read_lane", losing)
+    async with trunner.open_client(url, group) as client:
+        await client.dispatch_many("record", list(range(5)))
+        urgent = await client.dispatch("record", "urgent", priority="urgent")
+    cfg = config(group, lanes=LANES, strict_lanes=True, reclaim_interval=0.05)
+    async with open_checked_runner(url, cfg, rec.tasks) as runner:
+        with capture_errors(runner) as errors:
+            await redis_state(lambda: rec.count(6))
+            await redis_state(lambda: _acked(runner, 6))
+            errors.expect(RedisUnavailable)
+        stats = runner.statistics()
+    assert len(lost) == 5
+    assert rec.ran[0] == ("urgent", "urgent")
+    assert rec.ids["urgent"] == [str(urgent)]
+    assert sorted(map(str, (p for _, p in rec.ran))) == ["0", "1", "2", "3", "4", "urgent"]
+    assert stats.released == 5
