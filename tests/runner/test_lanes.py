@@ -177,18 +177,27 @@ async def test_a_weighted_lower_lane_never_starves(url: str, group: str) -> None
     while more than 400 upper ones still wait. (Each read takes the lower lane with
     probability 1/10: 19 or fewer of the first 619 reads do with a probability below
     1e-7; in strict order none would run before the 1000.)"""
-    rec = Recorder()
-    async with trunner.open_client(url, group) as client:
-        await client.dispatch_many("record", [f"u{i}" for i in range(1000)], priority="urgent")
-        await client.dispatch_many("record", [f"d{i}" for i in range(20)])
-    cfg = config(group, lanes=LANES, num_workers=1, batch_size=1)
-    async with open_checked_runner(url, cfg, rec.tasks):
-        await redis_state(lambda: rec.count(1020))
+    rec = await _backlogs(url, group, urgent=1000, default=20, slots=1, run=1020)
     lower = [i for i, (lane, _) in enumerate(rec.ran) if lane == DEFAULT_LANE]
     assert len(lower) == 20
     upper_before_last_lower = lower[-1] - 19
     assert upper_before_last_lower < 600, f"lower lane done after {upper_before_last_lower}"
     assert upper_before_last_lower > 0, "the upper lane is served first most of the time"
+
+
+async def _backlogs(
+    url: str, group: str, *, urgent: int, default: int, slots: int, run: int
+) -> Recorder:
+    """Backlogs of ``urgent`` and ``default`` tasks, then a runner reading by weight
+    (9:1) with ``slots`` workers (a read of at most that many) until ``run`` have started."""
+    rec = Recorder()
+    async with trunner.open_client(url, group) as client:
+        await client.dispatch_many("record", [f"u{i}" for i in range(urgent)], priority="urgent")
+        await client.dispatch_many("record", [f"d{i}" for i in range(default)])
+    cfg = config(group, lanes=LANES, num_workers=slots, batch_size=slots)
+    async with open_checked_runner(url, cfg, rec.tasks):
+        await redis_state(lambda: rec.count(run))
+    return rec
 
 
 async def test_a_retry_and_a_delayed_task_go_to_their_lane(url: str, group: str) -> None:
@@ -414,13 +423,7 @@ def test_a_read_asks_each_lane_for_its_share_and_the_last_for_the_rest() -> None
 async def test_by_weight_each_lane_gets_its_share_of_a_double_backlog(url: str, group: str) -> None:
     """Both lanes saturated, reads of 10 with weights 9:1: the first 200 tasks started are
     about nine tenths upper-lane ones (each read asks the lower lane for its share, 1)."""
-    rec = Recorder()
-    async with trunner.open_client(url, group) as client:
-        await client.dispatch_many("record", [f"u{i}" for i in range(300)], priority="urgent")
-        await client.dispatch_many("record", [f"d{i}" for i in range(300)])
-    cfg = config(group, lanes=LANES, num_workers=10, batch_size=10)
-    async with open_checked_runner(url, cfg, rec.tasks):
-        await redis_state(lambda: rec.count(200))
+    rec = await _backlogs(url, group, urgent=300, default=300, slots=10, run=200)
     lower = sum(1 for lane, _ in rec.ran[:200] if lane == DEFAULT_LANE)
     assert 10 <= lower <= 40, lower
 
