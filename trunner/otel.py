@@ -49,6 +49,7 @@ from trunner import (
 
 from ._instruments import GAUGES, LANE_COUNTERS, TASK_COUNTERS
 from .group_stats import BUCKETS
+from .keys import DEFAULT_LANE, split_entry_id
 from .statistics import TaskTotals
 
 __all__ = ["OpenTelemetryMiddleware", "instrument_runner"]
@@ -212,6 +213,8 @@ class OpenTelemetryMiddleware(Middleware):
         if attempt.group:
             attributes[_DESTINATION] = attempt.group
             attributes[_CONSUMER_GROUP] = attempt.group
+        if (lane := split_entry_id(attempt.message_id)[0]) != DEFAULT_LANE:
+            attributes[LANE] = lane
         span = self._tracer.start_span(
             f"process {attempt.task_name}",
             context=parent,

@@ -685,3 +685,19 @@ async def test_a_lane_read_whose_reply_is_lost_loses_nothing(
     assert rec.ids["urgent"] == [str(urgent)]
     assert sorted(map(str, (p for _, p in rec.ran))) == ["0", "1", "2", "3", "4", "urgent"]
     assert stats.released == 5
+
+
+async def test_the_process_span_names_the_lane(url: str, group: str) -> None:
+    from trunner.otel import OpenTelemetryMiddleware  # noqa: PLC0415
+
+    from ..support.otel import tracing  # noqa: PLC0415
+
+    provider, spans = tracing()
+    rec = Recorder()
+    cfg = config(group, lanes=LANES, middleware=[OpenTelemetryMiddleware(provider)])
+    async with open_checked_runner(url, cfg, rec.tasks) as runner:
+        await runner.dispatch("record", 1, priority="urgent")
+        await runner.dispatch("record", 2)
+        ended = await spans.wait(2, "process record")
+    lanes = sorted(str((span.attributes or {}).get("messaging.trunner.lane")) for span in ended)
+    assert lanes == ["None", "urgent"]
