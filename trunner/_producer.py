@@ -97,6 +97,9 @@ class Producer:
         self._registry = registry
         self._max_payload_bytes = max_payload_bytes
         self._instance_ttl = instance_ttl
+        #: The lanes other than the default this producer has named in the queue's
+        #: registry of lanes (see :meth:`_lane`).
+        self._declared: set[str] = set()
 
     def _open_broker(self) -> Broker:
         if self._broker is None:
@@ -206,11 +209,19 @@ class Producer:
         return encoded
 
     @staticmethod
-    def _lane(task: Task | None, priority: str | None) -> str:
+    def _lane_of(task: Task | None, priority: str | None) -> str:
         """The lane of a dispatch: its ``priority``, else the task's, else the default."""
         if priority is not None:
             return check_lane(priority)
         return task.priority if task is not None else DEFAULT_LANE
+
+    async def _declare(self, broker: Broker, lane: str) -> None:
+        """Name ``lane`` in the queue's registry of lanes the first time this producer
+        writes to it (just before: a failure writes no task), so that ``inspect`` and the
+        queue length count it even before a runner reads it."""
+        if lane != DEFAULT_LANE and lane not in self._declared:
+            await broker.declare_lane(lane)
+            self._declared.add(lane)
 
     def _unique(self, task: Task | None, payload: Any) -> _Unique | None:
         if task is None or not task.unique:
@@ -343,13 +354,14 @@ class Producer:
         broker = self._open_broker()
         name, task = self._resolve(task_name)
         options = dispatch_options(keep_result, timeout, expires)
-        lane = self._lane(task, priority)
+        lane = self._lane_of(task, priority)
         unique = self._unique(task, payload)
         sent = self._payload(task, payload)
         headers = await self._headers(name, sent, headers)
         data = self._encode(
             name, sent, time.time(), unique=unique, options=options, headers=headers, lane=lane
         )
+        await self._declare(broker, lane)
         if unique is None:
             return self._handle(await broker.enqueue(data, lane), task)
         (message_id,) = await broker.enqueue_unique(
@@ -432,7 +444,7 @@ class Producer:
         broker = self._open_broker()
         name, task = self._resolve(task_name)
         options = dispatch_options(keep_result, timeout, expires)
-        lane = self._lane(task, priority)
+        lane = self._lane_of(task, priority)
         now = time.time()
         items = []
         hooks = self._dispatch_hooks
@@ -444,6 +456,7 @@ class Producer:
             items.append((unique, data))
         if not items:
             return []
+        await self._declare(broker, lane)
         if task is None or not task.unique:
             ids = await broker.enqueue_many([data for _, data in items], lane)
             return [self._handle(i, task) for i in ids]
@@ -632,7 +645,7 @@ class Producer:
     ) -> TaskHandle[Any]:
         broker = self._open_broker()
         name, task = self._resolve(task_name)
-        lane = self._lane(task, priority)
+        lane = self._lane_of(task, priority)
         unique = self._unique(task, payload)
         task_id = secrets.token_hex(16)
         sent = self._payload(task, payload)
@@ -642,6 +655,7 @@ class Producer:
         lock = None
         if unique is not None:
             lock = UniqueLock(broker.keys.unique(unique.key), unique.token, unique.ttl_ms)
+        await self._declare(broker, lane)
         await broker.schedule(task_id, due_ms, data, lock)
         self._scheduled(due_ms)
         return self._handle(task_id, task)

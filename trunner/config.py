@@ -51,20 +51,22 @@ def _lanes(value: Any) -> tuple[tuple[str, int], ...]:
         return ((DEFAULT_LANE, 1),)
     if isinstance(value, str) or not isinstance(value, Mapping | list | tuple):
         raise TypeError(
-            "lanes must be a dict of lane name -> weight, or a list of lane names, "
-            f"got {type(value).__name__}"
+            "lanes must be a dict of lane name -> weight, or a list of lane names or of "
+            f"(name, weight) pairs, got {type(value).__name__}"
         )
     if isinstance(value, Mapping):
         pairs = list(value.items())
     else:  # names, or (name, weight) pairs (what this returns: attrs.evolve gives it back)
-        pairs = [tuple(n) if isinstance(n, tuple) and len(n) == 2 else (n, 1) for n in value]
+        pairs = [
+            (n[0], n[1]) if isinstance(n, tuple | list) and len(n) == 2 else (n, 1) for n in value
+        ]
     if not 1 <= len(pairs) <= MAX_LANES:
         raise ValueError(f"lanes must name 1 to {MAX_LANES} lanes, got {len(pairs)}")
     seen: set[str] = set()
     for name, weight in pairs:
-        check_lane(name, "a lane of lanes")
+        check_lane(name, "RunnerConfig.lanes: each lane")
         if name in seen:
-            raise ValueError(f"lanes names {name!r} twice")
+            raise ValueError(f"RunnerConfig.lanes names the lane {name!r} twice")
         seen.add(name)
         if not isinstance(weight, int) or isinstance(weight, bool):
             raise TypeError(f"the weight of lane {name!r} must be an int, got {weight!r:.40}")

@@ -805,6 +805,12 @@ class Runner(Producer):
             round(delay * 2 / 3, 1),
             extra={"reclaim_delay": delay},
         )
+        if len(config.lanes) > 1:
+            logger.info(
+                "priority lanes %s, served %s",
+                ", ".join(f"{lane} ({weight})" for lane, weight in config.lanes),
+                "strictly in that order" if config.strict_lanes else "by weight",
+            )
         _log_registry(config.consumer_group, self.tasks)
 
     # -- the shutdown steps, in order -------------------------------------------------------

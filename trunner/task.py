@@ -233,7 +233,7 @@ class Task:
     ``concurrency``."""
     priority: str = attrs.field(
         default=DEFAULT_LANE,
-        validator=v.field(lambda name, value: check_lane(value, name)),
+        validator=lambda task, _attr, value: check_lane(value, f"task {task.name!r}: priority"),
         kw_only=True,
     )
     """The priority lane the task's messages go to when a dispatch names none
@@ -676,6 +676,7 @@ class TaskRegistry:
         retry_backoff: Backoff = 1.0,
         retry_backoff_max: float = 3600.0,
         reservation_timeout: float | None = None,
+        priority: str = DEFAULT_LANE,
     ) -> Callable[[A], A]: ...
 
     def cron(
@@ -691,6 +692,7 @@ class TaskRegistry:
         retry_backoff: Backoff = 1.0,
         retry_backoff_max: float = 3600.0,
         reservation_timeout: float | None = None,
+        priority: str = DEFAULT_LANE,
     ) -> CronSchedule | Callable[[A], A]:
         """Run a task at every tick of a cron ``expression``, once per tick group-wide.
 
@@ -717,6 +719,8 @@ class TaskRegistry:
             retry_backoff: Decorator form only.
             retry_backoff_max: Decorator form only.
             reservation_timeout: Decorator form only.
+            priority: Decorator form only: the task's lane (see
+                [``Task.priority``][trunner.Task.priority]); every tick enters it.
 
         Returns:
             The new [``CronSchedule``][trunner.CronSchedule]; in the decorator form, the
@@ -745,6 +749,7 @@ class TaskRegistry:
                 retry_backoff=retry_backoff,
                 retry_backoff_max=retry_backoff_max,
                 reservation_timeout=reservation_timeout,
+                priority=priority,
             )(func)
             self.add_cron(schedule)
             return func

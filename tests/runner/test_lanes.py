@@ -701,3 +701,31 @@ async def test_the_process_span_names_the_lane(url: str, group: str) -> None:
         ended = await spans.wait(2, "process record")
     lanes = sorted(str((span.attributes or {}).get("messaging.trunner.lane")) for span in ended)
     assert lanes == ["None", "urgent"]
+
+
+async def test_a_lane_a_client_dispatched_to_is_counted_before_any_runner_reads_it(
+    url: str, group: str, raw: Any
+) -> None:
+    async with trunner.open_client(url, group) as client:
+        with pytest.raises(trunner.InvalidPayload):
+            await client.dispatch("record", {1, 2}, priority="urgnet")
+        assert raw.smembers(Keys("trunner", group).lanes) == set(), "nothing written"
+        await client.dispatch_many("record", [1, 2], priority="urgnet")  # a misspelt lane
+        await client.dispatch_delayed("record", 3, 60, priority="bulk")
+        await client.dispatch("record", 4)
+        assert await client.lane_lengths() == {"default": 1, "bulk": 0, "urgnet": 2}
+        assert (await client.inspect()).lanes == {"default": 1, "bulk": 0, "urgnet": 2}
+
+
+def test_the_cron_decorator_and_list_pairs_take_lanes() -> None:
+    tasks = trunner.TaskRegistry()
+
+    @tasks.cron("* * * * *", priority="urgent")
+    async def tick(payload: Any) -> None:
+        await trio.lowlevel.checkpoint()
+
+    assert tasks.get("tick").priority == "urgent"
+    cfg = trunner.RunnerConfig(consumer_group="g", lanes=[["urgent", 5], "default"])
+    assert cfg.lanes == (("urgent", 5), ("default", 1))
+    with pytest.raises(ValueError, match="task 'x': priority must be a lane name"):
+        trunner.Task("x", _noop, priority="not one")

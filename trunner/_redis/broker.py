@@ -245,6 +245,10 @@ class Broker(Inspection):
 
     # -- producing --------------------------------------------------------------------------
 
+    async def declare_lane(self, lane: str) -> None:
+        """Name ``lane`` in the queue's registry of lanes."""
+        await self.transport.execute("SADD", self.keys.lanes, lane)
+
     async def enqueue(self, data: bytes, lane: str = DEFAULT_LANE) -> str:
         """Add a message to ``lane``'s stream; its entry id."""
         stream = self.keys.lane_stream(lane)
