@@ -98,7 +98,7 @@ class Producer:
         self._max_payload_bytes = max_payload_bytes
         self._instance_ttl = instance_ttl
         #: The lanes other than the default this producer has named in the queue's
-        #: registry of lanes (see :meth:`_lane`).
+        #: registry of lanes (see :meth:`_declare`).
         self._declared: set[str] = set()
 
     def _open_broker(self) -> Broker:
@@ -220,7 +220,7 @@ class Producer:
         writes to it (just before: a failure writes no task), so that ``inspect`` and the
         queue length count it even before a runner reads it."""
         if lane != DEFAULT_LANE and lane not in self._declared:
-            await broker.declare_lane(lane)
+            await broker.declare_lanes([lane])
             self._declared.add(lane)
 
     def _unique(self, task: Task | None, payload: Any) -> _Unique | None:
@@ -935,8 +935,8 @@ class Producer:
 
     async def lane_lengths(self) -> dict[str, int]:
         """[``queue_length``][trunner.Runner.queue_length] per [priority lane](lanes.md):
-        the lanes this runner reads (a client: the default lane), then those the other
-        runners of the queue declared."""
+        the lanes this runner reads (a client: the default lane), then those the queue's
+        other runners and clients named."""
         return await self._open_broker().lane_lengths()
 
     async def pending_count(self) -> int:

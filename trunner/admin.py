@@ -420,17 +420,18 @@ async def read_stats(broker: Broker, ttl: float) -> GroupStats:
 
 
 async def inspect_group(broker: Broker, instance_ttl: float = 15.0) -> GroupInfo:
+    lanes = await broker.known_lanes()  # read once for every count below
     try:
-        pending = await broker.pending_by_consumer()
+        pending = await broker.pending_by_consumer(lanes)
     except RedisCommandError as exc:
         if "NOGROUP" not in str(exc):
             raise
         pending = {}
     instances = await read_instances(broker, instance_ttl)
-    lanes = await broker.lane_lengths()
+    lengths = await broker.lane_lengths(lanes)
     return GroupInfo(
         group=broker.group,
-        queue_length=sum(lanes.values()),
+        queue_length=sum(lengths.values()),
         pending=pending,
         delayed=await broker.delayed_count(),
         dead_letters=await broker.dead_count(),
@@ -439,11 +440,11 @@ async def inspect_group(broker: Broker, instance_ttl: float = 15.0) -> GroupInfo
         capacity=await broker.capacity_decision(),
         stats=stats_or_none(await broker.latest_stats()),
         quarantined=await broker.quarantine_count(),
-        running=await running_tasks(broker) if pending else [],
+        running=await running_tasks(broker, lanes=lanes) if pending else [],
         paused_since=await read_paused_since(broker),
         queue=broker.keys.queue,
         concurrency=await broker.concurrency_usage(),
-        lanes=lanes,
+        lanes=lengths,
     )
 
 
@@ -451,11 +452,13 @@ async def inspect_group(broker: Broker, instance_ttl: float = 15.0) -> GroupInfo
 RUNNING_SHOWN = 20
 
 
-async def running_tasks(broker: Broker, count: int = RUNNING_SHOWN) -> list[TaskStatus]:
+async def running_tasks(
+    broker: Broker, count: int = RUNNING_SHOWN, lanes: Sequence[str] | None = None
+) -> list[TaskStatus]:
     """The statuses of up to ``count`` tasks delivered and not acknowledged, longest
-    first (an entry that cannot be decoded is left out: the runner that reads it deals
-    with it)."""
-    pending = await broker.pending_entries(count)
+    first in each lane (of ``lanes``, by default all it knows of; an entry that cannot be
+    decoded is left out: the runner that reads it deals with it)."""
+    pending = await broker.pending_entries(count, lanes)
     statuses = []
     for (entry_id, _), entry in zip(
         pending, await broker.entries([i for i, _ in pending]), strict=True

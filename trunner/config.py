@@ -305,6 +305,11 @@ class RunnerConfig:
             )
 
     @property
+    def lane_names(self) -> list[str]:
+        """The names of :attr:`lanes`, highest priority first."""
+        return [lane for lane, _ in self.lanes]
+
+    @property
     def worker_bounds(self) -> tuple[int, int]:
         """``(min_workers, max_workers)``, each defaulting to ``num_workers``."""
         low = self.min_workers if self.min_workers is not None else self.num_workers

@@ -150,8 +150,7 @@ class Fetcher:
         lanes = broker.lanes
         self._lanes = len(lanes)
         self._rank = {lane: rank for rank, lane in enumerate(lanes)}
-        weights = dict(config.lanes)
-        self._weights = [weights.get(lane, 1) for lane in lanes]
+        self._weights = [weight for _, weight in config.lanes]
         self._strict = config.strict_lanes
         self._random = random.Random()
 
@@ -211,6 +210,7 @@ class Fetcher:
             entries = await self._read_lanes(slots)
             if entries is None:
                 return
+        over: list[RawEntry] = []
         if not entries:
             block = min(self._config.block_duration, self._schedule.next_at - trio.current_time())
             count = -(-slots // self._lanes)  # per lane: at most one lane's share over
@@ -220,7 +220,10 @@ class Fetcher:
                 "reading the stream",
             )
             if entries is not None and len(entries) > slots:
-                entries = self._over(entries, slots)
+                # Redis counts per stream: what is beyond the slots goes back, lowest
+                # lanes first (its delivery does not count).
+                entries, over = split_excess(entries, slots, self._rank)
+                self._releaser.hand_back(self.consumer, [e.message_id for e in over])
         if entries is not None:
             self._counters.fetched += len(entries)
             if self._lanes > 1:
@@ -228,7 +231,7 @@ class Fetcher:
             if self._paused() and entries:  # paused during the read
                 self._hand_back(entries, slots)
                 await self._release_excess()
-            elif self._pool.submit(entries, slots, self.consumer):
+            elif self._pool.submit(entries, slots, self.consumer) or over:
                 await self._release_excess()
             await self._recover()
 
@@ -289,15 +292,6 @@ class Fetcher:
             order.append(rest.pop(pick))
             weights.pop(pick)
         return order + rest
-
-    def _over(self, entries: list[RawEntry], slots: int) -> list[RawEntry]:
-        """Of more entries than ``slots`` (a read of several lanes at once), keep those of
-        the lanes first in priority order; queue the others for release (their delivery
-        does not count)."""
-        kept, excess = split_excess(entries, slots, self._rank)
-        self._releaser.hand_back(self.consumer, [e.message_id for e in excess])
-        self._dirty = True  # _recover releases them
-        return kept
 
     def _paused(self) -> bool:
         """Whether the group is paused now (a call: it may have changed since the last

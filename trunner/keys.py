@@ -26,6 +26,7 @@ __all__ = [
     "hash_tag",
     "is_lane",
     "is_lane_entry_id",
+    "is_stream_id",
     "lane_suffix",
     "split_entry_id",
     "utf8_error",
@@ -106,19 +107,17 @@ def entry_id(stream_id: str, lane: str) -> str:
     return stream_id + lane_suffix(lane)
 
 
+def is_stream_id(text: str) -> bool:
+    """Whether ``text`` is a complete stream id, ``<ms>-<seq>`` (ASCII digits)."""
+    ms, dash, seq = text.partition("-")
+    return bool(dash) and ms.isascii() and ms.isdigit() and seq.isascii() and seq.isdigit()
+
+
 def is_lane_entry_id(text: str) -> bool:
     """Whether ``text`` is an id :func:`entry_id` makes: ``<ms>-<seq>``, or
     ``<ms>-<seq>@<lane>``."""
     stream_id, mark, lane = text.partition(LANE_MARK)
-    ms, dash, seq = stream_id.partition("-")
-    return (
-        bool(dash)
-        and ms.isascii()
-        and ms.isdigit()
-        and seq.isascii()
-        and seq.isdigit()
-        and (not mark or is_lane(lane))
-    )
+    return is_stream_id(stream_id) and (not mark or is_lane(lane))
 
 
 def lane_suffix(lane: str) -> str:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -291,6 +291,16 @@ class _ProcessSpan:
 
 
 _Callback = Callable[[metrics.CallbackOptions], Iterator[metrics.Observation]]
+#: Reads (item, value) pairs of one runner: see ``_RunnerInstruments._per_item``.
+_ItemReader = Callable[["Runner"], Iterable[tuple[str, int]]]
+
+
+def _task_reader(read: Callable[[TaskTotals], int]) -> _ItemReader:
+    return lambda runner: ((t, read(totals)) for t, totals in sorted(runner.task_totals().items()))
+
+
+def _lane_reader(read: Callable[[RunnerStatistics], Mapping[str, int]]) -> _ItemReader:
+    return lambda runner: read(runner.statistics()).items()
 
 
 class _RunnerInstruments:
@@ -302,14 +312,14 @@ class _RunnerInstruments:
         for counter in TASK_COUNTERS:
             meter.create_observable_counter(
                 f"trunner.tasks.{counter.key}",
-                [self._task_callback(counter.read)],
+                [self._per_item(TASK_NAME, _task_reader(counter.read))],
                 unit=counter.unit,
                 description=counter.description,
             )
         for lane_counter in LANE_COUNTERS:
             meter.create_observable_counter(
                 f"trunner.lane.{lane_counter.key}",
-                [self._lane_callback(lane_counter.read)],
+                [self._per_item(LANE, _lane_reader(lane_counter.read))],
                 unit=lane_counter.unit,
                 description=lane_counter.description,
             )
@@ -332,21 +342,15 @@ class _RunnerInstruments:
             _CLIENT_ID: runner.consumer_name,
         }
 
-    def _task_callback(self, read: Callable[[TaskTotals], int]) -> _Callback:
+    def _per_item(self, attribute: str, read: _ItemReader) -> _Callback:
+        """A callback observing one value per item of each runner (a task, a lane), the
+        item under ``attribute``."""
+
         def observe(options: metrics.CallbackOptions) -> Iterator[metrics.Observation]:
             for runner in list(self._runners):
                 labels = self._labels(runner)
-                for task, totals in sorted(runner.task_totals().items()):
-                    yield metrics.Observation(read(totals), {**labels, TASK_NAME: task})
-
-        return observe
-
-    def _lane_callback(self, read: Callable[[RunnerStatistics], Mapping[str, int]]) -> _Callback:
-        def observe(options: metrics.CallbackOptions) -> Iterator[metrics.Observation]:
-            for runner in list(self._runners):
-                labels = self._labels(runner)
-                for lane, count in read(runner.statistics()).items():
-                    yield metrics.Observation(count, {**labels, LANE: lane})
+                for item, value in read(runner):
+                    yield metrics.Observation(value, {**labels, attribute: item})
 
         return observe
 

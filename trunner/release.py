@@ -84,11 +84,11 @@ class Releaser:
         holdings = self._holdings
         releases: list[tuple[str, bool]] = []
         for lane in self._broker.lanes:
-            start = "-"
+            last = ""  # the last id of the previous page, read again first
             while True:
+                start = split_entry_id(last)[1] if last else "-"
                 ids = await self._broker.pending_ids(consumer, start=start, lane=lane)
-                stream_ids = [split_entry_id(i)[1] for i in ids]
-                fresh = [i for i, raw in zip(ids, stream_ids, strict=True) if raw != start]
+                fresh = [i for i in ids if i != last]
                 for message_id in fresh:
                     if holdings.holds(message_id):
                         continue
@@ -99,7 +99,7 @@ class Releaser:
                     releases.append((message_id, True))
                 if not fresh or len(ids) < MAX_IDS_PER_CALL:
                     break
-                start = stream_ids[-1]
+                last = ids[-1]
         released = await self._broker.release(consumer, releases) if releases else 0
         self._counters.released += released
         return released

@@ -434,7 +434,7 @@ class Runner(Producer):
         """Messages fetched per lane this runner reads (counted by the fetch loops with
         more than one lane; with one, all of them)."""
         c = self._counters
-        lanes = [lane for lane, _ in self.config.lanes]
+        lanes = self.config.lane_names
         if len(lanes) == 1:
             return {lanes[0]: c.fetched + c.reclaimed}
         return {lane: c.lanes.get(lane, 0) for lane in lanes}
@@ -579,7 +579,7 @@ class Runner(Producer):
                     transport,
                     self.keys,
                     delete_on_ack=self.config.delete_on_ack,
-                    lanes=[lane for lane, _ in self.config.lanes],
+                    lanes=self.config.lane_names,
                 )
                 await self._prepare(broker)
                 self._components = self._build(broker)
@@ -662,7 +662,7 @@ class Runner(Producer):
             self.tasks, config, holdings, outcomes, counters, metrics.task_time, errors, admission
         )
         releaser = Releaser(broker, holdings, counters)
-        schedule = ReclaimSchedule(config.reclaim_interval, [lane for lane, _ in config.lanes])
+        schedule = ReclaimSchedule(config.reclaim_interval, config.lane_names)
         elector = Elector(
             broker.transport,
             self.keys.leader,

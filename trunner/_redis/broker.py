@@ -7,8 +7,8 @@ script touches is passed in KEYS (all in the group's hash slot).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
 import attrs
 import trio
@@ -16,11 +16,11 @@ import trio
 from ..errors import BackendError, RedisCommandError
 from ..keys import (
     DEFAULT_LANE,
-    LANE_MARK,
     RELEASED_CONSUMER,
     Keys,
     UniqueLock,
     entry_id,
+    is_stream_id,
     lane_suffix,
     split_entry_id,
 )
@@ -44,6 +44,8 @@ __all__ = [
     "Record",
     "Slot",
 ]
+
+T = TypeVar("T")
 
 #: The most ids or payloads one script call carries; larger batches are split.
 MAX_IDS_PER_CALL = 1000
@@ -114,9 +116,13 @@ def _metric_fields(flat: Any) -> tuple[dict[str, float], list[BadValue]]:
     return fields, bad
 
 
-def _is_stream_id(raw: bytes) -> bool:
-    ms, dash, seq = raw.partition(b"-")
-    return bool(dash) and ms.isdigit() and seq.isdigit() and ms.isascii() and seq.isascii()
+def _same(message_id: str) -> str:
+    return message_id
+
+
+def _stream_ids(lane: str, ids: Sequence[str]) -> Sequence[str]:
+    """The stream ids of trunner's entry ids ``ids`` of ``lane``."""
+    return ids if lane == DEFAULT_LANE else [split_entry_id(i)[1] for i in ids]
 
 
 def _int_or_none(raw: Any) -> int | None:
@@ -154,13 +160,17 @@ class Broker(Inspection):
         self._lane_of = dict(zip(self._streams, self.lanes, strict=True))
         self._multi = len(self.lanes) > 1
 
-    def _by_lane(self, ids: Sequence[str]) -> Iterable[tuple[str, Sequence[str]]]:
-        """``ids`` by lane: (lane, its ids in order)."""
-        if not self._multi and not any(LANE_MARK in i for i in ids):
-            return ((DEFAULT_LANE, ids),)
-        lanes: dict[str, list[str]] = {}
-        for i in ids:
-            lanes.setdefault(split_entry_id(i)[0], []).append(i)
+    def _by_lane(
+        self, items: Sequence[T], id_of: Callable[[T], str]
+    ) -> Iterable[tuple[str, Sequence[T]]]:
+        """``items`` by the lane of their entry id (``id_of(item)``): (lane, its items in
+        order). With one lane (every id of the default lane: the runner reads no other),
+        ``items`` as they are."""
+        if not self._multi:
+            return ((DEFAULT_LANE, items),)
+        lanes: dict[str, list[T]] = {}
+        for item in items:
+            lanes.setdefault(split_entry_id(id_of(item))[0], []).append(item)
         return lanes.items()
 
     @property
@@ -187,14 +197,13 @@ class Broker(Inspection):
             start = await self._ensure_lane(lane)
             created = created or start
         if self._multi:
-            extra = [lane for lane in self.lanes if lane != DEFAULT_LANE]
-            await self.transport.execute("SADD", self.keys.lanes, *extra)
+            await self.declare_lanes([lane for lane in self.lanes if lane != DEFAULT_LANE])
         return created
 
     async def _ensure_lane(self, lane: str) -> str | None:
         stream = self.keys.lane_stream(lane)
         floor = await self.transport.execute("GET", self.keys.lane_floor(lane))
-        start = as_str(floor) if floor is not None and _is_stream_id(floor) else "0"
+        start = as_str(floor) if floor is not None and is_stream_id(as_str(floor)) else "0"
         try:
             created = await self._script(
                 "ensure_group", [stream, self.keys.groups], [self.group, start]
@@ -245,9 +254,9 @@ class Broker(Inspection):
 
     # -- producing --------------------------------------------------------------------------
 
-    async def declare_lane(self, lane: str) -> None:
-        """Name ``lane`` in the queue's registry of lanes."""
-        await self.transport.execute("SADD", self.keys.lanes, lane)
+    async def declare_lanes(self, lanes: Sequence[str]) -> None:
+        """Name ``lanes`` in the queue's registry of lanes."""
+        await self.transport.execute("SADD", self.keys.lanes, *lanes)
 
     async def enqueue(self, data: bytes, lane: str = DEFAULT_LANE) -> str:
         """Add a message to ``lane``'s stream; its entry id."""
@@ -386,7 +395,7 @@ class Broker(Inspection):
         it holds, released (and granted to the oldest waiter) with the acknowledgement.
         """
         acked = 0
-        for lane, lane_ids in self._by_lane(ids):
+        for lane, lane_ids in self._by_lane(ids, _same):
             acked += await self._ack_lane(lane, lane_ids, locks, moved, records, forget, slots)
         return acked
 
@@ -402,13 +411,12 @@ class Broker(Inspection):
     ) -> int:
         keys = self.keys
         acked = 0
-        default = lane == DEFAULT_LANE
         for chunk in _chunks(ids):
             held = [locks[i] for i in chunk if i in locks] if locks else []
             outcomes = [records[i] for i in chunk if i in records] if records else []
-            raw = chunk if default else [split_entry_id(i)[1] for i in chunk]
             args: list[Arg] = [self.group, self._delete, keys.done, lane_suffix(lane)]
-            args += [len(chunk), *raw, len(held), *(token for _, token in held)]
+            args += [len(chunk), *_stream_ids(lane, chunk), len(held)]
+            args += [token for _, token in held]
             pairs = [(n + 1, moved[i]) for n, i in enumerate(chunk) if i in moved] if moved else []
             args += [len(pairs), *(x for pair in pairs for x in pair)]
             gone = [forget[i] for i in chunk if i in forget] if forget else []
@@ -677,21 +685,13 @@ class Broker(Inspection):
         """Admit messages of limited tasks, or defer them (``admit.lua``, one call per
         :data:`MAX_ADMITS_PER_CALL`, in order): per message ``("run", 0)``,
         ``("rate", due ms)``, ``("wait", position)`` or ``("lost", 0)``."""
-        verdicts: list[tuple[str, int]] = [("lost", 0)] * len(requests)
-        if not self._multi and not any(LANE_MARK in r.message_id for r in requests):
-            lanes: Iterable[tuple[str, list[int]]] = [(DEFAULT_LANE, list(range(len(requests))))]
-        else:
-            by_lane: dict[str, list[int]] = {}
-            for n, r in enumerate(requests):
-                by_lane.setdefault(split_entry_id(r.message_id)[0], []).append(n)
-            lanes = by_lane.items()
-        for lane, indices in lanes:
-            chosen = [requests[n] for n in indices]
-            for n, verdict in zip(
-                indices, await self._admit_lane(lane, chosen, now_ms), strict=True
-            ):
-                verdicts[n] = verdict
-        return verdicts
+        if not self._multi:
+            return await self._admit_lane(DEFAULT_LANE, requests, now_ms)
+        verdicts: dict[str, tuple[str, int]] = {}
+        for lane, chosen in self._by_lane(requests, lambda r: r.message_id):
+            lane_verdicts = await self._admit_lane(lane, chosen, now_ms)
+            verdicts.update(zip((r.message_id for r in chosen), lane_verdicts, strict=True))
+        return [verdicts[r.message_id] for r in requests]
 
     async def _admit_lane(
         self, lane: str, requests: Sequence[Admit], now_ms: float
@@ -719,7 +719,7 @@ class Broker(Inspection):
                     slot[1] if slot else keys.stream,
                 ]
                 args += [
-                    r.message_id[: len(r.message_id) - len(suffix)] if suffix else r.message_id,
+                    split_entry_id(r.message_id)[1],
                     r.task_id,
                     r.deferred,
                     repr(rate[1]) if rate else "0",
@@ -780,10 +780,9 @@ class Broker(Inspection):
     async def heartbeat(self, consumer: str, ids: Sequence[str]) -> list[str]:
         """Extend the reservations of ``ids``; return those that are no longer ours."""
         lost: list[str] = []
-        for lane, lane_ids in self._by_lane(ids):
+        for lane, lane_ids in self._by_lane(ids, _same):
             stream, suffix = self.keys.lane_stream(lane), lane_suffix(lane)
-            raw = [split_entry_id(i)[1] for i in lane_ids] if suffix else lane_ids
-            for chunk in _chunks(raw):
+            for chunk in _chunks(_stream_ids(lane, lane_ids)):
                 reply = await self._script("heartbeat", [stream], [self.group, consumer, *chunk])
                 lost.extend(as_str(i) + suffix for i in reply)
         return lost
@@ -791,12 +790,11 @@ class Broker(Inspection):
     async def release(self, consumer: str, entries: Sequence[tuple[str, bool]]) -> int:
         """Release ``(id, give_back_delivery)`` entries of ``consumer`` for immediate reclaim."""
         released = 0
-        undo_of = dict(entries)
-        for lane, lane_ids in self._by_lane([mid for mid, _ in entries]):
+        for lane, lane_entries in self._by_lane(entries, lambda entry: entry[0]):
             stream = self.keys.lane_stream(lane)
-            for chunk in _chunks(lane_ids, MAX_IDS_PER_CALL // 2):
+            for chunk in _chunks(lane_entries, MAX_IDS_PER_CALL // 2):
                 flat: list[Arg] = [
-                    x for mid in chunk for x in (split_entry_id(mid)[1], int(undo_of[mid]))
+                    x for mid, undo in chunk for x in (split_entry_id(mid)[1], int(undo))
                 ]
                 released += int(
                     await self._script(
@@ -1160,7 +1158,7 @@ class Broker(Inspection):
     ) -> list[tuple[str, str, str]]:
         """Rename every fixed key holding a value of the wrong type, recording each in the
         quarantine stream: (key, the type it had, its new name) of each (the streams and
-        floors of the lanes it reads included)."""
+        floors of the lanes it knows of included: :meth:`known_lanes`)."""
         keys = self.keys
         types = keys.types()
         for lane in await self.known_lanes():

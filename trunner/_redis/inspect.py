@@ -96,11 +96,11 @@ class Inspection:
         not yet delivered to this group plus its pending ones (``queue_length.lua``)."""
         return sum((await self.lane_lengths()).values())
 
-    async def lane_lengths(self) -> dict[str, int]:
-        """:meth:`queue_length` per lane (of :meth:`known_lanes`)."""
+    async def lane_lengths(self, lanes: Sequence[str] | None = None) -> dict[str, int]:
+        """:meth:`queue_length` per lane (of ``lanes``, by default :meth:`known_lanes`)."""
         keys = self.keys
         lengths: dict[str, int] = {}
-        for lane in await self.known_lanes():
+        for lane in lanes if lanes is not None else await self.known_lanes():
             try:
                 lengths[lane] = int(
                     await call_script(
@@ -116,28 +116,31 @@ class Inspection:
                 lengths[lane] = 0  # another runner's lane whose key holds another type
         return lengths
 
-    async def _pending_summaries(self) -> list[tuple[str, Any]]:
-        """(lane, XPENDING summary) of each known lane with a stream and the group on it
-        (a NOGROUP error of the default lane's stream propagates)."""
+    async def _pending_summaries(self, lanes: Sequence[str] | None) -> list[Any]:
+        """The XPENDING summary of each lane (of ``lanes``, by default
+        :meth:`known_lanes`) with a stream and the group on it, in one round trip (an
+        error of the default lane's stream, NOGROUP say, propagates)."""
+        lanes = lanes if lanes is not None else await self.known_lanes()
+        replies = await self.transport.pipeline(
+            [("XPENDING", self.keys.lane_stream(lane), self.group) for lane in lanes]
+        )
         found = []
-        for lane in await self.known_lanes():
-            try:
-                reply = await self.transport.execute(
-                    "XPENDING", self.keys.lane_stream(lane), self.group
-                )
-            except RedisCommandError:
-                if lane == DEFAULT_LANE:
-                    raise
+        for lane, reply in zip(lanes, replies, strict=True):
+            if isinstance(reply, BaseException):
+                if lane == DEFAULT_LANE or not isinstance(reply, RedisCommandError):
+                    raise reply
                 continue
-            found.append((lane, reply))
+            found.append(reply)
         return found
 
     async def pending_count(self) -> int:
-        return sum(int(reply[0]) for _, reply in await self._pending_summaries() if reply)
+        return sum(int(reply[0]) for reply in await self._pending_summaries(None) if reply)
 
-    async def pending_by_consumer(self) -> dict[str, int]:
+    async def pending_by_consumer(self, lanes: Sequence[str] | None = None) -> dict[str, int]:
+        """Pending entries per consumer, over ``lanes`` (by default
+        :meth:`known_lanes`)."""
         counts: dict[str, int] = {}
-        for _, reply in await self._pending_summaries():
+        for reply in await self._pending_summaries(lanes):
             for name, count in (reply[3] or ()) if reply else ():
                 counts[as_str(name)] = counts.get(as_str(name), 0) + int(count)
         return counts
@@ -266,7 +269,7 @@ class Inspection:
             raise delayed
         pending = 0
         lasts: dict[str, str | None] = {}
-        for lane, groups in zip(lanes, replies, strict=False):
+        for lane, groups in zip(lanes, replies[: len(lanes)], strict=True):
             last = None
             if isinstance(groups, BaseException):
                 # No stream yet: nothing was dispatched. Another type: for another
@@ -290,11 +293,13 @@ class Inspection:
         )
         return stream_entries(reply, suffix=lane_suffix(lane))
 
-    async def pending_entries(self, count: int) -> list[tuple[str, str]]:
+    async def pending_entries(
+        self, count: int, lanes: Sequence[str] | None = None
+    ) -> list[tuple[str, str]]:
         """(id, consumer) of up to ``count`` entries pending in the group, oldest first
-        in each lane, lane after lane."""
+        in each lane, lane after lane (of ``lanes``, by default :meth:`known_lanes`)."""
         found: list[tuple[str, str]] = []
-        for lane in await self.known_lanes():
+        for lane in lanes if lanes is not None else await self.known_lanes():
             if len(found) >= count:
                 break
             try:
