@@ -3,10 +3,12 @@ gets, and the ones refused, with the reason; passwords never shown."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import pytest
-from redis.connection import SSLConnection, UnixDomainSocketConnection, parse_url, to_bool
+from redis.asyncio.connection import SSLConnection, UnixDomainSocketConnection, parse_url, to_bool
 
 import trunner
 from trunner._redis import check_url, native_options, parse_endpoint, parse_server_url
@@ -59,7 +61,7 @@ def test_urls_with_other_options_use_redis_py(url: str) -> None:
     ],
 )
 def test_urls_are_read_as_redis_py_reads_them(url: str) -> None:
-    theirs: dict[str, Any] = parse_url(url)  # type: ignore[no-untyped-call]
+    theirs: dict[str, Any] = dict(parse_url(url))
     ours = parse_server_url(url)
     connection_class = theirs.pop("connection_class", None)
     assert ours.pop("tls", False) == (connection_class is SSLConnection)
@@ -72,7 +74,7 @@ def test_urls_are_read_as_redis_py_reads_them(url: str) -> None:
 def test_a_boolean_option_means_what_redis_py_makes_of_it_in_every_url(value: str) -> None:
     """One reading for every scheme: before, Cluster and Sentinel URLs took only 1, true
     and yes as true (so ``on`` was false there, and true on one server)."""
-    theirs = to_bool(value)  # type: ignore[no-untyped-call]
+    theirs = to_bool(value)
     assert isinstance(theirs, bool)
     assert parse_server_url(f"rediss://h/0?ssl_check_hostname={value}")["ssl_check_hostname"] is (
         theirs
@@ -88,6 +90,38 @@ def test_a_boolean_option_means_what_redis_py_makes_of_it_in_every_url(value: st
         assert parse_endpoint(url).options["ssl_check_hostname"] is theirs
 
 
+def test_option_values_are_read_by_redis_py_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not a copy of redis-py's reading: what its table of option parsers says is what
+    trunner reads, for every scheme (so a redis-py release cannot make the two differ)."""
+    from redis.asyncio import connection  # noqa: PLC0415
+
+    parsers = dict(connection.URL_QUERY_ARGUMENT_PARSERS)
+    parsers["ssl_check_hostname"] = lambda value: value == "sure"
+    monkeypatch.setattr(connection, "URL_QUERY_ARGUMENT_PARSERS", parsers)
+    monkeypatch.setattr(
+        connection,
+        "parse_url",
+        lambda url: {"host": "h", "ssl_check_hostname": parsers["ssl_check_hostname"]("sure")},
+    )
+    assert parse_server_url("rediss://h/0?ssl_check_hostname=sure")["ssl_check_hostname"] is True
+    for url in (
+        "rediss+cluster://h:7000/?ssl_check_hostname=sure",
+        "rediss+sentinel://h:26379/service?ssl_check_hostname=sure",
+    ):
+        assert parse_endpoint(url).options["ssl_check_hostname"] is True
+
+
+def test_a_url_without_options_does_not_import_redis_py() -> None:
+    """The native transport serves a plain URL without redis-py in memory (~11 MB)."""
+    code = (
+        "import sys, trunner._redis.urls as u; "
+        "assert u.native_options('redis://user:pw@h:6380/2').db == 2; "
+        "print('redis' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
 @pytest.mark.parametrize(
     ("url", "problem"),
     [
@@ -100,7 +134,7 @@ def test_bad_url_values_are_refused_like_redis_py_does(url: str, problem: str) -
     with pytest.raises(ValueError, match=problem):
         parse_server_url(url)
     with pytest.raises(ValueError, match=problem):
-        parse_url(url)  # type: ignore[no-untyped-call]
+        parse_url(url)
     with pytest.raises(ValueError, match="invalid Redis URL"):
         check_url(url)
 
