@@ -4,7 +4,7 @@
 mkdocstrings renders from the docstrings. These tests check that every public name is on
 it, that no public name lacks a docstring (mkdocstrings leaves undocumented members out),
 and that the links the docstrings hold lead somewhere. Building the page needs mkdocs and
-mkdocstrings (the ``dev`` extra): without them those tests are skipped, and fail when
+mkdocstrings (the ``test`` extra): without them those tests are skipped, and fail when
 ``CI=true``.
 """
 
@@ -115,7 +115,7 @@ def _require(module: str) -> Any:
     try:
         return importlib.import_module(module)
     except ImportError:
-        message = f"{module} is not installed (pip install -e '.[dev]')"
+        message = f"{module} is not installed (pip install -e '.[test]')"
         if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
             pytest.fail(message + " (CI=true makes this an error)")
         pytest.skip(message)
