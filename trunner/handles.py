@@ -506,8 +506,8 @@ class TaskHandle(str, Generic[R]):
         if known.keep is None:
             return ResultNotKept(
                 f"task {self.id}{task} ended, and keeps no result: keep_result is set "
-                f"neither on the task nor on its dispatch, so its outcome (returned, "
-                f"failed or given up on) was not stored; {keep_it}",
+                "neither on the task nor on its dispatch, so its outcome was not stored "
+                f"(that of a cancelled or expired one is kept {UNASKED_KEEP:g} s); {keep_it}",
                 self.id,
                 name,
             )
