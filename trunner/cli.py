@@ -17,6 +17,7 @@
                       [--token T | --token-file F] [--tasks module:attribute]
     trunner quarantine list|purge GROUP
     trunner demo
+    trunner --version
 
 The command, not the library, owns signals: SIGINT/SIGTERM stop a worker gracefully, a
 second one stops it at once.
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.metadata
 import json
 import os
 import signal
@@ -40,6 +42,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from . import __version__
 from ._demo import run_demo
 from ._util import leaf_exceptions, logger
 from .admin import DeadLetter, GroupInfo, as_dict
@@ -60,6 +63,15 @@ def _level(value: str) -> str:
     if level not in LEVELS:
         raise argparse.ArgumentTypeError(f"choose from {', '.join(LEVELS)} (got {value!r})")
     return level
+
+
+def _version() -> str:
+    """The version of trunner: the installed distribution's (what pip installed), else the
+    package's own ``trunner.__version__`` (imported from a checkout, not installed)."""
+    try:
+        return importlib.metadata.version("trunner")
+    except importlib.metadata.PackageNotFoundError:
+        return __version__
 
 
 def _redis_option(parser: argparse.ArgumentParser, default: str | None) -> None:
@@ -193,6 +205,12 @@ def _parser() -> argparse.ArgumentParser:
         prog="trunner",
         description="A Trio-native distributed task runner on Redis Streams.",
         parents=[common],
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"trunner {_version()} (Python {sys.version.split()[0]})",
+        help="print the version of trunner and exit",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
