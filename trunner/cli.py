@@ -8,7 +8,7 @@
     trunner status GROUP TASK_ID [--json]
     trunner result GROUP TASK_ID [--timeout S]
     trunner cancel GROUP TASK_ID [--wait]
-    trunner inspect GROUP [--json]
+    trunner inspect [GROUP] [--json]
     trunner pause GROUP
     trunner resume GROUP
     trunner dead-letter list|replay|delete|purge GROUP [IDS ...] [--task T]
@@ -47,6 +47,7 @@ from ._demo import run_demo
 from ._util import leaf_exceptions, logger
 from .admin import DeadLetter, GroupInfo, as_dict
 from .client import Client, open_client
+from .discovery import discover_groups
 from .errors import TaskFailed, TrunnerError
 from .runner import Runner
 from .serve import configure_logging, load_settings, run_worker, worker_config
@@ -141,7 +142,8 @@ def _dashboard_command(commands: Any, common: argparse.ArgumentParser) -> None:
         "--group",
         action="append",
         dest="groups",
-        help="a group to show (repeat for several; at least one)",
+        help="show only this group (repeat for several; default: every group found on "
+        "Redis, on whichever queue it reads)",
     )
     dash.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     dash.add_argument("--port", type=int, default=8080, help="port (default 8080; 0: any)")
@@ -234,8 +236,12 @@ def _parser() -> argparse.ArgumentParser:
 
     _task_commands(commands, common)
 
-    inspect = commands.add_parser("inspect", parents=[common], help="show a group at a glance")
-    inspect.add_argument("group")
+    inspect = commands.add_parser(
+        "inspect",
+        parents=[common],
+        help="show a group at a glance; without a group, list the groups found",
+    )
+    inspect.add_argument("group", nargs="?", help="the group (none: list the groups found)")
     inspect.add_argument("--json", action="store_true", help="print JSON for scripts")
     _redis_option(inspect, "redis://127.0.0.1:6379/0")
 
@@ -562,7 +568,39 @@ def _print_group(info: GroupInfo, out: Console) -> None:
         out.print(table)
 
 
+async def _list_groups(args: argparse.Namespace, out: Console) -> int:
+    """``trunner inspect`` without a group: the groups found on Redis (a bounded SCAN)."""
+    found = await discover_groups(_shared_redis(args), prefix=args.prefix)
+    if args.json:
+        print(json.dumps(as_dict(found)))
+        return 0
+    if not found.groups:
+        out.print(
+            f"no group found under the prefix {_shown(args.prefix)!r}: a group is found once "
+            "one of its runners has started (check --redis and --prefix)",
+            highlight=False,
+        )
+    else:
+        table = Table(title=f"groups (prefix {_shown(args.prefix)})", title_justify="left")
+        table.add_column("group", no_wrap=True)
+        table.add_column("queue", no_wrap=True)
+        for g in found.groups:
+            table.add_row(_cell(g.group), _cell(g.queue))
+        out.print(table)
+        out.print("trunner inspect GROUP (--queue QUEUE when it is another's) shows one")
+    if not found.complete:
+        out.print("the scan stopped at its bound: some groups may be missing")
+    for why in found.ignored:
+        out.print(f"ignored: {_shown(why)}", highlight=False, soft_wrap=True)
+    return 0
+
+
 async def _inspect(args: argparse.Namespace, out: Console) -> int:
+    if args.group is None:
+        if args.queue is not None:
+            out.print("--queue needs a group: trunner inspect GROUP --queue QUEUE")
+            return 2
+        return await _list_groups(args, out)
     async with _group_client(args) as client:
         info = await client.inspect()
     if args.json:
