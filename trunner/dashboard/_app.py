@@ -295,11 +295,7 @@ class Dashboard:
 
     def sampler(self, request: Request) -> Sampler | None:
         group = request.path_params["group"]
-        queue = request.path_params.get("queue", group)
-        try:
-            return self.samplers.get(FoundGroup(queue, group))
-        except (TypeError, ValueError):
-            return None
+        return self.samplers.get(FoundGroup(request.path_params.get("queue", group), group))
 
     # -- routes -----------------------------------------------------------------------------
 
