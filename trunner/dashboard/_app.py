@@ -275,7 +275,7 @@ class Dashboard:
             read_only=self.guard.read_only,
             login=self.guard.needs_login,
             redis=self.shown_url,
-            links=[(label_of(t), path_of(t)) for t in self.samplers],
+            links=[(label_of(t), path_of(t)) for t in sorted(self.samplers)],
             actions=ACTIONS,
             **values,
         )
