@@ -9,6 +9,7 @@ from ._redis import forget_memory_server, redact_url
 from .admin import CronEntry, DeadLetter, DelayedTask, GroupInfo, ReplayResult
 from .client import Client, open_client
 from .config import FailedTaskHandler, LongQueueHook, RunnerConfig
+from .discovery import FoundGroup, GroupsFound, discover_groups
 from .errors import (
     BackendError,
     BadData,
@@ -77,9 +78,11 @@ __all__ = [
     "DispatchInfo",
     "ElectorCrashed",
     "FailedTaskHandler",
+    "FoundGroup",
     "GiveUp",
     "GroupInfo",
     "GroupStats",
+    "GroupsFound",
     "InstanceInfo",
     "InvalidArgument",
     "InvalidHeaders",
@@ -132,6 +135,7 @@ __all__ = [
     "__version__",
     "current_message",
     "current_runner",
+    "discover_groups",
     "election",
     "forget_memory_server",
     "open_client",

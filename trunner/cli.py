@@ -8,7 +8,7 @@
     trunner status GROUP TASK_ID [--json]
     trunner result GROUP TASK_ID [--timeout S]
     trunner cancel GROUP TASK_ID [--wait]
-    trunner inspect GROUP [--json]
+    trunner inspect [GROUP] [--json]
     trunner pause GROUP
     trunner resume GROUP
     trunner dead-letter list|replay|delete|purge GROUP [IDS ...] [--task T]
@@ -17,6 +17,7 @@
                       [--token T | --token-file F] [--tasks module:attribute]
     trunner quarantine list|purge GROUP
     trunner demo
+    trunner --version
 
 The command, not the library, owns signals: SIGINT/SIGTERM stop a worker gracefully, a
 second one stops it at once.
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.metadata
 import json
 import os
 import signal
@@ -40,10 +42,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from . import __version__
 from ._demo import run_demo
 from ._util import leaf_exceptions, logger
 from .admin import DeadLetter, GroupInfo, as_dict
 from .client import Client, open_client
+from .discovery import discover_groups
 from .errors import TaskFailed, TrunnerError
 from .runner import Runner
 from .serve import configure_logging, load_settings, run_worker, worker_config
@@ -60,6 +64,15 @@ def _level(value: str) -> str:
     if level not in LEVELS:
         raise argparse.ArgumentTypeError(f"choose from {', '.join(LEVELS)} (got {value!r})")
     return level
+
+
+def _version() -> str:
+    """The version of trunner: the installed distribution's (what pip installed), else the
+    package's own ``trunner.__version__`` (imported from a checkout, not installed)."""
+    try:
+        return importlib.metadata.version("trunner")
+    except importlib.metadata.PackageNotFoundError:
+        return __version__
 
 
 def _redis_option(parser: argparse.ArgumentParser, default: str | None) -> None:
@@ -129,7 +142,8 @@ def _dashboard_command(commands: Any, common: argparse.ArgumentParser) -> None:
         "--group",
         action="append",
         dest="groups",
-        help="a group to show (repeat for several; at least one)",
+        help="show only this group (repeat for several; default: every group found on "
+        "Redis, on whichever queue it reads)",
     )
     dash.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     dash.add_argument("--port", type=int, default=8080, help="port (default 8080; 0: any)")
@@ -194,6 +208,12 @@ def _parser() -> argparse.ArgumentParser:
         description="A Trio-native distributed task runner on Redis Streams.",
         parents=[common],
     )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"trunner {_version()} (Python {sys.version.split()[0]})",
+        help="print the version of trunner and exit",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     worker = commands.add_parser(
@@ -216,8 +236,12 @@ def _parser() -> argparse.ArgumentParser:
 
     _task_commands(commands, common)
 
-    inspect = commands.add_parser("inspect", parents=[common], help="show a group at a glance")
-    inspect.add_argument("group")
+    inspect = commands.add_parser(
+        "inspect",
+        parents=[common],
+        help="show a group at a glance; without a group, list the groups found",
+    )
+    inspect.add_argument("group", nargs="?", help="the group (none: list the groups found)")
     inspect.add_argument("--json", action="store_true", help="print JSON for scripts")
     _redis_option(inspect, "redis://127.0.0.1:6379/0")
 
@@ -544,7 +568,39 @@ def _print_group(info: GroupInfo, out: Console) -> None:
         out.print(table)
 
 
+async def _list_groups(args: argparse.Namespace, out: Console) -> int:
+    """``trunner inspect`` without a group: the groups found on Redis (a bounded SCAN)."""
+    found = await discover_groups(_shared_redis(args), prefix=args.prefix)
+    if args.json:
+        print(json.dumps(as_dict(found)))
+        return 0
+    if not found.groups:
+        out.print(
+            f"no group found under the prefix {_shown(args.prefix)!r}: a group is found once "
+            "one of its runners has started (check --redis and --prefix)",
+            highlight=False,
+        )
+    else:
+        table = Table(title=f"groups (prefix {_shown(args.prefix)})", title_justify="left")
+        table.add_column("group", no_wrap=True)
+        table.add_column("queue", no_wrap=True)
+        for g in found.groups:
+            table.add_row(_cell(g.group), _cell(g.queue))
+        out.print(table)
+        out.print("trunner inspect GROUP (--queue QUEUE when it is another's) shows one")
+    if not found.complete:
+        out.print("the scan stopped at its bound: some groups may be missing")
+    for why in found.ignored:
+        out.print(f"ignored: {_shown(why)}", highlight=False, soft_wrap=True)
+    return 0
+
+
 async def _inspect(args: argparse.Namespace, out: Console) -> int:
+    if args.group is None:
+        if args.queue is not None:
+            out.print("--queue needs a group: trunner inspect GROUP --queue QUEUE")
+            return 2
+        return await _list_groups(args, out)
     async with _group_client(args) as client:
         info = await client.inspect()
     if args.json:

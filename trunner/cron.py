@@ -9,10 +9,18 @@ do not touch Redis for it at all.
 Bad data: a schedule whose next tick cannot be computed, or whose unique key cannot be made,
 is set aside (no tick of it is fired by this leader; the quarantine says why) and the other
 schedules go on; a stored last tick that is not a number counts as none.
+
+Logging: each tick fired (or skipped because the previous run of its unique task is not
+finished) is logged at DEBUG; at INFO, one summary counts the ticks of each schedule: at
+the first tick of a leadership, then at the first tick :data:`SUMMARY_INTERVAL` seconds or
+more after the last summary, and when the leadership ends. A cron of every second so
+writes one INFO line per 10 minutes, not 600; an hourly one, one per tick.
 """
 
 from __future__ import annotations
 
+import collections
+import math
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -29,13 +37,74 @@ from .message import encode_message
 from .quarantine import Quarantine
 from .task import CronSchedule, TaskRegistry
 
-__all__ = ["CronScheduler"]
+__all__ = ["CronScheduler", "TickLog"]
 
 T = TypeVar("T")
 
 #: A last tick fired later than this (ms) after now was not written by trunner: it counts
 #: as none (``cron_fire.lua`` says the same).
 MAX_AHEAD_MS = 86_400_000
+#: Seconds between two INFO summaries of the ticks fired (at the first tick after).
+SUMMARY_INTERVAL = 600.0
+
+
+class TickLog:
+    """The log of the ticks of one leadership: each at DEBUG, and summaries at INFO.
+
+    A summary (``cron ticks since ...: 'a' fired 600, 'b' fired 1, skipped 2``) is written
+    at the first tick, then at the first tick ``interval`` seconds or more after the last
+    summary, and by :meth:`close` (the leadership ended) if ticks came since. ``clock``:
+    monotonic seconds.
+    """
+
+    def __init__(
+        self, interval: float = SUMMARY_INTERVAL, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._interval = interval
+        self._clock = clock
+        self._since = clock()
+        self._summarized: float = -math.inf
+        self._fired: collections.Counter[str] = collections.Counter()
+        self._skipped: collections.Counter[str] = collections.Counter()
+
+    def fired(self, name: str, tick: float) -> None:
+        logger.debug("cron %r fired its %s tick", name, time.ctime(tick))
+        self._fired[name] += 1
+        self._maybe_summarize()
+
+    def skipped(self, name: str, tick: float, task: str) -> None:
+        logger.debug(
+            "cron %r: %s tick skipped, the previous run of unique task %r is not finished",
+            name,
+            time.ctime(tick),
+            task,
+        )
+        self._skipped[name] += 1
+        self._maybe_summarize()
+
+    def close(self) -> None:
+        """The leadership ended: summarize the ticks not summarized yet."""
+        if self._fired or self._skipped:
+            self._summarize(self._clock(), "until the leadership ended")
+
+    def _maybe_summarize(self) -> None:
+        now = self._clock()
+        if now - self._summarized >= self._interval:
+            first = self._summarized == -math.inf
+            self._summarize(now, "since this instance took the lead" if first else "")
+
+    def _summarize(self, now: float, when: str) -> None:
+        counts = []
+        for name in dict.fromkeys([*self._fired, *self._skipped]):
+            count = f"{name!r} fired {self._fired[name]}"
+            if self._skipped[name]:
+                count += f", skipped {self._skipped[name]} (previous run not finished)"
+            counts.append(count)
+        when = when or f"in the last {now - self._since:.0f} s"
+        logger.info("cron ticks %s: %s", when, "; ".join(counts))
+        self._fired.clear()
+        self._skipped.clear()
+        self._since = self._summarized = now
 
 
 class CronScheduler:
@@ -62,10 +131,18 @@ class CronScheduler:
         self._max_bytes = max_payload_bytes
         self.fired = 0
         self.skipped = 0
+        self._log = TickLog()
 
     async def run(self, elector: Elector) -> None:
         if not self._schedules:
             return
+        self._log = TickLog()  # a summary per leadership term, from its first tick
+        try:
+            await self._run(elector)
+        finally:
+            self._log.close()
+
+    async def _run(self, elector: Elector) -> None:
         last = await self._retrying("reading the cron state", self._last_fired)
         now = time.time()
         plan: dict[str, float] = {}
@@ -152,15 +229,10 @@ class CronScheduler:
         outcome = await self._retrying(f"firing cron {schedule.name!r}", fire)
         if outcome == 1:
             self.fired += 1
-            logger.info("cron %r fired its %s tick", schedule.name, time.ctime(tick))
+            self._log.fired(schedule.name, tick)
         elif outcome == -1:
             self.skipped += 1
-            logger.info(
-                "cron %r: %s tick skipped, the previous run of unique task %r is not finished",
-                schedule.name,
-                time.ctime(tick),
-                schedule.task_name,
-            )
+            self._log.skipped(schedule.name, tick, schedule.task_name)
 
     async def _retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         """Call until it succeeds: Redis errors are reported and retried with backoff.

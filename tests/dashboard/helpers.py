@@ -23,15 +23,24 @@ ORIGIN = "http://127.0.0.1"
 
 @asynccontextmanager
 async def open_app(
-    redis: str, groups: list[str], **options: Any
+    redis: str, groups: list[str] | None, **options: Any
 ) -> AsyncIterator[httpx.AsyncClient]:
     """The dashboard, its lifespan entered, behind an httpx client (no server)."""
+    async with open_dashboard(redis, groups, **options) as (_, http):
+        yield http
+
+
+@asynccontextmanager
+async def open_dashboard(
+    redis: str, groups: list[str] | None, **options: Any
+) -> AsyncIterator[tuple[Any, httpx.AsyncClient]]:
+    """As :func:`open_app`, with the app's ``Dashboard`` (to make it look for groups now)."""
     options.setdefault("interval", 0.2)
     app = create_app(redis, groups, **options)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url=ORIGIN) as http:
-            yield http
+            yield app.state.dashboard, http
 
 
 @asynccontextmanager

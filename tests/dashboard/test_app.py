@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from trunner import Keys
 
 from ..support.seeding import message, seed_dead, seed_delayed, seed_queued
 from ..support.servers import RedisServer
-from .helpers import ORIGIN, csrf_of, open_app, post
+from .helpers import ORIGIN, csrf_of, open_app, open_dashboard, post
 
 XSS = "<script>alert('x')</script><img src=x onerror=alert(1)>"
 
@@ -227,8 +228,9 @@ def test_the_command_refuses_to_serve_beyond_loopback_without_a_token(
 
     assert main(["dashboard", "redis://127.0.0.1:1/0", "--group", "g", "--host", "0.0.0.0"]) == 1
     assert "without a token" in capsys.readouterr().err
-    assert main(["dashboard", "redis://127.0.0.1:1/0", "--host", "127.0.0.1"]) == 1
-    assert "name the groups" in capsys.readouterr().err
+    # Without --group it looks for the groups: on a Redis it cannot reach, it says so.
+    assert main(["dashboard", "redis://127.0.0.1:1/0", "--host", "127.0.0.1", "--port", "0"]) == 1
+    assert "cannot reach Redis at redis://127.0.0.1:1/0" in capsys.readouterr().err
 
 
 async def test_pages_of_a_mounted_dashboard_link_under_its_path(
@@ -399,3 +401,64 @@ async def test_the_group_page_shows_each_lanes_length(url: str, group: str, raw:
         assert snapshot["counts"]["queue"] == 3
         page = await http.get(f"/group/{group}")
         assert '<p id="lanes" class="note">by lane: default 1, urgent 2</p>' in page.text
+
+
+def _register(raw: Any, prefix: str, queue: str, *groups: str) -> None:
+    """Register groups in their queue's registry, as the script creating them does."""
+    raw.sadd(Keys(prefix, queue).groups, *groups)
+
+
+async def test_without_groups_named_every_group_found_is_shown(url: str, raw: Any) -> None:
+    prefix = f"d{uuid.uuid4().hex[:8]}"  # the session's Redis holds other tests' groups
+    _register(raw, prefix, "emails", "emails")
+    _register(raw, prefix, "events", "audit", "mailer")  # two groups on one queue
+    _register(raw, f"{prefix}x", "elsewhere", "elsewhere")  # another prefix: not shown
+    async with open_dashboard(url, None, prefix=prefix) as (dashboard, http):
+        overview = (await http.get("/")).text
+        links = re.findall(r'<td><a href="([^"]+)">([^<]+)</a>', overview)
+        assert links == [
+            ("/group/emails", "emails"),
+            ("/queue/events/group/audit", "audit (queue events)"),
+            ("/queue/events/group/mailer", "mailer (queue events)"),
+        ]
+        assert "elsewhere" not in overview
+        page = await http.get("/queue/events/group/audit")
+        assert page.status_code == 200
+        assert 'reading queue <span class="name">events</span>' in page.text
+        assert 'data-events="/queue/events/group/audit/events"' in page.text
+        snapshot = (await http.get("/queue/events/group/audit/snapshot")).json()
+        assert (snapshot["group"], snapshot["queue"]) == ("audit", "events")
+        assert (await http.get("/group/audit")).status_code == 404, "not on a queue 'audit'"
+        done = await post(
+            http, "/queue/events/group/audit/action/pause", {"csrf": csrf_of(page.text)}
+        )
+        assert done.headers["location"] == "/queue/events/group/audit"
+        assert raw.exists(Keys(prefix, "audit", "events").paused)
+        assert not raw.exists(Keys(prefix, "mailer", "events").paused)
+
+        _register(raw, prefix, "late", "late")  # a group whose runner started afterwards
+        assert [(f.queue, f.group) for f in await dashboard.discover()] == [("late", "late")]
+        assert 'href="/group/late"' in (await http.get("/")).text
+        assert await dashboard.discover() == [], "a group shown is not started twice"
+
+
+async def test_groups_named_narrow_what_is_shown(url: str, raw: Any) -> None:
+    prefix = f"d{uuid.uuid4().hex[:8]}"
+    _register(raw, prefix, "emails", "emails")
+    _register(raw, prefix, "events", "audit", "mailer")
+    async with open_app(url, ["audit", "ghost"], prefix=prefix) as http:
+        overview = (await http.get("/")).text
+        links = re.findall(r'<td><a href="([^"]+)">', overview)
+        # audit where it was found; ghost, found nowhere, on the queue of its own name
+        assert links == ["/queue/events/group/audit", "/group/ghost"]  # by queue
+        assert "Named: audit, ghost." in overview
+        assert (await http.get("/group/ghost")).status_code == 200
+        assert (await http.get("/group/emails")).status_code == 404
+
+
+async def test_an_empty_redis_shows_an_empty_overview_that_says_why(memory_url: str) -> None:
+    async with open_app(memory_url, None) as http:
+        overview = await http.get("/")
+        assert overview.status_code == 200
+        assert 'id="no-groups"' in overview.text
+        assert "once one of its runners has started" in overview.text

@@ -380,6 +380,26 @@ async def test_standalone_electors_and_a_client_on_a_cluster(cluster: Cluster) -
         assert await client.queue_length() == 3
 
 
+async def test_groups_are_found_on_every_master_of_a_cluster(cluster: Cluster) -> None:
+    """Each master holds its own keys: discovery scans each (a SCAN sent to one node would
+    find a third of the registries)."""
+    prefix = f"d{uuid.uuid4().hex[:6]}"
+    queues = [f"q{i}" for i in range(12)]
+    registries = [Keys(prefix, q).groups for q in queues]
+    masters = {cluster.master_of(key) for key in registries}
+    assert len(masters) == 3, "twelve queues over three masters"  # 1 draw in 10**5 fails
+    with cluster.client() as raw:
+        for queue, key in zip(queues, registries, strict=True):
+            raw.sadd(key, queue)
+        raw.sadd(Keys(prefix, "events").groups, "audit", "mailer")
+    found = await trunner.discover_groups(cluster.url, prefix=prefix)
+    assert found.complete
+    assert found.groups == sorted(
+        [trunner.FoundGroup(q, q) for q in queues]
+        + [trunner.FoundGroup("events", "audit"), trunner.FoundGroup("events", "mailer")]
+    )
+
+
 async def test_cluster_calls_wait_for_a_free_connection(cluster: Cluster) -> None:
     """The Cluster client raises at its pool limit; trunner's calls wait instead."""
     group = f"cc-{uuid.uuid4().hex[:6]}"

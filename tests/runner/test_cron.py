@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -51,6 +52,30 @@ async def test_each_cron_tick_fires_once_group_wide(
     assert len(ids) == len(set(ids)), "no tick fired twice"
     ticks = sorted(int(i.rsplit(":", 1)[1]) for i in ids)
     assert all(b - a == 1000 for a, b in itertools.pairwise(ticks)), ticks
+
+
+@pytest.mark.deadline(30)
+async def test_cron_ticks_are_logged_at_debug_with_a_summary_at_info(
+    url: str, group: str, timeline: Timeline, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="trunner")
+    async with open_checked_runner(url, config(group), cron_registry(timeline)):
+        await timeline.wait(3)  # three ticks fired (and run)
+
+    def cron_lines(level: int) -> list[str]:
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if r.levelno == level and r.getMessage().startswith("cron")
+        ]
+
+    assert len([m for m in cron_lines(logging.DEBUG) if " fired its " in m]) >= 3
+    summaries = cron_lines(logging.INFO)
+    # The first tick's summary, then (SUMMARY_INTERVAL being minutes) only the one of the
+    # leadership's end: never a line per tick.
+    assert summaries[0] == "cron ticks since this instance took the lead: 'every_second' fired 1"
+    assert len(summaries) == 2, summaries
+    assert summaries[1].startswith("cron ticks until the leadership ended: 'every_second' fired ")
 
 
 @pytest.mark.deadline(30)

@@ -5,8 +5,10 @@ The worker command, which serves a runner, is tested in test_serve.py."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+import uuid
 from typing import Any
 
 import pytest
@@ -526,3 +528,28 @@ async def test_dispatch_into_a_lane_and_inspect_it_by_lane(
     bad = cli("dispatch", group, "ghost", "3", "--priority", "no lane!", *url)
     assert bad.returncode != 0
     assert "lane name" in bad.stderr
+
+
+def test_inspect_without_a_group_lists_the_groups_found(
+    redis_server: RedisServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prefix = f"d{uuid.uuid4().hex[:8]}"  # the session's Redis holds other tests' groups
+    raw = raw_client(redis_server.url)
+    raw.sadd(trunner.Keys(prefix, "emails").groups, "emails")
+    raw.sadd(trunner.Keys(prefix, "events").groups, "audit", "mailer")
+    raw.close()
+    url = ["--redis", redis_server.url, "--prefix", prefix]
+    assert main(["inspect", *url, "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert listed["complete"] is True
+    assert [(g["queue"], g["group"]) for g in listed["groups"]] == [
+        ("emails", "emails"),
+        ("events", "audit"),
+        ("events", "mailer"),
+    ]
+    assert main(["inspect", *url]) == 0
+    table = capsys.readouterr().out
+    rows = re.findall(r"│ (\S+) +│ (\S+) +│", table)
+    assert rows == [("emails", "emails"), ("audit", "events"), ("mailer", "events")]
+    assert main(["inspect", "--redis", redis_server.url, "--prefix", f"{prefix}-none"]) == 0
+    assert "no group found under the prefix" in capsys.readouterr().out

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 
+import pytest
+
+import trunner
 from trunner import cli
 
 
@@ -16,11 +20,34 @@ def _subcommand(name: str) -> argparse.ArgumentParser:
     raise AssertionError("no subcommands")
 
 
-def test_dashboard_group_help_does_not_promise_every_group() -> None:
-    # The dashboard never lists groups from Redis: without --group it refuses to start
-    # (serve_dashboard_command raises "name the groups to show").
-    help_text = _subcommand("dashboard").format_help()
-    assert "default: all" not in help_text
+def test_dashboard_group_help_says_it_narrows_what_is_found() -> None:
+    # Without --group the dashboard shows every group it finds on Redis; --group narrows.
     group = next(a for a in _subcommand("dashboard")._actions if "--group" in a.option_strings)
     assert group.help is not None
-    assert "at least one" in group.help
+    assert "show only this group" in group.help
+    assert "default: every group found" in group.help
+
+
+def test_version_prints_the_installed_version(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "9.8.7")
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--version"])
+    assert exited.value.code == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("trunner 9.8.7 (Python 3.")
+    assert printed.endswith(")\n")
+
+
+def test_version_without_the_distribution_is_the_packages_own(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def not_installed(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.startswith(f"trunner {trunner.__version__} (Python ")

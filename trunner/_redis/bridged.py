@@ -450,6 +450,32 @@ class BridgedTransport(DedicatedConnections, Transport):
         replies = await self._pooled(go, "pipeline")
         return [redis_py_reply(r, str(c[0])) for r, c in zip(replies, commands, strict=True)]
 
+    async def scan_keys(
+        self, match: str, *, count: int, max_calls: int
+    ) -> tuple[list[bytes], bool]:
+        if self._cluster is None:
+            return await super().scan_keys(match, count=count, max_calls=max_calls)
+        # On Cluster each primary holds its own keys, with its own cursor: scan each.
+        found: list[bytes] = []
+        complete = True
+        for node in self._cluster.get_primaries():
+            cursor = 0
+            for _ in range(max_calls):
+
+                async def go(node: Any = node, cursor: int = cursor) -> Any:
+                    return await self._client.execute_command(
+                        "SCAN", cursor, "MATCH", match, "COUNT", count, target_nodes=node
+                    )
+
+                reply = await self._pooled(go, "SCAN")
+                cursor, keys = _scan_reply(reply, node.name)
+                found.extend(keys)
+                if cursor == 0:
+                    break
+            else:
+                complete = False
+        return found, complete
+
     def open_reader(self, key: str | None = None) -> Reader:
         return _BridgedReader(self, key)
 
@@ -592,3 +618,11 @@ class _BridgedSubscriber(_Dedicated, Subscriber):
 
     async def next_message(self) -> bytes:
         return await self._transport._call(self._next, "SUBSCRIBE", limit=math.inf)
+
+
+def _scan_reply(reply: Any, node: str) -> tuple[int, list[bytes]]:
+    """(cursor, keys) of a Cluster client's reply to a SCAN sent to ``node``: its result
+    callback makes it ({node: cursor}, keys); a raw reply is [cursor, keys]."""
+    first, keys = reply[0], reply[1]
+    cursor = first[node] if isinstance(first, dict) else first
+    return int(cursor), list(keys)

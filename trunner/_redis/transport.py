@@ -241,6 +241,28 @@ class Transport(abc.ABC):
         """
         return await call_script(self.execute, script, keys, args)
 
+    async def scan_keys(
+        self, match: str, *, count: int, max_calls: int
+    ) -> tuple[list[bytes], bool]:
+        """The names of the keys matching the glob ``match``: ``SCAN cursor MATCH match
+        COUNT count``, at most ``max_calls`` calls (on Cluster: per primary, each node
+        scanned for its own keys). Returns the names found, and whether every scan was
+        complete (False: ``max_calls`` ran out first, and matching keys may be missing).
+
+        Each call makes Redis look at about ``count`` keys, whatever matches: the cost is
+        the keyspace's size, bounded by ``count * max_calls`` per node. A key renamed or
+        written meanwhile may be missed (``SCAN``'s own guarantee).
+        """
+        found: list[bytes] = []
+        cursor: bytes | str = "0"
+        for _ in range(max_calls):
+            reply = await self.execute("SCAN", cursor, "MATCH", match, "COUNT", count)
+            cursor, keys = reply[0], reply[1]
+            found.extend(keys)
+            if cursor in (b"0", "0", 0):
+                return found, True
+        return found, False
+
     @abc.abstractmethod
     def open_reader(self, key: str | None = None) -> Reader:
         """A new reader with a connection of its own, opened on its first read, to the

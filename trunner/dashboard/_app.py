@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 import math
+import time
 from collections.abc import AsyncIterator, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote
@@ -27,7 +29,16 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from trunner import TaskRegistry, TrunnerError, open_client, redact_url
+from trunner import (
+    FoundGroup,
+    GroupsFound,
+    RedisCommandError,
+    TaskRegistry,
+    TrunnerError,
+    discover_groups,
+    open_client,
+    redact_url,
+)
 
 from ._actions import ACTIONS, Action, Form
 from ._sampler import Sampler
@@ -35,7 +46,14 @@ from ._security import COOKIE, Guard, HostCheck
 
 __all__ = ["create_app"]
 
+logger = logging.getLogger("trunner.dashboard")
+
 HERE = Path(__file__).parent
+#: Seconds between two discoveries of the groups (a ``SCAN`` of the database: see
+#: ``trunner.discovery`` for its cost).
+DISCOVER_INTERVAL = 60.0
+#: The most groups a dashboard shows (each has a client and a sampler).
+MAX_GROUPS = 100
 #: Dead letters per page.
 PAGE = 50
 #: What every response says about where its content may come from: nothing external.
@@ -76,6 +94,28 @@ def _json(value: Any) -> str:
     return json.dumps(_finite(value), separators=(",", ":"))
 
 
+def path_of(target: FoundGroup) -> str:
+    """The path of a group's page: ``/group/<group>`` for a group reading the queue of its
+    own name, else ``/queue/<queue>/group/<group>`` (quoted as the pages' links are)."""
+    if target.own_queue:
+        return f"/group/{quote(target.group)}"
+    return f"/queue/{quote(target.queue)}/group/{quote(target.group)}"
+
+
+def _narrowed(found: Sequence[FoundGroup], names: Sequence[str]) -> list[FoundGroup]:
+    """The groups of ``found`` named in ``names`` (on whichever queue), and, for each name
+    found on none, the group of that name on the queue of its own name."""
+    shown: list[FoundGroup] = []
+    for name in names:
+        shown.extend([f for f in found if f.group == name] or [FoundGroup(name, name)])
+    return shown
+
+
+def label_of(target: FoundGroup) -> str:
+    """How the pages name a group: its name, and the queue it reads if another's."""
+    return target.group if target.own_queue else f"{target.group} (queue {target.queue})"
+
+
 class _SnapshotEvents:
     """The server-sent events of one group page: its snapshot now, then each newer one.
 
@@ -111,15 +151,26 @@ class Dashboard:
         prefix: str,
         tasks: TaskRegistry | None,
         interval: float,
+        discover_interval: float = DISCOVER_INTERVAL,
     ) -> None:
         self.redis_url = redis_url
         self.shown_url = redact_url(redis_url)
-        self.groups = list(dict.fromkeys(groups))
+        self.names = list(dict.fromkeys(groups))
+        """The groups named (``--group``); none: every group found."""
         self.guard = guard
         self.prefix = prefix
         self.tasks = tasks
         self.interval = interval
-        self.samplers: dict[str, Sampler] = {}
+        self.discover_interval = discover_interval
+        self.samplers: dict[FoundGroup, Sampler] = {}
+        self.found: GroupsFound | None = None
+        """The last discovery's result (None before the first, or when it failed)."""
+        self.found_at: float | None = None
+        self.discovery_error: str | None = None
+        self.left_out = 0
+        """Groups found but not shown: beyond :data:`MAX_GROUPS`."""
+        self._nursery: trio.Nursery | None = None
+        self._discovering = trio.Lock()
         self.flashes: dict[str, str] = {}
         self.templates = jinja2.Environment(
             loader=jinja2.FileSystemLoader(HERE / "templates"),
@@ -131,24 +182,81 @@ class Dashboard:
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """Open a client and a sampler per group, for the app's lifetime."""
-        async with AsyncExitStack() as stack:
-            clients = [
-                await stack.enter_async_context(
-                    open_client(self.redis_url, group, prefix=self.prefix, tasks=self.tasks)
-                )
-                for group in self.groups
-            ]
+        """Find the groups, and open a client and a sampler per group, for the app's
+        lifetime; look for new groups every ``discover_interval`` seconds."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            try:
+                await self.discover(starting=True)
+                nursery.start_soon(self._rediscover)
+                yield
+            finally:
+                nursery.cancel_scope.cancel()
+                self._nursery = None
+                self.samplers.clear()
+
+    async def _rediscover(self) -> None:
+        while True:
+            await trio.sleep(self.discover_interval)
+            await self.discover()
+
+    async def discover(self, *, starting: bool = False) -> list[FoundGroup]:
+        """Look for the groups now (``SCAN``, see ``trunner.discovery``) and start showing
+        those not shown yet; return them. A group shown stays shown.
+
+        The groups named (``--group``) are narrowed to: each on the queues it was found
+        reading, else on the queue of its own name. When discovery fails, the groups
+        named are shown on their own queues; with none named, it raises at start and is
+        logged later.
+        """
+        async with self._discovering:
+            try:
+                found = await discover_groups(self.redis_url, prefix=self.prefix)
+            except TrunnerError as exc:
+                self.discovery_error = f"{type(exc).__name__}: {exc}"
+                if starting and not self.names:
+                    if isinstance(exc, RedisCommandError):  # SCAN refused (an ACL ...)
+                        raise RedisCommandError(
+                            f"cannot list the groups on {self.shown_url}: {exc}; name them "
+                            "(--group, or create_app's groups)"
+                        ) from exc
+                    raise
+                logger.warning("dashboard: looking for groups failed: %s", exc)
+                wanted = [FoundGroup(name, name) for name in self.names]
+            else:
+                self.found, self.found_at, self.discovery_error = found, time.time(), None
+                if not found.complete:
+                    logger.warning(
+                        "dashboard: the scan for groups stopped at its bound: some may be "
+                        "missing (name them with --group)"
+                    )
+                wanted = _narrowed(found.groups, self.names) if self.names else found.groups
+            new = [w for w in wanted if w not in self.samplers]
+            room = max(0, MAX_GROUPS - len(self.samplers))
+            self.left_out = max(0, len(new) - room)
+            for target in new[:room]:
+                await self._show(target, starting=starting)
+            return new[:room]
+
+    async def _show(self, target: FoundGroup, *, starting: bool) -> None:
+        assert self._nursery is not None
+        try:
+            sampler = await self._nursery.start(self._watch, target)
+        except TrunnerError as exc:  # Redis gone meanwhile: tried again at the next round
+            if starting:
+                raise
+            logger.warning("dashboard: cannot show group %s: %s", label_of(target), exc)
+            return
+        self.samplers[target] = sampler
+
+    async def _watch(self, target: FoundGroup, *, task_status: trio.TaskStatus[Sampler]) -> None:
+        async with open_client(
+            self.redis_url, target.queue, group=target.group, prefix=self.prefix, tasks=self.tasks
+        ) as client:
+            sampler = Sampler(client, self.interval)
             async with trio.open_nursery() as nursery:
-                for client in clients:
-                    sampler = Sampler(client, self.interval)
-                    await nursery.start(sampler.run)
-                    self.samplers[client.consumer_group] = sampler
-                try:
-                    yield
-                finally:
-                    nursery.cancel_scope.cancel()
-                    self.samplers.clear()
+                await nursery.start(sampler.run)
+                task_status.started(sampler)
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -167,7 +275,7 @@ class Dashboard:
             read_only=self.guard.read_only,
             login=self.guard.needs_login,
             redis=self.shown_url,
-            groups=self.groups,
+            links=[(label_of(t), path_of(t)) for t in sorted(self.samplers)],
             actions=ACTIONS,
             **values,
         )
@@ -186,15 +294,31 @@ class Dashboard:
         return PlainTextResponse("the dashboard's token is needed", 401, headers=SECURITY_HEADERS)
 
     def sampler(self, request: Request) -> Sampler | None:
-        return self.samplers.get(request.path_params["group"])
+        group = request.path_params["group"]
+        return self.samplers.get(FoundGroup(request.path_params.get("queue", group), group))
 
     # -- routes -----------------------------------------------------------------------------
 
     async def overview(self, request: Request) -> Response:
         if (refused := self.gate(request)) is not None:
             return refused
-        snapshots = [s.latest for s in self.samplers.values()]
-        return self.page(request, "overview.html", snapshots=snapshots)
+        rows = [
+            (label_of(t), path_of(t), s.latest)
+            for t, s in sorted(self.samplers.items(), key=lambda item: item[0])
+        ]
+        return self.page(
+            request,
+            "overview.html",
+            rows=rows,
+            named=self.names,
+            found=self.found,
+            found_at=self.found_at,
+            discovery_error=self.discovery_error,
+            left_out=self.left_out,
+            max_groups=MAX_GROUPS,
+            discover_interval=self.discover_interval,
+            prefix=self.prefix,
+        )
 
     async def group_page(self, request: Request) -> Response:
         if (refused := self.gate(request)) is not None:
@@ -215,10 +339,14 @@ class Dashboard:
             crons = await client.cron_entries()
         except (TrunnerError, ValueError) as exc:
             crons, problems["cron"] = [], f"{type(exc).__name__}: {exc}"
+        target = FoundGroup(sampler.queue, sampler.group)
         return self.page(
             request,
             "group.html",
             group=sampler.group,
+            queue=sampler.queue,
+            label=label_of(target),
+            path=path_of(target),
             snapshot=sampler.latest,
             letters=letters,
             next_page=f"({letters[-1].id}" if more and letters else None,
@@ -276,9 +404,9 @@ class Dashboard:
         if "application/json" in request.headers.get("accept", ""):
             return JSONResponse({"done": said})
         base = request.scope.get("root_path", "")
-        # Quoted as the pages' links are (Jinja's urlencode): '#', '?' or '%' in a group's
-        # name would otherwise end its path in the Location.
-        where = f"{base}/group/{quote(sampler.group)}"
+        # Quoted as the pages' links are: '#', '?' or '%' in a group's name would
+        # otherwise end its path in the Location.
+        where = f"{base}{path_of(FoundGroup(sampler.queue, sampler.group))}"
         return RedirectResponse(where, 303, headers=SECURITY_HEADERS)
 
     @staticmethod
@@ -305,7 +433,7 @@ class Dashboard:
         return response
 
     def _unknown(self, request: Request) -> Response:
-        if not self.samplers:
+        if self._nursery is None:
             why = "the dashboard is not started: its lifespan did not run (see the docs)"
             return PlainTextResponse(why, 503)
         return PlainTextResponse("no such group or action on this dashboard", 404)
@@ -343,7 +471,7 @@ MIN_TOKEN = 16
 
 def create_app(
     redis_url: str,
-    groups: Sequence[str],
+    groups: Sequence[str] | None = None,
     *,
     read_only: bool = False,
     token: str | None = None,
@@ -351,16 +479,21 @@ def create_app(
     prefix: str = "trunner",
     interval: float = 1.0,
     allowed_hosts: Sequence[str] | None = None,
+    discover_interval: float = DISCOVER_INTERVAL,
 ) -> Starlette:
-    """The dashboard of ``groups`` as a Starlette ASGI application.
+    """The dashboard of the groups on a Redis as a Starlette ASGI application.
 
     Serve it with any ASGI server running Trio (``trunner dashboard`` runs hypercorn's
     Trio worker), or mount it in your own Starlette app (then enter its lifespan from
-    yours: see the docs). It opens one trunner client per group in its lifespan.
+    yours: see the docs). Its lifespan finds the groups
+    ([``discover_groups``][trunner.discover_groups]) and opens one trunner client per
+    group shown; it looks for new groups every ``discover_interval`` seconds.
 
     Args:
         redis_url: The groups' Redis (never shown: the page shows it redacted).
-        groups: The consumer groups to show.
+        groups: The consumer groups to show, by name: each on the queues it is found
+            reading, else on the queue of its own name. None or empty: every group
+            found (at most :data:`MAX_GROUPS`).
         read_only: Show no action, and refuse every POST (403).
         token: Require this token (at least :data:`MIN_TOKEN` characters): as
             ``Authorization: Bearer <token>``, or typed into the login form (which sets an
@@ -369,6 +502,8 @@ def create_app(
             expressions and next ticks, and can be fired now.
         prefix: The groups' key prefix.
         interval: Seconds between two snapshots of a group (what the pages show live).
+        discover_interval: Seconds between two discoveries of the groups (each a
+            ``SCAN`` of the database, see [The dashboard](dashboard.md#finding-the-groups)).
         allowed_hosts: Host headers accepted (others get 400): against DNS rebinding
             when there is no token. Names or addresses, without a port; IPv6 ones with or
             without brackets (``::1``). None accepts any.
@@ -376,8 +511,7 @@ def create_app(
     Returns:
         The application.
     """
-    if not groups:
-        raise ValueError("name at least one group to show")
+    groups = [] if groups is None else list(groups)
     if token is not None and len(token) < MIN_TOKEN:
         raise ValueError(
             f"a token of at least {MIN_TOKEN} characters, please (the dashboard acts on "
@@ -386,6 +520,8 @@ def create_app(
         )
     if not interval > 0:
         raise ValueError(f"interval must be > 0, got {interval!r}")
+    if not discover_interval > 0:
+        raise ValueError(f"discover_interval must be > 0, got {discover_interval!r}")
     dashboard = Dashboard(
         redis_url,
         groups,
@@ -393,6 +529,7 @@ def create_app(
         prefix=prefix,
         tasks=tasks,
         interval=interval,
+        discover_interval=discover_interval,
     )
 
     @asynccontextmanager
@@ -404,12 +541,17 @@ def create_app(
         Route("/", dashboard.overview),
         Route("/login", dashboard.login_page, methods=["GET"]),
         Route("/login", dashboard.login, methods=["POST"]),
-        Route("/group/{group}", dashboard.group_page),
-        Route("/group/{group}/snapshot", dashboard.snapshot),
-        Route("/group/{group}/events", dashboard.events),
-        Route("/group/{group}/action/{action}", dashboard.act, methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
+    # A group's pages; under /queue/<queue> for a group reading another queue than its
+    # own name's (fan-out). Routes, not a Mount: a Mount would change the root path.
+    for above in ("", "/queue/{queue}"):
+        routes += [
+            Route(f"{above}/group/{{group}}", dashboard.group_page),
+            Route(f"{above}/group/{{group}}/snapshot", dashboard.snapshot),
+            Route(f"{above}/group/{{group}}/events", dashboard.events),
+            Route(f"{above}/group/{{group}}/action/{{action}}", dashboard.act, methods=["POST"]),
+        ]
     middleware = []
     if allowed_hosts is not None:
         middleware.append(Middleware(HostCheck, allowed_hosts=list(allowed_hosts)))

@@ -38,8 +38,11 @@ class Sampler:
     def __init__(self, client: Client, interval: float = 1.0, history: int = HISTORY) -> None:
         self.client = client
         self.group = client.consumer_group
+        self.queue = client.keys.queue
         self.interval = interval
-        self.latest: dict[str, Any] = {"group": self.group, "version": 0, "loading": True}
+        self.latest: dict[str, Any] = {
+            "group": self.group, "queue": self.queue, "version": 0, "loading": True,
+        }  # fmt: skip
         self.version = 0
         self._series: collections.deque[tuple[float, float | None, float | None]] = (
             collections.deque(maxlen=history)
@@ -84,7 +87,9 @@ class Sampler:
         stats = await part("timings", client.group_stats)
         age = await part("pickup latency", client.waiting_age)
         delayed = await part("delayed", lambda: client.delayed_tasks(SHOWN))
-        snapshot: dict[str, Any] = {"group": self.group, "at": now, "errors": errors}
+        snapshot: dict[str, Any] = {
+            "group": self.group, "queue": self.queue, "at": now, "errors": errors,
+        }  # fmt: skip
         if info is not None:
             snapshot.update(_overview(info))
         snapshot["timings"] = _timings(stats) if stats is not None else None

@@ -17,6 +17,7 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
 from hypercorn.typing import Framework
+from hypercorn.utils import LifespanFailureError
 from starlette.types import ASGIApp
 
 from trunner import TaskRegistry
@@ -83,9 +84,8 @@ async def run_dashboard(
     prefix: str,
     interval: float = 1.0,
 ) -> int:
-    """``trunner dashboard``: refuse an unsafe bind, then serve until SIGINT or SIGTERM."""
-    if not groups:
-        raise ValueError("name the groups to show: --group G (repeat for several)")
+    """``trunner dashboard``: refuse an unsafe bind, then serve until SIGINT or SIGTERM
+    (``groups``: those named; none: every group found)."""
     if not is_loopback(host) and token is None:
         raise ValueError(
             f"refusing to serve on {host}, beyond this machine, without a token: pass "
@@ -108,9 +108,32 @@ async def run_dashboard(
                 print(f"{signal.Signals(signum).name}: stopping", file=sys.stderr)
                 return
 
-        async with trio.open_nursery() as nursery:
-            serving = functools.partial(serve_dashboard, shutdown_trigger=stop_on_signal)
-            urls = await nursery.start(serving, app, host, port)
-            for url in urls:
-                print(f"trunner dashboard on {url}/", flush=True)
+        try:
+            async with trio.open_nursery() as nursery:
+                serving = functools.partial(serve_dashboard, shutdown_trigger=stop_on_signal)
+                urls = await nursery.start(serving, app, host, port)
+                for url in urls:
+                    print(f"trunner dashboard on {url}/", flush=True)
+        except BaseExceptionGroup as error:
+            if (why := _startup_failure(error)) is not None:
+                raise why from None  # Redis unreachable, groups not found ...: one line
+            raise
     return 0
+
+
+def _leaves(error: BaseException) -> list[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
+    return [error]
+
+
+def _startup_failure(error: BaseException) -> BaseException | None:
+    """The one error that failed the app's startup (its lifespan: finding the groups,
+    opening their clients), which hypercorn reports as a LifespanFailureError raised
+    while handling it; None if ``error`` is not that."""
+    leaves = _leaves(error)
+    if len(leaves) != 1 or not isinstance(leaves[0], LifespanFailureError):
+        return None
+    context = leaves[0].__context__
+    causes = _leaves(context) if context is not None else []
+    return causes[0] if len(causes) == 1 and isinstance(causes[0], Exception) else None
