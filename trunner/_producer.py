@@ -35,7 +35,7 @@ from .admin import (
 from .codec import untyped
 from .errors import InvalidHeaders, InvalidPayload, RunnerNotRunning, TaskAlreadyDispatched
 from .group_stats import GroupStats, InstanceInfo
-from .handles import TaskHandle, Waiters
+from .handles import Known, TaskHandle, Waiters
 from .keys import DEFAULT_LANE, UniqueLock, check_lane
 from .message import (
     MessageDecodeError,
@@ -119,6 +119,10 @@ class Producer:
         if self._registry is None or task_name not in self._registry:
             return None
         return self._registry.get(task_name).keep_result
+
+    def _knows_task(self, task_name: str) -> bool:
+        """Whether this producer's registry knows the task ``task_name``."""
+        return self._registry is not None and task_name in self._registry
 
     async def cancel(self, task_id: str) -> CancelOutcome:
         """Cancel the task ``task_id`` wherever it is: ``handle(task_id).cancel()``.
@@ -229,8 +233,18 @@ class Producer:
         key = task.key_for(payload)
         return _Unique(key, secrets.token_hex(16), task.unique_for_ms, task.unique_for or 0.0)
 
-    def _handle(self, task_id: str, task: Task | None) -> TaskHandle[Any]:
-        return TaskHandle(task_id, self, task.result_codec if task is not None else untyped)
+    @staticmethod
+    def _known(name: str, task: Task | None, options: MessageOptions | None) -> Known:
+        """What the handles of a dispatch know: the task's name, and the ``keep_result``
+        its dispatch or its task (when known here) sets."""
+        if options is not None and options.keep_result is not None:
+            return Known(name, options.keep_result, "dispatch", dispatched=True)
+        if task is not None:
+            return Known(name, task.keep_result, "task", dispatched=True)
+        return Known(name, dispatched=True)
+
+    def _handle(self, task_id: str, task: Task | None, known: Known) -> TaskHandle[Any]:
+        return TaskHandle(task_id, self, task.result_codec if task is not None else untyped, known)
 
     @overload
     def handle(self, task_id: str) -> TaskHandle[Any]: ...
@@ -255,7 +269,10 @@ class Producer:
         if not isinstance(task_id, str) or not task_id:
             raise TypeError(f"task_id must be a non-empty str, got {task_id!r}")
         found = self._resolve(task)[1] if task is not None else None
-        return TaskHandle(str(task_id), self, found.result_codec if found is not None else untyped)
+        if found is None:
+            return TaskHandle(str(task_id), self)
+        known = Known(found.name, found.keep_result, "task")  # its dispatch may say otherwise
+        return TaskHandle(str(task_id), self, found.result_codec, known)
 
     @overload
     async def dispatch(
@@ -363,13 +380,15 @@ class Producer:
         )
         await self._declare(broker, lane)
         if unique is None:
-            return self._handle(await broker.enqueue(data, lane), task)
+            return self._handle(
+                await broker.enqueue(data, lane), task, self._known(name, task, options)
+            )
         (message_id,) = await broker.enqueue_unique(
             [(broker.keys.unique(unique.key), unique.token, data)], unique.ttl_ms, lane
         )
         if message_id is None:
             raise TaskAlreadyDispatched(name, [unique.key])
-        return self._handle(message_id, task)
+        return self._handle(message_id, task, self._known(name, task, options))
 
     @overload
     async def dispatch_many(
@@ -457,16 +476,17 @@ class Producer:
         if not items:
             return []
         await self._declare(broker, lane)
+        known = self._known(name, task, options)
         if task is None or not task.unique:
             ids = await broker.enqueue_many([data for _, data in items], lane)
-            return [self._handle(i, task) for i in ids]
+            return [self._handle(i, task, known) for i in ids]
         locked = [(broker.keys.unique(u.key), u.token, data) for u, data in items if u is not None]
         maybe = await broker.enqueue_unique(locked, task.unique_for_ms, lane)
         refused = [i for i, message_id in enumerate(maybe) if message_id is None]
         if refused:
             keys = [u.key for i in refused if (u := items[i][0]) is not None]
             raise TaskAlreadyDispatched(name, keys, refused, maybe)
-        return [self._handle(i, task) for i in maybe if i is not None]
+        return [self._handle(i, task, known) for i in maybe if i is not None]
 
     @overload
     async def dispatch_delayed(
@@ -658,7 +678,7 @@ class Producer:
         await self._declare(broker, lane)
         await broker.schedule(task_id, due_ms, data, lock)
         self._scheduled(due_ms)
-        return self._handle(task_id, task)
+        return self._handle(task_id, task, self._known(name, task, options))
 
     def _scheduled(self, due_ms: int) -> None:
         """A delayed task was added (the runner wakes its scheduler if it leads)."""

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import trio
+
+if TYPE_CHECKING:
+    from .status import TaskState
 
 __all__ = [
     "BackendError",
@@ -25,7 +31,10 @@ __all__ = [
     "RedisUnavailable",
     "RemoteFailure",
     "ReservationLost",
+    "ResultExpired",
     "ResultNotFound",
+    "ResultNotKept",
+    "ResultTimeout",
     "RunnerAlreadyStarted",
     "RunnerCrashed",
     "RunnerNotRunning",
@@ -280,9 +289,72 @@ class TaskExpired(TrunnerError):
 
 
 class ResultNotFound(TrunnerError, LookupError):
-    """No outcome is stored for the task, and it is nowhere in its group: it finished
-    without keeping its result (``keep_result``), its result expired, or no task of that
-    id was dispatched to the group (also a ``LookupError``)."""
+    """No outcome is stored for the task, and it is nowhere in its group (also a
+    ``LookupError``).
+
+    Its subclasses say why, when the handle can tell:
+    [``ResultNotKept``][trunner.ResultNotKept] (the task ended, and keeps no result) and
+    [``ResultExpired``][trunner.ResultExpired] (its result was kept, and is gone). Raised as
+    itself when it cannot: nothing is known of the id in the group (no task of that id was
+    dispatched to it, or it ended long enough ago to leave no trace), or the task was
+    dispatched by name through a client whose registry does not know it (it keeps no
+    result, its result expired, or the runners do not know the name either and
+    dead-lettered it).
+    """
+
+    def __init__(self, message: str, task_id: str = "", task_name: str | None = None) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+        """The task's id."""
+        self.task_name = task_name
+        """The task's name, when known."""
+
+
+class ResultNotKept(ResultNotFound):
+    """The task ended (it succeeded, failed, or was given up on) and keeps no result:
+    neither its dispatch nor its task sets ``keep_result``, so nothing of its outcome was
+    stored. Set ``keep_result=seconds`` on the task (``@tasks.task(keep_result=60)``) or on
+    the dispatch to await its result."""
+
+
+class ResultExpired(ResultNotFound):
+    """The task kept its outcome for ``keep_result`` seconds, and it is gone: it expired
+    (or something deleted it)."""
+
+    def __init__(
+        self,
+        message: str,
+        task_id: str = "",
+        task_name: str | None = None,
+        keep_result: float | None = None,
+    ) -> None:
+        super().__init__(message, task_id, task_name)
+        self.keep_result = keep_result
+        """How long the outcome was to be kept, in seconds."""
+
+
+class ResultTimeout(TrunnerError, trio.TooSlowError):
+    """``TaskHandle.result(timeout=...)`` waited ``timeout`` seconds and the task had no
+    outcome yet (also a ``trio.TooSlowError``). The task goes on: only the wait ended."""
+
+    def __init__(
+        self,
+        message: str,
+        task_id: str = "",
+        task_name: str | None = None,
+        timeout: float = 0.0,
+        state: TaskState | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+        """The task's id."""
+        self.task_name = task_name
+        """The task's name, when known."""
+        self.timeout = timeout
+        """The timeout, in seconds."""
+        self.state = state
+        """Where the task was at the last look (queued, running, retrying ...); None when
+        no look ended before the timeout."""
 
 
 class BadData(TrunnerError):

@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, Generic, Protocol, TypeVar
 
+import attrs
 import trio
 
 from ._context import _current_message
@@ -33,7 +34,10 @@ from .errors import (
     BackendError,
     BadData,
     InvalidPayload,
+    ResultExpired,
     ResultNotFound,
+    ResultNotKept,
+    ResultTimeout,
     RunnerNotRunning,
     TaskCancelled,
     TaskExpired,
@@ -53,7 +57,7 @@ from .status import (
     ttl_ms,
 )
 
-__all__ = ["HandleSource", "SelfWait", "TaskHandle", "Waiters", "status_of"]
+__all__ = ["HandleSource", "Known", "SelfWait", "TaskHandle", "Waiters", "status_of"]
 
 R = TypeVar("R")
 
@@ -178,6 +182,31 @@ class HandleSource(Protocol):
 
     def _keep_result_of(self, task_name: str) -> float | None: ...
 
+    def _knows_task(self, task_name: str) -> bool: ...
+
+
+@attrs.frozen
+class Known:
+    """What a handle knows of its task beyond its id: what its producer knew when it made
+    the handle, and what its waits saw since. It tells, when no outcome is stored, whether
+    the task ended without keeping one, or its outcome expired, or nothing is known of it
+    (nothing is stored for a task that keeps no result: the acknowledgement stays cheap)."""
+
+    task_name: str | None = None
+    """The task's name."""
+    keep: float | None = None
+    """Its ``keep_result`` (None: none), when ``keep_from`` says where it comes from."""
+    keep_from: str | None = None
+    """``"dispatch"`` (the message says), ``"task"`` (the task's declaration, as the
+    producer or the caller gave it), or None: not known."""
+    dispatched: bool = False
+    """Whether the task certainly was dispatched to the group (the handle was made by a
+    dispatch, or a look saw the task's message)."""
+
+
+#: A handle made by ``handle(task_id)``: nothing is known of its task.
+NOTHING_KNOWN = Known()
+
 
 class TaskHandle(str, Generic[R]):
     """A dispatched task: its id (this ``str``), its status, its result, its cancellation.
@@ -190,13 +219,19 @@ class TaskHandle(str, Generic[R]):
 
     _producer: HandleSource
     _result_codec: TypeCodec
+    _known: Known
 
     def __new__(
-        cls, task_id: str, producer: HandleSource, result_codec: TypeCodec = untyped
+        cls,
+        task_id: str,
+        producer: HandleSource,
+        result_codec: TypeCodec = untyped,
+        known: Known = NOTHING_KNOWN,
     ) -> TaskHandle[R]:
         handle = super().__new__(cls, task_id)
         handle._producer = producer
         handle._result_codec = result_codec
+        handle._known = known
         return handle
 
     def __repr__(self) -> str:
@@ -321,9 +356,17 @@ class TaskHandle(str, Generic[R]):
                 its ``error`` is a ``RemoteFailure`` (class name, message, traceback).
             TaskCancelled: The task was cancelled.
             TaskExpired: The task was not started before its ``expires`` time.
-            ResultNotFound: The task is nowhere: it finished without keeping its result
-                (``keep_result``), its result expired, or it never existed.
-            trio.TooSlowError: ``timeout`` passed first.
+            ResultNotKept: The task ended and keeps no result (``keep_result`` is set
+                neither on the task nor on its dispatch): nothing of its outcome was
+                stored. A ``ResultNotFound``.
+            ResultExpired: The task kept its outcome ``keep_result`` seconds, and it is
+                gone. A ``ResultNotFound``.
+            ResultNotFound: No outcome is stored and the handle cannot tell why (see
+                [``ResultNotFound``][trunner.ResultNotFound]): nothing is known of the
+                id in the group, or the task was dispatched by name through a client
+                whose registry does not know it.
+            ResultTimeout: ``timeout`` passed first (a ``trio.TooSlowError``); its message
+                names the task and where it was at the last look.
             BadData: The stored result is not JSON, or does not fit the task's declared
                 return type (the task changed since it ran).
             SelfWait: Called by the task itself (it would wait for ever).
@@ -333,21 +376,76 @@ class TaskHandle(str, Generic[R]):
         """
         self._check_not_self()
         deadline = _deadline(timeout)
+        known = self._known
         if deadline <= trio.current_time():  # timeout=0: one look, no waiting
             status, look = await self._look(None)
-            if status.state.finished or status.state is TaskState.UNKNOWN:
-                return self._outcome(status, look)
-            raise trio.TooSlowError
+            if status.state.finished:
+                return self._outcome(status, look, known)
+            known = self._known = self._learn(known, look)
+            if status.state is TaskState.UNKNOWN:
+                return self._outcome(status, look, known)
+            raise self._too_slow(timeout, status, known)
         producer = self._producer
-        with trio.fail_at(deadline):
+        last: TaskStatus | None = None
+        with trio.move_on_at(deadline):
             while True:
                 waiters = producer._open_waiters()
                 with waiters.register(self.id) as announced:
                     await waiters.subscribed()
                     status, look = await self._look(waiters)
-                    if status.state.finished or status.state is TaskState.UNKNOWN:
-                        return self._outcome(status, look)
+                    if status.state.finished:
+                        return self._outcome(status, look, known)
+                    known = self._known = self._learn(known, look)
+                    if status.state is TaskState.UNKNOWN:
+                        return self._outcome(status, look, known)
+                    last = status
                     await announced.wait()
+        raise self._too_slow(timeout, last, known)
+
+    def _learn(self, known: Known, look: TaskLook) -> Known:
+        """What ``known`` becomes with the task's message, when ``look`` holds it (delayed,
+        queued, running, or acknowledged and left in the stream): it was dispatched, under
+        its name, with the ``keep_result`` its dispatch or its task sets. The handle keeps
+        what it learnt: one that saw its task queued knows, once it is gone, that it ended."""
+        message = _message(self.id, look.delayed) if look.due_ms is not None else None
+        if message is None and look.entry_id is not None:
+            entry = _message(look.entry_id, look.entry)
+            message = entry if _belongs(self.id, look.entry_id, entry) else None
+        if message is None:
+            return known
+        name: str = message.task_name
+        keep: float | None = message.options.keep_result
+        if keep is not None:
+            return Known(name, keep, "dispatch", dispatched=True)
+        if known.keep_from is not None and known.task_name == name:
+            return attrs.evolve(known, dispatched=True)
+        if self._producer._knows_task(name):
+            return Known(name, self._producer._keep_result_of(name), "task", dispatched=True)
+        return Known(name, dispatched=True)
+
+    def _too_slow(
+        self, timeout: float | None, status: TaskStatus | None, known: Known
+    ) -> ResultTimeout:
+        """The error of a wait that ran out of time, naming the task and where it was."""
+        name = (status.task if status is not None else None) or known.task_name
+        if status is None:
+            where = "no look at it ended in time"
+        else:
+            where = f"at the last look it was {status.state.value}"
+            if status.attempt is not None and status.attempt > 1:
+                where += f" (attempt {status.attempt})"
+            if status.instance is not None:
+                where += f" on {status.instance}"
+            if status.due_at is not None:
+                where += f", due in {max(status.due_at - time.time(), 0.0):.3g} s"
+        return ResultTimeout(
+            f"no outcome of task {self.id}{_named(name)} within {timeout:g} s: {where} "
+            "(the task goes on; only the wait ended)",
+            self.id,
+            name,
+            timeout or 0.0,
+            status.state if status is not None else None,
+        )
 
     async def _look(self, waiters: Waiters | None) -> tuple[TaskStatus, TaskLook]:
         """The task's status, and the look it was read from; a Redis error that comes of
@@ -360,13 +458,9 @@ class TaskHandle(str, Generic[R]):
             raise
         return status_of(self.id, look), look
 
-    def _outcome(self, status: TaskStatus, look: TaskLook) -> R:
+    def _outcome(self, status: TaskStatus, look: TaskLook, known: Known) -> R:
         if status.state is TaskState.UNKNOWN:
-            raise ResultNotFound(
-                f"task {self.id} is nowhere in group {self._producer._group_name()!r}: "
-                "it finished without keeping its result (keep_result), its result "
-                "expired, or it was never dispatched to this group"
-            )
+            raise self._not_found(known)
         if status.state is TaskState.SUCCEEDED:
             return self._decode_result(look.record.get(b"result"))  # type: ignore[no-any-return]
         if status.state is TaskState.CANCELLED:
@@ -381,6 +475,54 @@ class TaskHandle(str, Generic[R]):
         )
         message_id = look.record.get(b"message_id", b"").decode("utf-8", "replace")
         raise TaskFailed(status.task or "", message_id, status.attempt or 0, failure)
+
+    def _not_found(self, known: Known) -> ResultNotFound:
+        """Why no outcome is stored, as far as ``known`` tells (see :class:`Known`)."""
+        group = self._producer._group_name()
+        name = known.task_name
+        task = _named(name)
+        keep_it = (
+            "to await its result, keep it: @tasks.task(keep_result=SECONDS) on the task, or "
+            "dispatch(..., keep_result=SECONDS)"
+        )
+        if not known.dispatched:
+            return ResultNotFound(
+                f"nothing is known of task {self.id}{task} in group {group!r}: no task of "
+                "that id was dispatched to this group (look at the id, and the group), or "
+                "it ended without keeping its result (keep_result), or its result expired",
+                self.id,
+                name,
+            )
+        if known.keep_from is None:
+            return ResultNotFound(
+                f"task {self.id}{task} was dispatched to group {group!r}, and no outcome "
+                f"of it is stored: it keeps no result (keep_result: this producer's "
+                f"registry does not know the task {name!r}, so cannot tell), its result "
+                "expired, or the runners do not know the task either and dead-lettered it "
+                f"(look at its dead letters); {keep_it}",
+                self.id,
+                name,
+            )
+        if known.keep is None:
+            return ResultNotKept(
+                f"task {self.id}{task} ended, and keeps no result: keep_result is set "
+                "neither on the task nor on its dispatch, so its outcome was not stored "
+                f"(that of a cancelled or expired one is kept {UNASKED_KEEP:g} s); {keep_it}",
+                self.id,
+                name,
+            )
+        said, unless = "its dispatch", ""
+        if known.keep_from == "task":
+            said = "the task as declared here"
+            unless = " (or the runners declare the task without keep_result)"
+        return ResultExpired(
+            f"task {self.id}{task} kept its outcome {known.keep:g} s (keep_result, set by "
+            f"{said}) and it is gone: it expired, or was deleted{unless}; await the result "
+            "sooner, or keep it longer",
+            self.id,
+            name,
+            known.keep,
+        )
 
     def _decode_result(self, raw: bytes | None) -> Any:
         """The stored result, decoded into the declared type; ``BadData`` when it is not
@@ -410,6 +552,11 @@ class TaskHandle(str, Generic[R]):
                 "(a task awaiting other tasks of its group can also wait for ever when "
                 "they cannot start: every worker slot is taken by such waiters)"
             )
+
+
+def _named(task_name: str | None) -> str:
+    """`` ('name')`` after a task id, when the name is known."""
+    return f" ({task_name!r})" if task_name is not None else ""
 
 
 def _deadline(timeout: float | None) -> float:

@@ -252,7 +252,7 @@ async def test_a_retrying_task_says_so_with_its_last_error(url: str, group: str)
         assert status.due_at is not None
         assert status.error is not None
         assert status.error.message == "not yet"
-        with pytest.raises(trio.TooSlowError):
+        with pytest.raises(trio.TooSlowError, match=r"it was retrying \(attempt 2\)"):
             await handle.result(timeout=0.2)  # a retrying task has no outcome yet
         assert await handle.cancel() is trunner.CancelOutcome.REMOVED
 
@@ -299,6 +299,91 @@ async def test_a_waiter_on_a_task_that_keeps_no_result_is_told_when_it_finished(
         assert isinstance(outcome[0], trunner.ResultNotFound)
 
 
+async def test_a_result_not_kept_is_told_from_one_expired_and_from_an_unknown_id(
+    url: str, group: str, keys: Keys
+) -> None:
+    """Nothing is stored for a task that keeps no result; its handle knows, from its
+    dispatch, whether the task keeps one: it tells a result never kept (naming
+    keep_result) from one kept and gone, and both from an id it knows nothing of."""
+    async with open_checked_runner(url, config(group), registry()) as runner:
+        unkept = await runner.dispatch("unkept", 5)
+        kept = await runner.dispatch("totals", ["a"])  # its task keeps it 60 s
+        asked = await runner.dispatch("unkept", 6, keep_result=30)
+        await run_until_idle(runner)
+        with pytest.raises(trunner.ResultNotKept, match="keeps no result") as not_kept:
+            await unkept.result()
+        assert "keep_result=SECONDS" in str(not_kept.value)
+        assert isinstance(not_kept.value, trunner.ResultNotFound)
+        assert (not_kept.value.task_id, not_kept.value.task_name) == (unkept.id, "unkept")
+        assert await kept.result() == {"count": 1, "names": ["a"]}
+        assert await asked.result() == 6
+        raw = raw_client(url)
+        try:
+            raw.delete(keys.task(kept), keys.task(asked))  # as if they expired
+        finally:
+            raw.close()
+        with pytest.raises(trunner.ResultExpired, match=r"60 s .*declared here") as expired:
+            await kept.result()
+        assert expired.value.keep_result == 60
+        with pytest.raises(trunner.ResultExpired, match=r"30 s .*its dispatch"):
+            await asked.result()
+        for unknown in (runner.handle("no-such-task"), runner.handle(str(unkept))):
+            with pytest.raises(trunner.ResultNotFound, match="nothing is known") as caught:
+                await unknown.result()
+            assert type(caught.value) is trunner.ResultNotFound
+        # Given the task, a handle made from an id knows what the task keeps, not whether
+        # the id was ever dispatched: it does not claim to.
+        with pytest.raises(trunner.ResultNotFound, match="nothing is known") as caught:
+            await runner.handle(str(unkept), "unkept").result()
+        assert type(caught.value) is trunner.ResultNotFound
+
+
+async def test_a_handle_made_from_an_id_learns_from_the_message_it_sees(
+    url: str, group: str
+) -> None:
+    """A handle made from a bare id that saw the task's message (while it was queued, or
+    as its entry left in the stream) knows it was dispatched, and what it keeps."""
+    tasks = registry()
+    async with trunner.open_client(url, group, tasks=tasks) as client:
+        gone = await client.dispatch("unkept", 1)
+        left = await client.dispatch("unkept", 2)
+        seen = client.handle(str(gone))
+        with pytest.raises(trunner.ResultTimeout, match="queued"):
+            await seen.result(timeout=0)
+        async with open_checked_runner(url, config(group), tasks) as runner:
+            await run_until_idle(runner)
+        with pytest.raises(trunner.ResultNotKept, match="'unkept'"):
+            await seen.result()
+        with pytest.raises(trunner.ResultNotFound, match="nothing is known"):
+            await client.handle(str(left)).result()  # it saw nothing: it cannot tell
+        left = await client.dispatch("unkept", 3)
+        async with open_checked_runner(url, config(group, delete_on_ack=False), tasks) as runner:
+            await run_until_idle(runner)
+        # Its entry stays in the stream, acknowledged: a fresh handle reads it there.
+        with pytest.raises(trunner.ResultNotKept, match="'unkept'"):
+            await client.handle(str(left)).result()
+
+
+async def test_a_task_dispatched_by_a_name_the_client_does_not_know_is_not_called_unkept(
+    url: str, group: str
+) -> None:
+    """A client without a registry cannot tell whether the task keeps its result, nor
+    whether the runners know the name: the error says so, and where to look."""
+    async with (
+        open_checked_runner(url, config(group), registry()) as runner,
+        trunner.open_client(url, group) as client,
+    ):
+        misspelt = await client.dispatch("unkpet", 1)
+        unkept = await client.dispatch("unkept", 1)
+        await run_until_idle(runner)
+        for handle, name in ((misspelt, "'unkpet'"), (unkept, "'unkept'")):
+            with pytest.raises(trunner.ResultNotFound, match="dead letters") as caught:
+                await handle.result()
+            assert type(caught.value) is trunner.ResultNotFound
+            assert "keep_result" in str(caught.value)
+            assert name in str(caught.value)
+
+
 async def test_result_none_is_a_result(url: str, group: str) -> None:
     async with open_checked_runner(url, config(group), registry()) as runner:
         assert await (await runner.dispatch("nothing", None)).result() is None
@@ -312,6 +397,34 @@ async def test_result_with_a_timeout_gives_up_waiting_not_the_task(url: str, gro
             await handle.result(timeout=0.1)
         gate.open.set()
         assert await handle.result() == "opened"
+
+
+async def test_a_result_wait_that_times_out_says_what_it_waited_for(url: str, group: str) -> None:
+    gate = Gate()
+    async with open_checked_runner(url, config(group), registry(gate)) as runner:
+        handle = await runner.dispatch("gated", 1)
+        await gate.wait_started()
+        with pytest.raises(trio.TooSlowError) as caught:
+            await handle.result(timeout=0.1)
+        error = caught.value
+        assert isinstance(error, trunner.ResultTimeout)
+        assert str(error).startswith(
+            f"no outcome of task {handle} ('gated') within 0.1 s: at the last look it was "
+            f"running on {runner.consumer_name} (the task goes on"
+        )
+        assert (error.task_id, error.task_name, error.timeout) == (handle.id, "gated", 0.1)
+        assert error.state is TaskState.RUNNING
+        gate.open.set()
+        assert await handle.result() == "opened"
+    async with trunner.open_client(url, group) as client:  # no registry: named by its message
+        queued = await client.dispatch("gated", 2)
+        for waited in (queued, client.handle(str(queued))):
+            with pytest.raises(
+                trunner.ResultTimeout, match="within 0 s: at the last look it was queued"
+            ) as late:
+                await waited.result(timeout=0)
+            assert late.value.task_name == "gated"
+            assert late.value.state is TaskState.QUEUED
 
 
 async def test_a_running_task_shows_its_instance_attempt_and_progress(url: str, group: str) -> None:
@@ -460,8 +573,10 @@ async def test_a_result_expires_after_keep_result(url: str, group: str, keys: Ke
         finally:
             raw.close()
         await redis_state(lambda: _state_is(handle, TaskState.UNKNOWN))
-        with pytest.raises(trunner.ResultNotFound):
+        with pytest.raises(trunner.ResultExpired, match=r"kept its outcome 0\.3 s") as caught:
             await handle.result()
+        assert caught.value.keep_result == 0.3
+        assert caught.value.task_name == "unkept"
 
 
 async def test_many_waiters_share_one_subscription(url: str, group: str) -> None:

@@ -135,7 +135,7 @@ class BridgedTransport(DedicatedConnections, Transport):
             self._pool: Any = None
             self._reader_pool: Any = None
         elif endpoint.kind == "sentinel":
-            sentinel = Sentinel(  # type: ignore[no-untyped-call]
+            sentinel = Sentinel(
                 list(endpoint.nodes),
                 sentinel_kwargs={
                     "socket_connect_timeout": connect_timeout,
