@@ -159,10 +159,19 @@ class AckBuffer:
             return True
         written = False
         try:
-            self._counters.acked += await self._broker.ack(
-                batch, self._locks, self._moved, self._records, self._forget, self._slots
+            acked, lost = await self._broker.ack(
+                batch,
+                self._locks,
+                self._moved,
+                self._records,
+                self._forget,
+                self._slots,
+                owners=self._finished,
             )
+            self._counters.acked += acked
             written = True
+            for message_id in lost:
+                self.discarded(self._finished[message_id], "acknowledgement")
         except BackendError as exc:
             self._errors.capture(exc)
             logger.warning("acknowledging %d messages failed: %s", len(batch), exc)
@@ -186,6 +195,19 @@ class AckBuffer:
                 self._ids[:0] = batch
                 self._nonempty.set()
         return written
+
+    def discarded(self, job: Job, what: str) -> None:
+        """``job``'s attempt ended after its delivery was no longer its own: its ``what``
+        (acknowledgement and outcome, retry, dead letter) was not written, and is counted
+        and logged here (see ``deliveries.lua``)."""
+        self._counters.discarded += 1
+        logger.warning(
+            "%s ended after another consumer claimed its message: its %s was discarded "
+            "(the delivery that owns the message decides its outcome)",
+            job.about(),
+            what,
+            extra=job.log_fields(),
+        )
 
     async def _write_started(self) -> None:
         """The running records buffered, but those whose task has an outcome in this flush

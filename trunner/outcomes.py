@@ -212,10 +212,12 @@ class Outcomes:
     async def progress(self, job: Job) -> None:
         """Write ``job``'s progress into its task's record (best effort: a Redis error is
         logged, never raised into the task)."""
+        if job.lost:  # another consumer's delivery owns the task's record now
+            return
         keep = job.keep_result if job.keep_result is not None else RUNNING_TTL
         record = self._record(job, "running", keep, finished=False)
         try:
-            await self._broker.record_progress(record)
+            await self._broker.record_progress(record, job.message_id, job)
         except BackendError as exc:
             logger.debug("%s: recording its progress failed: %s", job.about(), exc)
 
@@ -294,6 +296,9 @@ class Outcomes:
         )
 
     async def _retry(self, job: Job, task: Task, failure: BaseException) -> None:
+        if job.lost:  # another consumer's delivery owns the message: its attempt decides
+            self._acks.discarded(job, "retry")
+            return
         message = job.message
         try:
             delay = task.retry_delay(message.attempt)
@@ -309,10 +314,13 @@ class Outcomes:
 
         async def write() -> bool:
             return await self._broker.retry(
-                job.message_id, message.task_id, due_ms, data, record, job.slot
+                job.message_id, message.task_id, due_ms, data, record, job.slot, owner=job
             )
 
-        if await self._transition(job, write, "retry") is True:
+        written = await self._transition(job, write, "retry")
+        if written is False:
+            self._acks.discarded(job, "retry")
+        elif written is True:
             if job.cancel_requested:  # cancelled while the retry was written: it goes
                 await self._cancel_retry(job, task)
                 return
@@ -364,7 +372,11 @@ class Outcomes:
     ) -> None:
         """The failed-task handler runs, then the message is dead-lettered with ``reason``;
         a task that keeps its result records it as failed (``ran``: its last attempt ran
-        and raised) or dead (it did not run)."""
+        and raised) or dead (it did not run). Not for an attempt whose delivery was lost
+        to another consumer: neither the handler nor the write runs."""
+        if job.lost:
+            self._acks.discarded(job, "dead letter")
+            return
         message = job.message
         self._errors.capture(error)
         handler = self._config.failed_task_handler
@@ -402,12 +414,16 @@ class Outcomes:
         if keep is not None:
             record = self._record(job, "failed" if ran else "dead", keep, error=error)
 
-        async def write() -> str | None:
-            return await self._broker.dead_letter(
-                job.message_id, fields, maxlen, lock, message.task_id, record, job.slot
+        async def write() -> str | bool:
+            dead_id = await self._broker.dead_letter(
+                job.message_id, fields, maxlen, lock, message.task_id, record, job.slot, owner=job
             )
+            return False if dead_id is None else dead_id
 
-        if await self._transition(job, write, "dead-letter"):
+        written = await self._transition(job, write, "dead-letter")
+        if written is False:
+            self._acks.discarded(job, "dead letter")
+        elif written:
             self._counters.dead_lettered += 1
             # Per-name counters only for registered tasks: names read from the stream
             # are unbounded (each junk name would be a counter, and a metric, for ever).

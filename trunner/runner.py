@@ -414,6 +414,7 @@ class Runner(Producer):
             cancelled=c.cancelled,
             skipped=c.skipped,
             reservations_lost=c.reservations_lost,
+            discarded=c.discarded,
             acked=c.acked,
             errors=self._errors.captured,
             scheduler_passes=mover.passes if mover else 0,

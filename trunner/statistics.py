@@ -77,6 +77,7 @@ class Counters:
     cancelled: int = 0
     skipped: int = 0
     reservations_lost: int = 0
+    discarded: int = 0
     acked: int = 0
     max_in_flight: int = 0
     quarantined: int = 0
@@ -143,6 +144,11 @@ class RunnerStatistics:
     when the runner stopped, their messages released."""
     reservations_lost: int
     """Running tasks whose message another consumer claimed."""
+    discarded: int = 0
+    """Attempts that ended after their delivery was no longer theirs (another consumer
+    claimed the message while they ran, or their heartbeat found it lost): their outcome,
+    acknowledgement, retry or dead letter was discarded, never written (the delivery that
+    owns the message decides its outcome)."""
     acked: int
     """Successful attempts acknowledged in Redis."""
     errors: int

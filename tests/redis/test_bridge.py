@@ -24,7 +24,7 @@ import pytest
 import trio
 
 import trunner
-from trunner._redis import Broker, Reader, Transport, open_transport
+from trunner._redis import Broker, Owner, Reader, Transport, open_transport
 from trunner.message import PAYLOAD_FIELD, encode_message
 from trunner.testing import run_until_idle
 
@@ -301,7 +301,8 @@ async def test_cancelled_blocked_reads_lose_nothing_and_ghosts_are_recovered(
         )
 
         # The entries the application saw are finished; only the ghosts remain pending.
-        assert await broker.ack(log.returned) == len(log.returned)
+        owners = dict.fromkeys(log.returned, Owner(CONSUMER))
+        assert await broker.ack(log.returned, owners=owners) == (len(log.returned), [])
         assert await pending_ids(broker, CONSUMER) == ghosts
         ghost_numbers = {produced.entries[mid][0] for mid in ghosts}
 
@@ -399,7 +400,7 @@ async def test_interrupt_ends_a_blocked_read_at_once_and_the_reader_goes_on(
         (entries, took) = results[1]
         assert entries == [added], f"the read after an interrupt returned {entries} in {took:.3f} s"
         assert took < 5.0
-        assert await broker.ack([added]) == 1
+        assert await broker.ack([added], owners={added: Owner(CONSUMER)}) == (1, [])
         await reader.aclose()
     print(f"\ninterrupted read returned in {returned_in * 1000:.1f} ms")
 

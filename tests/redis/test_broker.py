@@ -7,7 +7,15 @@ from typing import Any
 
 import pytest
 
-from trunner._redis import RELEASED_IDLE_MS, Arg, Broker, LeaseStore, Script, open_transport
+from trunner._redis import (
+    RELEASED_IDLE_MS,
+    Arg,
+    Broker,
+    LeaseStore,
+    Owner,
+    Script,
+    open_transport,
+)
 from trunner.errors import LeadershipLost
 from trunner.keys import RELEASED_CONSUMER, Keys, UniqueLock
 
@@ -32,6 +40,15 @@ async def deliver(broker: Broker, consumer: str, count: int) -> list[str]:
     return [e.message_id for e in entries]
 
 
+#: The first delivery of a message to consumer c1 (what :func:`deliver` gives it).
+C1 = Owner("c1")
+
+
+def owned(ids: Sequence[str], owner: Owner = C1) -> dict[str, Owner]:
+    """The deliveries of ``ids``, all ``owner``'s (for :meth:`Broker.ack`)."""
+    return dict.fromkeys(ids, owner)
+
+
 class KeyLeader:
     """The leader ``owner`` of the group's lease key: runs fenced scripts as it."""
 
@@ -53,8 +70,8 @@ async def test_enqueue_many_splits_large_batches(broker: Broker) -> None:
 async def test_ack_acknowledges_and_deletes(broker: Broker) -> None:
     await broker.enqueue_many([b"a", b"b", b"c"])
     ids = await deliver(broker, "c1", 3)
-    assert await broker.ack(ids[:2]) == 2
-    assert await broker.ack(ids[:2]) == 0, "acknowledging twice does nothing"
+    assert await broker.ack(ids[:2], owners=owned(ids)) == (2, [])
+    assert await broker.ack(ids[:2], owners=owned(ids)) == (0, ids[:2]), "twice: nothing"
     assert await broker.pending_count() == 1
     assert await broker.queue_length() == 1
 
@@ -62,8 +79,9 @@ async def test_ack_acknowledges_and_deletes(broker: Broker) -> None:
 async def test_retry_is_atomic_and_idempotent(broker: Broker, raw: Any, keys: Keys) -> None:
     await broker.enqueue(b"first")
     (message_id,) = await deliver(broker, "c1", 1)
-    assert await broker.retry(message_id, "task-1", 5000, b"second") is True
-    assert await broker.retry(message_id, "task-1", 5000, b"second") is False, "not pending"
+    assert await broker.retry(message_id, "task-1", 5000, b"second", owner=C1) is True
+    again = await broker.retry(message_id, "task-1", 5000, b"second", owner=C1)
+    assert again is False, "not pending"
     assert await broker.pending_count() == 0
     assert await broker.queue_length() == 0
     assert raw.zrange(keys.delayed, 0, -1, withscores=True) == [(b"task-1", 5000.0)]
@@ -74,9 +92,9 @@ async def test_dead_letter_writes_once(broker: Broker, raw: Any, keys: Keys) -> 
     await broker.enqueue(b"poison")
     (message_id,) = await deliver(broker, "c1", 1)
     fields: list[tuple[str, str | bytes]] = [("payload", b"poison"), ("reason", "undecodable")]
-    dead_id = await broker.dead_letter(message_id, fields, maxlen=10)
+    dead_id = await broker.dead_letter(message_id, fields, maxlen=10, owner=C1)
     assert dead_id is not None
-    assert await broker.dead_letter(message_id, fields, maxlen=10) is None
+    assert await broker.dead_letter(message_id, fields, maxlen=10, owner=C1) is None
     ((entry_id, entry),) = raw.xrange(keys.dead)
     assert entry_id.decode() == dead_id
     assert entry == {b"payload": b"poison", b"reason": b"undecodable"}
@@ -87,7 +105,7 @@ async def test_dead_letter_stream_is_capped(broker: Broker) -> None:
     await broker.enqueue_many([b"x"] * 300)
     ids = await deliver(broker, "c1", 300)
     for message_id in ids:
-        await broker.dead_letter(message_id, [("reason", "r")], maxlen=100)
+        await broker.dead_letter(message_id, [("reason", "r")], maxlen=100, owner=C1)
     # Approximate trimming (MAXLEN ~) keeps at least 100 and far fewer than 300.
     assert 100 <= await broker.dead_count() < 300
 
@@ -201,7 +219,7 @@ async def test_delete_consumer_only_when_it_has_nothing_pending(
     assert await broker.delete_consumer_if_idle("c2") is True
     consumers = {c["name"] for c in raw.xinfo_consumers(keys.stream, group)}
     assert consumers == {b"c1"}
-    await broker.ack([message_id])
+    await broker.ack([message_id], owners=owned([message_id]))
     assert await broker.delete_consumer_if_idle("c1") is True
 
 
@@ -252,10 +270,12 @@ async def test_ack_writes_a_record_byte_exact(
         return await evalsha(script, keys, args)
 
     monkeypatch.setattr(broker.transport, "evalsha", spy)
-    assert await broker.ack([message_id], records={message_id: (kept, 60_000, fields)}) == 1
+    records = {message_id: (kept, 60_000, fields)}
+    assert await broker.ack([message_id], records=records, owners=owned([message_id])) == (1, [])
     json = fields is RECORD_VALUES
-    # group, delete, channel, lane suffix, 1, the id, 0 locks, 0 moved, 0 marks, 1 record
-    fixed = 10
+    # group, delete, channel, lane suffix, consumer, 1, the id, its deliveries, 0 locks,
+    # 0 moved, 0 marks, 1 record, its entry's index
+    fixed = 13
     assert len(sent[0]) == fixed + (1 if json else 2 + 2 * len(fields)), (
         "one JSON argument, or pairs"
     )
@@ -385,7 +405,7 @@ async def test_replaying_onto_a_stream_of_another_type_keeps_the_dead_letter(
     keys = broker.keys
     await broker.enqueue(b"m")
     (message_id,) = await deliver(broker, "c1", 1)
-    dead_id = await broker.dead_letter(message_id, [("reason", "r")], maxlen=None)
+    dead_id = await broker.dead_letter(message_id, [("reason", "r")], maxlen=None, owner=C1)
     assert dead_id is not None
     raw.delete(keys.stream)
     raw.set(keys.stream, "not a stream")

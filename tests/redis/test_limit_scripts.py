@@ -14,7 +14,7 @@ from trunner._redis import Broker, Slot, open_transport
 from trunner.keys import Keys
 from trunner.message import encode_message, rate_reserved_at
 
-from .test_broker import deliver
+from .test_broker import C1, deliver, owned
 
 
 @pytest.fixture
@@ -84,7 +84,7 @@ async def test_concurrency_slot_held_by_entry_id_and_fifo(
     # A holder delivered again (a reclaim) runs: it holds its slot already.
     assert await broker.admit(ids[0], "task-0", 2.0, message(0), None, slot) == ("run", 0)
     # The acknowledgement releases the slot and grants the oldest waiter, atomically.
-    assert await broker.ack([ids[0]], slots={ids[0]: slot}) == 1
+    assert await broker.ack([ids[0]], slots={ids[0]: slot}, owners=owned(ids)) == (1, [])
     holders = raw.zrange(slot[0], 0, -1)
     assert len(holders) == 2
     assert ids[0].encode() not in holders
@@ -105,12 +105,13 @@ async def test_retry_and_dead_letter_release_the_slot(broker: Broker, raw: Any, 
     assert await broker.admit(ids[0], "task-0", 1.0, message(0), None, slot) == ("run", 0)
     assert await broker.admit(ids[1], "task-1", 1.0, message(1), None, slot) == ("wait", 1)
     assert await broker.admit(ids[2], "task-2", 1.0, message(2), None, slot) == ("wait", 2)
-    assert await broker.retry(ids[0], "task-0", 5000, b"next", None, slot) is True
+    assert await broker.retry(ids[0], "task-0", 5000, b"next", None, slot, owner=C1) is True
     (holder,) = raw.zrange(slot[0], 0, -1)
     (second,) = await deliver(broker, "c1", 1)
     assert holder.decode() == second
     fields: list[tuple[str, str | bytes]] = [("reason", "x")]
-    assert await broker.dead_letter(second, fields, 10, None, "task-1", None, slot) is not None
+    dead_id = await broker.dead_letter(second, fields, 10, None, "task-1", None, slot, owner=C1)
+    assert dead_id is not None
     (holder,) = raw.zrange(slot[0], 0, -1)
     (third,) = await deliver(broker, "c1", 1)
     assert holder.decode() == third
@@ -132,7 +133,7 @@ async def test_bad_limit_data_is_set_aside_not_fatal(broker: Broker, raw: Any, k
     assert "not a time" in reasons[keys.rate_limit("1:t")]
     # A garbage waiting-list item is quarantined, and the next waiter granted.
     raw.rpush(slot[1], "garbage", message(7))
-    assert await broker.ack([ids[0]], slots={ids[0]: slot}) == 1
+    assert await broker.ack([ids[0]], slots={ids[0]: slot}, owners=owned(ids)) == (1, [])
     assert raw.llen(slot[1]) == 0
     (holder,) = raw.zrange(slot[0], 0, -1)
     entry = raw.xrange(keys.stream, holder, holder)

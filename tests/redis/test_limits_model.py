@@ -14,7 +14,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from trunner._redis import Broker, Script, forget_memory_server
+from trunner._redis import Broker, Owner, Script, forget_memory_server
 from trunner._redis import memory_server_client as server_client
 from trunner.keys import Keys
 from trunner.message import encode_message
@@ -118,13 +118,19 @@ class LimitModel(RuleBasedStateMachine):
     def finish(self, data: st.DataObject, how: str) -> None:
         entry = data.draw(st.sampled_from(sorted(self.running)))
         task_id = self.running.pop(entry)
+        owner = self._owner(entry)  # the live delivery's attempt ends it
         if how == "ack":
-            assert run(self.broker.ack([entry], slots={entry: self.slot})) == 1
+            acked = run(self.broker.ack([entry], slots={entry: self.slot}, owners={entry: owner}))
+            assert acked == (1, [])
         elif how == "retry":
-            assert run(self.broker.retry(entry, task_id, 10**12, b"{}", None, self.slot))
+            slot = self.slot
+            assert run(self.broker.retry(entry, task_id, 10**12, b"{}", None, slot, owner=owner))
         else:
             fields: list[tuple[str, Any]] = [("task_id", task_id)]
-            assert run(self.broker.dead_letter(entry, fields, 0, None, task_id, None, self.slot))
+            dead = self.broker.dead_letter(
+                entry, fields, 0, None, task_id, None, self.slot, owner=owner
+            )
+            assert run(dead)
         self.finished.append(task_id)
         self._granted()
 
@@ -139,6 +145,11 @@ class LimitModel(RuleBasedStateMachine):
             self.broker.admit(entry, task_id, 2.0, self._message(task_id), None, self.slot)
         )
         assert verdict == "run", "a reclaimed holder keeps its slot"
+
+    def _owner(self, entry: str) -> Owner:
+        """The delivery of ``entry`` now pending: its consumer and count."""
+        (pending,) = self.client.xpending_range(self.keys.stream, GROUP, entry, entry, 1)
+        return Owner(pending["consumer"].decode(), pending["times_delivered"])
 
     def _message(self, task_id: str) -> bytes:
         n = int(task_id.split("-")[1])

@@ -17,6 +17,7 @@ import trio
 
 import trunner
 from trunner import Keys
+from trunner._redis import Owner
 
 from ..conftest import REPO, Gate, config, open_checked_runner, parts, redis_state
 from ..processes.unique_process import dispatch_concurrently, registry
@@ -178,18 +179,19 @@ async def test_a_late_release_does_not_drop_a_newer_lock(
     async with trunner.open_client(url, group) as client:
         broker = client._open_broker()
         await broker.ensure_group()
-        await broker.enqueue_many([b"a", b"b"])
+        await broker.enqueue_many([b"a", b"b", b"c"])
         raw.xreadgroup(group, "c", {keys.stream: ">"})
-        first, second = [
+        first, second, third = [
             e["message_id"].decode() for e in raw.xpending_range(keys.stream, group, "-", "+", 10)
         ]
+        owner = Owner("c")
         lock = lock_key(keys, 4)
         raw.set(lock, "newer-token")
-        await broker.ack([first], {first: (lock, "old-token")})
+        await broker.ack([first], {first: (lock, "old-token")}, owners={first: owner})
         assert raw.get(lock) == b"newer-token", "ack of the old holder kept it"
-        await broker.dead_letter(second, [("reason", "r")], None, (lock, "old-token"))
+        await broker.dead_letter(second, [("reason", "r")], None, (lock, "old-token"), owner=owner)
         assert raw.get(lock) == b"newer-token", "dead-letter of the old holder kept it"
-        await broker.ack([first], {first: (lock, "newer-token")})
+        await broker.ack([third], {third: (lock, "newer-token")}, owners={third: owner})
         assert raw.get(lock) is None
 
 

@@ -39,7 +39,9 @@ __all__ = [
     "Admit",
     "BadValue",
     "Broker",
+    "Delivery",
     "Leader",
+    "Owner",
     "RawEntry",
     "Record",
     "Slot",
@@ -69,6 +71,23 @@ def _chunks(items: Sequence[Any], size: int = MAX_IDS_PER_CALL) -> Iterable[Sequ
         yield items[start : start + size]
 
 
+def _by_consumer(
+    ids: Sequence[str], owners: Mapping[str, Delivery]
+) -> Iterable[tuple[str, Sequence[str]]]:
+    """``ids`` in script-sized chunks, each of one consumer's deliveries (in order)."""
+    consumer = owners[ids[0]].consumer if ids else ""
+    if all(owners[i].consumer == consumer for i in ids):  # the usual case: one consumer
+        for chunk in _chunks(ids):
+            yield consumer, chunk
+        return
+    grouped: dict[str, list[str]] = {}
+    for i in ids:
+        grouped.setdefault(owners[i].consumer, []).append(i)
+    for name, its_ids in grouped.items():
+        for chunk in _chunks(its_ids):
+            yield name, chunk
+
+
 #: A stored value that is not what trunner writes there: (field or item, value, reason).
 BadValue = tuple[str, bytes, str]
 #: The outcome of a task that keeps its result: its record's key, time-to-live (ms) and
@@ -81,6 +100,26 @@ AckRecord = Record | tuple[str, int, bytes]
 Slot = tuple[str, str, int]
 #: The most messages one admission script call decides.
 MAX_ADMITS_PER_CALL = 100
+
+
+class Delivery(Protocol):
+    """The delivery an attempt belongs to: the consumer it is pending for, and its count
+    (what XPENDING says of it when the attempt began). The scripts that end an attempt
+    write only while this is still the entry's pending delivery (``deliveries.lua``)."""
+
+    @property
+    def consumer(self) -> str: ...
+
+    @property
+    def deliveries(self) -> int: ...
+
+
+@attrs.frozen
+class Owner:
+    """A :class:`Delivery` as a value (a runner's jobs are deliveries themselves)."""
+
+    consumer: str
+    deliveries: int = 1
 
 
 @attrs.frozen
@@ -384,8 +423,12 @@ class Broker(Inspection):
         records: Mapping[str, AckRecord] | None = None,
         forget: Mapping[str, str] | None = None,
         slots: Mapping[str, Slot] | None = None,
-    ) -> int:
-        """Acknowledge ``ids`` and tell the waiters of their tasks, in one script per 1000.
+        *,
+        owners: Mapping[str, Delivery],
+    ) -> tuple[int, list[str]]:
+        """Acknowledge ``ids`` and tell the waiters of their tasks, in one script per 1000;
+        return how many were acknowledged, and the ids whose delivery was no longer the
+        ending attempt's (``owners[id]``): nothing was written for those.
 
         Per id, where given: ``locks[id] = (lock key, token)`` is released; ``moved[id]``
         is the task id of a message whose id is not its task's (the where-map forgets
@@ -394,67 +437,83 @@ class Broker(Inspection):
         cancelled task id whose cancel mark goes; ``slots[id]`` is the concurrency slot
         it holds, released (and granted to the oldest waiter) with the acknowledgement.
         """
-        acked = 0
+        acked, lost = 0, list[str]()
         for lane, lane_ids in self._by_lane(ids, _same):
-            acked += await self._ack_lane(lane, lane_ids, locks, moved, records, forget, slots)
-        return acked
+            suffix = lane_suffix(lane)
+            for consumer, chunk in _by_consumer(lane_ids, owners):
+                done, refused = await self._ack_lane(
+                    lane, consumer, chunk, owners, locks, moved, records, forget, slots
+                )
+                acked += done
+                lost += (as_str(i) + suffix for i in refused)
+        return acked, lost
 
     async def _ack_lane(
         self,
         lane: str,
-        ids: Sequence[str],
+        consumer: str,
+        chunk: Sequence[str],
+        owners: Mapping[str, Delivery],
         locks: Mapping[str, tuple[str, str]] | None,
         moved: Mapping[str, str] | None,
         records: Mapping[str, AckRecord] | None,
         forget: Mapping[str, str] | None,
         slots: Mapping[str, Slot] | None,
-    ) -> int:
+    ) -> tuple[int, list[Any]]:
+        """One script call: ``chunk`` (at most 1000 ids of ``lane``, pending for
+        ``consumer``)."""
         keys = self.keys
-        acked = 0
-        for chunk in _chunks(ids):
-            held = [locks[i] for i in chunk if i in locks] if locks else []
-            outcomes = [records[i] for i in chunk if i in records] if records else []
-            args: list[Arg] = [self.group, self._delete, keys.done, lane_suffix(lane)]
-            args += [len(chunk), *_stream_ids(lane, chunk), len(held)]
-            args += [token for _, token in held]
-            pairs = [(n + 1, moved[i]) for n, i in enumerate(chunk) if i in moved] if moved else []
-            args += [len(pairs), *(x for pair in pairs for x in pair)]
-            gone = [forget[i] for i in chunk if i in forget] if forget else []
-            args += [len(gone), *gone]
-            args.append(len(outcomes))
-            for _, ttl_ms, fields in outcomes:
-                if isinstance(fields, bytes):  # a JSON object: stored as it is
-                    args += [fields, ttl_ms]
-                    continue
-                packed = packed_fields(fields, ttl_ms) if fields else None
-                if packed is not None:
-                    args.append(packed)
-                else:
-                    args += [ttl_ms, len(fields), *(text_field(x) for pair in fields for x in pair)]
-            held_slots = [(i, slots[i]) for i in chunk if i in slots] if slots else []
-            slot_keys: list[str] = []
-            if held_slots:
-                args.append(len(held_slots))
-                for i, (holders, waiting, limit) in held_slots:
-                    slot_keys += [holders, waiting]
-                    args += [i, limit]
-                slot_keys += [keys.quarantine, keys.stream]
-            acked += int(
-                await self._script(
-                    "ack",
-                    [
-                        keys.lane_stream(lane),
-                        keys.where,
-                        keys.cancelled,
-                        *(key for key, _ in held),
-                        *(key for key, _, _ in outcomes),
-                        *slot_keys,
-                        keys.groups,
-                    ],
-                    args,
-                )
-            )
-        return acked
+        stream_ids = _stream_ids(lane, chunk)
+        held = [(n, locks[i]) for n, i in enumerate(chunk, 1) if i in locks] if locks else []
+        outcomes = (
+            [(n, records[i]) for n, i in enumerate(chunk, 1) if i in records] if records else []
+        )
+        args: list[Arg] = [self.group, self._delete, keys.done, lane_suffix(lane), consumer]
+        args.append(len(chunk))
+        for stream_id, i in zip(stream_ids, chunk, strict=True):
+            args += [stream_id, owners[i].deliveries]
+        args.append(len(held))
+        for n, (_, token) in held:
+            args += [n, token]
+        pairs = [(n, moved[i]) for n, i in enumerate(chunk, 1) if i in moved] if moved else []
+        args += [len(pairs), *(x for pair in pairs for x in pair)]
+        gone = [(n, forget[i]) for n, i in enumerate(chunk, 1) if i in forget] if forget else []
+        args += [len(gone), *(x for pair in gone for x in pair)]
+        args.append(len(outcomes))
+        for n, (_, ttl_ms, fields) in outcomes:
+            args.append(n)
+            if isinstance(fields, bytes):  # a JSON object: stored as it is
+                args += [fields, ttl_ms]
+                continue
+            packed = packed_fields(fields, ttl_ms) if fields else None
+            if packed is not None:
+                args.append(packed)
+            else:
+                args += [ttl_ms, len(fields), *(text_field(x) for pair in fields for x in pair)]
+        held_slots = (
+            [(n, i, slots[i]) for n, i in enumerate(chunk, 1) if i in slots] if slots else []
+        )
+        slot_keys: list[str] = []
+        if held_slots:
+            args.append(len(held_slots))
+            for n, i, (holders, waiting, limit) in held_slots:
+                slot_keys += [holders, waiting]
+                args += [n, i, limit]
+            slot_keys += [keys.quarantine, keys.stream]
+        reply = await self._script(
+            "ack",
+            [
+                keys.lane_stream(lane),
+                keys.where,
+                keys.cancelled,
+                *(key for _, (key, _) in held),
+                *(key for _, (key, _, _) in outcomes),
+                *slot_keys,
+                keys.groups,
+            ],
+            args,
+        )
+        return int(reply[0]), list(reply[1] or ())
 
     async def cancel_task(
         self,
@@ -559,12 +618,15 @@ class Broker(Inspection):
         reply = await self.transport.execute("GET", self.keys.paused)
         return reply if isinstance(reply, bytes) else None
 
-    async def record_progress(self, record: Record) -> bool:
+    async def record_progress(self, record: Record, message_id: str, owner: Delivery) -> bool:
         """Write a running task's progress into its record (see ``task_progress.lua``);
-        False when the record already holds an outcome."""
+        False when the record already holds an outcome, or the reporting attempt's delivery
+        of ``message_id`` (``owner``) is no longer the pending one."""
         key, ttl_ms, fields = record
-        args: list[Arg] = [ttl_ms, *(text_field(x) for pair in fields for x in pair)]
-        return bool(await self._script("task_progress", [key], args))
+        lane, stream_id = split_entry_id(message_id)
+        args: list[Arg] = [ttl_ms, self.group, stream_id, owner.consumer, owner.deliveries]
+        args += [text_field(x) for pair in fields for x in pair]
+        return bool(await self._script("task_progress", [key, self.keys.lane_stream(lane)], args))
 
     async def record_started(self, records: Sequence[Record]) -> int:
         """Write the running records of tasks that keep their result, unless one already
@@ -585,10 +647,13 @@ class Broker(Inspection):
         data: bytes,
         record: Record | None = None,
         slot: Slot | None = None,
+        *,
+        owner: Delivery,
     ) -> bool:
         """Acknowledge a failed message and schedule its next attempt, atomically; update
         the ``record`` of a task that keeps its result (state 'retrying'); release the
-        concurrency ``slot`` it holds."""
+        concurrency ``slot`` it holds. False, and nothing written, when the attempt's
+        delivery (``owner``) is no longer the pending one."""
         keys = self.keys
         lane, stream_id = split_entry_id(message_id)
         ttl, fields = (record[1], record[2]) if record else (0, [])
@@ -612,6 +677,8 @@ class Broker(Inspection):
                 task_id,
                 keys.delayed_wake,
                 ttl,
+                owner.consumer,
+                owner.deliveries,
                 *(text_field(x) for pair in fields for x in pair),
                 *((message_id, slot[2]) if slot else ()),
             ],
@@ -627,10 +694,13 @@ class Broker(Inspection):
         task_id: str | None = None,
         record: Record | None = None,
         slot: Slot | None = None,
+        *,
+        owner: Delivery,
     ) -> str | None:
         """Acknowledge and copy to the dead-letter stream; release ``lock`` (key, token);
         write the ``record`` of a task that keeps its result; tell the task's waiters;
-        release the concurrency ``slot`` it holds.
+        release the concurrency ``slot`` it holds. None, and nothing written, when the
+        attempt's delivery (``owner``) is no longer the pending one.
 
         A field's text that cannot be sent as it is (a lone surrogate, in an error message
         say) is written with backslash escapes: the write never fails on it."""
@@ -659,6 +729,8 @@ class Broker(Inspection):
                 task_id or message_id,
                 keys.done,
                 ttl,
+                owner.consumer,
+                owner.deliveries,
                 len(outcome),
                 *(text_field(x) for pair in outcome for x in pair),
                 *flat,

@@ -64,6 +64,12 @@ def _limited(name: str, *, typed: bool = False) -> str:
     return _read("key_types") + "\n" + source if typed else source
 
 
+def _attempt(source: str) -> str:
+    """``source`` behind ``lua/deliveries.lua``, which defines ``owns_delivery``: a script
+    that ends an attempt writes only while the attempt's delivery is the pending one."""
+    return _read("deliveries") + "\n" + source
+
+
 def fenced_script(name: str, body: str) -> Script:
     """``body`` behind the fence check (``lua/fence.lua``): it runs only for the leader.
 
@@ -76,12 +82,12 @@ class _Scripts:
     def __init__(self) -> None:
         self.enqueue_many = _load("enqueue_many")
         self.enqueue_unique = make_script("enqueue_unique", _locking("enqueue_unique"))
-        self.ack = make_script("ack", _limited("ack"))
+        self.ack = make_script("ack", _attempt(_limited("ack")))
         self.ensure_group = _load("ensure_group")
         self.forget_groups = _load("forget_groups")
         self.queue_length = make_script("queue_length", _with_delivered("queue_length"))
-        self.retry = make_script("retry", _limited("retry", typed=True))
-        self.dead_letter = make_script("dead_letter", _limited("dead_letter", typed=True))
+        self.retry = make_script("retry", _attempt(_limited("retry", typed=True)))
+        self.dead_letter = make_script("dead_letter", _attempt(_limited("dead_letter", typed=True)))
         self.admit = make_script("admit", _limited("admit", typed=True))
         self.reconcile_slots = make_script(
             "reconcile_slots", _read("delivered") + "\n" + _limited("reconcile_slots")
@@ -106,7 +112,7 @@ class _Scripts:
         self.task_started = _load("task_started")
         self.task_status = make_script("task_status", _laned(_with_delivered("task_status")))
         self.cancel_task = make_script("cancel_task", _laned(_with_delivered("cancel_task")))
-        self.task_progress = _load("task_progress")
+        self.task_progress = make_script("task_progress", _attempt(_read("task_progress")))
         self.pause = _load("pause")
         self.resume = _load("resume")
         self.forget_stale = make_script("forget_stale", _laned(_read("forget_stale")))

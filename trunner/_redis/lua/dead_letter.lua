@@ -22,18 +22,23 @@
 -- ARGV[6]  the task id
 -- ARGV[7]  the channel of finished tasks ('' to say nothing)
 -- ARGV[8]  the record's time-to-live in ms ('0': no record is written)
--- ARGV[9]  F, then F field/value pairs of the record
+-- ARGV[9]  the consumer the attempt's delivery is pending for
+-- ARGV[10] that delivery's count: nothing is written unless it is still the pending one
+--          (owns_delivery, deliveries.lua)
+-- ARGV[11] F, then F field/value pairs of the record
 -- then     the field/value pairs of the dead-letter entry
--- Returns  the dead-letter entry id; false when the entry was no longer pending
+-- Returns  the dead-letter entry id; false when the attempt's delivery was no longer
+--          pending (nothing written)
 -- Its keys' types are checked first (key_types.lua): a message acknowledged but not dead-
 -- lettered would be lost.
 local refused = wrong_type({[KEYS[2]] = 'stream', [KEYS[3]] = 'hash', [KEYS[4]] = 'hash'})
 if refused then
   return refused
 end
-if redis.call('XACK', KEYS[1], ARGV[1], ARGV[3]) == 0 then
+if not owns_delivery(KEYS[1], ARGV[1], ARGV[3], ARGV[9], ARGV[10]) then
   return false
 end
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 local known, groups = pcall(redis.call, 'SCARD', KEYS[6]) -- another type: shared
 local shared = not known or groups > 1
 if ARGV[2] == '1' and not shared then
@@ -57,11 +62,11 @@ if KEYS[8] then
   last = last - 2
   release_slot(KEYS[8], KEYS[9], ARGV[#ARGV - 1], tonumber(ARGV[#ARGV]), KEYS[11], KEYS[3], KEYS[10])
 end
-local fields = tonumber(ARGV[9])
-local after = 10 + 2 * fields
+local fields = tonumber(ARGV[11])
+local after = 12 + 2 * fields
 if ARGV[8] ~= '0' then
   redis.call('DEL', KEYS[5])
-  redis.call('HSET', KEYS[5], unpack(ARGV, 10, after - 1))
+  redis.call('HSET', KEYS[5], unpack(ARGV, 12, after - 1))
   redis.call('PEXPIRE', KEYS[5], ARGV[8])
 end
 local id

@@ -20,17 +20,22 @@
 -- ARGV[6]  the task id
 -- ARGV[7]  the wake-up channel, told when the retry became the earliest delayed task
 -- ARGV[8]  the record's time-to-live in ms ('0': no record is written)
--- ARGV[9..] field/value pairs of the record
--- Returns  1 when scheduled; 0 when the entry was no longer pending (nothing written)
+-- ARGV[9]  the consumer the failed attempt's delivery is pending for
+-- ARGV[10] that delivery's count: nothing is written unless it is still the pending one
+--          (owns_delivery, deliveries.lua)
+-- ARGV[11..] field/value pairs of the record
+-- Returns  1 when scheduled; 0 when the attempt's delivery was no longer pending (nothing
+--          written)
 -- Its keys' types are checked first (key_types.lua): a message acknowledged but not
 -- scheduled again would be lost.
 local refused = wrong_type({[KEYS[2]] = 'zset', [KEYS[3]] = 'hash', [KEYS[4]] = 'hash'})
 if refused then
   return refused
 end
-if redis.call('XACK', KEYS[1], ARGV[1], ARGV[3]) == 0 then
+if not owns_delivery(KEYS[1], ARGV[1], ARGV[3], ARGV[9], ARGV[10]) then
   return 0
 end
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 local known, groups = pcall(redis.call, 'SCARD', KEYS[6]) -- another type: shared
 local shared = not known or groups > 1
 if ARGV[2] == '1' and not shared then
@@ -48,7 +53,7 @@ if ARGV[8] ~= '0' then
   if not pcall(redis.call, 'HLEN', KEYS[5]) then -- not a hash (an outcome as one JSON
     redis.call('DEL', KEYS[5])                   -- string): the retry's record replaces it
   end
-  redis.call('HSET', KEYS[5], unpack(ARGV, 9, last))
+  redis.call('HSET', KEYS[5], unpack(ARGV, 11, last))
   redis.call('PEXPIRE', KEYS[5], ARGV[8])
 end
 redis.call('ZADD', KEYS[2], ARGV[4], ARGV[6])

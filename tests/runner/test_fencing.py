@@ -1,0 +1,131 @@
+"""An attempt writes only while it owns its delivery (``lua/deliveries.lua``).
+
+Another instance takes a running message over (as it does when this one stalled past
+``reclaim_delay``): here the test claims it for a consumer ``other``, as that instance's
+reclaim would. The first attempt then ends, and nothing it does may be written: no
+acknowledgement (the other delivery is live), no outcome, no slot release, no retry, no
+dead letter, no progress. Its work is discarded and counted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+
+import trunner
+from trunner import Keys
+
+from ..conftest import config, open_checked_runner
+
+OTHER = "other"
+
+
+class Late:
+    """A task that waits to be told how to end: its started event, and how it ends."""
+
+    def __init__(self) -> None:
+        self.started = trio.Event()
+        self.go = trio.Event()
+        self.how = "return"
+
+    async def body(self, payload: Any) -> str:
+        self.started.set()
+        await self.go.wait()
+        if self.how == "progress":
+            await trunner.report_progress(0.5, "from the late attempt")
+        if self.how == "raise":
+            raise RuntimeError("late failure")
+        return "from-late"
+
+
+def registry(late: Late, **options: Any) -> trunner.TaskRegistry:
+    tasks = trunner.TaskRegistry()
+    tasks.task(name="late", **options)(late.body)
+    return tasks
+
+
+def pending_for(raw: Any, keys: Keys, group: str, message_id: str) -> tuple[str, int] | None:
+    found = raw.xpending_range(keys.stream, group, message_id, message_id, 1)
+    if not found:
+        return None
+    return found[0]["consumer"].decode(), found[0]["times_delivered"]
+
+
+async def take_over(raw: Any, keys: Keys, group: str, handle: trunner.TaskHandle[Any]) -> str:
+    """Another consumer claims the running message, as its reclaim would."""
+    message_id = str(handle)
+    raw.xclaim(keys.stream, group, OTHER, 0, [message_id])
+    assert pending_for(raw, keys, group, message_id) == (OTHER, 2)
+    return message_id
+
+
+async def until_discarded(runner: trunner.Runner) -> None:
+    while runner.statistics().discarded == 0:  # noqa: ASYNC110 - a counter, no event
+        await trio.sleep(0.01)
+
+
+async def test_a_late_acknowledgement_writes_nothing(
+    url: str, group: str, keys: Keys, raw: Any
+) -> None:
+    """Without the fence the late attempt acknowledged the other instance's live delivery,
+    wrote its result over, and freed the concurrency slot while the other still ran."""
+    late = Late()
+    tasks = registry(late, keep_result=60, concurrency=1)
+    async with open_checked_runner(url, config(group), tasks) as runner:
+        handle = await runner.dispatch("late", {})
+        await late.started.wait()
+        message_id = await take_over(raw, keys, group, handle)
+        holders = keys.concurrency_holders("4:late")
+        assert raw.zrange(holders, 0, -1) == [message_id.encode()]
+        late.go.set()
+        await until_discarded(runner)
+        assert pending_for(raw, keys, group, message_id) == (OTHER, 2), "still the other's"
+        assert raw.zrange(holders, 0, -1) == [message_id.encode()], "the slot is still held"
+        assert (await handle.status()).state is not trunner.TaskState.SUCCEEDED
+        assert runner.statistics().discarded == 1
+        raw.xack(keys.stream, group, message_id)  # the other instance's attempt ends it
+
+
+@pytest.mark.parametrize("max_retry", [0, 2])
+async def test_a_late_failure_neither_retries_nor_dead_letters(
+    url: str, group: str, keys: Keys, raw: Any, max_retry: int
+) -> None:
+    late = Late()
+    late.how = "raise"
+    tasks = registry(late, max_retry=max_retry, keep_result=60)
+    async with open_checked_runner(url, config(group), tasks) as runner:
+        handle = await runner.dispatch("late", {})
+        await late.started.wait()
+        message_id = await take_over(raw, keys, group, handle)
+        late.go.set()
+        await until_discarded(runner)
+        assert pending_for(raw, keys, group, message_id) == (OTHER, 2)
+        assert raw.zcard(keys.retries) == 0, "no retry scheduled"
+        assert raw.xlen(keys.dead) == 0, "not dead-lettered"
+        ended = {trunner.TaskState.RETRYING, trunner.TaskState.FAILED, trunner.TaskState.DEAD}
+        assert (await handle.status()).state not in ended
+        raw.xack(keys.stream, group, message_id)
+
+
+async def test_a_heartbeat_that_finds_its_delivery_lost_stops_its_writes(
+    url: str, group: str, keys: Keys, raw: Any
+) -> None:
+    """The heartbeat marks the attempt lost: its progress and its outcome go nowhere."""
+    late = Late()
+    late.how = "progress"
+    tasks = registry(late, keep_result=60, reservation_timeout=0.3)
+    async with open_checked_runner(url, config(group), tasks) as runner:
+        handle = await runner.dispatch("late", {})
+        await late.started.wait()
+        message_id = await take_over(raw, keys, group, handle)
+        while runner.statistics().reservations_lost == 0:  # noqa: ASYNC110 - a counter
+            await trio.sleep(0.01)
+        late.go.set()
+        await until_discarded(runner)
+        status = await handle.status()
+        assert status.state is not trunner.TaskState.SUCCEEDED
+        assert status.progress_message != "from the late attempt"
+        assert pending_for(raw, keys, group, message_id) == (OTHER, 2)
+        raw.xack(keys.stream, group, message_id)
