@@ -11,6 +11,7 @@ read of all lanes at once) and the release and reclaim paths.
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -847,3 +848,86 @@ def test_the_cron_decorator_and_list_pairs_take_lanes() -> None:
     assert cfg.lanes == (("urgent", 5), ("default", 1))
     with pytest.raises(ValueError, match="task 'x': priority must be a lane name"):
         trunner.Task("x", _noop, priority="not one")
+
+
+async def test_the_leader_warns_once_of_a_lane_no_live_runner_reads(
+    url: str, group: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A task's lane no runner of the group reads holds messages: the leader's aggregator
+    notes it and warns once (not at every round); inspect shows it. A runner that reads
+    the lane starts and runs them: the note goes. It comes back, with a second warning,
+    when the lane holds messages again once that runner has left."""
+    caplog.set_level(logging.INFO, logger="trunner")
+    rec = Recorder()
+
+    @rec.tasks.task(priority="bulk")
+    async def newsletter(payload: Any) -> None:
+        rec.ran.append((trunner.current_message().lane, payload))
+
+    def warnings() -> list[str]:
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if r.levelno == logging.WARNING and "no live runner" in r.getMessage()
+        ]
+
+    async with trunner.testing.open_runner_factory(url, group) as runners:
+        runner = await runners(rec.tasks, config(group, lanes=LANES, stats_interval=0.05))
+        aggregator = parts(runner).aggregator
+        await runner.dispatch_many(newsletter, [1, 2])  # its task declares the lane
+        await redis_state(lambda: _rounds(lambda: aggregator.unread_warnings, 1))
+        rounds = aggregator.rounds
+        await redis_state(lambda: _rounds(lambda: aggregator.rounds, rounds + 3))
+        assert aggregator.unread_lanes == {"bulk": 2}
+        assert aggregator.unread_warnings == 1, "once, not at every round"
+        [warning] = warnings()
+        assert f"lane 'bulk' of queue '{group}' holds 2 message(s)" in warning
+        assert "they read default, urgent" in warning
+        assert "RunnerConfig.lanes" in warning
+        info = await runner.inspect()
+        assert info.unread_lanes == {"bulk": 2}
+        assert [i.lanes for i in info.instances] == [("urgent", "default")]
+
+        reader_config = config(group, lanes={"bulk": 1, "default": 1}, stats_interval=0.05)
+        reader = await runners(rec.tasks, reader_config)
+        await redis_state(lambda: rec.count(2))
+        await redis_state(lambda: _read_again(aggregator))
+        assert (await runner.inspect()).unread_lanes == {}
+        assert aggregator.unread_warnings == 1
+        noted = [r.getMessage() for r in caplog.records if "read again" in r.getMessage()]
+        assert noted == [f"lane 'bulk' of queue '{group}' is read again, or empty"]
+        await runners.close(reader)
+
+        await runner.dispatch(newsletter, 3)
+        await redis_state(lambda: _rounds(lambda: aggregator.unread_warnings, 2))
+        assert aggregator.unread_lanes == {"bulk": 1}
+        assert len(warnings()) == 2
+    assert sorted(p for _, p in rec.ran) == [1, 2]
+
+
+async def _read_again(aggregator: Any) -> bool:
+    await trio.lowlevel.checkpoint()
+    return not aggregator.unread_lanes
+
+
+def test_inspect_marks_a_lane_no_live_runner_reads() -> None:
+    from rich.console import Console  # noqa: PLC0415
+
+    from trunner.cli import _summary  # noqa: PLC0415
+
+    info = trunner.GroupInfo(
+        group="g",
+        queue_length=5,
+        pending={},
+        delayed=0,
+        dead_letters=0,
+        instances=[],
+        leader=None,
+        capacity={},
+        stats=None,
+        lanes={"default": 3, "urgnet": 2},
+        unread_lanes={"urgnet": 2},
+    )
+    console = Console(record=True, width=200)
+    console.print(_summary(info))
+    assert "default 3, urgnet 2 (no live runner reads it)" in console.export_text()
