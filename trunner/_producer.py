@@ -220,27 +220,31 @@ class Producer:
             return check_lane(priority)
         return task.priority if task is not None else DEFAULT_LANE
 
-    def _own_lanes(self) -> set[str]:
+    def _own_lanes(self, task: Task | None = None) -> set[str]:
         """The lanes this producer declares itself: a runner's ``RunnerConfig.lanes``, and
-        the ``priority`` of each task of its registry (cron ticks go there too)."""
+        the ``priority`` of each task of its registry (cron ticks go there too), and of
+        ``task`` (a ``Task`` dispatched by a client without a registry)."""
         own = set(self._config_lanes or ())
-        own.update(task.priority for task in self._registry or ())
+        own.update(known.priority for known in self._registry or ())
+        if task is not None:
+            own.add(task.priority)
         return own
 
-    async def _declare(self, broker: Broker, lane: str) -> None:
+    async def _declare(self, broker: Broker, lane: str, task: Task | None = None) -> None:
         """Refuse ``lane`` unless it is declared (see [Priority lanes](lanes.md)); name
         it in the queue's registry of lanes the first time this producer writes to it
         (just before: a failure writes no task, and a refused lane is not named), so that
         ``inspect`` and the queue length count it even before a runner reads it.
 
-        Declared: ``default``; a runner's ``RunnerConfig.lanes``; a task's ``priority``
-        in this producer's registry; and, unless this producer is a runner that declares
-        lanes, a lane the queue's registry names (what the runners reading it registered
-        when they started). That registry is read only for a lane not known yet (the
-        lanes found there are kept), so a dispatch to a known lane costs no round trip."""
+        Declared: ``default``; a runner's ``RunnerConfig.lanes``; the ``priority`` of a
+        task of this producer's registry, or of ``task`` (the task dispatched); and,
+        unless this producer is a runner that declares lanes, a lane the queue's registry
+        names (what the runners reading it registered when they started). That registry
+        is read only for a lane not known yet (the lanes found there are kept), so a
+        dispatch to a known lane costs no round trip."""
         if lane == DEFAULT_LANE or lane in self._declared:
             return
-        own = self._own_lanes()
+        own = self._own_lanes(task)
         if lane in own:
             await broker.declare_lanes([lane])
             self._declared.add(lane)
@@ -413,7 +417,7 @@ class Producer:
         data = self._encode(
             name, sent, time.time(), unique=unique, options=options, headers=headers, lane=lane
         )
-        await self._declare(broker, lane)
+        await self._declare(broker, lane, task)
         if unique is None:
             return self._handle(await broker.enqueue(data, lane), task)
         (message_id,) = await broker.enqueue_unique(
@@ -508,7 +512,7 @@ class Producer:
             items.append((unique, data))
         if not items:
             return []
-        await self._declare(broker, lane)
+        await self._declare(broker, lane, task)
         if task is None or not task.unique:
             ids = await broker.enqueue_many([data for _, data in items], lane)
             return [self._handle(i, task) for i in ids]
@@ -707,7 +711,7 @@ class Producer:
         lock = None
         if unique is not None:
             lock = UniqueLock(broker.keys.unique(unique.key), unique.token, unique.ttl_ms)
-        await self._declare(broker, lane)
+        await self._declare(broker, lane, task)
         await broker.schedule(task_id, due_ms, data, lock)
         self._scheduled(due_ms)
         return self._handle(task_id, task)

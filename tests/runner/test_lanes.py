@@ -779,6 +779,20 @@ async def test_a_client_without_tasks_takes_the_lanes_runners_registered(
     assert raw.smembers(keys.lanes) == {b"urgent"}
 
 
+async def test_a_client_without_tasks_dispatches_a_task_to_its_own_lane(
+    url: str, group: str, raw: Any
+) -> None:
+    """Given the task itself (its function or ``Task``), a client without ``tasks=`` knows
+    the lane the task declares."""
+    hurry = Recorder().tasks.get("hurry")
+    async with trunner.open_client(url, group) as client:
+        handle = await client.dispatch(hurry, 1)
+        with pytest.raises(ValueError, match="'bulk' is not a declared lane"):
+            await client.dispatch(hurry, 2, priority="bulk")
+    assert str(handle).endswith("@urgent")
+    assert raw.smembers(Keys("trunner", group).lanes) == {b"urgent"}
+
+
 def _now() -> Any:
     import datetime  # noqa: PLC0415
 
