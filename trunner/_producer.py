@@ -381,7 +381,8 @@ class Producer:
             priority: The [priority lane](lanes.md) (a lane name) the task goes to
                 (default: the task's ``priority``, else ``"default"``); the runners
                 reading the queue serve it if their ``lanes`` name it. A lane nobody
-                declared is refused (see [Priority lanes](lanes.md#dispatching-from-a-client)).
+                declared is refused (see
+                [A lane must be declared](lanes.md#a-lane-must-be-declared)).
 
         Returns:
             A [``TaskHandle``][trunner.TaskHandle]; as a ``str``, the task's id (the new
