@@ -230,11 +230,9 @@ class Producer:
             own.add(task.priority)
         return own
 
-    async def _declare(self, broker: Broker, lane: str, task: Task | None = None) -> None:
-        """Refuse ``lane`` unless it is declared (see [Priority lanes](lanes.md)); name
-        it in the queue's registry of lanes the first time this producer writes to it
-        (just before: a failure writes no task, and a refused lane is not named), so that
-        ``inspect`` and the queue length count it even before a runner reads it.
+    async def _check_lane(self, broker: Broker, lane: str, task: Task | None) -> None:
+        """Refuse ``lane`` unless it is declared (see [Priority lanes](lanes.md)): before
+        the dispatch hooks run or anything is written.
 
         Declared: ``default``; a runner's ``RunnerConfig.lanes``; the ``priority`` of a
         task of this producer's registry, or of ``task`` (the task dispatched); and,
@@ -246,9 +244,7 @@ class Producer:
             return
         own = self._own_lanes(task)
         if lane in own:
-            await broker.declare_lanes([lane])
-            self._declared.add(lane)
-            return
+            return  # named in the registry by _declare, just before the task is written
         registered: list[str] = []
         if self._config_lanes is None:
             registered = [name for name in await broker.known_lanes() if name != DEFAULT_LANE]
@@ -256,6 +252,14 @@ class Producer:
             if lane in registered:
                 return
         raise ValueError(self._undeclared(broker, lane, own, registered))
+
+    async def _declare(self, broker: Broker, lane: str) -> None:
+        """Name ``lane`` (checked by :meth:`_check_lane`) in the queue's registry of lanes
+        the first time this producer writes to it (just before: a failure writes no task),
+        so that ``inspect`` and the queue length count it even before a runner reads it."""
+        if lane != DEFAULT_LANE and lane not in self._declared:
+            await broker.declare_lanes([lane])
+            self._declared.add(lane)
 
     def _undeclared(self, broker: Broker, lane: str, own: set[str], registered: list[str]) -> str:
         """Why ``lane`` is refused, what is known, and how to declare it."""
@@ -412,13 +416,14 @@ class Producer:
         name, task = self._resolve(task_name)
         options = dispatch_options(keep_result, timeout, expires)
         lane = self._lane_of(task, priority)
+        await self._check_lane(broker, lane, task)
         unique = self._unique(task, payload)
         sent = self._payload(task, payload)
         headers = await self._headers(name, sent, headers)
         data = self._encode(
             name, sent, time.time(), unique=unique, options=options, headers=headers, lane=lane
         )
-        await self._declare(broker, lane, task)
+        await self._declare(broker, lane)
         if unique is None:
             return self._handle(await broker.enqueue(data, lane), task)
         (message_id,) = await broker.enqueue_unique(
@@ -502,18 +507,20 @@ class Producer:
         name, task = self._resolve(task_name)
         options = dispatch_options(keep_result, timeout, expires)
         lane = self._lane_of(task, priority)
+        given = list(payloads)
+        if not given:
+            return []
+        await self._check_lane(broker, lane, task)
         now = time.time()
         items = []
         hooks = self._dispatch_hooks
-        for payload in payloads:
+        for payload in given:
             unique = self._unique(task, payload)
             sent = self._payload(task, payload)
             own = headers if hooks is None else await self._headers(name, sent, headers)
             data = self._encode(name, sent, now, None, unique, options, own, lane)
             items.append((unique, data))
-        if not items:
-            return []
-        await self._declare(broker, lane, task)
+        await self._declare(broker, lane)
         if task is None or not task.unique:
             ids = await broker.enqueue_many([data for _, data in items], lane)
             return [self._handle(i, task) for i in ids]
@@ -703,6 +710,7 @@ class Producer:
         broker = self._open_broker()
         name, task = self._resolve(task_name)
         lane = self._lane_of(task, priority)
+        await self._check_lane(broker, lane, task)
         unique = self._unique(task, payload)
         task_id = secrets.token_hex(16)
         sent = self._payload(task, payload)
@@ -712,7 +720,7 @@ class Producer:
         lock = None
         if unique is not None:
             lock = UniqueLock(broker.keys.unique(unique.key), unique.token, unique.ttl_ms)
-        await self._declare(broker, lane, task)
+        await self._declare(broker, lane)
         await broker.schedule(task_id, due_ms, data, lock)
         self._scheduled(due_ms)
         return self._handle(task_id, task)

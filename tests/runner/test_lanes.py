@@ -749,7 +749,8 @@ async def test_a_client_without_tasks_takes_the_lanes_runners_registered(
     monkeypatch.setattr(Broker, "known_lanes", counted)
     keys = Keys("trunner", group)
     rec = Recorder()
-    async with trunner.open_client(url, group) as client:
+    hooked = Hooked()
+    async with trunner.open_client(url, group, middleware=[hooked]) as client:
         calls: list[Callable[[], Awaitable[Any]]] = [
             lambda: client.dispatch("record", 1, priority="urgent"),
             lambda: client.dispatch_many("record", [1], priority="urgent"),
@@ -766,6 +767,7 @@ async def test_a_client_without_tasks_takes_the_lanes_runners_registered(
         assert raw.smembers(keys.lanes) == set()
         assert not raw.exists(keys.lane_stream("urgent"))
         assert not raw.exists(keys.delayed)
+        assert hooked.seen == [], "refused before the dispatch hooks run"
         await _register(url, group, rec)  # a runner reading urgent starts: it registers it
         reads.clear()
         first = await client.dispatch("record", 1, priority="urgent")
@@ -791,6 +793,16 @@ async def test_a_client_without_tasks_dispatches_a_task_to_its_own_lane(
             await client.dispatch(hurry, 2, priority="bulk")
     assert str(handle).endswith("@urgent")
     assert raw.smembers(Keys("trunner", group).lanes) == {b"urgent"}
+
+
+class Hooked(trunner.Middleware):
+    """Notes the task of each dispatch its hook sees."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def on_dispatch(self, dispatch: trunner.DispatchInfo) -> None:
+        self.seen.append(dispatch.task_name)
 
 
 def _now() -> Any:
