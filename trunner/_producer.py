@@ -89,6 +89,7 @@ class Producer:
         max_payload_bytes: int,
         instance_ttl: float,
         middleware: Sequence[Middleware] = (),
+        lanes: Sequence[str] | None = None,
     ) -> None:
         self._broker: Broker | None = None
         hooks = DispatchHooks(middleware)
@@ -97,9 +98,13 @@ class Producer:
         self._registry = registry
         self._max_payload_bytes = max_payload_bytes
         self._instance_ttl = instance_ttl
-        #: The lanes other than the default this producer has named in the queue's
-        #: registry of lanes (see :meth:`_declare`).
+        #: The lanes other than the default this producer knows are in the queue's
+        #: registry of lanes: it named them there, or read them there (see :meth:`_declare`).
         self._declared: set[str] = set()
+        #: The lanes a runner's ``RunnerConfig.lanes`` declares, when it declares any:
+        #: with its tasks' lanes, the only lanes it dispatches to. None: a client, or a
+        #: runner of the default lane alone (it also accepts the queue's registered lanes).
+        self._config_lanes = frozenset(lanes) if lanes is not None else None
 
     def _open_broker(self) -> Broker:
         if self._broker is None:
@@ -219,13 +224,64 @@ class Producer:
             return check_lane(priority)
         return task.priority if task is not None else DEFAULT_LANE
 
+    def _own_lanes(self, task: Task | None = None) -> set[str]:
+        """The lanes this producer declares itself: a runner's ``RunnerConfig.lanes``, and
+        the ``priority`` of each task of its registry (cron ticks go there too), and of
+        ``task`` (a ``Task`` dispatched by a client without a registry)."""
+        own = set(self._config_lanes or ())
+        own.update(known.priority for known in self._registry or ())
+        if task is not None:
+            own.add(task.priority)
+        return own
+
+    async def _check_lane(self, broker: Broker, lane: str, task: Task | None) -> None:
+        """Refuse ``lane`` unless it is declared (see [Priority lanes](lanes.md)): before
+        the dispatch hooks run or anything is written.
+
+        Declared: ``default``; a runner's ``RunnerConfig.lanes``; the ``priority`` of a
+        task of this producer's registry, or of ``task`` (the task dispatched); and,
+        unless this producer is a runner that declares lanes, a lane the queue's registry
+        names (what the runners reading it registered when they started). That registry
+        is read only for a lane not known yet (the lanes found there are kept), so a
+        dispatch to a known lane costs no round trip."""
+        if lane == DEFAULT_LANE or lane in self._declared:
+            return
+        own = self._own_lanes(task)
+        if lane in own:
+            return  # named in the registry by _declare, just before the task is written
+        registered: list[str] = []
+        if self._config_lanes is None:
+            registered = [name for name in await broker.known_lanes() if name != DEFAULT_LANE]
+            self._declared.update(registered)
+            if lane in registered:
+                return
+        raise ValueError(self._undeclared(broker, lane, own, registered))
+
     async def _declare(self, broker: Broker, lane: str) -> None:
-        """Name ``lane`` in the queue's registry of lanes the first time this producer
-        writes to it (just before: a failure writes no task), so that ``inspect`` and the
-        queue length count it even before a runner reads it."""
+        """Name ``lane`` (checked by :meth:`_check_lane`) in the queue's registry of lanes
+        the first time this producer writes to it (just before: a failure writes no task),
+        so that ``inspect`` and the queue length count it even before a runner reads it."""
         if lane != DEFAULT_LANE and lane not in self._declared:
             await broker.declare_lanes([lane])
             self._declared.add(lane)
+
+    def _undeclared(self, broker: Broker, lane: str, own: set[str], registered: list[str]) -> str:
+        """Why ``lane`` is refused, what is known, and how to declare it."""
+        known = [DEFAULT_LANE, *sorted((own | set(registered)) - {DEFAULT_LANE})]
+        if self._config_lanes is not None:
+            why = "neither this runner's RunnerConfig.lanes nor its tasks' priorities name it"
+        elif self._registry is not None:
+            why = "no task of this client's registry and no runner of the queue declares it"
+        else:
+            why = "no runner of the queue registered it (a client without tasks= knows no more)"
+        return (
+            f"priority {lane!r} is not a declared lane of queue {broker.keys.queue!r}: "
+            f"{why}; the known lanes are {', '.join(map(repr, known))}. A task dispatched "
+            f"there would wait for ever. Check the spelling, or declare the lane: in "
+            f"RunnerConfig.lanes of the runners that are to read it (they register it when "
+            f"they start), or as a task's priority (@tasks.task(priority={lane!r}), in the "
+            f"registry of the runner or of open_client(tasks=...))"
+        )
 
     def _unique(self, task: Task | None, payload: Any) -> _Unique | None:
         if task is None or not task.unique:
@@ -345,7 +401,9 @@ class Producer:
                 [middleware](middleware.md) may add to them.
             priority: The [priority lane](lanes.md) (a lane name) the task goes to
                 (default: the task's ``priority``, else ``"default"``); the runners
-                reading the queue serve it if their ``lanes`` name it.
+                reading the queue serve it if their ``lanes`` name it. A lane nobody
+                declared is refused (see
+                [A lane must be declared](lanes.md#a-lane-must-be-declared)).
 
         Returns:
             A [``TaskHandle``][trunner.TaskHandle]; as a ``str``, the task's id (the new
@@ -355,7 +413,10 @@ class Producer:
             TypeError: ``task_name`` is not a task, or the ``unique_key`` of a unique
                 task returned something other than a ``str`` or ``int``.
             ValueError: ``task_name`` is empty, an option is out of range, or
-                ``priority`` is not a lane name.
+                ``priority`` is not a lane name, or names a lane nobody declared: not
+                ``"default"``, not in a runner's ``RunnerConfig.lanes``, no registered
+                task's ``priority``, and (but for a runner that declares lanes) not in the
+                queue's registry of lanes.
             TaskNotFound: The registry does not know the task.
             InvalidPayload: The payload has no JSON form (sets, bytes, NaN, infinities,
                 arbitrary objects), or does not fit a typed task's declared type.
@@ -372,6 +433,7 @@ class Producer:
         name, task = self._resolve(task_name)
         options = dispatch_options(keep_result, timeout, expires)
         lane = self._lane_of(task, priority)
+        await self._check_lane(broker, lane, task)
         unique = self._unique(task, payload)
         sent = self._payload(task, payload)
         headers = await self._headers(name, sent, headers)
@@ -464,17 +526,19 @@ class Producer:
         name, task = self._resolve(task_name)
         options = dispatch_options(keep_result, timeout, expires)
         lane = self._lane_of(task, priority)
+        given = list(payloads)
+        if not given:
+            return []
+        await self._check_lane(broker, lane, task)
         now = time.time()
         items = []
         hooks = self._dispatch_hooks
-        for payload in payloads:
+        for payload in given:
             unique = self._unique(task, payload)
             sent = self._payload(task, payload)
             own = headers if hooks is None else await self._headers(name, sent, headers)
             data = self._encode(name, sent, now, None, unique, options, own, lane)
             items.append((unique, data))
-        if not items:
-            return []
         await self._declare(broker, lane)
         known = self._known(name, task, options)
         if task is None or not task.unique:
@@ -666,6 +730,7 @@ class Producer:
         broker = self._open_broker()
         name, task = self._resolve(task_name)
         lane = self._lane_of(task, priority)
+        await self._check_lane(broker, lane, task)
         unique = self._unique(task, payload)
         task_id = secrets.token_hex(16)
         sent = self._payload(task, payload)

@@ -11,7 +11,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -21,7 +21,7 @@ from ._util import wall_ms
 from .errors import RedisCommandError
 from .group_stats import GroupStats, InstanceInfo, compute_stats, stats_or_none
 from .handles import status_of
-from .keys import UniqueLock, is_lane_entry_id, split_entry_id
+from .keys import DEFAULT_LANE, UniqueLock, is_lane, is_lane_entry_id, split_entry_id
 from .message import (
     DEFAULT_UNIQUE_FOR,
     NO_SIZE_LIMIT,
@@ -53,6 +53,7 @@ __all__ = [
     "read_instances",
     "read_stats",
     "replay_dead",
+    "unread_lanes",
     "waiting_age",
 ]
 
@@ -136,6 +137,10 @@ class GroupInfo:
     lanes: Mapping[str, int] = attrs.field(factory=dict)
     """The queue's [priority lanes](lanes.md) (``"default"``, then those its runners
     declared) -> the queue length of each (``queue_length`` is their sum)."""
+    unread_lanes: Mapping[str, int] = attrs.field(factory=dict)
+    """The lanes of :attr:`lanes` that hold messages while no live instance of the group
+    reads them -> their queue length (empty while no instance is live): those messages
+    wait until a runner that reads the lane starts."""
 
     @property
     def paused(self) -> bool:
@@ -374,6 +379,9 @@ def _instance(instance: str, seen: float, info: str | None, leader: bool) -> Ins
     details = json.loads(info) if info else {}
     if not isinstance(details, dict):
         raise ValueError(f"not a JSON object: {info!r:.200}")
+    lanes = details.get("lanes", [DEFAULT_LANE])
+    if not isinstance(lanes, list) or not all(isinstance(n, str) and is_lane(n) for n in lanes):
+        raise ValueError(f"lanes are not a list of lane names: {lanes!r:.200}")
     return InstanceInfo(
         id=instance,
         host=str(details.get("host", "")),
@@ -382,7 +390,16 @@ def _instance(instance: str, seen: float, info: str | None, leader: bool) -> Ins
         started_at=float(details.get("started_at", 0.0)),
         last_seen=seen / 1000,
         leader=leader,
+        lanes=tuple(lanes),
     )
+
+
+def unread_lanes(lengths: Mapping[str, int], read: Iterable[str]) -> dict[str, int]:
+    """The lanes of ``lengths`` (lane -> queue length) that hold messages and are not
+    among the lanes ``read`` (by the live instances of the group): their messages wait
+    until a runner that reads the lane starts."""
+    read = set(read)
+    return {lane: n for lane, n in lengths.items() if n > 0 and lane not in read}
 
 
 def instances_of(
@@ -445,6 +462,9 @@ async def inspect_group(broker: Broker, instance_ttl: float = 15.0) -> GroupInfo
         queue=broker.keys.queue,
         concurrency=await broker.concurrency_usage(),
         lanes=lengths,
+        unread_lanes=unread_lanes(lengths, (n for i in instances for n in i.lanes))
+        if instances
+        else {},
     )
 
 

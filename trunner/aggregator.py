@@ -5,6 +5,11 @@ the group's statistics, decides the capacity of the pools, publishes both, and c
 
 It is a leader chore, like the janitor: it runs only while this instance leads.
 
+Each round it also looks for lanes of the queue (its registry of lanes) that hold
+messages while no live instance of the group reads them (a misspelt lane a task declared,
+a lane its runners are not configured for yet): it warns once per lane, when the lane
+becomes so, and notes when it is read again or empty (:attr:`Aggregator.unread_lanes`).
+
 Capacity: the worker-pool capacity the leader decides and every instance applies
 (:func:`decide_capacity`).
 
@@ -31,7 +36,7 @@ import trio
 
 from ._redis import Broker
 from ._util import ErrorLog, LoopBackoff, logger, wall_ms
-from .admin import instances_of
+from .admin import instances_of, unread_lanes
 from .config import RunnerConfig
 from .election import Elector
 from .errors import BackendError
@@ -80,6 +85,11 @@ class Aggregator:
         self.interval = config.stats_interval or (threshold / 2 if threshold else 60.0)
         self.rounds = 0
         self._last_average = 0.0
+        self.unread_lanes: dict[str, int] = {}
+        """The lanes that held messages no live instance of the group reads, at the last
+        round -> their queue length (each warned about once, when it became so)."""
+        self.unread_warnings = 0
+        """How many such warnings were logged (one per lane each time it becomes so)."""
 
     async def run(self, elector: Elector) -> None:
         backoff = LoopBackoff()
@@ -102,9 +112,12 @@ class Aggregator:
         fields, bad_fields, ahead = await self._broker.take_metrics(
             elector, now_ms - ttl_ms, now_ms
         )
-        queue_length = await self._broker.queue_length()
+        lengths = await self._broker.lane_lengths()
+        queue_length = sum(lengths.values())
         rows = await self._broker.live_instances(now_ms - ttl_ms, now_ms)
         instances, bad_instances = instances_of(rows, await self._broker.leader_id())
+        read = {*config.lane_names, *(lane for i in instances for lane in i.lanes)}
+        self._check_lanes(unread_lanes(lengths, read), read)
         quarantine = self._quarantine
         for instance, seen in ahead:
             reason = "last seen more than an hour ahead of the leader's clock"
@@ -141,3 +154,31 @@ class Aggregator:
                 logger.exception("long_queue_hook raised")
         if self._on_stats is not None:
             await self._on_stats(stats)
+
+    def _check_lanes(self, unread: dict[str, int], read: set[str]) -> None:
+        """Warn of each lane of ``unread`` (lane -> messages) that became so: none of the
+        lanes ``read`` by the live instances; note each that is no longer so (read by a
+        live instance again, or empty)."""
+        keys = self._broker.keys
+        for lane, length in unread.items():
+            if lane in self.unread_lanes:
+                continue
+            self.unread_warnings += 1
+            logger.warning(
+                "lane %r of queue %r holds %d message(s) that no live runner of group %r "
+                "reads (they read %s): they wait until one does. If the lane is meant, add "
+                "it to RunnerConfig.lanes of the group's runners; if it is a mistake (a "
+                "misspelt priority), fix the dispatches or the task's priority, and once "
+                "nothing in it is to run, DEL %s and SREM %s %s",
+                lane,
+                keys.queue,
+                length,
+                keys.group,
+                ", ".join(sorted(read)),
+                keys.lane_stream(lane),
+                keys.lanes,
+                lane,
+            )
+        for lane in self.unread_lanes.keys() - unread.keys():
+            logger.info("lane %r of queue %r is read again, or empty", lane, keys.queue)
+        self.unread_lanes = unread

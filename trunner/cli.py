@@ -488,7 +488,11 @@ def _summary(info: GroupInfo) -> Table:
     summary = Table(show_header=False, box=None)
     summary.add_row("queue length", str(info.queue_length))
     if len(info.lanes) > 1:
-        shown = ", ".join(f"{_shown(lane)} {length}" for lane, length in info.lanes.items())
+        unread = info.unread_lanes
+        shown = ", ".join(
+            f"{_shown(lane)} {length}{' (no live runner reads it)' if lane in unread else ''}"
+            for lane, length in info.lanes.items()
+        )
         summary.add_row("by lane", shown)
     summary.add_row("pending", str(sum(info.pending.values())))
     summary.add_row("delayed", str(info.delayed))

@@ -75,6 +75,8 @@ class InstanceInfo:
     """When it last reported, in seconds since the epoch."""
     leader: bool
     """Whether it holds the group's leadership lease."""
+    lanes: tuple[str, ...] = ("default",)
+    """The [priority lanes](lanes.md) it reads, highest priority first."""
 
 
 @attrs.frozen(kw_only=True)

@@ -145,19 +145,23 @@ class Reporter:
         self._errors = errors
         self._quarantine = quarantine
         self._started_at = time.time()
+        #: The lanes it reads, when they are more than the default one (the leader warns
+        #: of a lane that holds messages no live instance reads).
+        self._lanes = config.lane_names if len(config.lanes) > 1 else None
         self._version: int | None = None
         self._scope = trio.CancelScope()
         self.stopped = trio.Event()
 
     def _info(self) -> str:
-        return json.dumps(
-            {
-                "host": self._host,
-                "pid": os.getpid(),
-                "capacity": self._capacity(),
-                "started_at": round(self._started_at, 3),
-            }
-        )
+        info: dict[str, object] = {
+            "host": self._host,
+            "pid": os.getpid(),
+            "capacity": self._capacity(),
+            "started_at": round(self._started_at, 3),
+        }
+        if self._lanes is not None:
+            info["lanes"] = self._lanes
+        return json.dumps(info)
 
     async def report(self) -> bool:
         """One report; False (samples kept for the next) when Redis did not take it."""

@@ -94,7 +94,7 @@ from .handles import Waiters
 from .heartbeat import Heartbeater
 from .holdings import Holdings, Job
 from .janitor import Janitor
-from .keys import Keys
+from .keys import DEFAULT_LANE, Keys
 from .leadership import Chore, Leadership
 from .mover import DelayedMover
 from .outcomes import Outcomes
@@ -290,6 +290,7 @@ class Runner(Producer):
             max_payload_bytes=config.max_payload_bytes,
             instance_ttl=config.instance_ttl,
             middleware=config.middleware,
+            lanes=config.lane_names if len(config.lanes) > 1 else None,
         )
         self._url = redis
         self.config = config
@@ -610,6 +611,7 @@ class Runner(Producer):
             with trio.fail_after(timeout):
                 await broker.load_scripts()
                 await self._ensure_group(broker)
+                await self._declare_task_lanes(broker)
                 policy = await broker.eviction_policy()
         except trio.TooSlowError:
             raise RedisUnavailable(
@@ -625,6 +627,17 @@ class Runner(Producer):
                 policy[0],
                 limit,
             )
+
+    async def _declare_task_lanes(self, broker: Broker) -> None:
+        """Name the lanes of its tasks' ``priority`` (other than those it reads, which
+        ``ensure_group`` named) in the queue's registry of lanes: their cron ticks go
+        there, and a lane nobody reads shows up in ``inspect`` and in the leader's
+        warning (see [Priority lanes](lanes.md))."""
+        lanes = self._own_lanes() - {DEFAULT_LANE}
+        extra = sorted(lanes - set(self.config.lane_names))
+        if extra:
+            await broker.declare_lanes(extra)
+        self._declared.update(lanes)
 
     async def _ensure_group(self, broker: Broker) -> None:
         """Create the consumer group if missing. When the stream (or the group's floor)

@@ -11,7 +11,9 @@ read of all lanes at once) and the release and reclaim paths.
 from __future__ import annotations
 
 import json
+import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -191,7 +193,7 @@ async def _backlogs(
     """Backlogs of ``urgent`` and ``default`` tasks, then a runner reading by weight
     (9:1) with ``slots`` workers (a read of at most that many) until ``run`` have started."""
     rec = Recorder()
-    async with trunner.open_client(url, group) as client:
+    async with trunner.open_client(url, group, tasks=rec.tasks) as client:  # declares urgent
         await client.dispatch_many("record", [f"u{i}" for i in range(urgent)], priority="urgent")
         await client.dispatch_many("record", [f"d{i}" for i in range(default)])
     cfg = config(group, lanes=LANES, num_workers=slots, batch_size=slots)
@@ -516,6 +518,7 @@ async def test_a_message_naming_a_lane_whose_stream_is_bad_runs_in_the_default_l
         ran.append((trunner.current_message().lane, payload))
 
     keys = Keys("trunner", group)
+    raw.sadd(keys.lanes, "bulk")  # as a runner reading bulk registered it
     async with trunner.open_client(url, group) as client:
         await client.dispatch_delayed("lim", "bulk", 0, priority="bulk")
     waiter = encode_message(
@@ -706,15 +709,157 @@ async def test_the_process_span_names_the_lane(url: str, group: str) -> None:
 async def test_a_lane_a_client_dispatched_to_is_counted_before_any_runner_reads_it(
     url: str, group: str, raw: Any
 ) -> None:
-    async with trunner.open_client(url, group) as client:
+    """A lane the client's tasks declare is named in the queue's registry of lanes at its
+    first dispatch (before any runner reads it); a misspelt one is refused and not named."""
+    rec = Recorder()
+
+    @rec.tasks.task(priority="bulk")
+    async def newsletter(payload: Any) -> None:
+        await trio.lowlevel.checkpoint()
+
+    keys = Keys("trunner", group)
+    async with trunner.open_client(url, group, tasks=rec.tasks) as client:
         with pytest.raises(trunner.InvalidPayload):
-            await client.dispatch("record", {1, 2}, priority="urgnet")
-        assert raw.smembers(Keys("trunner", group).lanes) == set(), "nothing written"
-        await client.dispatch_many("record", [1, 2], priority="urgnet")  # a misspelt lane
-        await client.dispatch_delayed("record", 3, 60, priority="bulk")
+            await client.dispatch("record", {1, 2}, priority="urgent")
+        assert raw.smembers(keys.lanes) == set(), "nothing written"
+        with pytest.raises(ValueError, match="'urgnet' is not a declared lane"):
+            await client.dispatch_many("record", [1, 2], priority="urgnet")  # misspelt
+        assert raw.smembers(keys.lanes) == set(), "a refused lane is not named"
+        assert not raw.exists(keys.lane_stream("urgnet"))
+        await client.dispatch_many("record", [1, 2], priority="urgent")  # hurry's lane
+        await client.dispatch_delayed(newsletter, 3, 60)
         await client.dispatch("record", 4)
-        assert await client.lane_lengths() == {"default": 1, "bulk": 0, "urgnet": 2}
-        assert (await client.inspect()).lanes == {"default": 1, "bulk": 0, "urgnet": 2}
+        assert await client.lane_lengths() == {"default": 1, "bulk": 0, "urgent": 2}
+        assert (await client.inspect()).lanes == {"default": 1, "bulk": 0, "urgent": 2}
+
+
+async def test_a_client_without_tasks_takes_the_lanes_runners_registered(
+    url: str, group: str, raw: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client opened without ``tasks=`` knows the lanes the queue's runners registered:
+    it reads that registry once for a lane it does not know yet (again while the lane is
+    unknown, so a lane registered since is taken), and never again for a known one."""
+    reads: list[str] = []
+    real = Broker.known_lanes
+
+    async def counted(self: Broker) -> list[str]:
+        reads.append(self.group)
+        return await real(self)
+
+    monkeypatch.setattr(Broker, "known_lanes", counted)
+    keys = Keys("trunner", group)
+    rec = Recorder()
+    hooked = Hooked()
+    async with trunner.open_client(url, group, middleware=[hooked]) as client:
+        calls: list[Callable[[], Awaitable[Any]]] = [
+            lambda: client.dispatch("record", 1, priority="urgent"),
+            lambda: client.dispatch_many("record", [1], priority="urgent"),
+            lambda: client.dispatch_delayed("record", 1, 0, priority="urgent"),
+            lambda: client.schedule_for("record", 1, _now(), priority="urgent"),
+        ]
+        for call in calls:
+            with pytest.raises(ValueError, match="no runner of the queue registered it") as e:
+                await call()
+        assert "'urgent' is not a declared lane of queue" in str(e.value)
+        assert "the known lanes are 'default'." in str(e.value)
+        assert "RunnerConfig.lanes" in str(e.value)
+        assert "@tasks.task(priority='urgent')" in str(e.value)
+        assert raw.smembers(keys.lanes) == set()
+        assert not raw.exists(keys.lane_stream("urgent"))
+        assert not raw.exists(keys.delayed)
+        assert hooked.seen == [], "refused before the dispatch hooks run"
+        await _register(url, group, rec)  # a runner reading urgent starts: it registers it
+        reads.clear()
+        first = await client.dispatch("record", 1, priority="urgent")
+        await client.dispatch_many("record", [2, 3], priority="urgent")
+        await client.dispatch("record", 4, priority="default")
+        assert reads == [group], "one read, on the first use of the lane"
+        assert str(first).endswith("@urgent")
+        assert await client.lane_lengths() == {"default": 1, "urgent": 3}
+        with pytest.raises(ValueError, match="known lanes are 'default', 'urgent'"):
+            await client.dispatch("record", 5, priority="urgnet")
+    assert raw.smembers(keys.lanes) == {b"urgent"}
+
+
+async def test_a_client_without_tasks_dispatches_a_task_to_its_own_lane(
+    url: str, group: str, raw: Any
+) -> None:
+    """Given the task itself (its function or ``Task``), a client without ``tasks=`` knows
+    the lane the task declares."""
+    hurry = Recorder().tasks.get("hurry")
+    async with trunner.open_client(url, group) as client:
+        handle = await client.dispatch(hurry, 1)
+        with pytest.raises(ValueError, match="'bulk' is not a declared lane"):
+            await client.dispatch(hurry, 2, priority="bulk")
+    assert str(handle).endswith("@urgent")
+    assert raw.smembers(Keys("trunner", group).lanes) == {b"urgent"}
+
+
+class Hooked(trunner.Middleware):
+    """Notes the task of each dispatch its hook sees."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def on_dispatch(self, dispatch: trunner.DispatchInfo) -> None:
+        self.seen.append(dispatch.task_name)
+
+
+def _now() -> Any:
+    import datetime  # noqa: PLC0415
+
+    return datetime.datetime.now(datetime.UTC)
+
+
+async def test_a_runner_that_declares_lanes_dispatches_to_those_and_its_tasks(
+    url: str, group: str, raw: Any
+) -> None:
+    """A runner whose RunnerConfig declares lanes dispatches to them and to its tasks'
+    lanes only, whatever other runners registered; at its start it names its tasks'
+    lanes in the queue's registry too (their cron ticks and dispatches go there)."""
+    rec = Recorder()
+
+    @rec.tasks.task(priority="slow")
+    async def later(payload: Any) -> None:
+        await trio.lowlevel.checkpoint()
+
+    keys = Keys("trunner", group)
+    raw.sadd(keys.lanes, "bulk")  # another group's runner reads it
+    async with open_checked_runner(url, config(group, lanes=LANES), rec.tasks) as runner:
+        assert raw.smembers(keys.lanes) == {b"bulk", b"urgent", b"slow"}
+        with pytest.raises(ValueError, match=r"RunnerConfig\.lanes nor its tasks'") as e:
+            await runner.dispatch("record", 1, priority="bulk")
+        assert "the known lanes are 'default', 'slow', 'urgent'" in str(e.value)
+        with pytest.raises(ValueError, match="'urgnet' is not a declared lane"):
+            await runner.dispatch_delayed("record", 1, 0, priority="urgnet")
+        await runner.dispatch("record", "u", priority="urgent")
+        await runner.dispatch("record", "s", priority="slow")  # the lane of a task of it
+        await redis_state(lambda: _acked(runner, 1))
+        assert await runner.lane_lengths() == {"urgent": 0, "default": 0, "bulk": 0, "slow": 1}
+    assert rec.ran == [("urgent", "u")]
+    assert not raw.exists(keys.lane_stream("urgnet"))
+    assert not raw.exists(keys.lane_stream("bulk"))
+
+
+async def test_a_runner_of_the_default_lane_takes_the_registered_lanes(
+    url: str, group: str, raw: Any
+) -> None:
+    """A runner that declares no lanes dispatches, as a client, to the lanes of its tasks
+    and those the queue's registry names."""
+    keys = Keys("trunner", group)
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task()
+    async def record(payload: Any) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async with open_checked_runner(url, config(group), tasks) as runner:
+        with pytest.raises(ValueError, match="'urgent' is not a declared lane"):
+            await runner.dispatch(record, 1, priority="urgent")
+        raw.sadd(keys.lanes, "urgent")  # a runner reading urgent started
+        handle = await runner.dispatch(record, 1, priority="urgent")
+    assert str(handle).endswith("@urgent")
+    assert raw.xlen(keys.lane_stream("urgent")) == 1
 
 
 def test_the_cron_decorator_and_list_pairs_take_lanes() -> None:
@@ -729,3 +874,86 @@ def test_the_cron_decorator_and_list_pairs_take_lanes() -> None:
     assert cfg.lanes == (("urgent", 5), ("default", 1))
     with pytest.raises(ValueError, match="task 'x': priority must be a lane name"):
         trunner.Task("x", _noop, priority="not one")
+
+
+async def test_the_leader_warns_once_of_a_lane_no_live_runner_reads(
+    url: str, group: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A task's lane no runner of the group reads holds messages: the leader's aggregator
+    notes it and warns once (not at every round); inspect shows it. A runner that reads
+    the lane starts and runs them: the note goes. It comes back, with a second warning,
+    when the lane holds messages again once that runner has left."""
+    caplog.set_level(logging.INFO, logger="trunner")
+    rec = Recorder()
+
+    @rec.tasks.task(priority="bulk")
+    async def newsletter(payload: Any) -> None:
+        rec.ran.append((trunner.current_message().lane, payload))
+
+    def warnings() -> list[str]:
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if r.levelno == logging.WARNING and "no live runner" in r.getMessage()
+        ]
+
+    async with trunner.testing.open_runner_factory(url, group) as runners:
+        runner = await runners(rec.tasks, config(group, lanes=LANES, stats_interval=0.05))
+        aggregator = parts(runner).aggregator
+        await runner.dispatch_many(newsletter, [1, 2])  # its task declares the lane
+        await redis_state(lambda: _rounds(lambda: aggregator.unread_warnings, 1))
+        rounds = aggregator.rounds
+        await redis_state(lambda: _rounds(lambda: aggregator.rounds, rounds + 3))
+        assert aggregator.unread_lanes == {"bulk": 2}
+        assert aggregator.unread_warnings == 1, "once, not at every round"
+        [warning] = warnings()
+        assert f"lane 'bulk' of queue '{group}' holds 2 message(s)" in warning
+        assert "they read default, urgent" in warning
+        assert "RunnerConfig.lanes" in warning
+        info = await runner.inspect()
+        assert info.unread_lanes == {"bulk": 2}
+        assert [i.lanes for i in info.instances] == [("urgent", "default")]
+
+        reader_config = config(group, lanes={"bulk": 1, "default": 1}, stats_interval=0.05)
+        reader = await runners(rec.tasks, reader_config)
+        await redis_state(lambda: rec.count(2))
+        await redis_state(lambda: _read_again(aggregator))
+        assert (await runner.inspect()).unread_lanes == {}
+        assert aggregator.unread_warnings == 1
+        noted = [r.getMessage() for r in caplog.records if "read again" in r.getMessage()]
+        assert noted == [f"lane 'bulk' of queue '{group}' is read again, or empty"]
+        await runners.close(reader)
+
+        await runner.dispatch(newsletter, 3)
+        await redis_state(lambda: _rounds(lambda: aggregator.unread_warnings, 2))
+        assert aggregator.unread_lanes == {"bulk": 1}
+        assert len(warnings()) == 2
+    assert sorted(p for _, p in rec.ran) == [1, 2]
+
+
+async def _read_again(aggregator: Any) -> bool:
+    await trio.lowlevel.checkpoint()
+    return not aggregator.unread_lanes
+
+
+def test_inspect_marks_a_lane_no_live_runner_reads() -> None:
+    from rich.console import Console  # noqa: PLC0415
+
+    from trunner.cli import _summary  # noqa: PLC0415
+
+    info = trunner.GroupInfo(
+        group="g",
+        queue_length=5,
+        pending={},
+        delayed=0,
+        dead_letters=0,
+        instances=[],
+        leader=None,
+        capacity={},
+        stats=None,
+        lanes={"default": 3, "urgnet": 2},
+        unread_lanes={"urgnet": 2},
+    )
+    console = Console(record=True, width=200)
+    console.print(_summary(info))
+    assert "default 3, urgnet 2 (no live runner reads it)" in console.export_text()

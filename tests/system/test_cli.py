@@ -528,6 +528,10 @@ async def test_dispatch_into_a_lane_and_inspect_it_by_lane(
     bad = cli("dispatch", group, "ghost", "3", "--priority", "no lane!", *url)
     assert bad.returncode != 0
     assert "lane name" in bad.stderr
+    typo = cli("dispatch", group, "ghost", "4", "--priority", "urgnet", *url)
+    assert typo.returncode != 0
+    assert "'urgnet' is not a declared lane" in typo.stderr
+    assert "the known lanes are 'default', 'urgent'" in typo.stderr
 
 
 def test_inspect_without_a_group_lists_the_groups_found(
