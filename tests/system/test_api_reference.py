@@ -124,6 +124,15 @@ def test_the_reference_page_reads_without_rendering() -> None:
     assert re.search(r"\]\(getting-started\.md#", head), "the names link to the guide"
 
 
+def test_the_redis_layout_page_names_every_lua_script() -> None:
+    """docs/redis-layout.md says it describes every Lua script: one added without a row
+    there would be undocumented."""
+    text = (DOCS / "redis-layout.md").read_text()
+    scripts = sorted(p.name for p in (ROOT / "trunner" / "_redis" / "lua").glob("*.lua"))
+    assert scripts
+    assert [name for name in scripts if f"| `{name}` |" not in text] == []
+
+
 def _require(module: str) -> Any:
     try:
         return importlib.import_module(module)
