@@ -11,14 +11,20 @@ Every ``janitor_interval`` seconds the leader
   from the stream, never past a message that is undelivered or still pending;
 * on a queue that several groups read, where acknowledging deletes nothing, trims what
   every group has finished (with ``delete_on_ack=True``, every ``SHARED_TRIM_INTERVAL``
-  seconds), records the group's floor, and forgets the groups of the queue's registry
-  that are gone (destroyed by hand);
+  seconds), and forgets the groups of the queue's registry that are gone (destroyed by
+  hand);
 * frees the concurrency slots whose holder is gone (see ``reconcile_slots.lua``), a page
   of limits per round;
 * forgets what outlived its use, a page of each per round: cancel marks past their time
   (a cancelled task that nobody fetched again within a day), and where-map entries of
   moved tasks whose stream entry is gone. A value that is not what trunner writes there
   is deleted too, and set aside in the quarantine with its reason.
+
+Apart from the rounds, and whatever ``janitor_interval`` is, the leader records the group's
+floor every ``FLOOR_INTERVAL`` seconds wherever the stream keeps finished messages
+(``delete_on_ack=False``, or a queue that several groups read): a consumer group that is
+lost is recreated from it (see ``Broker.record_floor``), so what it runs again is bounded
+by that interval, not by ``janitor_interval``.
 
 Instances that stop gracefully delete their own consumers; the janitor is for those that
 were killed, or lost Redis while stopping.
@@ -46,6 +52,9 @@ TRIM_LIMIT = 10_000
 #: How often the leader trims a queue that several groups read (seconds), where
 #: acknowledging deletes nothing (with ``delete_on_ack=True``).
 SHARED_TRIM_INTERVAL = 2.0
+#: How often the leader records the group's floor (seconds), where the stream keeps
+#: finished messages: a lost group runs again what finished since the last record.
+FLOOR_INTERVAL = 1.0
 #: How many cancel marks, and where-map entries, one round looks at (HSCAN COUNT).
 SWEEP_PAGE = 500
 #: The most digits of a time in ms (int64).
@@ -92,6 +101,8 @@ class Janitor:
         self.shared_passes = 0
         #: Cancel marks and where-map entries forgotten since the runner started.
         self.forgotten = 0
+        #: Floors recorded by the floor loop (see FLOOR_INTERVAL) since the runner started.
+        self.floors_recorded = 0
         self._cursors = {"cancelled": 0, "where": 0}
         self._lot = trio.lowlevel.ParkingLot()
 
@@ -99,7 +110,28 @@ class Janitor:
         async with trio.open_nursery() as nursery:
             if self._config.delete_on_ack:
                 nursery.start_soon(self._trim_shared, elector)
+            nursery.start_soon(self._keep_floor)
             await self._rounds(elector)
+
+    async def _keep_floor(self) -> None:
+        """Keep the group's floor current where the stream keeps finished messages, so
+        that a group lost and recreated from it runs again only what finished in the last
+        ``FLOOR_INTERVAL`` (and after a message still pending then): one short script per
+        lane and second, on the leader alone."""
+        backoff = LoopBackoff()
+        while True:
+            await trio.sleep(FLOOR_INTERVAL)
+            try:
+                if not self._config.delete_on_ack or await self._broker.shared():
+                    await self._broker.record_floor()
+                    self.floors_recorded += 1
+            except BackendError as exc:
+                self._errors.capture(exc)
+                logger.warning("recording the group's floor failed: %s", exc)
+                await self._quarantine.after_error(exc)
+                await trio.sleep(backoff.next_delay())
+            else:
+                backoff.reset()
 
     async def _trim_shared(self, elector: Elector) -> None:
         """While several groups read the queue, trim what they all finished, often: their

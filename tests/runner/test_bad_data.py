@@ -317,6 +317,38 @@ async def test_a_lost_group_keeping_finished_messages_is_recreated_from_its_floo
         assert record[b"action"].startswith(b"recreated from id ")
 
 
+def _id(entry_id: str | bytes) -> tuple[int, int]:
+    ms, _, seq = (entry_id.decode() if isinstance(entry_id, bytes) else entry_id).partition("-")
+    return int(ms), int(seq)
+
+
+async def test_the_floor_is_kept_current_between_janitor_rounds(
+    url: str, group: str, raw: Any
+) -> None:
+    """The floor was recorded only by the janitor's rounds (every 60 s by default): a group
+    lost before the next round ran again every message finished since the last one. The
+    leader records it every second, whatever ``janitor_interval`` is."""
+    keys = Keys("trunner", group)
+    runs = Runs()
+    cfg = config(group, **{**FAST, "janitor_interval": 3600.0}, delete_on_ack=False)
+    async with trunner.open_runner(url, cfg, registry(runs)) as runner:
+        ids = [str(await runner.dispatch("record", i)) for i in range(3)]
+        for i in range(3):
+            await runs.wait_for(i)
+
+        async def floor_past_the_last() -> bool:
+            floor = raw.get(keys.floor)
+            return floor is not None and _id(floor) > _id(ids[-1])
+
+        await redis_state(floor_past_the_last)  # every one acknowledged, then recorded
+        assert parts(runner).janitor.rounds == 0, "no janitor round recorded it"
+        raw.xgroup_destroy(keys.stream, group)
+        await runner.dispatch("record", "after")
+        await runs.wait_for("after")
+        assert sorted(map(str, runs.payloads)) == ["0", "1", "2", "after"], "none ran again"
+    assert raw.xlen(keys.stream) == 4, "the finished messages were kept (nothing trimmed)"
+
+
 async def test_a_task_ignoring_cancellation_cannot_hold_the_runner_past_its_grace(
     url: str, group: str, raw: Any
 ) -> None:

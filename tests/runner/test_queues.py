@@ -342,3 +342,41 @@ async def test_a_cancelled_tasks_retry_is_dropped_when_it_is_fetched(
 
             await redis_state(dropped)
     assert ran == []
+
+
+async def test_a_group_of_a_shared_queue_lost_between_janitor_rounds_runs_nothing_again(
+    url: str, group: str, raw: Any
+) -> None:
+    """On a queue that several groups read, acknowledging deletes nothing: a group lost
+    and recreated from a floor recorded only by the janitor's rounds (60 s apart by
+    default) ran again what it had finished since. The leader keeps the floor current."""
+    queue = _queue(group)
+    keys = Keys("trunner", "audit", queue)
+    ran: list[tuple[str, Any]] = []
+    async with open_checked_runner(url, config("email", queue=queue), recording(ran, "email")):
+        pass  # a second group, which reads nothing: the queue is shared
+    cfg = config("audit", queue=queue, janitor_interval=3600.0)
+    async with (
+        open_checked_runner(url, cfg, recording(ran, "audit")) as audit,
+        trunner.open_client(url, queue) as client,
+    ):
+        ids = [str(await client.dispatch("record", i)) for i in range(3)]
+        await redis_state(lambda: _acked(audit, 3))
+
+        async def floor_past_the_last() -> bool:
+            floor = raw.get(keys.floor)
+            return floor is not None and _stream_id(floor) > _stream_id(ids[-1])
+
+        await redis_state(floor_past_the_last)
+        assert parts(audit).janitor.rounds == 0
+        assert raw.xlen(keys.stream) == 3, "shared: nothing was deleted"
+        raw.xgroup_destroy(keys.stream, "audit")
+        await client.dispatch("record", "after")
+        await redis_state(lambda: _acked(audit, 4))
+    assert sorted(map(str, [p for g, p in ran if g == "audit"])) == ["0", "1", "2", "after"]
+
+
+def _stream_id(entry_id: str | bytes) -> tuple[int, int]:
+    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    ms, _, seq = text.partition("-")
+    return int(ms), int(seq)

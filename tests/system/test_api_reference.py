@@ -111,6 +111,28 @@ def test_there_is_one_reference_page() -> None:
     assert not (DOCS / "reference.md").exists()
 
 
+def test_the_reference_page_reads_without_rendering() -> None:
+    """Unrendered (on the forge, in an editor) the ``:::`` directives show nothing: the
+    head of the page says how to read the reference and lists the main names."""
+    text = (DOCS / "api.md").read_text()
+    head = text[: text.index("\n::: ")]
+    assert "mkdocs serve" in head
+    assert "pydoc" in head
+    main = ["open_runner", "Runner", "open_client", "Client", "RunnerConfig", "TaskRegistry"]
+    main += ["TaskHandle", "current_message", "WorkerSettings", "open_elector", "Middleware"]
+    assert [name for name in main if f"`{name}" not in head] == []
+    assert re.search(r"\]\(getting-started\.md#", head), "the names link to the guide"
+
+
+def test_the_redis_layout_page_names_every_lua_script() -> None:
+    """docs/redis-layout.md says it describes every Lua script: one added without a row
+    there would be undocumented."""
+    text = (DOCS / "redis-layout.md").read_text()
+    scripts = sorted(p.name for p in (ROOT / "trunner" / "_redis" / "lua").glob("*.lua"))
+    assert scripts
+    assert [name for name in scripts if f"| `{name}` |" not in text] == []
+
+
 def _require(module: str) -> Any:
     try:
         return importlib.import_module(module)
