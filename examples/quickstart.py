@@ -17,7 +17,7 @@ sent: list[str] = []
 all_sent = trio.Event()
 
 
-@tasks.task(max_retry=5, retry_backoff=0.1, reservation_timeout=30)
+@tasks.task(max_retry=5, retry_backoff=0.1, timeout=30)  # each attempt: at most 30 s
 async def send_email(payload: dict[str, Any]) -> None:
     message = trunner.current_message()
     await trio.sleep(0.01)  # talk to the mail server here

@@ -18,7 +18,7 @@ log = logging.getLogger("examples.worker")
 tasks = trunner.TaskRegistry()
 
 
-@tasks.task(max_retry=3, retry_backoff=0.5, reservation_timeout=60)
+@tasks.task(max_retry=3, retry_backoff=0.5, timeout=60)  # each attempt: at most 60 s
 async def resize(payload: dict[str, Any]) -> None:
     message = trunner.current_message()
     await trio.sleep(payload.get("seconds", 0.05))  # the real work goes here
