@@ -787,8 +787,21 @@ class Broker(Inspection):
                 lost.extend(as_str(i) + suffix for i in reply)
         return lost
 
-    async def release(self, consumer: str, entries: Sequence[tuple[str, bool]]) -> int:
-        """Release ``(id, give_back_delivery)`` entries of ``consumer`` for immediate reclaim."""
+    async def mark_given_up(self, consumer: str, message_id: str, mark: int) -> bool:
+        """Add ``mark`` to the delivery count of ``message_id`` if it is pending for
+        ``consumer`` and not marked yet (its idle time restarts, as with a heartbeat);
+        return whether it is pending for ``consumer``."""
+        lane, entry_id = split_entry_id(message_id)
+        reply = await self._script(
+            "mark_given_up",
+            [self.keys.lane_stream(lane)],
+            [self.group, consumer, mark, entry_id],
+        )
+        return bool(reply)
+
+    async def release(self, consumer: str, entries: Sequence[tuple[str, int]]) -> int:
+        """Release ``(id, deliveries to give back)`` entries of ``consumer`` for immediate
+        reclaim (a negative number adds to the count: see ``trunner.holdings.GIVEN_UP``)."""
         released = 0
         for lane, lane_entries in self._by_lane(entries, lambda entry: entry[0]):
             stream = self.keys.lane_stream(lane)

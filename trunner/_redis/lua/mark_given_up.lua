@@ -1,0 +1,21 @@
+-- Mark a message of this consumer as given up and not dead-lettered (its failed-task
+-- handler raised): add the mark to its delivery count, so that its next delivery calls the
+-- handler again instead of running the task. XCLAIM to the same consumer with RETRYCOUNT
+-- is not a delivery; its idle time restarts, as with a heartbeat.
+-- KEYS[1]  the task stream
+-- ARGV[1]  the consumer group
+-- ARGV[2]  this consumer (only its own entry is marked)
+-- ARGV[3]  the mark
+-- ARGV[4]  the entry id
+-- Returns  1 when the entry is pending for this consumer, else 0
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[4], ARGV[4], 1)
+if not (p[1] and p[1][2] == ARGV[2]) then
+  return 0
+end
+local count = p[1][4]
+local mark = tonumber(ARGV[3])
+if count < mark then
+  count = count + mark
+end
+redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[4], 'RETRYCOUNT', count, 'JUSTID')
+return 1
