@@ -57,7 +57,7 @@ from .runner import Runner, current_runner, open_runner
 from .serve import WorkerSettings
 from .statistics import RunnerState, RunnerStatistics
 from .status import CancelOutcome, RemoteError, TaskState, TaskStatus
-from .task import CronSchedule, Task, TaskRegistry
+from .task import CronSchedule, Task, TaskDefaults, TaskRegistry
 
 __version__ = "0.1.0"
 """The package version, a string."""
@@ -120,6 +120,7 @@ __all__ = [
     "Task",
     "TaskAlreadyDispatched",
     "TaskCancelled",
+    "TaskDefaults",
     "TaskExpired",
     "TaskFailed",
     "TaskHandle",

@@ -172,19 +172,28 @@ class InvalidMessage(TrunnerError, ValueError):
 
 
 class MaxRetryExceeded(TrunnerError):
-    """A task used up its ``max_retry + 1`` attempts.
+    """A task used up its ``max_retry + 1`` attempts, or its ``max_redeliveries``.
 
     Given to the failed-task handler. ``__cause__`` is the last attempt's exception, unless
     the last attempt ended without a result. Also raised by an eager call
     ([``TaskRegistry.call``][trunner.TaskRegistry.call]) whose last attempt failed.
     """
 
-    def __init__(self, task_name: str, attempts: int, *, redelivered: bool = False) -> None:
-        if redelivered:
+    def __init__(
+        self, task_name: str, attempts: int, *, redelivered: bool = False, deliveries: int = 0
+    ) -> None:
+        if deliveries:
+            redelivered = True
+            text = (
+                f"task {task_name!r} (attempt {attempts}) was delivered {deliveries} times "
+                "without a recorded outcome (each time its worker crashed, was killed, or "
+                "stalled past reclaim_delay): its max_redeliveries are used up"
+            )
+        elif redelivered:
             text = (
                 f"task {task_name!r} was delivered again after its last allowed attempt "
-                f"({attempts}) without a recorded outcome (its worker stopped, or the "
-                "outcome could not be written)"
+                f"({attempts}) without a recorded outcome (its failed-task handler raised, "
+                "or was cut off by a shutdown)"
             )
         else:
             text = f"task {task_name!r} failed after {attempts} attempt(s)"
@@ -194,9 +203,15 @@ class MaxRetryExceeded(TrunnerError):
         self.attempts = attempts
         """How many attempts it had."""
         self.redelivered = redelivered
-        """``True`` when the message came back after its last allowed attempt without a
-        recorded outcome (its worker stopped, or the outcome could not be written), so
-        it was given up without running again."""
+        """``True`` when it was given up on a delivery that did not run it: the message
+        came back after it had been given up (its failed-task handler raised, or was cut
+        off by a shutdown), or it came back more often than ``max_redeliveries`` allows
+        (see ``deliveries``)."""
+        self.deliveries = deliveries
+        """When it was given up because its runs kept being lost (its worker crashed, was
+        killed, or stalled past ``reclaim_delay``, more than the task's
+        ``max_redeliveries`` allow): how many times its message was delivered. ``0``
+        otherwise."""
 
 
 class TaskFailed(TrunnerError):

@@ -45,6 +45,7 @@ from .errors import (
     TrunnerError,
 )
 from .errors import RemoteFailure as _RemoteFailure
+from .holdings import split_deliveries
 from .message import MessageDecodeError, decode_message
 from .status import (
     UNASKED_KEEP,
@@ -585,7 +586,8 @@ def status_of(task_id: str, look: TaskLook) -> TaskStatus:
         state = TaskState.RETRYING if retrying else TaskState.SCHEDULED
         return _merge(recorded, task_id, state, message, due_at=as_time(look.due_ms / 1000))
     if look.entry_id is not None:
-        message = _message(look.entry_id, look.entry, look.deliveries or 1)
+        deliveries = split_deliveries(look.deliveries or 1)[0]  # the given-up mark off
+        message = _message(look.entry_id, look.entry, deliveries)
         if not _belongs(task_id, look.entry_id, message):  # a where-map entry gone stale
             return TaskStatus(id=task_id, state=TaskState.UNKNOWN)
         if look.consumer is not None:

@@ -27,7 +27,21 @@ if TYPE_CHECKING:
     from .keys import Keys
     from .task import Task
 
-__all__ = ["MAX_KEPT", "Holdings", "Job", "beat_interval"]
+__all__ = ["GIVEN_UP", "MAX_KEPT", "Holdings", "Job", "beat_interval", "split_deliveries"]
+
+#: Added to the delivery count of a pending message that was given up but not
+#: dead-lettered (its failed-task handler raised, or a shutdown cut it off): its next
+#: delivery calls the handler again and never runs the task, however few times it was
+#: delivered (a run lost to a crash runs again: see ``Task.max_redeliveries``).
+GIVEN_UP = 1_000_000
+
+
+def split_deliveries(count: int) -> tuple[int, bool]:
+    """A pending entry's delivery count as Redis keeps it: (deliveries, given up)."""
+    if count < GIVEN_UP:
+        return count, False
+    return max(count % GIVEN_UP, 1), True
+
 
 #: How many messages left pending on purpose are remembered (see :attr:`Holdings.kept`).
 MAX_KEPT = 10_000
@@ -54,11 +68,17 @@ class Job:
     """When its next heartbeat is due (Trio clock)."""
     message_id: str
     deliveries: int
+    """How many times its entry was delivered (the :data:`GIVEN_UP` mark taken off)."""
     task: Task | None
     """The registered task, or None (unknown name, or undecodable)."""
     fields: Fields
     """What the entry holds (see :data:`trunner.message.Fields`)."""
     decode_error: MessageDecodeError | None = None
+    given_up: bool = False
+    """It was given up on an earlier delivery, and not dead-lettered (see
+    :data:`GIVEN_UP`): the failed-task handler runs again, not the task."""
+    marked_count: int = 0
+    """For a message given up: its delivery count as Redis keeps it (the mark included)."""
     foreign: bool = False
     """The message is for another consumer group reading the same queue (its retry,
     replay or cron tick): skipped."""
@@ -96,6 +116,13 @@ class Job:
     limit): released with its acknowledgement, retry or dead letter (see
     ``trunner.admission``)."""
     _message: TaskMessage | None = None
+
+    @property
+    def delivery_count(self) -> int:
+        """Its entry's delivery count as Redis keeps it: the scripts that end its attempt
+        write only while the entry is pending for its consumer with this count (see
+        ``deliveries.lua``)."""
+        return self.marked_count or self.deliveries
 
     @property
     def message(self) -> TaskMessage:
@@ -142,7 +169,7 @@ class Holdings:
         #: they had not run. Bounded: the oldest are forgotten first. Id -> consumer.
         self.kept: dict[str, str] = {}
         self._max_kept = max_kept
-        self._to_release: list[tuple[str, str, bool]] = []
+        self._to_release: list[tuple[str, str, int]] = []
         #: Task ids with a cancel mark -> until when it holds (ms): a message of one of
         #: them is dropped before it starts (see ``trunner.cancellation``).
         self.cancelled: dict[str, int] = {}
@@ -163,9 +190,10 @@ class Holdings:
         while len(kept) > self._max_kept:
             del kept[next(iter(kept))]
 
-    def release_later(self, consumer: str, message_id: str, give_back: bool = True) -> None:
-        """Queue a message for the releaser; ``give_back``: its delivery did not count
-        (it never ran)."""
+    def release_later(self, consumer: str, message_id: str, give_back: int = 1) -> None:
+        """Queue a message for the releaser; ``give_back``: how much to take off its
+        delivery count: 1, its delivery did not count (it never ran); 0, it did; or
+        ``-GIVEN_UP``, it was given up (see :data:`GIVEN_UP`)."""
         self._to_release.append((consumer, message_id, give_back))
 
     @property
@@ -173,7 +201,7 @@ class Holdings:
         """Messages queued for release."""
         return len(self._to_release)
 
-    def take_releases(self) -> list[tuple[str, str, bool]]:
+    def take_releases(self) -> list[tuple[str, str, int]]:
         """What is queued for release: (consumer, id, give back), emptied."""
         releases, self._to_release = self._to_release, []
         return releases

@@ -189,8 +189,9 @@ class TaskMessage:
     payload: Any
     """The decoded payload given to the task's action; ``None`` when undecodable."""
     attempt: int
-    """Which attempt this is, from 1: the stored attempt plus the crash redeliveries of
-    this entry."""
+    """Which attempt this is, from 1: a failed attempt's retry is the next one. A run lost
+    without an outcome (its worker crashed) is run again as the same attempt: see
+    ``deliveries``."""
     enqueued_at: float
     """When the task was first dispatched, in seconds since the epoch: for a delayed task,
     when it was scheduled; for a cron task, the tick. ``0.0`` when undecodable."""
@@ -199,7 +200,10 @@ class TaskMessage:
     the id returned by ``dispatch_delayed`` / ``schedule_for``; ``cron:<schedule
     name>:<tick in ms>`` for a cron tick."""
     deliveries: int = 1
-    """How many times this stream entry has been delivered to a consumer."""
+    """How many times this stream entry has been delivered to a consumer: more than 1
+    when earlier runs of this attempt were lost without an outcome (their worker crashed,
+    was killed, or stalled past ``reclaim_delay``), bounded by the task's
+    ``max_redeliveries``."""
     raw: bytes = attrs.field(default=b"", repr=False)
     """The entry's ``payload`` field exactly as stored (not shown in ``repr``)."""
     unique_key: str | None = None
@@ -459,8 +463,7 @@ def reencode_deferred(
     message: TaskMessage, *, rate_reserved: bool, group: str | None = None
 ) -> bytes:
     """The message of ``message`` deferred by a limit, to come back later: the same task
-    id, payload and attempt (a deferral uses no attempt: the stored attempt is the one
-    this delivery would have been, crash redeliveries counted), copied verbatim as
+    id, payload and attempt (a deferral uses no attempt), copied verbatim as
     :func:`reencode_for_retry` does; with :data:`RATE_RESERVED_MARK` when
     ``rate_reserved``; for ``group`` alone (see :attr:`TaskMessage.group`). Its options
     stay as they are, ``expires`` included (a deferral is not a retry: a task not started
@@ -617,8 +620,9 @@ class MessageDecodeError(InvalidMessage):
         self.message = message
 
 
-#: What :func:`decode_fields` finds in an entry: task name, payload, attempt (deliveries
-#: counted), enqueued at, task id, the raw ``payload`` field, unique key, unique token,
+#: What :func:`decode_fields` finds in an entry: task name, payload, attempt (as stored:
+#: deliveries are apart), enqueued at, task id, the raw ``payload`` field, unique key,
+#: unique token,
 #: the dispatch's options (None when it has none), its headers (None when it has none).
 Fields = tuple[
     str,
@@ -643,8 +647,8 @@ def decode_message(
 ) -> TaskMessage:
     """Decode a stream entry; raise :class:`MessageDecodeError` saying why if it is bad.
 
-    ``attempt`` of the result counts crash redeliveries: the stored attempt plus every
-    delivery of this entry after the first.
+    ``attempt`` of the result is the stored attempt; ``deliveries`` says how many times
+    this entry was delivered (crash redeliveries are not attempts).
     """
     parts = decode_fields(message_id, fields, deliveries, max_bytes)
     if parts is None:
@@ -766,8 +770,6 @@ def decode_fields(
             return None  # {} is no headers, as the slow path says; bad ones, it says why
         if "lane" in body and _lane_error(body["lane"]) is not None:
             return None  # the slow path says why
-        if deliveries > 1:
-            attempt += deliveries - 1
         return (
             task,
             body["payload"],
@@ -881,7 +883,7 @@ def _decode_checked(
         message_id=message_id,
         task_name=task,
         payload=body["payload"],
-        attempt=attempt + max(deliveries, 1) - 1,
+        attempt=attempt,
         enqueued_at=enqueued_at,
         task_id=task_id,
         deliveries=deliveries,

@@ -5,9 +5,11 @@ Each end is one state transition of the message in Redis, one command or one scr
 * **succeeded**: acknowledged through the :class:`~trunner.acks.AckBuffer` (batched);
 * **failed** with attempts left: re-enqueued for its next attempt through the delayed set
   after its backoff (``retry.lua``: acknowledge and schedule, atomically);
-* **given up** (failed its last attempt, undecodable, unknown task, or delivered again
-  past its last attempt): the failed-task handler runs, then the message is moved to the
-  dead-letter stream with its reason (``dead_letter.lua``);
+* **given up** (failed its last attempt, undecodable, unknown task, delivered more often
+  than ``max_redeliveries`` allows, or delivered again after it was given up): the
+  failed-task handler runs, then the message is moved to the dead-letter stream with its
+  reason (``dead_letter.lua``); when the handler raises, the message stays pending,
+  marked given up (``mark_given_up.lua``): its next delivery calls the handler again;
 * **interrupted** (still running when the drain timeout passed): released for immediate
   reclaim, never acknowledged.
 
@@ -40,7 +42,7 @@ from .errors import (
     TaskNotFound,
     gives_up,
 )
-from .holdings import Holdings, Job
+from .holdings import GIVEN_UP, Holdings, Job
 from .message import NO_SIZE_LIMIT, reencode_for_retry
 from .quarantine import Quarantine
 from .statistics import UNREGISTERED, Counters
@@ -192,16 +194,20 @@ class Outcomes:
             await self._give_up(job, exhausted, "max retries exceeded", task, ran=True)
 
     async def refuse(self, job: Job, task: Task | None) -> None:
-        """Give up a message that may not run: undecodable, unknown task, or delivered
-        again past its last attempt."""
+        """Give up a message that may not run: undecodable, unknown task, given up on an
+        earlier delivery, delivered more often than ``max_redeliveries`` allows, or past
+        its last attempt."""
         if job.decode_error is not None:
             await self._give_up(job, job.decode_error, "undecodable")
         elif task is None:
             unknown = TaskNotFound(job.fields[0], self._task_names())
             await self._give_up(job, unknown, "unknown task")
-        else:
-            error = MaxRetryExceeded(task.name, task.max_attempts, redelivered=True)
+        elif job.given_up or job.fields[2] > task.max_attempts:
+            error = MaxRetryExceeded(task.name, job.fields[2], redelivered=True)
             await self._give_up(job, error, "max retries exceeded (redelivered)", task)
+        else:
+            error = MaxRetryExceeded(task.name, job.fields[2], deliveries=job.deliveries)
+            await self._give_up(job, error, "max redeliveries exceeded", task)
 
     async def invalid_payload(self, job: Job, task: Task, error: InvalidPayload) -> None:
         """The payload does not fit the task's declared type: given up at once (a retry
@@ -272,11 +278,13 @@ class Outcomes:
         """Cancelled past the drain timeout: release the message for immediate reclaim.
 
         An attempt cut off while it ran does not count (its delivery is given back); one
-        that had ended (its failed-task handler was cut off) does, so a task that failed
-        its last attempt is given up on at its next delivery, never run again.
+        that had ended was being given up (its failed-task handler was cut off): it is
+        marked given up, so that its next delivery calls the handler again, never runs
+        the task again.
         """
         self._counters.interrupted += 1
-        self._holdings.release_later(job.consumer, job.message_id, give_back=not attempt_ended)
+        give_back = -GIVEN_UP if attempt_ended else 1
+        self._holdings.release_later(job.consumer, job.message_id, give_back)
         logger.warning(
             "%s interrupted by shutdown%s; message released",
             job.about(),
@@ -385,6 +393,7 @@ class Outcomes:
             if exc is not None:
                 self._errors.capture(exc)
                 self._holdings.keep(job)
+                await self._mark_given_up(job)
                 logger.error(
                     "failed-task handler raised for %s; left pending for a later delivery: %r",
                     job.about(),
@@ -437,6 +446,24 @@ class Outcomes:
                 f" ({cause})" if cause else "",
                 extra=job.log_fields(),
             )
+
+    async def _mark_given_up(self, job: Job) -> None:
+        """Mark ``job``'s message given up (its handler raised): its next delivery calls
+        the handler again, never runs the task (see ``GIVEN_UP``). Best effort, one try:
+        unmarked, a redelivery runs the task again, as after a crash."""
+        if job.given_up:
+            return
+        with trio.move_on_after(TRANSITION_TIMEOUT, shield=True):
+            try:
+                await self._broker.mark_given_up(job, job.message_id, GIVEN_UP)
+            except BackendError as exc:
+                self._errors.capture(exc)
+                logger.warning(
+                    "%s: marking it given up failed (its next delivery runs it again): %s",
+                    job.about(),
+                    exc,
+                    extra=job.log_fields(),
+                )
 
     async def _transition(self, job: Job, write: Callable[[], Awaitable[Any]], what: str) -> Any:
         """Run one state-transition write, retrying Redis errors for a bounded time.

@@ -38,7 +38,7 @@ from ._util import ErrorLog, logger
 from .admission import Admission
 from .config import RunnerConfig
 from .errors import InvalidPayload, MiddlewareError, TaskTimeout
-from .holdings import Holdings, Job, beat_interval
+from .holdings import GIVEN_UP, Holdings, Job, beat_interval, split_deliveries
 from .message import (
     NO_OPTIONS,
     MessageDecodeError,
@@ -203,11 +203,16 @@ class WorkerPool:
 
     def _make_job(self, entry: RawEntry, consumer: str, now: float) -> Job:
         message_id, deliveries = entry.message_id, entry.deliveries
+        given_up, marked = False, 0
+        if deliveries >= GIVEN_UP:
+            marked = deliveries
+            deliveries, given_up = split_deliveries(deliveries)
         max_bytes = self._max_bytes
         fields = decode_fields(message_id, entry.fields, deliveries, max_bytes, self._group)
         if fields is not None:
             task, interval = self._task_info(fields[0])
             job = Job(consumer, interval, now + interval, message_id, deliveries, task, fields)
+            job.given_up, job.marked_count = given_up, marked
             if self._cancel_marks and fields[4] in self._cancel_marks:
                 job.cancel_requested = True  # cancelled before it was fetched here
             return job
@@ -242,6 +247,8 @@ class WorkerPool:
             task,
             fields_of(message),
             error,
+            given_up=given_up,
+            marked_count=marked,
             foreign=foreign,
             cancel_requested=cancelled,
             message=message,
@@ -324,6 +331,8 @@ class WorkerPool:
                 or job.decode_error is not None
                 or job.foreign
                 or task is None
+                or job.given_up
+                or job.deliveries > task.max_redeliveries + 1
                 or job.fields[2] > task.max_attempts
             ):
                 await self._not_run(job, task)
@@ -357,7 +366,8 @@ class WorkerPool:
 
     async def _not_run(self, job: Job, task: Task | None) -> None:
         """A job that may not run: another group's (skipped), cancelled before it
-        started, or refused (undecodable, unknown task, or delivered again past its last
+        started, or refused (undecodable, unknown task, given up on an earlier delivery,
+        delivered more often than ``max_redeliveries`` allows, or past its last
         attempt)."""
         job.ended = True
         if job.foreign:

@@ -54,7 +54,7 @@ class Releaser:
         never ran would wait pending until reclaimed past ``reclaim_delay``, and that
         delivery would count as an attempt.
         """
-        by_consumer: dict[str, list[tuple[str, bool]]] = {}
+        by_consumer: dict[str, list[tuple[str, int]]] = {}
         for consumer, message_id, give_back in self._holdings.take_releases():
             by_consumer.setdefault(consumer, []).append((message_id, give_back))
         released = 0
@@ -82,7 +82,7 @@ class Releaser:
         claim into ``consumer`` is in progress.
         """
         holdings = self._holdings
-        releases: list[tuple[str, bool]] = []
+        releases: list[tuple[str, int]] = []
         for lane in self._broker.lanes:
             last = ""  # the last id of the previous page, read again first
             while True:
@@ -94,9 +94,9 @@ class Releaser:
                         continue
                     if message_id in holdings.kept:
                         if final:
-                            releases.append((message_id, False))
+                            releases.append((message_id, 0))
                         continue
-                    releases.append((message_id, True))
+                    releases.append((message_id, 1))
                 if not fresh or len(ids) < MAX_IDS_PER_CALL:
                     break
                 last = ids[-1]

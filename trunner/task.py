@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import enum
 import inspect
 import math
 import random
@@ -10,7 +11,7 @@ import time
 import warnings
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, TypeVar, Union, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union, overload
 
 import attrs
 
@@ -34,13 +35,31 @@ TASK_ATTRIBUTE = "__trunner_task__"
 #: When a dispatch expires: seconds from now, a ``timedelta``, or an aware ``datetime``.
 Expiry = Union[float, "datetime.timedelta", "datetime.datetime"]
 
-__all__ = ["Action", "Backoff", "CronSchedule", "Task", "TaskRegistry"]
+__all__ = ["Action", "Backoff", "CronSchedule", "Task", "TaskDefaults", "TaskRegistry"]
+
+#: The default of ``Task.max_redeliveries``: a crashed worker's tasks run again, and a task
+#: that crashes its worker every time ends in the dead letters after 4 deliveries.
+DEFAULT_MAX_REDELIVERIES = 3
+
+
+class _Default(enum.Enum):
+    DEFAULT = "DEFAULT"
+
+    def __repr__(self) -> str:
+        return "DEFAULT"
+
+
+#: What an option of ``@tasks.task`` / ``@tasks.cron`` that is not given stands for: the
+#: registry's default (see ``TaskDefaults``).
+DEFAULT = _Default.DEFAULT
+Default = Literal[_Default.DEFAULT]
 
 Action = Callable[[Any], Awaitable[Any]]
 #: Either the base (seconds) of exponential backoff with jitter, or ``attempt -> seconds``.
 Backoff = float | Callable[[int], float]
 
 A = TypeVar("A", bound=Action)
+T = TypeVar("T")
 P = TypeVar("P")
 R = TypeVar("R")
 
@@ -156,8 +175,20 @@ class Task:
     ignored. An ``async def`` function, or an object with an ``async def __call__`` (not a
     class)."""
     max_retry: int = attrs.field(default=0, validator=v.non_negative_int, kw_only=True)
-    """How many times a failed attempt is retried (an int >= 0). Crash redeliveries count
-    as attempts."""
+    """How many times a failed attempt (one that raised) is retried (an int >= 0). A run
+    lost to a crash is not a failed attempt: see ``max_redeliveries``."""
+    max_redeliveries: int = attrs.field(
+        default=DEFAULT_MAX_REDELIVERIES, validator=v.non_negative_int, kw_only=True
+    )
+    """How many times a run lost without an outcome is run again (an int >= 0; default 3).
+
+    A run is lost when its worker crashed or was killed (SIGKILL, out of memory, a lost
+    host) or stalled past ``reclaim_delay``: its message is reclaimed and delivered again,
+    as the same attempt, using none of ``max_retry``. A task that kills its worker every
+    time is given up after ``max_redeliveries + 1`` deliveries of one attempt
+    ([``MaxRetryExceeded``][trunner.MaxRetryExceeded] with ``deliveries``; reason
+    ``max redeliveries exceeded``). ``0``: a run lost is given up at its redelivery.
+    """
     retry_backoff: Backoff = attrs.field(default=1.0, validator=_check_backoff, kw_only=True)
     """The delay before a retry: a number ``b`` >= 0, or a callable ``attempt -> seconds``.
 
@@ -381,6 +412,48 @@ class Task:
         return delay * random.uniform(0.5, 1.0)
 
 
+@attrs.frozen
+class TaskDefaults:
+    """Registry-wide defaults of task options: ``TaskRegistry(defaults=TaskDefaults(...))``.
+
+    Every task the registry builds (``@tasks.task``, and ``@tasks.cron`` as a decorator)
+    takes these options from here unless it sets its own: a task's own option wins, even
+    ``None`` (``timeout=None``: no timeout, whatever the default). A [``Task``][trunner.Task]
+    you build yourself and [``register``][trunner.TaskRegistry.register] keeps its own
+    values. Each field means what the ``Task`` field of the same name means, and is checked
+    the same way (``TypeError`` or ``ValueError`` naming it).
+    """
+
+    max_retry: int = attrs.field(default=0, validator=v.non_negative_int, kw_only=True)
+    """See [``Task.max_retry``][trunner.Task.max_retry]."""
+    max_redeliveries: int = attrs.field(
+        default=DEFAULT_MAX_REDELIVERIES, validator=v.non_negative_int, kw_only=True
+    )
+    """See [``Task.max_redeliveries``][trunner.Task.max_redeliveries]."""
+    retry_backoff: Backoff = attrs.field(default=1.0, validator=_check_backoff, kw_only=True)
+    """See [``Task.retry_backoff``][trunner.Task.retry_backoff]."""
+    retry_backoff_max: float = attrs.field(
+        default=3600.0, validator=v.positive_number, kw_only=True
+    )
+    """See [``Task.retry_backoff_max``][trunner.Task.retry_backoff_max]."""
+    reservation_timeout: float | None = attrs.field(
+        default=None, validator=v.optional_positive_number, kw_only=True
+    )
+    """See [``Task.reservation_timeout``][trunner.Task.reservation_timeout]."""
+    timeout: float | None = attrs.field(
+        default=None, validator=v.optional_positive_number, kw_only=True
+    )
+    """See [``Task.timeout``][trunner.Task.timeout]."""
+    keep_result: float | None = attrs.field(
+        default=None, validator=v.optional_positive_number, kw_only=True
+    )
+    """See [``Task.keep_result``][trunner.Task.keep_result]."""
+
+
+def _or_default(value: T | Default, default: T) -> T:
+    return default if value is DEFAULT else value
+
+
 def _check_cron_expression(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
     from croniter import croniter  # noqa: PLC0415 - loaded only by users of cron
 
@@ -504,11 +577,29 @@ class TaskRegistry:
     ``name in registry`` tells whether a task of that name is registered;
     ``iter(registry)`` gives the registered [``Task``][trunner.Task]s in registration
     order (a snapshot), and ``len(registry)`` their number.
+
+    Args:
+        defaults: The options of every task the registry builds, unless the task sets
+            its own (see [``TaskDefaults``][trunner.TaskDefaults]). Default:
+            ``TaskDefaults()``, the defaults of [``Task``][trunner.Task].
+
+    Raises:
+        TypeError: ``defaults`` is not a ``TaskDefaults``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, defaults: TaskDefaults | None = None) -> None:
+        if defaults is None:
+            defaults = TaskDefaults()
+        elif not isinstance(defaults, TaskDefaults):
+            raise TypeError(f"defaults must be a TaskDefaults, got {type(defaults).__name__}")
+        self._defaults = defaults
         self._tasks: dict[str, Task] = {}
         self._crons: dict[str, CronSchedule] = {}
+
+    @property
+    def defaults(self) -> TaskDefaults:
+        """The options of every task the registry builds, unless it sets its own."""
+        return self._defaults
 
     def register(self, task: Task) -> Task:
         """Add a task.
@@ -538,15 +629,16 @@ class TaskRegistry:
         self,
         name: str | None = None,
         *,
-        max_retry: int = 0,
-        retry_backoff: Backoff = 1.0,
-        retry_backoff_max: float = 3600.0,
-        reservation_timeout: float | None = None,
+        max_retry: int | Default = DEFAULT,
+        max_redeliveries: int | Default = DEFAULT,
+        retry_backoff: Backoff | Default = DEFAULT,
+        retry_backoff_max: float | Default = DEFAULT,
+        reservation_timeout: float | Default | None = DEFAULT,
         unique: bool = False,
         unique_key: Callable[[Any], Any] | None = None,
         unique_for: float | None = None,
-        timeout: float | None = None,
-        keep_result: float | None = None,
+        timeout: float | Default | None = DEFAULT,
+        keep_result: float | Default | None = DEFAULT,
         give_up_on: Iterable[type[BaseException]] = (),
         rate_limit: str | None = None,
         rate_burst: int | None = None,
@@ -560,15 +652,16 @@ class TaskRegistry:
         self,
         name: str | A | None = None,
         *,
-        max_retry: int = 0,
-        retry_backoff: Backoff = 1.0,
-        retry_backoff_max: float = 3600.0,
-        reservation_timeout: float | None = None,
+        max_retry: int | Default = DEFAULT,
+        max_redeliveries: int | Default = DEFAULT,
+        retry_backoff: Backoff | Default = DEFAULT,
+        retry_backoff_max: float | Default = DEFAULT,
+        reservation_timeout: float | Default | None = DEFAULT,
         unique: bool = False,
         unique_key: Callable[[Any], Any] | None = None,
         unique_for: float | None = None,
-        timeout: float | None = None,
-        keep_result: float | None = None,
+        timeout: float | Default | None = DEFAULT,
+        keep_result: float | Default | None = DEFAULT,
         give_up_on: Iterable[type[BaseException]] = (),
         rate_limit: str | None = None,
         rate_burst: int | None = None,
@@ -581,11 +674,16 @@ class TaskRegistry:
 
         Use it as ``@tasks.task``, ``@tasks.task()`` or ``@tasks.task("name",
         max_retry=3)``. ``unique=True`` with ``unique_for=seconds`` (and usually
-        ``unique_key=lambda payload: ...``) makes a [unique task](unique-tasks.md).
+        ``unique_key=lambda payload: ...``) makes a [unique task](unique-tasks.md). The
+        options ``max_retry``, ``max_redeliveries``, ``retry_backoff``,
+        ``retry_backoff_max``, ``reservation_timeout``, ``timeout`` and ``keep_result``
+        not given are the registry's [defaults][trunner.TaskRegistry.defaults].
 
         Args:
             name: The task's name; default: the function's ``__name__``.
             max_retry: See [``Task.max_retry``][trunner.Task.max_retry].
+            max_redeliveries: See
+                [``Task.max_redeliveries``][trunner.Task.max_redeliveries].
             retry_backoff: See [``Task.retry_backoff``][trunner.Task.retry_backoff].
             retry_backoff_max: See [``Task.retry_backoff_max``][trunner.Task.retry_backoff_max].
             reservation_timeout: See
@@ -614,6 +712,8 @@ class TaskRegistry:
         options.
         """
 
+        defaults = self._defaults
+
         def decorate(func: A) -> A:
             task_name = name if isinstance(name, str) else getattr(func, "__name__", None)
             if task_name is None:
@@ -622,15 +722,18 @@ class TaskRegistry:
                 Task(
                     task_name,
                     func,
-                    max_retry=max_retry,
-                    retry_backoff=retry_backoff,
-                    retry_backoff_max=retry_backoff_max,
-                    reservation_timeout=reservation_timeout,
+                    max_retry=_or_default(max_retry, defaults.max_retry),
+                    max_redeliveries=_or_default(max_redeliveries, defaults.max_redeliveries),
+                    retry_backoff=_or_default(retry_backoff, defaults.retry_backoff),
+                    retry_backoff_max=_or_default(retry_backoff_max, defaults.retry_backoff_max),
+                    reservation_timeout=_or_default(
+                        reservation_timeout, defaults.reservation_timeout
+                    ),
                     unique=unique,
                     unique_key=unique_key,
                     unique_for=unique_for,
-                    timeout=timeout,
-                    keep_result=keep_result,
+                    timeout=_or_default(timeout, defaults.timeout),
+                    keep_result=_or_default(keep_result, defaults.keep_result),
                     give_up_on=give_up_on,
                     rate_limit=rate_limit,
                     rate_burst=rate_burst,
@@ -672,10 +775,11 @@ class TaskRegistry:
         name: str | None = None,
         timezone: str = "UTC",
         headers: Mapping[str, str] | None = None,
-        max_retry: int = 0,
-        retry_backoff: Backoff = 1.0,
-        retry_backoff_max: float = 3600.0,
-        reservation_timeout: float | None = None,
+        max_retry: int | Default = DEFAULT,
+        max_redeliveries: int | Default = DEFAULT,
+        retry_backoff: Backoff | Default = DEFAULT,
+        retry_backoff_max: float | Default = DEFAULT,
+        reservation_timeout: float | Default | None = DEFAULT,
         priority: str = DEFAULT_LANE,
     ) -> Callable[[A], A]: ...
 
@@ -688,10 +792,11 @@ class TaskRegistry:
         name: str | None = None,
         timezone: str = "UTC",
         headers: Mapping[str, str] | None = None,
-        max_retry: int = 0,
-        retry_backoff: Backoff = 1.0,
-        retry_backoff_max: float = 3600.0,
-        reservation_timeout: float | None = None,
+        max_retry: int | Default = DEFAULT,
+        max_redeliveries: int | Default = DEFAULT,
+        retry_backoff: Backoff | Default = DEFAULT,
+        retry_backoff_max: float | Default = DEFAULT,
+        reservation_timeout: float | Default | None = DEFAULT,
         priority: str = DEFAULT_LANE,
     ) -> CronSchedule | Callable[[A], A]:
         """Run a task at every tick of a cron ``expression``, once per tick group-wide.
@@ -716,6 +821,10 @@ class TaskRegistry:
             headers: The headers of every tick's message (see
                 [``CronSchedule.headers``][trunner.CronSchedule.headers]).
             max_retry: Decorator form only: see [``Task.max_retry``][trunner.Task.max_retry].
+                This and the next options not given are the registry's
+                [defaults][trunner.TaskRegistry.defaults], as for ``task``.
+            max_redeliveries: Decorator form only: see
+                [``Task.max_redeliveries``][trunner.Task.max_redeliveries].
             retry_backoff: Decorator form only.
             retry_backoff_max: Decorator form only.
             reservation_timeout: Decorator form only.
@@ -746,6 +855,7 @@ class TaskRegistry:
                 raise ValueError(f"a cron schedule named {schedule.name!r} is already registered")
             self.task(
                 max_retry=max_retry,
+                max_redeliveries=max_redeliveries,
                 retry_backoff=retry_backoff,
                 retry_backoff_max=retry_backoff_max,
                 reservation_timeout=reservation_timeout,

@@ -6,8 +6,8 @@ Its runner has trunner's OpenTelemetry middleware on a tracer provider of the SD
 spans are appended to SPANS as they end, one JSON object a line (name, kind, ids, parent,
 links, attributes, status, and the writer's pid), so that a process killed later loses
 none that ended. CONFIG is a JSON object of ``RunnerConfig`` arguments. Tasks:
-``fails_once`` (raises on its first attempt), ``hold`` (its first attempt writes a
-``started`` line and blocks for ever; a later one returns) and ``record``. The process
+``fails_once`` (raises on its first attempt), ``hold`` (its first delivery writes a
+``started`` line and blocks for ever; a redelivery returns) and ``record``. The process
 prints ``ready`` once its runner started, and stops gracefully on SIGTERM or SIGINT.
 """
 
@@ -77,7 +77,7 @@ def main() -> None:
 
     @tasks.task(max_retry=1)
     async def hold(payload: Any) -> None:
-        if trunner.current_message().attempt == 1:
+        if trunner.current_message().deliveries == 1:
             note({"started": payload})
             await trio.sleep_forever()
 

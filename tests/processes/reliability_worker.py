@@ -9,7 +9,7 @@ runner started, stops gracefully on SIGTERM, and its tasks record their history:
 
 - ``work`` ({"id": ..., "seconds": s}) sleeps ``s`` seconds (Trio sleep);
 - ``stall`` ({"id": ..., "seconds": s}) blocks the event loop ``s`` seconds (``time.sleep``);
-  with ``"first_only": true`` only its first attempt does.
+  with ``"first_only": true`` only its first delivery does.
 
 Each run appends ``started``, then ``finished`` or ``interrupted`` (cancelled by a shutdown),
 as one JSON line each to ``DIR/events-<pid>.jsonl``: {"event", "id", "pid", "t" (wall clock),
@@ -85,7 +85,7 @@ def settings() -> trunner.WorkerSettings:
     @tasks.task(max_retry=max_retry)
     async def stall(payload: dict[str, Any]) -> None:
         run = log.started(payload)
-        if trunner.current_message().attempt == 1 or not payload.get("first_only"):
+        if trunner.current_message().deliveries == 1 or not payload.get("first_only"):
             time.sleep(float(payload["seconds"]))  # noqa: ASYNC251 - the stall is the point
         log.write("finished", payload, run)
 

@@ -7,7 +7,8 @@ OPTIONS is a JSON object: ``config`` (RunnerConfig arguments), ``slow_seconds``,
 runner's fetch loops stop for a pause of the group and start again). Tasks
 append one line per event to LOG (``<pid> <event> <payload>``); ``kept`` and
 ``block_kept`` keep their result (task handles); ``held`` and ``paced`` have group-wide
-limits. The process prints
+limits; ``lingering`` runs until the process is killed with the option ``linger``, and
+``poison`` kills its process. The process prints
 ``ready`` once its runner started, and stops gracefully on SIGTERM or SIGINT.
 """
 
@@ -71,6 +72,22 @@ def main() -> None:
     @tasks.task
     async def block(payload: Any) -> None:
         log("started", payload)
+        await trio.sleep_forever()
+
+    @tasks.task
+    async def lingering(payload: Any) -> None:
+        """Default options: ``started``, then, with the option ``linger``, runs until the
+        process is killed; without it, ``ran``."""
+        log("started", payload)
+        if options.get("linger"):
+            await trio.sleep_forever()
+        log("ran", payload)
+
+    @tasks.task
+    async def poison(payload: Any) -> None:
+        """Default options: kills its own process (SIGKILL), every time."""
+        log("started", payload)
+        os.kill(pid, signal.SIGKILL)
         await trio.sleep_forever()
 
     @tasks.task(keep_result=600, max_retry=1)

@@ -250,7 +250,7 @@ async def test_a_handler_that_raises_leaves_the_message_pending_for_later(
     first, second = handler.calls
     assert isinstance(first[1], trunner.MaxRetryExceeded)
     assert isinstance(second[1], trunner.MaxRetryExceeded), "redelivered past its attempts"
-    assert second[0].attempt == 2
+    assert second[0].attempt == 1, "the same attempt: a redelivery is not an attempt"
     assert second[0].deliveries == 2
     dead = dead_entries(raw, keys)
     assert [d["reason"] for d in dead] == ["max retries exceeded (redelivered)"]
@@ -314,7 +314,7 @@ async def test_a_message_kept_after_its_handler_raised_keeps_its_attempt_across_
         await redis_state(settled)
     assert runs == [1], "the task ran once; the redelivery went straight to the handler"
     second_message, second_error = handler.calls[1]
-    assert second_message.attempt == 2
+    assert (second_message.attempt, second_message.deliveries) == (1, 2)
     assert isinstance(second_error, trunner.MaxRetryExceeded)
     assert second_error.redelivered
     assert "without a recorded outcome" in str(second_error)
@@ -425,3 +425,69 @@ async def test_giving_up_from_inside_a_nursery(
     assert attempts == ([1, 2] if retried else [1])
     expected = "max retries exceeded" if retried else "given up by the task (no retry)"
     assert letter.reason == expected
+
+
+class BlockingOnce(Handled):
+    """A failed-task handler whose first call waits until it is cancelled."""
+
+    async def __call__(self, message: trunner.TaskMessage, error: BaseException) -> None:
+        await super().__call__(message, error)
+        if len(self.calls) == 1:
+            await trio.sleep_forever()
+
+
+async def test_a_handler_cut_off_by_shutdown_runs_again_not_the_task(
+    url: str, group: str, keys: Keys, raw: Any
+) -> None:
+    """The task failed its last attempt and its handler was cut off by the drain timeout:
+    the message is released marked given up, so the next runner calls the handler at
+    once, and never runs the task again (a run lost to a crash would run again)."""
+    runs: list[int] = []
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task
+    async def broken(_: Any) -> None:
+        runs.append(trunner.current_message().attempt)
+        raise KeyError("k")
+
+    handler = BlockingOnce()
+    cfg = config(group, failed_task_handler=handler, drain_timeout=0.1)
+    async with open_checked_runner(url, cfg, tasks) as runner:
+        await runner.dispatch("broken", None)
+        await handler.wait(1)
+    async with open_checked_runner(url, cfg, tasks) as runner:
+        await handler.wait(2)
+
+        async def settled() -> bool:
+            return await runner.dead_letter_count() == 1
+
+        await redis_state(settled)
+        assert await runner.pending_count() == 0
+    assert runs == [1], "the redelivery went straight to the handler"
+    second_message, second_error = handler.calls[1]
+    assert (second_message.attempt, second_message.deliveries) == (1, 2)
+    assert isinstance(second_error, trunner.MaxRetryExceeded)
+    assert second_error.redelivered
+    assert second_error.deliveries == 0
+    assert [d["reason"] for d in dead_entries(raw, keys)] == ["max retries exceeded (redelivered)"]
+
+
+async def test_the_registry_defaults_drive_the_retries(url: str, group: str) -> None:
+    """TaskRegistry(defaults=...): a task that sets no option retries as they say."""
+    attempts: list[int] = []
+    tasks = trunner.TaskRegistry(
+        defaults=trunner.TaskDefaults(max_retry=2, retry_backoff=0, keep_result=60)
+    )
+
+    @tasks.task
+    async def flaky(_: Any) -> str:
+        attempts.append(trunner.current_message().attempt)
+        if len(attempts) < 3:
+            raise RuntimeError("not yet")
+        return "done"
+
+    async with open_checked_runner(url, config(group), tasks) as runner:
+        handle = await runner.dispatch("flaky", None)
+        with trio.fail_after(10):
+            assert await handle.result() == "done"
+    assert attempts == [1, 2, 3]

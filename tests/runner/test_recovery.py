@@ -1,7 +1,8 @@
 """Crash recovery: reclaiming from dead consumers, heartbeats, real killed processes.
 
-Crosses fetcher.py (reclaim passes), heartbeat.py (reservations kept fresh), outcomes.py
-(a crash counts as an attempt) and worker processes (tests/processes/worker_process.py).
+Crosses fetcher.py (reclaim passes), heartbeat.py (reservations kept fresh), pool.py and
+outcomes.py (a crash redelivery runs the same attempt again, up to max_redeliveries) and
+worker processes (tests/processes/worker_process.py).
 """
 
 from __future__ import annotations
@@ -22,11 +23,15 @@ from ..support.servers import RedisServer
 from ..support.workers import Worker, read_log
 
 
-def take_as_dead_consumer(raw: Any, keys: Keys, count: int) -> list[str]:
-    """Deliver ``count`` messages to a consumer that then "dies" (never acks)."""
+def take_as_dead_consumer(raw: Any, keys: Keys, count: int, deliveries: int = 1) -> list[str]:
+    """Deliver ``count`` messages to a consumer that then "dies" (never acks); each was
+    delivered ``deliveries`` times (its earlier runs lost as well)."""
     raw.xgroup_create(keys.stream, keys.group, id="0", mkstream=True)
     reply = raw.xreadgroup(keys.group, "dead-consumer", {keys.stream: ">"}, count=count)
-    return [entry_id.decode() for entry_id, _ in reply[0][1]]
+    ids = [entry_id.decode() for entry_id, _ in reply[0][1]]
+    if deliveries > 1:
+        raw.xclaim(keys.stream, keys.group, "dead-consumer", 0, ids, retrycount=deliveries)
+    return ids
 
 
 async def test_messages_of_a_dead_consumer_are_reclaimed(
@@ -49,33 +54,103 @@ async def test_messages_of_a_dead_consumer_are_reclaimed(
         stats = runner.statistics()
     assert sorted(tally.payloads) == list(range(5))
     assert {mid for _, _, mid in tally.runs} == set(taken)
-    assert {attempt for _, attempt, _ in tally.runs} == {2}, "the crash counts as an attempt"
+    assert {attempt for _, attempt, _ in tally.runs} == {1}, "a crash is not an attempt"
     assert stats.reclaimed == 5
     assert stats.fetched == 0
 
 
-async def test_a_crash_on_the_last_attempt_gives_up_without_running(
+async def test_a_crash_runs_the_task_again_with_the_default_options(
     url: str, group: str, keys: Keys, raw: Any, tally: Tally
 ) -> None:
+    """The default max_retry=0 is about failures: a run lost to a crash is no failure, and
+    its task runs again (before, it was dead-lettered without running)."""
     async with trunner.open_client(url, group) as client:
         await client.dispatch("record", "x")
-    take_as_dead_consumer(raw, keys, 1)
+    (taken,) = take_as_dead_consumer(raw, keys, 1)
     tasks = trunner.TaskRegistry()
 
-    @tasks.task  # max_retry=0: one attempt, which the dead consumer used
+    @tasks.task  # the defaults: max_retry=0, max_redeliveries=3
     async def record(payload: Any) -> None:
         tally.record(payload)
 
     cfg = config(group, reclaim_delay=0.2, reclaim_interval=0.05)
+    async with open_checked_runner(url, cfg, tasks) as runner:
+        await tally.wait(1)
+        await run_until_idle(runner)
+        assert await runner.dead_letter_count() == 0
+    assert tally.runs == [("x", 1, taken)]
+
+
+@pytest.mark.parametrize("lost", [3, 1])
+async def test_the_last_redelivery_allowed_runs(
+    url: str, group: str, keys: Keys, raw: Any, tally: Tally, lost: int
+) -> None:
+    """``max_redeliveries`` runs lost (each delivered and never finished): the next
+    delivery still runs."""
+    async with trunner.open_client(url, group) as client:
+        await client.dispatch("record", "x")
+    take_as_dead_consumer(raw, keys, 1, deliveries=lost)
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task(max_redeliveries=lost)
+    async def record(payload: Any) -> None:
+        tally.record(payload)
+        assert trunner.current_message().deliveries == lost + 1
+
+    cfg = config(group, reclaim_delay=0.2, reclaim_interval=0.05)
+    async with open_checked_runner(url, cfg, tasks) as runner:
+        await tally.wait(1)
+        await run_until_idle(runner)
+        assert await runner.dead_letter_count() == 0
+    assert tally.payloads == ["x"]
+
+
+@pytest.mark.parametrize("max_redeliveries", [None, 0])
+async def test_a_task_lost_more_often_than_max_redeliveries_is_given_up_without_running(
+    url: str, group: str, keys: Keys, raw: Any, tally: Tally, max_redeliveries: int | None
+) -> None:
+    """A task that crashes its worker every time ends: dead-lettered with the reason."""
+    allowed = 3 if max_redeliveries is None else max_redeliveries
+    async with trunner.open_client(url, group) as client:
+        await client.dispatch("record", "x")
+    take_as_dead_consumer(raw, keys, 1, deliveries=allowed + 1)
+    tasks = trunner.TaskRegistry()
+    given_up: list[tuple[trunner.TaskMessage, BaseException]] = []
+
+    async def handler(message: trunner.TaskMessage, error: BaseException) -> None:
+        given_up.append((message, error))
+
+    if max_redeliveries is None:
+        tasks.task(record_to(tally))  # the default: 3
+    else:
+        tasks.task(max_redeliveries=max_redeliveries)(record_to(tally))
+
+    cfg = config(group, reclaim_delay=0.2, reclaim_interval=0.05, failed_task_handler=handler)
     async with open_checked_runner(url, cfg, tasks) as runner:
 
         async def dead_lettered() -> bool:
             return await runner.dead_letter_count() == 1
 
         await redis_state(dead_lettered)
+        assert await runner.pending_count() == 0
     assert tally.runs == []
     ((_, fields),) = raw.xrange(keys.dead)
-    assert fields[b"reason"] == b"max retries exceeded (redelivered)"
+    assert fields[b"reason"] == b"max redeliveries exceeded"
+    assert fields[b"attempt"] == b"1"
+    assert b"delivered %d times" % (allowed + 2) in fields[b"error"]
+    ((message, error),) = given_up
+    assert (message.attempt, message.deliveries) == (1, allowed + 2)
+    assert isinstance(error, trunner.MaxRetryExceeded)
+    assert error.redelivered
+    assert error.deliveries == allowed + 2
+    assert "max_redeliveries" in str(error)
+
+
+def record_to(tally: Tally) -> Any:
+    async def record(payload: Any) -> None:
+        tally.record(payload)
+
+    return record
 
 
 @pytest.mark.deadline(20)
@@ -184,7 +259,85 @@ async def test_tasks_of_a_killed_worker_process_are_reclaimed(
         await run_until_idle(runner)
     assert sorted(tally.payloads) == ["a", "b", "c"]
     assert sorted(mid for _, _, mid in tally.runs) == sorted(ids)
-    assert {attempt for _, attempt, _ in tally.runs} == {2}
+    assert {attempt for _, attempt, _ in tally.runs} == {1}, "a crash is not an attempt"
+
+
+@pytest.mark.deadline(60)
+async def test_a_sigkilled_workers_tasks_run_again_with_the_default_options(
+    redis_server: RedisServer, group: str, workers: list[Worker], tmp_path: Path
+) -> None:
+    """SIGKILL a worker process while it runs tasks of default options (max_retry=0):
+    another worker runs each of them again, and each succeeds (before, they were all
+    dead-lettered)."""
+    log = tmp_path / "log"
+    fast = {"reclaim_delay": 0.5, "reclaim_interval": 0.05}
+    victim = Worker(redis_server.url, group, log, {"linger": True, "config": fast})
+    workers.append(victim)
+    await victim.ready()
+    async with trunner.open_client(redis_server.url, group) as client:
+        await client.dispatch_many("lingering", range(6))
+
+        async def all_started() -> bool:
+            await trio.lowlevel.checkpoint()
+            return len(read_log(log)) == 6
+
+        await redis_state(all_started)
+        victim.kill()
+        survivor = Worker(redis_server.url, group, log, {"config": fast})
+        workers.append(survivor)
+        await survivor.ready()
+
+        async def all_ran() -> bool:
+            await trio.lowlevel.checkpoint()
+            return sorted(p for _, e, p in read_log(log) if e == "ran") == list(range(6))
+
+        await redis_state(all_ran)
+        assert await client.dead_letter_count() == 0
+    survivor_pid = survivor.process.pid
+    assert {pid for pid, e, _ in read_log(log) if e == "ran"} == {survivor_pid}
+
+
+@pytest.mark.deadline(90)
+async def test_a_task_that_kills_its_worker_every_time_ends_dead_lettered(
+    redis_server: RedisServer, group: str, workers: list[Worker], tmp_path: Path, tally: Tally
+) -> None:
+    """Default options: the task runs 1 + max_redeliveries (3) times, killing a worker
+    process each time; its next delivery gives it up, with the reason."""
+    log = tmp_path / "log"
+    fast = {"reclaim_delay": 0.5, "reclaim_interval": 0.05}
+    for _ in range(4):
+        workers.append(Worker(redis_server.url, group, log, {"config": fast}))
+    for worker in workers:
+        await worker.ready()
+    async with trunner.open_client(redis_server.url, group) as client:
+        await client.dispatch("poison", "p")
+
+        async def all_killed() -> bool:
+            await trio.lowlevel.checkpoint()
+            return all(worker.process.poll() is not None for worker in workers)
+
+        await redis_state(all_killed)
+    assert len(read_log(log)) == 4, "one run per delivery allowed, each in its own worker"
+    assert {worker.process.returncode for worker in workers} == {-9}
+
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task
+    async def poison(payload: Any) -> None:  # here harmless: must not run
+        tally.record(payload)
+
+    cfg = config(group, reclaim_delay=0.5, reclaim_interval=0.05)
+    async with open_checked_runner(redis_server.url, cfg, tasks) as runner:
+
+        async def dead_lettered() -> bool:
+            return await runner.dead_letter_count() == 1
+
+        await redis_state(dead_lettered)
+        (letter,) = await runner.dead_letters()
+        assert await runner.pending_count() == 0
+    assert tally.runs == []
+    assert letter.reason == "max redeliveries exceeded"
+    assert "delivered 5 times" in letter.error
 
 
 @pytest.mark.deadline(60)

@@ -258,6 +258,14 @@ INVALID_OPTIONS: list[tuple[dict[str, Any], type[Exception], str]] = [
     ({"reservation_timeout": -1}, ValueError, "reservation_timeout"),
     ({"reservation_timeout": math.nan}, ValueError, "reservation_timeout"),
     ({"reservation_timeout": "10"}, TypeError, "reservation_timeout"),
+    ({"max_redeliveries": -1}, ValueError, "max_redeliveries"),
+    ({"max_redeliveries": True}, TypeError, "max_redeliveries"),
+    ({"max_redeliveries": 2.0}, TypeError, "max_redeliveries"),
+    ({"max_redeliveries": None}, TypeError, "max_redeliveries"),
+    ({"timeout": 0}, ValueError, "timeout"),
+    ({"timeout": "5"}, TypeError, "timeout"),
+    ({"keep_result": -1.0}, ValueError, "keep_result"),
+    ({"keep_result": math.nan}, ValueError, "keep_result"),
 ]
 
 
@@ -271,6 +279,99 @@ def test_invalid_options_raise_clear_errors(
     with pytest.raises(error, match=field):
         tasks.task("t", **options)(noop)
     assert len(tasks) == 0
+    with pytest.raises(error, match=field):
+        trunner.TaskDefaults(**options)
+
+
+# -- defaults ------------------------------------------------------------------------------
+
+
+def test_the_defaults_run_a_crashed_task_again_and_retry_no_failure() -> None:
+    task = Task("t", noop)
+    assert (task.max_retry, task.max_redeliveries) == (0, 3)
+    tasks = TaskRegistry()
+    assert tasks.defaults == trunner.TaskDefaults()
+    tasks.task(noop)
+    assert tasks.get("noop") == attrs.evolve(task, name="noop")
+
+
+def backoff_of_three(attempt: int) -> float:
+    return 3.0
+
+
+ALL_DEFAULTS = trunner.TaskDefaults(
+    max_retry=4,
+    max_redeliveries=1,
+    retry_backoff=backoff_of_three,
+    retry_backoff_max=60.0,
+    reservation_timeout=9.0,
+    timeout=30.0,
+    keep_result=600.0,
+)
+
+
+def test_registry_defaults_apply_to_every_option_a_task_does_not_set() -> None:
+    tasks = TaskRegistry(defaults=ALL_DEFAULTS)
+
+    @tasks.task
+    async def plain(payload: Any) -> None:
+        pass
+
+    task = tasks.get("plain")
+    for name, value in attrs.asdict(ALL_DEFAULTS, recurse=False).items():
+        assert getattr(task, name) == value, name
+    assert task.max_attempts == 5
+    assert not task.plain, "its timeout and kept result take the options path"
+
+
+def test_a_tasks_own_options_win_over_the_registry_defaults() -> None:
+    tasks = TaskRegistry(defaults=ALL_DEFAULTS)
+
+    @tasks.task(max_retry=0, max_redeliveries=5, retry_backoff=0, timeout=None, keep_result=None)
+    async def own(payload: Any) -> None:
+        pass
+
+    task = tasks.get("own")
+    assert (task.max_retry, task.max_redeliveries, task.retry_backoff) == (0, 5, 0)
+    assert (task.timeout, task.keep_result) == (None, None), "None: none, whatever the default"
+    assert (task.retry_backoff_max, task.reservation_timeout) == (60.0, 9.0), "not set: defaults"
+
+
+def test_cron_tasks_get_the_registry_defaults() -> None:
+    tasks = TaskRegistry(defaults=trunner.TaskDefaults(max_retry=2, timeout=5.0))
+
+    @tasks.cron("* * * * *")
+    async def tick(payload: Any) -> None:
+        pass
+
+    @tasks.cron("* * * * *", max_retry=0, max_redeliveries=0)
+    async def own(payload: Any) -> None:
+        pass
+
+    assert (tasks.get("tick").max_retry, tasks.get("tick").timeout) == (2, 5.0)
+    assert tasks.get("tick").max_redeliveries == 3
+    assert (tasks.get("own").max_retry, tasks.get("own").max_redeliveries) == (0, 0)
+    assert tasks.get("own").timeout == 5.0
+
+
+def test_a_task_built_and_registered_keeps_its_own_values() -> None:
+    tasks = TaskRegistry(defaults=ALL_DEFAULTS)
+    task = tasks.register(Task("t", noop))
+    assert (task.max_retry, task.timeout, task.keep_result) == (0, None, None)
+
+
+@pytest.mark.parametrize("defaults", [{"max_retry": 3}, object(), trunner.TaskDefaults])
+def test_registry_defaults_must_be_task_defaults(defaults: object) -> None:
+    with pytest.raises(TypeError, match="TaskDefaults"):
+        TaskRegistry(defaults=defaults)  # type: ignore[arg-type]
+
+
+def test_task_defaults_are_frozen_and_keyword_only() -> None:
+    defaults = trunner.TaskDefaults(max_retry=1)
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        defaults.max_retry = 2  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        trunner.TaskDefaults(1)  # type: ignore[call-arg]
 
 
 @pytest.mark.parametrize(

@@ -104,14 +104,15 @@ MAX_ADMITS_PER_CALL = 100
 
 class Delivery(Protocol):
     """The delivery an attempt belongs to: the consumer it is pending for, and its count
-    (what XPENDING says of it when the attempt began). The scripts that end an attempt
-    write only while this is still the entry's pending delivery (``deliveries.lua``)."""
+    as Redis keeps it (what XPENDING said of it when the attempt began). The scripts that
+    end an attempt write only while this is still the entry's pending delivery
+    (``deliveries.lua``)."""
 
     @property
     def consumer(self) -> str: ...
 
     @property
-    def deliveries(self) -> int: ...
+    def delivery_count(self) -> int: ...
 
 
 @attrs.frozen
@@ -119,7 +120,7 @@ class Owner:
     """A :class:`Delivery` as a value (a runner's jobs are deliveries themselves)."""
 
     consumer: str
-    deliveries: int = 1
+    delivery_count: int = 1
 
 
 @attrs.frozen
@@ -471,7 +472,7 @@ class Broker(Inspection):
         args: list[Arg] = [self.group, self._delete, keys.done, lane_suffix(lane), consumer]
         args.append(len(chunk))
         for stream_id, i in zip(stream_ids, chunk, strict=True):
-            args += [stream_id, owners[i].deliveries]
+            args += [stream_id, owners[i].delivery_count]
         args.append(len(held))
         for n, (_, token) in held:
             args += [n, token]
@@ -624,7 +625,7 @@ class Broker(Inspection):
         of ``message_id`` (``owner``) is no longer the pending one."""
         key, ttl_ms, fields = record
         lane, stream_id = split_entry_id(message_id)
-        args: list[Arg] = [ttl_ms, self.group, stream_id, owner.consumer, owner.deliveries]
+        args: list[Arg] = [ttl_ms, self.group, stream_id, owner.consumer, owner.delivery_count]
         args += [text_field(x) for pair in fields for x in pair]
         return bool(await self._script("task_progress", [key, self.keys.lane_stream(lane)], args))
 
@@ -678,7 +679,7 @@ class Broker(Inspection):
                 keys.delayed_wake,
                 ttl,
                 owner.consumer,
-                owner.deliveries,
+                owner.delivery_count,
                 *(text_field(x) for pair in fields for x in pair),
                 *((message_id, slot[2]) if slot else ()),
             ],
@@ -730,7 +731,7 @@ class Broker(Inspection):
                 keys.done,
                 ttl,
                 owner.consumer,
-                owner.deliveries,
+                owner.delivery_count,
                 len(outcome),
                 *(text_field(x) for pair in outcome for x in pair),
                 *flat,
@@ -859,8 +860,21 @@ class Broker(Inspection):
                 lost.extend(as_str(i) + suffix for i in reply)
         return lost
 
-    async def release(self, consumer: str, entries: Sequence[tuple[str, bool]]) -> int:
-        """Release ``(id, give_back_delivery)`` entries of ``consumer`` for immediate reclaim."""
+    async def mark_given_up(self, owner: Delivery, message_id: str, mark: int) -> bool:
+        """Add ``mark`` to the delivery count of ``message_id`` if it is still pending for
+        ``owner``'s delivery and not marked yet (its idle time restarts, as with a
+        heartbeat); return whether it was."""
+        lane, entry_id = split_entry_id(message_id)
+        reply = await self._script(
+            "mark_given_up",
+            [self.keys.lane_stream(lane)],
+            [self.group, owner.consumer, mark, entry_id, owner.delivery_count],
+        )
+        return bool(reply)
+
+    async def release(self, consumer: str, entries: Sequence[tuple[str, int]]) -> int:
+        """Release ``(id, deliveries to give back)`` entries of ``consumer`` for immediate
+        reclaim (a negative number adds to the count: see ``trunner.holdings.GIVEN_UP``)."""
         released = 0
         for lane, lane_entries in self._by_lane(entries, lambda entry: entry[0]):
             stream = self.keys.lane_stream(lane)

@@ -100,6 +100,7 @@ class _Scripts:
         self.reclaim = _load("reclaim")
         self.heartbeat = _load("heartbeat")
         self.release = _load("release")
+        self.mark_given_up = make_script("mark_given_up", _attempt(_read("mark_given_up")))
         self.delete_consumer = _load("delete_consumer")
         self.replay_dead = make_script("replay_dead", _laned(_locking("replay_dead", typed=True)))
         self.report = _load("report")
