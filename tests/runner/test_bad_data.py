@@ -17,6 +17,7 @@ import trunner
 from trunner.election import Elector
 from trunner.keys import Keys
 from trunner.message import encode_message
+from trunner.status import TaskState
 from trunner.task import CronSchedule
 
 from ..conftest import config, parts, redis_state
@@ -674,3 +675,35 @@ async def test_a_lane_stream_of_the_wrong_type_is_set_aside_and_the_lanes_go_on(
         assert record[b"source"] == keys.lane_stream("urgent").encode()
         renamed = record[b"action"].decode().removeprefix("renamed to ")
         assert raw.get(renamed) == b"not a stream", "set aside, not deleted"
+
+
+@pytest.mark.parametrize("stored", ["inf", "1e300", "nan", "-inf", "1e16", "0x10"])
+async def test_a_rate_state_that_is_no_time_is_set_aside_and_its_tasks_run(
+    url: str, group: str, raw: Any, stored: str
+) -> None:
+    """admit.lua read the rate state with tonumber(): with 'inf' or '1e300' it acknowledged
+    and deleted the message, then failed writing the reservation (SET ... PX 1e+300): the
+    task was lost without a trace. With 'nan' every admission failed: the limit's tasks
+    stalled for ever, and nothing was set aside."""
+    keys = Keys("trunner", group)
+    runs = Runs()
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task(rate_limit="1000/s", rate_burst=5, keep_result=60)
+    async def paced(payload: Any) -> None:
+        runs.add(payload)
+
+    state = keys.rate_limit("5:paced")
+    raw.set(state, stored)
+    async with trunner.open_runner(url, config(group, **FAST), tasks) as runner:
+        handles = [await runner.dispatch("paced", n) for n in range(3)]
+        for handle in handles:
+            assert await handle.result(timeout=20) is None
+            assert (await handle.status()).state is TaskState.SUCCEEDED
+        assert sorted(runs.payloads) == [0, 1, 2]
+        [record] = records(raw, keys)
+        assert (record[b"source"], record[b"item"]) == (b"limits", state.encode())
+        assert b"not a time in ms" in record[b"reason"], record
+        renamed = record[b"action"].decode().removeprefix("renamed to ")
+        assert raw.get(renamed) == stored.encode(), "set aside, not deleted"
+        assert runner.statistics().errors == 0
