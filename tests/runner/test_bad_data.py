@@ -677,14 +677,18 @@ async def test_a_lane_stream_of_the_wrong_type_is_set_aside_and_the_lanes_go_on(
         assert raw.get(renamed) == b"not a stream", "set aside, not deleted"
 
 
-@pytest.mark.parametrize("stored", ["inf", "1e300", "nan", "-inf", "1e16", "0x10"])
+@pytest.mark.parametrize(
+    "stored", ["inf", "1e300", "nan", "-inf", "1e16", "0x10", "99999999999999", "1000"]
+)
 async def test_a_rate_state_that_is_no_time_is_set_aside_and_its_tasks_run(
     url: str, group: str, raw: Any, stored: str
 ) -> None:
     """admit.lua read the rate state with tonumber(): with 'inf' or '1e300' it acknowledged
     and deleted the message, then failed writing the reservation (SET ... PX 1e+300): the
     task was lost without a trace. With 'nan' every admission failed: the limit's tasks
-    stalled for ever, and nothing was set aside."""
+    stalled for ever, and nothing was set aside. A time trunner never writes (14 digits:
+    the year 5138, ahead of any time-to-live; or one that never expires) deferred them for
+    millennia."""
     keys = Keys("trunner", group)
     runs = Runs()
     tasks = trunner.TaskRegistry()
