@@ -161,3 +161,16 @@ async def test_a_rate_state_ahead_of_its_time_to_live_is_set_aside(
         b"a time beyond its time-to-live, not a time in ms of a limit",
         b"a time that never expires, not a time in ms of a limit",
     ]
+
+
+async def test_a_holder_whose_id_redis_refuses_is_freed(
+    broker: Broker, raw: Any, keys: Keys
+) -> None:
+    """A stream id part beyond 2^64 - 1 matched '^%d+-%d+$': XPENDING refused it, and the
+    janitor's reconciliation of the limit failed at every round (its slot never freed)."""
+    await fetched(broker, 1)  # the stream and the group exist
+    holders = keys.concurrency_holders("1:t")
+    bad = ["99999999999999999999-0", "1-18446744073709551616", "18446744073709551616-1@urgent"]
+    raw.zadd(holders, dict.fromkeys(bad, 1))
+    raw.zadd(holders, {"18446744073709551615-0": 1})  # the largest id: no such entry
+    assert await broker.reconcile_slots("1:t", 1) == (4, 0, 0)

@@ -711,3 +711,19 @@ async def test_a_rate_state_that_is_no_time_is_set_aside_and_its_tasks_run(
         renamed = record[b"action"].decode().removeprefix("renamed to ")
         assert raw.get(renamed) == stored.encode(), "set aside, not deleted"
         assert runner.statistics().errors == 0
+
+
+@pytest.mark.parametrize(
+    "floor", ["99999999999999999999-0", "1-18446744073709551616", "9999999999999-0"]
+)
+async def test_a_floor_that_is_no_stream_id_does_not_keep_the_runner_from_starting(
+    url: str, group: str, raw: Any, floor: str
+) -> None:
+    """A group is created from its floor; one of 20 digits beyond 2^64 - 1 passed the
+    check (digits, a dash, digits) and XGROUP CREATE refused it: no runner started."""
+    keys = Keys("trunner", group)
+    runs = Runs()
+    raw.set(keys.floor, floor)
+    async with trunner.open_runner(url, config(group, **FAST), registry(runs)) as runner:
+        await runner.dispatch("record", "runs")
+        await runs.wait_for("runs")
