@@ -68,7 +68,10 @@ def test_an_integer_is_refused_with_a_fraction_and_the_reasons_say_why(raw: Any)
 
 
 def test_every_script_that_reads_a_stored_number_has_the_check() -> None:
-    readers = {"admit", "cron_fire", "forget_stale", "publish_capacity", "report", "task_started"}
+    readers = {
+        "admit", "cron_fire", "forget_stale", "publish_capacity", "report", "task_started",
+        "group_floor", "trim",
+    }  # fmt: skip
     for name in readers:
         assert "local function checked_number(" in getattr(SCRIPTS, name).source, name
 
@@ -99,3 +102,29 @@ def test_a_recorded_attempt_that_is_no_count_does_not_stop_the_start_being_recor
     fields = ["state", "running", "attempt", "2"]
     assert raw.eval(SCRIPTS.task_started.source, 1, record, "60000", "2", *fields) == 1
     assert raw.hget(record, "attempt") == b"2"
+
+
+def test_ids_beyond_2_to_the_53_are_compared_exactly_and_never_added_up(raw: Any) -> None:
+    """group_floor.lua and trim.lua read ids with tonumber(): a part of 20 digits lost its
+    last digits, and string.format('%d') wrote a negative floor (or failed). They now
+    refuse such an id (no floor recorded, nothing trimmed); delivered.lua compares ids as
+    decimal text."""
+    stream, floor, lease = "n:{g}:s", "n:{g}:floor", "n:{g}:lease"
+    raw.xadd(stream, {"payload": "a"}, id="5-18446744073709551614")
+    raw.xgroup_create(stream, "g", id="0")
+    raw.xreadgroup("g", "c", {stream: ">"}, count=1)
+    raw.xack(stream, "g", "5-18446744073709551614")
+    raw.xadd(stream, {"payload": "b"}, id="5-18446744073709551615")
+    assert raw.eval(SCRIPTS.group_floor.source, 2, stream, floor, "g") is None
+    assert raw.get(floor) is None, "no floor recorded"
+    raw.set(lease, "me")
+    reply = raw.eval(SCRIPTS.trim.source, 3, lease, stream, "n:{g}:groups", "me", "9" * 13, "100")
+    assert reply == [0, b"0-0"]
+    assert raw.xlen(stream) == 2, "the entry not yet delivered is kept"
+    # Delivered up to ...614: ...615 is not delivered, though both are 1.8446744073709552e19.
+    keys = [stream, "n:{g}:d", "n:{g}:dm", "n:{g}:w", "n:{g}:rec", "n:{g}:d", "n:{g}:dm"]
+    look = raw.eval(SCRIPTS.task_status.source, 7, *keys, "g", "5-18446744073709551615")
+    assert look[3] == b"5-18446744073709551615"
+    assert look[7] == 0, "not delivered yet"
+    look = raw.eval(SCRIPTS.task_status.source, 7, *keys, "g", "5-18446744073709551614")
+    assert look[7] == 1

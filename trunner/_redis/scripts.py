@@ -110,9 +110,9 @@ class _Scripts:
         self.publish_capacity = fenced_script(
             "publish_capacity", _numbered(_read("publish_capacity"))
         )
-        self.trim = fenced_script("trim", _read("trim"))
+        self.trim = fenced_script("trim", _numbered(_read("trim")))
         self.set_aside_keys = _load("set_aside_keys")
-        self.group_floor = make_script("group_floor", _with_delivered("group_floor"))
+        self.group_floor = make_script("group_floor", _numbered(_with_delivered("group_floor")))
         self.task_started = make_script("task_started", _numbered(_read("task_started")))
         self.task_status = make_script("task_status", _laned(_with_delivered("task_status")))
         self.cancel_task = make_script("cancel_task", _laned(_with_delivered("cancel_task")))
