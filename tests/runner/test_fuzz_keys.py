@@ -3,11 +3,16 @@
 For each kind of key a runner reads (the delayed set and its messages and unique index,
 the metrics hash, the cron state, the leader key, the fence counter, the instance
 records, the capacity decision, the dead letters, the cancel marks and where-map, the
-stream), hypothesis writes bad values into a group before two runners start on it: a
+stream; the rate and concurrency limits' state, holders, waiting lists and registry, the
+lanes' registry, floors and streams, the pause mark, the task records, the registry of
+groups), hypothesis writes bad values into a group before two runners start on it: a
 value of another Redis type, bytes that are not UTF-8, lone surrogates, text that is not
-JSON, JSON of the wrong shape, missing fields, NaN, infinities, 1e400, integers beyond
-int64, empty strings and 64 KiB values. Then good work is dispatched: a task, a delayed
-task, a delayed unique task, a cron tick, and an entry for no task (a dead letter). Every
+JSON, JSON of the wrong shape, missing fields, NaN, infinities, 1e300, 1e400, integers
+beyond int64 and 2^64, ids Redis refuses, empty strings and 64 KiB values. Then good work
+is dispatched: a task, a delayed task, a delayed unique task, a cron tick, a rate-limited
+and a concurrency-limited task (one of a priority lane where lanes are read), and an
+entry for no task (a dead letter). A second test writes each number that broke the
+scripts (inf, -inf, nan, 1e300, 20 digits) into every key holding a number at once. Every
 example asserts that
 
 * both runners keep serving, one leads, no leader chore was restarted, and the chores
