@@ -107,10 +107,19 @@ def entry_id(stream_id: str, lane: str) -> str:
     return stream_id + lane_suffix(lane)
 
 
+#: The largest part of a stream id Redis takes (``<ms>`` and ``<seq>`` are unsigned 64-bit).
+_MAX_ID_PART = 2**64 - 1
+
+
+def _id_part(text: str) -> bool:
+    return text.isascii() and text.isdigit() and len(text) <= 20 and int(text) <= _MAX_ID_PART
+
+
 def is_stream_id(text: str) -> bool:
-    """Whether ``text`` is a complete stream id, ``<ms>-<seq>`` (ASCII digits)."""
+    """Whether ``text`` is a complete stream id, ``<ms>-<seq>`` (ASCII digits, each part
+    at most 2^64 - 1: Redis refuses a larger one)."""
     ms, dash, seq = text.partition("-")
-    return bool(dash) and ms.isascii() and ms.isdigit() and seq.isascii() and seq.isdigit()
+    return bool(dash) and _id_part(ms) and _id_part(seq)
 
 
 def is_lane_entry_id(text: str) -> bool:

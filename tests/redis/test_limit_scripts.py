@@ -140,3 +140,38 @@ async def test_bad_limit_data_is_set_aside_not_fatal(broker: Broker, raw: Any, k
     assert json.loads(entry[0][1][b"payload"])["payload"] == 7
     values = [e[1][b"value"] for e in raw.xrange(keys.quarantine)]
     assert b"garbage" in values
+
+
+async def test_a_rate_state_ahead_of_its_time_to_live_is_set_aside(
+    broker: Broker, raw: Any, keys: Keys
+) -> None:
+    """A state trunner wrote ends 1 s after its time; one hours further ahead than its
+    time-to-live (or one that never expires) would defer the limit's tasks for as long."""
+    state = keys.rate_limit("1:t")
+    rate = (state, 100.0, 0.0)
+    now = 1_000_000.0
+    ids = await fetched(broker, 3)
+    raw.set(state, f"{now + 500:.3f}", px=1500)  # as admit.lua writes it: kept, deferred
+    assert await broker.admit(ids[0], "task-0", now, marked(0), rate, None) == ("rate", 1_000_500)
+    raw.set(state, f"{now + 7_200_000:.3f}", px=60_000)
+    assert await broker.admit(ids[1], "task-1", now, marked(1), rate, None) == ("run", 0)
+    raw.set(state, f"{now + 500:.3f}")
+    assert await broker.admit(ids[2], "task-2", now, marked(2), rate, None) == ("run", 0)
+    reasons = [fields[b"reason"] for _, fields in raw.xrange(keys.quarantine)]
+    assert reasons == [
+        b"a time beyond its time-to-live, not a time in ms of a limit",
+        b"a time that never expires, not a time in ms of a limit",
+    ]
+
+
+async def test_a_holder_whose_id_redis_refuses_is_freed(
+    broker: Broker, raw: Any, keys: Keys
+) -> None:
+    """A stream id part beyond 2^64 - 1 matched '^%d+-%d+$': XPENDING refused it, and the
+    janitor's reconciliation of the limit failed at every round (its slot never freed)."""
+    await fetched(broker, 1)  # the stream and the group exist
+    holders = keys.concurrency_holders("1:t")
+    bad = ["99999999999999999999-0", "1-18446744073709551616", "18446744073709551616-1@urgent"]
+    raw.zadd(holders, dict.fromkeys(bad, 1))
+    raw.zadd(holders, {"18446744073709551615-0": 1})  # the largest id: no such entry
+    assert await broker.reconcile_slots("1:t", 1) == (4, 0, 0)

@@ -17,6 +17,7 @@ import trunner
 from trunner.election import Elector
 from trunner.keys import Keys
 from trunner.message import encode_message
+from trunner.status import TaskState
 from trunner.task import CronSchedule
 
 from ..conftest import config, parts, redis_state
@@ -706,3 +707,55 @@ async def test_a_lane_stream_of_the_wrong_type_is_set_aside_and_the_lanes_go_on(
         assert record[b"source"] == keys.lane_stream("urgent").encode()
         renamed = record[b"action"].decode().removeprefix("renamed to ")
         assert raw.get(renamed) == b"not a stream", "set aside, not deleted"
+
+
+@pytest.mark.parametrize(
+    "stored", ["inf", "1e300", "nan", "-inf", "1e16", "0x10", "99999999999999", "1000"]
+)
+async def test_a_rate_state_that_is_no_time_is_set_aside_and_its_tasks_run(
+    url: str, group: str, raw: Any, stored: str
+) -> None:
+    """admit.lua read the rate state with tonumber(): with 'inf' or '1e300' it acknowledged
+    and deleted the message, then failed writing the reservation (SET ... PX 1e+300): the
+    task was lost without a trace. With 'nan' every admission failed: the limit's tasks
+    stalled for ever, and nothing was set aside. A time trunner never writes (14 digits:
+    the year 5138, ahead of any time-to-live; or one that never expires) deferred them for
+    millennia."""
+    keys = Keys("trunner", group)
+    runs = Runs()
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task(rate_limit="1000/s", rate_burst=5, keep_result=60)
+    async def paced(payload: Any) -> None:
+        runs.add(payload)
+
+    state = keys.rate_limit("5:paced")
+    raw.set(state, stored)
+    async with trunner.open_runner(url, config(group, **FAST), tasks) as runner:
+        handles = [await runner.dispatch("paced", n) for n in range(3)]
+        for handle in handles:
+            assert await handle.result(timeout=20) is None
+            assert (await handle.status()).state is TaskState.SUCCEEDED
+        assert sorted(runs.payloads) == [0, 1, 2]
+        [record] = records(raw, keys)
+        assert (record[b"source"], record[b"item"]) == (b"limits", state.encode())
+        assert b"not a time in ms" in record[b"reason"], record
+        renamed = record[b"action"].decode().removeprefix("renamed to ")
+        assert raw.get(renamed) == stored.encode(), "set aside, not deleted"
+        assert runner.statistics().errors == 0
+
+
+@pytest.mark.parametrize(
+    "floor", ["99999999999999999999-0", "1-18446744073709551616", "9999999999999-0"]
+)
+async def test_a_floor_that_is_no_stream_id_does_not_keep_the_runner_from_starting(
+    url: str, group: str, raw: Any, floor: str
+) -> None:
+    """A group is created from its floor; one of 20 digits beyond 2^64 - 1 passed the
+    check (digits, a dash, digits) and XGROUP CREATE refused it: no runner started."""
+    keys = Keys("trunner", group)
+    runs = Runs()
+    raw.set(keys.floor, floor)
+    async with trunner.open_runner(url, config(group, **FAST), registry(runs)) as runner:
+        await runner.dispatch("record", "runs")
+        await runs.wait_for("runs")

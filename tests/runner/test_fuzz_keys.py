@@ -3,11 +3,16 @@
 For each kind of key a runner reads (the delayed set and its messages and unique index,
 the metrics hash, the cron state, the leader key, the fence counter, the instance
 records, the capacity decision, the dead letters, the cancel marks and where-map, the
-stream), hypothesis writes bad values into a group before two runners start on it: a
+stream; the rate and concurrency limits' state, holders, waiting lists and registry, the
+lanes' registry, floors and streams, the pause mark, the task records, the registry of
+groups), hypothesis writes bad values into a group before two runners start on it: a
 value of another Redis type, bytes that are not UTF-8, lone surrogates, text that is not
-JSON, JSON of the wrong shape, missing fields, NaN, infinities, 1e400, integers beyond
-int64, empty strings and 64 KiB values. Then good work is dispatched: a task, a delayed
-task, a delayed unique task, a cron tick, and an entry for no task (a dead letter). Every
+JSON, JSON of the wrong shape, missing fields, NaN, infinities, 1e300, 1e400, integers
+beyond int64 and 2^64, ids Redis refuses, empty strings and 64 KiB values. Then good work
+is dispatched: a task, a delayed task, a delayed unique task, a cron tick, a rate-limited
+and a concurrency-limited task (one of a priority lane where lanes are read), and an
+entry for no task (a dead letter). A second test writes each number that broke the
+scripts (inf, -inf, nan, 1e300, 20 digits) into every key holding a number at once. Every
 example asserts that
 
 * both runners keep serving, one leads, no leader chore was restarted, and the chores
@@ -25,6 +30,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -73,8 +80,9 @@ LONG = 64 * 1024
 scalars = st.sampled_from(
     [
         b"", b"0", b"-1", b"1.5", b" 7", b"0x10", b"NaN", b"nan", b"inf", b"-inf",
-        b"1e400", b"-1e400", b"1e308", b"1e-300", b"9223372036854775807",
-        b"9223372036854775808", b"-9223372036854775809", b"9" * 40, b"99999999999999",
+        b"1e400", b"-1e400", b"1e308", b"1e-300", b"1e300", b"-1e300", b"-nan", b"Infinity",
+        b"9223372036854775807", b"9223372036854775808", b"-9223372036854775809", b"9" * 40,
+        b"99999999999999", b"12345678901234567890", b"18446744073709551616", b"9" * 20,
         b"\xff\xfe\xfd",
         b"\xed\xa0\x80",  # a lone surrogate, as CESU-8 would write it
         b'"\\ud800"', b"null", b"{}", b"[]", b"true", b"{not json", "\u00b2".encode(),
@@ -104,6 +112,15 @@ def _dumps(value: Any) -> bytes:
 
 
 values = scalars | st.binary(max_size=24) | long_values | json_values.map(_dumps)
+#: Stream ids that are not, or not of this stream: beyond 2^64 - 1 (Redis refuses them),
+#: far ahead, of a lane nobody declared, or what XRANGE reads as a bound.
+entry_ids = st.sampled_from(
+    [
+        b"99999999999999999999-0", b"1-18446744073709551616", b"18446744073709551615-0",
+        b"0-0", b"0-1", b"9999999999999-0", b"1-1@urgent", b"1-1@", b"1-1@no such",
+        b"1-1@nobody", b"+", b"-", b"$", b">", b"1", b"-1-1",
+    ]
+)  # fmt: skip
 field_names = st.sampled_from([b"", b"\xff", b"t:record:n", b"t:record:s", b"x" * 300]) | st.binary(
     min_size=1, max_size=12
 )
@@ -125,6 +142,12 @@ class Corruption:
     dead: list[bytes] = attrs.Factory(list)
     #: Whether a cron tick must fire after the runners start.
     cron: bool = False
+    #: Whether the runners read priority lanes (and a task is dispatched to one).
+    lanes: bool = False
+    #: Task ids whose status() must be read without an error.
+    ghosts: list[str] = attrs.Factory(list)
+    #: Keys of a wrong type the runners leave as they are (documented so).
+    left: set[str] = attrs.Factory(set)
 
     def __repr__(self) -> str:  # hypothesis prints it: keep 64 KiB values short
         ops = [tuple(_short(x) for x in op) for op in self.ops]
@@ -181,6 +204,34 @@ def details_readable(raw: bytes) -> bool:
     except (ValueError, TypeError, OverflowError, RecursionError):
         return False
     return True
+
+
+def rate_state_ok(raw: bytes, ttl_ms: int | None) -> bool:
+    """Whether admit.lua keeps a rate state (a time in ms of at most 15 digits, >= 0, with a
+    time-to-live it is not more than an hour beyond)."""
+    if ttl_ms is None or not re.fullmatch(rb"[0-9]{1,15}(\.[0-9]+)?", raw):
+        return False
+    return float(raw) <= time.time() * 1000 + ttl_ms + 3_600_000
+
+
+def waiter_ok(raw: bytes) -> bool:
+    """Whether a waiting-list item is granted (a JSON object with a task and an id) rather
+    than quarantined."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):
+        return False
+    return (
+        isinstance(body, dict)
+        and isinstance(body.get("task"), str)
+        and isinstance(body.get("id"), str)
+        and body["id"] != ""
+    )
+
+
+def mark_ok(raw: bytes) -> bool:
+    """Whether a pause mark reads as paused (pausing.decode_mark)."""
+    return raw.isdigit() and len(raw) <= 20
 
 
 def _message(task: str, payload: Any, task_id: str) -> bytes:
@@ -359,6 +410,88 @@ def corruptions(keys: Keys) -> dict[str, st.SearchStrategy[Corruption]]:
         )
         return Corruption("stream", [("xadd", keys.stream, e) for e in entries])
 
+    @st.composite
+    def rate(draw: st.DrawFn) -> Corruption:
+        """The state of a rate limit: numbers tonumber() takes and trunner never writes,
+        with or without a time-to-live."""
+        key = keys.rate_limit("5:paced")
+        value = draw(values | st.sampled_from([b"0", b"1000.5", b"99999999999999"]))
+        ttl = draw(st.sampled_from([None, 60_000]))
+        ops: list[Op] = [("set", key, value)] if ttl is None else [("setpx", key, value, ttl)]
+        records = set() if rate_state_ok(value, ttl) else {("limits", key)}
+        return Corruption("rate", ops, records=records)
+
+    @st.composite
+    def concurrency(draw: st.DrawFn) -> Corruption:
+        """A concurrency limit's holders (ids that are no entry, odd scores), waiting list
+        (items that are no message) and the registry of limits in use."""
+        holders = keys.concurrency_holders("6:capped")
+        waiting = keys.concurrency_waiting("6:capped")
+        ops: list[Op] = []
+        for member in draw(st.lists(entry_ids | values, max_size=3)):
+            score = draw(st.sampled_from([float("-inf"), 0.0, 1e300, float("inf"), -1.0]))
+            ops.append(("zadd", holders, member, score))
+        records: set[tuple[str, str]] = set()
+        items = draw(st.lists(values | st.just(_message("capped", "w", "w-id")), max_size=3))
+        for item in items:
+            ops.append(("rpush", waiting, item))
+            if not waiter_ok(item):
+                records.add(("concurrency:waiting", waiting))
+        for member in draw(st.lists(values | st.just(b"6:capped"), max_size=2)):
+            ops.append(("sadd", keys.concurrency_keys, member))
+        return Corruption("concurrency", ops or [("sadd", keys.concurrency_keys, b"")], records)
+
+    @st.composite
+    def lanes(draw: st.DrawFn) -> Corruption:
+        """The registry of lanes and the lanes' floors (the id a lost group is recreated
+        from), with runners reading two lanes."""
+        ops: list[Op] = []
+        for member in draw(st.lists(values | st.just(b"urgent"), max_size=3)):
+            ops.append(("sadd", keys.lanes, member))
+        for floor in (keys.floor, keys.lane_floor("urgent")):
+            value = draw(st.none() | entry_ids | values)
+            if value is not None:
+                ops.append(("set", floor, value))
+        return Corruption("lanes", ops or [("sadd", keys.lanes, b"x")], lanes=True)
+
+    @st.composite
+    def pause(draw: st.DrawFn) -> Corruption:
+        """A pause mark that is no time (a time would pause the group, as it should)."""
+        value = draw(values.filter(lambda v: not mark_ok(v)))
+        return Corruption("pause", [("set", keys.paused, value)], {("paused", keys.paused)})
+
+    @st.composite
+    def records_(draw: st.DrawFn) -> Corruption:
+        """Task records (outcomes, progress) that are not what trunner writes."""
+        ops: list[Op] = []
+        ghosts = []
+        for i in range(draw(st.integers(1, 3))):
+            task_id = f"ghost-{i}"
+            ghosts.append(task_id)
+            key = keys.task(task_id)
+            if draw(st.booleans()):
+                ops.append(("set", key, draw(values)))
+            else:
+                names = st.sampled_from(
+                    [b"state", b"attempt", b"progress", b"result", b"error", b"task",
+                     b"finished_at", b"started_at", b"enqueued_at"]
+                ) | field_names  # fmt: skip
+                for name, value in draw(
+                    st.dictionaries(names, values, min_size=1, max_size=4)
+                ).items():
+                    ops.append(("hset", key, name, value))
+            # Its id in the where-map, as a moved task's.
+            if draw(st.booleans()):
+                ops.append(("hset", keys.where, task_id, draw(entry_ids)))
+        return Corruption("records", ops, ghosts=ghosts)
+
+    @st.composite
+    def groups(draw: st.DrawFn) -> Corruption:
+        """The queue's registry of groups: groups that do not exist, names that are not
+        names."""
+        members = draw(st.lists(values, min_size=1, max_size=3))
+        return Corruption("groups", [("sadd", keys.groups, m) for m in members])
+
     def mostly(
         bad_values: st.SearchStrategy[Corruption], *typed: st.SearchStrategy[Corruption]
     ) -> st.SearchStrategy[Corruption]:
@@ -399,6 +532,34 @@ def corruptions(keys: Keys) -> dict[str, st.SearchStrategy[Corruption]]:
             of_type("marks", keys.where, "hash"),
         ),
         "stream": mostly(stream(), of_type("stream", keys.stream, "stream")),
+        "rate": mostly(rate(), of_type("rate", keys.rate_limit("5:paced"), "string")),
+        "concurrency": mostly(
+            concurrency(),
+            of_type("concurrency", keys.concurrency_holders("6:capped"), "zset"),
+            of_type("concurrency", keys.concurrency_waiting("6:capped"), "list"),
+            of_type("concurrency", keys.concurrency_keys, "set"),
+        ),
+        "lanes": mostly(
+            lanes(),
+            of_type("lanes", keys.lanes, "set").map(_with_lanes),
+            of_type("lanes", keys.lane_floor("urgent"), "string").map(_with_lanes),
+            of_type("lanes", keys.lane_stream("urgent"), "stream").map(_with_lanes),
+        ),
+        "pause": mostly(pause(), of_type("pause", keys.paused, "string")),
+        "records": mostly(
+            records_(),
+            of_type("records", keys.task("ghost-0"), "hash").map(
+                lambda c: attrs.evolve(c, ghosts=["ghost-0"])
+            ),
+        ),
+        # A registry of groups of another type is left alone: every script reads it as
+        # "shared" (docs/reliability.md).
+        "groups": mostly(
+            groups(),
+            of_type("groups", keys.groups, "set").map(
+                lambda c: attrs.evolve(c, left={keys.groups})
+            ),
+        ),
         "other": st.one_of(
             of_type("other", keys.stats, "string"),
             of_type("other", keys.floor, "string"),
@@ -409,6 +570,10 @@ def corruptions(keys: Keys) -> dict[str, st.SearchStrategy[Corruption]]:
 
 def _with_cron(corruption: Corruption) -> Corruption:
     return attrs.evolve(corruption, cron=True)
+
+
+def _with_lanes(corruption: Corruption) -> Corruption:
+    return attrs.evolve(corruption, lanes=True)
 
 
 def _lock_readable(raw: bytes) -> bool:
@@ -443,6 +608,12 @@ def write(raw: Any, op: Op) -> None:
             TYPED[kind](raw, key)
         case ("set", key, value):
             raw.set(key, value)
+        case ("setpx", key, value, ttl):
+            raw.set(key, value, px=ttl)
+        case ("rpush", key, value):
+            raw.rpush(key, value)
+        case ("sadd", key, member):
+            raw.sadd(key, member)
         case ("hset", key, field, value):
             raw.hset(key, field, value)
         case ("zadd", key, member, score):
@@ -498,6 +669,14 @@ def registry(runs: Runs) -> trunner.TaskRegistry:
     @tasks.task(unique=True, unique_key=lambda p: p["k"], unique_for=60)
     async def once(payload: Any) -> None:
         runs.add(payload["k"])
+
+    @tasks.task(rate_limit="1000/s", rate_burst=2)
+    async def paced(payload: Any) -> None:
+        runs.add(payload)
+
+    @tasks.task(concurrency=1)
+    async def capped(payload: Any) -> None:
+        runs.add(payload)
 
     tasks.cron("* * * * * *", "record", "tick", name="tick")
     return tasks
@@ -558,7 +737,8 @@ async def exercise(url: str, keys: Keys, raw: Any, corruption: Corruption) -> No
     runs = Runs()
     tasks = registry(runs)
     async with open_runner_factory(url, keys.group) as factory:
-        cfg = factory.config(prefix=PREFIX, **FAST)
+        lanes = {"urgent": 2, "default": 1} if corruption.lanes else None
+        cfg = factory.config(prefix=PREFIX, **FAST, lanes=lanes)
         a = await factory(tasks, cfg)
         b = await factory(tasks, cfg)
         async with collecting([a, b]) as errors:
@@ -572,13 +752,19 @@ async def exercise(url: str, keys: Keys, raw: Any, corruption: Corruption) -> No
             lead, other = (a, b) if a.is_leader else (b, a)
             await dispatching(lambda: other.dispatch("hold", "held"))
             await dispatching(lambda: other.dispatch("record", "now"))
+            await dispatching(lambda: other.dispatch("paced", "paced"))
+            await dispatching(lambda: other.dispatch("capped", "capped"))
+            good = ["held", "now", "later", "unique", "paced", "capped"]
+            if corruption.lanes:
+                await dispatching(lambda: other.dispatch("record", "urgent", priority="urgent"))
+                good.append("urgent")
             # Dispatched by the leader, its mover is woken at once: a wake-up from another
             # instance may be missed while the mover subscribes (then it looks within 5 s).
             await dispatching(lambda: lead.dispatch_delayed("record", "later", 0))
             await dispatching(lambda: lead.dispatch_delayed("once", {"k": "unique"}, 0))
             nobody = _message("nobody", None, "nobody")
             dead_letter = raw.xadd(keys.stream, {b"payload": nobody}).decode()
-            await runs.wait_for("held", "now", "later", "unique")
+            await runs.wait_for(*good)
             if corruption.cron:
                 await runs.wait_for("tick")
             await redis_state(led)
@@ -604,7 +790,9 @@ async def exercise(url: str, keys: Keys, raw: Any, corruption: Corruption) -> No
                 await trio.lowlevel.checkpoint()
                 seen = {(r[b"source"].decode(), r[b"item"].decode()) for r in records(raw, keys)}
                 wrong = [
-                    k for k, t in keys.types().items() if raw.type(k) not in (b"none", t.encode())
+                    k
+                    for k, t in keys.types().items()
+                    if raw.type(k) not in (b"none", t.encode()) and k not in corruption.left
                 ]
                 ids = (
                     {f.get(b"message_id", b"").decode() for _, f in raw.xrange(keys.dead)}
@@ -619,7 +807,7 @@ async def exercise(url: str, keys: Keys, raw: Any, corruption: Corruption) -> No
                 )
 
             await redis_state(settled)
-            for payload in ("held", "now", "later", "unique"):
+            for payload in good:
                 assert runs.payloads.count(payload) == 1, f"{payload} ran once"
             for runner in (a, b):
                 assert runner.state is trunner.RunnerState.STARTED
@@ -630,6 +818,9 @@ async def exercise(url: str, keys: Keys, raw: Any, corruption: Corruption) -> No
             await a.quarantined()
             await a.instances()
             await a.group_stats()
+            await a.inspect()
+            for task_id in corruption.ghosts:
+                await a.handle(task_id).status()
             unexplained = [e for e in errors if not allowed(e)]
             assert not unexplained, unexplained
             runs.release.set()
@@ -657,6 +848,83 @@ def server(tier: str, request: pytest.FixtureRequest) -> Iterator[str | None]:
 
 
 KINDS = list(corruptions(Keys(PREFIX, "g")))
+
+
+#: The numbers that broke the scripts (Lua's tonumber takes them): each is written into
+#: every key that holds a number at once, on top of the examples above (three per kind
+#: cannot be trusted to draw them).
+BROKE = [b"inf", b"-inf", b"nan", b"1e300", b"9" * 20, b"18446744073709551616"]
+
+
+def numbers_everywhere(keys: Keys, value: bytes) -> Corruption:
+    """``value`` in every key holding a number, or an id made of numbers; and what must
+    be recorded of it."""
+    rate = keys.rate_limit("5:paced")
+    holders = keys.concurrency_holders("6:capped")
+    ops: list[Op] = [
+        ("setpx", rate, value, 60_000),  # a time-to-live: the number alone is refused
+        ("hset", keys.cron, "tick", value),
+        ("hset", keys.cancelled, "ghost-mark", value),
+        ("hset", keys.where, "ghost-where", value + b"-0"),
+        ("hset", keys.where, "ghost-r", b"1-" + value),
+        ("hset", keys.capacity, "version", value),
+        ("hset", keys.capacity, "value", value),
+        ("hset", keys.metrics, "t:record:max", value),
+        ("hset", keys.metrics, "t:record:n", value),
+        ("hset", keys.task("ghost-r"), "state", "running"),
+        ("hset", keys.task("ghost-r"), "attempt", value),
+        ("hset", keys.task("ghost-r"), "progress", value),
+        ("zadd", holders, value + b"-0", 1.0),
+        ("zadd", holders, b"0-" + value, 1.0),
+        ("sadd", keys.concurrency_keys, b"6:capped"),
+        ("set", keys.floor, value + b"-0"),
+        ("set", keys.lane_floor("urgent"), b"1-" + value),
+        ("set", keys.fence, value),
+        ("sadd", keys.lanes, value),
+        ("sadd", keys.groups, value),
+    ]
+    if value != b"nan":  # (ZADD refuses NaN)
+        ops += [
+            ("zadd", holders, b"1-1", float(value)),
+            ("zadd", keys.delayed, "ghost-due", float(value)),
+        ]
+    records = {
+        ("limits", rate),
+        ("cancelled", "ghost-mark"),
+        ("where", "ghost-where"),
+        ("where", "ghost-r"),
+    }
+    if not is_int(value):
+        records.add(("cron", "tick"))
+    if not is_number(value):
+        records |= {("metrics", "t:record:max"), ("metrics", "t:record:n")}
+    if not (is_int(value) and int(value) < 2**63 - 1):
+        records.add(("leader", keys.leader))
+    if mark_ok(value):  # a time: the group would be paused, as it should
+        ops.append(("set", keys.paused, b"x" + value))
+    else:
+        ops.append(("set", keys.paused, value))
+    records.add(("paused", keys.paused))
+    return Corruption("numbers", ops, records=records, cron=True, lanes=True, ghosts=["ghost-r"])
+
+
+@pytest.mark.parametrize("value", BROKE, ids=lambda v: v.decode()[:12])
+async def test_the_numbers_that_broke_the_scripts_cost_only_themselves(
+    server: str | None, value: bytes
+) -> None:
+    group = f"g-{uuid.uuid4().hex[:10]}"
+    keys = Keys(PREFIX, group)
+    name = f"fuzz-{uuid.uuid4().hex[:12]}"
+    url = server or f"memory://{name}"
+    raw = raw_client(url)
+    try:
+        with trio.fail_after(20):
+            await exercise(url, keys, raw, numbers_everywhere(keys, value))
+    finally:
+        for key in raw.scan_iter(match=f"{PREFIX}:{{{group}}}*"):
+            raw.delete(key)
+        raw.close()
+        forget_memory_server(name)
 
 
 @settings(

@@ -7,6 +7,7 @@ script touches is passed in KEYS (all in the group's hash slot).
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -244,6 +245,10 @@ class Broker(Inspection):
         stream = self.keys.lane_stream(lane)
         floor = await self.transport.execute("GET", self.keys.lane_floor(lane))
         start = as_str(floor) if floor is not None and is_stream_id(as_str(floor)) else "0"
+        if int(start.partition("-")[0]) > (time.time() + 3600) * 1000:
+            # A floor ahead of the clock (an hour of skew allowed) is not one recorded
+            # here: the group would skip every message added until then.
+            start = "0"
         try:
             created = await self._script(
                 "ensure_group", [stream, self.keys.groups], [self.group, start]

@@ -70,6 +70,12 @@ def _attempt(source: str) -> str:
     return _read("deliveries") + "\n" + source
 
 
+def _numbered(source: str) -> str:
+    """``source`` behind ``lua/numbers.lua``, which defines ``checked_number``: every number
+    a script reads from stored data goes through it."""
+    return _read("numbers") + "\n" + source
+
+
 def fenced_script(name: str, body: str) -> Script:
     """``body`` behind the fence check (``lua/fence.lua``): it runs only for the leader.
 
@@ -88,7 +94,7 @@ class _Scripts:
         self.queue_length = make_script("queue_length", _with_delivered("queue_length"))
         self.retry = make_script("retry", _attempt(_limited("retry", typed=True)))
         self.dead_letter = make_script("dead_letter", _attempt(_limited("dead_letter", typed=True)))
-        self.admit = make_script("admit", _limited("admit", typed=True))
+        self.admit = make_script("admit", _numbered(_limited("admit", typed=True)))
         self.reconcile_slots = make_script(
             "reconcile_slots", _read("delivered") + "\n" + _limited("reconcile_slots")
         )
@@ -96,27 +102,31 @@ class _Scripts:
         self.cancel_delayed = _load("cancel_delayed")
         self.move_due = fenced_script("move_due", _laned(_typed("move_due")))
         self.move_unique = fenced_script("move_unique", _laned(_locking("move_unique", typed=True)))
-        self.cron_fire = fenced_script("cron_fire", _laned(_locking("cron_fire", typed=True)))
+        self.cron_fire = fenced_script(
+            "cron_fire", _numbered(_laned(_locking("cron_fire", typed=True)))
+        )
         self.reclaim = _load("reclaim")
         self.heartbeat = _load("heartbeat")
         self.release = _load("release")
         self.mark_given_up = make_script("mark_given_up", _attempt(_read("mark_given_up")))
         self.delete_consumer = _load("delete_consumer")
         self.replay_dead = make_script("replay_dead", _laned(_locking("replay_dead", typed=True)))
-        self.report = _load("report")
+        self.report = make_script("report", _numbered(_read("report")))
         self.deregister = _load("deregister")
         self.metrics_take = fenced_script("metrics_take", _read("metrics_take"))
-        self.publish_capacity = fenced_script("publish_capacity", _read("publish_capacity"))
-        self.trim = fenced_script("trim", _read("trim"))
+        self.publish_capacity = fenced_script(
+            "publish_capacity", _numbered(_read("publish_capacity"))
+        )
+        self.trim = fenced_script("trim", _numbered(_read("trim")))
         self.set_aside_keys = _load("set_aside_keys")
-        self.group_floor = make_script("group_floor", _with_delivered("group_floor"))
-        self.task_started = _load("task_started")
+        self.group_floor = make_script("group_floor", _numbered(_with_delivered("group_floor")))
+        self.task_started = make_script("task_started", _numbered(_read("task_started")))
         self.task_status = make_script("task_status", _laned(_with_delivered("task_status")))
         self.cancel_task = make_script("cancel_task", _laned(_with_delivered("cancel_task")))
         self.task_progress = make_script("task_progress", _attempt(_read("task_progress")))
         self.pause = _load("pause")
         self.resume = _load("resume")
-        self.forget_stale = make_script("forget_stale", _laned(_read("forget_stale")))
+        self.forget_stale = make_script("forget_stale", _numbered(_laned(_read("forget_stale"))))
         self.set_aside_delayed = fenced_script("set_aside_delayed", _read("set_aside_delayed"))
         self.lease_acquire = _load("lease_acquire")
         self.lease_renew = _load("lease_renew")

@@ -40,6 +40,16 @@ if refused then
   return refused
 end
 local quarantine = KEYS[5]
+-- A rate state is the theoretical arrival time, ms since the epoch, as '%.3f' writes it
+-- (at most 15 digits before the point), with a time-to-live that ends 1 s after it.
+-- Anything else is set aside before the message is acknowledged (the limit starts
+-- afresh), so that the reservation written after the acknowledgement cannot fail (with
+-- 'inf' or '1e300' a message was acknowledged and deleted, then not deferred: lost): what
+-- checked_number refuses (numbers.lua: 'inf', 'nan', '1e300' ...), a state that never
+-- expires, or one further ahead than its time-to-live (an hour of clock skew between the
+-- runners allowed), which would defer the limit's tasks for years.
+local RATE_STATE = {min = 0, digits = 15}
+local SKEW_MS = 3600000
 local now = tonumber(ARGV[3])
 local known, groups = pcall(redis.call, 'SCARD', KEYS[6]) -- another type: shared
 local shared = not known or groups > 1
@@ -57,9 +67,20 @@ local function admit_one(rate_key, holders, waiting, id, task_id, deferred, emis
   if emission > 0 then
     limit_key_usable(rate_key, 'string', quarantine)
     local stored = redis.call('GET', rate_key)
-    local at = stored and tonumber(stored)
-    if stored and not at then
-      limit_set_aside(rate_key, 'a string that is not a time', 'a time in ms', quarantine)
+    local at, why = nil, nil
+    if stored then
+      at, why = checked_number(stored, RATE_STATE)
+      if at then
+        local ttl = redis.call('PTTL', rate_key)
+        if ttl < 0 then
+          at, why = nil, 'a time that never expires'
+        elseif at > now + ttl + SKEW_MS then
+          at, why = nil, 'a time beyond its time-to-live'
+        end
+      end
+      if not at then -- what trunner never writes: set aside, the limit starts afresh
+        limit_set_aside(rate_key, why, 'a time in ms', quarantine)
+      end
     end
     tat = math.max(at or now, now)
     local allow = tat - tolerance

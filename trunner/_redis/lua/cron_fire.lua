@@ -14,9 +14,10 @@
 -- ARGV[7]  (with a lock) its time-to-live (ms)
 -- Returns  1 when fired, 0 when this tick (or a later one) was already fired, -1 when the
 --          task's key is locked (the previous run is not finished): the tick is skipped
--- A stored value trunner cannot have written (not a time in ms of at most 15 digits, or
--- more than a day after this tick) counts as no tick fired: this tick fires and replaces
--- it. (tonumber alone took '1e400' for infinity: the schedule never fired again.)
+-- A stored value trunner cannot have written (not a time in ms of at most 15 digits, read
+-- by checked_number, numbers.lua; or more than a day after this tick) counts as no tick
+-- fired: this tick fires and replaces it (the cron loop records it). (tonumber alone took
+-- '1e400' for infinity: the schedule never fired again.)
 -- Its keys' types are checked first (key_types.lua): a tick marked fired but not enqueued
 -- would be lost.
 local refused = wrong_type({[KEYS[2]] = 'hash', [KEYS[3]] = 'stream', [KEYS[4]] = 'hash'})
@@ -24,12 +25,9 @@ if refused then
   return refused
 end
 local stored = redis.call('HGET', KEYS[2], ARGV[2])
-local last = 0
-if stored and string.match(stored, '^%d+$') and #stored <= 15 then
-  last = tonumber(stored)
-  if last > tonumber(ARGV[3]) + 86400000 then
-    last = 0
-  end
+local last = stored and checked_number(stored, {integer = true, min = 0, digits = 15}) or 0
+if last > tonumber(ARGV[3]) + 86400000 then
+  last = 0
 end
 if last >= tonumber(ARGV[3]) then
   return 0

@@ -15,6 +15,18 @@ local function group_info(stream, group_name)
   end
   return nil
 end
+-- (The parts of ids are compared as decimal text, not as numbers: a double is exact only
+-- up to 2^53, and a part may be as large as 2^64 - 1.)
+local function compare_digits(a, b)
+  a, b = string.gsub(a, '^0+(%d)', '%1'), string.gsub(b, '^0+(%d)', '%1')
+  if #a ~= #b then
+    return #a < #b and -1 or 1
+  end
+  if a == b then
+    return 0
+  end
+  return a < b and -1 or 1
+end
 local function delivered_to(stream, group_name, entry)
   local info = group_info(stream, group_name)
   if not info then
@@ -22,6 +34,6 @@ local function delivered_to(stream, group_name, entry)
   end
   local a_ms, a_seq = string.match(entry, '^(%d+)-(%d+)$')
   local b_ms, b_seq = string.match(info['last-delivered-id'], '^(%d+)-(%d+)$')
-  a_ms, a_seq, b_ms, b_seq = tonumber(a_ms), tonumber(a_seq), tonumber(b_ms), tonumber(b_seq)
-  return a_ms < b_ms or (a_ms == b_ms and a_seq <= b_seq)
+  local ms = compare_digits(a_ms, b_ms)
+  return ms < 0 or (ms == 0 and compare_digits(a_seq, b_seq) <= 0)
 end

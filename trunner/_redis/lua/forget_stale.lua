@@ -15,9 +15,9 @@ local marks, moved = 0, 0
 local n = tonumber(ARGV[at])
 for i = at + 1, at + n do
   local until_ms = redis.call('HGET', KEYS[1], ARGV[i])
-  -- (not a time in ms: not only digits, as tonumber takes '1e400', ' 5' or '0x10')
-  if until_ms and (not string.match(until_ms, '^%d+$') or #until_ms > 19
-      or tonumber(until_ms) <= now) then
+  -- (not a time in ms of at most 19 digits, numbers.lua: the janitor records it)
+  if until_ms and (checked_number(until_ms, {integer = true, min = 0, digits = 19}) or 0)
+      <= now then
     marks = marks + redis.call('HDEL', KEYS[1], ARGV[i])
   end
 end

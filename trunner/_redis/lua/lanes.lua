@@ -4,15 +4,23 @@
 -- of an entry of lane L is '<stream id>@L' (of the default lane, the stream id itself).
 -- checked_entry(base, id) -> as lane_entry, or nil when id is not one trunner makes (what
 -- something else wrote: '+', '7', a lane that is no lane name ...)
+-- (Each part of a stream id is at most 2^64 - 1: Redis refuses '99999999999999999999-0',
+-- and a script reading such an id with XRANGE or XPENDING failed every time.)
+local function id_part(digits)
+  return #digits < 20 or (#digits == 20 and digits <= '18446744073709551615')
+end
 local function checked_entry(base, id)
-  local stream_id, lane = string.match(id, '^(%d+%-%d+)@([%w_%.%-]+)$')
-  if stream_id then
-    return base .. ':' .. lane, stream_id
+  local ms, seq, lane = string.match(id, '^(%d+)%-(%d+)@([%w_%.%-]+)$')
+  if not ms then
+    ms, seq = string.match(id, '^(%d+)%-(%d+)$')
   end
-  if string.match(id, '^%d+%-%d+$') then
-    return base, id
+  if not (ms and id_part(ms) and id_part(seq)) then
+    return nil
   end
-  return nil
+  if lane then
+    return base .. ':' .. lane, ms .. '-' .. seq
+  end
+  return base, id
 end
 -- message_lane(base, message) -> the stream of the lane a message names (its first member,
 -- '{"lane":"<name>",', written so by message.encode_message), and the suffix of its ids.

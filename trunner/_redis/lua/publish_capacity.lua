@@ -7,18 +7,19 @@
 -- ARGV[4]  the statistics (JSON)
 -- Returns  the capacity version now published (0: none)
 redis.call('SET', KEYS[3], ARGV[4])
-local version = redis.call('HGET', KEYS[2], 'version')
-if version and (not string.match(version, '^%d+$') or #version > 15) then
+local stored = redis.call('HGET', KEYS[2], 'version')
+local version = stored and checked_number(stored, {integer = true, min = 0, digits = 15})
+if stored and not version then
   -- Not a count trunner wrote (something else did; the instances record what they read):
   -- the decision is published again, its version counted from 1.
   redis.call('HDEL', KEYS[2], 'value', 'version')
   version = false
 end
 if ARGV[2] == '' then
-  return tonumber(version) or 0
+  return version or 0
 end
 if redis.call('HGET', KEYS[2], 'value') ~= ARGV[2] then
   redis.call('HSET', KEYS[2], 'value', ARGV[2], 'fence', ARGV[3])
   return redis.call('HINCRBY', KEYS[2], 'version', 1)
 end
-return tonumber(version)
+return version

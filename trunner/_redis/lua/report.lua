@@ -11,7 +11,8 @@
 --          ending in ':max' holds a maximum: the larger of the two values is kept
 -- Returns  {capacity value or false, capacity version or false, replaced}: replaced is a
 --          flat list of the fields (and their values) that held no number, written by
---          something else: each is replaced by this report's increment
+--          something else: each is replaced by this report's increment. (A maximum is
+--          read by checked_number, numbers.lua: 'nan' or 'inf' would never be exceeded.)
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
 local replaced = {}
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
@@ -20,8 +21,16 @@ if #ARGV > 3 then
   for i = 4, #ARGV, 2 do
     local field, value = ARGV[i], ARGV[i + 1]
     if string.sub(field, -4) == ':max' then
-      local current = tonumber(redis.call('HGET', KEYS[1], field))
-      if current == nil or tonumber(value) > current then
+      local stored = redis.call('HGET', KEYS[1], field)
+      local current = nil
+      if stored then
+        current = checked_number(stored, {min = 0})
+        if not current then
+          replaced[#replaced + 1] = field
+          replaced[#replaced + 1] = stored
+        end
+      end
+      if not current or tonumber(value) > current then
         redis.call('HSET', KEYS[1], field, value)
       end
     else

@@ -29,7 +29,10 @@ for i = 1, #KEYS do
     redis.call('DEL', KEYS[i])
     current = {false, false}
   end
-  local state, recorded = current[1], tonumber(current[2]) or 0
+  -- (an attempt that is not a count, numbers.lua, counts as none: the start replaces it)
+  local state = current[1]
+  local recorded = current[2] and checked_number(current[2], {integer = true, min = 0,
+    digits = 15}) or 0
   if not state or (state == 'running' and recorded <= attempt)
       or (state == 'retrying' and recorded < attempt) then
     redis.call('HSET', KEYS[i], unpack(ARGV, at, at + 2 * fields - 1))

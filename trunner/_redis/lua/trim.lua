@@ -8,10 +8,13 @@
 --          what waits in the lane is that group's too, once it reads it
 -- ARGV[2]  the cutoff: messages with ids below <cutoff ms>-0 may go
 -- ARGV[3]  the most entries to trim in this call (approximately)
--- Returns  {entries trimmed, the id trimmed below}
+-- Returns  {entries trimmed, the id trimmed below}; nothing is trimmed while a group's id
+--          has a part beyond 15 digits (an entry id written by hand: ids are compared
+--          and added up as numbers, exact to 2^53 only)
 local function parse(id)
   local ms, seq = string.match(id, '^(%d+)-(%d+)$')
-  return {tonumber(ms), tonumber(seq)}
+  local part = {integer = true, digits = 15}
+  return {checked_number(ms, part), checked_number(seq, part)}
 end
 local function less(a, b)
   return a[1] < b[1] or (a[1] == b[1] and a[2] < b[2])
@@ -48,6 +51,9 @@ for _, group in ipairs(groups) do
     end
   end
   local next_id = parse(delivered)
+  if not (next_id[1] and next_id[2]) then
+    return {0, '0-0'}
+  end
   next_id[2] = next_id[2] + 1
   if less(next_id, bound) then
     bound = next_id
@@ -55,6 +61,9 @@ for _, group in ipairs(groups) do
   local pending = redis.call('XPENDING', KEYS[2], name)
   if pending[2] then
     local oldest = parse(pending[2])
+    if not (oldest[1] and oldest[2]) then
+      return {0, '0-0'}
+    end
     if less(oldest, bound) then
       bound = oldest
     end
