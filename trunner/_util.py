@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import os
 import random
 import re
@@ -155,6 +156,21 @@ def connection_name(role: str) -> str:
     (``trunner-client:emails@4242.a1b2c3``), so that ``CLIENT LIST`` tells which process
     opened a connection, and a leak check counts only its own process's."""
     return f"{role}@{process_tag()}"
+
+
+def utc_text(seconds: float | None) -> str:
+    """A time (seconds since the epoch) as ``YYYY-MM-DD HH:MM:SS`` in UTC, for people: ``-``
+    for none (0, None, NaN, an infinity), ``?`` for one no calendar holds (a pause mark of
+    twenty digits, which the runners accept, is that far out)."""
+    import datetime  # noqa: PLC0415 - for the command and the dashboard only
+
+    if not seconds or not math.isfinite(seconds):
+        return "-"
+    try:
+        moment = datetime.datetime.fromtimestamp(seconds, datetime.UTC)
+    except (OverflowError, OSError, ValueError):
+        return "?"
+    return moment.strftime("%Y-%m-%d %H:%M:%S")
 
 
 def wall_ms() -> int:

@@ -25,7 +25,6 @@ second one stops it at once.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import signal
@@ -42,6 +41,7 @@ from rich.text import Text
 
 from ._demo import run_demo
 from ._util import leaf_exceptions, logger
+from ._util import utc_text as _when
 from .admin import DeadLetter, GroupInfo, as_dict
 from .client import Client, open_client
 from .errors import TaskFailed, TrunnerError
@@ -452,12 +452,6 @@ def _unknown(info: GroupInfo) -> bool:
     return not (
         info.instances or info.queue_length or info.pending or info.delayed or info.dead_letters
     )
-
-
-def _when(seconds: float) -> str:
-    if not seconds:
-        return "-"
-    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _summary(info: GroupInfo) -> Table:
