@@ -18,6 +18,8 @@ from typing import Any, Generic, TypeVar
 
 import trio
 
+from .errors import TaskTimeout
+
 __all__ = [
     "ErrorLog",
     "EventLog",
@@ -171,6 +173,20 @@ def utc_text(seconds: float | None) -> str:
     except (OverflowError, OSError, ValueError):
         return "?"
     return moment.strftime("%Y-%m-%d %H:%M:%S")
+
+
+async def timed(
+    action: Callable[[Any], Awaitable[Any]], payload: Any, name: str, limit: float
+) -> Any:
+    """``await action(payload)`` under a cancel scope of ``limit`` seconds (a task's
+    ``timeout``): past it, the attempt fails with ``TaskTimeout``, whether the cancellation
+    ended it or it returned all the same (it swallowed or shielded the ``Cancelled``, or
+    never reached a checkpoint): what it returned late is not its result."""
+    with trio.move_on_after(limit) as scope:
+        result = await action(payload)
+    if scope.cancel_called or trio.current_time() >= scope.deadline:
+        raise TaskTimeout(name, limit)
+    return result
 
 
 def wall_ms() -> int:
