@@ -546,7 +546,6 @@ async def test_an_attempt_that_returns_past_its_timeout_fails_with_task_timeout(
         except trio.Cancelled:
             returned.append("swallows")
             return "late"
-        return "never"
 
     @tasks.task(keep_result=60, timeout=0.1, max_retry=1, retry_backoff=0.01)
     async def shields(_: None) -> str:

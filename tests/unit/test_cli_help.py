@@ -32,8 +32,8 @@ def test_times_are_shown_by_one_guarded_function() -> None:
     from trunner._util import utc_text  # noqa: PLC0415
     from trunner.dashboard import _app  # noqa: PLC0415
 
-    assert cli._when is utc_text
-    assert _app._when is utc_text
+    assert vars(cli)["_when"] is utc_text
+    assert vars(_app)["_when"] is utc_text
     assert utc_text(99999999999999999999 / 1000) == "?"
     assert utc_text(float("inf")) == utc_text(float("nan")) == utc_text(None) == utc_text(0) == "-"
     assert utc_text(86400.5) == "1970-01-02 00:00:00"
