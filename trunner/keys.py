@@ -201,6 +201,13 @@ class Keys:
         had)."""
         return self.queue == self.group
 
+    @property
+    def queue_base(self) -> str:
+        """``<prefix>:{<queue>}:``, what every key of the queue starts with; a group's own
+        keys follow it (the group of the queue's name), or ``group:<group>:`` does (see
+        :meth:`_key`; cancel_task.lua names other groups' records so)."""
+        return self._qkey("")
+
     def _qkey(self, name: str) -> str:
         """A key of the queue, shared by every group reading it."""
         return f"{self.prefix}:{{{self.queue}}}:{name}"

@@ -19,7 +19,7 @@ import pytest
 import trio
 
 import trunner
-from trunner import Keys
+from trunner import Keys, TaskState
 from trunner.keys import hash_tag
 
 from ..conftest import config, open_checked_runner, parts, redis_state
@@ -268,6 +268,40 @@ async def test_a_queued_task_cancelled_on_a_shared_queue_runs_nowhere(
             await redis_state(lambda: _count(ran, 2))
     assert sorted(ran) == [("audit", "kept"), ("email", "kept")]
     assert kept.id != handle.id
+
+
+async def test_a_task_cancelled_on_a_shared_queue_is_cancelled_for_every_group(
+    url: str, group: str
+) -> None:
+    """A task cancelled through one group's client before the other groups read it (a
+    queued entry, deleted from the shared stream; a delayed dispatch, every group's) was
+    'never dispatched' to them: each such group reads it cancelled, and a group that ran
+    it already keeps its own outcome."""
+    queue = _queue(group)
+    ran: list[tuple[str, Any]] = []
+    for name in ("audit", "billing"):  # both groups exist, stopped
+        async with open_checked_runner(url, config(name, queue=queue), recording(ran, name)):
+            pass
+    async with (
+        trunner.open_client(url, queue, group="audit") as audit,
+        trunner.open_client(url, queue, group="email") as email,
+        trunner.open_client(url, queue, group="billing") as billing,
+    ):
+        async with open_checked_runner(url, config("email", queue=queue), recording(ran, "email")):
+            queued = await audit.dispatch("record", "x", keep_result=60)
+            assert await email.handle(queued.id).result(timeout=10) is None
+        delayed = await audit.dispatch_delayed("record", "y", 3600, keep_result=60)
+        assert await queued.cancel() is trunner.CancelOutcome.REMOVED
+        assert await delayed.cancel() is trunner.CancelOutcome.REMOVED
+        for client in (audit, billing):
+            for handle in (queued, delayed):
+                mine = client.handle(handle.id)
+                assert (await mine.status()).state is TaskState.CANCELLED
+                with pytest.raises(trunner.TaskCancelled):
+                    await mine.result(timeout=0)
+        assert (await email.handle(queued.id).status()).state is TaskState.SUCCEEDED
+        assert (await email.handle(delayed.id).status()).state is TaskState.CANCELLED
+    assert ran == [("email", "x")]
 
 
 async def test_results_are_each_groups_own(url: str, group: str) -> None:

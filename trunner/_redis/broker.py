@@ -492,6 +492,8 @@ class Broker(Inspection):
                 keys.done,
                 lock[1] if lock else "",
                 ttl,
+                keys.queue_base,
+                keys.queue,
                 *(text_field(x) for pair in fields for x in pair),
             ],
         )

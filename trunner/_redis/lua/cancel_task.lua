@@ -22,12 +22,18 @@
 -- ARGV[5]  the channel of finished tasks
 -- ARGV[6]  the lock's token ('' without a lock)
 -- ARGV[7]  the record's time-to-live in ms ('0': no record is written)
--- ARGV[8..] field/value pairs of the record
+-- ARGV[8]  what the keys of the queue's groups start with ('<prefix>:{<queue>}:')
+-- ARGV[9]  the queue's name (its group of that name keeps its keys under ARGV[8] itself)
+-- ARGV[10..] field/value pairs of the record
 -- Returns  'delayed', 'queued' or 'running' (where it was cancelled), or 'absent'
 -- On a stream that several groups read (the registry holds more than one), a queued entry
 -- is deleted only while no group has it pending; else it is 'running'. Whatever it finds,
 -- the task gets the mark there, which every group that fetches it later obeys (and which
 -- stays until it expires): another group's retry of it may be waiting, or on its way.
+-- A task it removes for groups that would never see it otherwise (a delayed dispatch, on
+-- the queue's delayed set; a queued entry that some group has not read yet) gets its
+-- outcome in the record of each of those groups too, and their waiters are told: to them
+-- it was cancelled, not never dispatched.
 -- What something else wrote never fails it: an id, or a where-map entry, that leads to no
 -- entry of this task is 'absent'.
 local id = ARGV[2]
@@ -40,16 +46,35 @@ local function release_lock()
     redis.call('DEL', KEYS[11])
   end
 end
-local function record_outcome()
+local function write_outcome(record, done)
   if ARGV[7] ~= '0' then
-    redis.call('DEL', KEYS[7])
-    redis.call('HSET', KEYS[7], unpack(ARGV, 8))
-    redis.call('PEXPIRE', KEYS[7], ARGV[7])
+    redis.call('DEL', record)
+    redis.call('HSET', record, unpack(ARGV, 10))
+    redis.call('PEXPIRE', record, ARGV[7])
   end
-  redis.call('PUBLISH', ARGV[5], id)
+  redis.call('PUBLISH', done, id)
+end
+local function record_outcome()
+  write_outcome(KEYS[7], ARGV[5])
+end
+-- The same outcome for the other groups named (keys.py: Keys._key of each group).
+local function record_for(groups)
+  for _, group in ipairs(groups) do
+    if group ~= ARGV[1] then
+      local base = ARGV[8]
+      if group ~= ARGV[9] then
+        base = base .. 'group:' .. group .. ':'
+      end
+      write_outcome(base .. 'task:' .. id, base .. 'done')
+    end
+  end
 end
 local known, groups = pcall(redis.call, 'SCARD', KEYS[10]) -- another type: shared
 local shared = not known or groups > 1
+local function registered()
+  local ok, names = pcall(redis.call, 'SMEMBERS', KEYS[10])
+  return ok and names or {}
+end
 local function mark()
   redis.call('HSET', KEYS[6], id, ARGV[3])
   redis.call('PUBLISH', ARGV[4], id)
@@ -62,6 +87,7 @@ if redis.call('ZREM', KEYS[2], id) == 1 then
   release_lock()
   record_outcome()
   if shared then
+    record_for(registered()) -- a delayed dispatch is every group's: none will see it now
     mark()
   end
   return 'delayed'
@@ -108,6 +134,7 @@ if shared then
     mark()
     return 'absent'
   end
+  local unread = {} -- the groups that have not read it: they would never see it
   for _, group in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
     for i = 1, #group, 2 do
       if group[i] == 'name' then
@@ -116,6 +143,9 @@ if shared then
           mark()
           return 'running'
         end
+        if not delivered_to(stream, group[i + 1], entry) then
+          unread[#unread + 1] = group[i + 1]
+        end
       end
     end
   end
@@ -123,6 +153,7 @@ if shared then
   redis.call('HDEL', KEYS[5], id)
   release_lock()
   record_outcome()
+  record_for(unread)
   mark()
   return 'queued'
 end
