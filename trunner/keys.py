@@ -346,6 +346,14 @@ class Keys:
         return self._key(f"concurrency:waiting:{key}")
 
     @property
+    def concurrency_waiters(self) -> str:
+        """``<prefix>:{<group>}:concurrency:waiters``: the group's index of the tasks waiting
+        for a concurrency slot (a hash of task id -> ``<n>:<its waiting list's key><its
+        message>``, n the length of that key), so that status and cancel find them. The
+        limit scripts name it from a limit's keys (limits.lua: waiters_index)."""
+        return self._key("concurrency:waiters")
+
+    @property
     def concurrency_keys(self) -> str:
         """``<prefix>:{<group>}:concurrency:keys``: the keys of the concurrency limits in use
         (a set of ``<len>:<task>[:<key>]``), which the leader's janitor looks over for slots
@@ -459,6 +467,7 @@ class Keys:
             self.cancelled: "hash",
             self.paused: "string",
             self.concurrency_keys: "set",
+            self.concurrency_waiters: "hash",
             self.lanes: "set",
         }
         return types

@@ -14,7 +14,8 @@
 -- KEYS[8]  the group's delayed set of retries (the delayed set, for a group of its own)
 -- KEYS[9]  its messages
 -- KEYS[10] the queue's registry of groups (a set)
--- KEYS[11] (optional) the lock of the task's unique key
+-- KEYS[11] the group's index of tasks waiting for a concurrency slot (waiting.lua)
+-- KEYS[12] (optional) the lock of the task's unique key
 -- ARGV[1]  the consumer group
 -- ARGV[2]  the task id
 -- ARGV[3]  until when a cancel mark holds (ms since the epoch)
@@ -24,8 +25,10 @@
 -- ARGV[7]  the record's time-to-live in ms ('0': no record is written)
 -- ARGV[8]  what the keys of the queue's groups start with ('<prefix>:{<queue>}:')
 -- ARGV[9]  the queue's name (its group of that name keeps its keys under ARGV[8] itself)
--- ARGV[10..] field/value pairs of the record
--- Returns  'delayed', 'queued' or 'running' (where it was cancelled), or 'absent'
+-- ARGV[10] what the keys of the group's waiting lists start with
+-- ARGV[11..] field/value pairs of the record
+-- Returns  'delayed', 'waiting' (for a concurrency slot: removed from its waiting list),
+--          'queued' or 'running' (where it was cancelled), or 'absent'
 -- On a stream that several groups read (the registry holds more than one), a queued entry
 -- is deleted only while no group has it pending; else it is 'running'. Whatever it finds,
 -- the task gets the mark there, which every group that fetches it later obeys (and which
@@ -39,17 +42,17 @@
 local id = ARGV[2]
 local function release_lock()
   local locked, held = false, false
-  if KEYS[11] then
-    locked, held = pcall(redis.call, 'GET', KEYS[11]) -- another type: nobody's lock
+  if KEYS[12] then
+    locked, held = pcall(redis.call, 'GET', KEYS[12]) -- another type: nobody's lock
   end
   if locked and held == ARGV[6] then
-    redis.call('DEL', KEYS[11])
+    redis.call('DEL', KEYS[12])
   end
 end
 local function write_outcome(record, done)
   if ARGV[7] ~= '0' then
     redis.call('DEL', record)
-    redis.call('HSET', record, unpack(ARGV, 10))
+    redis.call('HSET', record, unpack(ARGV, 11))
     redis.call('PEXPIRE', record, ARGV[7])
   end
   redis.call('PUBLISH', done, id)
@@ -100,6 +103,19 @@ if KEYS[8] ~= KEYS[2] and redis.call('ZREM', KEYS[8], id) == 1 then
     mark()
   end
   return 'delayed'
+end
+-- Waiting for a concurrency slot (it holds none): removed from its waiting list. On a
+-- shared stream, the other groups' copies of it obey the mark.
+local waiting, message = waiting_of(KEYS[11], id, ARGV[10])
+if waiting then
+  redis.call('LREM', waiting, 1, message)
+  redis.call('HDEL', KEYS[11], id)
+  release_lock()
+  record_outcome()
+  if shared then
+    mark()
+  end
+  return 'waiting'
 end
 -- The task's entry: through the where-map, or its id itself; only an entry of this task
 -- (a where-map entry gone stale, or an id shaped like an entry id, may lead to another
