@@ -511,6 +511,7 @@ class Keys:
             self.paused,
             self.quarantine,
             self.concurrency_keys,
+            self.concurrency_waiters,
         ]
         if self.own_queue:
             return list(dict.fromkeys(self.queue_keys() + own))

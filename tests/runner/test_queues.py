@@ -77,6 +77,10 @@ def test_a_group_of_another_queue_keeps_its_own_keys_in_the_queues_slot() -> Non
     assert keys.task("1-0") == "trunner:{events}:group:audit:task:1-0"
     assert keys.leader == "trunner:{events}:group:audit:leader"
     assert keys.paused == "trunner:{events}:group:audit:paused"
+    # cancel_task.lua names another group's record and channel so (Keys._key)
+    assert keys.task("1-0") == f"{keys.queue_base}group:audit:task:1-0"
+    assert keys.done == f"{keys.queue_base}group:audit:done"
+    assert Keys("trunner", "events").task("1-0") == f"{keys.queue_base}task:1-0"
     every = [*keys.fixed(), keys.fence, keys.done, keys.delayed_wake, keys.task("x")]
     assert {hash_tag(key) for key in every} == {"events"}, "one Cluster slot for all"
     other = keys.for_group("email")
