@@ -308,6 +308,39 @@ async def test_a_task_cancelled_on_a_shared_queue_is_cancelled_for_every_group(
     assert ran == [("email", "x")]
 
 
+@pytest.mark.parametrize("where", ["delayed", "queued"])
+async def test_cancelling_one_groups_own_message_leaves_the_others_outcomes(
+    url: str, group: str, raw: Any, where: str
+) -> None:
+    """A message of one group for itself (a retry, say: the others skip it) cancelled on a
+    shared queue is that group's alone: the other groups' outcomes of the task stay. (The
+    retries of the group of the queue's own name wait in the queue's delayed set.)"""
+    queue = _queue(group)
+    ran: list[tuple[str, Any]] = []
+    keys = Keys("trunner", queue)
+    async with open_checked_runner(url, config(queue, queue=queue), recording(ran, queue)):
+        pass
+    async with (
+        trunner.open_client(url, queue) as own,
+        trunner.open_client(url, queue, group="email") as email,
+    ):
+        async with open_checked_runner(url, config("email", queue=queue), recording(ran, "email")):
+            task = await email.dispatch("record", "x", keep_result=60)
+            assert await task.result(timeout=10) is None
+        retry = trunner.message.encode_message(
+            "record", "x", attempt=2, enqueued_at=1.0, task_id=task.id, group=queue,
+            max_bytes=1 << 20,
+        )  # fmt: skip
+        if where == "delayed":
+            raw.zadd(keys.delayed, {task.id: 10**13})
+            raw.hset(keys.delayed_messages, task.id, retry)
+        else:  # moved into the stream, not read by any group yet
+            raw.hset(keys.where, task.id, raw.xadd(keys.stream, {"payload": retry}))
+        assert await own.handle(task.id).cancel() is trunner.CancelOutcome.REMOVED
+        assert (await own.handle(task.id).status()).state is TaskState.CANCELLED
+        assert (await email.handle(task.id).status()).state is TaskState.SUCCEEDED
+
+
 async def test_results_are_each_groups_own(url: str, group: str) -> None:
     queue = _queue(group)
     tasks_a, tasks_b = trunner.TaskRegistry(), trunner.TaskRegistry()

@@ -34,7 +34,8 @@
 -- the task gets the mark there, which every group that fetches it later obeys (and which
 -- stays until it expires): another group's retry of it may be waiting, or on its way.
 -- A task it removes for groups that would never see it otherwise (a delayed dispatch, on
--- the queue's delayed set; a queued entry that some group has not read yet) gets its
+-- the queue's delayed set; a queued entry that some group has not read yet; not a message
+-- of one group for itself, such as a retry, which the others skip) gets its
 -- outcome in the record of each of those groups too, and their waiters are told: to them
 -- it was cancelled, not never dispatched.
 -- What something else wrote never fails it: an id, or a where-map entry, that leads to no
@@ -84,13 +85,22 @@ local function mark()
 end
 -- On a shared stream every way out also marks the task: another group may hold a retry of
 -- it (in its own delayed set, which this script does not see), or fetch it later.
+-- A delayed message for one group alone (a retry, a replay of the group of the queue's own
+-- name, whose delayed set is the queue's) is that group's: no other group would see it.
+local function everyones(message)
+  local ok, body = pcall(cjson.decode, message or '')
+  return ok and type(body) == 'table' and body.group == nil
+end
 if redis.call('ZREM', KEYS[2], id) == 1 then
+  local delayed_message = redis.call('HGET', KEYS[3], id)
   redis.call('HDEL', KEYS[3], id)
   redis.call('HDEL', KEYS[4], id)
   release_lock()
   record_outcome()
   if shared then
-    record_for(registered()) -- a delayed dispatch is every group's: none will see it now
+    if everyones(delayed_message) then -- a delayed dispatch: no group will see it now
+      record_for(registered())
+    end
     mark()
   end
   return 'delayed'
@@ -137,14 +147,18 @@ local function entry_of_task()
   for i = 1, #fields - 1, 2 do
     if fields[i] == 'payload' then
       local decoded, body = pcall(cjson.decode, fields[i + 1])
-      if decoded and type(body) == 'table' and type(body.id) == 'string' then
-        return body.id == id and stream, stream_id
+      if decoded and type(body) == 'table' then
+        if type(body.id) == 'string' then
+          return body.id == id and stream, stream_id, body.group == nil
+        end
+        return entry == id and stream, stream_id, body.group == nil
       end
     end
   end
-  return entry == id and stream, stream_id
+  return entry == id and stream, stream_id, false
 end
-local stream, entry = entry_of_task()
+-- everyone: the entry is every group's (not a message of one group for itself)
+local stream, entry, everyone = entry_of_task()
 if shared then
   if not stream then
     mark()
@@ -169,7 +183,9 @@ if shared then
   redis.call('HDEL', KEYS[5], id)
   release_lock()
   record_outcome()
-  record_for(unread)
+  if everyone then
+    record_for(unread)
+  end
   mark()
   return 'queued'
 end
