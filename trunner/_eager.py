@@ -18,8 +18,9 @@ from typing import Any, Protocol
 import trio
 
 from ._context import Given, NoRunnerInEagerCall, _current_message, _eager_call
+from ._util import timed
 from .codec import TypeCodec
-from .errors import InvalidPayload, MaxRetryExceeded, MiddlewareError, TaskTimeout, gives_up
+from .errors import InvalidPayload, MaxRetryExceeded, MiddlewareError, gives_up
 from .keys import entry_id
 from .message import (
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -188,10 +189,7 @@ async def _attempt(task: EagerTask, payload: Any, max_result_bytes: int) -> Any:
     if task.timeout is None:
         result = await task.action(payload)
     else:
-        with trio.move_on_after(task.timeout) as scope:
-            result = await task.action(payload)
-        if scope.cancelled_caught:
-            raise TaskTimeout(task.name, task.timeout)
+        result = await timed(task.action, payload, task.name, task.timeout)
     if task.keep_result is None:
         return result
     import msgspec  # noqa: PLC0415 - only tasks that keep their result

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import os
 import random
 import re
@@ -16,6 +17,8 @@ from contextlib import asynccontextmanager
 from typing import Any, Generic, TypeVar
 
 import trio
+
+from .errors import TaskTimeout
 
 __all__ = [
     "ErrorLog",
@@ -155,6 +158,35 @@ def connection_name(role: str) -> str:
     (``trunner-client:emails@4242.a1b2c3``), so that ``CLIENT LIST`` tells which process
     opened a connection, and a leak check counts only its own process's."""
     return f"{role}@{process_tag()}"
+
+
+def utc_text(seconds: float | None) -> str:
+    """A time (seconds since the epoch) as ``YYYY-MM-DD HH:MM:SS`` in UTC, for people: ``-``
+    for none (0, None, NaN, an infinity), ``?`` for one no calendar holds (a pause mark of
+    twenty digits, which the runners accept, is that far out)."""
+    import datetime  # noqa: PLC0415 - for the command and the dashboard only
+
+    if not seconds or not math.isfinite(seconds):
+        return "-"
+    try:
+        moment = datetime.datetime.fromtimestamp(seconds, datetime.UTC)
+    except (OverflowError, OSError, ValueError):
+        return "?"
+    return moment.strftime("%Y-%m-%d %H:%M:%S")
+
+
+async def timed(
+    action: Callable[[Any], Awaitable[Any]], payload: Any, name: str, limit: float
+) -> Any:
+    """``await action(payload)`` under a cancel scope of ``limit`` seconds (a task's
+    ``timeout``): past it, the attempt fails with ``TaskTimeout``, whether the cancellation
+    ended it or it returned all the same (it swallowed or shielded the ``Cancelled``, or
+    never reached a checkpoint): what it returned late is not its result."""
+    with trio.move_on_after(limit) as scope:
+        result = await action(payload)
+    if scope.cancel_called or trio.current_time() >= scope.deadline:
+        raise TaskTimeout(name, limit)
+    return result
 
 
 def wall_ms() -> int:

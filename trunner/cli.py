@@ -26,7 +26,6 @@ second one stops it at once.
 from __future__ import annotations
 
 import argparse
-import datetime
 import importlib.metadata
 import json
 import os
@@ -45,6 +44,7 @@ from rich.text import Text
 from . import __version__
 from ._demo import run_demo
 from ._util import leaf_exceptions, logger
+from ._util import utc_text as _when
 from .admin import DeadLetter, GroupInfo, as_dict
 from .client import Client, open_client
 from .discovery import discover_groups
@@ -476,12 +476,6 @@ def _unknown(info: GroupInfo) -> bool:
     return not (
         info.instances or info.queue_length or info.pending or info.delayed or info.dead_letters
     )
-
-
-def _when(seconds: float) -> str:
-    if not seconds:
-        return "-"
-    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _summary(info: GroupInfo) -> Table:

@@ -292,6 +292,8 @@ class TaskHandle(str, Generic[R]):
         if status.state.finished:
             return CancelOutcome.FINISHED
         message = _message(self.id, look.delayed) if look.due_ms is not None else None
+        if message is None and look.waiting is not None:
+            message = _message(self.id, look.waiting)
         if message is None and look.entry_id is not None:
             entry = _message(look.entry_id, look.entry)
             message = entry if _belongs(self.id, look.entry_id, entry) else None
@@ -313,7 +315,7 @@ class TaskHandle(str, Generic[R]):
             record = (broker.keys.task(self.id), ttl_ms(keep), fields)
         until = wall_ms() + int(MARK_LIFETIME * 1000)
         where = await broker.cancel_task(self.id, until, lock, record)
-        if where in ("delayed", "queued"):
+        if where in ("delayed", "waiting", "queued"):
             return CancelOutcome.REMOVED
         if where == "running":
             if wait:
@@ -409,6 +411,8 @@ class TaskHandle(str, Generic[R]):
         its name, with the ``keep_result`` its dispatch or its task sets. The handle keeps
         what it learnt: one that saw its task queued knows, once it is gone, that it ended."""
         message = _message(self.id, look.delayed) if look.due_ms is not None else None
+        if message is None and look.waiting is not None:
+            message = _message(self.id, look.waiting)
         if message is None and look.entry_id is not None:
             entry = _message(look.entry_id, look.entry)
             message = entry if _belongs(self.id, look.entry_id, entry) else None
@@ -585,6 +589,8 @@ def status_of(task_id: str, look: TaskLook) -> TaskStatus:
         retrying = message is not None and message.attempt > 1
         state = TaskState.RETRYING if retrying else TaskState.SCHEDULED
         return _merge(recorded, task_id, state, message, due_at=as_time(look.due_ms / 1000))
+    if look.waiting is not None:  # deferred by its concurrency limit: it runs once granted
+        return _merge(recorded, task_id, TaskState.QUEUED, _message(task_id, look.waiting))
     if look.entry_id is not None:
         deliveries = split_deliveries(look.deliveries or 1)[0]  # the given-up mark off
         message = _message(look.entry_id, look.entry, deliveries)

@@ -210,6 +210,13 @@ class Keys:
         had)."""
         return self.queue == self.group
 
+    @property
+    def queue_base(self) -> str:
+        """``<prefix>:{<queue>}:``, what every key of the queue starts with; a group's own
+        keys follow it (the group of the queue's name), or ``group:<group>:`` does (see
+        :meth:`_key`; cancel_task.lua names other groups' records so)."""
+        return self._qkey("")
+
     def _qkey(self, name: str) -> str:
         """A key of the queue, shared by every group reading it."""
         return f"{self.prefix}:{{{self.queue}}}:{name}"
@@ -348,6 +355,14 @@ class Keys:
         return self._key(f"concurrency:waiting:{key}")
 
     @property
+    def concurrency_waiters(self) -> str:
+        """``<prefix>:{<group>}:concurrency:waiters``: the group's index of the tasks waiting
+        for a concurrency slot (a hash of task id -> ``<n>:<its waiting list's key><its
+        message>``, n the length of that key), so that status and cancel find them. The
+        limit scripts name it from a limit's keys (limits.lua: waiters_index)."""
+        return self._key("concurrency:waiters")
+
+    @property
     def concurrency_keys(self) -> str:
         """``<prefix>:{<group>}:concurrency:keys``: the keys of the concurrency limits in use
         (a set of ``<len>:<task>[:<key>]``), which the leader's janitor looks over for slots
@@ -461,6 +476,7 @@ class Keys:
             self.cancelled: "hash",
             self.paused: "string",
             self.concurrency_keys: "set",
+            self.concurrency_waiters: "hash",
             self.lanes: "set",
         }
         return types
@@ -504,6 +520,7 @@ class Keys:
             self.paused,
             self.quarantine,
             self.concurrency_keys,
+            self.concurrency_waiters,
         ]
         if self.own_queue:
             return list(dict.fromkeys(self.queue_keys() + own))

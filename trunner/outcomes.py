@@ -356,7 +356,7 @@ class Outcomes:
                 where = await self._broker.cancel_task(task_id, until, job.lock(self._keys), record)
             except BackendError as exc:
                 self._errors.capture(exc)
-        if where in ("delayed", "queued"):
+        if where in ("delayed", "waiting", "queued"):
             self._counters.cancelled += 1
             self._holdings.cancelled.pop(task_id, None)
             logger.info("%s cancelled (its retry removed)", job.about(), extra=job.log_fields())

@@ -34,10 +34,10 @@ from ._context import _current_message
 from ._isolated import Isolated
 from ._redis import RawEntry
 from ._slots import WorkerSlots
-from ._util import ErrorLog, logger
+from ._util import ErrorLog, logger, timed
 from .admission import Admission
 from .config import RunnerConfig
-from .errors import InvalidPayload, MiddlewareError, TaskTimeout
+from .errors import InvalidPayload, MiddlewareError
 from .holdings import GIVEN_UP, Holdings, Job, beat_interval, split_deliveries
 from .message import (
     NO_OPTIONS,
@@ -462,10 +462,7 @@ class WorkerPool:
             if timeout is None:
                 result = await task.action(payload)
             else:
-                with trio.move_on_after(timeout) as scope:
-                    result = await task.action(payload)
-                if scope.cancelled_caught:
-                    raise TaskTimeout(task.name, timeout)
+                result = await timed(task.action, payload, task.name, timeout)
             if keep is not None:
                 # InvalidResult (no JSON form, or too large): gives up
                 job.result = task.result_codec.encode_json(result, self._config.max_payload_bytes)
@@ -510,10 +507,7 @@ class WorkerPool:
                 if limit is None:
                     result = await task.action(payload)
                 else:
-                    with trio.move_on_after(limit) as scope:
-                        result = await task.action(payload)
-                    if scope.cancelled_caught:
-                        raise TaskTimeout(task.name, limit)
+                    result = await timed(task.action, payload, task.name, limit)
                 if keep is not None:
                     size = self._config.max_payload_bytes
                     job.result = task.result_codec.encode_json(result, size)

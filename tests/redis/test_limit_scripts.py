@@ -175,3 +175,31 @@ async def test_a_holder_whose_id_redis_refuses_is_freed(
     raw.zadd(holders, dict.fromkeys(bad, 1))
     raw.zadd(holders, {"18446744073709551615-0": 1})  # the largest id: no such entry
     assert await broker.reconcile_slots("1:t", 1) == (4, 0, 0)
+
+
+async def test_a_holder_of_a_lane_with_no_stream_is_freed_and_recorded(
+    broker: Broker, raw: Any, keys: Keys
+) -> None:
+    """A holder naming a lane whose stream does not exist kept its slot for ever (kept
+    'while its lane has no stream'): no entry of it can be pending, nor on its way. It is
+    freed and recorded in the quarantine; live holders of real lanes keep their slots."""
+    holders, waiting, _ = slot_of(keys)
+    (running,) = await fetched(broker, 1)  # pending in the default lane
+    urgent = keys.lane_stream("urgent")
+    raw.xgroup_create(urgent, keys.group, id="0", mkstream=True)
+    on_its_way = raw.xadd(urgent, {"payload": message(1)}).decode() + "@urgent"
+    unread = keys.lane_stream("later")  # a lane stream the group does not read (yet)
+    no_group = raw.xadd(unread, {"payload": message(2)}).decode() + "@later"
+    live = {running, on_its_way, no_group}
+    raw.zadd(holders, {"1-0@ghost": 1, **dict.fromkeys(live, 2)})
+    raw.rpush(waiting, message(3))
+    assert await broker.reconcile_slots("1:t", 4) == (1, 4, 0)
+    held = {h.decode() for h in raw.zrange(holders, 0, -1)}
+    assert live < held, "live holders keep their slots"
+    assert "1-0@ghost" not in held, "the ghost's slot went to the waiter"
+    (record,) = [e[1] for e in raw.xrange(keys.quarantine)]
+    assert record[b"source"] == b"concurrency:holders"
+    assert record[b"item"] == holders.encode()
+    assert record[b"value"] == b"1-0@ghost"
+    assert b"no stream" in record[b"reason"]
+    assert await broker.reconcile_slots("1:t", 4) == (0, 4, 0), "nothing more to free"

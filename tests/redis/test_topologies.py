@@ -355,6 +355,51 @@ async def test_priority_lanes_on_a_cluster(cluster: Cluster) -> None:
     assert sorted(p for _, p in ran) == ["delayed", "fails once", "fails once", "kept", "plain"]
 
 
+@pytest.mark.deadline(60)
+async def test_waiters_and_shared_cancels_on_a_cluster(cluster: Cluster) -> None:
+    """The keys the limit and cancel scripts name from data (the group's index of
+    waiters, a waiting list it names, another group's record and channel) are in the
+    queue's slot: on a Cluster, a task waiting for a slot is looked up and cancelled, and
+    a task cancelled through one group is cancelled for the other."""
+    queue = f"wq-{uuid.uuid4().hex[:6]}"
+    gates = {p: trio.Event() for p in "ab"}
+    started: list[str] = []
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task(concurrency=1, keep_result=60)
+    async def one(payload: str) -> str:
+        started.append(payload)
+        await gates[payload].wait()
+        return payload
+
+    for group in ("other", "main"):
+        async with trunner.open_runner(cluster.url, config(group, queue=queue), tasks):
+            pass
+    async with (
+        trunner.open_client(cluster.url, queue, group="main") as main,
+        trunner.open_client(cluster.url, queue, group="other") as other,
+    ):
+        queued = await main.dispatch(one, "q")
+        assert await queued.cancel() is trunner.CancelOutcome.REMOVED
+        assert (await other.handle(queued.id).status()).state is trunner.TaskState.CANCELLED
+        async with trunner.open_runner(cluster.url, config("main", queue=queue), tasks) as r:
+            await main.dispatch(one, "a")
+            await redis_state(lambda: _ran(started, 1))
+            b = await main.dispatch(one, "b")
+            c = await main.dispatch(one, "c")
+
+            async def both_wait() -> bool:
+                return r.statistics().deferred_concurrency == 2
+
+            await redis_state(both_wait)
+            assert (await b.status()).state is trunner.TaskState.QUEUED
+            assert await c.cancel() is trunner.CancelOutcome.REMOVED
+            gates["a"].set()
+            gates["b"].set()
+            assert await b.result() == "b"
+    assert started == ["a", "b"]
+
+
 async def _ran(ran: list[Any], n: int) -> bool:
     await trio.lowlevel.checkpoint()
     return len(ran) >= n

@@ -8,12 +8,14 @@ progress.py and status.py. Cancellation has its own module (test_cancel.py).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import decimal
 import enum
 import json
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any, TypedDict
 
 import attrs
@@ -517,6 +519,53 @@ async def test_a_timeout_fails_the_attempt_and_is_retried(url: str, group: str) 
         assert "0.2 s" in str(info.value.error)
         # a dispatch's own timeout replaces the task's
         assert await (await runner.dispatch("slow", 0.3, timeout=30)).result() == "done"
+
+
+class Passing(trunner.Middleware):
+    """Wraps each attempt and changes nothing: the attempt runs inside the hooks."""
+
+    @contextlib.asynccontextmanager
+    async def around_attempt(self, attempt: trunner.AttemptInfo) -> AsyncIterator[None]:
+        yield
+
+
+@pytest.mark.parametrize("hooks", [False, True], ids=["plain", "middleware"])
+async def test_an_attempt_that_returns_past_its_timeout_fails_with_task_timeout(
+    url: str, group: str, hooks: bool
+) -> None:
+    """A task that swallowed the cancellation of its timeout, or shielded itself from it,
+    and returned late ended ``succeeded``; its attempt fails with ``TaskTimeout`` and is
+    retried, as the docs say (eager calls too)."""
+    tasks = trunner.TaskRegistry()
+    returned: list[str] = []
+
+    @tasks.task(keep_result=60, timeout=0.1, max_retry=1, retry_backoff=0.01)
+    async def swallows(_: None) -> str:
+        try:
+            await trio.sleep_forever()
+        except trio.Cancelled:
+            returned.append("swallows")
+            return "late"
+
+    @tasks.task(keep_result=60, timeout=0.1, max_retry=1, retry_backoff=0.01)
+    async def shields(_: None) -> str:
+        with trio.CancelScope(shield=True):
+            await trio.sleep(0.2)  # past its timeout, whatever the load
+        returned.append("shields")
+        return "late"
+
+    cfg = config(group, middleware=[Passing()] if hooks else [])
+    async with open_checked_runner(url, cfg, tasks) as runner:
+        for name in ("swallows", "shields"):
+            with pytest.raises(trunner.TaskFailed) as info:
+                await (await runner.dispatch(name, None)).result()
+            assert info.value.attempt == 2, "retried per its policy"
+            assert info.value.error.type_name == "TaskTimeout"  # type: ignore[attr-defined]
+            assert returned.count(name) == 2, "each attempt returned late"
+    for name in ("swallows", "shields"):
+        with pytest.raises(trunner.MaxRetryExceeded) as eager:
+            await tasks.call(name, None)
+        assert isinstance(eager.value.__cause__, trunner.TaskTimeout)
 
 
 async def test_a_task_not_started_before_it_expires_is_dropped(url: str, group: str) -> None:

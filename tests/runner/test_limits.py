@@ -321,3 +321,88 @@ async def test_one_limit_the_janitor_cannot_reconcile_leaves_the_others_reconcil
         assert janitor.slots_freed == 1
         assert raw_memory.zcard(keys.concurrency_holders("3:one:ok")) == 0
         assert r.statistics().errors >= 1
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["own-queue", "shared-queue"])
+async def test_a_task_waiting_for_a_slot_is_found_by_status_result_and_cancel(
+    url: str, group: str, shared: bool
+) -> None:
+    """A task deferred by its concurrency limit waits in a list: ``result()`` raised
+    ResultNotFound at once (though it ran later and succeeded), ``status()`` said unknown,
+    and ``cancel()`` answered unknown and the task ran all the same."""
+    steps = Steps()
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task(name="one", concurrency=1, keep_result=60)
+    async def one(payload: str) -> str:
+        await steps.run(payload)
+        return payload.upper()
+
+    queue = f"q-{group}" if shared else group
+    if shared:  # a second group reads the queue: the deferred entry stays in the stream
+        async with open_checked_runner(url, config(f"{group}-other", queue=queue), tasks):
+            pass
+    cfg = config(group, queue=queue, janitor_interval=None)
+    async with (
+        open_checked_runner(url, cfg, tasks) as runner,
+        trunner.open_client(url, queue, group=group) as client,
+    ):
+        await client.dispatch("one", "a")
+        await steps.wait_started(1)
+        b = await client.dispatch("one", "b")
+        c = await client.dispatch("one", "c")
+
+        async def both_wait() -> bool:
+            return runner.statistics().deferred_concurrency == 2
+
+        await redis_state(both_wait)
+        status = await client.handle(b.id).status()
+        assert (status.state, status.task, status.attempt) == (trunner.TaskState.QUEUED, "one", 1)
+        with pytest.raises(trunner.ResultTimeout):
+            await client.handle(b.id).result(timeout=0)
+        assert await client.handle(c.id).cancel() is trunner.CancelOutcome.REMOVED
+        assert (await c.status()).state is trunner.TaskState.CANCELLED
+        with pytest.raises(trunner.TaskCancelled):
+            await c.result(timeout=0)
+        results: list[str] = []
+        async with trio.open_nursery() as nursery:
+
+            async def wait_b() -> None:
+                results.append(await client.handle(b.id).result())
+
+            nursery.start_soon(wait_b)
+            steps.finish("a")
+            await steps.wait_started(2)
+            steps.finish("b")
+        assert results == ["B"]
+        assert (await runner.inspect()).concurrency.get("3:one", (0, 0)) == (0, 0)
+    assert steps.payloads == ["a", "b"], "the cancelled waiter never ran"
+
+
+async def test_a_task_deferred_by_its_rate_is_found_by_status_result_and_cancel(
+    url: str, group: str
+) -> None:
+    """A rate-deferred task waits in the delayed set, due when its rate admits it: it is
+    scheduled, a wait for it goes on, and cancelling it removes it."""
+    steps = Steps()
+    tasks = trunner.TaskRegistry()
+    tasks.task("paced", rate_limit="1/h", keep_result=60)(steps.run)
+    async with open_checked_runner(url, config(group), tasks) as runner:
+        await runner.dispatch("paced", "a")
+        await steps.wait_started(1)
+        b = await runner.dispatch("paced", "b")
+
+        async def deferred() -> bool:
+            return runner.statistics().deferred_rate == 1
+
+        await redis_state(deferred)
+        status = await b.status()
+        assert status.state is trunner.TaskState.SCHEDULED
+        assert status.due_at is not None
+        assert status.due_at > time.time() + 3000
+        with pytest.raises(trunner.ResultTimeout):
+            await b.result(timeout=0)
+        assert await b.cancel() is trunner.CancelOutcome.REMOVED
+        assert (await b.status()).state is trunner.TaskState.CANCELLED
+        steps.finish("a")
+    assert steps.payloads == ["a"]

@@ -19,7 +19,7 @@ import pytest
 import trio
 
 import trunner
-from trunner import Keys
+from trunner import Keys, TaskState
 from trunner.keys import hash_tag
 
 from ..conftest import config, open_checked_runner, parts, redis_state
@@ -77,6 +77,10 @@ def test_a_group_of_another_queue_keeps_its_own_keys_in_the_queues_slot() -> Non
     assert keys.task("1-0") == "trunner:{events}:group:audit:task:1-0"
     assert keys.leader == "trunner:{events}:group:audit:leader"
     assert keys.paused == "trunner:{events}:group:audit:paused"
+    # cancel_task.lua names another group's record and channel so (Keys._key)
+    assert keys.task("1-0") == f"{keys.queue_base}group:audit:task:1-0"
+    assert keys.done == f"{keys.queue_base}group:audit:done"
+    assert Keys("trunner", "events").task("1-0") == f"{keys.queue_base}task:1-0"
     every = [*keys.fixed(), keys.fence, keys.done, keys.delayed_wake, keys.task("x")]
     assert {hash_tag(key) for key in every} == {"events"}, "one Cluster slot for all"
     other = keys.for_group("email")
@@ -268,6 +272,73 @@ async def test_a_queued_task_cancelled_on_a_shared_queue_runs_nowhere(
             await redis_state(lambda: _count(ran, 2))
     assert sorted(ran) == [("audit", "kept"), ("email", "kept")]
     assert kept.id != handle.id
+
+
+async def test_a_task_cancelled_on_a_shared_queue_is_cancelled_for_every_group(
+    url: str, group: str
+) -> None:
+    """A task cancelled through one group's client before the other groups read it (a
+    queued entry, deleted from the shared stream; a delayed dispatch, every group's) was
+    'never dispatched' to them: each such group reads it cancelled, and a group that ran
+    it already keeps its own outcome."""
+    queue = _queue(group)
+    ran: list[tuple[str, Any]] = []
+    for name in ("audit", "billing"):  # both groups exist, stopped
+        async with open_checked_runner(url, config(name, queue=queue), recording(ran, name)):
+            pass
+    async with (
+        trunner.open_client(url, queue, group="audit") as audit,
+        trunner.open_client(url, queue, group="email") as email,
+        trunner.open_client(url, queue, group="billing") as billing,
+    ):
+        async with open_checked_runner(url, config("email", queue=queue), recording(ran, "email")):
+            queued = await audit.dispatch("record", "x", keep_result=60)
+            assert await email.handle(queued.id).result(timeout=10) is None
+        delayed = await audit.dispatch_delayed("record", "y", 3600, keep_result=60)
+        assert await queued.cancel() is trunner.CancelOutcome.REMOVED
+        assert await delayed.cancel() is trunner.CancelOutcome.REMOVED
+        for client in (audit, billing):
+            for handle in (queued, delayed):
+                mine = client.handle(handle.id)
+                assert (await mine.status()).state is TaskState.CANCELLED
+                with pytest.raises(trunner.TaskCancelled):
+                    await mine.result(timeout=0)
+        assert (await email.handle(queued.id).status()).state is TaskState.SUCCEEDED
+        assert (await email.handle(delayed.id).status()).state is TaskState.CANCELLED
+    assert ran == [("email", "x")]
+
+
+@pytest.mark.parametrize("where", ["delayed", "queued"])
+async def test_cancelling_one_groups_own_message_leaves_the_others_outcomes(
+    url: str, group: str, raw: Any, where: str
+) -> None:
+    """A message of one group for itself (a retry, say: the others skip it) cancelled on a
+    shared queue is that group's alone: the other groups' outcomes of the task stay. (The
+    retries of the group of the queue's own name wait in the queue's delayed set.)"""
+    queue = _queue(group)
+    ran: list[tuple[str, Any]] = []
+    keys = Keys("trunner", queue)
+    async with open_checked_runner(url, config(queue, queue=queue), recording(ran, queue)):
+        pass
+    async with (
+        trunner.open_client(url, queue) as own,
+        trunner.open_client(url, queue, group="email") as email,
+    ):
+        async with open_checked_runner(url, config("email", queue=queue), recording(ran, "email")):
+            task = await email.dispatch("record", "x", keep_result=60)
+            assert await task.result(timeout=10) is None
+        retry = trunner.message.encode_message(
+            "record", "x", attempt=2, enqueued_at=1.0, task_id=task.id, group=queue,
+            max_bytes=1 << 20,
+        )  # fmt: skip
+        if where == "delayed":
+            raw.zadd(keys.delayed, {task.id: 10**13})
+            raw.hset(keys.delayed_messages, task.id, retry)
+        else:  # moved into the stream, not read by any group yet
+            raw.hset(keys.where, task.id, raw.xadd(keys.stream, {"payload": retry}))
+        assert await own.handle(task.id).cancel() is trunner.CancelOutcome.REMOVED
+        assert (await own.handle(task.id).status()).state is TaskState.CANCELLED
+        assert (await email.handle(task.id).status()).state is TaskState.SUCCEEDED
 
 
 async def test_results_are_each_groups_own(url: str, group: str) -> None:

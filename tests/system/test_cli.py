@@ -107,6 +107,20 @@ def test_inspecting_an_unknown_group_says_so(redis_server: RedisServer, group: s
     assert f"nothing is known of group '{group}-typo'" in " ".join(shown.stdout.split())
 
 
+def test_a_pause_mark_out_of_the_calendar_is_shown_not_a_crash(
+    redis_server: RedisServer, group: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A pause mark of twenty digits, which the runners accept, crashed inspect and pause
+    (OSError: Value too large, formatting its time); the dashboard's formatting did not."""
+    raw = raw_client(redis_server.url)
+    raw.set(trunner.Keys("trunner", group).paused, "99999999999999999999")
+    raw.close()
+    assert main(["inspect", group, "--redis", redis_server.url]) == 0
+    assert "since ? UTC" in capsys.readouterr().out
+    assert main(["pause", group, "--redis", redis_server.url]) == 0
+    assert f"group {group} was paused already (since ? UTC)" in capsys.readouterr().out
+
+
 def test_bad_payload_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["dispatch", "g", "t", "{not json", "--redis", "memory://cli"]) == 1
     assert "the payload is not valid JSON" in capsys.readouterr().err

@@ -51,3 +51,16 @@ def test_version_without_the_distribution_is_the_packages_own(
         cli.main(["--version"])
     assert exited.value.code == 0
     assert capsys.readouterr().out.startswith(f"trunner {trunner.__version__} (Python ")
+
+
+def test_times_are_shown_by_one_guarded_function() -> None:
+    """The command's time formatting crashed on a time no calendar holds (a pause mark of
+    twenty digits: OSError, Value too large); the dashboard's copy was guarded."""
+    from trunner._util import utc_text  # noqa: PLC0415
+    from trunner.dashboard import _app  # noqa: PLC0415
+
+    assert vars(cli)["_when"] is utc_text
+    assert vars(_app)["_when"] is utc_text
+    assert utc_text(99999999999999999999 / 1000) == "?"
+    assert utc_text(float("inf")) == utc_text(float("nan")) == utc_text(None) == utc_text(0) == "-"
+    assert utc_text(86400.5) == "1970-01-02 00:00:00"

@@ -529,7 +529,7 @@ class Broker(Inspection):
         record: Record | None,
     ) -> str:
         """Cancel ``task_id`` wherever it is (see ``cancel_task.lua``): returns where it was
-        cancelled (``delayed``, ``queued``, ``running``) or ``absent``. ``lock``: its
+        cancelled (``delayed``, ``waiting``, ``queued``, ``running``) or ``absent``. ``lock``: its
         unique lock (key, token), released with a delayed or queued task; ``record``: its
         'cancelled' outcome, for a task that keeps its result."""
         keys = self.keys
@@ -547,6 +547,7 @@ class Broker(Inspection):
                 keys.retries,
                 keys.retry_messages,
                 keys.groups,
+                keys.concurrency_waiters,
                 *([lock[0]] if lock else []),
             ],
             [
@@ -557,6 +558,9 @@ class Broker(Inspection):
                 keys.done,
                 lock[1] if lock else "",
                 ttl,
+                keys.queue_base,
+                keys.queue,
+                keys.concurrency_waiting(""),
                 *(text_field(x) for pair in fields for x in pair),
             ],
         )

@@ -68,6 +68,8 @@ class TaskLook:
     """How many times the entry was delivered (0 when not pending)."""
     delivered: bool
     """Whether the group delivered the entry already (else it is queued)."""
+    waiting: bytes | None = None
+    """Its message, while it waits for a concurrency slot (in a limit's waiting list)."""
 
 
 class Inspection:
@@ -159,10 +161,11 @@ class Inspection:
                 keys.task(task_id),
                 keys.retries,
                 keys.retry_messages,
+                keys.concurrency_waiters,
             ],
-            [self.group, task_id],
+            [self.group, task_id, keys.concurrency_waiting("")],
         )
-        flat, due, delayed, entry_id, fields, consumer, deliveries, delivered = reply
+        flat, due, delayed, entry_id, fields, consumer, deliveries, delivered, waiting = reply
         if isinstance(flat, bytes):  # an outcome written as one JSON object
             record = record_from_json(flat)
         else:
@@ -176,6 +179,7 @@ class Inspection:
             consumer=as_str(consumer) if consumer else None,
             deliveries=int(deliveries or 0),
             delivered=bool(delivered),
+            waiting=waiting if isinstance(waiting, bytes) else None,
         )
 
     async def delayed_count(self) -> int:

@@ -121,8 +121,12 @@ class _Scripts:
         self.set_aside_keys = _load("set_aside_keys")
         self.group_floor = make_script("group_floor", _numbered(_with_delivered("group_floor")))
         self.task_started = make_script("task_started", _numbered(_read("task_started")))
-        self.task_status = make_script("task_status", _laned(_with_delivered("task_status")))
-        self.cancel_task = make_script("cancel_task", _laned(_with_delivered("cancel_task")))
+        self.task_status = make_script(
+            "task_status", _read("waiting") + "\n" + _laned(_with_delivered("task_status"))
+        )
+        self.cancel_task = make_script(
+            "cancel_task", _read("waiting") + "\n" + _laned(_with_delivered("cancel_task"))
+        )
         self.task_progress = make_script("task_progress", _attempt(_read("task_progress")))
         self.pause = _load("pause")
         self.resume = _load("resume")

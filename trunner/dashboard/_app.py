@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
 import json
 import logging
 import math
@@ -39,6 +38,7 @@ from trunner import (
     open_client,
     redact_url,
 )
+from trunner._util import utc_text as _when
 
 from ._actions import ACTIONS, Action, Form
 from ._sampler import Sampler
@@ -67,16 +67,6 @@ SECURITY_HEADERS = {
     "x-frame-options": "DENY",
     "cache-control": "no-store",
 }
-
-
-def _when(seconds: float | None) -> str:
-    if not seconds or not math.isfinite(seconds):
-        return "-"
-    try:
-        moment = datetime.datetime.fromtimestamp(seconds, datetime.UTC)
-    except (OverflowError, OSError, ValueError):
-        return "?"
-    return moment.strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _finite(value: Any) -> Any:

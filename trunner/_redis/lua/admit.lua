@@ -9,7 +9,8 @@
 --   set, due exactly then, marked as reserved, so it is not checked for its rate again.
 -- * Concurrency: the oldest waiters are granted first while slots are free; then the
 --   message takes a slot (its entry id holds it) if fewer than the limit are held and
---   nobody waits, else it is appended to the waiting list (release_slot grants it later).
+--   nobody waits, else it is appended to the waiting list (release_slot grants it later),
+--   and the group's index of waiters finds it by its task id (status, cancel).
 -- KEYS[1]  the task stream (of the messages' lane: one lane per call)
 -- KEYS[2]  the group's delayed set of retries (the delayed set, for a group of its own)
 -- KEYS[3]  its messages
@@ -133,7 +134,9 @@ local function admit_one(rate_key, holders, waiting, id, task_id, deferred, emis
         return {'lost', 0}
       end
       reserve()
-      return {'wait', redis.call('RPUSH', waiting, deferred)}
+      local position = redis.call('RPUSH', waiting, deferred)
+      index_waiter(holders, waiting, task_id, deferred)
+      return {'wait', position}
     end
     if not redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1)[1] then
       return {'lost', 0} -- finished or claimed by another meanwhile: no slot for it

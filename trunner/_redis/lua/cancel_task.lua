@@ -14,7 +14,8 @@
 -- KEYS[8]  the group's delayed set of retries (the delayed set, for a group of its own)
 -- KEYS[9]  its messages
 -- KEYS[10] the queue's registry of groups (a set)
--- KEYS[11] (optional) the lock of the task's unique key
+-- KEYS[11] the group's index of tasks waiting for a concurrency slot (waiting.lua)
+-- KEYS[12] (optional) the lock of the task's unique key
 -- ARGV[1]  the consumer group
 -- ARGV[2]  the task id
 -- ARGV[3]  until when a cancel mark holds (ms since the epoch)
@@ -22,46 +23,84 @@
 -- ARGV[5]  the channel of finished tasks
 -- ARGV[6]  the lock's token ('' without a lock)
 -- ARGV[7]  the record's time-to-live in ms ('0': no record is written)
--- ARGV[8..] field/value pairs of the record
--- Returns  'delayed', 'queued' or 'running' (where it was cancelled), or 'absent'
+-- ARGV[8]  what the keys of the queue's groups start with ('<prefix>:{<queue>}:')
+-- ARGV[9]  the queue's name (its group of that name keeps its keys under ARGV[8] itself)
+-- ARGV[10] what the keys of the group's waiting lists start with
+-- ARGV[11..] field/value pairs of the record
+-- Returns  'delayed', 'waiting' (for a concurrency slot: removed from its waiting list),
+--          'queued' or 'running' (where it was cancelled), or 'absent'
 -- On a stream that several groups read (the registry holds more than one), a queued entry
 -- is deleted only while no group has it pending; else it is 'running'. Whatever it finds,
 -- the task gets the mark there, which every group that fetches it later obeys (and which
 -- stays until it expires): another group's retry of it may be waiting, or on its way.
+-- A task it removes for groups that would never see it otherwise (a delayed dispatch, on
+-- the queue's delayed set; a queued entry that some group has not read yet; not a message
+-- of one group for itself, such as a retry, which the others skip) gets its
+-- outcome in the record of each of those groups too, and their waiters are told: to them
+-- it was cancelled, not never dispatched.
 -- What something else wrote never fails it: an id, or a where-map entry, that leads to no
 -- entry of this task is 'absent'.
 local id = ARGV[2]
 local function release_lock()
   local locked, held = false, false
-  if KEYS[11] then
-    locked, held = pcall(redis.call, 'GET', KEYS[11]) -- another type: nobody's lock
+  if KEYS[12] then
+    locked, held = pcall(redis.call, 'GET', KEYS[12]) -- another type: nobody's lock
   end
   if locked and held == ARGV[6] then
-    redis.call('DEL', KEYS[11])
+    redis.call('DEL', KEYS[12])
   end
 end
-local function record_outcome()
+local function write_outcome(record, done)
   if ARGV[7] ~= '0' then
-    redis.call('DEL', KEYS[7])
-    redis.call('HSET', KEYS[7], unpack(ARGV, 8))
-    redis.call('PEXPIRE', KEYS[7], ARGV[7])
+    redis.call('DEL', record)
+    redis.call('HSET', record, unpack(ARGV, 11))
+    redis.call('PEXPIRE', record, ARGV[7])
   end
-  redis.call('PUBLISH', ARGV[5], id)
+  redis.call('PUBLISH', done, id)
+end
+local function record_outcome()
+  write_outcome(KEYS[7], ARGV[5])
+end
+-- The same outcome for the other groups named (keys.py: Keys._key of each group).
+local function record_for(groups)
+  for _, group in ipairs(groups) do
+    if group ~= ARGV[1] then
+      local base = ARGV[8]
+      if group ~= ARGV[9] then
+        base = base .. 'group:' .. group .. ':'
+      end
+      write_outcome(base .. 'task:' .. id, base .. 'done')
+    end
+  end
 end
 local known, groups = pcall(redis.call, 'SCARD', KEYS[10]) -- another type: shared
 local shared = not known or groups > 1
+local function registered()
+  local ok, names = pcall(redis.call, 'SMEMBERS', KEYS[10])
+  return ok and names or {}
+end
 local function mark()
   redis.call('HSET', KEYS[6], id, ARGV[3])
   redis.call('PUBLISH', ARGV[4], id)
 end
 -- On a shared stream every way out also marks the task: another group may hold a retry of
 -- it (in its own delayed set, which this script does not see), or fetch it later.
+-- A delayed message for one group alone (a retry, a replay of the group of the queue's own
+-- name, whose delayed set is the queue's) is that group's: no other group would see it.
+local function everyones(message)
+  local ok, body = pcall(cjson.decode, message or '')
+  return ok and type(body) == 'table' and body.group == nil
+end
 if redis.call('ZREM', KEYS[2], id) == 1 then
+  local delayed_message = redis.call('HGET', KEYS[3], id)
   redis.call('HDEL', KEYS[3], id)
   redis.call('HDEL', KEYS[4], id)
   release_lock()
   record_outcome()
   if shared then
+    if everyones(delayed_message) then -- a delayed dispatch: no group will see it now
+      record_for(registered())
+    end
     mark()
   end
   return 'delayed'
@@ -74,6 +113,19 @@ if KEYS[8] ~= KEYS[2] and redis.call('ZREM', KEYS[8], id) == 1 then
     mark()
   end
   return 'delayed'
+end
+-- Waiting for a concurrency slot (it holds none): removed from its waiting list. On a
+-- shared stream, the other groups' copies of it obey the mark.
+local waiting, message = waiting_of(KEYS[11], id, ARGV[10])
+if waiting then
+  redis.call('LREM', waiting, 1, message)
+  redis.call('HDEL', KEYS[11], id)
+  release_lock()
+  record_outcome()
+  if shared then
+    mark()
+  end
+  return 'waiting'
 end
 -- The task's entry: through the where-map, or its id itself; only an entry of this task
 -- (a where-map entry gone stale, or an id shaped like an entry id, may lead to another
@@ -95,19 +147,24 @@ local function entry_of_task()
   for i = 1, #fields - 1, 2 do
     if fields[i] == 'payload' then
       local decoded, body = pcall(cjson.decode, fields[i + 1])
-      if decoded and type(body) == 'table' and type(body.id) == 'string' then
-        return body.id == id and stream, stream_id
+      if decoded and type(body) == 'table' then
+        if type(body.id) == 'string' then
+          return body.id == id and stream, stream_id, body.group == nil
+        end
+        return entry == id and stream, stream_id, body.group == nil
       end
     end
   end
-  return entry == id and stream, stream_id
+  return entry == id and stream, stream_id, false
 end
-local stream, entry = entry_of_task()
+-- everyone: the entry is every group's (not a message of one group for itself)
+local stream, entry, everyone = entry_of_task()
 if shared then
   if not stream then
     mark()
     return 'absent'
   end
+  local unread = {} -- the groups that have not read it: they would never see it
   for _, group in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
     for i = 1, #group, 2 do
       if group[i] == 'name' then
@@ -116,6 +173,9 @@ if shared then
           mark()
           return 'running'
         end
+        if not delivered_to(stream, group[i + 1], entry) then
+          unread[#unread + 1] = group[i + 1]
+        end
       end
     end
   end
@@ -123,6 +183,9 @@ if shared then
   redis.call('HDEL', KEYS[5], id)
   release_lock()
   record_outcome()
+  if everyone then
+    record_for(unread)
+  end
   mark()
   return 'queued'
 end

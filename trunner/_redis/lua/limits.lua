@@ -33,6 +33,32 @@ local function limit_key_usable(key, want, quarantine)
     limit_set_aside(key, 'a ' .. had, 'a ' .. want, quarantine)
   end
 end
+-- waiters_index(holders, waiting) -> the group's index of waiters (keys.py:
+-- Keys.concurrency_waiters; hash: task id -> '<n>:<waiting list key><message>', n the
+-- length of the key), so that status and cancel find a task waiting for a slot. Named from
+-- a limit's keys, '<group's>concurrency:holders:<limit>' and '<group's>concurrency:waiting:
+-- <limit>', which part at 'holders' / 'waiting': '<group's>concurrency:waiters'.
+local function waiters_index(holders, waiting)
+  local i = 1
+  while i <= #waiting and string.byte(holders, i) == string.byte(waiting, i) do
+    i = i + 1
+  end
+  return string.sub(waiting, 1, i - 13) .. 'concurrency:waiters'
+end
+-- index_waiter(holders, waiting, task id, message): the waiter appended to the list is
+-- found by its task id (best effort: an index of another type is set aside at start).
+local function index_waiter(holders, waiting, task_id, message)
+  redis.pcall('HSET', waiters_index(holders, waiting), task_id,
+    string.format('%d:', #waiting) .. waiting .. message)
+end
+-- unindex_waiter(holders, waiting, task id, message): that waiter left the list.
+local function unindex_waiter(holders, waiting, task_id, message)
+  local index = waiters_index(holders, waiting)
+  local ok, held = pcall(redis.call, 'HGET', index, task_id)
+  if ok and held == string.format('%d:', #waiting) .. waiting .. message then
+    redis.call('HDEL', index, task_id)
+  end
+end
 -- grant_waiters(holders, waiting, limit, stream, where, quarantine) -> how many granted:
 -- while fewer than limit hold a slot, the oldest waiter's message re-enters the stream
 -- (of the default lane: the lane the message names, lanes.lua) and its new entry id holds
@@ -51,6 +77,7 @@ local function grant_waiters(holders, waiting, limit, stream, where, quarantine)
     if ok and type(body) == 'table' and type(body.task) == 'string' and type(body.id) == 'string'
         and body.id ~= '' then
       now = now or limit_now_ms()
+      unindex_waiter(holders, waiting, body.id, message)
       local lane_stream, suffix = message_lane(stream, message)
       local id = redis.call('XADD', lane_stream, '*', 'payload', message) .. suffix
       redis.call('ZADD', holders, now, id)

@@ -9,13 +9,16 @@
 -- KEYS[5]  the task's record
 -- KEYS[6]  the group's delayed set of retries (the delayed set, for a group of its own)
 -- KEYS[7]  its messages
+-- KEYS[8]  the group's index of tasks waiting for a concurrency slot (waiting.lua)
 -- ARGV[1]  the consumer group
 -- ARGV[2]  the task id
+-- ARGV[3]  what the keys of the group's waiting lists start with
 -- Returns  {record (flat field/value list, or the JSON object of an outcome written as
 --           one), due ms or false, delayed message or false,
 --           entry id or false, entry fields (flat) or false, pending consumer or false,
 --           deliveries (0 when not pending), delivered (1 when the group delivered the
---           entry already, 0 when not yet)}
+--           entry already, 0 when not yet), its message while it waits for a
+--           concurrency slot or false}
 local id = ARGV[2]
 local function read(default, ...)
   local ok, value = pcall(redis.call, ...)
@@ -60,4 +63,6 @@ if stream and redis.call('EXISTS', stream) == 1 then
 else
   entry_id = false
 end
-return {record, due or false, delayed, entry_id, fields, consumer, deliveries, delivered}
+local _, waiting = waiting_of(KEYS[8], id, ARGV[3])
+return {record, due or false, delayed, entry_id, fields, consumer, deliveries, delivered,
+  waiting or false}
