@@ -6,16 +6,20 @@ both tiers."""
 
 from __future__ import annotations
 
+import pkgutil
 from typing import Any
 
 import pytest
 
-from trunner._redis.scripts import SCRIPTS, _read
+from trunner._redis import SCRIPTS
+
+#: The library as the scripts are built with it (``trunner/_redis/lua/numbers.lua``).
+NUMBERS = (pkgutil.get_data("trunner._redis", "lua/numbers.lua") or b"").decode()
 
 #: checked_number(ARGV[1], {integer = ARGV[2] == '1', min = 0, max = 1e15, digits = 16}),
 #: as {number as '%.3f', ''} or {'', reason}.
 PROBE = (
-    _read("numbers")
+    NUMBERS
     + """
 local number, why = checked_number(ARGV[1], {integer = ARGV[2] == '1', min = 0, max = 1e15,
   digits = 16})
