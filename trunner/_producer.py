@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 import secrets
 import time
@@ -274,8 +275,10 @@ class Producer:
             why = "no task of this client's registry and no runner of the queue declares it"
         else:
             why = "no runner of the queue registered it (a client without tasks= knows no more)"
+        close = difflib.get_close_matches(lane, known, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
         return (
-            f"priority {lane!r} is not a declared lane of queue {broker.keys.queue!r}: "
+            f"priority {lane!r} is not a declared lane of queue {broker.keys.queue!r}{hint}: "
             f"{why}; the known lanes are {', '.join(map(repr, known))}. A task dispatched "
             f"there would wait for ever. Check the spelling, or declare the lane: in "
             f"RunnerConfig.lanes of the runners that are to read it (they register it when "

@@ -233,6 +233,43 @@ def test_the_command_refuses_to_serve_beyond_loopback_without_a_token(
     assert "cannot reach Redis at redis://127.0.0.1:1/0" in capsys.readouterr().err
 
 
+def test_a_dashboard_that_cannot_start_does_not_say_where_it_serves(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Hypercorn binds and reports its address even when the app's startup failed (it
+    lets the failure through afterwards): the command printed 'trunner dashboard on
+    http://...' above the one line saying that Redis cannot be reached."""
+    from trunner.cli import main  # noqa: PLC0415 - the command under test
+
+    for named in ([], ["--group", "g"]):
+        argv = ["dashboard", "redis://127.0.0.1:1/0", "--port", "0", *named]
+        assert main(argv) == 1
+        out, err = capsys.readouterr()
+        assert "cannot reach Redis at redis://127.0.0.1:1/0" in err
+        assert "trunner dashboard on" not in out, named
+
+
+async def test_a_dashboard_that_starts_says_where_it_serves(
+    memory_url: str, group: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from trunner.dashboard._serve import run_dashboard  # noqa: PLC0415 - the dashboard extra
+
+    printed = ""
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                lambda: run_dashboard(
+                    memory_url, [group], host="127.0.0.1", port=0, read_only=True,
+                    token=None, tasks=None, prefix="trunner",
+                )
+            )  # fmt: skip
+            while "\n" not in printed:
+                await trio.sleep(0.01)
+                printed += capsys.readouterr().out
+            nursery.cancel_scope.cancel()
+    assert re.fullmatch(r"trunner dashboard on http://127\.0\.0\.1:\d+/\n", printed)
+
+
 async def test_pages_of_a_mounted_dashboard_link_under_its_path(
     memory_url: str, group: str
 ) -> None:

@@ -841,6 +841,23 @@ async def test_a_runner_that_declares_lanes_dispatches_to_those_and_its_tasks(
     assert not raw.exists(keys.lane_stream("bulk"))
 
 
+async def test_a_misspelt_lane_is_refused_with_the_closest_known_one(url: str, group: str) -> None:
+    """A lane refused as undeclared names the known lane it is closest to, as an unknown
+    task name does; one close to none names none."""
+    rec = Recorder()
+    async with open_checked_runner(url, config(group, lanes=LANES), rec.tasks) as runner:
+        with pytest.raises(ValueError, match="not a declared lane") as e:
+            await runner.dispatch("record", 1, priority="urgnet")
+        assert "did you mean 'urgent'?" in str(e.value)
+        with pytest.raises(ValueError, match="not a declared lane") as e:
+            await runner.dispatch("record", 1, priority="zzz")
+        assert "did you mean" not in str(e.value)
+    async with trunner.open_client(url, group) as client:  # knows the runner's lanes
+        with pytest.raises(ValueError, match="not a declared lane") as e:
+            await client.dispatch("record", 1, priority="urgnet")
+        assert "did you mean 'urgent'?" in str(e.value)
+
+
 async def test_a_runner_of_the_default_lane_takes_the_registered_lanes(
     url: str, group: str, raw: Any
 ) -> None:

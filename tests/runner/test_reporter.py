@@ -44,6 +44,23 @@ async def test_the_metrics_hash_keeps_the_largest_sample(url: str, group: str, k
     assert float(fields[b"t:x:n"]) == 4.0
 
 
+async def test_a_maximum_below_a_tenth_of_a_millisecond_is_stored_as_a_plain_decimal(
+    url: str, group: str
+) -> None:
+    # Python writes such a float as 2.433e-06; a task that quick (a cron tick doing
+    # nothing) must not leave a maximum the next report refuses and sets aside.
+    async with trunner.open_client(url, group) as client:
+        broker = client._open_broker()
+        _, _, bad = await broker.report("a", 1000, "{}", [("t:x:n", 1.0), ("t:x:max", 2.433e-06)])
+        assert bad == []
+        _, _, bad = await broker.report("a", 1001, "{}", [("t:x:n", 1.0), ("t:x:max", 1.5e-06)])
+        fields = await client.redis.hgetall(broker.keys.metrics)
+        await client.redis.delete(broker.keys.metrics, broker.keys.instances)
+    assert bad == []
+    assert b"e" not in fields[b"t:x:max"].lower()
+    assert float(fields[b"t:x:max"]) == pytest.approx(2.433e-06, abs=1e-9)
+
+
 async def test_timings_of_two_runners_add_up_in_one_window(url: str, group: str) -> None:
     tasks = trunner.TaskRegistry()
     done = 0

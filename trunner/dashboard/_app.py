@@ -160,6 +160,9 @@ class Dashboard:
         self.left_out = 0
         """Groups found but not shown: beyond :data:`MAX_GROUPS`."""
         self._nursery: trio.Nursery | None = None
+        self.started = False
+        """Whether its startup (the lifespan's: finding the groups, opening their clients)
+        is done and the app not stopped."""
         self._discovering = trio.Lock()
         self.flashes: dict[str, str] = {}
         self.templates = jinja2.Environment(
@@ -179,8 +182,10 @@ class Dashboard:
             try:
                 await self.discover(starting=True)
                 nursery.start_soon(self._rediscover)
+                self.started = True
                 yield
             finally:
+                self.started = False
                 nursery.cancel_scope.cancel()
                 self._nursery = None
                 self.samplers.clear()

@@ -112,8 +112,11 @@ async def run_dashboard(
             async with trio.open_nursery() as nursery:
                 serving = functools.partial(serve_dashboard, shutdown_trigger=stop_on_signal)
                 urls = await nursery.start(serving, app, host, port)
-                for url in urls:
-                    print(f"trunner dashboard on {url}/", flush=True)
+                # Hypercorn serves, and reports its address, even when the app's startup
+                # failed; the failure comes after. Say where it serves only if it started.
+                if app.state.dashboard.started:
+                    for url in urls:
+                        print(f"trunner dashboard on {url}/", flush=True)
         except BaseExceptionGroup as error:
             if (why := _startup_failure(error)) is not None:
                 raise why from None  # Redis unreachable, groups not found ...: one line
