@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING, Any
 from . import election
 from ._context import current_message
 from ._redis import forget_memory_server, redact_url
+from ._wire.keys import Keys
+from ._wire.stats import GroupStats, InstanceInfo, TaskTiming
 from .admin import CronEntry, DeadLetter, DelayedTask, GroupInfo, ReplayResult
 from .client import Client, open_client
 from .config import FailedTaskHandler, LongQueueHook, RunnerConfig
@@ -45,9 +47,7 @@ from .errors import (
     TaskTimeout,
     TrunnerError,
 )
-from .group_stats import GroupStats, InstanceInfo, TaskTiming
 from .handles import SelfWait, TaskHandle
-from .keys import Keys
 from .message import TaskMessage
 from .middleware import AttemptInfo, AttemptOutcome, DispatchInfo, Middleware
 from .progress import report_progress

@@ -19,9 +19,9 @@ import trio
 
 from ._context import Given, NoRunnerInEagerCall, _current_message, _eager_call
 from ._util import timed
-from .codec import TypeCodec
+from ._wire.codec import TypeCodec
+from ._wire.keys import entry_id
 from .errors import InvalidPayload, MaxRetryExceeded, MiddlewareError, gives_up
-from .keys import entry_id
 from .message import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     NO_SIZE_LIMIT,

@@ -28,9 +28,9 @@ import trio
 
 from ._redis import MAX_ADMITS_PER_CALL, Admit, Broker, Slot
 from ._util import ErrorLog, LoopBackoff, logger
+from ._wire.limits import Limits
 from .errors import BackendError, InvalidPayload
 from .holdings import Holdings, Job
-from .limits import Limits
 from .message import is_rate_reserved, reencode_deferred
 from .quarantine import Quarantine
 from .statistics import Counters

@@ -31,9 +31,9 @@ import trio
 
 from ._redis import Broker, RawEntry, Reader
 from ._util import ErrorLog, LoopBackoff, logger
+from ._wire.keys import DEFAULT_LANE, split_entry_id
 from .config import RunnerConfig
 from .errors import BackendError
-from .keys import DEFAULT_LANE, split_entry_id
 from .pausing import PauseGate
 from .pool import WorkerPool
 from .quarantine import Quarantine

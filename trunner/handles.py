@@ -28,8 +28,8 @@ import trio
 from ._context import _current_message
 from ._redis import Broker, Subscriber, TaskLook
 from ._util import LoopBackoff, logger, wall_ms
+from ._wire.codec import TypeCodec, untyped
 from .cancellation import MARK_LIFETIME
-from .codec import TypeCodec, untyped
 from .errors import (
     BackendError,
     BadData,

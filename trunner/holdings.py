@@ -24,7 +24,7 @@ import trio
 from .message import Fields, MessageDecodeError, TaskMessage, message_from_fields
 
 if TYPE_CHECKING:
-    from .keys import Keys
+    from ._wire.keys import Keys
     from .task import Task
 
 __all__ = ["GIVEN_UP", "MAX_KEPT", "Holdings", "Job", "beat_interval", "split_deliveries"]

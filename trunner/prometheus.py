@@ -25,7 +25,7 @@ except ImportError as exc:  # pragma: no cover - depends on the extra
     ) from exc
 
 from ._instruments import GAUGES, LANE_COUNTERS, TASK_COUNTERS
-from .group_stats import BUCKETS
+from ._wire.stats import BUCKETS
 
 if TYPE_CHECKING:
     from .runner import Runner

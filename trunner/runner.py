@@ -74,6 +74,7 @@ from ._jobhost import JobHost
 from ._producer import Producer
 from ._redis import Broker, check_url, open_transport
 from ._util import ErrorLog, connection_name, instance_id, logger, run_in_background
+from ._wire.keys import DEFAULT_LANE, Keys
 from .acks import AckBuffer
 from .admission import Admission
 from .aggregator import Aggregator
@@ -94,7 +95,6 @@ from .handles import Waiters
 from .heartbeat import Heartbeater
 from .holdings import Holdings, Job
 from .janitor import Janitor
-from .keys import DEFAULT_LANE, Keys
 from .leadership import Chore, Leadership
 from .mover import DelayedMover
 from .outcomes import Outcomes

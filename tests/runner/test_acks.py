@@ -8,9 +8,9 @@ import trio
 
 from trunner._redis import SCRIPTS, Broker, open_transport
 from trunner._util import ErrorLog
+from trunner._wire.keys import Keys
 from trunner.acks import AckBuffer
 from trunner.holdings import Holdings
-from trunner.keys import Keys
 from trunner.message import encode_message
 from trunner.statistics import Counters
 

@@ -10,8 +10,8 @@ import trio
 
 import trunner
 from trunner._redis import SCRIPTS
+from trunner._wire.keys import Keys
 from trunner.janitor import instance_of
-from trunner.keys import Keys
 
 from ..conftest import Tally, config, open_checked_runner, parts, redis_state
 

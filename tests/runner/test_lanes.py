@@ -23,9 +23,7 @@ import trunner
 import trunner.testing
 from trunner import Keys
 from trunner._redis import Broker, RawEntry
-from trunner.errors import RedisUnavailable
-from trunner.fetcher import lane_plan, split_excess
-from trunner.keys import (
+from trunner._wire.keys import (
     DEFAULT_LANE,
     check_lane,
     entry_id,
@@ -33,6 +31,8 @@ from trunner.keys import (
     lane_suffix,
     split_entry_id,
 )
+from trunner.errors import RedisUnavailable
+from trunner.fetcher import lane_plan, split_excess
 from trunner.message import decode_fields, decode_message, encode_message
 from trunner.testing import capture_errors
 

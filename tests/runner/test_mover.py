@@ -14,8 +14,8 @@ import trio
 
 import trunner
 from trunner._redis import Broker, open_transport
+from trunner._wire.keys import Keys
 from trunner.election import Elector
-from trunner.keys import Keys
 from trunner.mover import MOVE_BATCH, DelayedMover
 from trunner.quarantine import Quarantine
 from trunner.statistics import Counters

@@ -17,8 +17,8 @@ import trio
 import trunner
 from trunner import Keys
 from trunner._redis import RawEntry
+from trunner._wire.keys import RELEASED_CONSUMER
 from trunner.errors import RedisUnavailable
-from trunner.keys import RELEASED_CONSUMER
 from trunner.pausing import PAUSE_NOTICE, RESYNC_INTERVAL, Pauser
 from trunner.serve import _ready
 

@@ -20,7 +20,7 @@ import trio
 
 import trunner
 from trunner import Keys, TaskState
-from trunner.keys import hash_tag
+from trunner._wire.keys import hash_tag
 
 from ..conftest import config, open_checked_runner, parts, redis_state
 

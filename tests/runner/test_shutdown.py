@@ -20,7 +20,7 @@ import trio_asyncio
 import trunner
 import trunner.heartbeat
 from trunner import Keys
-from trunner.keys import RELEASED_CONSUMER
+from trunner._wire.keys import RELEASED_CONSUMER
 
 from ..conftest import Gate, Tally, config, redis_state
 from ..support.servers import RedisServer

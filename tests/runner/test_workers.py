@@ -20,7 +20,7 @@ import trio.lowlevel
 
 import trunner
 from trunner import Keys
-from trunner.keys import RELEASED_CONSUMER
+from trunner._wire.keys import RELEASED_CONSUMER
 
 from ..conftest import Tally, config, open_checked_runner, redis_state
 

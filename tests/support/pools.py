@@ -12,10 +12,10 @@ import trio
 import trunner
 from trunner._redis import Broker, RawEntry, Transport, open_transport
 from trunner._util import ErrorLog
+from trunner._wire.keys import Keys
 from trunner.acks import AckBuffer
 from trunner.heartbeat import Heartbeater
 from trunner.holdings import Holdings, Job
-from trunner.keys import Keys
 from trunner.message import decode_fields, encode_message
 from trunner.outcomes import Outcomes
 from trunner.pool import WorkerPool

@@ -1,4 +1,4 @@
-"""The group's statistics as values (trunner/group_stats.py), computed from what the
+"""The group's statistics as values (trunner/_wire/stats.py), computed from what the
 reporter's MetricsBuffer (trunner/reporter.py) puts in the metrics hash."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 import trunner
-from trunner.group_stats import BUCKETS, compute_stats
+from trunner._wire.stats import BUCKETS, compute_stats
 from trunner.reporter import MetricsBuffer
 
 

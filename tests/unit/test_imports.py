@@ -32,15 +32,12 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
         "values",
         frozenset(
             {
-                "trunner._payload",
                 "trunner._util",
                 "trunner._validate",
-                "trunner.codec",
+                "trunner._wire",
                 "trunner.config",
                 "trunner.errors",
-                "trunner.group_stats",
-                "trunner.keys",
-                "trunner.limits",
+                "trunner.keys",  # the public path of Keys and UniqueLock
                 "trunner.message",
                 "trunner.middleware",
                 "trunner.statistics",
