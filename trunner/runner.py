@@ -54,7 +54,7 @@ stream entry, a stored value, a registered cron expression, a task's payload) ar
 contained to that item by the loop that read it: the item is dead-lettered (messages) or
 set aside in the quarantine (:mod:`trunner.quarantine`), counted, reported through
 :meth:`Runner.errors`, logged once, and the loop goes on. A leader chore that fails
-anyway is restarted after a backoff (:mod:`trunner.leadership`); Redis errors are retried
+anyway is restarted after a backoff (:mod:`trunner._leader.leadership`); Redis errors are retried
 with backoff by every loop.
 """
 
@@ -71,17 +71,20 @@ import trio
 
 from ._context import NoRunnerInEagerCall, in_eager_call
 from ._jobhost import JobHost
+from ._leader.aggregator import Aggregator
+from ._leader.cron import CronScheduler
+from ._leader.election import Elector
+from ._leader.janitor import Janitor
+from ._leader.leadership import Chore, Leadership
+from ._leader.mover import DelayedMover
 from ._producer import Producer
 from ._redis import Broker, check_url, open_transport
 from ._util import ErrorLog, connection_name, instance_id, logger, run_in_background
 from ._wire.keys import DEFAULT_LANE, Keys
 from .acks import AckBuffer
 from .admission import Admission
-from .aggregator import Aggregator
 from .cancellation import Canceller
 from .config import RunnerConfig
-from .cron import CronScheduler
-from .election import Elector
 from .errors import (
     BackendError,
     RedisCommandError,
@@ -94,9 +97,6 @@ from .fetcher import Fetcher, ReclaimSchedule
 from .handles import Waiters
 from .heartbeat import Heartbeater
 from .holdings import Holdings, Job
-from .janitor import Janitor
-from .leadership import Chore, Leadership
-from .mover import DelayedMover
 from .outcomes import Outcomes
 from .pausing import PauseGate, Pauser
 from .pool import WorkerPool

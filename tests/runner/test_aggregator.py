@@ -1,4 +1,4 @@
-"""The aggregator (trunner/aggregator.py), the leader's view of the group: the long-queue
+"""The aggregator (trunner/_leader/aggregator.py), the leader's view of the group: the long-queue
 hook, fenced resets and publishing, and the capacity it decides for every pool."""
 
 from __future__ import annotations

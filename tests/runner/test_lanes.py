@@ -546,7 +546,7 @@ async def test_a_group_that_does_not_read_a_lane_yet_loses_nothing_of_it(
     """Fan-out: group a reads {urgent, default}, group b only the default lane. a's
     leader trims nothing of the urgent lane while b has no consumer group on it: when b
     reads the lane, it runs what was dispatched there."""
-    monkeypatch.setattr("trunner.janitor.SHARED_TRIM_INTERVAL", 0.05)
+    monkeypatch.setattr("trunner._leader.janitor.SHARED_TRIM_INTERVAL", 0.05)
     queue = f"q-{uuid.uuid4().hex[:8]}"
     seen: dict[str, list[Any]] = {"a": [], "b": []}
 

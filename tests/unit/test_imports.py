@@ -74,12 +74,8 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
         "leader",
         frozenset(
             {
-                "trunner.aggregator",
-                "trunner.cron",
-                "trunner.election",
-                "trunner.janitor",
-                "trunner.leadership",
-                "trunner.mover",
+                "trunner._leader",
+                "trunner.election",  # the public path of the elector
             }
         ),
     ),
@@ -125,7 +121,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
 ALLOWED_UPWARD: set[tuple[str, str]] = {
     ("trunner._eager", "trunner._context"),
     ("trunner._instruments", "trunner.runner"),
-    ("trunner.aggregator", "trunner.admin"),
+    ("trunner._leader.aggregator", "trunner.admin"),
     ("trunner.middleware", "trunner._context"),
     ("trunner.pool", "trunner._context"),
     ("trunner.task", "trunner._eager"),
