@@ -24,7 +24,7 @@ except ImportError as exc:  # pragma: no cover - depends on the extra
         "Prometheus metrics need the prometheus extra: pip install 'trunner[prometheus]'"
     ) from exc
 
-from ._instruments import GAUGES, LANE_COUNTERS, TASK_COUNTERS
+from ._engine.instruments import GAUGES, LANE_COUNTERS, TASK_COUNTERS
 from ._wire.stats import BUCKETS
 
 if TYPE_CHECKING:

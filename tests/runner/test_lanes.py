@@ -22,6 +22,7 @@ import trio
 import trunner
 import trunner.testing
 from trunner import Keys
+from trunner._engine.fetcher import lane_plan, split_excess
 from trunner._redis import Broker, RawEntry
 from trunner._wire.keys import (
     DEFAULT_LANE,
@@ -32,7 +33,6 @@ from trunner._wire.keys import (
     split_entry_id,
 )
 from trunner.errors import RedisUnavailable
-from trunner.fetcher import lane_plan, split_excess
 from trunner.message import decode_fields, decode_message, encode_message
 from trunner.testing import capture_errors
 

@@ -883,7 +883,7 @@ class Broker(Inspection):
 
     async def release(self, consumer: str, entries: Sequence[tuple[str, int]]) -> int:
         """Release ``(id, deliveries to give back)`` entries of ``consumer`` for immediate
-        reclaim (a negative number adds to the count: see ``trunner.holdings.GIVEN_UP``)."""
+        reclaim (a negative number adds to the count: see ``trunner._engine.holdings.GIVEN_UP``)."""
         released = 0
         for lane, lane_entries in self._by_lane(entries, lambda entry: entry[0]):
             stream = self.keys.lane_stream(lane)

@@ -2,7 +2,7 @@
 
 A task declares them (``@tasks.task(rate_limit="100/s", concurrency=2)``); the pool admits
 each message of such a task with one script (``admit.lua``) before its attempt starts (see
-:mod:`trunner.admission`). Limits are admission, not failure: a message over a limit is
+:mod:`trunner._engine.admission`). Limits are admission, not failure: a message over a limit is
 deferred, in order, and uses no attempt. See [Rate and concurrency limits](limits.md).
 """
 
