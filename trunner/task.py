@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union, overload
 import attrs
 
 from . import _validate as v
-from ._eager import run_eagerly
+from ._executors.eager import run_eagerly
 from ._util import user_stacklevel
 from ._wire.codec import TypeCodec, codec_for
 from ._wire.keys import DEFAULT_LANE, check_lane, utf8_error

@@ -4,7 +4,7 @@ task per message.
 It never takes a message it cannot start: fetchers reserve worker slots first
 (:meth:`WorkerPool.reserve`) and read at most that many messages. Submitted messages wait
 in a ready queue that *job loops* take them from: a job loop is a Trio task that runs job
-after job, each in a context of its own (:mod:`trunner._isolated`); the first time a job
+after job, each in a context of its own (:mod:`trunner._executors.isolated`); the first time a job
 waits, it makes sure there are enough idle job loops for every job still ready, so no job
 ever waits behind another. Jobs that never wait (the common case for short tasks) thus
 cost no Trio task of their own.
@@ -31,7 +31,7 @@ import attrs
 import trio
 
 from .._context import _current_message
-from .._isolated import Isolated
+from .._executors.isolated import Isolated
 from .._redis import RawEntry
 from .._util import ErrorLog, logger, timed
 from ..config import RunnerConfig
