@@ -629,8 +629,8 @@ async def test_replaying_by_a_lane_task_id_names_its_dead_letter(url: str, group
 async def test_lanes_in_the_prometheus_and_opentelemetry_metrics(url: str, group: str) -> None:
     """What each lane gave (a counter), and each lane's length (refreshed at each scrape
     of the worker's /metrics)."""
+    from trunner._worker.serve import _metrics_handler  # noqa: PLC0415
     from trunner.otel import instrument_runner  # noqa: PLC0415
-    from trunner.serve import _metrics_handler  # noqa: PLC0415
 
     from ..support.otel import metering, metric_points  # noqa: PLC0415
 

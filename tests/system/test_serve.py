@@ -1,4 +1,4 @@
-"""Serving (trunner/serve.py) through ``trunner worker``: the settings it loads, health
+"""Serving (trunner/_worker/serve.py) through ``trunner worker``: the settings it loads, health
 checks and metrics over HTTP, and the process's signals (drain, then stop at once)."""
 
 from __future__ import annotations

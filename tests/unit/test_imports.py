@@ -90,13 +90,13 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "trunner",  # the package's surface re-exports names from every layer
                 "trunner.__main__",
                 "trunner._demo",
-                "trunner._http",
                 "trunner.cli",
                 "trunner.dashboard",
                 "trunner.otel",
                 "trunner.prometheus",
                 "trunner.pytest_plugin",
-                "trunner.serve",
+                "trunner._worker",
+                "trunner.serve",  # the public path of the worker's settings
                 "trunner.testing",
                 "trunner.worker",
             }
