@@ -296,6 +296,25 @@ def test_the_layer_check_sees_an_arrow_back_up() -> None:
     assert _layer_of("trunner.not_a_module") is None
 
 
+#: Public modules that only re-export names from a private sub-package, so that users keep
+#: their import paths; with the modules that may import them.
+REEXPORTS = {"trunner.election", "trunner.keys", "trunner.serve"}
+REEXPORT_IMPORTERS = {"trunner", "trunner.worker"}
+
+
+def test_the_package_imports_its_own_code_not_the_public_reexports() -> None:
+    """Code inside the package names a module where its code is, never a public
+    re-export of it (a re-export stays a thin list of names users import)."""
+    graph = _graph(lazy=True)
+    found = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if module not in REEXPORT_IMPORTERS
+        for target in targets & REEXPORTS
+    )
+    assert found == []
+
+
 def test_no_import_inside_a_function_closes_a_cycle() -> None:
     """A lazy import is for a cost (an optional extra, a heavy client), never to hide a
     cycle: importing the module at the top instead would not create one either."""
