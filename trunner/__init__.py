@@ -6,6 +6,9 @@ from typing import TYPE_CHECKING, Any
 from . import election
 from ._context import current_message
 from ._redis import forget_memory_server, redact_url
+from ._wire.keys import Keys
+from ._wire.stats import GroupStats, InstanceInfo, TaskTiming
+from ._worker.serve import WorkerSettings
 from .admin import CronEntry, DeadLetter, DelayedTask, GroupInfo, ReplayResult
 from .client import Client, open_client
 from .config import FailedTaskHandler, LongQueueHook, RunnerConfig
@@ -45,16 +48,13 @@ from .errors import (
     TaskTimeout,
     TrunnerError,
 )
-from .group_stats import GroupStats, InstanceInfo, TaskTiming
 from .handles import SelfWait, TaskHandle
-from .keys import Keys
 from .message import TaskMessage
 from .middleware import AttemptInfo, AttemptOutcome, DispatchInfo, Middleware
 from .progress import report_progress
 from .quarantine import QuarantineRecord
 from .redis_handle import Pipeline, RedisHandle, open_redis
 from .runner import Runner, current_runner, open_runner
-from .serve import WorkerSettings
 from .statistics import RunnerState, RunnerStatistics
 from .status import CancelOutcome, RemoteError, TaskState, TaskStatus
 from .task import CronSchedule, Task, TaskDefaults, TaskRegistry

@@ -14,6 +14,9 @@ import attrs
 
 from ._redis import Broker
 from ._util import wall_ms
+from ._wire.codec import untyped
+from ._wire.keys import DEFAULT_LANE, UniqueLock, check_lane
+from ._wire.stats import GroupStats, InstanceInfo
 from .admin import (
     CronEntry,
     DeadLetter,
@@ -33,11 +36,8 @@ from .admin import (
     replay_dead,
     waiting_age,
 )
-from .codec import untyped
 from .errors import InvalidHeaders, InvalidPayload, RunnerNotRunning, TaskAlreadyDispatched
-from .group_stats import GroupStats, InstanceInfo
 from .handles import Known, TaskHandle, Waiters
-from .keys import DEFAULT_LANE, UniqueLock, check_lane
 from .message import (
     MessageDecodeError,
     MessageOptions,
@@ -205,7 +205,7 @@ class Producer:
 
     @staticmethod
     def _payload(task: Task | None, payload: Any) -> Any:
-        """The payload as JSON values: a typed task's (see ``trunner.codec``) is encoded,
+        """The payload as JSON values: a typed task's (see ``trunner._wire.codec``) is encoded,
         and checked against its type as a runner will check it (so a payload that would
         be given up on is refused here, before anything is sent)."""
         if task is None or task.decode_payload is None:

@@ -18,10 +18,10 @@ import attrs
 
 from ._redis import BadValue, Broker, RawEntry
 from ._util import wall_ms
+from ._wire.keys import DEFAULT_LANE, UniqueLock, is_lane, is_lane_entry_id, split_entry_id
+from ._wire.stats import GroupStats, InstanceInfo, compute_stats, stats_or_none
 from .errors import RedisCommandError
-from .group_stats import GroupStats, InstanceInfo, compute_stats, stats_or_none
 from .handles import status_of
-from .keys import DEFAULT_LANE, UniqueLock, is_lane, is_lane_entry_id, split_entry_id
 from .message import (
     DEFAULT_UNIQUE_FOR,
     NO_SIZE_LIMIT,

@@ -45,12 +45,12 @@ from . import __version__
 from ._demo import run_demo
 from ._util import leaf_exceptions, logger
 from ._util import utc_text as _when
+from ._worker.serve import configure_logging, load_settings, run_worker, worker_config
 from .admin import DeadLetter, GroupInfo, as_dict
 from .client import Client, open_client
 from .discovery import discover_groups
 from .errors import TaskFailed, TrunnerError
 from .runner import Runner
-from .serve import configure_logging, load_settings, run_worker, worker_config
 from .status import CancelOutcome, TaskState
 from .task import TaskRegistry
 

@@ -26,10 +26,11 @@ import attrs
 import trio
 
 from ._context import _current_message
+from ._engine.cancellation import MARK_LIFETIME
+from ._engine.holdings import split_deliveries
 from ._redis import Broker, Subscriber, TaskLook
 from ._util import LoopBackoff, logger, wall_ms
-from .cancellation import MARK_LIFETIME
-from .codec import TypeCodec, untyped
+from ._wire.codec import TypeCodec, untyped
 from .errors import (
     BackendError,
     BadData,
@@ -45,7 +46,6 @@ from .errors import (
     TrunnerError,
 )
 from .errors import RemoteFailure as _RemoteFailure
-from .holdings import split_deliveries
 from .message import MessageDecodeError, decode_message
 from .status import (
     UNASKED_KEEP,

@@ -38,9 +38,9 @@ from typing import Any
 
 import attrs
 
-from ._payload import Problem, find_problem, is_plain
+from ._wire.keys import DEFAULT_LANE, check_lane, split_entry_id, utf8_error
+from ._wire.payload import Problem, find_problem, is_plain
 from .errors import InvalidHeaders, InvalidMessage, InvalidPayload, PayloadTooLarge
-from .keys import DEFAULT_LANE, check_lane, split_entry_id, utf8_error
 
 __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",

@@ -47,9 +47,9 @@ from trunner import (
     __version__,
 )
 
-from ._instruments import GAUGES, LANE_COUNTERS, TASK_COUNTERS
-from .group_stats import BUCKETS
-from .keys import DEFAULT_LANE, split_entry_id
+from ._engine.instruments import GAUGES, LANE_COUNTERS, TASK_COUNTERS
+from ._wire.keys import DEFAULT_LANE, split_entry_id
+from ._wire.stats import BUCKETS
 from .statistics import TaskTotals
 
 __all__ = ["OpenTelemetryMiddleware", "instrument_runner"]

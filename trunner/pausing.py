@@ -1,9 +1,9 @@
 """Pausing a group: every runner of the group stops fetching, and starts again on resume.
 
 Like cancellation, a pause is a state, not a message. ``pause.lua`` writes the group's
-pause mark (:attr:`Keys.paused <trunner.keys.Keys.paused>`: when it was paused) and sends
+pause mark (:attr:`Keys.paused <trunner._wire.keys.Keys.paused>`: when it was paused) and sends
 a notice on the group's cancel channel, which every runner already listens to (the
-:class:`~trunner.cancellation.Canceller` hands notices over here). The notice makes it
+:class:`~trunner._engine.cancellation.Canceller` hands notices over here). The notice makes it
 fast: each runner closes its :class:`PauseGate` as soon as it hears it, and its fetch
 loops stop (a blocked read is interrupted). The mark makes it correct: the
 :class:`Pauser` reads it before the runner fetches anything (a runner started while the
@@ -33,8 +33,8 @@ import trio
 
 from ._redis import Broker
 from ._util import ErrorLog, LoopBackoff, logger
+from ._wire.keys import Keys
 from .errors import BackendError, RedisCommandError
-from .keys import Keys
 from .quarantine import Quarantine
 
 __all__ = [

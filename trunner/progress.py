@@ -16,8 +16,8 @@ import time
 import trio
 
 from ._context import Given, _current_message
+from ._engine.holdings import Job
 from .errors import RunnerNotRunning
-from .holdings import Job
 from .runner import current_runner
 
 __all__ = ["PROGRESS_INTERVAL", "report_progress"]

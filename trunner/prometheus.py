@@ -24,8 +24,8 @@ except ImportError as exc:  # pragma: no cover - depends on the extra
         "Prometheus metrics need the prometheus extra: pip install 'trunner[prometheus]'"
     ) from exc
 
-from ._instruments import GAUGES, LANE_COUNTERS, TASK_COUNTERS
-from .group_stats import BUCKETS
+from ._engine.instruments import GAUGES, LANE_COUNTERS, TASK_COUNTERS
+from ._wire.stats import BUCKETS
 
 if TYPE_CHECKING:
     from .runner import Runner

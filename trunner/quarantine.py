@@ -6,7 +6,7 @@ and the pool) contains an error to the item that caused it: the item is *set asi
 its reason, and the loop goes on. Setting aside means, at once:
 
 * a record in the group's quarantine stream (:attr:`Keys.quarantine
-  <trunner.keys.Keys.quarantine>`): where the item was read, which one, why it is bad, what
+  <trunner._wire.keys.Keys.quarantine>`): where the item was read, which one, why it is bad, what
   was done with it, and its value as read (so nothing is lost); ``trunner inspect`` counts
   them, ``trunner quarantine list`` shows them, :meth:`Client.quarantined
   <trunner.Client.quarantined>` reads them;

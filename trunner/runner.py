@@ -26,7 +26,7 @@ cancel_grace`` plus the bounded clean-up steps (each at most ``CLEANUP_TIMEOUT``
 
 Every component has one lifecycle: ``await nursery.start(component.run)``, a synchronous
 ``stop()``, and a ``stopped`` event. They share what they must through values and one
-ledger, :class:`~trunner.holdings.Holdings`, never through each other's fields.
+ledger, :class:`~trunner._engine.holdings.Holdings`, never through each other's fields.
 
 Leaving ``open_runner`` (normally, by an exception, or by cancellation) runs, in order:
 
@@ -54,7 +54,7 @@ stream entry, a stored value, a registered cron expression, a task's payload) ar
 contained to that item by the loop that read it: the item is dead-lettered (messages) or
 set aside in the quarantine (:mod:`trunner.quarantine`), counted, reported through
 :meth:`Runner.errors`, logged once, and the loop goes on. A leader chore that fails
-anyway is restarted after a backoff (:mod:`trunner.leadership`); Redis errors are retried
+anyway is restarted after a backoff (:mod:`trunner._leader.leadership`); Redis errors are retried
 with backoff by every loop.
 """
 
@@ -70,17 +70,28 @@ import attrs
 import trio
 
 from ._context import NoRunnerInEagerCall, in_eager_call
-from ._jobhost import JobHost
+from ._engine.acks import AckBuffer
+from ._engine.admission import Admission
+from ._engine.cancellation import Canceller
+from ._engine.fetcher import Fetcher, ReclaimSchedule
+from ._engine.heartbeat import Heartbeater
+from ._engine.holdings import Holdings, Job
+from ._engine.jobhost import JobHost
+from ._engine.outcomes import Outcomes
+from ._engine.pool import WorkerPool
+from ._engine.release import Releaser
+from ._engine.reporter import LocalTimings, MetricsBuffer, Reporter
+from ._leader.aggregator import Aggregator
+from ._leader.cron import CronScheduler
+from ._leader.election import Elector
+from ._leader.janitor import Janitor
+from ._leader.leadership import Chore, Leadership
+from ._leader.mover import DelayedMover
 from ._producer import Producer
 from ._redis import Broker, check_url, open_transport
 from ._util import ErrorLog, connection_name, instance_id, logger, run_in_background
-from .acks import AckBuffer
-from .admission import Admission
-from .aggregator import Aggregator
-from .cancellation import Canceller
+from ._wire.keys import DEFAULT_LANE, Keys
 from .config import RunnerConfig
-from .cron import CronScheduler
-from .election import Elector
 from .errors import (
     BackendError,
     RedisCommandError,
@@ -89,21 +100,10 @@ from .errors import (
     RunnerCrashed,
     RunnerNotRunning,
 )
-from .fetcher import Fetcher, ReclaimSchedule
 from .handles import Waiters
-from .heartbeat import Heartbeater
-from .holdings import Holdings, Job
-from .janitor import Janitor
-from .keys import DEFAULT_LANE, Keys
-from .leadership import Chore, Leadership
-from .mover import DelayedMover
-from .outcomes import Outcomes
 from .pausing import PauseGate, Pauser
-from .pool import WorkerPool
 from .quarantine import Quarantine
 from .redis_handle import RedisHandle
-from .release import Releaser
-from .reporter import LocalTimings, MetricsBuffer, Reporter
 from .statistics import Counters, RunnerState, RunnerStatistics, TaskTotals
 from .task import TaskRegistry
 

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union, overload
 import attrs
 
 from . import _validate as v
-from ._eager import run_eagerly
+from ._executors.eager import run_eagerly
 from ._util import user_stacklevel
-from .codec import TypeCodec, codec_for
+from ._wire.codec import TypeCodec, codec_for
+from ._wire.keys import DEFAULT_LANE, check_lane, utf8_error
+from ._wire.limits import Limits, parse_rate
 from .errors import InvalidPayload, TaskNotFound
-from .keys import DEFAULT_LANE, check_lane, utf8_error
-from .limits import Limits, parse_rate
 from .message import NO_HEADERS, NO_SIZE_LIMIT, MessageOptions, check_headers, encode_message
 from .middleware import Middleware
 

@@ -16,8 +16,8 @@ from trunner._redis import (
     Script,
     open_transport,
 )
+from trunner._wire.keys import RELEASED_CONSUMER, Keys, UniqueLock
 from trunner.errors import LeadershipLost
-from trunner.keys import RELEASED_CONSUMER, Keys, UniqueLock
 
 
 @pytest.fixture

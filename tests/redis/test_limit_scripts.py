@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from trunner._redis import Broker, Slot, open_transport
-from trunner.keys import Keys
+from trunner._wire.keys import Keys
 from trunner.message import encode_message, rate_reserved_at
 
 from .test_broker import C1, deliver, owned

@@ -1,4 +1,4 @@
-"""The acknowledgement buffer (trunner/acks.py) on its own."""
+"""The acknowledgement buffer (trunner/_engine/acks.py) on its own."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ from typing import Any
 
 import trio
 
+from trunner._engine.acks import AckBuffer
+from trunner._engine.holdings import Holdings
 from trunner._redis import SCRIPTS, Broker, open_transport
 from trunner._util import ErrorLog
-from trunner.acks import AckBuffer
-from trunner.holdings import Holdings
-from trunner.keys import Keys
+from trunner._wire.keys import Keys
 from trunner.message import encode_message
 from trunner.statistics import Counters
 

@@ -1,4 +1,4 @@
-"""The aggregator (trunner/aggregator.py), the leader's view of the group: the long-queue
+"""The aggregator (trunner/_leader/aggregator.py), the leader's view of the group: the long-queue
 hook, fenced resets and publishing, and the capacity it decides for every pool."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import pytest
 import trio
 
 import trunner
+import trunner._engine.pool
 from trunner import Keys
 
 from ..conftest import config, open_checked_runner, redis_state
@@ -103,9 +104,11 @@ async def test_capacity_follows_the_backlog_within_bounds(
     release = trio.Event()
     over_capacity: list[tuple[int, int]] = []
     admitted_peak = 0
-    original_submit = trunner.pool.WorkerPool.submit
+    original_submit = trunner._engine.pool.WorkerPool.submit
 
-    def submit(pool: trunner.pool.WorkerPool, entries: Any, slots: Any, consumer: str) -> int:
+    def submit(
+        pool: trunner._engine.pool.WorkerPool, entries: Any, slots: Any, consumer: str
+    ) -> int:
         # The invariant: a fetch never starts a task while as many run as the capacity
         # (tasks running when the capacity was lowered keep running).
         nonlocal admitted_peak
@@ -118,7 +121,7 @@ async def test_capacity_follows_the_backlog_within_bounds(
         admitted_peak = max(admitted_peak, after)
         return queued
 
-    monkeypatch.setattr(trunner.pool.WorkerPool, "submit", submit)
+    monkeypatch.setattr(trunner._engine.pool.WorkerPool, "submit", submit)
     tasks = trunner.TaskRegistry()
 
     @tasks.task

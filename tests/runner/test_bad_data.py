@@ -14,8 +14,8 @@ import pytest
 import trio
 
 import trunner
+from trunner._wire.keys import Keys
 from trunner.election import Elector
-from trunner.keys import Keys
 from trunner.message import encode_message
 from trunner.status import TaskState
 from trunner.task import CronSchedule

@@ -14,7 +14,7 @@ import pytest
 import trio
 
 import trunner
-import trunner.cancellation
+import trunner._engine.cancellation
 from trunner import CancelOutcome, Keys, TaskState
 from trunner._redis import SCRIPTS, Broker, open_transport
 from trunner.message import encode_message
@@ -218,7 +218,7 @@ async def test_an_instance_forgets_the_marks_redis_forgot(
     """Every instance hears of every cancel of a running task; the marks it keeps go once
     Redis forgot them (the task was acknowledged by the instance that ran it, or the
     janitor forgot the mark past its time), or it would keep one per cancel for a day."""
-    monkeypatch.setattr(trunner.cancellation, "RESYNC_INTERVAL", 0.0)
+    monkeypatch.setattr(trunner._engine.cancellation, "RESYNC_INTERVAL", 0.0)
     gate, ran = Gate(), list[Any]()
     cfg = config(group, reclaim_delay=3600)  # what the ghost holds stays the ghost's
     async with trunner.open_client(url, group) as client:

@@ -1,4 +1,4 @@
-"""The cron scheduler (trunner/cron.py): each tick fires once group-wide, through
+"""The cron scheduler (trunner/_leader/cron.py): each tick fires once group-wide, through
 handovers, and a new leader fires the latest tick it missed.
 
 Cron schedules themselves (their ticks, their registration) are values of

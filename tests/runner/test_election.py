@@ -21,8 +21,8 @@ import trio
 import trunner
 from trunner import Keys
 from trunner._redis import SCRIPTS, open_transport
+from trunner._wire.keys import fence_key_for, hash_tag
 from trunner.election import Demoted, ElectionFailed, Elector, Promoted, open_elector
-from trunner.keys import fence_key_for, hash_tag
 
 from ..conftest import REPO, config, open_checked_runner
 from ..support.faults import FaultyTransport, script_call

@@ -46,6 +46,7 @@ from hypothesis import strategies as st
 import trunner
 from trunner import Keys
 from trunner._redis import forget_memory_server
+from trunner._wire.keys import UniqueLock
 from trunner.message import encode_message
 from trunner.testing import open_runner_factory
 
@@ -578,7 +579,7 @@ def _with_lanes(corruption: Corruption) -> Corruption:
 
 def _lock_readable(raw: bytes) -> bool:
     try:
-        trunner.keys.UniqueLock.decode(raw)
+        UniqueLock.decode(raw)
     except ValueError:
         return False
     return True

@@ -1,4 +1,4 @@
-"""The heartbeater (trunner/heartbeat.py), with a pool running one message."""
+"""The heartbeater (trunner/_engine/heartbeat.py), with a pool running one message."""
 
 from __future__ import annotations
 

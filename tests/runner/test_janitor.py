@@ -9,9 +9,9 @@ import redis
 import trio
 
 import trunner
+from trunner._leader.janitor import instance_of
 from trunner._redis import SCRIPTS
-from trunner.janitor import instance_of
-from trunner.keys import Keys
+from trunner._wire.keys import Keys
 
 from ..conftest import Tally, config, open_checked_runner, parts, redis_state
 

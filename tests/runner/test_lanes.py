@@ -22,10 +22,9 @@ import trio
 import trunner
 import trunner.testing
 from trunner import Keys
+from trunner._engine.fetcher import lane_plan, split_excess
 from trunner._redis import Broker, RawEntry
-from trunner.errors import RedisUnavailable
-from trunner.fetcher import lane_plan, split_excess
-from trunner.keys import (
+from trunner._wire.keys import (
     DEFAULT_LANE,
     check_lane,
     entry_id,
@@ -33,6 +32,7 @@ from trunner.keys import (
     lane_suffix,
     split_entry_id,
 )
+from trunner.errors import RedisUnavailable
 from trunner.message import decode_fields, decode_message, encode_message
 from trunner.testing import capture_errors
 
@@ -546,7 +546,7 @@ async def test_a_group_that_does_not_read_a_lane_yet_loses_nothing_of_it(
     """Fan-out: group a reads {urgent, default}, group b only the default lane. a's
     leader trims nothing of the urgent lane while b has no consumer group on it: when b
     reads the lane, it runs what was dispatched there."""
-    monkeypatch.setattr("trunner.janitor.SHARED_TRIM_INTERVAL", 0.05)
+    monkeypatch.setattr("trunner._leader.janitor.SHARED_TRIM_INTERVAL", 0.05)
     queue = f"q-{uuid.uuid4().hex[:8]}"
     seen: dict[str, list[Any]] = {"a": [], "b": []}
 
@@ -629,8 +629,8 @@ async def test_replaying_by_a_lane_task_id_names_its_dead_letter(url: str, group
 async def test_lanes_in_the_prometheus_and_opentelemetry_metrics(url: str, group: str) -> None:
     """What each lane gave (a counter), and each lane's length (refreshed at each scrape
     of the worker's /metrics)."""
+    from trunner._worker.serve import _metrics_handler  # noqa: PLC0415
     from trunner.otel import instrument_runner  # noqa: PLC0415
-    from trunner.serve import _metrics_handler  # noqa: PLC0415
 
     from ..support.otel import metering, metric_points  # noqa: PLC0415
 

@@ -1,4 +1,4 @@
-"""The delayed mover (trunner/mover.py): delayed tasks and retries move into the stream when
+"""The delayed mover (trunner/_leader/mover.py): delayed tasks and retries move into the stream when
 due, by the leader alone, in capped batches, across failovers."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import pytest
 import trio
 
 import trunner
+from trunner._leader.mover import MOVE_BATCH, DelayedMover
 from trunner._redis import Broker, open_transport
+from trunner._wire.keys import Keys
 from trunner.election import Elector
-from trunner.keys import Keys
-from trunner.mover import MOVE_BATCH, DelayedMover
 from trunner.quarantine import Quarantine
 from trunner.statistics import Counters
 

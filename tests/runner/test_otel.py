@@ -17,7 +17,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 import trunner
 from trunner import CancelOutcome
-from trunner.group_stats import BUCKETS
+from trunner._wire.stats import BUCKETS
 from trunner.otel import OpenTelemetryMiddleware, instrument_runner
 from trunner.statistics import TaskTotals
 from trunner.testing import capture_errors, run_until_idle

@@ -17,10 +17,10 @@ import trio
 import trunner
 from trunner import Keys
 from trunner._redis import RawEntry
+from trunner._wire.keys import RELEASED_CONSUMER
+from trunner._worker.serve import _ready
 from trunner.errors import RedisUnavailable
-from trunner.keys import RELEASED_CONSUMER
 from trunner.pausing import PAUSE_NOTICE, RESYNC_INTERVAL, Pauser
-from trunner.serve import _ready
 
 from ..conftest import Gate, config, open_checked_runner, parts, redis_state
 

@@ -1,4 +1,4 @@
-"""The pool (trunner/pool.py): slots, submission and job loops."""
+"""The pool (trunner/_engine/pool.py): slots, submission and job loops."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ import trio
 
 import trunner
 from trunner import Keys, TaskState
-from trunner.keys import hash_tag
+from trunner._wire.keys import hash_tag
 
 from ..conftest import config, open_checked_runner, parts, redis_state
 
@@ -183,7 +183,7 @@ async def test_nothing_a_group_has_not_read_is_trimmed(
 ) -> None:
     """audit finishes everything and its leader trims; email, paused, has read nothing:
     every message stays until email has run it; then the trim takes them."""
-    monkeypatch.setattr("trunner.janitor.SHARED_TRIM_INTERVAL", 0.05)
+    monkeypatch.setattr("trunner._leader.janitor.SHARED_TRIM_INTERVAL", 0.05)
     queue = _queue(group)
     keys = Keys("trunner", "audit", queue)
     ran: list[tuple[str, Any]] = []

@@ -1,4 +1,4 @@
-"""The reporter (trunner/reporter.py): each instance's task timings reach the group's
+"""The reporter (trunner/_engine/reporter.py): each instance's task timings reach the group's
 metrics hash, and its membership the list of live instances.
 
 What the leader makes of them (statistics, the long-queue hook, capacity) is tested in

@@ -18,9 +18,9 @@ import trio
 import trio_asyncio
 
 import trunner
-import trunner.heartbeat
+import trunner._engine.heartbeat
 from trunner import Keys
-from trunner.keys import RELEASED_CONSUMER
+from trunner._wire.keys import RELEASED_CONSUMER
 
 from ..conftest import Gate, Tally, config, redis_state
 from ..support.servers import RedisServer
@@ -207,7 +207,7 @@ async def test_an_internal_failure_surfaces_as_runner_crashed(
             await fail.wait()
         raise ZeroDivisionError("bug")
 
-    monkeypatch.setattr(trunner.heartbeat.Heartbeater, "run", broken)
+    monkeypatch.setattr(trunner._engine.heartbeat.Heartbeater, "run", broken)
     with pytest.raises(trunner.RunnerCrashed) as info:
         async with trunner.open_runner(url, config(group), trunner.TaskRegistry()):
             fail.set()

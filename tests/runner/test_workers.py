@@ -1,5 +1,5 @@
-"""Worker tasks (the pool's job loops, trunner/pool.py): jobs run one after another in shared
-Trio tasks, yet as if each had its own.
+"""Worker tasks (the pool's job loops, trunner/_engine/pool.py): jobs run one after another
+in shared Trio tasks, yet as if each had its own.
 
 A worker runs job after job; each job gets a fresh copy of the context, and the first time a
 job waits, every job still ready gets an idle worker. These tests pin those promises down,
@@ -20,7 +20,7 @@ import trio.lowlevel
 
 import trunner
 from trunner import Keys
-from trunner.keys import RELEASED_CONSUMER
+from trunner._wire.keys import RELEASED_CONSUMER
 
 from ..conftest import Tally, config, open_checked_runner, redis_state
 

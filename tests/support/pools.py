@@ -10,16 +10,16 @@ import attrs
 import trio
 
 import trunner
+from trunner._engine.acks import AckBuffer
+from trunner._engine.heartbeat import Heartbeater
+from trunner._engine.holdings import Holdings, Job
+from trunner._engine.outcomes import Outcomes
+from trunner._engine.pool import WorkerPool
+from trunner._engine.release import Releaser
 from trunner._redis import Broker, RawEntry, Transport, open_transport
 from trunner._util import ErrorLog
-from trunner.acks import AckBuffer
-from trunner.heartbeat import Heartbeater
-from trunner.holdings import Holdings, Job
-from trunner.keys import Keys
+from trunner._wire.keys import Keys
 from trunner.message import decode_fields, encode_message
-from trunner.outcomes import Outcomes
-from trunner.pool import WorkerPool
-from trunner.release import Releaser
 from trunner.statistics import Counters
 
 from ..conftest import config

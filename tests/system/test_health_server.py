@@ -15,7 +15,7 @@ import trio
 import trio.testing
 
 from trunner import cli
-from trunner._http import MAX_CONNECTIONS, Response, serve_http
+from trunner._worker.http import MAX_CONNECTIONS, Response, serve_http
 from trunner.serve import run_worker
 
 

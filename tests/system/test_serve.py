@@ -1,4 +1,4 @@
-"""Serving (trunner/serve.py) through ``trunner worker``: the settings it loads, health
+"""Serving (trunner/_worker/serve.py) through ``trunner worker``: the settings it loads, health
 checks and metrics over HTTP, and the process's signals (drain, then stop at once)."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import trio
 
 import trunner
 from trunner import Keys
+from trunner._wire.keys import RELEASED_CONSUMER
 from trunner.cli import main
-from trunner.keys import RELEASED_CONSUMER
 
 from ..conftest import REPO, raw_client, redis_state, run_python
 from ..support.servers import RedisServer

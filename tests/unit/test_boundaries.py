@@ -18,8 +18,13 @@ TESTS = pathlib.Path(__file__).parent.parent
 BOUNDARY = PACKAGE / "_redis"
 #: What only the boundary may import (first component of the module name).
 CLIENT_LIBRARIES = frozenset({"redis", "asyncio", "trio_asyncio", "fakeredis", "hiredis"})
-#: The boundary's own modules, which code outside must not import one by one.
-BOUNDARY_MODULES = frozenset(p.stem for p in BOUNDARY.glob("*.py")) - {"__init__"}
+#: The boundary's own modules and sub-packages, which code outside must not import one by
+#: one.
+BOUNDARY_MODULES = frozenset(
+    p.stem
+    for p in BOUNDARY.iterdir()
+    if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()
+)
 #: Unit tests of one module of the boundary, which may import that module.
 UNIT_TESTS = {"unit/test_redis_errors.py": {"trunner._redis.errors"}}
 
@@ -79,6 +84,7 @@ def test_only_the_boundary_imports_redis_clients_or_asyncio() -> None:
 @pytest.mark.parametrize("root", [PACKAGE, TESTS], ids=["trunner", "tests"])
 def test_code_outside_imports_the_boundary_as_one_package(root: pathlib.Path) -> None:
     assert {"transport", "native", "bridged", "memory", "broker"} <= BOUNDARY_MODULES
+    assert "lua" not in BOUNDARY_MODULES, "a folder of scripts is not a module"
     found = [
         f"{path.name}:{line}: import {name}"
         for path in _outside(root)

@@ -16,7 +16,7 @@ import attrs
 import pytest
 
 import trunner
-from trunner.codec import TypeCodec, codec_for, untyped
+from trunner._wire.codec import TypeCodec, codec_for, untyped
 
 
 class Colour(enum.Enum):

@@ -1,4 +1,4 @@
-"""How the cron scheduler logs its ticks (trunner/cron.py's TickLog): each tick at DEBUG,
+"""How the cron scheduler logs its ticks (trunner/_leader/cron.py's TickLog): each tick at DEBUG,
 and at INFO one summary per interval, counting the ticks of each schedule."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from trunner.cron import TickLog
+from trunner._leader.cron import TickLog
 
 
 class Clock:

@@ -1,5 +1,5 @@
-"""The group's statistics as values (trunner/group_stats.py), computed from what the
-reporter's MetricsBuffer (trunner/reporter.py) puts in the metrics hash."""
+"""The group's statistics as values (trunner/_wire/stats.py), computed from what the
+reporter's MetricsBuffer (trunner/_engine/reporter.py) puts in the metrics hash."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import itertools
 import pytest
 
 import trunner
-from trunner.group_stats import BUCKETS, compute_stats
-from trunner.reporter import MetricsBuffer
+from trunner._engine.reporter import MetricsBuffer
+from trunner._wire.stats import BUCKETS, compute_stats
 
 
 def fields_of(buffer: MetricsBuffer) -> dict[str, float]:

@@ -1,5 +1,5 @@
-"""Isolated (trunner/_isolated.py): a coroutine run step by step in its own context inside a
-shared worker task, reporting its first wait, and otherwise awaited as if directly."""
+"""Isolated (trunner/_executors/isolated.py): a coroutine run step by step in its own context
+inside a shared worker task, reporting its first wait, and otherwise awaited as if directly."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import trio
 import trio.lowlevel
 
-from trunner._isolated import Isolated
+from trunner._executors.isolated import Isolated
 
 var: contextvars.ContextVar[str] = contextvars.ContextVar("test_isolated_var")
 

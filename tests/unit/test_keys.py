@@ -8,7 +8,7 @@ import attrs
 import pytest
 
 from trunner import Keys
-from trunner.keys import RELEASED_CONSUMER, UniqueLock, check_name
+from trunner._wire.keys import RELEASED_CONSUMER, UniqueLock, check_name
 
 
 def hash_tag(key: str) -> str:

@@ -1,4 +1,4 @@
-"""Worker slots (trunner/_slots.py): a counting limiter with FIFO hand-over."""
+"""Worker slots (trunner/_engine/slots.py): a counting limiter with FIFO hand-over."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import trio
 from trio.testing import wait_all_tasks_blocked
 
-from trunner._slots import WorkerSlots
+from trunner._engine.slots import WorkerSlots
 
 
 async def test_slots_are_taken_up_to_the_capacity_and_waited_for_beyond_it() -> None:

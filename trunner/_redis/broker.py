@@ -14,8 +14,7 @@ from typing import Any, Protocol, TypeVar
 import attrs
 import trio
 
-from ..errors import BackendError, RedisCommandError
-from ..keys import (
+from .._wire.keys import (
     DEFAULT_LANE,
     RELEASED_CONSUMER,
     Keys,
@@ -25,6 +24,7 @@ from ..keys import (
     lane_suffix,
     split_entry_id,
 )
+from ..errors import BackendError, RedisCommandError
 from ..message import PAYLOAD_FIELD
 from .inspect import Inspection
 from .lease import LeaseStore
@@ -179,7 +179,7 @@ class Broker(Inspection):
 
     ``lanes``: the priority lanes it reads, highest first (see [Priority
     lanes](lanes.md)). Ids in and out are trunner's entry ids (``<stream id>@<lane>``
-    in a lane other than the default, :func:`~trunner.keys.entry_id`); each call goes to
+    in a lane other than the default, :func:`~trunner._wire.keys.entry_id`); each call goes to
     the stream of its ids' lane, one script call per lane.
     """
 
@@ -883,7 +883,7 @@ class Broker(Inspection):
 
     async def release(self, consumer: str, entries: Sequence[tuple[str, int]]) -> int:
         """Release ``(id, deliveries to give back)`` entries of ``consumer`` for immediate
-        reclaim (a negative number adds to the count: see ``trunner.holdings.GIVEN_UP``)."""
+        reclaim (a negative number adds to the count: see ``trunner._engine.holdings.GIVEN_UP``)."""
         released = 0
         for lane, lane_entries in self._by_lane(entries, lambda entry: entry[0]):
             stream = self.keys.lane_stream(lane)
@@ -994,7 +994,7 @@ class Broker(Inspection):
 
         Returns (moved, dropped because their lock was held, bad): ``bad`` holds (task id,
         stored lock, why it cannot be read) of the tasks whose lock is not what
-        :class:`~trunner.keys.UniqueLock` writes; they are not moved (set them aside).
+        :class:`~trunner._wire.keys.UniqueLock` writes; they are not moved (set them aside).
         """
         keys = self.keys
         delayed, messages, unique = self._delayed_keys(own)

@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
+from .._wire.keys import DEFAULT_LANE, entry_id, is_lane, lane_suffix, split_entry_id
 from ..errors import RedisCommandError
-from ..keys import DEFAULT_LANE, entry_id, is_lane, lane_suffix, split_entry_id
 from ..status import record_from_json
 from .resp import RawEntry, as_str, stream_entries
 from .scripts import SCRIPTS
 from .transport import call_script
 
 if TYPE_CHECKING:
-    from ..keys import Keys
+    from .._wire.keys import Keys
     from .transport import Transport
 
 __all__ = ["GroupProgress", "Inspection", "TaskLook", "delete_prefixed"]

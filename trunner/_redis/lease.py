@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from .._wire.keys import aside_key_for, fence_key_for
 from ..errors import LeadershipLost, RedisCommandError
-from ..keys import aside_key_for, fence_key_for
 from .resp import as_str
 from .scripts import SCRIPTS, Script
 from .transport import Arg, Subscriber, Transport
@@ -15,7 +15,7 @@ __all__ = ["LeaseStore"]
 
 
 class LeaseStore:
-    """The lease on ``key``, its fence counter (:func:`~trunner.keys.fence_key_for`) and
+    """The lease on ``key``, its fence counter (:func:`~trunner._wire.keys.fence_key_for`) and
     the channel its holder announces a release on; every write checks the holder."""
 
     def __init__(self, transport: Transport, key: str) -> None:

@@ -100,7 +100,7 @@ def text_field(value: Arg) -> Arg:
 
 
 #: ``msgspec.json.encode``, imported by the first record packed (a worker whose tasks keep
-#: no result never imports msgspec, see ``trunner.codec``).
+#: no result never imports msgspec, see ``trunner._wire.codec``).
 _json_encode: Callable[[Any], bytes] | None = None
 
 
@@ -234,7 +234,7 @@ class RawEntry:
 
 def stream_entries(raw: Any, deliveries: int = 1, suffix: str = "") -> list[RawEntry]:
     """The entries of an XRANGE or XREADGROUP reply (``[[id, [field, value ...]] ...]``);
-    ``suffix`` follows each id (a lane's, see ``trunner.keys.entry_id``)."""
+    ``suffix`` follows each id (a lane's, see ``trunner._wire.keys.entry_id``)."""
     return [
         RawEntry(as_str(e[0]) + suffix, list(e[1]) if e[1] else None, deliveries) for e in raw or ()
     ]

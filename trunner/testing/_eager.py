@@ -1,12 +1,12 @@
 """Eager mode for test suites: :func:`call_task` checks its arguments, then runs the core's
-attempt loop (``trunner._eager``, which ``TaskRegistry.call`` runs too)."""
+attempt loop (``trunner._executors.eager``, which ``TaskRegistry.call`` runs too)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .._eager import DEFAULT_MAX_PAYLOAD_BYTES, run_eagerly
+from .._executors.eager import DEFAULT_MAX_PAYLOAD_BYTES, run_eagerly
 from ..errors import RunnerNotRunning
 from ..middleware import Middleware
 from ..runner import Runner, _current_runner

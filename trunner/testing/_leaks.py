@@ -13,10 +13,10 @@ from types import TracebackType
 
 import trio
 
-from .._jobhost import JobHost
+from .._engine.jobhost import JobHost
 from .._redis import Probe, redact_url
 from .._util import connection_name, process_tag
-from ..keys import RELEASED_CONSUMER, entry_id
+from .._wire.keys import RELEASED_CONSUMER, entry_id
 from ..message import PAYLOAD_FIELD
 from ..runner import Runner
 from ..statistics import RunnerState

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from .statistics import RunnerStatistics, TaskTotals
+from ..statistics import RunnerStatistics, TaskTotals
 
 if TYPE_CHECKING:
-    from .runner import Runner
+    from ..runner import Runner
 
 __all__ = ["GAUGES", "LANE_COUNTERS", "TASK_COUNTERS", "Gauge", "LaneCounter", "TaskCounter"]
 

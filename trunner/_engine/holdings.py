@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from .message import Fields, MessageDecodeError, TaskMessage, message_from_fields
+from ..message import Fields, MessageDecodeError, TaskMessage, message_from_fields
 
 if TYPE_CHECKING:
-    from .keys import Keys
-    from .task import Task
+    from .._wire.keys import Keys
+    from ..task import Task
 
 __all__ = ["GIVEN_UP", "MAX_KEPT", "Holdings", "Job", "beat_interval", "split_deliveries"]
 
@@ -114,7 +114,7 @@ class Job:
     slot: tuple[str, str, int] | None = None
     """The group-wide concurrency slot its message holds (holders key, waiting-list key,
     limit): released with its acknowledgement, retry or dead letter (see
-    ``trunner.admission``)."""
+    ``trunner._engine.admission``)."""
     _message: TaskMessage | None = None
 
     @property
@@ -171,7 +171,7 @@ class Holdings:
         self._max_kept = max_kept
         self._to_release: list[tuple[str, str, int]] = []
         #: Task ids with a cancel mark -> until when it holds (ms): a message of one of
-        #: them is dropped before it starts (see ``trunner.cancellation``).
+        #: them is dropped before it starts (see ``trunner._engine.cancellation``).
         self.cancelled: dict[str, int] = {}
 
     def slots_held(self) -> int:

@@ -20,12 +20,12 @@ from collections.abc import Callable, Sequence
 
 import trio
 
-from ._redis import Broker
-from ._util import ErrorLog, LoopBackoff, logger, wall_ms
-from .config import RunnerConfig
-from .errors import BackendError
-from .group_stats import BUCKETS
-from .quarantine import Quarantine
+from .._redis import Broker
+from .._util import ErrorLog, LoopBackoff, logger, wall_ms
+from .._wire.stats import BUCKETS
+from ..config import RunnerConfig
+from ..errors import BackendError
+from ..quarantine import Quarantine
 
 __all__ = ["LocalTimings", "MetricsBuffer", "Reporter"]
 

@@ -2,7 +2,7 @@
 
 Each end is one state transition of the message in Redis, one command or one script:
 
-* **succeeded**: acknowledged through the :class:`~trunner.acks.AckBuffer` (batched);
+* **succeeded**: acknowledged through the :class:`~trunner._engine.acks.AckBuffer` (batched);
 * **failed** with attempts left: re-enqueued for its next attempt through the delayed set
   after its backoff (``retry.lua``: acknowledge and schedule, atomically);
 * **given up** (failed its last attempt, undecodable, unknown task, delivered more often
@@ -29,12 +29,10 @@ from typing import Any, overload
 
 import trio
 
-from ._redis import AckRecord, Arg, Broker, Record
-from ._util import ErrorLog, LoopBackoff, logger, wall_ms
-from .acks import AckBuffer
-from .cancellation import MARK_LIFETIME
-from .config import RunnerConfig
-from .errors import (
+from .._redis import AckRecord, Arg, Broker, Record
+from .._util import ErrorLog, LoopBackoff, logger, wall_ms
+from ..config import RunnerConfig
+from ..errors import (
     BackendError,
     InvalidPayload,
     MaxRetryExceeded,
@@ -42,12 +40,14 @@ from .errors import (
     TaskNotFound,
     gives_up,
 )
+from ..message import NO_SIZE_LIMIT, reencode_for_retry
+from ..quarantine import Quarantine
+from ..statistics import UNREGISTERED, Counters
+from ..status import MAX_TRACEBACK, RUNNING_TTL, UNASKED_KEEP, ttl_ms
+from ..task import Task
+from .acks import AckBuffer
+from .cancellation import MARK_LIFETIME
 from .holdings import GIVEN_UP, Holdings, Job
-from .message import NO_SIZE_LIMIT, reencode_for_retry
-from .quarantine import Quarantine
-from .statistics import UNREGISTERED, Counters
-from .status import MAX_TRACEBACK, RUNNING_TTL, UNASKED_KEEP, ttl_ms
-from .task import Task
 
 __all__ = ["TRANSITION_TIMEOUT", "Outcomes"]
 

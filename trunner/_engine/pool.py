@@ -4,7 +4,7 @@ task per message.
 It never takes a message it cannot start: fetchers reserve worker slots first
 (:meth:`WorkerPool.reserve`) and read at most that many messages. Submitted messages wait
 in a ready queue that *job loops* take them from: a job loop is a Trio task that runs job
-after job, each in a context of its own (:mod:`trunner._isolated`); the first time a job
+after job, each in a context of its own (:mod:`trunner._executors.isolated`); the first time a job
 waits, it makes sure there are enough idle job loops for every job still ready, so no job
 ever waits behind another. Jobs that never wait (the common case for short tasks) thus
 cost no Trio task of their own.
@@ -14,8 +14,8 @@ With middleware (``RunnerConfig.middleware``), each attempt runs inside their
 one it always was.
 
 How an attempt ends (acknowledged, retried, given up, interrupted) is
-:mod:`trunner.outcomes`; which messages the pool holds is recorded in
-:class:`~trunner.holdings.Holdings`. The pool starts its job loops in a nursery its runner
+:mod:`trunner._engine.outcomes`; which messages the pool holds is recorded in
+:class:`~trunner._engine.holdings.Holdings`. The pool starts its job loops in a nursery its runner
 owns (:meth:`WorkerPool.bind`); past the drain timeout the runner cancels that nursery
 after :meth:`WorkerPool.cancel_running`, and jobs cancelled then are *interrupted*.
 """
@@ -30,16 +30,13 @@ from collections.abc import Callable, Sequence
 import attrs
 import trio
 
-from ._context import _current_message
-from ._isolated import Isolated
-from ._redis import RawEntry
-from ._slots import WorkerSlots
-from ._util import ErrorLog, logger, timed
-from .admission import Admission
-from .config import RunnerConfig
-from .errors import InvalidPayload, MiddlewareError
-from .holdings import GIVEN_UP, Holdings, Job, beat_interval, split_deliveries
-from .message import (
+from .._context import _current_message
+from .._executors.isolated import Isolated
+from .._redis import RawEntry
+from .._util import ErrorLog, logger, timed
+from ..config import RunnerConfig
+from ..errors import InvalidPayload, MiddlewareError
+from ..message import (
     NO_OPTIONS,
     MessageDecodeError,
     addressed_group,
@@ -48,10 +45,13 @@ from .message import (
     fields_of,
     message_growth,
 )
-from .middleware import AttemptHooks, AttemptInfo
+from ..middleware import AttemptHooks, AttemptInfo
+from ..statistics import Counters
+from ..task import Task, TaskRegistry
+from .admission import Admission
+from .holdings import GIVEN_UP, Holdings, Job, beat_interval, split_deliveries
 from .outcomes import Outcomes
-from .statistics import Counters
-from .task import Task, TaskRegistry
+from .slots import WorkerSlots
 
 __all__ = ["WorkerPool"]
 
@@ -431,7 +431,7 @@ class WorkerPool:
     async def _run_with_options(self, job: Job, task: Task) -> tuple[Exception | None, float]:
         """The attempt of a task that has options
         (its own or its dispatch's): it may have expired, it may have limits (admitted or
-        deferred, see :mod:`trunner.admission`), its payload is decoded and
+        deferred, see :mod:`trunner._engine.admission`), its payload is decoded and
         checked, it may have a timeout, its result may be kept. Returns (the failure or
         None, the duration); ``job.ended`` when it did not run (its outcome is written)."""
         options = job.fields[8] or NO_OPTIONS

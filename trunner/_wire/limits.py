@@ -2,7 +2,7 @@
 
 A task declares them (``@tasks.task(rate_limit="100/s", concurrency=2)``); the pool admits
 each message of such a task with one script (``admit.lua``) before its attempt starts (see
-:mod:`trunner.admission`). Limits are admission, not failure: a message over a limit is
+:mod:`trunner._engine.admission`). Limits are admission, not failure: a message over a limit is
 deferred, in order, and uses no attempt. See [Rate and concurrency limits](limits.md).
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from .errors import InvalidPayload
+from ..errors import InvalidPayload
 from .keys import utf8_error
 
 __all__ = ["DEFAULT_RATE_BURST", "Limits", "RateLimit", "parse_rate"]

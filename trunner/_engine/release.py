@@ -4,7 +4,7 @@ Released messages are moved, in one script, to the consumer ``trunner:released``
 idle time far above any reclaim delay, so the next reclaim pass of any instance takes them
 at once. Two kinds:
 
-* **queued** ones (:attr:`Holdings.to_release <trunner.holdings.Holdings>`): fetched but
+* **queued** ones (:attr:`Holdings.to_release <trunner._engine.holdings.Holdings>`): fetched but
   not started at shutdown, fetched beyond a capacity lowered while the read was blocked,
   read or claimed after the group was paused, or interrupted past the drain timeout;
 * **orphans**: entries pending for one of this instance's consumers that it never saw.
@@ -17,16 +17,16 @@ count, so the crash-redelivery rule does not count it as an attempt.
 
 from __future__ import annotations
 
-from ._redis import MAX_IDS_PER_CALL, Broker
+from .._redis import MAX_IDS_PER_CALL, Broker
+from .._wire.keys import split_entry_id
+from ..statistics import Counters
 from .holdings import Holdings
-from .keys import split_entry_id
-from .statistics import Counters
 
 __all__ = ["Releaser"]
 
 
 class Releaser:
-    """Releases what :class:`~trunner.holdings.Holdings` queued, and orphans."""
+    """Releases what :class:`~trunner._engine.holdings.Holdings` queued, and orphans."""
 
     def __init__(self, broker: Broker, holdings: Holdings, counters: Counters) -> None:
         self._broker = broker

@@ -17,12 +17,12 @@ from typing import Any, Protocol
 
 import trio
 
-from ._context import Given, NoRunnerInEagerCall, _current_message, _eager_call
-from ._util import timed
-from .codec import TypeCodec
-from .errors import InvalidPayload, MaxRetryExceeded, MiddlewareError, gives_up
-from .keys import entry_id
-from .message import (
+from .._context import Given, NoRunnerInEagerCall, _current_message, _eager_call
+from .._util import timed
+from .._wire.codec import TypeCodec
+from .._wire.keys import entry_id
+from ..errors import InvalidPayload, MaxRetryExceeded, MiddlewareError, gives_up
+from ..message import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     NO_SIZE_LIMIT,
     PAYLOAD_FIELD,
@@ -32,7 +32,7 @@ from .message import (
     encode_message,
     reencode_for_retry,
 )
-from .middleware import (
+from ..middleware import (
     AttemptHooks,
     AttemptInfo,
     DispatchHooks,

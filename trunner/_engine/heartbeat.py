@@ -2,7 +2,7 @@
 nobody reclaims a live task.
 
 A running attempt heartbeats (XCLAIM ... JUSTID, one script per consumer and round) every
-:func:`~trunner.holdings.beat_interval` of its task, at most every ``reclaim_delay / 3``;
+:func:`~trunner._engine.holdings.beat_interval` of its task, at most every ``reclaim_delay / 3``;
 so does a finished one whose acknowledgement is not written yet (Redis trouble), or it
 would be reclaimed and run again. A reply saying the message is no longer ours marks the
 job *lost*: another consumer claimed it while it ran, so it may run twice.
@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import trio
 
-from ._redis import Broker
-from ._util import ErrorLog, LoopBackoff, logger
-from .errors import BackendError, RedisUnavailable, ReservationLost
+from .._redis import Broker
+from .._util import ErrorLog, LoopBackoff, logger
+from ..errors import BackendError, RedisUnavailable, ReservationLost
+from ..statistics import Counters
 from .holdings import Holdings, Job
-from .statistics import Counters
 
 __all__ = ["STALL_SLACK", "Heartbeater"]
 
@@ -26,7 +26,7 @@ STALL_SLACK = 0.1
 
 
 class Heartbeater:
-    """Beats the reservations of :class:`~trunner.holdings.Holdings` until :meth:`stop`.
+    """Beats the reservations of :class:`~trunner._engine.holdings.Holdings` until :meth:`stop`.
 
     ``min_interval`` is the shortest beat interval of any task this instance runs: it
     bounds each heartbeat call, and how long the loop may sleep.

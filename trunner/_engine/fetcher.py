@@ -14,7 +14,7 @@ pass.
 
 Each loop owns one consumer name and is the only one that delivers into it, so after a read
 or claim that failed midway (its reply lost), the loop itself can safely release the
-entries Redis delivered that it never saw (:mod:`trunner.release`).
+entries Redis delivered that it never saw (:mod:`trunner._engine.release`).
 
 :meth:`Fetcher.stop` and :meth:`Fetcher.nudge` are synchronous: a small task beside the
 loop sends the ``CLIENT UNBLOCK`` that ends a blocked read, so the read returns what Redis
@@ -29,16 +29,16 @@ from typing import TypeVar
 
 import trio
 
-from ._redis import Broker, RawEntry, Reader
-from ._util import ErrorLog, LoopBackoff, logger
-from .config import RunnerConfig
-from .errors import BackendError
-from .keys import DEFAULT_LANE, split_entry_id
-from .pausing import PauseGate
+from .._redis import Broker, RawEntry, Reader
+from .._util import ErrorLog, LoopBackoff, logger
+from .._wire.keys import DEFAULT_LANE, split_entry_id
+from ..config import RunnerConfig
+from ..errors import BackendError
+from ..pausing import PauseGate
+from ..quarantine import Quarantine
+from ..statistics import Counters
 from .pool import WorkerPool
-from .quarantine import Quarantine
 from .release import Releaser
-from .statistics import Counters
 
 __all__ = ["Fetcher", "ReclaimSchedule", "lane_plan", "split_excess"]
 

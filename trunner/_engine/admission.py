@@ -26,15 +26,15 @@ from collections.abc import Callable
 import attrs
 import trio
 
-from ._redis import MAX_ADMITS_PER_CALL, Admit, Broker, Slot
-from ._util import ErrorLog, LoopBackoff, logger
-from .errors import BackendError, InvalidPayload
+from .._redis import MAX_ADMITS_PER_CALL, Admit, Broker, Slot
+from .._util import ErrorLog, LoopBackoff, logger
+from .._wire.limits import Limits
+from ..errors import BackendError, InvalidPayload
+from ..message import is_rate_reserved, reencode_deferred
+from ..quarantine import Quarantine
+from ..statistics import Counters
+from ..task import Task
 from .holdings import Holdings, Job
-from .limits import Limits
-from .message import is_rate_reserved, reencode_deferred
-from .quarantine import Quarantine
-from .statistics import Counters
-from .task import Task
 
 __all__ = ["ADMISSION_TIMEOUT", "Admission"]
 

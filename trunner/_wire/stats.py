@@ -2,7 +2,7 @@
 every instance reports, and what is known of each live instance.
 
 :func:`compute_stats` turns the group's metrics hash (its fields are described by
-:class:`~trunner.reporter.MetricsBuffer`) into :class:`GroupStats`. Nothing here does I/O or
+:class:`~trunner._engine.reporter.MetricsBuffer`) into :class:`GroupStats`. Nothing here does I/O or
 imports the rest of trunner, so the configuration (``long_queue_hook``), the duties and
 the inspection can all name these values.
 """
@@ -160,7 +160,7 @@ def compute_stats(
     paused: bool = False,
 ) -> GroupStats:
     """The group's statistics from a metrics hash (its fields: see
-    :class:`~trunner.reporter.MetricsBuffer`).
+    :class:`~trunner._engine.reporter.MetricsBuffer`).
 
     A window in which no task finished predicts the wait with ``previous_average`` (the
     last window's): a stuck queue must not look like an empty one.

@@ -3,7 +3,7 @@ time, whichever comes first. An outcome kept for ``handle.result()`` goes sooner
 ``result_flush_interval`` (default 0: at once) moves the batch's deadline nearer, and
 while that write is in flight the next batch gathers.
 
-A finished message stays in :attr:`Holdings.finished <trunner.holdings.Holdings.finished>`
+A finished message stays in :attr:`Holdings.finished <trunner._engine.holdings.Holdings.finished>`
 from :meth:`AckBuffer.add` until a flush wrote its acknowledgement: a failed or cancelled
 flush puts it back, so a finished task is never forgotten (and never released to run again
 as if it had not run). Meanwhile the heartbeater keeps its reservation fresh, so it is not
@@ -17,12 +17,12 @@ from collections.abc import Callable
 
 import trio
 
-from ._redis import AckRecord, Broker, Record, Slot
-from ._util import ErrorLog, LoopBackoff, logger
-from .config import RunnerConfig
-from .errors import BackendError
+from .._redis import AckRecord, Broker, Record, Slot
+from .._util import ErrorLog, LoopBackoff, logger
+from ..config import RunnerConfig
+from ..errors import BackendError
+from ..statistics import Counters
 from .holdings import Holdings, Job
-from .statistics import Counters
 
 __all__ = ["AckBuffer"]
 

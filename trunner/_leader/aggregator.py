@@ -34,15 +34,15 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from ._redis import Broker
-from ._util import ErrorLog, LoopBackoff, logger, wall_ms
-from .admin import instances_of, unread_lanes
-from .config import RunnerConfig
+from .._redis import Broker
+from .._util import ErrorLog, LoopBackoff, logger, wall_ms
+from .._wire.stats import GroupStats, compute_stats
+from ..admin import instances_of, unread_lanes
+from ..config import RunnerConfig
+from ..errors import BackendError
+from ..pausing import read_paused_since
+from ..quarantine import Quarantine
 from .election import Elector
-from .errors import BackendError
-from .group_stats import GroupStats, compute_stats
-from .pausing import read_paused_since
-from .quarantine import Quarantine
 
 __all__ = ["Aggregator", "decide_capacity"]
 

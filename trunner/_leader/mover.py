@@ -21,11 +21,11 @@ from collections.abc import Callable
 
 import trio
 
-from ._redis import Broker
-from ._util import ErrorLog, LoopBackoff, logger, wall_ms
+from .._redis import Broker
+from .._util import ErrorLog, LoopBackoff, logger, wall_ms
+from ..errors import BackendError
+from ..quarantine import QUARANTINE_MAXLEN, Quarantine
 from .election import Elector
-from .errors import BackendError
-from .quarantine import QUARANTINE_MAXLEN, Quarantine
 
 __all__ = ["DelayedMover"]
 

@@ -3,8 +3,8 @@
 Cancellation is a state, not a message (``cancel_task.lua``): a running task gets a cancel
 mark in the group's ``cancelled`` hash, and an announcement on its cancel channel. The
 announcement makes it fast: the runner running the task cancels it at once (the job loop
-running it is cancelled: see :mod:`trunner.pool`). The mark makes it correct: the
-canceller keeps the marks in :attr:`Holdings.cancelled <trunner.holdings.Holdings>` (read
+running it is cancelled: see :mod:`trunner._engine.pool`). The mark makes it correct: the
+canceller keeps the marks in :attr:`Holdings.cancelled <trunner._engine.holdings.Holdings>` (read
 after it subscribed, so none is missed), and a message of a marked task that this
 instance fetches later (reclaimed from a runner that died, say) is dropped before it
 starts. Either way the task's outcome is ``cancelled``: acknowledged, never retried, its
@@ -26,11 +26,11 @@ from collections.abc import Callable
 
 import trio
 
-from ._redis import Broker, Subscriber
-from ._util import ErrorLog, LoopBackoff, logger, wall_ms
-from .errors import BackendError
+from .._redis import Broker, Subscriber
+from .._util import ErrorLog, LoopBackoff, logger, wall_ms
+from ..errors import BackendError
+from ..pausing import is_notice
 from .holdings import Holdings
-from .pausing import is_notice
 
 __all__ = ["MARK_LIFETIME", "Canceller"]
 

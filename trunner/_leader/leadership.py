@@ -20,10 +20,10 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
-from ._util import ErrorLog, LoopBackoff, leaf_exceptions, logger
+from .._util import ErrorLog, LoopBackoff, leaf_exceptions, logger
+from ..errors import LeadershipLost
+from ..statistics import Counters
 from .election import Elector
-from .errors import LeadershipLost
-from .statistics import Counters
 
 __all__ = ["RESTART_CAP", "RESTART_FIRST", "Chore", "Leadership"]
 

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 import trio
 
-from ._util import logger
+from .._util import logger
 
 __all__ = ["MAX_CONNECTIONS", "TIMEOUT", "Handler", "Response", "serve_http"]
 

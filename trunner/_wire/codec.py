@@ -29,7 +29,7 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
-from .errors import InvalidPayload, InvalidResult
+from ..errors import InvalidPayload, InvalidResult
 
 __all__ = ["TypeCodec", "codec_for", "untyped"]
 

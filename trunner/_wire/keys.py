@@ -1,0 +1,568 @@
+"""Every Redis key name trunner uses, built in one place.
+
+All keys of one queue and of the consumer groups that read it carry the hash tag
+``{<queue>}`` so that a script may touch several of them on Redis Cluster. A group reading
+the queue of its own name (the default) keeps the layout trunner always had:
+``<prefix>:{<group>}:stream`` and so on. A group reading another queue keeps what is its
+own under ``<prefix>:{<queue>}:group:<group>:`` (see [Queues and fan-out](queues.md)).
+"""
+
+from __future__ import annotations
+
+import json
+
+import attrs
+
+__all__ = [
+    "DEFAULT_LANE",
+    "RELEASED_CONSUMER",
+    "Keys",
+    "UniqueLock",
+    "aside_key_for",
+    "check_lane",
+    "check_name",
+    "entry_id",
+    "fence_key_for",
+    "hash_tag",
+    "is_lane",
+    "is_lane_entry_id",
+    "is_stream_id",
+    "lane_suffix",
+    "split_entry_id",
+    "utf8_error",
+]
+
+#: The consumer that owns messages released for immediate reclaim (see ``pool``/``fetcher``).
+RELEASED_CONSUMER = "trunner:released"
+
+_FORBIDDEN = frozenset("{}")
+#: What the name of every holders key of a concurrency limit starts with, after the group.
+_CONCURRENCY_HOLDERS = "concurrency:holders:"
+
+
+def utf8_error(value: str) -> str | None:
+    """Why ``value`` cannot be sent to Redis as UTF-8, or None if it can.
+
+    A Python str (and a JSON string, with its ``\\uXXXX`` escapes) may hold a lone
+    surrogate, which UTF-8 cannot encode: such a string can never be a key or an argument.
+    """
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"{value!r:.120} holds a lone surrogate ({exc.reason} at index {exc.start})"
+    return None
+
+
+def check_name(field: str, value: object) -> str:
+    """Validate a group name or prefix: a non-empty string without hash-tag braces."""
+    if not isinstance(value, str):
+        raise TypeError(f"{field} must be a str, got {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{field} must not be empty")
+    if (why := utf8_error(value)) is not None:
+        raise ValueError(f"{field} cannot be sent to Redis: {why}")
+    if _FORBIDDEN & set(value):
+        raise ValueError(f"{field} must not contain '{{' or '}}' (got {value!r})")
+    if any(ch.isspace() for ch in value):
+        raise ValueError(f"{field} must not contain whitespace (got {value!r})")
+    return value
+
+
+#: The lane of a queue's first stream, ``<prefix>:{<queue>}:stream``: the one lane of a
+#: queue that declares none (see [Priority lanes](lanes.md)).
+DEFAULT_LANE = "default"
+#: Between a stream id and its lane in the id of an entry of another lane than the default.
+LANE_MARK = "@"
+#: The most characters of a lane name.
+MAX_LANE_LENGTH = 32
+_LANE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+
+
+def check_lane(value: object, field: str = "priority") -> str:
+    """Validate a lane name: 1 to 32 ASCII letters, digits, ``_``, ``.`` or ``-``.
+
+    Raises:
+        TypeError: ``value`` is not a str.
+        ValueError: ``value`` is empty, too long or holds another character.
+    """
+    if not isinstance(value, str):
+        raise TypeError(f"{field} must be a lane name (a str), got {type(value).__name__}")
+    if not is_lane(value):
+        raise ValueError(
+            f"{field} must be a lane name: 1 to {MAX_LANE_LENGTH} ASCII letters, digits, "
+            f"'_', '.' or '-' (got {value!r:.60})"
+        )
+    return value
+
+
+def is_lane(value: str) -> bool:
+    """Whether ``value`` is a lane name (what :func:`check_lane` accepts)."""
+    return 0 < len(value) <= MAX_LANE_LENGTH and _LANE_CHARS.issuperset(value)
+
+
+def entry_id(stream_id: str, lane: str) -> str:
+    """The id trunner gives the entry ``stream_id`` of ``lane``'s stream: the stream id
+    itself in the default lane, else ``<stream id>@<lane>`` (the streams of two lanes give
+    the same ids: the lane tells them apart). It is also the task id of a plain dispatch."""
+    return stream_id + lane_suffix(lane)
+
+
+#: The largest part of a stream id Redis takes (``<ms>`` and ``<seq>`` are unsigned 64-bit).
+_MAX_ID_PART = 2**64 - 1
+
+
+def _id_part(text: str) -> bool:
+    return text.isascii() and text.isdigit() and len(text) <= 20 and int(text) <= _MAX_ID_PART
+
+
+def is_stream_id(text: str) -> bool:
+    """Whether ``text`` is a complete stream id, ``<ms>-<seq>`` (ASCII digits, each part
+    at most 2^64 - 1: Redis refuses a larger one)."""
+    ms, dash, seq = text.partition("-")
+    return bool(dash) and _id_part(ms) and _id_part(seq)
+
+
+def is_lane_entry_id(text: str) -> bool:
+    """Whether ``text`` is an id :func:`entry_id` makes: ``<ms>-<seq>``, or
+    ``<ms>-<seq>@<lane>``."""
+    stream_id, mark, lane = text.partition(LANE_MARK)
+    return is_stream_id(stream_id) and (not mark or is_lane(lane))
+
+
+def lane_suffix(lane: str) -> str:
+    """What :func:`entry_id` adds to the stream ids of ``lane``: ``""`` for the default
+    lane, else ``@<lane>``."""
+    return "" if lane == DEFAULT_LANE else f"{LANE_MARK}{lane}"
+
+
+def split_entry_id(message_id: str) -> tuple[str, str]:
+    """(lane, stream id) of an id made by :func:`entry_id`."""
+    stream_id, mark, lane = message_id.partition(LANE_MARK)
+    return (lane, stream_id) if mark else (DEFAULT_LANE, message_id)
+
+
+def hash_tag(key: str) -> str | None:
+    """The Redis Cluster hash tag of ``key`` (the part hashed), or None if it has none."""
+    start = key.find("{")
+    if start < 0:
+        return None
+    end = key.find("}", start + 1)
+    if end <= start + 1:
+        return None
+    return key[start + 1 : end]
+
+
+def _in_slot_of(key: str, suffix: str) -> str:
+    """``key`` + ``suffix``, in ``key``'s hash slot (a key without a hash tag is hashed
+    whole: it becomes the tag)."""
+    return f"{key}{suffix}" if hash_tag(key) is not None else f"{{{key}}}{suffix}"
+
+
+def fence_key_for(lease_key: str) -> str:
+    """The fence counter of a leadership lease: in the lease key's hash slot, so that one
+    script can use both."""
+    return _in_slot_of(lease_key, ":fence")
+
+
+def aside_key_for(key: str, at_ms: int) -> str:
+    """The name a key holding what trunner cannot have written is renamed to, set aside
+    (in the same hash slot, so the script that finds it can rename it)."""
+    return _in_slot_of(key, f":bad:{at_ms}")
+
+
+def _queue_of(keys: Keys) -> str:
+    return keys.group
+
+
+@attrs.frozen
+class Keys:
+    """The key names of one consumer group reading one queue, under one prefix.
+
+    Every key carries the hash tag ``{<queue>}``, so that all keys of a queue and of its
+    groups are in one Redis Cluster hash slot (see [Redis keys and
+    messages](redis-layout.md)). The queue defaults to the group: then every key is
+    ``<prefix>:{<group>}:<name>``. A group reading another queue has the queue's keys
+    (the stream, the delayed dispatches, the unique locks, the cancel marks) in
+    ``<prefix>:{<queue>}:<name>`` and its own (dead letters, retries, results, leadership,
+    metrics ...) in ``<prefix>:{<queue>}:group:<group>:<name>``.
+
+    Raises:
+        TypeError: ``prefix``, ``group`` or ``queue`` is not a string.
+        ValueError: ``prefix``, ``group`` or ``queue`` is empty, or holds ``{``, ``}``
+            or whitespace.
+    """
+
+    prefix: str
+    """The key prefix (``RunnerConfig.prefix``)."""
+    group: str
+    """The consumer group."""
+    queue: str = attrs.field(default=attrs.Factory(_queue_of, takes_self=True))
+    """The queue (stream) the group reads; by default the group's own name."""
+
+    def __attrs_post_init__(self) -> None:
+        check_name("prefix", self.prefix)
+        check_name("consumer_group", self.group)
+        check_name("queue", self.queue)
+
+    @property
+    def own_queue(self) -> bool:
+        """Whether the group reads the queue of its own name (the layout trunner always
+        had)."""
+        return self.queue == self.group
+
+    @property
+    def queue_base(self) -> str:
+        """``<prefix>:{<queue>}:``, what every key of the queue starts with; a group's own
+        keys follow it (the group of the queue's name), or ``group:<group>:`` does (see
+        :meth:`_key`; cancel_task.lua names other groups' records so)."""
+        return self._qkey("")
+
+    def _qkey(self, name: str) -> str:
+        """A key of the queue, shared by every group reading it."""
+        return f"{self.prefix}:{{{self.queue}}}:{name}"
+
+    def _key(self, name: str) -> str:
+        """A key of the group's own."""
+        if self.queue == self.group:
+            return f"{self.prefix}:{{{self.queue}}}:{name}"
+        return f"{self.prefix}:{{{self.queue}}}:group:{self.group}:{name}"
+
+    def for_group(self, group: str) -> Keys:
+        """The keys of another group reading the same queue."""
+        return Keys(self.prefix, group, self.queue)
+
+    @property
+    def stream(self) -> str:
+        """``<prefix>:{<queue>}:stream``: the task stream, read by the consumer group (and
+        by every other group reading the queue)."""
+        return self._qkey("stream")
+
+    def lane_stream(self, lane: str) -> str:
+        """The stream of one lane of the queue: :attr:`stream` for the default lane, else
+        ``<prefix>:{<queue>}:stream:<lane>`` (the scripts name it so too: the default
+        stream's name, ``:`` and the lane)."""
+        return self.stream if lane == DEFAULT_LANE else self._qkey(f"stream:{lane}")
+
+    @property
+    def lanes(self) -> str:
+        """``<prefix>:{<queue>}:lanes``: the lanes other than the default that runners
+        reading the queue declared (a set): ``trunner inspect`` shows each one's backlog."""
+        return self._qkey("lanes")
+
+    @property
+    def groups(self) -> str:
+        """``<prefix>:{<queue>}:groups``: the names of the consumer groups trunner created
+        on the queue's stream (a set). With more than one, acknowledging a message never
+        deletes it: the leaders trim what every group has finished."""
+        return self._qkey("groups")
+
+    @property
+    def dead(self) -> str:
+        """``<prefix>:{<group>}:dead``: the dead-letter stream."""
+        return self._key("dead")
+
+    @property
+    def delayed(self) -> str:
+        """``<prefix>:{<queue>}:delayed``: the delayed task ids (delayed tasks, and the
+        retries of a group reading its own queue), by due time."""
+        return self._qkey("delayed")
+
+    @property
+    def delayed_messages(self) -> str:
+        """``<prefix>:{<queue>}:delayed:messages``: delayed task id → the message to
+        enqueue when it is due."""
+        return self._qkey("delayed:messages")
+
+    @property
+    def delayed_wake(self) -> str:
+        """``<prefix>:{<queue>}:delayed:wake``: a pub/sub channel, told when a delayed
+        task or a retry became the earliest one (payload: its due time in ms)."""
+        return self._qkey("delayed:wake")
+
+    @property
+    def cron(self) -> str:
+        """``<prefix>:{<group>}:cron``: cron schedule name → the last tick fired (ms)."""
+        return self._key("cron")
+
+    @property
+    def leader(self) -> str:
+        """``<prefix>:{<group>}:leader``: the leadership lease."""
+        return self._key("leader")
+
+    @property
+    def fence(self) -> str:
+        """``<prefix>:{<group>}:leader:fence``: the lease's fence counter."""
+        return fence_key_for(self.leader)
+
+    @property
+    def delayed_unique(self) -> str:
+        """``<prefix>:{<queue>}:delayed:unique``: delayed unique task id → the lock it
+        takes when due, a JSON array ``["<lock key>", "<token>", <ttl ms>]`` (see
+        [Unique locks](redis-layout.md#unique-locks))."""
+        return self._qkey("delayed:unique")
+
+    @property
+    def retries(self) -> str:
+        """The delayed set of the group's own retries (and of its tasks deferred by a
+        limit): :attr:`delayed` for a group reading its own queue, else
+        ``<prefix>:{<queue>}:group:<group>:delayed`` (a retry is the group's alone: it
+        must not wait beside another group's retry of the same task id)."""
+        return self._key("delayed")
+
+    @property
+    def retry_messages(self) -> str:
+        """The messages of :attr:`retries` (as :attr:`delayed_messages`)."""
+        return self._key("delayed:messages")
+
+    @property
+    def retry_unique(self) -> str:
+        """The delayed unique hash beside :attr:`retries` (as :attr:`delayed_unique`;
+        retries keep the lock they hold, so it stays empty for a group of its own)."""
+        return self._key("delayed:unique")
+
+    def unique(self, key: str) -> str:
+        """The lock of a unique task's key.
+
+        Args:
+            key: [``Task.key_for(payload)``][trunner.Task.key_for]
+                (``<len>:<task>[:<key>]``).
+
+        Returns:
+            ``<prefix>:{<queue>}:unique:<key>``.
+        """
+        return self._qkey(f"unique:{key}")
+
+    def rate_limit(self, key: str) -> str:
+        """The state of one rate limit (GCRA): its theoretical arrival time.
+
+        Args:
+            key: The limit's key, ``<len>:<task>[:<rate_limit_key(payload)>]``.
+
+        Returns:
+            ``<prefix>:{<group>}:rate:<key>``, a string (ms since the epoch) with a
+            time-to-live.
+        """
+        return self._key(f"rate:{key}")
+
+    def concurrency_holders(self, key: str) -> str:
+        """The holders of one concurrency limit: ``<prefix>:{<group>}:concurrency:holders:
+        <key>``, a sorted set of stream ids scored by when they were granted (ms)."""
+        return self._key(f"{_CONCURRENCY_HOLDERS}{key}")
+
+    def concurrency_waiting(self, key: str) -> str:
+        """The waiting list of one concurrency limit: ``<prefix>:{<group>}:concurrency:
+        waiting:<key>``, a list of encoded messages, oldest first."""
+        return self._key(f"concurrency:waiting:{key}")
+
+    @property
+    def concurrency_waiters(self) -> str:
+        """``<prefix>:{<group>}:concurrency:waiters``: the group's index of the tasks waiting
+        for a concurrency slot (a hash of task id -> ``<n>:<its waiting list's key><its
+        message>``, n the length of that key), so that status and cancel find them. The
+        limit scripts name it from a limit's keys (limits.lua: waiters_index)."""
+        return self._key("concurrency:waiters")
+
+    @property
+    def concurrency_keys(self) -> str:
+        """``<prefix>:{<group>}:concurrency:keys``: the keys of the concurrency limits in use
+        (a set of ``<len>:<task>[:<key>]``), which the leader's janitor looks over for slots
+        whose holder is gone."""
+        return self._key("concurrency:keys")
+
+    @property
+    def metrics(self) -> str:
+        """``<prefix>:{<group>}:metrics``: the timing totals since the leader last reset
+        them."""
+        return self._key("metrics")
+
+    @property
+    def instances(self) -> str:
+        """``<prefix>:{<group>}:instances``: the live instance ids, by last-seen time
+        (ms)."""
+        return self._key("instances")
+
+    @property
+    def instances_info(self) -> str:
+        """``<prefix>:{<group>}:instances:info``: instance id → its details (JSON)."""
+        return self._key("instances:info")
+
+    @property
+    def capacity(self) -> str:
+        """``<prefix>:{<group>}:capacity``: the per-instance capacity the leader decided
+        (value, fence, version)."""
+        return self._key("capacity")
+
+    @property
+    def stats(self) -> str:
+        """``<prefix>:{<group>}:stats``: the statistics of the last completed window
+        (JSON), written by the leader."""
+        return self._key("stats")
+
+    @property
+    def where(self) -> str:
+        """The hash of task id -> the stream id of its message, for the messages whose id is
+        not their task's (delayed tasks, retries, cron ticks, replays), while they are in
+        the stream: so that a task can be found by its id (cancel, status)."""
+        return self._qkey("where")
+
+    @property
+    def cancelled(self) -> str:
+        """The hash of cancelled task id -> until when the mark holds (ms): a task fetched
+        after its cancellation is dropped before it starts."""
+        return self._qkey("cancelled")
+
+    @property
+    def cancel_channel(self) -> str:
+        """Pub/sub channel: a task was cancelled (payload: its id); runners running it
+        cancel it. It also carries the group's notices to its runners (payload: the byte
+        0xFF, which never starts UTF-8 text, hence never a task id, then the notice:
+        ``pause`` or ``resume``; see ``trunner.pausing``)."""
+        return self._qkey("cancel")
+
+    @property
+    def paused(self) -> str:
+        """``<prefix>:{<group>}:paused``: present while the group is paused; its value is
+        when it was paused (ms since the epoch, decimal digits)."""
+        return self._key("paused")
+
+    @property
+    def done(self) -> str:
+        """Pub/sub channel: tasks finished (payload: their ids, separated by spaces);
+        waiters of their results look again."""
+        return self._key("done")
+
+    def task(self, task_id: str) -> str:
+        """The record of one task that keeps its result (see ``trunner.status``)."""
+        return self._key(f"task:{task_id}")
+
+    @property
+    def floor(self) -> str:
+        """The id below which every message of the stream is finished for the group (see
+        ``group_floor.lua``); a lost group is recreated from it."""
+        return self._key("floor")
+
+    def lane_floor(self, lane: str) -> str:
+        """The floor (see :attr:`floor`) of one lane's stream: :attr:`floor` for the default
+        lane, else ``<prefix>:{<group>}:floor:<lane>``."""
+        return self.floor if lane == DEFAULT_LANE else self._key(f"floor:{lane}")
+
+    @property
+    def quarantine(self) -> str:
+        """The stream of bad data set aside, with the reason (see ``trunner.quarantine``)."""
+        return self._key("quarantine")
+
+    def types(self) -> dict[str, str]:
+        """The Redis type of every fixed key but the quarantine stream (``TYPE`` names)."""
+        types = {
+            self.stream: "stream",
+            self.groups: "set",
+            self.dead: "stream",
+            self.delayed: "zset",
+            self.delayed_messages: "hash",
+            self.delayed_unique: "hash",
+            self.retries: "zset",
+            self.retry_messages: "hash",
+            self.retry_unique: "hash",
+            self.leader: "string",
+            self.fence: "string",
+            self.cron: "hash",
+            self.metrics: "hash",
+            self.instances: "zset",
+            self.instances_info: "hash",
+            self.capacity: "hash",
+            self.stats: "string",
+            self.floor: "string",
+            self.where: "hash",
+            self.cancelled: "hash",
+            self.paused: "string",
+            self.concurrency_keys: "set",
+            self.concurrency_waiters: "hash",
+            self.lanes: "set",
+        }
+        return types
+
+    @staticmethod
+    def aside(key: str, at_ms: int) -> str:
+        """The name a key of a wrong type is renamed to (see :func:`aside_key_for`)."""
+        return aside_key_for(key, at_ms)
+
+    def queue_keys(self) -> list[str]:
+        """The keys of the queue, shared by the groups reading it (the unique locks are
+        not listed)."""
+        return [
+            self.stream,
+            self.groups,
+            self.delayed,
+            self.delayed_messages,
+            self.delayed_unique,
+            self.where,
+            self.cancelled,
+            self.lanes,
+        ]
+
+    def group_keys(self) -> list[str]:
+        """The keys of the group's own with a fixed name (for a group reading its own
+        queue, the queue's keys too)."""
+        own = [
+            self.dead,
+            self.retries,
+            self.retry_messages,
+            self.retry_unique,
+            self.leader,
+            self.fence,
+            self.cron,
+            self.metrics,
+            self.instances,
+            self.instances_info,
+            self.capacity,
+            self.stats,
+            self.floor,
+            self.paused,
+            self.quarantine,
+            self.concurrency_keys,
+            self.concurrency_waiters,
+        ]
+        if self.own_queue:
+            return list(dict.fromkeys(self.queue_keys() + own))
+        return own
+
+    def fixed(self) -> list[str]:
+        """Every key of the group and of its queue with a fixed name (the unique locks are
+        not listed)."""
+        return list(dict.fromkeys(self.queue_keys() + self.group_keys()))
+
+
+@attrs.frozen
+class UniqueLock:
+    """The lock a unique task takes: the lock's key, the token of its dispatch, and its
+    time-to-live (``unique_for``) in ms. A delayed unique task and a cron tick of a unique
+    task take it when they enter the stream.
+
+    Stored in :attr:`Keys.delayed_unique` as a JSON array ``["<key>", "<token>", <ttl>]``:
+    :meth:`encode` writes that layout and :meth:`decode` reads it, nothing else does.
+    """
+
+    key: str
+    token: str
+    ttl_ms: int
+
+    def encode(self) -> str:
+        return json.dumps([self.key, self.token, self.ttl_ms])
+
+    @classmethod
+    def decode(cls, raw: bytes | str) -> UniqueLock:
+        """Read a stored lock; ValueError saying why if it is not that layout."""
+        try:
+            value = json.loads(raw)
+        except (ValueError, RecursionError) as exc:
+            raise ValueError(f"not JSON: {exc}") from None
+        if (
+            not isinstance(value, list)
+            or len(value) != 3
+            or not isinstance(value[0], str)
+            or not isinstance(value[1], str)
+            or type(value[2]) is not int
+            or value[2] <= 0
+        ):
+            raise ValueError(f"not [lock key, token, ttl ms]: {value!r:.200}")
+        return cls(value[0], value[1], value[2])
