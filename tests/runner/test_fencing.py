@@ -16,8 +16,12 @@ import trio
 
 import trunner
 from trunner import Keys
+from trunner._redis import SCRIPTS, Broker, RawEntry, open_transport
+from trunner.message import encode_message
 
 from ..conftest import config, open_checked_runner
+from ..support.faults import FaultyTransport, script_call
+from ..support.pools import pool_parts
 
 OTHER = "other"
 
@@ -194,3 +198,43 @@ async def test_a_message_reclaimed_by_its_own_runner_before_its_ack_is_written(
     assert runs == 1
     assert runner.statistics().discarded == 0
     assert pending_for(raw, keys, group, str(handle)) is None
+
+
+async def test_a_retry_refused_because_its_own_instance_claimed_the_message_is_written(
+    url: str, group: str, raw: Any
+) -> None:
+    """The instance's own reclaim claimed the failed attempt's message while its retry was
+    on the way: the script refused it (sent for the old delivery), but the job holds the
+    claim's delivery now; the retry is written for it, not discarded."""
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task(max_retry=3, retry_backoff=3600)
+    async def flaky(_: Any) -> None:
+        raise RuntimeError("later")
+
+    async with open_transport(url, client_name="t", max_connections=4, connect_timeout=5) as t:
+        faulty = FaultyTransport(t)
+        broker = Broker(faulty, Keys("trunner", group))
+        await broker.ensure_group()
+        data = encode_message("flaky", None, enqueued_at=1.0, max_bytes=1000)
+        [message_id] = await broker.enqueue_many([data])
+        reader = broker.open_reader()
+        entries = await broker.read(reader, "c", 1, 0.1)
+        await reader.aclose()
+        parts = pool_parts(broker, tasks, config(group))
+        pool = parts.pool
+        faulty.hold(script_call(SCRIPTS.retry))
+        async with trio.open_nursery() as nursery:
+            pool.bind(nursery)
+            pool.submit(entries, pool.slots.take_nowait(1), "c")
+            while not faulty.held:  # noqa: ASYNC110 - the retry reached Redis
+                await trio.sleep(0.01)
+            [(_, fields)] = raw.xclaim(broker.keys.stream, group, "c", 0, [message_id])
+            claimed = RawEntry(message_id, [x for pair in fields.items() for x in pair], 2)
+            pool.submit([claimed], pool.slots.take_nowait(1), "c")  # its own reclaim
+            faulty.release_held()
+            await pool.wait_idle()
+        assert parts.counters.discarded == 0
+        assert parts.counters.retried == 1
+        assert raw.zcard(broker.keys.retries) == 1
+        assert pending_for(raw, broker.keys, group, message_id) is None
