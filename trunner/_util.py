@@ -181,9 +181,16 @@ async def timed(
     """``await action(payload)`` under a cancel scope of ``limit`` seconds (a task's
     ``timeout``): past it, the attempt fails with ``TaskTimeout``, whether the cancellation
     ended it or it returned all the same (it swallowed or shielded the ``Cancelled``, or
-    never reached a checkpoint): what it returned late is not its result."""
+    never reached a checkpoint): what it returned late is not its result. An ``Exception``
+    raised once the timeout cancelled it (its clean-up failed) is that ``TaskTimeout``'s
+    cause, not the attempt's failure."""
     with trio.move_on_after(limit) as scope:
-        result = await action(payload)
+        try:
+            result = await action(payload)
+        except Exception as exc:
+            if scope.cancel_called:
+                raise TaskTimeout(name, limit) from exc
+            raise
     if scope.cancel_called or trio.current_time() >= scope.deadline:
         raise TaskTimeout(name, limit)
     return result

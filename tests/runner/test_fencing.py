@@ -16,8 +16,12 @@ import trio
 
 import trunner
 from trunner import Keys
+from trunner._redis import SCRIPTS, Broker, RawEntry, open_transport
+from trunner.message import encode_message
 
 from ..conftest import config, open_checked_runner
+from ..support.faults import FaultyTransport, script_call
+from ..support.pools import pool_parts
 
 OTHER = "other"
 
@@ -129,3 +133,108 @@ async def test_a_heartbeat_that_finds_its_delivery_lost_stops_its_writes(
         assert status.progress_message != "from the late attempt"
         assert pending_for(raw, keys, group, message_id) == (OTHER, 2)
         raw.xack(keys.stream, group, message_id)
+
+
+async def reclaimed_by_itself(
+    raw: Any, keys: Keys, group: str, runner: trunner.Runner, message_id: str
+) -> None:
+    """This instance's own reclaim pass claims the message it holds (as after a stall of
+    its process past ``reclaim_delay``): its idle time is set past the delay (again, in
+    case a heartbeat reset it) until the reclaim counted it."""
+    while runner.statistics().reclaimed == 0:
+        raw.xclaim(
+            keys.stream, group, runner.consumer_name, 0, [message_id], idle=10**9, justid=True
+        )
+        await trio.sleep(0.01)
+    assert pending_for(raw, keys, group, message_id) == (runner.consumer_name, 2)
+
+
+async def test_a_message_reclaimed_by_its_own_runner_while_it_runs_is_not_discarded(
+    url: str, group: str, keys: Keys, raw: Any
+) -> None:
+    """The claim is the running attempt's delivery now: its outcome is written, and the
+    task does not run again. (The attempt's writes, fenced to the delivery it began with,
+    were discarded, and the message ran again once reclaimed.)"""
+    late = Late()
+    tasks = registry(late, keep_result=60)
+    cfg = config(group, reclaim_delay=60.0, reclaim_interval=0.05)
+    async with open_checked_runner(url, cfg, tasks) as runner:
+        handle = await runner.dispatch("late", {})
+        await late.started.wait()
+        await reclaimed_by_itself(raw, keys, group, runner, str(handle))
+        late.go.set()
+        while not runner.statistics().discarded and pending_for(raw, keys, group, str(handle)):  # noqa: ASYNC110
+            await trio.sleep(0.01)
+        assert runner.statistics().discarded == 0
+        assert pending_for(raw, keys, group, str(handle)) is None
+        assert await handle.result(timeout=5) == "from-late"
+
+
+async def test_a_message_reclaimed_by_its_own_runner_before_its_ack_is_written(
+    url: str, group: str, keys: Keys, raw: Any
+) -> None:
+    """Finished, its acknowledgement buffered, when its own runner claims it: it is not run
+    a second time, and the acknowledgement is written for the claim's delivery. (It ran
+    again, and the two acknowledgements of one message crashed the runner.)"""
+    late = Late()
+    late.go.set()
+    runs = 0
+
+    async def counted(payload: Any) -> str:
+        nonlocal runs
+        runs += 1
+        return await late.body(payload)
+
+    tasks = trunner.TaskRegistry()
+    tasks.task(name="late")(counted)
+    cfg = config(group, reclaim_delay=60.0, reclaim_interval=0.05, ack_flush_interval=3600.0)
+    async with open_checked_runner(url, cfg, tasks) as runner:
+        handle = await runner.dispatch("late", {})
+        parts = runner._components
+        assert parts is not None
+        while str(handle) not in parts.holdings.finished:  # noqa: ASYNC110 - no event
+            await trio.sleep(0.01)
+        await reclaimed_by_itself(raw, keys, group, runner, str(handle))
+    assert runs == 1
+    assert runner.statistics().discarded == 0
+    assert pending_for(raw, keys, group, str(handle)) is None
+
+
+async def test_a_retry_refused_because_its_own_instance_claimed_the_message_is_written(
+    url: str, group: str, raw: Any
+) -> None:
+    """The instance's own reclaim claimed the failed attempt's message while its retry was
+    on the way: the script refused it (sent for the old delivery), but the job holds the
+    claim's delivery now; the retry is written for it, not discarded."""
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task(max_retry=3, retry_backoff=3600)
+    async def flaky(_: Any) -> None:
+        raise RuntimeError("later")
+
+    async with open_transport(url, client_name="t", max_connections=4, connect_timeout=5) as t:
+        faulty = FaultyTransport(t)
+        broker = Broker(faulty, Keys("trunner", group))
+        await broker.ensure_group()
+        data = encode_message("flaky", None, enqueued_at=1.0, max_bytes=1000)
+        [message_id] = await broker.enqueue_many([data])
+        reader = broker.open_reader()
+        entries = await broker.read(reader, "c", 1, 0.1)
+        await reader.aclose()
+        parts = pool_parts(broker, tasks, config(group))
+        pool = parts.pool
+        faulty.hold(script_call(SCRIPTS.retry))
+        async with trio.open_nursery() as nursery:
+            pool.bind(nursery)
+            pool.submit(entries, pool.slots.take_nowait(1), "c")
+            while not faulty.held:  # noqa: ASYNC110 - the retry reached Redis
+                await trio.sleep(0.01)
+            [(_, fields)] = raw.xclaim(broker.keys.stream, group, "c", 0, [message_id])
+            claimed = RawEntry(message_id, [x for pair in fields.items() for x in pair], 2)
+            pool.submit([claimed], pool.slots.take_nowait(1), "c")  # its own reclaim
+            faulty.release_held()
+            await pool.wait_idle()
+        assert parts.counters.discarded == 0
+        assert parts.counters.retried == 1
+        assert raw.zcard(broker.keys.retries) == 1
+        assert pending_for(raw, broker.keys, group, message_id) is None

@@ -568,6 +568,28 @@ async def test_an_attempt_that_returns_past_its_timeout_fails_with_task_timeout(
         assert isinstance(eager.value.__cause__, trunner.TaskTimeout)
 
 
+async def test_an_attempt_whose_clean_up_raises_at_its_timeout_fails_with_task_timeout(
+    url: str, group: str
+) -> None:
+    """The cancellation of its timeout made its clean-up raise: the attempt timed out
+    all the same, and is retried as a timeout. (It failed with the clean-up's error, and
+    a task that gives up on that error was given up at its first attempt.)"""
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task(keep_result=60, timeout=0.1, max_retry=1, retry_backoff=0.01, give_up_on=[KeyError])
+    async def cleans_up(_: None) -> None:
+        try:
+            await trio.sleep_forever()
+        finally:
+            raise KeyError("the clean-up failed")
+
+    async with open_checked_runner(url, config(group), tasks) as runner:
+        with pytest.raises(trunner.TaskFailed) as info:
+            await (await runner.dispatch("cleans_up", None)).result()
+        assert info.value.attempt == 2, "retried per its policy"
+        assert info.value.error.type_name == "TaskTimeout"  # type: ignore[attr-defined]
+
+
 async def test_a_task_not_started_before_it_expires_is_dropped(url: str, group: str) -> None:
     gate = Gate()
     handled: list[Any] = []

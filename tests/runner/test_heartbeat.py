@@ -9,11 +9,12 @@ import trio
 
 import trunner
 from trunner import Keys
-from trunner._redis import SCRIPTS, Arg, open_transport
+from trunner._redis import SCRIPTS, Arg, Broker, RawEntry, open_transport
+from trunner.message import encode_message
 
 from ..conftest import config
 from ..support.faults import FaultyTransport, script_call
-from ..support.pools import pool_running_one
+from ..support.pools import pool_parts, pool_running_one
 
 
 def long_task() -> tuple[trunner.TaskRegistry, trio.Event, trio.Event]:
@@ -129,3 +130,66 @@ async def test_a_heartbeat_cut_off_by_an_event_loop_stall_beats_again_at_once(
     after_stall = stalling.heartbeats[1] - stalling.stalled_until
     # A backoff would wait at least 50 ms (LoopBackoff's first delay, 0.1 s x 0.5..1).
     assert after_stall < 0.03, f"the next beat came {after_stall * 1000:.0f} ms after the stall"
+
+
+async def test_a_heartbeat_sent_before_a_claim_of_its_own_instance_does_not_lose_the_job(
+    url: str, group: str, keys: Keys, raw: Any
+) -> None:
+    """Another fetch loop of the same instance (consumer ``c/1``) claimed the running
+    message while a heartbeat for ``c`` was on the way: the job holds the claim's delivery
+    (``Job.reclaimed``), so that heartbeat's answer (no longer ``c``'s) is not the job's.
+    Marked lost, its failure was neither retried nor dead-lettered (discarded)."""
+    tasks = trunner.TaskRegistry()
+    started, finish = trio.Event(), trio.Event()
+
+    @tasks.task(max_retry=1, retry_backoff=3600)
+    async def long(_: Any) -> None:
+        started.set()
+        await finish.wait()
+        raise RuntimeError("to be retried")
+
+    heartbeats = 0
+
+    def first_heartbeat(args: Any) -> bool:
+        nonlocal heartbeats
+        if script_call(SCRIPTS.heartbeat)(args):
+            heartbeats += 1
+            return heartbeats == 1
+        return False
+
+    cfg = config(group, reclaim_delay=0.6)
+    async with open_transport(url, client_name="t", max_connections=4, connect_timeout=5) as t:
+        faulty = FaultyTransport(t)
+        broker = Broker(faulty, Keys("trunner", group))
+        await broker.ensure_group()
+        data = encode_message("long", None, enqueued_at=0.0, max_bytes=1000)
+        [message_id] = await broker.enqueue_many([data])
+        reader = broker.open_reader()
+        entries = await broker.read(reader, "c", 1, 0.1)
+        await reader.aclose()
+        parts = pool_parts(broker, tasks, cfg)
+        pool = parts.pool
+        faulty.hold(first_heartbeat)
+        async with trio.open_nursery() as nursery:
+            pool.bind(nursery)
+            await nursery.start(parts.acks.run)
+            await nursery.start(parts.heartbeater.run)
+            pool.submit(entries, pool.slots.take_nowait(1), "c")
+            await started.wait()
+            while not faulty.held:  # noqa: ASYNC110 - the first heartbeat is on the way
+                await trio.sleep(0.01)
+            raw.xclaim(keys.stream, group, "c/1", 0, [message_id])
+            claimed = RawEntry(message_id, [b"payload", data], 2)
+            pool.submit([claimed], pool.slots.take_nowait(1), "c/1")
+            faulty.release_held()
+            faulty.hold(first_heartbeat)  # counts the next ones, holds none
+            # the held one's answer was read: the job beats again, or it was called lost
+            while heartbeats < 2 and not parts.counters.reservations_lost:  # noqa: ASYNC110
+                await trio.sleep(0.01)
+            finish.set()
+            await pool.wait_idle()
+            nursery.cancel_scope.cancel()
+    assert parts.counters.reservations_lost == 0
+    assert parts.counters.discarded == 0
+    assert parts.counters.retried == 1
+    assert raw.xpending(keys.stream, group)["pending"] == 0

@@ -158,6 +158,11 @@ class AckBuffer:
         if not batch:
             return True
         written = False
+        # The delivery each is written for: a claim of this instance's own may give a held
+        # job another while the script is on the way (``Job.reclaimed``).
+        finished = self._finished
+        sent = {message_id: finished[message_id].delivery_count for message_id in batch}
+        again: list[str] = []
         try:
             acked, lost = await self._broker.ack(
                 batch,
@@ -166,20 +171,23 @@ class AckBuffer:
                 self._records,
                 self._forget,
                 self._slots,
-                owners=self._finished,
+                owners=finished,
             )
             self._counters.acked += acked
             written = True
-            for message_id in lost:
-                self.discarded(self._finished[message_id], "acknowledgement")
+            again = self._refused(lost, sent)
         except BackendError as exc:
             self._errors.capture(exc)
             logger.warning("acknowledging %d messages failed: %s", len(batch), exc)
         finally:
             if written:
-                finished, locks, moved = self._finished, self._locks, self._moved
+                locks, moved = self._locks, self._moved
                 extras = self._records or self._forget
                 slots = self._slots
+                if again:
+                    batch = [message_id for message_id in batch if message_id not in again]
+                    self._ids[:0] = again
+                    self._nonempty.set()
                 for message_id in batch:
                     finished.pop(message_id, None)
                     if locks:
@@ -195,6 +203,19 @@ class AckBuffer:
                 self._ids[:0] = batch
                 self._nonempty.set()
         return written
+
+    def _refused(self, lost: list[str], sent: dict[str, int]) -> list[str]:
+        """The ids whose acknowledgement the script refused: discarded, but those whose job
+        took another delivery of this instance's while it was on the way (returned: they
+        are written for it with the next flush)."""
+        again: list[str] = []
+        for message_id in lost:
+            job = self._finished[message_id]
+            if job.delivery_count != sent[message_id]:
+                again.append(message_id)
+            else:
+                self.discarded(job, "acknowledgement")
+        return again
 
     def discarded(self, job: Job, what: str) -> None:
         """``job``'s attempt ended after its delivery was no longer its own: its ``what``

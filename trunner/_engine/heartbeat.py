@@ -78,7 +78,13 @@ class Heartbeater:
                     continue
                 for job in jobs:
                     job.next_beat = now + job.interval
-                    if job.message_id in lost and job.message_id in holdings.running:
+                    # (not if a claim of this instance's own gave it another consumer's
+                    # delivery while the beat was on the way: see Job.reclaimed)
+                    if (
+                        job.message_id in lost
+                        and job.message_id in holdings.running
+                        and job.consumer == consumer
+                    ):
                         self._lost(job)
                 for job in finished:
                     job.next_beat = now + job.interval

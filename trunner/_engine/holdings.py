@@ -79,6 +79,9 @@ class Job:
     :data:`GIVEN_UP`): the failed-task handler runs again, not the task."""
     marked_count: int = 0
     """For a message given up: its delivery count as Redis keeps it (the mark included)."""
+    claimed_count: int = 0
+    """For a message claimed again into this instance while held here: the claim's
+    delivery count (see :meth:`reclaimed`)."""
     foreign: bool = False
     """The message is for another consumer group reading the same queue (its retry,
     replay or cron tick): skipped."""
@@ -122,7 +125,17 @@ class Job:
         """Its entry's delivery count as Redis keeps it: the scripts that end its attempt
         write only while the entry is pending for its consumer with this count (see
         ``deliveries.lua``)."""
-        return self.marked_count or self.deliveries
+        return self.claimed_count or self.marked_count or self.deliveries
+
+    def reclaimed(self, consumer: str, count: int) -> None:
+        """A claim into ``consumer`` (this instance's own reclaim pass, after its process
+        stalled past ``reclaim_delay``) delivered the message again, with delivery count
+        ``count``, while it was held here: that delivery is this attempt's now. Not run a
+        second time, and its writes, fenced to the delivery it began with, would all be
+        discarded, though no other instance ever ran it."""
+        self.consumer = consumer
+        self.claimed_count = count
+        self.lost = False
 
     @property
     def message(self) -> TaskMessage:

@@ -468,7 +468,9 @@ class Outcomes:
     async def _transition(self, job: Job, write: Callable[[], Awaitable[Any]], what: str) -> Any:
         """Run one state-transition write, retrying Redis errors for a bounded time.
 
-        If it cannot be written, the message stays pending and is redelivered later.
+        If it cannot be written, the message stays pending and is redelivered later. A
+        write refused (False) while a claim of this instance's own gave the job another
+        delivery (``Job.reclaimed``) is written again, for that delivery.
         """
         job.finishing = True  # acknowledged by the write: heartbeats would call it lost
         backoff = LoopBackoff()
@@ -476,7 +478,11 @@ class Outcomes:
         with trio.move_on_after(TRANSITION_TIMEOUT, shield=True):
             while True:
                 try:
-                    return await write()
+                    sent = job.delivery_count
+                    written = await write()
+                    if written is not False or job.delivery_count == sent:
+                        return written
+                    continue
                 except BackendError as exc:
                     self._errors.capture(exc)
                     logger.warning(

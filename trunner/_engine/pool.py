@@ -159,7 +159,9 @@ class WorkerPool:
         Synchronous, so that entries a read returned are never lost to a cancellation
         between the read and here. Entries that may not start — the runner is stopping, or
         the capacity was lowered while the read was blocked — are queued for release;
-        returns how many (the caller then has the releaser release them).
+        returns how many (the caller then has the releaser release them). An entry a claim
+        returned that is held here already (its heartbeat was late) is not started again:
+        the held job takes the claim's delivery (see :meth:`Job.reclaimed`).
         """
         assert len(entries) <= reserved
         assert self._nursery is not None
@@ -170,14 +172,18 @@ class WorkerPool:
         queued = unused = 0
         now = trio.current_time()
         for index, entry in enumerate(entries):
-            if index >= allowed and entry.message_id not in jobs:
+            held = jobs.get(entry.message_id) or holdings.finished.get(entry.message_id)
+            if held is not None:  # claimed again while held here (running, or its ack
+                held.reclaimed(consumer, entry.deliveries)  # buffered): not run twice
+                unused += 1
+                continue
+            if index >= allowed:
                 holdings.release_later(consumer, entry.message_id)
                 unused += 1
                 queued += 1
                 continue
-            if self._stopping or entry.message_id in jobs:
-                if entry.message_id not in jobs:
-                    holdings.release_later(consumer, entry.message_id)
+            if self._stopping:
+                holdings.release_later(consumer, entry.message_id)
                 unused += 1
                 continue
             job = self._make_job(entry, consumer, now)

@@ -8,8 +8,8 @@
 -- ARGV[2]  now (ms)
 -- ARGV[3]  this instance's details (JSON)
 -- ARGV[4..] field/increment pairs for the metrics hash (at most 1000 fields); a field
---          ending in ':max' holds a maximum: the larger of the two values is kept, written
---          as a plain decimal (Python sends 2.4e-06, which checked_number refuses)
+--          ending in ':max' holds a maximum: the larger of the two values is kept (a
+--          sample sent with an exponent, '1.5e-05', is stored in decimals, to the ns)
 -- Returns  {capacity value or false, capacity version or false, replaced}: replaced is a
 --          flat list of the fields (and their values) that held no number, written by
 --          something else: each is replaced by this report's increment. (A maximum is
@@ -31,9 +31,10 @@ if #ARGV > 3 then
           replaced[#replaced + 1] = stored
         end
       end
-      if not current or tonumber(value) > current then
-        if not checked_number(value, {min = 0}) then
-          value = string.format('%.9f', tonumber(value))  -- 2.4e-06 (Python's repr)
+      local sample = tonumber(value)
+      if not current or sample > current then
+        if not checked_number(value, {min = 0}) then -- a sample sent as '1.5e-05': stored
+          value = string.format('%.9f', sample)      -- as the next report reads it
         end
         redis.call('HSET', KEYS[1], field, value)
       end
