@@ -291,12 +291,7 @@ class TaskHandle(str, Generic[R]):
         status = status_of(self.id, look)
         if status.state.finished:
             return CancelOutcome.FINISHED
-        message = _message(self.id, look.delayed) if look.due_ms is not None else None
-        if message is None and look.waiting is not None:
-            message = _message(self.id, look.waiting)
-        if message is None and look.entry_id is not None:
-            entry = _message(look.entry_id, look.entry)
-            message = entry if _belongs(self.id, look.entry_id, entry) else None
+        message = _message_found(self.id, look)
         lock = record = None
         if message is not None:
             if message.unique_key is not None and message.unique_token is not None:
@@ -410,12 +405,7 @@ class TaskHandle(str, Generic[R]):
         queued, running, or acknowledged and left in the stream): it was dispatched, under
         its name, with the ``keep_result`` its dispatch or its task sets. The handle keeps
         what it learnt: one that saw its task queued knows, once it is gone, that it ended."""
-        message = _message(self.id, look.delayed) if look.due_ms is not None else None
-        if message is None and look.waiting is not None:
-            message = _message(self.id, look.waiting)
-        if message is None and look.entry_id is not None:
-            entry = _message(look.entry_id, look.entry)
-            message = entry if _belongs(self.id, look.entry_id, entry) else None
+        message = _message_found(self.id, look)
         if message is None:
             return known
         name: str = message.task_name
@@ -610,6 +600,18 @@ def _belongs(task_id: str, entry_id: str, message: Any) -> bool:
     decode) is the task ``task_id``'s: an entry found through the where-map, or by an id
     shaped like an entry id, may be another task's."""
     return bool(message.task_id == task_id) if message is not None else entry_id == task_id
+
+
+def _message_found(task_id: str, look: TaskLook) -> Any:
+    """The message of task ``task_id`` that ``look`` found (delayed, waiting for a slot, or
+    its stream entry), decoded; None when it found none, or none that decodes."""
+    message = _message(task_id, look.delayed) if look.due_ms is not None else None
+    if message is None and look.waiting is not None:
+        message = _message(task_id, look.waiting)
+    if message is None and look.entry_id is not None:
+        entry = _message(look.entry_id, look.entry)
+        message = entry if _belongs(task_id, look.entry_id, entry) else None
+    return message
 
 
 def _message(message_id: str, fields: Any, deliveries: int = 1) -> Any:
