@@ -283,7 +283,8 @@ class Producer:
             f"there would wait for ever. Check the spelling, or declare the lane: in "
             f"RunnerConfig.lanes of the runners that are to read it (they register it when "
             f"they start), or as a task's priority (@tasks.task(priority={lane!r}), in the "
-            f"registry of the runner or of open_client(tasks=...))"
+            f"registry of the runner or of open_client(tasks=...); on the command line, "
+            f"--tasks MODULE:settings)"
         )
 
     def _unique(self, task: Task | None, payload: Any) -> _Unique | None:

@@ -546,6 +546,7 @@ async def test_dispatch_into_a_lane_and_inspect_it_by_lane(
     assert typo.returncode != 0
     assert "'urgnet' is not a declared lane" in typo.stderr
     assert "the known lanes are 'default', 'urgent'" in typo.stderr
+    assert "on the command line, --tasks MODULE:settings" in typo.stderr
 
 
 def test_inspect_without_a_group_lists_the_groups_found(
