@@ -261,7 +261,8 @@ async def test_ack_writes_a_record_byte_exact(
     await broker.enqueue(b"m")
     (message_id,) = await deliver(broker, "c1", 1)
     kept, started = keys.task("kept"), keys.task("started")
-    assert await broker.record_started([(started, 60_000, fields)]) == 1  # separate arguments
+    start = ((started, 60_000, fields), message_id, C1)
+    assert await broker.record_started([start]) == 1  # separate arguments
     sent: list[Sequence[Arg]] = []
     evalsha = broker.transport.evalsha
 
@@ -282,6 +283,23 @@ async def test_ack_writes_a_record_byte_exact(
     expected = {name.encode(): stored(value) for name, value in fields}
     assert raw.hgetall(kept) == raw.hgetall(started) == expected
     assert 0 < raw.pttl(kept) <= 60_000
+
+
+async def test_a_start_is_recorded_only_for_the_pending_delivery(
+    broker: Broker, raw: Any, keys: Keys, group: str
+) -> None:
+    """A late attempt's start (its message claimed by another consumer meanwhile) wrote
+    'running' with its own attempt and instance over the live attempt's record."""
+    await broker.enqueue(b"m")
+    (message_id,) = await deliver(broker, "c1", 1)
+    raw.xclaim(keys.stream, group, "c2", 0, [message_id])
+    record = keys.task("t")
+    fields: list[tuple[str, Arg]] = [("state", "running"), ("attempt", 1), ("instance", "c1")]
+    assert await broker.record_started([((record, 60_000, fields), message_id, C1)]) == 0
+    assert not raw.exists(record), "the late attempt wrote nothing"
+    live: list[tuple[str, Arg]] = [("state", "running"), ("attempt", 1), ("instance", "c2")]
+    assert await broker.record_started([((record, 60_000, live), message_id, Owner("c2", 2))]) == 1
+    assert raw.hget(record, "instance") == b"c2"
 
 
 # -- keys holding what trunner does not write there ---------------------------------------

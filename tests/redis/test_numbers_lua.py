@@ -101,10 +101,15 @@ def test_a_recorded_attempt_that_is_no_count_does_not_stop_the_start_being_recor
 ) -> None:
     """task_started.lua compared the record's attempt read by tonumber: 'nan' or 'inf'
     made the record say 'running' never again."""
-    record = "n:{g}:result:t1"
+    record, stream = "n:{g}:result:t1", "n:{g}:stream"
+    raw.delete(record, stream)
+    raw.xgroup_create(stream, "g", id="0", mkstream=True)
+    entry = raw.xadd(stream, {"payload": "{}"}).decode()
+    raw.xreadgroup("g", "c1", {stream: ">"})  # the attempt's delivery: c1's first
     raw.hset(record, mapping={"state": "running", "attempt": stored})
     fields = ["state", "running", "attempt", "2"]
-    assert raw.eval(SCRIPTS.task_started.source, 1, record, "60000", "2", *fields) == 1
+    args = ["g", entry, "c1", "1", "60000", "2", *fields]
+    assert raw.eval(SCRIPTS.task_started.source, 2, record, stream, *args) == 1
     assert raw.hget(record, "attempt") == b"2"
 
 

@@ -235,7 +235,7 @@ class AckBuffer:
         (its own, the usual case, found by its message id; or another attempt's)."""
         records, build = self._records, self.running_record
         ending: set[str] | None = None
-        starts: list[Record] = []
+        starts: list[tuple[Record, str, Job]] = []
         for job in self._started:
             if job.message_id in records:
                 continue
@@ -243,7 +243,7 @@ class AckBuffer:
                 ending = {record[0] for record in records.values()}
             start = build(job)
             if start[0] not in ending:
-                starts.append(start)
+                starts.append((start, job.message_id, job))
         self._started = []
         if not starts:
             return

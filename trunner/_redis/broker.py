@@ -638,15 +638,21 @@ class Broker(Inspection):
         args += [text_field(x) for pair in fields for x in pair]
         return bool(await self._script("task_progress", [key, self.keys.lane_stream(lane)], args))
 
-    async def record_started(self, records: Sequence[Record]) -> int:
-        """Write the running records of tasks that keep their result, unless one already
-        holds an outcome; returns how many were written."""
+    async def record_started(self, starts: Sequence[tuple[Record, str, Delivery]]) -> int:
+        """Write the running records of tasks that keep their result, each ``(record, its
+        attempt's entry id, that attempt's delivery)``, unless one already holds an outcome
+        or the delivery is no longer the pending one; returns how many were written."""
         written = 0
-        for chunk in _chunks(records, MAX_IDS_PER_CALL // 2):
-            args: list[Arg] = []
-            for _, ttl_ms, fields in chunk:
-                args += [ttl_ms, len(fields), *(text_field(x) for pair in fields for x in pair)]
-            written += int(await self._script("task_started", [key for key, _, _ in chunk], args))
+        for chunk in _chunks(starts, MAX_IDS_PER_CALL // 2):
+            args: list[Arg] = [self.group]
+            streams: list[str] = []
+            for (_, ttl_ms, fields), message_id, owner in chunk:
+                lane, stream_id = split_entry_id(message_id)
+                streams.append(self.keys.lane_stream(lane))
+                args += [stream_id, owner.consumer, owner.delivery_count, ttl_ms, len(fields)]
+                args += [text_field(x) for pair in fields for x in pair]
+            keys = [record[0] for record, _, _ in chunk]
+            written += int(await self._script("task_started", [*keys, *streams], args))
         return written
 
     async def retry(

@@ -120,7 +120,7 @@ class _Scripts:
         self.trim = fenced_script("trim", _numbered(_read("trim")))
         self.set_aside_keys = _load("set_aside_keys")
         self.group_floor = make_script("group_floor", _numbered(_with_delivered("group_floor")))
-        self.task_started = make_script("task_started", _numbered(_read("task_started")))
+        self.task_started = make_script("task_started", _attempt(_numbered(_read("task_started"))))
         self.task_status = make_script(
             "task_status", _read("waiting") + "\n" + _laned(_with_delivered("task_status"))
         )
