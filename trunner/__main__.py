@@ -1,3 +1,5 @@
+"""`python -m trunner`: the `trunner` command."""
+
 import sys
 
 from .cli import main
