@@ -36,8 +36,6 @@ ALLOWED_OVERSIZE: set[tuple[str, str]] = {
     ("_wire/keys.py", ""),
     ("_wire/keys.py", "Keys"),
     ("admin.py", ""),
-    ("dashboard/_app.py", ""),
-    ("dashboard/_app.py", "Dashboard"),
     ("errors.py", ""),
     ("handles.py", ""),
     ("handles.py", "TaskHandle"),
