@@ -956,7 +956,7 @@ async def _read_again(aggregator: Any) -> bool:
 def test_inspect_marks_a_lane_no_live_runner_reads() -> None:
     from rich.console import Console  # noqa: PLC0415
 
-    from trunner.cli import _summary  # noqa: PLC0415
+    from trunner.cli._group import _summary  # noqa: PLC0415
 
     info = trunner.GroupInfo(
         group="g",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import redis
 
-from trunner._demo import run_demo
 from trunner.cli import main
+from trunner.cli._demo import run_demo
 
 from ..conftest import run_python
 from ..support.servers import RedisServer

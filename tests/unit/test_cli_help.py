@@ -57,7 +57,7 @@ def test_times_are_shown_by_one_guarded_function() -> None:
     """The command's time formatting crashed on a time no calendar holds (a pause mark of
     twenty digits: OSError, Value too large); the dashboard's copy was guarded."""
     from trunner._util import utc_text  # noqa: PLC0415
-    from trunner.dashboard import _app  # noqa: PLC0415
+    from trunner.dashboard import _pages as _app  # noqa: PLC0415
 
     assert vars(cli)["_when"] is utc_text
     assert vars(_app)["_when"] is utc_text

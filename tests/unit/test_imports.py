@@ -89,7 +89,6 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
             {
                 "trunner",  # the package's surface re-exports names from every layer
                 "trunner.__main__",
-                "trunner._demo",
                 "trunner.cli",
                 "trunner.dashboard",
                 "trunner.otel",

@@ -5,23 +5,26 @@ Runs on an in-process Redis (``memory://demo``) unless a URL is given (``REDIS_U
 
 from __future__ import annotations
 
+import argparse
 import random
 import secrets
+import signal
+import sys
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import trio
 
-from ._context import current_message
-from ._redis import redact_url
-from .client import open_client
-from .config import RunnerConfig
-from .message import TaskMessage
-from .runner import Runner, current_runner
-from .task import TaskRegistry
+from .._context import current_message
+from .._redis import redact_url
+from ..client import open_client
+from ..config import RunnerConfig
+from ..message import TaskMessage
+from ..runner import Runner, current_runner
+from ..task import TaskRegistry
 
-__all__ = ["run_demo"]
+__all__ = ["demo", "run_demo"]
 
 
 class _Demo:
@@ -202,3 +205,19 @@ def _legend(summary: dict[str, Any]) -> list[str]:
 async def _delete_demo_keys(url: str, group: str) -> None:
     async with open_client(url, group) as client:
         await client._open_broker().delete_group()
+
+
+async def demo(args: argparse.Namespace) -> int:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def stop_on_signal() -> None:
+                async for signum in signals:
+                    print(f"\n{signal.Signals(signum).name}: stopping", file=sys.stderr)
+                    nursery.cancel_scope.cancel()
+                    return
+
+            nursery.start_soon(stop_on_signal)
+            await run_demo(args.redis, instances=args.instances, images=args.images)
+            nursery.cancel_scope.cancel()
+    return 0
