@@ -8,7 +8,7 @@ reconnects on the next command; a cancel landing during that reconnect is lost, 
 read runs its whole BLOCK) are counted, not assumed away.
 
 Crosses both socket transports (_redis/native.py and _redis/bridged.py: each test runs on
-both), _redis/broker.py, and, for the ghosts, the runner's fetcher.py.
+both), _redis/broker/, and, for the ghosts, the runner's fetcher.py.
 """
 
 from __future__ import annotations

@@ -30,8 +30,6 @@ ALLOWED_OVERSIZE: set[tuple[str, str]] = {
     ("_producer.py", "Producer"),
     ("_redis/bridged.py", ""),
     ("_redis/bridged.py", "BridgedTransport"),
-    ("_redis/broker.py", ""),
-    ("_redis/broker.py", "Broker"),
     ("_redis/urls.py", ""),
     ("_wire/keys.py", ""),
     ("_wire/keys.py", "Keys"),

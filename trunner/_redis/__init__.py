@@ -20,14 +20,16 @@ from .broker import (
     BadValue,
     Broker,
     Delivery,
+    GroupProgress,
     Leader,
     Owner,
     Record,
     Slot,
+    TaskLook,
+    delete_prefixed,
 )
 from .connect import open_transport
 from .errors import ScriptNotLoaded
-from .inspect import GroupProgress, TaskLook, delete_prefixed
 from .lease import LeaseStore
 from .memory import forget_memory_server
 from .memory import server_client as memory_server_client
