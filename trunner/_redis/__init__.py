@@ -28,20 +28,20 @@ from .broker import (
     TaskLook,
     delete_prefixed,
 )
-from .connect import open_transport
 from .errors import ScriptNotLoaded
 from .lease import LeaseStore
-from .memory import forget_memory_server
-from .memory import server_client as memory_server_client
-from .native import NativeTransport
 from .probe import Probe
-from .resp import RawEntry, as_str, check_args, pack
 from .scripts import SCRIPTS, Script, fenced_script, make_script
-from .transport import Arg, Reader, Subscriber, Transport, call_script
+from .transports.base import Arg, Reader, Subscriber, Transport, call_script
+from .transports.connect import open_transport
+from .transports.memory import forget_memory_server
+from .transports.memory import server_client as memory_server_client
+from .transports.native import NativeTransport
+from .transports.resp import RawEntry, as_str, check_args, pack
 from .urls import check_url, native_options, parse_endpoint, parse_server_url, redact_url
 
 if TYPE_CHECKING:
-    from .bridged import BridgedTransport
+    from .transports.bridged import BridgedTransport
 
 __all__ = [
     "MAX_ADMITS_PER_CALL",
@@ -91,7 +91,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # The bridged transport loads redis-py's asyncio client: only when asked for.
     if name == "BridgedTransport":
-        from .bridged import BridgedTransport  # noqa: PLC0415
+        from .transports.bridged import BridgedTransport  # noqa: PLC0415
 
         return BridgedTransport
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,7 +7,7 @@ script touches is passed in KEYS (all in the group's hash slot).
 
 from __future__ import annotations
 
-from ..resp import RawEntry
+from ..transports.resp import RawEntry
 from ._base import (
     MAX_ADMITS_PER_CALL,
     MAX_AHEAD_MS,

@@ -10,7 +10,7 @@ import attrs
 
 from ..._wire.keys import DEFAULT_LANE, Keys, split_entry_id
 from ..scripts import SCRIPTS, Script
-from ..transport import Arg, Transport
+from ..transports.base import Arg, Transport
 
 __all__ = [
     "MAX_ADMITS_PER_CALL",

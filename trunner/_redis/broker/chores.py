@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 from ..._wire.keys import DEFAULT_LANE, UniqueLock
 from ...errors import RedisCommandError
-from ..resp import as_str
 from ..scripts import SCRIPTS
-from ..transport import Arg
+from ..transports.base import Arg
+from ..transports.resp import as_str
 from ._base import BrokerBase, Leader
 
 __all__ = ["Chores"]

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..._wire.keys import DEFAULT_LANE, RELEASED_CONSUMER, lane_suffix, split_entry_id
-from ..resp import RawEntry, as_str, stream_entries, text_field
-from ..transport import Arg, Reader
+from ..transports.base import Arg, Reader
+from ..transports.resp import RawEntry, as_str, stream_entries, text_field
 from ._base import (
     MAX_IDS_PER_CALL,
     RELEASED_IDLE_MS,

@@ -8,8 +8,8 @@ from typing import Any
 import trio
 
 from ..._wire.keys import UniqueLock
-from ..resp import as_str, text_field
-from ..transport import Arg
+from ..transports.base import Arg
+from ..transports.resp import as_str, text_field
 from ._base import MAX_IDS_PER_CALL, chunks
 from .inspect import Inspection
 

@@ -19,13 +19,13 @@ import trio
 from ..._wire.keys import DEFAULT_LANE, entry_id, is_lane, lane_suffix, split_entry_id
 from ...errors import RedisCommandError
 from ...status import record_from_json
-from ..resp import RawEntry, as_str, stream_entries
 from ..scripts import SCRIPTS
-from ..transport import call_script
+from ..transports.base import call_script
+from ..transports.resp import RawEntry, as_str, stream_entries
 from ._base import BrokerBase
 
 if TYPE_CHECKING:
-    from ..transport import Transport
+    from ..transports.base import Transport
 
 __all__ = ["GroupProgress", "Inspection", "TaskLook", "delete_prefixed"]
 

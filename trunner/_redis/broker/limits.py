@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..._wire.keys import DEFAULT_LANE, lane_suffix, split_entry_id
-from ..resp import as_str
-from ..transport import Arg
+from ..transports.base import Arg
+from ..transports.resp import as_str
 from ._base import MAX_ADMITS_PER_CALL, Admit, BrokerBase, Slot, chunks
 
 __all__ = ["Limits"]

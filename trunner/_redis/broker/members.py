@@ -9,9 +9,9 @@ from typing import Any
 
 from ...errors import BackendError
 from ..lease import LeaseStore
-from ..resp import as_str
 from ..scripts import SCRIPTS
-from ..transport import Arg
+from ..transports.base import Arg
+from ..transports.resp import as_str
 from ._base import MAX_AHEAD_MS, MAX_IDS_PER_CALL, BadValue, Leader, int_or_none
 from .inspect import Inspection
 

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 from ..._wire.keys import DEFAULT_LANE, UniqueLock, entry_id
 from ...message import PAYLOAD_FIELD
-from ..resp import as_str
-from ..transport import Arg
+from ..transports.base import Arg
+from ..transports.resp import as_str
 from ._base import MAX_IDS_PER_CALL, BrokerBase, chunks
 
 __all__ = ["Produce"]

@@ -7,8 +7,8 @@ import time
 
 from ..._wire.keys import DEFAULT_LANE, is_stream_id
 from ...errors import RedisCommandError
-from ..resp import as_str
 from ..scripts import SCRIPTS
+from ..transports.resp import as_str
 from .produce import Produce
 
 __all__ = ["Setup"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..resp import as_str, text_field
-from ..transport import Subscriber
+from ..transports.base import Subscriber
+from ..transports.resp import as_str, text_field
 from ._base import BrokerBase, Record, int_or_none
 
 __all__ = ["Signals"]

@@ -5,7 +5,7 @@ transport owns. Control traffic goes through a blocking connection pool; every b
 reader gets a dedicated connection of its own, so a blocked XREADGROUP never starves a
 lease renewal or an acknowledgement (on a shared pool, control commands would wait for a
 connection behind the blocked reads). Every error of the client library is translated
-into :mod:`trunner.errors` by the map of :mod:`.errors`.
+into :mod:`trunner.errors` by the map of :mod:`trunner._redis.errors`.
 
 On Sentinel, :meth:`BridgedTransport.follow_master` keeps the master's address current
 (the sentinels' ``+switch-master`` announcements, and a periodic question), and no command
@@ -31,11 +31,11 @@ from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
 
-from .._util import LoopBackoff, logger
-from ..errors import BackendError, RedisUnavailable
-from .errors import map_exceptions, redis_py_errors, redis_py_reply
-from .resp import library_args
-from .transport import (
+from ..._util import LoopBackoff, logger
+from ...errors import BackendError, RedisUnavailable
+from ..errors import map_exceptions, redis_py_errors, redis_py_reply
+from ..urls import Endpoint
+from .base import (
     Arg,
     Dedicated,
     DedicatedConnections,
@@ -44,7 +44,7 @@ from .transport import (
     Transport,
     UnblockableReader,
 )
-from .urls import Endpoint
+from .resp import library_args
 
 __all__ = ["BridgedTransport"]
 
