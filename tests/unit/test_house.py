@@ -28,7 +28,6 @@ ALLOWED_OVERSIZE: set[tuple[str, str]] = {
     ("_leader/election.py", "Elector"),
     ("_producer.py", ""),
     ("_producer.py", "Producer"),
-    ("_redis/urls.py", ""),
     ("_wire/keys.py", ""),
     ("_wire/keys.py", "Keys"),
     ("admin.py", ""),

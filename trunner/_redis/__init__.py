@@ -28,6 +28,7 @@ from .broker import (
     TaskLook,
     delete_prefixed,
 )
+from .endpoints import parse_endpoint
 from .errors import ScriptNotLoaded
 from .lease import LeaseStore
 from .probe import Probe
@@ -38,7 +39,7 @@ from .transports.memory import forget_memory_server
 from .transports.memory import server_client as memory_server_client
 from .transports.native import NativeTransport
 from .transports.resp import RawEntry, as_str, check_args, pack
-from .urls import check_url, native_options, parse_endpoint, parse_server_url, redact_url
+from .urls import check_url, native_options, parse_server_url, redact_url
 
 if TYPE_CHECKING:
     from .transports.bridged import BridgedTransport

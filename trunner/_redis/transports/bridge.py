@@ -20,8 +20,8 @@ from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
 
 from ...errors import RedisUnavailable
+from ..endpoints import Endpoint
 from ..errors import map_exceptions, redis_py_errors
-from ..urls import Endpoint
 from .base import Arg, Dedicated, DedicatedConnections, Subscriber, Transport, UnblockableReader
 
 __all__ = ["Bridge", "BridgedReader", "BridgedSubscriber", "deposed"]

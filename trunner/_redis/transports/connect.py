@@ -10,7 +10,8 @@ import trio
 
 from ..._util import unwrap_single
 from ...errors import RedisUnavailable
-from ..urls import check_url, native_options, parse_endpoint, redact_url
+from ..endpoints import parse_endpoint
+from ..urls import check_url, native_options, redact_url
 from .base import Transport
 from .native import NativeTransport
 
