@@ -39,7 +39,6 @@ ALLOWED_OVERSIZE: set[tuple[str, str]] = {
     ("handles.py", "TaskHandle"),
     ("message.py", ""),
     ("middleware.py", ""),
-    ("redis_handle.py", ""),
     ("runner.py", ""),
     ("runner.py", "Runner"),
     ("task.py", ""),

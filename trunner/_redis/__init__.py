@@ -5,12 +5,14 @@ Code outside imports from here only, never from a module of this package. What i
 offers: :func:`open_transport` and the :class:`Transport` interface (with :class:`Reader`
 and :class:`Subscriber`), the typed group operations of :class:`Broker`, the leadership
 lease (:class:`LeaseStore`), the Lua scripts (:class:`Script`), URL checks, the
+command checks and batches under the Redis handle of task code (:class:`Batcher`), the
 in-process ``memory://`` servers, and what the test helpers look at Redis with
 (:class:`Probe`, the queries of :class:`Broker`, :func:`delete_prefixed`).
 """
 
 from typing import TYPE_CHECKING, Any
 
+from .batcher import Batcher, check_command, command_word, first_key
 from .broker import (
     MAX_ADMITS_PER_CALL,
     MAX_IDS_PER_CALL,
@@ -53,6 +55,7 @@ __all__ = [
     "Admit",
     "Arg",
     "BadValue",
+    "Batcher",
     "BridgedTransport",
     "Broker",
     "Delivery",
@@ -74,9 +77,12 @@ __all__ = [
     "as_str",
     "call_script",
     "check_args",
+    "check_command",
     "check_url",
+    "command_word",
     "delete_prefixed",
     "fenced_script",
+    "first_key",
     "forget_memory_server",
     "make_script",
     "memory_server_client",
