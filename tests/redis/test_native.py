@@ -1,4 +1,4 @@
-"""The Trio-socket transport for one server (trunner/_redis/native.py): routing, pooling,
+"""The Trio-socket transport for one server (trunner/_redis/transports/native.py): routing, pooling,
 TLS, Unix sockets, errors.
 
 How a URL is read, and which transport it gets, is tested in tests/unit/test_urls.py.

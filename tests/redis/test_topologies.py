@@ -1,7 +1,7 @@
 """Cluster, Sentinel, TLS and ACL: real servers the suite starts itself.
 
-Cluster and Sentinel run on the bridged transport (_redis/bridged.py), TLS and ACL on the
-native one; each deployment runs whole runners.
+Cluster and Sentinel run on the bridged transport (_redis/transports/bridged.py), TLS and
+ACL on the native one; each deployment runs whole runners.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What every transport promises (the interface in ``_redis/transport.py``), on all three.
+"""What every transport promises (the interface in ``_redis/transports/base.py``), on all three.
 
 Cancellation with replies in flight and interrupted reads are tested in test_bridge.py on
 the two transports that have sockets.

@@ -1,7 +1,7 @@
 """Retries through the delayed set, the failed-task handler, the dead-letter stream.
 
 Crosses outcomes.py (what ends an attempt), the retry and dead-letter scripts of
-_redis/broker.py, mover.py (a retry comes back when it is due) and the runner's errors().
+_redis/broker/acks.py, mover.py (a retry comes back when it is due) and the runner's errors().
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Redis unreachable, or going away under a running runner.
 
-Crosses the transports (_redis/native.py, _redis/transport.py, which reloads scripts Redis
-forgot), the start of runner.py and client.py, and fetcher.py with release.py (what a broken
-read delivered is released by the fetch loop itself).
+Crosses the transports (_redis/transports/native.py, and base.py, which reloads scripts
+Redis forgot), the start of runner.py and client.py, and fetcher.py with release.py (what a
+broken read delivered is released by the fetch loop itself).
 """
 
 from __future__ import annotations

@@ -5,12 +5,14 @@ Code outside imports from here only, never from a module of this package. What i
 offers: :func:`open_transport` and the :class:`Transport` interface (with :class:`Reader`
 and :class:`Subscriber`), the typed group operations of :class:`Broker`, the leadership
 lease (:class:`LeaseStore`), the Lua scripts (:class:`Script`), URL checks, the
+command checks and batches under the Redis handle of task code (:class:`Batcher`), the
 in-process ``memory://`` servers, and what the test helpers look at Redis with
 (:class:`Probe`, the queries of :class:`Broker`, :func:`delete_prefixed`).
 """
 
 from typing import TYPE_CHECKING, Any
 
+from .batcher import Batcher, check_command, command_word, first_key
 from .broker import (
     MAX_ADMITS_PER_CALL,
     MAX_IDS_PER_CALL,
@@ -20,26 +22,29 @@ from .broker import (
     BadValue,
     Broker,
     Delivery,
+    GroupProgress,
     Leader,
     Owner,
     Record,
     Slot,
+    TaskLook,
+    delete_prefixed,
 )
-from .connect import open_transport
+from .endpoints import parse_endpoint
 from .errors import ScriptNotLoaded
-from .inspect import GroupProgress, TaskLook, delete_prefixed
 from .lease import LeaseStore
-from .memory import forget_memory_server
-from .memory import server_client as memory_server_client
-from .native import NativeTransport
 from .probe import Probe
-from .resp import RawEntry, as_str, check_args, pack
 from .scripts import SCRIPTS, Script, fenced_script, make_script
-from .transport import Arg, Reader, Subscriber, Transport, call_script
-from .urls import check_url, native_options, parse_endpoint, parse_server_url, redact_url
+from .transports.base import Arg, Reader, Subscriber, Transport, call_script
+from .transports.connect import open_transport
+from .transports.memory import forget_memory_server
+from .transports.memory import server_client as memory_server_client
+from .transports.native import NativeTransport
+from .transports.resp import RawEntry, as_str, check_args, pack
+from .urls import check_url, native_options, parse_server_url, redact_url
 
 if TYPE_CHECKING:
-    from .bridged import BridgedTransport
+    from .transports.bridged import BridgedTransport
 
 __all__ = [
     "MAX_ADMITS_PER_CALL",
@@ -50,6 +55,7 @@ __all__ = [
     "Admit",
     "Arg",
     "BadValue",
+    "Batcher",
     "BridgedTransport",
     "Broker",
     "Delivery",
@@ -71,9 +77,12 @@ __all__ = [
     "as_str",
     "call_script",
     "check_args",
+    "check_command",
     "check_url",
+    "command_word",
     "delete_prefixed",
     "fenced_script",
+    "first_key",
     "forget_memory_server",
     "make_script",
     "memory_server_client",
@@ -89,7 +98,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # The bridged transport loads redis-py's asyncio client: only when asked for.
     if name == "BridgedTransport":
-        from .bridged import BridgedTransport  # noqa: PLC0415
+        from .transports.bridged import BridgedTransport  # noqa: PLC0415
 
         return BridgedTransport
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,9 +7,9 @@ from typing import Any
 
 from .._wire.keys import aside_key_for, fence_key_for
 from ..errors import LeadershipLost, RedisCommandError
-from .resp import as_str
 from .scripts import SCRIPTS, Script
-from .transport import Arg, Subscriber, Transport
+from .transports.base import Arg, Subscriber, Transport
+from .transports.resp import as_str
 
 __all__ = ["LeaseStore"]
 

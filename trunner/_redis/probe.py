@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import memory
 from .errors import map_exceptions, redis_py_errors
-from .resp import as_str
-from .transport import Arg
+from .transports import memory
+from .transports.base import Arg
+from .transports.resp import as_str
 
 __all__ = ["Probe"]
 

@@ -16,16 +16,16 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from .._wire.keys import DEFAULT_LANE, entry_id, is_lane, lane_suffix, split_entry_id
-from ..errors import RedisCommandError
-from ..status import record_from_json
-from .resp import RawEntry, as_str, stream_entries
-from .scripts import SCRIPTS
-from .transport import call_script
+from ..._wire.keys import DEFAULT_LANE, entry_id, is_lane, lane_suffix, split_entry_id
+from ...errors import RedisCommandError
+from ...status import record_from_json
+from ..scripts import SCRIPTS
+from ..transports.base import call_script
+from ..transports.resp import RawEntry, as_str, stream_entries
+from ._base import BrokerBase
 
 if TYPE_CHECKING:
-    from .._wire.keys import Keys
-    from .transport import Transport
+    from ..transports.base import Transport
 
 __all__ = ["GroupProgress", "Inspection", "TaskLook", "delete_prefixed"]
 
@@ -72,13 +72,8 @@ class TaskLook:
     """Its message, while it waits for a concurrency slot (in a limit's waiting list)."""
 
 
-class Inspection:
+class Inspection(BrokerBase):
     """The read-only queries of a group (a :class:`~trunner._redis.broker.Broker`)."""
-
-    transport: Transport
-    keys: Keys
-    group: str
-    lanes: tuple[str, ...]
 
     # -- counts -------------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """A Trio-native transport for one Redis server: sockets in Trio, replies parsed by hiredis.
 
 Commands do not cross into an asyncio loop: a command is packed into RESP bytes
-(:func:`~trunner._redis.resp.pack`), written with ``trio.SocketStream`` (or
+(:func:`~trunner._redis.transports.resp.pack`), written with ``trio.SocketStream`` (or
 ``trio.SSLStream`` for TLS, or a Unix socket), and its reply parsed by hiredis, the parser
 redis-py itself uses. One round trip costs a fifth of the CPU
 of a bridged redis.asyncio call, and cancellation is plain Trio: a call cancelled while its
@@ -9,8 +9,8 @@ reply is in flight closes that connection, so no later caller can read the stale
 
 Used for ``redis://``, ``rediss://`` and ``unix://`` URLs whose options it knows
 (:func:`~trunner._redis.urls.native_options`); Cluster, Sentinel and other options use the
-bridged redis-py client (:class:`~trunner._redis.bridged.BridgedTransport`). It imports no
-redis-py module.
+bridged redis-py client (:class:`~trunner._redis.transports.bridged.BridgedTransport`). It
+imports no redis-py module.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from typing import Any
 import hiredis
 import trio
 
-from ..errors import RedisUnavailable
-from .errors import hiredis_reply, map_exceptions, reply_error, socket_errors
-from .resp import pack
-from .transport import (
+from ...errors import RedisUnavailable
+from ..errors import hiredis_reply, map_exceptions, reply_error, socket_errors
+from ..urls import ServerAddress
+from .base import (
     Arg,
     Dedicated,
     DedicatedConnections,
@@ -37,7 +37,7 @@ from .transport import (
     Transport,
     UnblockableReader,
 )
-from .urls import ServerAddress
+from .resp import pack
 
 __all__ = ["NativeTransport"]
 

@@ -8,11 +8,12 @@ from typing import Any
 
 import trio
 
-from .._util import unwrap_single
-from ..errors import RedisUnavailable
+from ..._util import unwrap_single
+from ...errors import RedisUnavailable
+from ..endpoints import parse_endpoint
+from ..urls import check_url, native_options, redact_url
+from .base import Transport
 from .native import NativeTransport
-from .transport import Transport
-from .urls import check_url, native_options, parse_endpoint, redact_url
 
 __all__ = ["open_transport"]
 
@@ -34,7 +35,7 @@ async def open_transport(
 
     One server is reached over Trio sockets (:class:`NativeTransport`) unless its URL has
     options only redis-py knows; Cluster and Sentinel use redis-py's asyncio clients on a
-    trio-asyncio loop (:class:`~trunner._redis.bridged.BridgedTransport`), as does
+    trio-asyncio loop (:class:`~trunner._redis.transports.bridged.BridgedTransport`), as does
     ``bridge=True``.
     """
     scheme = check_url(url)

@@ -20,7 +20,7 @@ from typing import Any
 
 import attrs
 
-from ..errors import InvalidArgument
+from ...errors import InvalidArgument
 
 #: A Redis command argument, as callers may give it.
 Arg = str | bytes | int | float

@@ -23,9 +23,9 @@ from typing import Any
 
 import trio
 
-from .errors import map_exceptions, redis_py_errors, redis_py_reply
+from ..errors import map_exceptions, redis_py_errors, redis_py_reply
+from .base import Arg, Dedicated, DedicatedConnections, Reader, Subscriber, Transport
 from .resp import library_args
-from .transport import Arg, Dedicated, DedicatedConnections, Reader, Subscriber, Transport
 
 __all__ = ["MemoryTransport", "forget_memory_server", "has_server", "server_client"]
 

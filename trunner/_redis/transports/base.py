@@ -2,15 +2,15 @@
 
 Three implementations share one Trio-facing interface:
 
-* :class:`~trunner._redis.native.NativeTransport` talks to one server over Trio sockets,
-  with hiredis parsing the replies (``redis://``, ``rediss://``, ``unix://``).
-* :class:`~trunner._redis.bridged.BridgedTransport` runs redis-py's asyncio client on a
-  trio-asyncio loop (Cluster, Sentinel, URL options only redis-py implements).
-* :class:`~trunner._redis.memory.MemoryTransport` runs fakeredis in-process.
+* :class:`~trunner._redis.transports.native.NativeTransport` talks to one server over Trio
+  sockets, with hiredis parsing the replies (``redis://``, ``rediss://``, ``unix://``).
+* :class:`~trunner._redis.transports.bridged.BridgedTransport` runs redis-py's asyncio client
+  on a trio-asyncio loop (Cluster, Sentinel, URL options only redis-py implements).
+* :class:`~trunner._redis.transports.memory.MemoryTransport` runs fakeredis in-process.
 
 Replies are raw, as RESP2 has them (bytes, int, None, lists of those): the broker parses
-them. Errors are trunner's (:mod:`trunner.errors`, translated by :mod:`.errors`); no
-exception of a client library leaves a transport.
+them. Errors are trunner's (:mod:`trunner.errors`, translated by :mod:`trunner._redis.errors`);
+no exception of a client library leaves a transport.
 
 One rule holds for every call that crosses: **a cancelled call may still have run on
 Redis**. A command, once written to the socket, cannot be called back; a transport only
@@ -34,9 +34,9 @@ from typing import Any, Generic, TypeVar
 
 import trio
 
-from .errors import ScriptNotLoaded
+from ..errors import ScriptNotLoaded
+from ..scripts import Script
 from .resp import Arg
-from .scripts import Script
 
 __all__ = [
     "Arg",
