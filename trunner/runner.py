@@ -60,16 +60,15 @@ with backoff by every loop.
 
 from __future__ import annotations
 
-import contextvars
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import attrs
 import trio
 
-from ._context import NoRunnerInEagerCall, in_eager_call
+from ._context import _current_runner, running_runner
 from ._engine.acks import AckBuffer
 from ._engine.admission import Admission
 from ._engine.cancellation import Canceller
@@ -115,9 +114,6 @@ CLEANUP_TIMEOUT = 5.0
 FETCHER_GRACE = 1.0
 
 
-_current_runner: contextvars.ContextVar[Runner] = contextvars.ContextVar("trunner_current_runner")
-
-
 def current_runner() -> Runner:
     """The runner executing the current task.
 
@@ -137,12 +133,7 @@ def current_runner() -> Runner:
             without ``runner=`` (then the eager call raises it at once, saying how to
             give the task a runner, instead of retrying).
     """
-    try:
-        return _current_runner.get()
-    except LookupError:
-        if in_eager_call():
-            raise NoRunnerInEagerCall from None
-        raise RunnerNotRunning("current_runner() is only available inside a task") from None
+    return cast(Runner, running_runner())  # only a Runner is ever set
 
 
 #: At most this many task names are listed in the start-up log line.

@@ -108,7 +108,6 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
 #: review), as (importer, imported); tighten by deleting an entry.
 ALLOWED_UPWARD: set[tuple[str, str]] = {
     ("trunner._executors.eager", "trunner._context"),
-    ("trunner._engine.instruments", "trunner.runner"),
     ("trunner._leader.aggregator", "trunner.admin"),
     ("trunner.middleware", "trunner._context"),
     ("trunner._engine.pool", "trunner._context"),
