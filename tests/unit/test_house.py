@@ -45,7 +45,6 @@ ALLOWED_OVERSIZE: set[tuple[str, str]] = {
     ("message.py", ""),
     ("middleware.py", ""),
     ("redis_handle.py", ""),
-    ("runner.py", ""),
     ("runner.py", "Runner"),
     ("task.py", ""),
     ("task.py", "TaskRegistry"),
