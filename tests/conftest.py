@@ -19,8 +19,8 @@ import trio
 
 import trunner
 from trunner import Keys
+from trunner._engine.assembly import Components
 from trunner._redis import forget_memory_server, memory_server_client
-from trunner.runner import _Components
 from trunner.testing import open_runner_factory
 
 from .support.servers import RedisServer
@@ -211,7 +211,7 @@ async def open_checked_runner(
         raise
 
 
-def parts(runner: trunner.Runner) -> _Components:
+def parts(runner: trunner.Runner) -> Components:
     """The components of a started runner (its janitor, cron scheduler, pool ...)."""
     assert runner._components is not None, f"{runner!r} was never started"
     return runner._components

@@ -1,7 +1,9 @@
-"""The message of the task being executed, for task code (and for eager mode).
+"""What the task being executed sees of its run: its message and its runner (for task code,
+and for eager mode).
 
-The runner executing it is :func:`trunner.runner.current_runner` (it names the runner);
-this one imports nothing above the message, so the pool and eager mode can use it.
+The runner is kept here untyped, as ``object``, and named by
+:func:`trunner.runner.current_runner`: this module imports nothing above the message, so
+the pool, eager mode and ``report_progress`` can use it.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Protocol
 from .errors import RunnerNotRunning
 from .message import TaskMessage
 
-__all__ = ["NoRunnerInEagerCall", "current_message", "in_eager_call"]
+__all__ = ["NoRunnerInEagerCall", "current_message", "in_eager_call", "running_runner"]
 
 
 class MessageSource(Protocol):
@@ -35,6 +37,10 @@ class Given:
 _current_message: contextvars.ContextVar[MessageSource] = contextvars.ContextVar(
     "trunner_current_message"
 )
+#: The runner executing the current task: set by the runner for every task its nurseries
+#: start, and by an eager call given ``runner=``. Only a :class:`trunner.Runner` is ever
+#: set; :func:`trunner.runner.current_runner` reads it as one.
+_current_runner: contextvars.ContextVar[object] = contextvars.ContextVar("trunner_current_runner")
 #: Set while an eager call (``TaskRegistry.call``, ``trunner.testing.call_task``) runs.
 _eager_call: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "trunner_eager_call", default=False
@@ -58,6 +64,22 @@ class NoRunnerInEagerCall(RunnerNotRunning):
 def in_eager_call() -> bool:
     """Whether the current Trio task is running a task eagerly."""
     return _eager_call.get()
+
+
+def running_runner() -> object:
+    """The runner executing the current task (what :func:`trunner.runner.current_runner`
+    returns, typed there).
+
+    Raises:
+        RunnerNotRunning: Outside of a task run by a runner; ``NoRunnerInEagerCall`` in a
+            task run eagerly without ``runner=``.
+    """
+    try:
+        return _current_runner.get()
+    except LookupError:
+        if in_eager_call():
+            raise NoRunnerInEagerCall from None
+        raise RunnerNotRunning("current_runner() is only available inside a task") from None
 
 
 def current_message() -> TaskMessage:

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Protocol, cast
 
 import trio
 
-from ._context import Given, _current_message
+from ._context import Given, _current_message, running_runner
 from ._engine.holdings import Job
 from .errors import RunnerNotRunning
-from .runner import current_runner
 
 __all__ = ["PROGRESS_INTERVAL", "report_progress"]
 
@@ -26,6 +26,12 @@ __all__ = ["PROGRESS_INTERVAL", "report_progress"]
 PROGRESS_INTERVAL = 0.25
 #: The longest progress message kept (characters).
 MAX_MESSAGE = 200
+
+
+class _ProgressWriter(Protocol):
+    """What a report needs of the runner running the task (a :class:`trunner.Runner`)."""
+
+    async def _record_progress(self, job: Job) -> None: ...
 
 
 async def report_progress(fraction: float, message: str | None = None) -> None:
@@ -67,4 +73,4 @@ async def report_progress(fraction: float, message: str | None = None) -> None:
         return
     job.progress_at = now
     job.progress_done = fraction >= 1
-    await current_runner()._record_progress(job)
+    await cast(_ProgressWriter, running_runner())._record_progress(job)

@@ -1,52 +1,14 @@
-"""The runner: wires the components into the nursery tree and owns the shutdown order.
+"""The runner: its face (state, statistics, errors, stop) and its lifecycle (``run``,
+``open_runner``, and ``current_runner`` for task code).
 
-::
-
-    Runner.run
-    └── watcher nursery: _stop_on_cancel          an outer cancellation → stop()
-        └── shielded: services nursery            (stopped by step 4)
-              ├── RedisHandle.run                 redis_handle.py  task code's batched Redis
-              ├── Reporter.run                    reporter.py      timings, membership, capacity
-              ├── AckBuffer.run                   acks.py
-              ├── Heartbeater.run                 heartbeat.py
-              ├── Canceller.run                   cancellation.py  cancel marks, the group's notices
-              ├── Pauser.run                      pausing.py       the pause mark -> the pause gate
-              ├── Elector.run                     election.py      the leader lease
-              ├── Leadership.run                  leadership.py    per promotion, a nursery of
-              │     └── DelayedMover · CronScheduler · Aggregator · Janitor · user chores
-              ├── JobHost.watch                   _jobhost.py      a failure of the job loops
-              └── fetching nursery                fetcher.py       num_fetchers loops (step 1)
-
-    a Trio system task: the job host's nursery   _jobhost.py      (closed by step 3)
-        └── job loops                             pool.py          running the messages
-
-The job loops run outside the runner's tree so that a task ignoring cancellation cannot
-hold the runner's exit: leaving ``open_runner`` takes at most ``drain_timeout +
-cancel_grace`` plus the bounded clean-up steps (each at most ``CLEANUP_TIMEOUT``).
-
-Every component has one lifecycle: ``await nursery.start(component.run)``, a synchronous
-``stop()``, and a ``stopped`` event. They share what they must through values and one
-ledger, :class:`~trunner._engine.holdings.Holdings`, never through each other's fields.
-
-Leaving ``open_runner`` (normally, by an exception, or by cancellation) runs, in order:
-
-0. messages read from now on are not started, and a follower stops campaigning (a
-   stopping instance must not take the lead);
-1. fetchers stop: nothing new is read or claimed;
-2. messages fetched but not started are released for immediate reclaim;
-3. running tasks get ``drain_timeout`` to finish (and are acknowledged if they do); the
-   ones still running are cancelled and their messages released, never acknowledged;
-   those still running ``cancel_grace`` later are abandoned (released too, counted in
-   ``statistics().abandoned`` and logged);
-4. the services stop one by one, in the order of :data:`SERVICE_SHUTDOWN` (a sender
-   before its receiver): interrupted messages are released, acknowledgements and timings
-   flushed, the chores stopped and the leadership released (followers are told at once),
-   the instance leaves the group;
-5. anything still pending for this instance is released (a finished task whose
-   acknowledgement could not be written stays pending), its consumers are deleted when
-   empty, connections are closed, and ``state`` becomes STOPPED.
-
-Every step that talks to Redis is shielded and bounded.
+``Runner.run`` connects, prepares Redis and wires the components
+(:mod:`trunner._engine.assembly`), runs them in their nursery tree under a watcher that
+turns an outer cancellation into ``stop()``, and shuts them down in order
+(:mod:`trunner._engine.shutdown`, where the tree and the steps are drawn). Leaving
+``open_runner`` (normally, by an exception, or by cancellation) runs that shutdown:
+fetchers stop, unstarted messages are released, running tasks drain, the services stop one
+by one, and what is still held is released. Every step that talks to Redis is shielded
+and bounded.
 
 Supervision: a runner ends with :class:`~trunner.RunnerCrashed` only for a defect of
 trunner itself, and never the next instance for the same data. Errors caused by data (a
@@ -60,62 +22,33 @@ with backoff by every loop.
 
 from __future__ import annotations
 
-import contextvars
-import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+import functools
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, Protocol
+from typing import cast
 
 import attrs
 import trio
 
-from ._context import NoRunnerInEagerCall, in_eager_call
-from ._engine.acks import AckBuffer
-from ._engine.admission import Admission
-from ._engine.cancellation import Canceller
-from ._engine.fetcher import Fetcher, ReclaimSchedule
-from ._engine.heartbeat import Heartbeater
-from ._engine.holdings import Holdings, Job
-from ._engine.jobhost import JobHost
-from ._engine.outcomes import Outcomes
-from ._engine.pool import WorkerPool
-from ._engine.release import Releaser
-from ._engine.reporter import LocalTimings, MetricsBuffer, Reporter
-from ._leader.aggregator import Aggregator
-from ._leader.cron import CronScheduler
+from ._context import _current_runner, running_runner
+from ._engine import shutdown
+from ._engine.assembly import Components, build, log_started, open_broker, prepare, snapshot
+from ._engine.holdings import Job
+from ._engine.reporter import LocalTimings
 from ._leader.election import Elector
-from ._leader.janitor import Janitor
-from ._leader.leadership import Chore, Leadership
-from ._leader.mover import DelayedMover
+from ._leader.leadership import Chore
 from ._producer import Producer
-from ._redis import Broker, check_url, open_transport
-from ._util import ErrorLog, connection_name, instance_id, logger, run_in_background
+from ._redis import Broker, check_url
+from ._util import ErrorLog, instance_id, logger, run_in_background
 from ._wire.keys import DEFAULT_LANE, Keys
 from .config import RunnerConfig
-from .errors import (
-    BackendError,
-    RedisCommandError,
-    RedisUnavailable,
-    RunnerAlreadyStarted,
-    RunnerCrashed,
-    RunnerNotRunning,
-)
-from .handles import Waiters
-from .pausing import PauseGate, Pauser
-from .quarantine import Quarantine
+from .errors import RunnerAlreadyStarted, RunnerCrashed, RunnerNotRunning
+from .pausing import PauseGate
 from .redis_handle import RedisHandle
 from .statistics import Counters, RunnerState, RunnerStatistics, TaskTotals
 from .task import TaskRegistry
 
-__all__ = ["SERVICE_SHUTDOWN", "Runner", "current_runner", "open_runner"]
-
-#: Bound on each shutdown step that talks to Redis.
-CLEANUP_TIMEOUT = 5.0
-#: How long stopped fetchers may take to return before they are cancelled.
-FETCHER_GRACE = 1.0
-
-
-_current_runner: contextvars.ContextVar[Runner] = contextvars.ContextVar("trunner_current_runner")
+__all__ = ["Runner", "current_runner", "open_runner"]
 
 
 def current_runner() -> Runner:
@@ -137,118 +70,7 @@ def current_runner() -> Runner:
             without ``runner=`` (then the eager call raises it at once, saying how to
             give the task a runner, instead of retrying).
     """
-    try:
-        return _current_runner.get()
-    except LookupError:
-        if in_eager_call():
-            raise NoRunnerInEagerCall from None
-        raise RunnerNotRunning("current_runner() is only available inside a task") from None
-
-
-#: At most this many task names are listed in the start-up log line.
-LOGGED_NAMES = 50
-
-
-def _log_registry(group: str, tasks: TaskRegistry) -> None:
-    """Log, at start, what this runner can run: its tasks and its cron schedules (a
-    WARNING when there is no task: every message would be dead-lettered)."""
-    names = sorted(tasks.names)
-    crons = tasks.crons
-    extra = {"tasks": names, "cron": {c.name: c.expression for c in crons}}
-    if not names:
-        logger.warning(
-            "the registry of this runner of group %r has no task: every message it fetches "
-            "will be dead-lettered as an unknown task; register tasks before starting it "
-            "(to dispatch without running tasks, use trunner.open_client)",
-            group,
-            extra=extra,
-        )
-        return
-    shown = ", ".join(names[:LOGGED_NAMES])
-    if len(names) > LOGGED_NAMES:
-        shown += f" and {len(names) - LOGGED_NAMES} more"
-    schedules = "; ".join(
-        f"{c.name} {c.expression!r} ({c.timezone}) -> {c.task_name}" for c in crons
-    )
-    logger.info(
-        "group %r: %d task(s) this runner can run: %s; cron schedules: %s",
-        group,
-        len(names),
-        shown,
-        schedules or "none",
-        extra=extra,
-    )
-
-
-@attrs.frozen
-class _Components:
-    """Everything one run of a runner is made of, built once by :meth:`Runner._build`."""
-
-    broker: Broker
-    redis: RedisHandle
-    waiters: Waiters
-    canceller: Canceller
-    gate: PauseGate
-    pauser: Pauser
-    holdings: Holdings
-    quarantine: Quarantine
-    acks: AckBuffer
-    outcomes: Outcomes
-    pool: WorkerPool
-    releaser: Releaser
-    heartbeater: Heartbeater
-    fetchers: tuple[Fetcher, ...]
-    reporter: Reporter
-    elector: Elector
-    leadership: Leadership
-    mover: DelayedMover
-    cron: CronScheduler
-    aggregator: Aggregator
-    janitor: Janitor
-
-
-class _Stoppable(Protocol):
-    """The lifecycle every component shares: ``run`` until ``stop()``, then ``stopped``."""
-
-    @property
-    def stopped(self) -> trio.Event: ...
-
-    def stop(self) -> None: ...
-
-
-async def _stopped(component: _Stoppable) -> None:
-    """Stop ``component`` and wait until it has (bounded by the step's timeout)."""
-    component.stop()
-    await component.stopped.wait()
-
-
-async def _last_report(reporter: Reporter) -> None:
-    """Stop reporting every second, then report the last timings once."""
-    await _stopped(reporter)
-    await reporter.report()
-
-
-#: Step 4 of the shutdown, in order; each step is bounded and its errors are logged. The
-#: rule: a sender stops before its receiver. The pool (drained by step 3) handed the
-#: releaser its interrupted messages and the ack buffer its finished ones; the reporter's
-#: last report carries the timings of the last tasks, and no report follows the instance's
-#: leaving (it would register it again); the chores write as the leader until they stop,
-#: then the elector releases the lease; the heartbeater keeps every message still held
-#: fresh until the instance has left the group; the Redis handle serves task code (and
-#: failed-task handlers) until the last of them has ended.
-SERVICE_SHUTDOWN: tuple[tuple[str, Callable[[_Components], Awaitable[Any]]], ...] = (
-    ("releasing interrupted messages", lambda c: c.releaser.release_queued()),
-    ("flushing acknowledgements", lambda c: _stopped(c.acks)),
-    ("flushing timings", lambda c: _last_report(c.reporter)),
-    ("stopping the leader chores", lambda c: _stopped(c.leadership)),
-    ("releasing the leadership", lambda c: _stopped(c.elector)),
-    ("leaving the group", lambda c: c.reporter.deregister()),
-    ("stopping heartbeats", lambda c: _stopped(c.heartbeater)),
-    ("stopping the result waiters", lambda c: _stopped(c.waiters)),
-    ("stopping the pause watcher", lambda c: _stopped(c.pauser)),
-    ("stopping the canceller", lambda c: _stopped(c.canceller)),
-    ("closing the Redis handle", lambda c: _stopped(c.redis)),
-)
+    return cast(Runner, running_runner())  # only a Runner is ever set
 
 
 class Runner(Producer):
@@ -308,10 +130,8 @@ class Runner(Producer):
         self._state = RunnerState.INIT
         self._counters = Counters()
         self._errors = ErrorLog()
-        self._stop_requested = trio.Event()
-        self._hurry = False
-        self._drain_scope: trio.CancelScope | None = None
-        self._components: _Components | None = None
+        self._stop = shutdown.StopRequest()
+        self._components: Components | None = None
         self.timings = LocalTimings()
         """This instance's execution-time histograms per task, cumulative since it started
         (what the Prometheus exporter publishes)."""
@@ -393,53 +213,7 @@ class Runner(Producer):
         the stop included. The group's statistics are
         [``group_stats``][trunner.Runner.group_stats].
         """
-        c = self._counters
-        parts = self._components
-        mover = parts.mover if parts else None
-        return RunnerStatistics(
-            state=self._state,
-            capacity=parts.pool.capacity if parts else self.config.num_workers,
-            in_flight=parts.pool.in_flight if parts else 0,
-            max_in_flight=c.max_in_flight,
-            fetched=c.fetched,
-            reclaimed=c.reclaimed,
-            processed=c.succeeded + c.failed,
-            succeeded=c.succeeded,
-            failed=c.failed,
-            retried=c.retried,
-            dead_lettered=c.dead_lettered,
-            released=c.released,
-            interrupted=c.interrupted,
-            abandoned=c.abandoned,
-            expired=c.expired,
-            cancelled=c.cancelled,
-            skipped=c.skipped,
-            reservations_lost=c.reservations_lost,
-            discarded=c.discarded,
-            acked=c.acked,
-            errors=self._errors.captured,
-            scheduler_passes=mover.passes if mover else 0,
-            scheduler_seconds=mover.pass_seconds if mover else 0.0,
-            delayed_moved=mover.moved if mover else 0,
-            cron_fired=parts.cron.fired if parts else 0,
-            unique_dropped=mover.unique_dropped if mover else 0,
-            quarantined=c.quarantined,
-            chores_restarted=c.chores_restarted,
-            deferred_rate=c.deferred_rate,
-            deferred_concurrency=c.deferred_concurrency,
-            slots_held=parts.holdings.slots_held() if parts else 0,
-            lanes=self._lane_counts(),
-            paused=parts.gate.paused if parts else False,
-        )
-
-    def _lane_counts(self) -> dict[str, int]:
-        """Messages fetched per lane this runner reads (counted by the fetch loops with
-        more than one lane; with one, all of them)."""
-        c = self._counters
-        lanes = self.config.lane_names
-        if len(lanes) == 1:
-            return {lanes[0]: c.fetched + c.reclaimed}
-        return {lane: c.lanes.get(lane, 0) for lane in lanes}
+        return snapshot(self._state, self._counters, self._errors, self.config, self._components)
 
     async def wait_paused(self) -> None:
         """Wait until this runner knows its group is paused and its fetch loops have
@@ -507,33 +281,9 @@ class Runner(Producer):
                 ``drain_timeout`` to finish; their messages are released for immediate
                 reclaim, never acknowledged.
         """
-        if not drain:
-            self._hurry = True
-            if self._drain_scope is not None:
-                self._drain_scope.cancel()
-        self._stop_requested.set()
+        self._stop.ask(drain=drain)
 
     # -- what components call back ----------------------------------------------------------
-
-    def _apply_capacity(self, value: int) -> None:
-        """Apply the capacity the leader published (within this instance's bounds).
-
-        Lowering it cancels nothing; blocked reads are interrupted so that they give back
-        the worker slots they hold, and take only what the new capacity allows.
-        """
-        c = self._components
-        if c is None:
-            return
-        low, high = self.config.worker_bounds
-        capacity = max(low, min(high, value))
-        before = c.pool.capacity
-        if capacity == before:
-            return
-        logger.info("capacity: %d -> %d workers", before, capacity)
-        c.pool.capacity = capacity
-        if capacity < before:
-            for fetcher in c.fetchers:
-                fetcher.nudge()
 
     async def _record_progress(self, job: Job) -> None:
         """Write a task's progress (``trunner.report_progress``)."""
@@ -570,21 +320,27 @@ class Runner(Producer):
             raise RunnerAlreadyStarted(f"{self!r} was already started; create a new Runner")
         self._state = RunnerState.STARTING
         try:
-            async with open_transport(
-                self._url,
-                client_name=connection_name(f"trunner:{self.consumer_name}"),
-                max_connections=self.config.max_connections,
-                connect_timeout=self.config.connect_timeout,
-                command_timeout=self.config.command_timeout,
-            ) as transport:
-                broker = Broker(
-                    transport,
-                    self.keys,
-                    delete_on_ack=self.config.delete_on_ack,
-                    lanes=self.config.lane_names,
+            async with open_broker(self._url, self.config, self.keys, self.consumer_name) as broker:
+                await prepare(
+                    broker,
+                    self.config,
+                    self._counters,
+                    self._errors,
+                    self.consumer_name,
+                    self._declare_task_lanes,
                 )
-                await self._prepare(broker)
-                self._components = self._build(broker)
+                self._components = build(
+                    broker,
+                    config=self.config,
+                    tasks=self.tasks,
+                    keys=self.keys,
+                    consumer_name=self.consumer_name,
+                    consumers=self.consumers,
+                    counters=self._counters,
+                    errors=self._errors,
+                    timings=self.timings,
+                    leader_chores=self._leader_chores,
+                )
                 async with trio.open_nursery() as watcher:
                     watcher.start_soon(self._stop_on_cancel)
                     with trio.CancelScope(shield=True):
@@ -596,7 +352,7 @@ class Runner(Producer):
             self._state = RunnerState.STOPPED
             self._errors.close()
             if self._components is not None:
-                logger.info("runner stopped: %s", _stop_summary(self.statistics()))
+                logger.info("runner stopped: %s", shutdown.stop_summary(self.statistics()))
                 self._components.elector._close()
 
     async def _stop_on_cancel(self) -> None:
@@ -604,29 +360,6 @@ class Runner(Producer):
             await trio.sleep_forever()
         finally:
             self.stop()
-
-    async def _prepare(self, broker: Broker) -> None:
-        timeout = self.config.connect_timeout
-        try:
-            with trio.fail_after(timeout):
-                await broker.load_scripts()
-                await self._ensure_group(broker)
-                await self._declare_task_lanes(broker)
-                policy = await broker.eviction_policy()
-        except trio.TooSlowError:
-            raise RedisUnavailable(
-                f"Redis at {broker.description} did not finish start-up within {timeout} s"
-            ) from None
-        if policy is not None and policy[0] != "noeviction":
-            limit = f"maxmemory is {policy[1]} bytes" if policy[1] else "maxmemory is not set yet"
-            logger.warning(
-                "Redis at %s has maxmemory-policy %s (%s): when it is full it may evict "
-                "trunner's keys (queued tasks, delayed tasks, locks, the lease); use "
-                "maxmemory-policy noeviction",
-                broker.description,
-                policy[0],
-                limit,
-            )
 
     async def _declare_task_lanes(self, broker: Broker) -> None:
         """Name the lanes of its tasks' ``priority`` (other than those it reads, which
@@ -639,287 +372,19 @@ class Runner(Producer):
             await broker.declare_lanes(extra)
         self._declared.update(lanes)
 
-    async def _ensure_group(self, broker: Broker) -> None:
-        """Create the consumer group if missing. When the stream (or the group's floor)
-        holds a value of another type, written by something else, it is set aside first:
-        otherwise no runner of the group could ever start."""
-        try:
-            await broker.ensure_group()
-        except RedisCommandError as exc:
-            quarantine = Quarantine(broker, self._counters, self._errors, self.consumer_name)
-            if not await quarantine.after_error(exc):
-                raise
-            await broker.ensure_group()
-
-    def _build(self, broker: Broker) -> _Components:
-        config, counters, errors = self.config, self._counters, self._errors
-        metrics = MetricsBuffer(cumulative=self.timings)
-        holdings = Holdings()
-        quarantine = Quarantine(broker, counters, errors, self.consumer_name)
-        acks = AckBuffer(broker, config, holdings, counters, errors)
-        mover = DelayedMover(broker, errors, quarantine, metrics.schedule_pass)
-        outcomes = Outcomes(
-            broker,
-            config,
-            holdings,
-            acks,
-            counters,
-            errors,
-            mover.due_at,
-            quarantine,
-            task_names=lambda: self.tasks.names,
-        )
-        admission = None
-        if any(task.limits is not None for task in self.tasks):
-            admission = Admission(broker, holdings, counters, errors, quarantine, mover.due_at)
-        pool = WorkerPool(
-            self.tasks, config, holdings, outcomes, counters, metrics.task_time, errors, admission
-        )
-        releaser = Releaser(broker, holdings, counters)
-        schedule = ReclaimSchedule(config.reclaim_interval, config.lane_names)
-        elector = Elector(
-            broker.transport,
-            self.keys.leader,
-            ttl=config.leader_ttl,
-            wait=config.leader_wait,
-            jitter=config.leader_jitter,
-            id=self.consumer_name,
-            on_bad_data=lambda key, repaired: quarantine.set_aside(
-                "leader", key, repaired, b"", "renamed aside"
-            ),
-        )
-        cron = CronScheduler(broker, self.tasks, errors, quarantine, config.max_payload_bytes)
-        aggregator = Aggregator(broker, config, errors, quarantine)
-        janitor = Janitor(
-            broker,
-            config,
-            errors,
-            quarantine,
-            self.consumers,
-            {t.name: t.concurrency for t in self.tasks if t.concurrency is not None},
-        )
-        chores = [mover.run, cron.run, aggregator.run, janitor.run, *self._leader_chores]
-        gate = PauseGate(config.num_fetchers)
-        pauser = Pauser(broker, gate, quarantine, errors)
-        return _Components(
-            broker=broker,
-            redis=RedisHandle(broker.transport),
-            waiters=Waiters(broker),
-            canceller=Canceller(
-                broker,
-                holdings,
-                pool.cancel_task,
-                errors,
-                on_notice=pauser.heard,
-                on_subscribed=pauser.resync,
-            ),
-            gate=gate,
-            pauser=pauser,
-            holdings=holdings,
-            quarantine=quarantine,
-            acks=acks,
-            outcomes=outcomes,
-            pool=pool,
-            releaser=releaser,
-            heartbeater=Heartbeater(broker, holdings, pool.min_beat_interval, counters, errors),
-            fetchers=tuple(
-                Fetcher(
-                    broker,
-                    pool,
-                    releaser,
-                    quarantine,
-                    config,
-                    consumer,
-                    schedule,
-                    counters,
-                    errors,
-                    gate,
-                )
-                for consumer in self.consumers
-            ),
-            reporter=Reporter(
-                broker,
-                config,
-                self.consumer_name,
-                config.host or socket.gethostname(),
-                metrics,
-                lambda: pool.capacity,
-                self._apply_capacity,
-                errors,
-                quarantine,
-            ),
-            elector=elector,
-            leadership=Leadership(elector, chores, counters, errors),
-            mover=mover,
-            cron=cron,
-            aggregator=aggregator,
-            janitor=janitor,
-        )
-
-    async def _serve(self, c: _Components, task_status: trio.TaskStatus[None]) -> None:
+    async def _serve(self, c: Components, task_status: trio.TaskStatus[None]) -> None:
         _current_runner.set(self)  # inherited by every task the nurseries below start
-        clean = False
-        try:
-            async with trio.open_nursery() as services:
-                await self._start_services(services, c)
-                jobs = JobHost()
-                c.pool.bind(await jobs.start())
-                services.start_soon(jobs.watch)
-                try:
-                    async with trio.open_nursery() as fetching:
-                        for fetcher in c.fetchers:
-                            await fetching.start(fetcher.run)
-                        self._started(c.broker)
-                        task_status.started()
-                        await self._stop_requested.wait()
-                        self._begin_stopping(c)  # 0
-                        await self._stop_fetching(fetching, c)  # 1
-                    await self._release_unstarted(c)  # 2
-                    await self._drain(c)  # 3
-                finally:
-                    await self._close_jobs(jobs, c)  # 3, and on a failure too
-                await self._stop_services(services, c)  # 4
-            clean = True
-        finally:
-            if not clean:  # a component failed: save what can be saved, then re-raise
-                with trio.CancelScope(shield=True):
-                    await self._cleanup("flushing acknowledgements", c.acks.flush())
-                    await self._cleanup("releasing after a failure", self._release(c, True))
-        await self._leave(c)  # 5
-
-    async def _start_services(self, services: trio.Nursery, c: _Components) -> None:
-        await services.start(c.redis.run)
-        await services.start(c.waiters.run)
-        await services.start(c.canceller.run)
-        await services.start(c.pauser.run)  # read before any fetch: a paused group stays so
-        await services.start(c.reporter.run)  # registered before the runner is started
-        await services.start(c.acks.run)
-        await services.start(c.heartbeater.run)
-        await services.start(c.elector.run)  # the first election attempt is made
-        await services.start(c.leadership.run)
+        started = functools.partial(self._started, c.broker)
+        await shutdown.serve(c, self._stop, started, self._stopping, task_status)
 
     def _started(self, broker: Broker) -> None:
         self._broker = broker
         self._waiters = self._components.waiters if self._components else None
         self._state = RunnerState.STARTED
-        config = self.config
-        delay = config.reclaim_delay
-        logger.info(
-            "runner started: group %r (queue %r), consumer %r, %d workers, Redis at %s; "
-            "reclaim_delay "
-            "%g s: the tasks of an instance that dies run again after about %g s, and an "
-            "event-loop stall or Redis outage longer than about %g s may run a task twice",
-            config.consumer_group,
-            self.keys.queue,
-            self.consumer_name,
-            config.num_workers,
-            broker.description,
-            delay,
-            delay + config.reclaim_interval,
-            round(delay * 2 / 3, 1),
-            extra={"reclaim_delay": delay},
-        )
-        if len(config.lanes) > 1:
-            logger.info(
-                "priority lanes %s, served %s",
-                ", ".join(f"{lane} ({weight})" for lane, weight in config.lanes),
-                "strictly in that order" if config.strict_lanes else "by weight",
-            )
-        _log_registry(config.consumer_group, self.tasks)
+        log_started(self.config, self.keys, self.consumer_name, broker, self.tasks)
 
-    # -- the shutdown steps, in order -------------------------------------------------------
-
-    def _begin_stopping(self, c: _Components) -> None:
-        """0. Messages read from now on are released, and a follower stops campaigning."""
+    def _stopping(self) -> None:
         self._state = RunnerState.STOPPING
-        logger.info("runner stopping: %d tasks running", c.pool.in_flight)
-        c.pool.start_stopping()
-        if not c.elector.is_leader:
-            c.elector.stop()  # a stopping follower must not take the lead
-
-    async def _stop_fetching(self, fetching: trio.Nursery, c: _Components) -> None:
-        """1. Nothing new is read or claimed."""
-        for fetcher in c.fetchers:
-            fetcher.stop()
-        with trio.move_on_after(FETCHER_GRACE):
-            for fetcher in c.fetchers:
-                await fetcher.stopped.wait()
-        fetching.cancel_scope.cancel()
-
-    async def _release_unstarted(self, c: _Components) -> None:
-        """2. Messages fetched but not started are released for immediate reclaim."""
-        await self._cleanup("releasing unstarted messages", self._release(c, False))
-
-    async def _drain(self, c: _Components) -> None:
-        """3. Running tasks get ``drain_timeout``; then they are cancelled (interrupted)."""
-        pool = c.pool
-        if not pool.in_flight:
-            return
-        timeout = 0.0 if self._hurry else self.config.drain_timeout
-        logger.info("draining %d running tasks for up to %s s", pool.in_flight, timeout)
-        with trio.move_on_after(timeout) as self._drain_scope:
-            await pool.wait_idle()
-        self._drain_scope = None
-        if not pool.in_flight:
-            return
-        cancelled = pool.cancel_running()
-        if self._hurry:
-            logger.warning("stopping at once: cancelling %d running tasks", cancelled)
-        else:
-            logger.warning("drain timeout passed: cancelling %d running tasks", cancelled)
-
-    async def _close_jobs(self, jobs: JobHost, c: _Components) -> None:
-        """3. The job loops end: cancelled, and given ``cancel_grace`` to unwind; tasks that
-        ignore the cancellation longer are abandoned (left to end on their own), and
-        their messages released."""
-        grace = self.config.cancel_grace
-        with trio.CancelScope(shield=True):
-            if await jobs.close(grace):
-                return
-        stuck = list(c.holdings.running.values())
-        for job in stuck:
-            c.holdings.release_later(job.consumer, job.message_id)
-        self._counters.abandoned += len(stuck)
-        logger.error(
-            "%d tasks still ran %s s after they were cancelled (they ignore cancellation): "
-            "abandoned, their messages released for another instance: %s",
-            len(stuck),
-            grace,
-            ", ".join(job.about() for job in stuck[:10]) + (" ..." if len(stuck) > 10 else ""),
-        )
-
-    async def _stop_services(self, services: trio.Nursery, c: _Components) -> None:
-        """4. The services stop in the order of :data:`SERVICE_SHUTDOWN`."""
-        for what, step in SERVICE_SHUTDOWN:
-            await self._cleanup(what, step(c))
-        services.cancel_scope.cancel()
-
-    async def _leave(self, c: _Components) -> None:
-        """5. What is still pending for this instance is released; empty consumers go."""
-        await self._cleanup("final release", self._release(c, True))
-        await self._cleanup("deleting consumers", self._delete_consumers(c.broker))
-
-    async def _release(self, c: _Components, final: bool) -> None:
-        released = await c.releaser.release_queued()
-        for consumer in self.consumers:
-            released += await c.releaser.release_orphans(consumer, final=final)
-        if released:
-            logger.info("released %d messages for immediate reclaim", released)
-
-    async def _delete_consumers(self, broker: Broker) -> None:
-        for consumer in self.consumers:
-            await broker.delete_consumer_if_idle(consumer)
-
-    async def _cleanup(self, what: str, step: Awaitable[Any]) -> None:
-        """Run one shutdown step that talks to Redis: bounded, errors logged and captured."""
-        with trio.move_on_after(CLEANUP_TIMEOUT) as scope:
-            try:
-                await step
-            except BackendError as exc:
-                self._errors.capture(exc)
-                logger.warning("shutdown: %s failed: %s", what, exc)
-        if scope.cancelled_caught:
-            logger.warning("shutdown: %s did not finish within %s s", what, CLEANUP_TIMEOUT)
 
 
 @asynccontextmanager
@@ -974,19 +439,3 @@ async def open_runner(
 
     async with run_in_background(runner.run, runner.stop, crashed):
         yield runner
-
-
-def _stop_summary(stats: RunnerStatistics) -> str:
-    """The counters of a stopping runner that are not 0, in one short line (the whole
-    snapshot is ``statistics()``)."""
-    parts = [f"ran with capacity {stats.capacity}"]
-    for field in attrs.fields(RunnerStatistics):
-        value = getattr(stats, field.name)
-        if field.name in _NOT_SUMMED or not value or isinstance(value, bool):
-            continue
-        shown = f"{value:.3f}" if isinstance(value, float) else value
-        parts.append(f"{field.name.replace('_', ' ')} {shown}")
-    return ", ".join(parts)
-
-
-_NOT_SUMMED = frozenset({"state", "capacity", "in_flight"})

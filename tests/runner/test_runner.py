@@ -13,7 +13,7 @@ import trio
 
 import trunner
 from trunner import Keys
-from trunner.runner import _Stoppable
+from trunner._engine.shutdown import Stoppable
 from trunner.testing import run_until_idle
 
 from ..conftest import Tally, config, open_checked_runner, parts
@@ -303,7 +303,7 @@ async def test_every_component_has_the_same_lifecycle_and_has_stopped_after_the_
     """run(*, task_status) started by the runner, a synchronous stop(), a stopped event."""
     async with open_checked_runner(url, config(group, num_fetchers=2), trunner.TaskRegistry()) as r:
         c = parts(r)
-        components: list[_Stoppable] = [
+        components: list[Stoppable] = [
             c.redis,
             c.reporter,
             c.acks,

@@ -36,7 +36,6 @@ ALLOWED_OVERSIZE: set[tuple[str, str]] = {
     ("handles.py", "TaskHandle"),
     ("message.py", ""),
     ("middleware.py", ""),
-    ("runner.py", ""),
     ("runner.py", "Runner"),
     ("task.py", ""),
     ("task.py", "TaskRegistry"),

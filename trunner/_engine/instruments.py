@@ -9,16 +9,29 @@ the same numbers from the same counters, and neither counts anything of its own.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import attrs
 
 from ..statistics import RunnerStatistics, TaskTotals
 
-if TYPE_CHECKING:
-    from ..runner import Runner
+__all__ = [
+    "GAUGES",
+    "LANE_COUNTERS",
+    "TASK_COUNTERS",
+    "Gauge",
+    "LaneCounter",
+    "Measured",
+    "TaskCounter",
+]
 
-__all__ = ["GAUGES", "LANE_COUNTERS", "TASK_COUNTERS", "Gauge", "LaneCounter", "TaskCounter"]
+
+class Measured(Protocol):
+    """What a gauge reads of the runner besides its statistics (a :class:`trunner.Runner`
+    is one)."""
+
+    @property
+    def is_leader(self) -> bool: ...
 
 
 @attrs.frozen
@@ -54,7 +67,7 @@ class Gauge:
     """The Prometheus name is ``trunner_<key>``; the OpenTelemetry one ``trunner.<key>``."""
     description: str
     unit: str
-    read: Callable[[Runner, RunnerStatistics], int]
+    read: Callable[[Measured, RunnerStatistics], int]
 
 
 TASK_COUNTERS = (

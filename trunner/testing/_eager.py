@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .._context import _current_runner
 from .._executors.eager import DEFAULT_MAX_PAYLOAD_BYTES, run_eagerly
 from ..errors import RunnerNotRunning
 from ..middleware import Middleware
-from ..runner import Runner, _current_runner
+from ..runner import Runner
 from ..statistics import RunnerState
 from ..task import Task, TaskRegistry, checked_task_name
 
