@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 import trio
 
 from . import _validate as v
-from ._producer import Producer
+from ._producer.dispatch import Producer
 from ._redis import Broker, open_transport
 from ._util import connection_name, run_in_background
 from ._wire.keys import Keys, check_name

@@ -87,7 +87,7 @@ from ._leader.election import Elector
 from ._leader.janitor import Janitor
 from ._leader.leadership import Chore, Leadership
 from ._leader.mover import DelayedMover
-from ._producer import Producer
+from ._producer.dispatch import Producer
 from ._redis import Broker, check_url, open_transport
 from ._util import ErrorLog, connection_name, instance_id, logger, run_in_background
 from ._wire.keys import DEFAULT_LANE, Keys

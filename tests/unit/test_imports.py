@@ -109,7 +109,6 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
 ALLOWED_UPWARD: set[tuple[str, str]] = {
     ("trunner._executors.eager", "trunner._context"),
     ("trunner._engine.instruments", "trunner.runner"),
-    ("trunner._leader.aggregator", "trunner.admin"),
     ("trunner.middleware", "trunner._context"),
     ("trunner._engine.pool", "trunner._context"),
     ("trunner.task", "trunner._executors.eager"),

@@ -12,17 +12,27 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import attrs
 
-from ._redis import Broker
-from ._util import wall_ms
-from ._wire.codec import untyped
-from ._wire.keys import DEFAULT_LANE, UniqueLock, check_lane
-from ._wire.stats import GroupStats, InstanceInfo
+from .._redis import Broker
+from .._util import wall_ms
+from .._wire.codec import untyped
+from .._wire.inspection import CronEntry, DeadLetter, DelayedTask, GroupInfo, ReplayResult
+from .._wire.keys import DEFAULT_LANE, UniqueLock, check_lane
+from .._wire.stats import GroupStats, InstanceInfo
+from ..errors import InvalidHeaders, InvalidPayload, RunnerNotRunning, TaskAlreadyDispatched
+from ..handles import Known, TaskHandle, Waiters
+from ..message import (
+    MessageDecodeError,
+    MessageOptions,
+    check_headers,
+    decode_message,
+    encode_message,
+)
+from ..middleware import DispatchHooks, DispatchInfo, Middleware
+from ..pausing import notices_for
+from ..quarantine import QuarantineRecord
+from ..status import CancelOutcome
+from ..task import TASK_ATTRIBUTE, Expiry, Task, TaskRegistry, checked_task_name, dispatch_options
 from .admin import (
-    CronEntry,
-    DeadLetter,
-    DelayedTask,
-    GroupInfo,
-    ReplayResult,
     cron_entries,
     dead_ids_of_task,
     delete_dead,
@@ -36,20 +46,6 @@ from .admin import (
     replay_dead,
     waiting_age,
 )
-from .errors import InvalidHeaders, InvalidPayload, RunnerNotRunning, TaskAlreadyDispatched
-from .handles import Known, TaskHandle, Waiters
-from .message import (
-    MessageDecodeError,
-    MessageOptions,
-    check_headers,
-    decode_message,
-    encode_message,
-)
-from .middleware import DispatchHooks, DispatchInfo, Middleware
-from .pausing import notices_for
-from .quarantine import QuarantineRecord
-from .status import CancelOutcome
-from .task import TASK_ATTRIBUTE, Expiry, Task, TaskRegistry, checked_task_name, dispatch_options
 
 if TYPE_CHECKING:
     import datetime
@@ -341,7 +337,7 @@ class Producer:
         payload: P,
         *,
         keep_result: float | None = None,
-        timeout: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the attempt timeout, not the call's
         expires: Expiry | None = None,
         headers: Mapping[str, str] | None = None,
         priority: str | None = None,
@@ -354,7 +350,7 @@ class Producer:
         payload: Any = None,
         *,
         keep_result: float | None = None,
-        timeout: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the attempt timeout, not the call's
         expires: Expiry | None = None,
         headers: Mapping[str, str] | None = None,
         priority: str | None = None,
@@ -366,7 +362,7 @@ class Producer:
         payload: Any = None,
         *,
         keep_result: float | None = None,
-        timeout: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the attempt timeout, not the call's
         expires: Expiry | None = None,
         headers: Mapping[str, str] | None = None,
         priority: str | None = None,
@@ -463,7 +459,7 @@ class Producer:
         payloads: Iterable[P],
         *,
         keep_result: float | None = None,
-        timeout: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the attempt timeout, not the call's
         expires: Expiry | None = None,
         headers: Mapping[str, str] | None = None,
         priority: str | None = None,
@@ -476,7 +472,7 @@ class Producer:
         payloads: Iterable[Any],
         *,
         keep_result: float | None = None,
-        timeout: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the attempt timeout, not the call's
         expires: Expiry | None = None,
         headers: Mapping[str, str] | None = None,
         priority: str | None = None,
@@ -488,7 +484,7 @@ class Producer:
         payloads: Iterable[Any],
         *,
         keep_result: float | None = None,
-        timeout: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the attempt timeout, not the call's
         expires: Expiry | None = None,
         headers: Mapping[str, str] | None = None,
         priority: str | None = None,
@@ -564,7 +560,7 @@ class Producer:
         delay: float | datetime.timedelta,
         *,
         keep_result: float | None = None,
-        timeout: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the attempt timeout, not the call's
         expires: Expiry | None = None,
         headers: Mapping[str, str] | None = None,
         priority: str | None = None,
@@ -578,7 +574,7 @@ class Producer:
         delay: float | datetime.timedelta,
         *,
         keep_result: float | None = None,
-        timeout: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the attempt timeout, not the call's
         expires: Expiry | None = None,
         headers: Mapping[str, str] | None = None,
         priority: str | None = None,
@@ -591,7 +587,7 @@ class Producer:
         delay: float | datetime.timedelta,
         *,
         keep_result: float | None = None,
-        timeout: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the attempt timeout, not the call's
         expires: Expiry | None = None,
         headers: Mapping[str, str] | None = None,
         priority: str | None = None,
@@ -655,7 +651,7 @@ class Producer:
         when: datetime.datetime,
         *,
         keep_result: float | None = None,
-        timeout: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the attempt timeout, not the call's
         expires: Expiry | None = None,
         headers: Mapping[str, str] | None = None,
         priority: str | None = None,
@@ -669,7 +665,7 @@ class Producer:
         when: datetime.datetime,
         *,
         keep_result: float | None = None,
-        timeout: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the attempt timeout, not the call's
         expires: Expiry | None = None,
         headers: Mapping[str, str] | None = None,
         priority: str | None = None,
@@ -682,7 +678,7 @@ class Producer:
         when: datetime.datetime,
         *,
         keep_result: float | None = None,
-        timeout: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the attempt timeout, not the call's
         expires: Expiry | None = None,
         headers: Mapping[str, str] | None = None,
         priority: str | None = None,
