@@ -9,11 +9,11 @@ import trio
 
 from . import _validate as v
 from ._producer.dispatch import Producer
+from ._producer.waiters import Waiters
 from ._redis import Broker, open_transport
 from ._util import connection_name, run_in_background
 from ._wire.keys import Keys, check_name
 from .errors import Crashed
-from .handles import Waiters
 from .message import DEFAULT_MAX_PAYLOAD_BYTES
 from .middleware import Middleware, check_middleware
 from .redis_handle import RedisHandle

@@ -88,6 +88,7 @@ from ._leader.janitor import Janitor
 from ._leader.leadership import Chore, Leadership
 from ._leader.mover import DelayedMover
 from ._producer.dispatch import Producer
+from ._producer.waiters import Waiters
 from ._redis import Broker, check_url, open_transport
 from ._util import ErrorLog, connection_name, instance_id, logger, run_in_background
 from ._wire.keys import DEFAULT_LANE, Keys
@@ -100,7 +101,6 @@ from .errors import (
     RunnerCrashed,
     RunnerNotRunning,
 )
-from .handles import Waiters
 from .pausing import PauseGate, Pauser
 from .quarantine import Quarantine
 from .redis_handle import RedisHandle

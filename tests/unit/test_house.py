@@ -39,8 +39,6 @@ ALLOWED_OVERSIZE: set[tuple[str, str]] = {
     ("dashboard/_app.py", ""),
     ("dashboard/_app.py", "Dashboard"),
     ("errors.py", ""),
-    ("handles.py", ""),
-    ("handles.py", "TaskHandle"),
     ("message.py", ""),
     ("middleware.py", ""),
     ("redis_handle.py", ""),

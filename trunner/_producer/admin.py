@@ -28,7 +28,6 @@ from .._wire.inspection import (
 from .._wire.keys import UniqueLock, is_lane_entry_id, split_entry_id
 from .._wire.stats import GroupStats, InstanceInfo, compute_stats, stats_or_none
 from ..errors import RedisCommandError
-from ..handles import status_of
 from ..message import (
     DEFAULT_UNIQUE_FOR,
     NO_SIZE_LIMIT,
@@ -42,6 +41,7 @@ from ..pausing import read_paused_since
 from ..quarantine import QuarantineRecord
 from ..status import TaskStatus
 from ..task import TaskRegistry
+from .waiting import status_of
 
 __all__ = [
     "cron_entries",

@@ -19,7 +19,7 @@ from .._wire.inspection import CronEntry, DeadLetter, DelayedTask, GroupInfo, Re
 from .._wire.keys import DEFAULT_LANE, UniqueLock, check_lane
 from .._wire.stats import GroupStats, InstanceInfo
 from ..errors import InvalidHeaders, InvalidPayload, RunnerNotRunning, TaskAlreadyDispatched
-from ..handles import Known, TaskHandle, Waiters
+from ..handles import TaskHandle
 from ..message import (
     MessageDecodeError,
     MessageOptions,
@@ -46,6 +46,8 @@ from .admin import (
     replay_dead,
     waiting_age,
 )
+from .waiters import Waiters
+from .waiting import Known
 
 if TYPE_CHECKING:
     import datetime
