@@ -87,11 +87,16 @@ from ._leader.election import Elector
 from ._leader.janitor import Janitor
 from ._leader.leadership import Chore, Leadership
 from ._leader.mover import DelayedMover
+from ._producer.admin_calls import AdminCalls
 from ._producer.dispatch import Producer
+from ._producer.dispatching import DispatchCalls
+from ._producer.scheduling import ScheduleCalls
 from ._producer.waiters import Waiters
 from ._redis import Broker, check_url, open_transport
 from ._util import ErrorLog, connection_name, instance_id, logger, run_in_background
 from ._wire.keys import DEFAULT_LANE, Keys
+from .admin import Admin
+from .client import Client
 from .config import RunnerConfig
 from .errors import (
     BackendError,
@@ -251,7 +256,7 @@ SERVICE_SHUTDOWN: tuple[tuple[str, Callable[[_Components], Awaitable[Any]]], ...
 )
 
 
-class Runner(Producer):
+class Runner(DispatchCalls, ScheduleCalls, AdminCalls):
     """One runner instance of a consumer group.
 
     [``open_runner``][trunner.open_runner] creates and runs one for you. To manage it
@@ -260,8 +265,9 @@ class Runner(Producer):
     with [``stop``][trunner.Runner.stop]. The constructor checks its arguments like
     ``open_runner`` does, and connects to nothing.
 
-    Besides the members below, a runner has every
-    [dispatch and inspection method][dispatch-and-inspection-methods].
+    Besides the members below, a runner has every [dispatch method][dispatch-methods]; its
+    [``admin``][trunner.Runner.admin] inspects and administers the group (the runner's
+    own admin methods, such as ``runner.pause()``, are the admin's).
 
     Args:
         redis: The Redis URL, as for [``open_runner``][trunner.open_runner].
@@ -285,13 +291,17 @@ class Runner(Producer):
             raise TypeError(f"tasks must be a TaskRegistry, got {type(tasks).__name__}")
         tasks.check()
         check_url(redis)
-        super().__init__(
+        self._dispatcher = Producer(
             registry=tasks,
             max_payload_bytes=config.max_payload_bytes,
-            instance_ttl=config.instance_ttl,
             middleware=config.middleware,
             lanes=config.lane_names if len(config.lanes) > 1 else None,
+            on_scheduled=self._scheduled,
+            name="Runner",
         )
+        self._broker: Broker | None = None
+        self._client: Client | None = None
+        self._admin: Admin | None = None
         self._url = redis
         self.config = config
         """The configuration."""
@@ -351,6 +361,32 @@ class Runner(Producer):
         if c is None:
             raise RunnerNotRunning(f"{self!r} is not running")
         return c.redis
+
+    @property
+    def client(self) -> Client:
+        """This runner's [``Client``][trunner.Client]: the dispatch methods, over the
+        runner's connections (``runner.dispatch`` is ``runner.client.dispatch``).
+
+        Raises:
+            RunnerNotRunning: The runner was never started.
+        """
+        if self._client is None:
+            raise RunnerNotRunning(f"{self!r} is not running")
+        return self._client
+
+    @property
+    def admin(self) -> Admin:
+        """This runner's [``Admin``][trunner.Admin]: the group's inspection and
+        administration, over the runner's connections (``runner.pause()`` is
+        ``runner.admin.pause()``). Once the runner has stopped, its methods raise
+        [``RunnerNotRunning``][trunner.RunnerNotRunning].
+
+        Raises:
+            RunnerNotRunning: The runner was never started.
+        """
+        if self._admin is None:
+            raise RunnerNotRunning(f"{self!r} is not running")
+        return self._admin
 
     @property
     def elector(self) -> Elector | None:
@@ -592,7 +628,9 @@ class Runner(Producer):
                     watcher.cancel_scope.cancel()
         finally:
             self._broker = None
-            self._waiters = None
+            self._dispatcher.close()
+            if self._admin is not None:
+                self._admin._close()
             self._state = RunnerState.STOPPED
             self._errors.close()
             if self._components is not None:
@@ -633,11 +671,11 @@ class Runner(Producer):
         ``ensure_group`` named) in the queue's registry of lanes: their cron ticks go
         there, and a lane nobody reads shows up in ``inspect`` and in the leader's
         warning (see [Priority lanes](lanes.md))."""
-        lanes = self._own_lanes() - {DEFAULT_LANE}
+        lanes = self._dispatcher.lanes.own() - {DEFAULT_LANE}
         extra = sorted(lanes - set(self.config.lane_names))
         if extra:
             await broker.declare_lanes(extra)
-        self._declared.update(lanes)
+        self._dispatcher.lanes.remember(lanes)
 
     async def _ensure_group(self, broker: Broker) -> None:
         """Create the consumer group if missing. When the stream (or the group's floor)
@@ -800,7 +838,17 @@ class Runner(Producer):
 
     def _started(self, broker: Broker) -> None:
         self._broker = broker
-        self._waiters = self._components.waiters if self._components else None
+        c = self._components
+        self._dispatcher.open(broker, c.waiters if c is not None else None)
+        self._admin = Admin(
+            broker,
+            registry=self.tasks,
+            max_payload_bytes=self.config.max_payload_bytes,
+            instance_ttl=self.config.instance_ttl,
+            name="Runner",
+        )
+        if c is not None:
+            self._client = Client(self._dispatcher, self._admin, c.redis, self.keys)
         self._state = RunnerState.STARTED
         config = self.config
         delay = config.reclaim_delay

@@ -26,8 +26,6 @@ ALLOWED_OVERSIZE: set[tuple[str, str]] = {
     ("_engine/pool.py", "WorkerPool"),
     ("_leader/election.py", ""),
     ("_leader/election.py", "Elector"),
-    ("_producer/dispatch.py", ""),
-    ("_producer/dispatch.py", "Producer"),
     ("_redis/bridged.py", ""),
     ("_redis/bridged.py", "BridgedTransport"),
     ("_redis/broker.py", ""),
