@@ -9,7 +9,7 @@ from ._redis import forget_memory_server, redact_url
 from ._wire.keys import Keys
 from ._wire.stats import GroupStats, InstanceInfo, TaskTiming
 from ._worker.serve import WorkerSettings
-from .admin import CronEntry, DeadLetter, DelayedTask, GroupInfo, ReplayResult
+from .admin import Admin, CronEntry, DeadLetter, DelayedTask, GroupInfo, ReplayResult, open_admin
 from .client import Client, open_client
 from .config import FailedTaskHandler, LongQueueHook, RunnerConfig
 from .discovery import FoundGroup, GroupsFound, discover_groups
@@ -63,6 +63,7 @@ __version__ = "0.1.0"
 """The package version, a string."""
 
 __all__ = [
+    "Admin",
     "AttemptInfo",
     "AttemptOutcome",
     "BackendError",
@@ -139,6 +140,7 @@ __all__ = [
     "discover_groups",
     "election",
     "forget_memory_server",
+    "open_admin",
     "open_client",
     "open_redis",
     "open_runner",

@@ -1,4 +1,5 @@
-"""The producer-only face: dispatch and inspection for processes that run no workers."""
+"""The producer-only face: ``Client`` and ``open_client``, for processes that dispatch
+tasks and run none."""
 
 from __future__ import annotations
 
@@ -7,13 +8,17 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from . import _validate as v
-from ._producer import Producer
+from ._producer.admin_calls import AdminCalls
+from ._producer.dispatch import Producer
+from ._producer.dispatching import DispatchCalls
+from ._producer.opening import check_producer_args, group_keys
+from ._producer.scheduling import ScheduleCalls
+from ._producer.waiters import Waiters
 from ._redis import Broker, open_transport
 from ._util import connection_name, run_in_background
-from ._wire.keys import Keys, check_name
+from ._wire.keys import Keys
+from .admin import Admin
 from .errors import Crashed
-from .handles import Waiters
 from .message import DEFAULT_MAX_PAYLOAD_BYTES
 from .middleware import Middleware, check_middleware
 from .redis_handle import RedisHandle
@@ -22,47 +27,52 @@ from .task import TaskRegistry
 __all__ = ["Client", "open_client"]
 
 
-class Client(Producer):
+class Client(DispatchCalls, ScheduleCalls, AdminCalls):
     """A producer-only client of one consumer group.
 
-    The object [``open_client``][trunner.open_client] yields; do not create it yourself.
-    It has every [dispatch and inspection method][dispatch-and-inspection-methods] of a
-    runner ([``dispatch``][trunner.Runner.dispatch],
+    The object [``open_client``][trunner.open_client] yields, and a runner's
+    [``client``][trunner.Runner.client]; do not create it yourself. It has every
+    [dispatch method][dispatch-methods] of a runner
+    ([``dispatch``][trunner.Runner.dispatch],
     [``dispatch_many``][trunner.Runner.dispatch_many],
     [``dispatch_delayed``][trunner.Runner.dispatch_delayed],
     [``schedule_for``][trunner.Runner.schedule_for],
-    [``cancel_delayed``][trunner.Runner.cancel_delayed],
-    [``queue_length``][trunner.Runner.queue_length] ...), which behave the same. After
+    [``cancel_delayed``][trunner.Runner.cancel_delayed] ...), which behave the same, and
+    its [``admin``][trunner.Client.admin] inspects and administers the group (the
+    client's own admin methods, such as ``client.dead_letters()``, are the admin's). After
     the ``open_client`` block they raise [``RunnerNotRunning``][trunner.RunnerNotRunning].
     """
 
-    def __init__(
-        self,
-        broker: Broker,
-        redis: RedisHandle,
-        *,
-        registry: TaskRegistry | None,
-        max_payload_bytes: int,
-        instance_ttl: float,
-        middleware: tuple[Middleware, ...] = (),
-    ) -> None:
-        super().__init__(
-            registry=registry,
-            max_payload_bytes=max_payload_bytes,
-            instance_ttl=instance_ttl,
-            middleware=middleware,
-        )
-        self._broker = broker
-        self.keys = broker.keys
+    def __init__(self, producer: Producer, admin: Admin, redis: RedisHandle, keys: Keys) -> None:
+        self._dispatcher = producer
+        self._admin = admin
+        self.keys = keys
         """The Redis key names of the group."""
         self.redis = redis
         """A [Redis handle][trunner.RedisHandle] batching the commands of concurrent Trio
         tasks, open for the duration of the ``open_client`` block."""
 
+    def __repr__(self) -> str:
+        return f"<Client group={self.consumer_group!r}>"
+
     @property
     def consumer_group(self) -> str:
         """The group this client dispatches to."""
         return self.keys.group
+
+    @property
+    def admin(self) -> Admin:
+        """The [``Admin``][trunner.Admin] of the client's group: its inspection and
+        administration, over the client's connections."""
+        return self._admin
+
+    @property
+    def _waiters(self) -> Waiters | None:
+        return self._dispatcher._waiters
+
+    @_waiters.setter
+    def _waiters(self, waiters: Waiters | None) -> None:
+        self._dispatcher._waiters = waiters
 
 
 class _Services:
@@ -148,43 +158,31 @@ async def open_client(
     An exception from the block leaves as itself. After the block, the client's methods
     raise [``RunnerNotRunning``][trunner.RunnerNotRunning].
     """
-    if consumer_group is not None:
-        if queue is not None:
-            raise TypeError("give the queue once: as queue or as consumer_group")
-        queue = consumer_group
-    if queue is None:
-        raise TypeError("open_client() needs the queue to dispatch to")
-    check_name("queue", queue)
-    if group is not None:
-        check_name("group", group)
-    keys = Keys(prefix, queue if group is None else group, queue)
-    if tasks is not None and not isinstance(tasks, TaskRegistry):
-        raise TypeError(f"tasks must be a TaskRegistry or None, got {type(tasks).__name__}")
-    v.check_positive_int("max_payload_bytes", max_payload_bytes)
-    v.check_positive_number("connect_timeout", connect_timeout)
-    v.check_positive_number("command_timeout", command_timeout)
-    v.check_positive_int("max_connections", max_connections)
-    v.check_positive_number("instance_ttl", instance_ttl)
+    keys = group_keys("open_client", queue, consumer_group, group, prefix)
+    check_producer_args(
+        tasks, max_payload_bytes, connect_timeout, command_timeout, max_connections, instance_ttl
+    )
     hooks = check_middleware(middleware)
     async with open_transport(
         redis,
-        client_name=connection_name(f"trunner-client:{queue}"),
+        client_name=connection_name(f"trunner-client:{keys.queue}"),
         max_connections=max_connections,
         connect_timeout=connect_timeout,
         command_timeout=command_timeout,
     ) as transport:
         handle = RedisHandle(transport)
         broker = Broker(transport, keys)
-        client = Client(
+        producer = Producer(registry=tasks, max_payload_bytes=max_payload_bytes, middleware=hooks)
+        admin = Admin(
             broker,
-            handle,
             registry=tasks,
             max_payload_bytes=max_payload_bytes,
             instance_ttl=instance_ttl,
-            middleware=hooks,
+            name="Client",
         )
+        client = Client(producer, admin, handle, keys)
         services = _Services(handle, Waiters(broker))
-        client._waiters = services.waiters
+        producer.open(broker, services.waiters)
 
         def crashed(what: str) -> Crashed:
             return Crashed(f"the client's Redis handle failed: {what}")
@@ -193,5 +191,5 @@ async def open_client(
             async with run_in_background(services.run, services.stop, crashed):
                 yield client
         finally:
-            client._broker = None
-            client._waiters = None
+            producer.close()
+            admin._close()

@@ -27,25 +27,27 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import cast
 
-import attrs
 import trio
 
 from ._context import _current_runner, running_runner
 from ._engine import shutdown
-from ._engine.assembly import Components, build, log_started, open_broker, prepare, snapshot
+from ._engine.assembly import Components, build, log_started, open_broker, prepare
 from ._engine.holdings import Job
 from ._engine.reporter import LocalTimings
-from ._leader.election import Elector
 from ._leader.leadership import Chore
-from ._producer import Producer
+from ._producer.admin_calls import AdminCalls
+from ._producer.dispatch import Producer
+from ._producer.dispatching import DispatchCalls
+from ._producer.scheduling import ScheduleCalls
 from ._redis import Broker, check_url
+from ._runner_view import RunnerView
 from ._util import ErrorLog, instance_id, logger, run_in_background
 from ._wire.keys import DEFAULT_LANE, Keys
+from .admin import Admin
+from .client import Client
 from .config import RunnerConfig
 from .errors import RunnerAlreadyStarted, RunnerCrashed, RunnerNotRunning
-from .pausing import PauseGate
-from .redis_handle import RedisHandle
-from .statistics import Counters, RunnerState, RunnerStatistics, TaskTotals
+from .statistics import Counters, RunnerState
 from .task import TaskRegistry
 
 __all__ = ["Runner", "current_runner", "open_runner"]
@@ -73,7 +75,7 @@ def current_runner() -> Runner:
     return cast(Runner, running_runner())  # only a Runner is ever set
 
 
-class Runner(Producer):
+class Runner(RunnerView, DispatchCalls, ScheduleCalls, AdminCalls):
     """One runner instance of a consumer group.
 
     [``open_runner``][trunner.open_runner] creates and runs one for you. To manage it
@@ -82,8 +84,9 @@ class Runner(Producer):
     with [``stop``][trunner.Runner.stop]. The constructor checks its arguments like
     ``open_runner`` does, and connects to nothing.
 
-    Besides the members below, a runner has every
-    [dispatch and inspection method][dispatch-and-inspection-methods].
+    Besides the members below, a runner has every [dispatch method][dispatch-methods]; its
+    [``admin``][trunner.Runner.admin] inspects and administers the group (the runner's
+    own admin methods, such as ``runner.pause()``, are the admin's).
 
     Args:
         redis: The Redis URL, as for [``open_runner``][trunner.open_runner].
@@ -107,13 +110,17 @@ class Runner(Producer):
             raise TypeError(f"tasks must be a TaskRegistry, got {type(tasks).__name__}")
         tasks.check()
         check_url(redis)
-        super().__init__(
+        self._dispatcher = Producer(
             registry=tasks,
             max_payload_bytes=config.max_payload_bytes,
-            instance_ttl=config.instance_ttl,
             middleware=config.middleware,
             lanes=config.lane_names if len(config.lanes) > 1 else None,
+            on_scheduled=self._scheduled,
+            name="Runner",
         )
+        self._broker: Broker | None = None
+        self._client: Client | None = None
+        self._admin: Admin | None = None
         self._url = redis
         self.config = config
         """The configuration."""
@@ -144,129 +151,7 @@ class Runner(Producer):
             f"state={self._state.name}>"
         )
 
-    # -- public face ------------------------------------------------------------------------
-
-    @property
-    def state(self) -> RunnerState:
-        """Where the runner is in its life: see [``RunnerState``][trunner.RunnerState]."""
-        return self._state
-
-    @property
-    def is_leader(self) -> bool:
-        """Whether this instance holds the group's leadership lease now."""
-        c = self._components
-        return c is not None and c.elector.is_leader
-
-    @property
-    def redis(self) -> RedisHandle:
-        """The [Redis handle][trunner.RedisHandle] for task code, batched across tasks.
-
-        Inside a task it is also ``trunner.current_runner().redis``. Once the runner has
-        stopped, its commands raise [``RunnerNotRunning``][trunner.RunnerNotRunning].
-
-        Raises:
-            RunnerNotRunning: The runner was never started.
-        """
-        c = self._components
-        if c is None:
-            raise RunnerNotRunning(f"{self!r} is not running")
-        return c.redis
-
-    @property
-    def elector(self) -> Elector | None:
-        """The group's [elector][trunner.election.Elector], from start-up on; ``None`` before.
-
-        Its events, fence number and current leader are the group's leadership.
-        """
-        c = self._components
-        return c.elector if c is not None else None
-
-    @property
-    def consumers(self) -> list[str]:
-        """The consumer names of this instance's fetchers.
-
-        ``consumer_name``, then ``consumer_name/1``, ``consumer_name/2`` ... up to
-        ``num_fetchers`` names.
-        """
-        return [self._fetcher_consumer(i) for i in range(self.config.num_fetchers)]
-
-    def _fetcher_consumer(self, index: int) -> str:
-        return self.consumer_name if index == 0 else f"{self.consumer_name}/{index}"
-
-    def task_totals(self) -> dict[str, TaskTotals]:
-        """Outcomes per task on this instance since it started.
-
-        Returns:
-            For each task name that ran here, a copy of its totals: the numbers of
-            ``succeeded``, ``failed`` and ``retried`` attempts and of ``dead_lettered``
-            messages. Messages of no registered task (unknown names, undecodable
-            entries) count under the one name ``"(unregistered)"``: names read from
-            Redis never get figures of their own, so this, the timings and the
-            Prometheus metrics stay bounded by the registry.
-        """
-        return {name: attrs.evolve(t) for name, t in self._counters.per_task.items()}
-
-    def statistics(self) -> RunnerStatistics:
-        """An immutable snapshot of this instance's counters since it started.
-
-        Local and synchronous: it can be called in any state, before the start and after
-        the stop included. The group's statistics are
-        [``group_stats``][trunner.Runner.group_stats].
-        """
-        return snapshot(self._state, self._counters, self._errors, self.config, self._components)
-
-    async def wait_paused(self) -> None:
-        """Wait until this runner knows its group is paused and its fetch loops have
-        stopped: from then on it reads and claims nothing until the group is resumed
-        (see [Pausing a group](pause.md)). Returns at once if that is so already.
-
-        Raises:
-            RunnerNotRunning: The runner was never started.
-        """
-        await self._open_gate().wait_halted()
-
-    async def wait_resumed(self) -> None:
-        """Wait until this runner knows its group is not paused (its fetch loops fetch).
-        Returns at once if that is so already.
-
-        Raises:
-            RunnerNotRunning: The runner was never started.
-        """
-        await self._open_gate().wait_open()
-
-    def _open_gate(self) -> PauseGate:
-        c = self._components
-        if c is None:
-            raise RunnerNotRunning(f"{self!r} was never started")
-        return c.gate
-
-    def errors(self) -> AsyncIterator[BaseException]:
-        """The errors the runner handled, as they happen.
-
-        It yields:
-
-        - [``TaskFailed``][trunner.TaskFailed], for every attempt that raised;
-        - [``MaxRetryExceeded``][trunner.MaxRetryExceeded],
-          [``TaskNotFound``][trunner.TaskNotFound] or
-          [``InvalidMessage``][trunner.InvalidMessage], for every message given up;
-        - the exception raised by a failed-task handler, or by a ``retry_backoff``
-          callable;
-        - [``ReservationLost``][trunner.ReservationLost], when a running message was
-          taken over;
-        - [``PayloadTooLarge``][trunner.PayloadTooLarge], when the leader skipped a cron
-          tick whose message is larger than this runner's ``max_payload_bytes``;
-        - [``BackendError``][trunner.BackendError] subclasses
-          ([``RedisUnavailable``][trunner.RedisUnavailable],
-          [``RedisCommandError``][trunner.RedisCommandError]), for Redis failures the
-          runner retried or gave up on;
-        - unexpected internal errors that were contained to one message.
-
-        The runner never waits for the reader: the newest 1000 errors are kept and older
-        ones are dropped (``statistics().errors`` counts them all). Each error is yielded
-        to one reader only. The iteration ends once the runner has stopped and every kept
-        error was read. A cancelled read takes no error: the next read yields it.
-        """
-        return aiter(self._errors)
+    # -- control ----------------------------------------------------------------------------
 
     def stop(self, *, drain: bool = True) -> None:
         """Ask for a graceful shutdown; returns at once.
@@ -348,7 +233,9 @@ class Runner(Producer):
                     watcher.cancel_scope.cancel()
         finally:
             self._broker = None
-            self._waiters = None
+            self._dispatcher.close()
+            if self._admin is not None:
+                self._admin._close()
             self._state = RunnerState.STOPPED
             self._errors.close()
             if self._components is not None:
@@ -366,11 +253,11 @@ class Runner(Producer):
         ``ensure_group`` named) in the queue's registry of lanes: their cron ticks go
         there, and a lane nobody reads shows up in ``inspect`` and in the leader's
         warning (see [Priority lanes](lanes.md))."""
-        lanes = self._own_lanes() - {DEFAULT_LANE}
+        lanes = self._dispatcher.lanes.own() - {DEFAULT_LANE}
         extra = sorted(lanes - set(self.config.lane_names))
         if extra:
             await broker.declare_lanes(extra)
-        self._declared.update(lanes)
+        self._dispatcher.lanes.remember(lanes)
 
     async def _serve(self, c: Components, task_status: trio.TaskStatus[None]) -> None:
         _current_runner.set(self)  # inherited by every task the nurseries below start
@@ -379,7 +266,17 @@ class Runner(Producer):
 
     def _started(self, broker: Broker) -> None:
         self._broker = broker
-        self._waiters = self._components.waiters if self._components else None
+        c = self._components
+        self._dispatcher.open(broker, c.waiters if c is not None else None)
+        self._admin = Admin(
+            broker,
+            registry=self.tasks,
+            max_payload_bytes=self.config.max_payload_bytes,
+            instance_ttl=self.config.instance_ttl,
+            name="Runner",
+        )
+        if c is not None:
+            self._client = Client(self._dispatcher, self._admin, c.redis, self.keys)
         self._state = RunnerState.STARTED
         log_started(self.config, self.keys, self.consumer_name, broker, self.tasks)
 

@@ -3,7 +3,7 @@
 The codec itself is property-tested in tests/unit/test_message.py, and the errors of bad
 calls in test_runner.py, test_mover.py and tests/unit/test_config.py; here: the whole runner
 fed arbitrary entries (message.py, fetcher.py, pool.py, outcomes.py), and, on a real Redis,
-proof that a refused call wrote nothing at all (_producer.py, client.py) and that bad
+proof that a refused call wrote nothing at all (_producer/, client.py) and that bad
 settings are refused before any connection is made.
 """
 

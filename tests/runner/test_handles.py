@@ -1,6 +1,6 @@
 """Task handles: typed dispatch, results, status, timeouts, expiry, progress, giving up.
 
-Crosses _producer.py (dispatch encodes and validates, returns the handle), handles.py (the
+Crosses _producer/ (dispatch encodes and validates, returns the handle), handles.py (the
 handle and the waiters), pool.py and outcomes.py (a task's options, its outcome record),
 acks.py and the ack/retry/dead-letter scripts (the outcome is written with the ack),
 progress.py and status.py. Cancellation has its own module (test_cancel.py).

@@ -1,6 +1,6 @@
 """Unique tasks: at most one queued instance per unique key.
 
-Crosses task.py (the options and the key), _producer.py (the lock taken at dispatch), the
+Crosses task.py (the options and the key), _producer/ (the lock taken at dispatch), the
 scripts of _redis/broker/ that release it, mover.py (a delayed unique task locks when it
 is moved) and cron.py (ticks are skipped while the key is held).
 """

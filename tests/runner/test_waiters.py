@@ -15,9 +15,9 @@ import trio
 
 import trunner
 from trunner import Keys
+from trunner._producer.waiters import Waiters
 from trunner._redis import Broker, Subscriber
 from trunner.errors import RedisUnavailable
-from trunner.handles import Waiters
 
 from ..conftest import Gate, config, open_checked_runner
 

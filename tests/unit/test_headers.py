@@ -11,7 +11,7 @@ import pytest
 
 import trunner
 from trunner._redis import RawEntry
-from trunner.admin import dead_letter_of
+from trunner._wire.inspection import dead_letter_of
 from trunner.message import (
     MAX_HEADERS,
     MAX_HEADERS_BYTES,

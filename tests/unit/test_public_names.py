@@ -19,6 +19,7 @@ import pytest
 PUBLIC: dict[str, frozenset[str]] = {
     "trunner": frozenset(
         {
+            "Admin",
             "AttemptInfo",
             "AttemptOutcome",
             "BackendError",
@@ -95,6 +96,7 @@ PUBLIC: dict[str, frozenset[str]] = {
             "discover_groups",
             "election",
             "forget_memory_server",
+            "open_admin",
             "open_client",
             "open_redis",
             "open_runner",
@@ -138,6 +140,22 @@ PUBLIC: dict[str, frozenset[str]] = {
         {
             "RunnerCollector",
             "collect",
+        }
+    ),
+    "trunner.admin": frozenset(
+        {
+            "Admin",
+            "CronEntry",
+            "DeadLetter",
+            "DelayedTask",
+            "GroupInfo",
+            "GroupStats",
+            "InstanceInfo",
+            "QuarantineRecord",
+            "ReplayResult",
+            "TaskTiming",
+            "as_dict",
+            "open_admin",
         }
     ),
     "trunner.serve": frozenset(

@@ -8,8 +8,8 @@ import datetime
 import pytest
 
 from trunner import TaskState
+from trunner._producer.waiting import status_of
 from trunner._redis import TaskLook
-from trunner.handles import status_of
 from trunner.message import encode_message
 from trunner.status import read_record
 

@@ -32,7 +32,7 @@ from .._util import ErrorLog, connection_name, logger
 from .._wire.keys import Keys
 from ..config import RunnerConfig
 from ..errors import RedisCommandError, RedisUnavailable
-from ..handles import Waiters
+from .._producer.waiters import Waiters
 from ..pausing import PauseGate, Pauser
 from ..quarantine import Quarantine
 from ..redis_handle import RedisHandle

@@ -36,8 +36,8 @@ import trio
 
 from .._redis import Broker
 from .._util import ErrorLog, LoopBackoff, logger, wall_ms
+from .._wire.inspection import instances_of, unread_lanes
 from .._wire.stats import GroupStats, compute_stats
-from ..admin import instances_of, unread_lanes
 from ..config import RunnerConfig
 from ..errors import BackendError
 from ..pausing import read_paused_since

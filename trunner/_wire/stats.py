@@ -58,7 +58,7 @@ class TaskTiming:
 
 @attrs.frozen
 class InstanceInfo:
-    """One live instance of the group, as [``instances``][trunner.Runner.instances] lists
+    """One live instance of the group, as [``instances``][trunner.Admin.instances] lists
     it."""
 
     id: str
