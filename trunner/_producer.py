@@ -15,7 +15,8 @@ import attrs
 from ._redis import Broker
 from ._util import wall_ms
 from ._wire.codec import untyped
-from ._wire.keys import DEFAULT_LANE, UniqueLock, check_lane
+from ._wire.keys import UniqueLock
+from ._wire.names import DEFAULT_LANE, check_lane
 from ._wire.stats import GroupStats, InstanceInfo
 from .admin import (
     CronEntry,

@@ -18,7 +18,8 @@ import attrs
 
 from ._redis import BadValue, Broker, RawEntry
 from ._util import wall_ms
-from ._wire.keys import DEFAULT_LANE, UniqueLock, is_lane, is_lane_entry_id, split_entry_id
+from ._wire.keys import UniqueLock
+from ._wire.names import DEFAULT_LANE, is_lane, is_lane_entry_id, split_entry_id
 from ._wire.stats import GroupStats, InstanceInfo, compute_stats, stats_or_none
 from .errors import RedisCommandError
 from .handles import status_of

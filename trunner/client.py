@@ -11,7 +11,8 @@ from . import _validate as v
 from ._producer import Producer
 from ._redis import Broker, open_transport
 from ._util import connection_name, run_in_background
-from ._wire.keys import Keys, check_name
+from ._wire.keys import Keys
+from ._wire.names import check_name
 from .errors import Crashed
 from .handles import Waiters
 from .message import DEFAULT_MAX_PAYLOAD_BYTES

@@ -90,7 +90,8 @@ from ._leader.mover import DelayedMover
 from ._producer import Producer
 from ._redis import Broker, check_url, open_transport
 from ._util import ErrorLog, connection_name, instance_id, logger, run_in_background
-from ._wire.keys import DEFAULT_LANE, Keys
+from ._wire.keys import Keys
+from ._wire.names import DEFAULT_LANE
 from .config import RunnerConfig
 from .errors import (
     BackendError,

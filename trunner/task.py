@@ -19,8 +19,8 @@ from . import _validate as v
 from ._executors.eager import run_eagerly
 from ._util import user_stacklevel
 from ._wire.codec import TypeCodec, codec_for
-from ._wire.keys import DEFAULT_LANE, check_lane, utf8_error
 from ._wire.limits import Limits, parse_rate
+from ._wire.names import DEFAULT_LANE, check_lane, utf8_error
 from .errors import InvalidPayload, TaskNotFound
 from .message import NO_HEADERS, NO_SIZE_LIMIT, MessageOptions, check_headers, encode_message
 from .middleware import Middleware

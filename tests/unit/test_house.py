@@ -33,8 +33,6 @@ ALLOWED_OVERSIZE: set[tuple[str, str]] = {
     ("_redis/broker.py", ""),
     ("_redis/broker.py", "Broker"),
     ("_redis/urls.py", ""),
-    ("_wire/keys.py", ""),
-    ("_wire/keys.py", "Keys"),
     ("admin.py", ""),
     ("cli.py", ""),
     ("dashboard/_app.py", ""),

@@ -20,7 +20,7 @@ import trio
 from .._context import Given, NoRunnerInEagerCall, _current_message, _eager_call
 from .._util import timed
 from .._wire.codec import TypeCodec
-from .._wire.keys import entry_id
+from .._wire.names import entry_id
 from ..errors import InvalidPayload, MaxRetryExceeded, MiddlewareError, gives_up
 from ..message import (
     DEFAULT_MAX_PAYLOAD_BYTES,

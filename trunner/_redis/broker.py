@@ -14,16 +14,8 @@ from typing import Any, Protocol, TypeVar
 import attrs
 import trio
 
-from .._wire.keys import (
-    DEFAULT_LANE,
-    RELEASED_CONSUMER,
-    Keys,
-    UniqueLock,
-    entry_id,
-    is_stream_id,
-    lane_suffix,
-    split_entry_id,
-)
+from .._wire.keys import RELEASED_CONSUMER, Keys, UniqueLock
+from .._wire.names import DEFAULT_LANE, entry_id, is_stream_id, lane_suffix, split_entry_id
 from ..errors import BackendError, RedisCommandError
 from ..message import PAYLOAD_FIELD
 from .inspect import Inspection
@@ -179,7 +171,7 @@ class Broker(Inspection):
 
     ``lanes``: the priority lanes it reads, highest first (see [Priority
     lanes](lanes.md)). Ids in and out are trunner's entry ids (``<stream id>@<lane>``
-    in a lane other than the default, :func:`~trunner._wire.keys.entry_id`); each call goes to
+    in a lane other than the default, :func:`~trunner._wire.names.entry_id`); each call goes to
     the stream of its ids' lane, one script call per lane.
     """
 
