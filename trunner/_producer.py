@@ -49,8 +49,9 @@ from .message import (
 from .middleware import DispatchHooks, DispatchInfo, Middleware
 from .pausing import notices_for
 from .quarantine import QuarantineRecord
+from .registry import TaskRegistry
 from .status import CancelOutcome
-from .task import TASK_ATTRIBUTE, Expiry, Task, TaskRegistry, checked_task_name, dispatch_options
+from .task import TASK_ATTRIBUTE, Expiry, Task, checked_task_name, dispatch_options
 
 if TYPE_CHECKING:
     import datetime

@@ -35,8 +35,8 @@ from .message import (
 )
 from .pausing import read_paused_since
 from .quarantine import QuarantineRecord
+from .registry import TaskRegistry
 from .status import TaskStatus
-from .task import TaskRegistry
 
 __all__ = [
     "CronEntry",

@@ -50,9 +50,9 @@ from .admin import DeadLetter, GroupInfo, as_dict
 from .client import Client, open_client
 from .discovery import discover_groups
 from .errors import TaskFailed, TrunnerError
+from .registry import TaskRegistry
 from .runner import Runner
 from .status import CancelOutcome, TaskState
-from .task import TaskRegistry
 
 __all__ = ["main"]
 

@@ -18,7 +18,7 @@ from .handles import Waiters
 from .message import DEFAULT_MAX_PAYLOAD_BYTES
 from .middleware import Middleware, check_middleware
 from .redis_handle import RedisHandle
-from .task import TaskRegistry
+from .registry import TaskRegistry
 
 __all__ = ["Client", "open_client"]
 

@@ -105,8 +105,8 @@ from .handles import Waiters
 from .pausing import PauseGate, Pauser
 from .quarantine import Quarantine
 from .redis_handle import RedisHandle
+from .registry import TaskRegistry
 from .statistics import Counters, RunnerState, RunnerStatistics, TaskTotals
-from .task import TaskRegistry
 
 __all__ = ["SERVICE_SHUTDOWN", "Runner", "current_runner", "open_runner"]
 

@@ -45,8 +45,6 @@ ALLOWED_OVERSIZE: set[tuple[str, str]] = {
     ("redis_handle.py", ""),
     ("runner.py", ""),
     ("runner.py", "Runner"),
-    ("task.py", ""),
-    ("task.py", "TaskRegistry"),
 }
 
 

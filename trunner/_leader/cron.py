@@ -35,7 +35,8 @@ from .._wire.names import DEFAULT_LANE
 from ..errors import BackendError, InvalidPayload
 from ..message import encode_message
 from ..quarantine import Quarantine
-from ..task import CronSchedule, TaskRegistry
+from ..registry import TaskRegistry
+from ..schedule import CronSchedule
 from .election import Elector
 
 __all__ = ["CronScheduler", "TickLog"]

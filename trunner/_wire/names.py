@@ -1,5 +1,5 @@
-"""The names trunner writes into Redis, checked: group names and prefixes, lane names,
-and the ids of stream entries in lanes.
+"""The names trunner writes into Redis, checked: group names and prefixes, task names, lane
+names, and the ids of stream entries in lanes.
 
 A key is built from these (``keys``); a name that cannot be sent, or that would break a
 key's hash tag, is refused here, before it reaches Redis.
@@ -7,12 +7,18 @@ key's hash tag, is refused here, before it reaches Redis.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import attrs
+
 __all__ = [
     "DEFAULT_LANE",
     "LANE_MARK",
     "MAX_LANE_LENGTH",
     "check_lane",
     "check_name",
+    "check_task_name",
     "entry_id",
     "is_lane",
     "is_lane_entry_id",
@@ -51,6 +57,19 @@ def check_name(field: str, value: object) -> str:
     if any(ch.isspace() for ch in value):
         raise ValueError(f"{field} must not contain whitespace (got {value!r})")
     return value
+
+
+def check_task_name(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
+    """An attrs validator of a task's or a schedule's name: a non-empty str without
+    surrounding whitespace that can be sent to Redis (else TypeError, ValueError)."""
+    if not isinstance(value, str):
+        raise TypeError(f"task {attr.name} must be a str, got {type(value).__name__}")
+    if not value or value != value.strip():
+        raise ValueError(
+            f"task {attr.name} must be non-empty without surrounding spaces: {value!r}"
+        )
+    if (why := utf8_error(value)) is not None:
+        raise ValueError(f"task {attr.name} cannot be sent to Redis: {why}")
 
 
 #: The lane of a queue's first stream, ``<prefix>:{<queue>}:stream``: the one lane of a
