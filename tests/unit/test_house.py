@@ -24,8 +24,6 @@ ALLOWED_OVERSIZE: set[tuple[str, str]] = {
     ("_engine/outcomes.py", "Outcomes"),
     ("_engine/pool.py", ""),
     ("_engine/pool.py", "WorkerPool"),
-    ("_leader/election.py", ""),
-    ("_leader/election.py", "Elector"),
     ("_producer.py", ""),
     ("_producer.py", "Producer"),
     ("_redis/bridged.py", ""),
