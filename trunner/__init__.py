@@ -54,10 +54,12 @@ from .middleware import AttemptInfo, AttemptOutcome, DispatchInfo, Middleware
 from .progress import report_progress
 from .quarantine import QuarantineRecord
 from .redis_handle import Pipeline, RedisHandle, open_redis
+from .registry import TaskRegistry
 from .runner import Runner, current_runner, open_runner
+from .schedule import CronSchedule
 from .statistics import RunnerState, RunnerStatistics
 from .status import CancelOutcome, RemoteError, TaskState, TaskStatus
-from .task import CronSchedule, Task, TaskDefaults, TaskRegistry
+from .task import Task, TaskDefaults
 
 __version__ = "0.1.0"
 """The package version, a string."""

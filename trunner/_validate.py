@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from ._wire.keys import check_name
+from ._wire.names import check_name
 
 Check = Callable[[str, Any], object]
 

@@ -26,7 +26,7 @@ from .errors import RunnerNotRunning
 from .message import DEFAULT_MAX_PAYLOAD_BYTES
 from .pausing import notices_for
 from .quarantine import QuarantineRecord
-from .task import TaskRegistry
+from .registry import TaskRegistry
 
 __all__ = [
     "Admin",

@@ -22,7 +22,7 @@ from .errors import Crashed
 from .message import DEFAULT_MAX_PAYLOAD_BYTES
 from .middleware import Middleware, check_middleware
 from .redis_handle import RedisHandle
-from .task import TaskRegistry
+from .registry import TaskRegistry
 
 __all__ = ["Client", "open_client"]
 

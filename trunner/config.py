@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from . import _validate as v
-from ._wire.keys import DEFAULT_LANE, check_lane
+from ._wire.names import DEFAULT_LANE, check_lane
 from ._wire.stats import GroupStats
 from .message import DEFAULT_MAX_PAYLOAD_BYTES
 from .middleware import Middleware, check_middleware

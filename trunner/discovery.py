@@ -19,7 +19,8 @@ import attrs
 
 from ._redis import Transport, as_str, open_transport
 from ._util import connection_name
-from ._wire.keys import Keys, check_name, hash_tag
+from ._wire.keys import Keys, hash_tag
+from ._wire.names import check_name
 from .errors import RedisCommandError
 
 __all__ = ["FoundGroup", "GroupsFound", "discover_groups", "find_groups"]

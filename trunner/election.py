@@ -28,14 +28,8 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from ._leader.election import (
-    Demoted,
-    ElectionEvent,
-    ElectionFailed,
-    Elector,
-    Promoted,
-    open_elector,
-)
+from ._leader.election import Elector, open_elector
+from ._leader.events import Demoted, ElectionEvent, ElectionFailed, Promoted
 
 __all__ = [
     "Demoted",

@@ -1,4 +1,44 @@
-"""The exceptions trunner raises. All of them derive from :class:`TrunnerError`."""
+"""Every exception trunner raises, as one tree: each class under the class it derives
+from, with the built-in classes it also derives from in parentheses.
+
+All of them derive from ``TrunnerError`` but ``RemoteFailure``, which trunner never raises:
+it stands for an exception a task raised on another instance, and is what a ``TaskFailed``
+from ``TaskHandle.result()`` carries as its ``error``.
+
+* TrunnerError
+  + TaskNotFound (LookupError)
+  + TaskAlreadyDispatched
+  + InvalidPayload (ValueError)
+    - PayloadTooLarge
+  + InvalidArgument (ValueError)
+  + InvalidHeaders (ValueError)
+  + MiddlewareError
+  + CommandNotAllowed (ValueError)
+  + InvalidMessage (ValueError)
+  + MaxRetryExceeded
+  + TaskFailed
+  + GiveUp
+    - InvalidResult
+  + TaskTimeout (TimeoutError)
+  + TaskCancelled
+  + TaskExpired
+  + ResultNotFound (LookupError)
+    - ResultNotKept
+    - ResultExpired
+  + ResultTimeout (trio.TooSlowError)
+  + BadData
+  + ReservationLost
+  + LeadershipLost
+  + RunnerAlreadyStarted (RuntimeError)
+  + RunnerNotRunning (RuntimeError)
+  + Crashed
+    - RunnerCrashed
+    - ElectorCrashed
+  + BackendError
+    - RedisUnavailable (ConnectionError)
+    - RedisCommandError
+* RemoteFailure
+"""
 
 from __future__ import annotations
 

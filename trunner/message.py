@@ -38,7 +38,7 @@ from typing import Any
 
 import attrs
 
-from ._wire.keys import DEFAULT_LANE, check_lane, split_entry_id, utf8_error
+from ._wire.names import DEFAULT_LANE, check_lane, split_entry_id, utf8_error
 from ._wire.payload import Problem, find_problem, is_plain
 from .errors import InvalidHeaders, InvalidMessage, InvalidPayload, PayloadTooLarge
 

@@ -48,7 +48,7 @@ from trunner import (
 )
 
 from ._engine.instruments import GAUGES, LANE_COUNTERS, TASK_COUNTERS
-from ._wire.keys import DEFAULT_LANE, split_entry_id
+from ._wire.names import DEFAULT_LANE, split_entry_id
 from ._wire.stats import BUCKETS
 from .statistics import TaskTotals
 

@@ -26,7 +26,7 @@ import pytest
 
 from ._redis import check_url, forget_memory_server, redact_url
 from .client import Client, open_client
-from .task import TaskRegistry
+from .registry import TaskRegistry
 from .testing import RunnerFactory, clean_keys, open_runner_factory
 
 __all__ = ["TrunnerFixtures"]

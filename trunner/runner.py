@@ -42,13 +42,14 @@ from ._producer.scheduling import ScheduleCalls
 from ._redis import Broker, check_url
 from ._runner_view import RunnerView
 from ._util import ErrorLog, instance_id, logger, run_in_background
-from ._wire.keys import DEFAULT_LANE, Keys
+from ._wire.keys import Keys
+from ._wire.names import DEFAULT_LANE
 from .admin import Admin
 from .client import Client
 from .config import RunnerConfig
 from .errors import RunnerAlreadyStarted, RunnerCrashed, RunnerNotRunning
+from .registry import TaskRegistry
 from .statistics import Counters, RunnerState
-from .task import TaskRegistry
 
 __all__ = ["Runner", "current_runner", "open_runner"]
 

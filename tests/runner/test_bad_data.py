@@ -17,8 +17,8 @@ import trunner
 from trunner._wire.keys import Keys
 from trunner.election import Elector
 from trunner.message import encode_message
+from trunner.schedule import CronSchedule
 from trunner.status import TaskState
-from trunner.task import CronSchedule
 
 from ..conftest import config, parts, redis_state
 

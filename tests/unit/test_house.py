@@ -24,15 +24,9 @@ ALLOWED_OVERSIZE: set[tuple[str, str]] = {
     ("_engine/outcomes.py", "Outcomes"),
     ("_engine/pool.py", ""),
     ("_engine/pool.py", "WorkerPool"),
-    ("_leader/election.py", ""),
-    ("_leader/election.py", "Elector"),
-    ("_wire/keys.py", ""),
-    ("_wire/keys.py", "Keys"),
     ("errors.py", ""),
     ("message.py", ""),
     ("middleware.py", ""),
-    ("task.py", ""),
-    ("task.py", "TaskRegistry"),
 }
 
 

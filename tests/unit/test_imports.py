@@ -41,6 +41,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "trunner.keys",  # the public path of Keys and UniqueLock
                 "trunner.message",
                 "trunner.middleware",
+                "trunner.schedule",
                 "trunner.statistics",
                 "trunner.status",
                 "trunner.task",
@@ -49,6 +50,9 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ),
     ("redis", frozenset({"trunner._redis"})),
     ("executors", frozenset({"trunner._executors"})),
+    # The registry sits above the executors, not among the values: its ``call`` runs a task
+    # eagerly through ``_executors.eager``. ``Task`` and ``CronSchedule`` stay values.
+    ("definitions", frozenset({"trunner._schedules", "trunner.registry"})),
     (
         "engine",
         frozenset(
@@ -111,9 +115,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
 
 #: Arrows running back up, known and not cut yet (each a seam named in the layout
 #: review), as (importer, imported); tighten by deleting an entry.
-ALLOWED_UPWARD: set[tuple[str, str]] = {
-    ("trunner.task", "trunner._executors.eager"),
-}
+ALLOWED_UPWARD: set[tuple[str, str]] = set()
 
 
 def _modules() -> dict[str, tuple[Path, bool]]:

@@ -8,7 +8,8 @@ import attrs
 import pytest
 
 from trunner import Keys
-from trunner._wire.keys import RELEASED_CONSUMER, UniqueLock, check_name
+from trunner._wire.keys import RELEASED_CONSUMER, UniqueLock
+from trunner._wire.names import check_name
 
 
 def hash_tag(key: str) -> str:

@@ -11,9 +11,11 @@ import attrs
 import pytest
 
 import trunner
+import trunner.registry
+import trunner.schedule
 import trunner.task
 from trunner import Task, TaskNotFound, TaskRegistry, TrunnerError
-from trunner.task import CronSchedule
+from trunner.schedule import CronSchedule
 
 from ..conftest import config
 
@@ -580,3 +582,13 @@ def test_an_unknown_name_says_which_registered_one_was_meant() -> None:
 
 
 async def _noop(_: object) -> None: ...
+
+
+def test_the_task_module_still_names_the_registry_and_the_schedule() -> None:
+    """``TaskRegistry`` and ``CronSchedule`` moved to their own modules; users' imports of
+    them from ``trunner.task`` keep working."""
+    assert trunner.task.TaskRegistry is trunner.registry.TaskRegistry
+    assert trunner.task.CronSchedule is trunner.schedule.CronSchedule
+    assert set(trunner.task.__all__) >= {"TaskRegistry", "CronSchedule"}
+    with pytest.raises(AttributeError, match="no attribute 'NoSuchName'"):
+        trunner.task.NoSuchName  # noqa: B018

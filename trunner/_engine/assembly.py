@@ -36,8 +36,8 @@ from ..errors import RedisCommandError, RedisUnavailable
 from ..pausing import PauseGate, Pauser
 from ..quarantine import Quarantine
 from ..redis_handle import RedisHandle
+from ..registry import TaskRegistry
 from ..statistics import Counters, RunnerState, RunnerStatistics
-from ..task import TaskRegistry
 from .acks import AckBuffer
 from .admission import Admission
 from .cancellation import Canceller

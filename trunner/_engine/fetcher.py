@@ -31,7 +31,7 @@ import trio
 
 from .._redis import Broker, RawEntry, Reader
 from .._util import ErrorLog, LoopBackoff, logger
-from .._wire.keys import DEFAULT_LANE, split_entry_id
+from .._wire.names import DEFAULT_LANE, split_entry_id
 from ..config import RunnerConfig
 from ..errors import BackendError
 from ..pausing import PauseGate

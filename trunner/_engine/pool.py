@@ -46,8 +46,9 @@ from ..message import (
     message_growth,
 )
 from ..middleware import AttemptHooks, AttemptInfo
+from ..registry import TaskRegistry
 from ..statistics import Counters
-from ..task import Task, TaskRegistry
+from ..task import Task
 from .admission import Admission
 from .holdings import GIVEN_UP, Holdings, Job, beat_interval, split_deliveries
 from .outcomes import Outcomes

@@ -18,7 +18,7 @@ count, so the crash-redelivery rule does not count it as an attempt.
 from __future__ import annotations
 
 from .._redis import MAX_IDS_PER_CALL, Broker
-from .._wire.keys import split_entry_id
+from .._wire.names import split_entry_id
 from ..statistics import Counters
 from .holdings import Holdings
 

@@ -2,8 +2,8 @@
 Redis: the payload's round trip, the attempts and ``current_message()`` are a runner's.
 
 ``TaskRegistry.call`` and ``trunner.testing.call_task`` use it. It needs only what a task
-offers (:class:`EagerTask`, which :class:`~trunner.Task` is), so the task module can import
-it and nothing here imports the task module back.
+offers (:class:`EagerTask`, which :class:`~trunner.Task` is), so nothing here imports the
+registry, which sits above it.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import trio
 from .._context import Given, NoRunnerInEagerCall, _current_message, _eager_call
 from .._util import timed
 from .._wire.codec import TypeCodec
-from .._wire.keys import entry_id
+from .._wire.names import entry_id
 from ..errors import InvalidPayload, MaxRetryExceeded, MiddlewareError, gives_up
 from ..message import (
     DEFAULT_MAX_PAYLOAD_BYTES,

@@ -30,11 +30,13 @@ import trio
 
 from .._redis import Broker
 from .._util import ErrorLog, LoopBackoff, logger
-from .._wire.keys import DEFAULT_LANE, UniqueLock
+from .._wire.keys import UniqueLock
+from .._wire.names import DEFAULT_LANE
 from ..errors import BackendError, InvalidPayload
 from ..message import encode_message
 from ..quarantine import Quarantine
-from ..task import CronSchedule, TaskRegistry
+from ..registry import TaskRegistry
+from ..schedule import CronSchedule
 from .election import Elector
 
 __all__ = ["CronScheduler", "TickLog"]

@@ -39,7 +39,8 @@ import trio
 
 from .._redis import Broker
 from .._util import ErrorLog, LoopBackoff, logger, wall_ms
-from .._wire.keys import RELEASED_CONSUMER, is_lane_entry_id
+from .._wire.keys import RELEASED_CONSUMER
+from .._wire.names import is_lane_entry_id
 from ..config import RunnerConfig
 from ..errors import BackendError
 from ..quarantine import Quarantine

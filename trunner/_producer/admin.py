@@ -25,7 +25,8 @@ from .._wire.inspection import (
     is_entry_id,
     unread_lanes,
 )
-from .._wire.keys import UniqueLock, is_lane_entry_id, split_entry_id
+from .._wire.keys import UniqueLock
+from .._wire.names import is_lane_entry_id, split_entry_id
 from .._wire.stats import GroupStats, InstanceInfo, compute_stats, stats_or_none
 from ..errors import RedisCommandError
 from ..message import (
@@ -39,8 +40,8 @@ from ..message import (
 )
 from ..pausing import read_paused_since
 from ..quarantine import QuarantineRecord
+from ..registry import TaskRegistry
 from ..status import TaskStatus
-from ..task import TaskRegistry
 from .waiting import status_of
 
 __all__ = [

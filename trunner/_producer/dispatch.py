@@ -16,7 +16,8 @@ from ..errors import InvalidHeaders, RunnerNotRunning, TaskAlreadyDispatched
 from ..handles import TaskHandle
 from ..message import MessageDecodeError, MessageOptions, check_headers, decode_message
 from ..middleware import DispatchHooks, DispatchInfo, Middleware
-from ..task import Expiry, Task, TaskRegistry, dispatch_options
+from ..registry import TaskRegistry
+from ..task import Expiry, Task, dispatch_options
 from .build import (
     TaskRef,
     delay_seconds,

@@ -7,8 +7,9 @@ import difflib
 from collections.abc import Iterable, Sequence
 
 from .._redis import Broker
-from .._wire.keys import DEFAULT_LANE
-from ..task import Task, TaskRegistry
+from .._wire.names import DEFAULT_LANE
+from ..registry import TaskRegistry
+from ..task import Task
 
 __all__ = ["LaneBook"]
 

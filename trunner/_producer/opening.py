@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from .. import _validate as v
-from .._wire.keys import Keys, check_name
-from ..task import TaskRegistry
+from .._wire.keys import Keys
+from .._wire.names import check_name
+from ..registry import TaskRegistry
 
 __all__ = ["check_producer_args", "group_keys"]
 

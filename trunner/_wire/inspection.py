@@ -17,7 +17,7 @@ import attrs
 
 from ..message import MessageDecodeError, decode_message, stored_headers
 from ..status import TaskStatus
-from .keys import DEFAULT_LANE, is_lane
+from .names import DEFAULT_LANE, is_lane
 from .stats import GroupStats, InstanceInfo
 
 __all__ = [

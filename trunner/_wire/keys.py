@@ -10,135 +10,27 @@ own under ``<prefix>:{<queue>}:group:<group>:`` (see [Queues and fan-out](queues
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any
 
 import attrs
 
+from .names import DEFAULT_LANE, check_name
+
 __all__ = [
-    "DEFAULT_LANE",
     "RELEASED_CONSUMER",
     "Keys",
     "UniqueLock",
     "aside_key_for",
-    "check_lane",
-    "check_name",
-    "entry_id",
     "fence_key_for",
     "hash_tag",
-    "is_lane",
-    "is_lane_entry_id",
-    "is_stream_id",
-    "lane_suffix",
-    "split_entry_id",
-    "utf8_error",
 ]
 
 #: The consumer that owns messages released for immediate reclaim (see ``pool``/``fetcher``).
 RELEASED_CONSUMER = "trunner:released"
 
-_FORBIDDEN = frozenset("{}")
 #: What the name of every holders key of a concurrency limit starts with, after the group.
 _CONCURRENCY_HOLDERS = "concurrency:holders:"
-
-
-def utf8_error(value: str) -> str | None:
-    """Why ``value`` cannot be sent to Redis as UTF-8, or None if it can.
-
-    A Python str (and a JSON string, with its ``\\uXXXX`` escapes) may hold a lone
-    surrogate, which UTF-8 cannot encode: such a string can never be a key or an argument.
-    """
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        return f"{value!r:.120} holds a lone surrogate ({exc.reason} at index {exc.start})"
-    return None
-
-
-def check_name(field: str, value: object) -> str:
-    """Validate a group name or prefix: a non-empty string without hash-tag braces."""
-    if not isinstance(value, str):
-        raise TypeError(f"{field} must be a str, got {type(value).__name__}")
-    if not value:
-        raise ValueError(f"{field} must not be empty")
-    if (why := utf8_error(value)) is not None:
-        raise ValueError(f"{field} cannot be sent to Redis: {why}")
-    if _FORBIDDEN & set(value):
-        raise ValueError(f"{field} must not contain '{{' or '}}' (got {value!r})")
-    if any(ch.isspace() for ch in value):
-        raise ValueError(f"{field} must not contain whitespace (got {value!r})")
-    return value
-
-
-#: The lane of a queue's first stream, ``<prefix>:{<queue>}:stream``: the one lane of a
-#: queue that declares none (see [Priority lanes](lanes.md)).
-DEFAULT_LANE = "default"
-#: Between a stream id and its lane in the id of an entry of another lane than the default.
-LANE_MARK = "@"
-#: The most characters of a lane name.
-MAX_LANE_LENGTH = 32
-_LANE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
-
-
-def check_lane(value: object, field: str = "priority") -> str:
-    """Validate a lane name: 1 to 32 ASCII letters, digits, ``_``, ``.`` or ``-``.
-
-    Raises:
-        TypeError: ``value`` is not a str.
-        ValueError: ``value`` is empty, too long or holds another character.
-    """
-    if not isinstance(value, str):
-        raise TypeError(f"{field} must be a lane name (a str), got {type(value).__name__}")
-    if not is_lane(value):
-        raise ValueError(
-            f"{field} must be a lane name: 1 to {MAX_LANE_LENGTH} ASCII letters, digits, "
-            f"'_', '.' or '-' (got {value!r:.60})"
-        )
-    return value
-
-
-def is_lane(value: str) -> bool:
-    """Whether ``value`` is a lane name (what :func:`check_lane` accepts)."""
-    return 0 < len(value) <= MAX_LANE_LENGTH and _LANE_CHARS.issuperset(value)
-
-
-def entry_id(stream_id: str, lane: str) -> str:
-    """The id trunner gives the entry ``stream_id`` of ``lane``'s stream: the stream id
-    itself in the default lane, else ``<stream id>@<lane>`` (the streams of two lanes give
-    the same ids: the lane tells them apart). It is also the task id of a plain dispatch."""
-    return stream_id + lane_suffix(lane)
-
-
-#: The largest part of a stream id Redis takes (``<ms>`` and ``<seq>`` are unsigned 64-bit).
-_MAX_ID_PART = 2**64 - 1
-
-
-def _id_part(text: str) -> bool:
-    return text.isascii() and text.isdigit() and len(text) <= 20 and int(text) <= _MAX_ID_PART
-
-
-def is_stream_id(text: str) -> bool:
-    """Whether ``text`` is a complete stream id, ``<ms>-<seq>`` (ASCII digits, each part
-    at most 2^64 - 1: Redis refuses a larger one)."""
-    ms, dash, seq = text.partition("-")
-    return bool(dash) and _id_part(ms) and _id_part(seq)
-
-
-def is_lane_entry_id(text: str) -> bool:
-    """Whether ``text`` is an id :func:`entry_id` makes: ``<ms>-<seq>``, or
-    ``<ms>-<seq>@<lane>``."""
-    stream_id, mark, lane = text.partition(LANE_MARK)
-    return is_stream_id(stream_id) and (not mark or is_lane(lane))
-
-
-def lane_suffix(lane: str) -> str:
-    """What :func:`entry_id` adds to the stream ids of ``lane``: ``""`` for the default
-    lane, else ``@<lane>``."""
-    return "" if lane == DEFAULT_LANE else f"{LANE_MARK}{lane}"
-
-
-def split_entry_id(message_id: str) -> tuple[str, str]:
-    """(lane, stream id) of an id made by :func:`entry_id`."""
-    stream_id, mark, lane = message_id.partition(LANE_MARK)
-    return (lane, stream_id) if mark else (DEFAULT_LANE, message_id)
 
 
 def hash_tag(key: str) -> str | None:
@@ -170,8 +62,50 @@ def aside_key_for(key: str, at_ms: int) -> str:
     return _in_slot_of(key, f":bad:{at_ms}")
 
 
+#: Every key of a group and of its queue with a fixed name, by the :class:`Keys` property
+#: naming it: its Redis type (``TYPE`` names; None for the quarantine stream, which
+#: :meth:`Keys.types` leaves out) and whose it is, the queue's (shared by the groups reading
+#: it) or the group's own.
+_FIXED_KEYS: tuple[tuple[str, str | None, str], ...] = (
+    ("stream", "stream", "queue"),
+    ("groups", "set", "queue"),
+    ("dead", "stream", "group"),
+    ("delayed", "zset", "queue"),
+    ("delayed_messages", "hash", "queue"),
+    ("delayed_unique", "hash", "queue"),
+    ("retries", "zset", "group"),
+    ("retry_messages", "hash", "group"),
+    ("retry_unique", "hash", "group"),
+    ("leader", "string", "group"),
+    ("fence", "string", "group"),
+    ("cron", "hash", "group"),
+    ("metrics", "hash", "group"),
+    ("instances", "zset", "group"),
+    ("instances_info", "hash", "group"),
+    ("capacity", "hash", "group"),
+    ("stats", "string", "group"),
+    ("floor", "string", "group"),
+    ("where", "hash", "queue"),
+    ("cancelled", "hash", "queue"),
+    ("paused", "string", "group"),
+    ("quarantine", None, "group"),
+    ("concurrency_keys", "set", "group"),
+    ("concurrency_waiters", "hash", "group"),
+    ("lanes", "set", "queue"),
+)
+
+
 def _queue_of(keys: Keys) -> str:
     return keys.group
+
+
+def _checked_name(field: str) -> Callable[[object, attrs.Attribute[Any], object], None]:
+    """An attrs validator: :func:`~trunner._wire.names.check_name` naming ``field``."""
+
+    def check(_inst: object, _attr: attrs.Attribute[Any], value: object) -> None:
+        check_name(field, value)
+
+    return check
 
 
 @attrs.frozen
@@ -192,17 +126,14 @@ class Keys:
             or whitespace.
     """
 
-    prefix: str
+    prefix: str = attrs.field(validator=_checked_name("prefix"))
     """The key prefix (``RunnerConfig.prefix``)."""
-    group: str
+    group: str = attrs.field(validator=_checked_name("consumer_group"))
     """The consumer group."""
-    queue: str = attrs.field(default=attrs.Factory(_queue_of, takes_self=True))
+    queue: str = attrs.field(
+        default=attrs.Factory(_queue_of, takes_self=True), validator=_checked_name("queue")
+    )
     """The queue (stream) the group reads; by default the group's own name."""
-
-    def __attrs_post_init__(self) -> None:
-        check_name("prefix", self.prefix)
-        check_name("consumer_group", self.group)
-        check_name("queue", self.queue)
 
     @property
     def own_queue(self) -> bool:
@@ -453,33 +384,7 @@ class Keys:
 
     def types(self) -> dict[str, str]:
         """The Redis type of every fixed key but the quarantine stream (``TYPE`` names)."""
-        types = {
-            self.stream: "stream",
-            self.groups: "set",
-            self.dead: "stream",
-            self.delayed: "zset",
-            self.delayed_messages: "hash",
-            self.delayed_unique: "hash",
-            self.retries: "zset",
-            self.retry_messages: "hash",
-            self.retry_unique: "hash",
-            self.leader: "string",
-            self.fence: "string",
-            self.cron: "hash",
-            self.metrics: "hash",
-            self.instances: "zset",
-            self.instances_info: "hash",
-            self.capacity: "hash",
-            self.stats: "string",
-            self.floor: "string",
-            self.where: "hash",
-            self.cancelled: "hash",
-            self.paused: "string",
-            self.concurrency_keys: "set",
-            self.concurrency_waiters: "hash",
-            self.lanes: "set",
-        }
-        return types
+        return {getattr(self, name): kind for name, kind, _ in _FIXED_KEYS if kind is not None}
 
     @staticmethod
     def aside(key: str, at_ms: int) -> str:
@@ -489,39 +394,12 @@ class Keys:
     def queue_keys(self) -> list[str]:
         """The keys of the queue, shared by the groups reading it (the unique locks are
         not listed)."""
-        return [
-            self.stream,
-            self.groups,
-            self.delayed,
-            self.delayed_messages,
-            self.delayed_unique,
-            self.where,
-            self.cancelled,
-            self.lanes,
-        ]
+        return [getattr(self, name) for name, _, whose in _FIXED_KEYS if whose == "queue"]
 
     def group_keys(self) -> list[str]:
         """The keys of the group's own with a fixed name (for a group reading its own
         queue, the queue's keys too)."""
-        own = [
-            self.dead,
-            self.retries,
-            self.retry_messages,
-            self.retry_unique,
-            self.leader,
-            self.fence,
-            self.cron,
-            self.metrics,
-            self.instances,
-            self.instances_info,
-            self.capacity,
-            self.stats,
-            self.floor,
-            self.paused,
-            self.quarantine,
-            self.concurrency_keys,
-            self.concurrency_waiters,
-        ]
+        own = [getattr(self, name) for name, _, whose in _FIXED_KEYS if whose == "group"]
         if self.own_queue:
             return list(dict.fromkeys(self.queue_keys() + own))
         return own

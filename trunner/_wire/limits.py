@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 
 from ..errors import InvalidPayload
-from .keys import utf8_error
+from .names import utf8_error
 
 __all__ = ["DEFAULT_RATE_BURST", "Limits", "RateLimit", "parse_rate"]
 

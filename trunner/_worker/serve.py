@@ -22,9 +22,9 @@ import trio
 
 from .._util import logger
 from ..config import RunnerConfig
+from ..registry import TaskRegistry
 from ..runner import Runner
 from ..statistics import RunnerState
-from ..task import TaskRegistry
 from .http import Handler, Response, serve_http
 
 __all__ = ["WorkerSettings", "load_settings", "run_worker"]

@@ -7,7 +7,7 @@ import argparse
 from contextlib import AbstractAsyncContextManager
 
 from ..client import Client, open_client
-from ..task import TaskRegistry
+from ..registry import TaskRegistry
 
 
 def _shared_redis(args: argparse.Namespace) -> str:

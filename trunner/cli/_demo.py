@@ -21,8 +21,8 @@ from .._redis import redact_url
 from ..client import open_client
 from ..config import RunnerConfig
 from ..message import TaskMessage
+from ..registry import TaskRegistry
 from ..runner import Runner, current_runner
-from ..task import TaskRegistry
 
 __all__ = ["demo", "run_demo"]
 

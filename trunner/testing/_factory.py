@@ -14,8 +14,8 @@ import trio
 from .._redis import delete_prefixed, open_transport
 from .._util import connection_name
 from ..config import RunnerConfig
+from ..registry import TaskRegistry
 from ..runner import Runner, open_runner
-from ..task import TaskRegistry
 from ._leaks import PROBE_TIMEOUT, assert_clean_shutdown
 
 __all__ = ["RunnerFactory", "clean_keys", "open_runner_factory"]

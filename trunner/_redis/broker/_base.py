@@ -8,7 +8,8 @@ from typing import Any, Protocol, TypeVar
 
 import attrs
 
-from ..._wire.keys import DEFAULT_LANE, Keys, split_entry_id
+from ..._wire.keys import Keys
+from ..._wire.names import DEFAULT_LANE, split_entry_id
 from ..scripts import SCRIPTS, Script
 from ..transports.base import Arg, Transport
 

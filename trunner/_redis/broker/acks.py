@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..._wire.keys import lane_suffix, split_entry_id
+from ..._wire.names import lane_suffix, split_entry_id
 from ..transports.base import Arg
 from ..transports.resp import as_str, packed_fields, text_field
 from ._base import AckRecord, BrokerBase, Delivery, Record, Slot, chunks, lane_stream_ids, same_id

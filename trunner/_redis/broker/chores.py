@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..._wire.keys import DEFAULT_LANE, UniqueLock
+from ..._wire.keys import UniqueLock
+from ..._wire.names import DEFAULT_LANE
 from ...errors import RedisCommandError
 from ..scripts import SCRIPTS
 from ..transports.base import Arg

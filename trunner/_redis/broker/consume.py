@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..._wire.keys import DEFAULT_LANE, RELEASED_CONSUMER, lane_suffix, split_entry_id
+from ..._wire.keys import RELEASED_CONSUMER
+from ..._wire.names import DEFAULT_LANE, lane_suffix, split_entry_id
 from ..transports.base import Arg, Reader
 from ..transports.resp import RawEntry, as_str, stream_entries, text_field
 from ._base import (

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from ..._wire.keys import DEFAULT_LANE, entry_id, is_lane, lane_suffix, split_entry_id
+from ..._wire.names import DEFAULT_LANE, entry_id, is_lane, lane_suffix, split_entry_id
 from ...errors import RedisCommandError
 from ...status import record_from_json
 from ..scripts import SCRIPTS

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..._wire.keys import DEFAULT_LANE, lane_suffix, split_entry_id
+from ..._wire.names import DEFAULT_LANE, lane_suffix, split_entry_id
 from ..transports.base import Arg
 from ..transports.resp import as_str
 from ._base import MAX_ADMITS_PER_CALL, Admit, BrokerBase, Slot, chunks

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..._wire.keys import DEFAULT_LANE, UniqueLock, entry_id
+from ..._wire.keys import UniqueLock
+from ..._wire.names import DEFAULT_LANE, entry_id
 from ...message import PAYLOAD_FIELD
 from ..transports.base import Arg
 from ..transports.resp import as_str

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from ..._wire.keys import DEFAULT_LANE, is_stream_id
+from ..._wire.names import DEFAULT_LANE, is_stream_id
 from ...errors import RedisCommandError
 from ..scripts import SCRIPTS
 from ..transports.resp import as_str

@@ -234,7 +234,7 @@ class RawEntry:
 
 def stream_entries(raw: Any, deliveries: int = 1, suffix: str = "") -> list[RawEntry]:
     """The entries of an XRANGE or XREADGROUP reply (``[[id, [field, value ...]] ...]``);
-    ``suffix`` follows each id (a lane's, see ``trunner._wire.keys.entry_id``)."""
+    ``suffix`` follows each id (a lane's, see ``trunner._wire.names.entry_id``)."""
     return [
         RawEntry(as_str(e[0]) + suffix, list(e[1]) if e[1] else None, deliveries) for e in raw or ()
     ]
