@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 from . import election
 from ._context import current_message
 from ._redis import forget_memory_server, redact_url
+from ._task import Task, TaskDefaults
 from ._wire.keys import Keys
 from ._wire.stats import GroupStats, InstanceInfo, TaskTiming
 from ._worker.serve import WorkerSettings
@@ -59,7 +60,6 @@ from .runner import Runner, current_runner, open_runner
 from .schedule import CronSchedule
 from .statistics import RunnerState, RunnerStatistics
 from .status import CancelOutcome, RemoteError, TaskState, TaskStatus
-from .task import Task, TaskDefaults
 
 __version__ = "0.1.0"
 """The package version, a string."""

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, overload
 
+from ._task import DEFAULT, Action, Backoff, Default, Task
 from ._wire.names import DEFAULT_LANE
 from .errors import TaskNotFound
 from .schedule import CronSchedule
-from .task import DEFAULT, Action, Backoff, Default, Task
 
 __all__ = ["CronSchedules"]
 

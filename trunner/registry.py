@@ -9,11 +9,7 @@ from typing import Any, TypeVar, overload
 
 from ._executors.eager import run_eagerly
 from ._schedules import CronSchedules
-from ._wire.names import DEFAULT_LANE
-from .errors import TaskNotFound
-from .middleware import Middleware
-from .schedule import CronSchedule
-from .task import (
+from ._task import (
     DEFAULT,
     TASK_ATTRIBUTE,
     Action,
@@ -23,6 +19,10 @@ from .task import (
     TaskDefaults,
     checked_task_name,
 )
+from ._wire.names import DEFAULT_LANE
+from .errors import TaskNotFound
+from .middleware import Middleware
+from .schedule import CronSchedule
 
 __all__ = ["TaskRegistry"]
 

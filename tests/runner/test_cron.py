@@ -2,7 +2,7 @@
 handovers, and a new leader fires the latest tick it missed.
 
 Cron schedules themselves (their ticks, their registration) are values of
-trunner/task.py, tested in tests/unit/test_task.py.
+trunner/schedule.py, tested in tests/unit/test_task.py.
 """
 
 from __future__ import annotations

@@ -44,15 +44,16 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "trunner.schedule",
                 "trunner.statistics",
                 "trunner.status",
-                "trunner.task",
+                "trunner._task",
             }
         ),
     ),
     ("redis", frozenset({"trunner._redis"})),
     ("executors", frozenset({"trunner._executors"})),
     # The registry sits above the executors, not among the values: its ``call`` runs a task
-    # eagerly through ``_executors.eager``. ``Task`` and ``CronSchedule`` stay values.
-    ("definitions", frozenset({"trunner._schedules", "trunner.registry"})),
+    # eagerly through ``_executors.eager``. ``Task`` and ``CronSchedule`` stay values;
+    # ``trunner.task``, their public path, re-exports the registry too.
+    ("definitions", frozenset({"trunner._schedules", "trunner.registry", "trunner.task"})),
     (
         "engine",
         frozenset(

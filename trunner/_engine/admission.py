@@ -27,13 +27,13 @@ import attrs
 import trio
 
 from .._redis import MAX_ADMITS_PER_CALL, Admit, Broker, Slot
+from .._task import Task
 from .._util import ErrorLog, LoopBackoff, logger
 from .._wire.limits import Limits
 from ..errors import BackendError, InvalidPayload
 from ..message import is_rate_reserved, reencode_deferred
 from ..quarantine import Quarantine
 from ..statistics import Counters
-from ..task import Task
 from .holdings import Holdings, Job
 
 __all__ = ["ADMISSION_TIMEOUT", "Admission"]

@@ -30,6 +30,7 @@ from typing import Any, overload
 import trio
 
 from .._redis import AckRecord, Arg, Broker, Record
+from .._task import Task
 from .._util import ErrorLog, LoopBackoff, logger, wall_ms
 from ..config import RunnerConfig
 from ..errors import (
@@ -44,7 +45,6 @@ from ..message import NO_SIZE_LIMIT, reencode_for_retry
 from ..quarantine import Quarantine
 from ..statistics import UNREGISTERED, Counters
 from ..status import MAX_TRACEBACK, RUNNING_TTL, UNASKED_KEEP, ttl_ms
-from ..task import Task
 from .acks import AckBuffer
 from .cancellation import MARK_LIFETIME
 from .holdings import GIVEN_UP, Holdings, Job

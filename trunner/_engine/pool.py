@@ -33,6 +33,7 @@ import trio
 from .._context import _current_message
 from .._executors.isolated import Isolated
 from .._redis import RawEntry
+from .._task import Task
 from .._util import ErrorLog, logger, timed
 from ..config import RunnerConfig
 from ..errors import InvalidPayload, MiddlewareError
@@ -48,7 +49,6 @@ from ..message import (
 from ..middleware import AttemptHooks, AttemptInfo
 from ..registry import TaskRegistry
 from ..statistics import Counters
-from ..task import Task
 from .admission import Admission
 from .holdings import GIVEN_UP, Holdings, Job, beat_interval, split_deliveries
 from .outcomes import Outcomes

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._redis import Broker
+from .._task import Expiry, Task, dispatch_options
 from .._wire.codec import untyped
 from .._wire.keys import UniqueLock
 from ..errors import InvalidHeaders, RunnerNotRunning, TaskAlreadyDispatched
@@ -17,7 +18,6 @@ from ..handles import TaskHandle
 from ..message import MessageDecodeError, MessageOptions, check_headers, decode_message
 from ..middleware import DispatchHooks, DispatchInfo, Middleware
 from ..registry import TaskRegistry
-from ..task import Expiry, Task, dispatch_options
 from .build import (
     TaskRef,
     delay_seconds,

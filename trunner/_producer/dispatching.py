@@ -7,9 +7,9 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar, overload
 
 from .._redis import Broker
+from .._task import Expiry, Task
 from ..handles import TaskHandle
 from ..status import CancelOutcome
-from ..task import Expiry, Task
 from .build import TaskRef
 from .dispatch import Producer
 from .waiters import Waiters

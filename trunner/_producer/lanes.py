@@ -7,9 +7,9 @@ import difflib
 from collections.abc import Iterable, Sequence
 
 from .._redis import Broker
+from .._task import Task
 from .._wire.names import DEFAULT_LANE
 from ..registry import TaskRegistry
-from ..task import Task
 
 __all__ = ["LaneBook"]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
+from .._task import Expiry, Task
 from ..handles import TaskHandle
-from ..task import Expiry, Task
 from .build import TaskRef
 from .dispatch import Producer
 

@@ -8,12 +8,12 @@ from typing import Any
 
 from .._context import _current_runner
 from .._executors.eager import DEFAULT_MAX_PAYLOAD_BYTES, run_eagerly
+from .._task import Task, checked_task_name
 from ..errors import RunnerNotRunning
 from ..middleware import Middleware
 from ..registry import TaskRegistry
 from ..runner import Runner
 from ..statistics import RunnerState
-from ..task import Task, checked_task_name
 
 __all__ = ["DEFAULT_MAX_PAYLOAD_BYTES", "call_task"]
 
