@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import attrs
 
+from ._hooks import DispatchHooks
 from ._redis import Broker
 from ._util import wall_ms
 from ._wire.codec import untyped
@@ -45,7 +46,7 @@ from .message import (
     decode_message,
     encode_message,
 )
-from .middleware import DispatchHooks, DispatchInfo, Middleware
+from .middleware import DispatchInfo, Middleware
 from .pausing import notices_for
 from .quarantine import QuarantineRecord
 from .status import CancelOutcome

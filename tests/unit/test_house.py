@@ -43,7 +43,6 @@ ALLOWED_OVERSIZE: set[tuple[str, str]] = {
     ("handles.py", ""),
     ("handles.py", "TaskHandle"),
     ("message.py", ""),
-    ("middleware.py", ""),
     ("redis_handle.py", ""),
     ("runner.py", ""),
     ("runner.py", "Runner"),

@@ -32,6 +32,9 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
         "values",
         frozenset(
             {
+                # The middleware hooks, run by producers, the engine and eager calls: beside
+                # the Middleware they run, below every caller.
+                "trunner._hooks",
                 "trunner._util",
                 "trunner._validate",
                 "trunner._wire",

@@ -32,6 +32,7 @@ import trio
 
 from .._context import _current_message
 from .._executors.isolated import Isolated
+from .._hooks import AttemptHooks
 from .._redis import RawEntry
 from .._util import ErrorLog, logger, timed
 from ..config import RunnerConfig
@@ -45,7 +46,7 @@ from ..message import (
     fields_of,
     message_growth,
 )
-from ..middleware import AttemptHooks, AttemptInfo
+from ..middleware import AttemptInfo
 from ..statistics import Counters
 from ..task import Task, TaskRegistry
 from .admission import Admission
