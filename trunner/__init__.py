@@ -7,6 +7,7 @@ from . import election
 from ._context import current_message
 from ._redis import forget_memory_server, redact_url
 from ._wire.keys import Keys
+from ._wire.quarantine import QuarantineRecord
 from ._wire.stats import GroupStats, InstanceInfo, TaskTiming
 from ._worker.serve import WorkerSettings
 from .admin import CronEntry, DeadLetter, DelayedTask, GroupInfo, ReplayResult
@@ -52,7 +53,6 @@ from .handles import SelfWait, TaskHandle
 from .message import TaskMessage
 from .middleware import AttemptInfo, AttemptOutcome, DispatchInfo, Middleware
 from .progress import report_progress
-from .quarantine import QuarantineRecord
 from .redis_handle import Pipeline, RedisHandle, open_redis
 from .runner import Runner, current_runner, open_runner
 from .statistics import RunnerState, RunnerStatistics

@@ -17,6 +17,8 @@ from ._redis import Broker
 from ._util import wall_ms
 from ._wire.codec import untyped
 from ._wire.keys import DEFAULT_LANE, UniqueLock, check_lane
+from ._wire.pause import notices_for
+from ._wire.quarantine import QuarantineRecord
 from ._wire.stats import GroupStats, InstanceInfo
 from .admin import (
     CronEntry,
@@ -47,8 +49,6 @@ from .message import (
     encode_message,
 )
 from .middleware import DispatchInfo, Middleware
-from .pausing import notices_for
-from .quarantine import QuarantineRecord
 from .status import CancelOutcome
 from .task import TASK_ATTRIBUTE, Expiry, Task, TaskRegistry, checked_task_name, dispatch_options
 

@@ -16,9 +16,11 @@ from typing import Any
 
 import attrs
 
+from ._engine.pausing import read_paused_since
 from ._redis import BadValue, Broker, RawEntry
 from ._util import wall_ms
 from ._wire.keys import DEFAULT_LANE, UniqueLock, is_lane, is_lane_entry_id, split_entry_id
+from ._wire.quarantine import QuarantineRecord
 from ._wire.stats import GroupStats, InstanceInfo, compute_stats, stats_or_none
 from .errors import RedisCommandError
 from .handles import status_of
@@ -32,8 +34,6 @@ from .message import (
     stored_headers,
     stored_unique_for,
 )
-from .pausing import read_paused_since
-from .quarantine import QuarantineRecord
 from .status import TaskStatus
 from .task import TaskRegistry
 

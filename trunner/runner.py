@@ -78,7 +78,9 @@ from ._engine.heartbeat import Heartbeater
 from ._engine.holdings import Holdings, Job
 from ._engine.jobhost import JobHost
 from ._engine.outcomes import Outcomes
+from ._engine.pausing import PauseGate, Pauser
 from ._engine.pool import WorkerPool
+from ._engine.quarantine import Quarantine
 from ._engine.release import Releaser
 from ._engine.reporter import LocalTimings, MetricsBuffer, Reporter
 from ._leader.aggregator import Aggregator
@@ -101,8 +103,6 @@ from .errors import (
     RunnerNotRunning,
 )
 from .handles import Waiters
-from .pausing import PauseGate, Pauser
-from .quarantine import Quarantine
 from .redis_handle import RedisHandle
 from .statistics import Counters, RunnerState, RunnerStatistics, TaskTotals
 from .task import TaskRegistry

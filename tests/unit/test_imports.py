@@ -53,13 +53,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("executors", frozenset({"trunner._executors"})),
     (
         "engine",
-        frozenset(
-            {
-                "trunner._engine",
-                "trunner.pausing",
-                "trunner.quarantine",
-            }
-        ),
+        frozenset({"trunner._engine"}),
     ),
     (
         "leader",

@@ -5,6 +5,8 @@ the ``slots`` the pool may hold, in the ``jobhost`` nursery; ``holdings`` is the
 what this instance holds, kept fresh by ``heartbeat`` and handed back by ``release``;
 ``admission`` applies the group-wide rate and concurrency limits; ``outcomes`` ends each
 attempt (ack, retry or give up) through the batched ``acks``; ``cancellation`` hears cancel
-marks; ``reporter`` reports timings and membership; ``instruments`` defines the metrics the
-exporters read. Nothing here is public: the runner (``trunner.runner``) wires them.
+marks; ``pausing`` follows the group's pause mark and closes the fetchers' gate;
+``quarantine`` sets bad data aside; ``reporter`` reports timings and membership;
+``instruments`` defines the metrics the exporters read. Nothing here is public: the runner
+(``trunner.runner``) wires them.
 """

@@ -31,10 +31,10 @@ from .._util import ErrorLog, LoopBackoff, logger
 from .._wire.limits import Limits
 from ..errors import BackendError, InvalidPayload
 from ..message import is_rate_reserved, reencode_deferred
-from ..quarantine import Quarantine
 from ..statistics import Counters
 from ..task import Task
 from .holdings import Holdings, Job
+from .quarantine import Quarantine
 
 __all__ = ["ADMISSION_TIMEOUT", "Admission"]
 

@@ -6,7 +6,7 @@ the instance's loops), and otherwise with new messages (XREADGROUP BLOCK). It ne
 more messages than it holds slots for, and it never blocks longer than the next reclaim pass
 is due, so slots held by a blocked read never delay recovery.
 
-While the group is paused (:mod:`trunner.pausing`) a loop neither reads nor claims: it
+While the group is paused (:mod:`trunner._engine.pausing`) a loop neither reads nor claims: it
 waits at the runner's pause gate, and a pause ends its wait for slots, its backoff or its
 blocked read at once. What a read or claim returns after the pause is not started: it is
 released for immediate reclaim, and the first loop to pass the gate again runs a reclaim
@@ -34,10 +34,10 @@ from .._util import ErrorLog, LoopBackoff, logger
 from .._wire.keys import DEFAULT_LANE, split_entry_id
 from ..config import RunnerConfig
 from ..errors import BackendError
-from ..pausing import PauseGate
-from ..quarantine import Quarantine
 from ..statistics import Counters
+from .pausing import PauseGate
 from .pool import WorkerPool
+from .quarantine import Quarantine
 from .release import Releaser
 
 __all__ = ["Fetcher", "ReclaimSchedule", "lane_plan", "split_excess"]

@@ -41,13 +41,13 @@ from ..errors import (
     gives_up,
 )
 from ..message import NO_SIZE_LIMIT, reencode_for_retry
-from ..quarantine import Quarantine
 from ..statistics import UNREGISTERED, Counters
 from ..status import MAX_TRACEBACK, RUNNING_TTL, UNASKED_KEEP, ttl_ms
 from ..task import Task
 from .acks import AckBuffer
 from .cancellation import MARK_LIFETIME
 from .holdings import GIVEN_UP, Holdings, Job
+from .quarantine import Quarantine
 
 __all__ = ["TRANSITION_TIMEOUT", "Outcomes"]
 

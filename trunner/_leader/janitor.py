@@ -37,12 +37,12 @@ from collections.abc import Mapping
 
 import trio
 
+from .._engine.quarantine import Quarantine
 from .._redis import Broker
 from .._util import ErrorLog, LoopBackoff, logger, wall_ms
 from .._wire.keys import RELEASED_CONSUMER, is_lane_entry_id
 from ..config import RunnerConfig
 from ..errors import BackendError
-from ..quarantine import Quarantine
 from .election import Elector
 
 __all__ = ["Janitor", "instance_of"]
