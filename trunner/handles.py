@@ -31,6 +31,7 @@ from ._engine.holdings import split_deliveries
 from ._redis import Broker, Subscriber, TaskLook
 from ._util import LoopBackoff, logger, wall_ms
 from ._wire.codec import TypeCodec, untyped
+from ._wire.record import UNASKED_KEEP, as_time, read_record, record_fields, ttl_ms
 from .errors import (
     BackendError,
     BadData,
@@ -47,16 +48,7 @@ from .errors import (
 )
 from .errors import RemoteFailure as _RemoteFailure
 from .message import MessageDecodeError, decode_message
-from .status import (
-    UNASKED_KEEP,
-    CancelOutcome,
-    TaskState,
-    TaskStatus,
-    as_time,
-    read_record,
-    record_fields,
-    ttl_ms,
-)
+from .status import CancelOutcome, TaskState, TaskStatus
 
 __all__ = ["HandleSource", "Known", "SelfWait", "TaskHandle", "Waiters", "status_of"]
 

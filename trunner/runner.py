@@ -73,6 +73,7 @@ from ._context import NoRunnerInEagerCall, in_eager_call
 from ._engine.acks import AckBuffer
 from ._engine.admission import Admission
 from ._engine.cancellation import Canceller
+from ._engine.counters import Counters
 from ._engine.fetcher import Fetcher, ReclaimSchedule
 from ._engine.heartbeat import Heartbeater
 from ._engine.holdings import Holdings, Job
@@ -104,7 +105,7 @@ from .errors import (
 )
 from .handles import Waiters
 from .redis_handle import RedisHandle
-from .statistics import Counters, RunnerState, RunnerStatistics, TaskTotals
+from .statistics import RunnerState, RunnerStatistics, TaskTotals
 from .task import TaskRegistry
 
 __all__ = ["SERVICE_SHUTDOWN", "Runner", "current_runner", "open_runner"]

@@ -6,7 +6,8 @@ what this instance holds, kept fresh by ``heartbeat`` and handed back by ``relea
 ``admission`` applies the group-wide rate and concurrency limits; ``outcomes`` ends each
 attempt (ack, retry or give up) through the batched ``acks``; ``cancellation`` hears cancel
 marks; ``pausing`` follows the group's pause mark and closes the fetchers' gate;
-``quarantine`` sets bad data aside; ``reporter`` reports timings and membership;
+``quarantine`` sets bad data aside; ``counters`` count what the runner did (its
+``statistics()``); ``reporter`` reports timings and membership;
 ``instruments`` defines the metrics the exporters read. Nothing here is public: the runner
 (``trunner.runner``) wires them.
 """

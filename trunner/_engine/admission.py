@@ -31,8 +31,8 @@ from .._util import ErrorLog, LoopBackoff, logger
 from .._wire.limits import Limits
 from ..errors import BackendError, InvalidPayload
 from ..message import is_rate_reserved, reencode_deferred
-from ..statistics import Counters
 from ..task import Task
+from .counters import Counters
 from .holdings import Holdings, Job
 from .quarantine import Quarantine
 

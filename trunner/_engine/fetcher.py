@@ -34,7 +34,7 @@ from .._util import ErrorLog, LoopBackoff, logger
 from .._wire.keys import DEFAULT_LANE, split_entry_id
 from ..config import RunnerConfig
 from ..errors import BackendError
-from ..statistics import Counters
+from .counters import Counters
 from .pausing import PauseGate
 from .pool import WorkerPool
 from .quarantine import Quarantine

@@ -31,6 +31,7 @@ import trio
 
 from .._redis import AckRecord, Arg, Broker, Record
 from .._util import ErrorLog, LoopBackoff, logger, wall_ms
+from .._wire.record import MAX_TRACEBACK, RUNNING_TTL, UNASKED_KEEP, ttl_ms
 from ..config import RunnerConfig
 from ..errors import (
     BackendError,
@@ -41,11 +42,11 @@ from ..errors import (
     gives_up,
 )
 from ..message import NO_SIZE_LIMIT, reencode_for_retry
-from ..statistics import UNREGISTERED, Counters
-from ..status import MAX_TRACEBACK, RUNNING_TTL, UNASKED_KEEP, ttl_ms
+from ..statistics import UNREGISTERED
 from ..task import Task
 from .acks import AckBuffer
 from .cancellation import MARK_LIFETIME
+from .counters import Counters
 from .holdings import GIVEN_UP, Holdings, Job
 from .quarantine import Quarantine
 
@@ -60,8 +61,9 @@ class Outcomes:
 
     def _fields(self, job: Job, state: str, keep: float, *, finished: bool) -> dict[str, Any]:
         """The fields of ``job``'s record in ``state`` but its result and error (see
-        ``trunner.status``), ``state`` first. The fields :func:`~trunner.status.record_fields`
-        would give, built without it: this runs for every task that keeps its result."""
+        ``trunner._wire.record``), ``state`` first. The fields
+        :func:`~trunner._wire.record.record_fields` would give, built without it: this runs
+        for every task that keeps its result."""
         task_name, _, attempt, enqueued_at, _ = job.fields[:5]
         fields: dict[str, Any] = {
             "state": state,  # first: the scripts recognise a JSON outcome by its start
@@ -106,7 +108,7 @@ class Outcomes:
     def _outcome(self, job: Job, state: str, keep: float, result: bytes | None) -> AckRecord:
         """The record of a finished task written with its acknowledgement: the fields of
         :meth:`_record`, as one JSON object, which Redis stores as a string with one
-        ``SET`` (the hot path of a task that keeps its result: see ``trunner.status``).
+        ``SET`` (the hot path of a task that keeps its result: see ``trunner._wire.record``).
         The fields a JSON encoder refuses (a lone surrogate in a progress message) fall
         back to :meth:`_record`."""
         body = self._fields(job, state, keep, finished=True)

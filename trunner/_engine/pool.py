@@ -47,9 +47,9 @@ from ..message import (
     message_growth,
 )
 from ..middleware import AttemptInfo
-from ..statistics import Counters
 from ..task import Task, TaskRegistry
 from .admission import Admission
+from .counters import Counters
 from .holdings import GIVEN_UP, Holdings, Job, beat_interval, split_deliveries
 from .outcomes import Outcomes
 from .slots import WorkerSlots

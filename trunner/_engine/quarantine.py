@@ -29,7 +29,7 @@ from .._redis import Broker
 from .._util import ErrorLog, logger, wall_ms
 from .._wire.quarantine import QUARANTINE_MAXLEN, record_fields
 from ..errors import BackendError, BadData, RedisCommandError
-from ..statistics import Counters
+from .counters import Counters
 
 __all__ = ["MAX_REMEMBERED", "REPAIR_INTERVAL", "Quarantine"]
 

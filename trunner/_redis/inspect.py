@@ -17,8 +17,8 @@ import attrs
 import trio
 
 from .._wire.keys import DEFAULT_LANE, entry_id, is_lane, lane_suffix, split_entry_id
+from .._wire.record import record_from_json
 from ..errors import RedisCommandError
-from ..status import record_from_json
 from .resp import RawEntry, as_str, stream_entries
 from .scripts import SCRIPTS
 from .transport import call_script

@@ -2,7 +2,8 @@
 
 Values only, with no I/O: the key names (``keys``), typed payloads and results
 (``codec``), the limit values (``limits``), the group statistics records (``stats``),
-what a payload with no JSON form is (``payload``), the pause notices and mark (``pause``)
-and the quarantine's records (``quarantine``). The Redis boundary (``_redis``) and
-everything above it build on these modules; they import nothing above themselves.
+what a payload with no JSON form is (``payload``), the per-task record (``record``), the
+pause notices and mark (``pause``) and the quarantine's records (``quarantine``). The
+Redis boundary (``_redis``) and everything above it build on these modules; they import
+nothing above themselves.
 """
