@@ -22,8 +22,6 @@ ALLOWED_OVERSIZE: set[tuple[str, str]] = {
     ("_engine/fetcher.py", "Fetcher"),
     ("_engine/outcomes.py", ""),
     ("_engine/outcomes.py", "Outcomes"),
-    ("_engine/pool.py", ""),
-    ("_engine/pool.py", "WorkerPool"),
     ("_leader/election.py", ""),
     ("_leader/election.py", "Elector"),
     ("_producer.py", ""),

@@ -1,7 +1,8 @@
 """The engine: the services a runner composes to process its group's messages.
 
 ``fetcher`` reads and reclaims messages for the ``pool``, whose job loops run them within
-the ``slots`` the pool may hold, in the ``jobhost`` nursery; ``holdings`` is the ledger of
+the ``slots`` the pool may hold, in the ``jobhost`` nursery (``intake`` makes a job of each
+entry, ``attempts`` runs what is off the pool's hot path); ``holdings`` is the ledger of
 what this instance holds, kept fresh by ``heartbeat`` and handed back by ``release``;
 ``admission`` applies the group-wide rate and concurrency limits; ``outcomes`` ends each
 attempt (ack, retry or give up) through the batched ``acks``; ``cancellation`` hears cancel
