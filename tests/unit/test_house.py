@@ -20,8 +20,6 @@ MAX_CLASS_LINES = 300
 #: split in the layout's migration; tighten by deleting an entry.
 ALLOWED_OVERSIZE: set[tuple[str, str]] = {
     ("_engine/fetcher.py", "Fetcher"),
-    ("_engine/outcomes.py", ""),
-    ("_engine/outcomes.py", "Outcomes"),
     ("_leader/election.py", ""),
     ("_leader/election.py", "Elector"),
     ("_producer.py", ""),
