@@ -8,6 +8,7 @@ from ._context import current_message
 from ._redis import forget_memory_server, redact_url
 from ._task import Task, TaskDefaults
 from ._wire.keys import Keys
+from ._wire.quarantine import QuarantineRecord
 from ._wire.stats import GroupStats, InstanceInfo, TaskTiming
 from ._worker.serve import WorkerSettings
 from .admin import Admin, CronEntry, DeadLetter, DelayedTask, GroupInfo, ReplayResult, open_admin
@@ -53,7 +54,6 @@ from .handles import SelfWait, TaskHandle
 from .message import TaskMessage
 from .middleware import AttemptInfo, AttemptOutcome, DispatchInfo, Middleware
 from .progress import report_progress
-from .quarantine import QuarantineRecord
 from .redis_handle import Pipeline, RedisHandle, open_redis
 from .registry import TaskRegistry
 from .runner import Runner, current_runner, open_runner

@@ -13,15 +13,16 @@ from collections.abc import AsyncIterator
 import attrs
 
 from ._engine.assembly import Components, snapshot
+from ._engine.counters import Counters
+from ._engine.pausing import PauseGate
 from ._leader.election import Elector
 from ._util import ErrorLog
 from .admin import Admin
 from .client import Client
 from .config import RunnerConfig
 from .errors import RunnerNotRunning
-from .pausing import PauseGate
 from .redis_handle import RedisHandle
-from .statistics import Counters, RunnerState, RunnerStatistics, TaskTotals
+from .statistics import RunnerState, RunnerStatistics, TaskTotals
 
 __all__ = ["RunnerView"]
 

@@ -21,11 +21,11 @@ from ._wire.inspection import (
     ReplayResult,
     as_dict,
 )
+from ._wire.pause import notices_for
+from ._wire.quarantine import QuarantineRecord
 from ._wire.stats import GroupStats, InstanceInfo, TaskTiming
 from .errors import RunnerNotRunning
 from .message import DEFAULT_MAX_PAYLOAD_BYTES
-from .pausing import notices_for
-from .quarantine import QuarantineRecord
 from .registry import TaskRegistry
 
 __all__ = [

@@ -37,8 +37,9 @@ from ._producer.waiting import (
 from ._redis import Broker, TaskLook
 from ._util import wall_ms
 from ._wire.codec import TypeCodec, untyped
+from ._wire.record import UNASKED_KEEP, record_fields, ttl_ms
 from .errors import BackendError, ResultTimeout, TrunnerError
-from .status import UNASKED_KEEP, CancelOutcome, TaskState, TaskStatus, record_fields, ttl_ms
+from .status import CancelOutcome, TaskState, TaskStatus
 
 __all__ = ["HandleSource", "SelfWait", "TaskHandle"]
 

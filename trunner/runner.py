@@ -32,6 +32,7 @@ import trio
 from ._context import _current_runner, running_runner
 from ._engine import shutdown
 from ._engine.assembly import Components, build, log_started, open_broker, prepare
+from ._engine.counters import Counters
 from ._engine.holdings import Job
 from ._engine.reporter import LocalTimings
 from ._leader.leadership import Chore
@@ -49,7 +50,7 @@ from .client import Client
 from .config import RunnerConfig
 from .errors import RunnerAlreadyStarted, RunnerCrashed, RunnerNotRunning
 from .registry import TaskRegistry
-from .statistics import Counters, RunnerState
+from .statistics import RunnerState
 
 __all__ = ["Runner", "current_runner", "open_runner"]
 

@@ -1,8 +1,9 @@
-"""One runner's state and its statistics: the counters it keeps of its own activity, and
-the immutable snapshot ``Runner.statistics()`` returns.
+"""One runner's state and its statistics: the immutable snapshot ``Runner.statistics()``
+returns, and the per-task totals ``Runner.task_totals()`` returns.
 
 Local and synchronous, like Trio's ``statistics()``; the group-wide figures are
-:class:`~trunner.GroupStats` (``group_stats.py``).
+:class:`~trunner.GroupStats` (``group_stats.py``). The mutable counters they are read from
+are the engine's (:mod:`trunner._engine.counters`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Mapping
 
 import attrs
 
-__all__ = ["UNREGISTERED", "Counters", "RunnerState", "RunnerStatistics", "TaskTotals"]
+__all__ = ["UNREGISTERED", "RunnerState", "RunnerStatistics", "TaskTotals"]
 
 #: The name under which per-task figures count messages of no registered task (unknown
 #: names, undecodable entries): names read from Redis are unbounded, so they never get
@@ -52,46 +53,6 @@ class TaskTotals:
     """Messages deferred by the task's rate limit (no attempt used)."""
     deferred_concurrency: int = 0
     """Messages deferred by the task's concurrency limit (no attempt used)."""
-
-
-@attrs.define
-class Counters:
-    """Mutable counters, owned by one runner.
-
-    ``per_task`` is keyed by registered task names, and :data:`UNREGISTERED` for the
-    rest: its size is bounded by the registry.
-    """
-
-    per_task: dict[str, TaskTotals] = attrs.field(factory=dict)
-
-    fetched: int = 0
-    reclaimed: int = 0
-    succeeded: int = 0
-    failed: int = 0
-    retried: int = 0
-    dead_lettered: int = 0
-    released: int = 0
-    interrupted: int = 0
-    abandoned: int = 0
-    expired: int = 0
-    cancelled: int = 0
-    skipped: int = 0
-    reservations_lost: int = 0
-    discarded: int = 0
-    acked: int = 0
-    max_in_flight: int = 0
-    quarantined: int = 0
-    chores_restarted: int = 0
-    deferred_rate: int = 0
-    deferred_concurrency: int = 0
-    #: Messages fetched (read or reclaimed) per lane, with more than one lane.
-    lanes: dict[str, int] = attrs.field(factory=dict)
-
-    def task(self, name: str) -> TaskTotals:
-        totals = self.per_task.get(name)
-        if totals is None:
-            totals = self.per_task[name] = TaskTotals()
-        return totals
 
 
 @attrs.frozen(kw_only=True)

@@ -1,6 +1,6 @@
 """Bad data in Redis and in the registry costs that item, never a runner or the group.
 
-Crosses the quarantine (trunner/quarantine.py), the leadership's supervision of its chores
+Crosses the quarantine (trunner/_engine/quarantine.py), the leadership's supervision of its chores
 (leadership.py), the mover, cron, the aggregator and reporter, the elector, the fetcher
 (a lost consumer group), and the runner's bounded shutdown (runner.py, _jobhost.py).
 """

@@ -231,7 +231,7 @@ def waiter_ok(raw: bytes) -> bool:
 
 
 def mark_ok(raw: bytes) -> bool:
-    """Whether a pause mark reads as paused (pausing.decode_mark)."""
+    """Whether a pause mark reads as paused (_wire/pause.py, decode_mark)."""
     return raw.isdigit() and len(raw) <= 20
 
 

@@ -22,7 +22,7 @@ import trio
 import trunner
 import trunner.testing
 from trunner import Keys
-from trunner._engine.fetcher import lane_plan, split_excess
+from trunner._engine.lanes import lane_plan, split_excess
 from trunner._redis import Broker, RawEntry
 from trunner._wire.keys import hash_tag
 from trunner._wire.names import DEFAULT_LANE, check_lane, entry_id, lane_suffix, split_entry_id

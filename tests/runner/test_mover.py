@@ -13,12 +13,12 @@ import pytest
 import trio
 
 import trunner
+from trunner._engine.counters import Counters
+from trunner._engine.quarantine import Quarantine
 from trunner._leader.mover import MOVE_BATCH, DelayedMover
 from trunner._redis import Broker, open_transport
 from trunner._wire.keys import Keys
 from trunner.election import Elector
-from trunner.quarantine import Quarantine
-from trunner.statistics import Counters
 
 from ..conftest import Timeline, config, open_checked_runner, parts, redis_state
 from ..support.servers import RedisServer

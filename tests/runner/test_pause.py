@@ -2,7 +2,7 @@
 delayed mover and the bookkeeping go on; the pause is seen in statistics, inspect, the
 group statistics, /readyz and the metrics; a pause mark trunner did not write is contained.
 
-Crosses pausing.py (the gate and the pauser), pause.lua and resume.lua, cancellation.py
+Crosses _engine/pausing.py (the gate and the pauser), pause.lua and resume.lua, cancellation.py
 (the notices ride the cancel channel), fetcher.py (the loops wait at the gate), and the
 inspection (admin.py, group_stats.py, serve.py, prometheus.py).
 """
@@ -16,11 +16,12 @@ import trio
 
 import trunner
 from trunner import Keys
+from trunner._engine.pausing import RESYNC_INTERVAL, Pauser
 from trunner._redis import RawEntry
 from trunner._wire.keys import RELEASED_CONSUMER
+from trunner._wire.pause import PAUSE_NOTICE
 from trunner._worker.serve import _ready
 from trunner.errors import RedisUnavailable
-from trunner.pausing import PAUSE_NOTICE, RESYNC_INTERVAL, Pauser
 
 from ..conftest import Gate, config, open_checked_runner, parts, redis_state
 

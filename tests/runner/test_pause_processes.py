@@ -1,6 +1,6 @@
 """Pausing a group of runner processes on a real redis-server: every instance stops
 fetching, a process started while the group is paused stays paused, and every one fetches
-again on resume. Crosses pausing.py, pause.lua/resume.lua, the cancel channel across
+again on resume. Crosses _engine/pausing.py, pause.lua/resume.lua, the cancel channel across
 connections, and worker processes (tests/processes/worker_process.py, ``watch_pause``).
 """
 

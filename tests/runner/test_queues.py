@@ -6,7 +6,7 @@ queue of its own name keeps the layout trunner always had.
 Crosses keys.py (the two layouts), ensure_group.lua (the registry of groups), ack.lua,
 retry.lua, dead_letter.lua and cancel_task.lua (no deletion on a shared stream), the pool
 (another group's message is skipped), the mover (a group's own retries), the janitor
-(trimming what every group finished) and pausing.py (notices naming the group).
+(trimming what every group finished) and _wire/pause.py (notices naming the group).
 """
 
 from __future__ import annotations

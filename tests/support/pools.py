@@ -11,6 +11,7 @@ import trio
 
 import trunner
 from trunner._engine.acks import AckBuffer
+from trunner._engine.counters import Counters
 from trunner._engine.heartbeat import Heartbeater
 from trunner._engine.holdings import Holdings, Job
 from trunner._engine.outcomes import Outcomes
@@ -20,7 +21,6 @@ from trunner._redis import Broker, RawEntry, Transport, open_transport
 from trunner._util import ErrorLog
 from trunner._wire.keys import Keys
 from trunner.message import decode_fields, encode_message
-from trunner.statistics import Counters
 
 from ..conftest import config
 

@@ -33,6 +33,9 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
         frozenset(
             {
                 "trunner._context",
+                # The middleware hooks, run by producers, the engine and eager calls: beside
+                # the Middleware they run, below every caller.
+                "trunner._hooks",
                 "trunner._util",
                 "trunner._validate",
                 "trunner._wire",
@@ -56,13 +59,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("definitions", frozenset({"trunner._schedules", "trunner.registry", "trunner.task"})),
     (
         "engine",
-        frozenset(
-            {
-                "trunner._engine",
-                "trunner.pausing",
-                "trunner.quarantine",
-            }
-        ),
+        frozenset({"trunner._engine"}),
     ),
     (
         "leader",

@@ -14,8 +14,9 @@ import trio
 
 import trunner
 from trunner._context import Given
+from trunner._hooks import AttemptHooks, DispatchHooks
 from trunner.message import TaskMessage
-from trunner.middleware import AttemptHooks, DispatchHooks, check_middleware
+from trunner.middleware import check_middleware
 
 
 class Recorder(trunner.Middleware):

@@ -1,4 +1,4 @@
-"""Reading a task's record and its look (trunner/status.py, handles.status_of): values
+"""Reading a task's record and its look (trunner/_wire/record.py, handles.status_of): values
 written by something else read as unknown, never as an exception."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from trunner import TaskState
 from trunner._producer.waiting import status_of
 from trunner._redis import TaskLook
+from trunner._wire.record import read_record
 from trunner.message import encode_message
-from trunner.status import read_record
 
 NOT_NUMBERS = [b"nan", b"NaN", b"inf", b"-inf", b"1e400", b"-1e400", b"", b"many", b"\xff"]
 

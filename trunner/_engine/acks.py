@@ -21,7 +21,7 @@ from .._redis import AckRecord, Broker, Record, Slot
 from .._util import ErrorLog, LoopBackoff, logger
 from ..config import RunnerConfig
 from ..errors import BackendError
-from ..statistics import Counters
+from .counters import Counters
 from .holdings import Holdings, Job
 
 __all__ = ["AckBuffer"]

@@ -32,9 +32,9 @@ from .._util import ErrorLog, LoopBackoff, logger
 from .._wire.limits import Limits
 from ..errors import BackendError, InvalidPayload
 from ..message import is_rate_reserved, reencode_deferred
-from ..quarantine import Quarantine
-from ..statistics import Counters
+from .counters import Counters
 from .holdings import Holdings, Job
+from .quarantine import Quarantine
 
 __all__ = ["ADMISSION_TIMEOUT", "Admission"]
 

@@ -21,6 +21,9 @@ from contextlib import asynccontextmanager
 import attrs
 import trio
 
+from .._engine.counters import Counters
+from .._engine.pausing import PauseGate, Pauser
+from .._engine.quarantine import Quarantine
 from .._leader.aggregator import Aggregator
 from .._leader.cron import CronScheduler
 from .._leader.election import Elector
@@ -33,11 +36,9 @@ from .._util import ErrorLog, connection_name, logger
 from .._wire.keys import Keys
 from ..config import RunnerConfig
 from ..errors import RedisCommandError, RedisUnavailable
-from ..pausing import PauseGate, Pauser
-from ..quarantine import Quarantine
 from ..redis_handle import RedisHandle
 from ..registry import TaskRegistry
-from ..statistics import Counters, RunnerState, RunnerStatistics
+from ..statistics import RunnerState, RunnerStatistics
 from .acks import AckBuffer
 from .admission import Admission
 from .cancellation import Canceller

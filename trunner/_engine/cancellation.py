@@ -14,7 +14,7 @@ The canceller reads the marks again at most every :data:`RESYNC_INTERVAL` while 
 of more, and forgets those Redis forgot (acknowledged, or past their time): an instance
 keeps no more marks than its group holds, plus those it heard of since.
 
-The channel also carries the group's notices (pause, resume: see :mod:`trunner.pausing`),
+The channel also carries the group's notices (pause, resume: see :mod:`trunner._engine.pausing`),
 which never look like a task id: the canceller hands them to ``on_notice``, and tells
 ``on_subscribed`` each time its subscription is made (anew), so that one connection serves
 both.
@@ -28,8 +28,8 @@ import trio
 
 from .._redis import Broker, Subscriber
 from .._util import ErrorLog, LoopBackoff, logger, wall_ms
+from .._wire.pause import is_notice
 from ..errors import BackendError
-from ..pausing import is_notice
 from .holdings import Holdings
 
 __all__ = ["MARK_LIFETIME", "Canceller"]

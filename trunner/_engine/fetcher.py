@@ -4,9 +4,10 @@ A fetch loop first reserves free worker slots, then fills them: with abandoned o
 messages when a reclaim pass is due (XAUTOCLAIM, at most every ``reclaim_interval`` across
 the instance's loops), and otherwise with new messages (XREADGROUP BLOCK). It never takes
 more messages than it holds slots for, and it never blocks longer than the next reclaim pass
-is due, so slots held by a blocked read never delay recovery.
+is due, so slots held by a blocked read never delay recovery. With several priority lanes,
+how a read divides among them is :mod:`trunner._engine.lanes`.
 
-While the group is paused (:mod:`trunner.pausing`) a loop neither reads nor claims: it
+While the group is paused (:mod:`trunner._engine.pausing`) a loop neither reads nor claims: it
 waits at the runner's pause gate, and a pause ends its wait for slots, its backoff or its
 blocked read at once. What a read or claim returns after the pause is not started: it is
 released for immediate reclaim, and the first loop to pass the gate again runs a reclaim
@@ -23,59 +24,29 @@ delivered to it (never lost to a cancellation).
 
 from __future__ import annotations
 
-import random
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Sequence
 from typing import TypeVar
 
 import trio
 
 from .._redis import Broker, RawEntry, Reader
 from .._util import ErrorLog, LoopBackoff, logger
-from .._wire.names import DEFAULT_LANE, split_entry_id
+from .._wire.names import DEFAULT_LANE
 from ..config import RunnerConfig
 from ..errors import BackendError
-from ..pausing import PauseGate
-from ..quarantine import Quarantine
-from ..statistics import Counters
+from .counters import Counters
+from .lanes import Lanes, split_excess
+from .pausing import PauseGate
 from .pool import WorkerPool
+from .quarantine import Quarantine
 from .release import Releaser
 
-__all__ = ["Fetcher", "ReclaimSchedule", "lane_plan", "split_excess"]
+__all__ = ["Fetcher", "ReclaimSchedule"]
 
 T = TypeVar("T")
 
 #: The shortest BLOCK of one read (ms resolution in Redis).
 MIN_BLOCK = 0.001
-
-
-def lane_plan(
-    order: Sequence[int], weights: Sequence[int], slots: int, *, strict: bool
-) -> list[tuple[int, int]]:
-    """How one read of several lanes fills ``slots``: (lane index, the most to read from
-    it), in reading order (``order``: the indices of the lanes, in priority order when
-    strict, else drawn by weight).
-
-    Strict: each lane in turn, for all that is left. By weight: each lane in turn for its
-    share of the slots (``weights``), rounded up, so that each lane is looked at on every
-    read that has as many slots as lanes; the last one for all that is left. (The fetch
-    loop then reads again, in priority order, the lanes that gave all they were asked.)
-    """
-    if strict:
-        return [(index, slots) for index in order]
-    total = sum(weights)
-    plan = [(index, -(-slots * weights[index] // total)) for index in order]
-    plan[-1] = (plan[-1][0], slots)
-    return plan
-
-
-def split_excess(
-    entries: Sequence[RawEntry], slots: int, rank: Mapping[str, int]
-) -> tuple[list[RawEntry], list[RawEntry]]:
-    """``entries`` read from several lanes at once, split into the ``slots`` to keep (the
-    upper lanes' first: ``rank`` gives each lane's place) and the rest, each lane's in the
-    order it gave them."""
-    ordered = sorted(entries, key=lambda e: rank.get(split_entry_id(e.message_id)[0], 0))
-    return ordered[:slots], ordered[slots:]
 
 
 class ReclaimSchedule:
@@ -147,12 +118,9 @@ class Fetcher:
         self._dirty = False
         self._interrupt = trio.Event()
         self.stopped = trio.Event()
-        lanes = broker.lanes
-        self._lanes = len(lanes)
-        self._rank = {lane: rank for rank, lane in enumerate(lanes)}
-        self._weights = [weight for _, weight in config.lanes]
-        self._strict = config.strict_lanes
-        self._random = random.Random()
+        #: How the reads divide among the lanes, with more than one.
+        self._lane_reads = Lanes(broker, config)
+        self._lanes = self._lane_reads.count  # checked on every read: one lane reads at once
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Fetch until :meth:`stop`; ``stopped`` is set once the loop has returned."""
@@ -222,12 +190,12 @@ class Fetcher:
             if entries is not None and len(entries) > slots:
                 # Redis counts per stream: what is beyond the slots goes back, lowest
                 # lanes first (its delivery does not count).
-                entries, over = split_excess(entries, slots, self._rank)
+                entries, over = split_excess(entries, slots, self._lane_reads.rank)
                 self._releaser.hand_back(self.consumer, [e.message_id for e in over])
         if entries is not None:
             self._counters.fetched += len(entries)
             if self._lanes > 1:
-                self._count_lanes(entries)
+                self._lane_reads.counted(self._counters, entries)
             if self._paused() and entries:  # paused during the read
                 self._hand_back(entries, slots)
                 await self._release_excess()
@@ -235,34 +203,16 @@ class Fetcher:
                 await self._release_excess()
             await self._recover()
 
-    def _count_lanes(self, entries: list[RawEntry]) -> None:
-        counts = self._counters.lanes
-        for entry in entries:
-            lane = split_entry_id(entry.message_id)[0]
-            counts[lane] = counts.get(lane, 0) + 1
-
     async def _read_lanes(self, slots: int) -> list[RawEntry] | None:
-        """Fill ``slots`` reserved slots with new entries of the lanes, without waiting:
-        one ``XREADGROUP`` per lane, as :func:`lane_plan` says, then the lanes that gave
-        all they were asked, in priority order, for what is left. None when the first read
-        failed (the slots are given back, the loop backs off)."""
-        broker, lanes = self._broker, self._broker.lanes
-        entries: list[RawEntry] = []
-        full: list[int] = []
-        plan = lane_plan(self._lane_order(), self._weights, slots, strict=self._strict)
+        """Fill ``slots`` reserved slots with new entries of the lanes, without waiting
+        (see :meth:`Lanes.read <trunner._engine.lanes.Lanes.read>`). None when the first
+        read failed (the slots are given back, the loop backs off)."""
         try:
-            for index, quota in plan:
-                want = min(quota, slots - len(entries))
-                if want > 0:
-                    got = await broker.read_lane(self.consumer, lanes[index], want)
-                    entries += got
-                    if len(got) == want:
-                        full.append(index)
-            for index in sorted(full):
-                want = slots - len(entries)
-                if want > 0:
-                    entries += await broker.read_lane(self.consumer, lanes[index], want)
-        except BackendError as exc:
+            entries, exc = await self._lane_reads.read(self.consumer, slots)
+        except BaseException:
+            self._pool.unreserve(slots)
+            raise
+        if exc is not None:
             if not entries:
                 self._pool.unreserve(slots)
                 await self._failed(exc, "reading the lanes")
@@ -272,26 +222,8 @@ class Fetcher:
             self._dirty = True
             logger.warning("reading a lane failed (consumer %s): %s", self.consumer, exc)
             return entries
-        except BaseException:
-            self._pool.unreserve(slots)
-            raise
         self._backoff.reset()
         return entries
-
-    def _lane_order(self) -> list[int]:
-        """The order to read the lanes in this time: by priority when strict, else a
-        draw by weight (each lane first with a probability proportional to its weight,
-        then the next among the rest, and so on)."""
-        if self._strict:
-            return list(range(self._lanes))
-        rest = list(range(self._lanes))
-        weights = list(self._weights)
-        order: list[int] = []
-        while len(rest) > 1:
-            pick = self._random.choices(range(len(rest)), weights)[0]
-            order.append(rest.pop(pick))
-            weights.pop(pick)
-        return order + rest
 
     def _paused(self) -> bool:
         """Whether the group is paused now (a call: it may have changed since the last
@@ -345,7 +277,7 @@ class Fetcher:
         many slots are left."""
         self._counters.reclaimed += len(entries)
         if self._lanes > 1:
-            self._count_lanes(entries)
+            self._lane_reads.counted(self._counters, entries)
         if self._paused():
             self._hand_back(entries, slots)
             await self._release_excess()

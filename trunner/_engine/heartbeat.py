@@ -15,7 +15,7 @@ import trio
 from .._redis import Broker
 from .._util import ErrorLog, LoopBackoff, logger
 from ..errors import BackendError, RedisUnavailable, ReservationLost
-from ..statistics import Counters
+from .counters import Counters
 from .holdings import Holdings, Job
 
 __all__ = ["STALL_SLACK", "Heartbeater"]

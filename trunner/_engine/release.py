@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from .._redis import MAX_IDS_PER_CALL, Broker
 from .._wire.names import split_entry_id
-from ..statistics import Counters
+from .counters import Counters
 from .holdings import Holdings
 
 __all__ = ["Releaser"]

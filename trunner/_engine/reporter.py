@@ -25,7 +25,7 @@ from .._util import ErrorLog, LoopBackoff, logger, wall_ms
 from .._wire.stats import BUCKETS
 from ..config import RunnerConfig
 from ..errors import BackendError
-from ..quarantine import Quarantine
+from .quarantine import Quarantine
 
 __all__ = ["LocalTimings", "MetricsBuffer", "Reporter"]
 

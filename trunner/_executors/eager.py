@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import trio
 
 from .._context import Given, NoRunnerInEagerCall, _current_message, _eager_call
+from .._hooks import AttemptHooks, DispatchHooks
 from .._util import timed
 from .._wire.codec import TypeCodec
 from .._wire.names import entry_id
@@ -32,14 +33,7 @@ from ..message import (
     encode_message,
     reencode_for_retry,
 )
-from ..middleware import (
-    AttemptHooks,
-    AttemptInfo,
-    DispatchHooks,
-    DispatchInfo,
-    Middleware,
-    check_middleware,
-)
+from ..middleware import AttemptInfo, DispatchInfo, Middleware, check_middleware
 
 __all__ = ["DEFAULT_MAX_PAYLOAD_BYTES", "EagerTask", "run_eagerly"]
 

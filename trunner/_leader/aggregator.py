@@ -34,14 +34,14 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
+from .._engine.pausing import read_paused_since
+from .._engine.quarantine import Quarantine
 from .._redis import Broker
 from .._util import ErrorLog, LoopBackoff, logger, wall_ms
 from .._wire.inspection import instances_of, unread_lanes
 from .._wire.stats import GroupStats, compute_stats
 from ..config import RunnerConfig
 from ..errors import BackendError
-from ..pausing import read_paused_since
-from ..quarantine import Quarantine
 from .election import Elector
 
 __all__ = ["Aggregator", "decide_capacity"]

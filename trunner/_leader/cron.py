@@ -28,13 +28,13 @@ from typing import TypeVar
 
 import trio
 
+from .._engine.quarantine import Quarantine
 from .._redis import Broker
 from .._util import ErrorLog, LoopBackoff, logger
 from .._wire.keys import UniqueLock
 from .._wire.names import DEFAULT_LANE
 from ..errors import BackendError, InvalidPayload
 from ..message import encode_message
-from ..quarantine import Quarantine
 from ..registry import TaskRegistry
 from ..schedule import CronSchedule
 from .election import Elector

@@ -37,13 +37,13 @@ from collections.abc import Mapping
 
 import trio
 
+from .._engine.quarantine import Quarantine
 from .._redis import Broker
 from .._util import ErrorLog, LoopBackoff, logger, wall_ms
 from .._wire.keys import RELEASED_CONSUMER
 from .._wire.names import is_lane_entry_id
 from ..config import RunnerConfig
 from ..errors import BackendError
-from ..quarantine import Quarantine
 from .election import Elector
 
 __all__ = ["Janitor", "instance_of"]

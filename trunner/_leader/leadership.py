@@ -20,9 +20,9 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
+from .._engine.counters import Counters
 from .._util import ErrorLog, LoopBackoff, leaf_exceptions, logger
 from ..errors import LeadershipLost
-from ..statistics import Counters
 from .election import Elector
 
 __all__ = ["RESTART_CAP", "RESTART_FIRST", "Chore", "Leadership"]

@@ -21,10 +21,11 @@ from collections.abc import Callable
 
 import trio
 
+from .._engine.quarantine import Quarantine
 from .._redis import Broker
 from .._util import ErrorLog, LoopBackoff, logger, wall_ms
+from .._wire.quarantine import QUARANTINE_MAXLEN
 from ..errors import BackendError
-from ..quarantine import QUARANTINE_MAXLEN, Quarantine
 from .election import Elector
 
 __all__ = ["DelayedMover"]

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
+from .._engine.pausing import read_paused_since
 from .._redis import Broker, RawEntry
 from .._util import wall_ms
 from .._wire.inspection import (
@@ -27,6 +28,7 @@ from .._wire.inspection import (
 )
 from .._wire.keys import UniqueLock
 from .._wire.names import is_lane_entry_id, split_entry_id
+from .._wire.quarantine import QuarantineRecord
 from .._wire.stats import GroupStats, InstanceInfo, compute_stats, stats_or_none
 from ..errors import RedisCommandError
 from ..message import (
@@ -38,8 +40,6 @@ from ..message import (
     reencode_for_retry,
     stored_unique_for,
 )
-from ..pausing import read_paused_since
-from ..quarantine import QuarantineRecord
 from ..registry import TaskRegistry
 from ..status import TaskStatus
 from .waiting import status_of

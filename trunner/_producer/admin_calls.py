@@ -6,9 +6,9 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 
+from .._wire.quarantine import QuarantineRecord
 from .._wire.stats import GroupStats, InstanceInfo
 from ..admin import Admin, CronEntry, DeadLetter, DelayedTask, GroupInfo, ReplayResult
-from ..quarantine import QuarantineRecord
 
 __all__ = ["AdminCalls"]
 

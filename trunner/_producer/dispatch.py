@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .._hooks import DispatchHooks
 from .._redis import Broker
 from .._task import Expiry, Task, dispatch_options
 from .._wire.codec import untyped
@@ -16,7 +17,7 @@ from .._wire.keys import UniqueLock
 from ..errors import InvalidHeaders, RunnerNotRunning, TaskAlreadyDispatched
 from ..handles import TaskHandle
 from ..message import MessageDecodeError, MessageOptions, check_headers, decode_message
-from ..middleware import DispatchHooks, DispatchInfo, Middleware
+from ..middleware import DispatchInfo, Middleware
 from ..registry import TaskRegistry
 from .build import (
     TaskRef,

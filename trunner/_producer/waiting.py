@@ -17,6 +17,7 @@ import attrs
 from .._engine.holdings import split_deliveries
 from .._redis import TaskLook
 from .._wire.codec import TypeCodec
+from .._wire.record import UNASKED_KEEP, as_time, read_record
 from ..errors import (
     BadData,
     InvalidPayload,
@@ -31,7 +32,7 @@ from ..errors import (
 )
 from ..errors import RemoteFailure as _RemoteFailure
 from ..message import MessageDecodeError, decode_message
-from ..status import UNASKED_KEEP, TaskState, TaskStatus, as_time, read_record
+from ..status import TaskState, TaskStatus
 
 __all__ = [
     "NOTHING_KNOWN",

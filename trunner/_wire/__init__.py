@@ -2,7 +2,9 @@
 
 Values only, with no I/O: the key names (``keys``) and the names and ids they hold,
 checked (``names``), typed payloads and results (``codec``), the limit values
-(``limits``), the group statistics records (``stats``) and what a payload with no JSON
-form is (``payload``). The Redis boundary (``_redis``) and
-everything above it build on these modules; they import nothing above themselves.
+(``limits``), the group statistics records (``stats``), what a payload with no JSON form
+is (``payload``), the per-task record (``record``), the pause notices and mark
+(``pause``), the quarantine's records (``quarantine``) and the inspection values
+(``inspection``). The Redis boundary (``_redis``) and everything above it build on these
+modules; they import nothing above themselves.
 """

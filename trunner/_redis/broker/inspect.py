@@ -17,8 +17,8 @@ import attrs
 import trio
 
 from ..._wire.names import DEFAULT_LANE, entry_id, is_lane, lane_suffix, split_entry_id
+from ..._wire.record import record_from_json
 from ...errors import RedisCommandError
-from ...status import record_from_json
 from ..scripts import SCRIPTS
 from ..transports.base import call_script
 from ..transports.resp import RawEntry, as_str, stream_entries
