@@ -42,6 +42,7 @@ from .errors import (
     RunnerAlreadyStarted,
     RunnerCrashed,
     RunnerNotRunning,
+    SelfWait,
     TaskAlreadyDispatched,
     TaskCancelled,
     TaskExpired,
@@ -50,7 +51,7 @@ from .errors import (
     TaskTimeout,
     TrunnerError,
 )
-from .handles import SelfWait, TaskHandle
+from .handles import TaskHandle
 from .message import TaskMessage
 from .middleware import AttemptInfo, AttemptOutcome, DispatchInfo, Middleware
 from .progress import report_progress

@@ -26,6 +26,7 @@ from ``TaskHandle.result()`` carries as its ``error``.
     - ResultNotKept
     - ResultExpired
   + ResultTimeout (trio.TooSlowError)
+  + SelfWait (RuntimeError)
   + BadData
   + ReservationLost
   + LeadershipLost
@@ -42,54 +43,22 @@ from ``TaskHandle.result()`` carries as its ``error``.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 import trio
 
-if TYPE_CHECKING:
-    from .status import TaskState
+from ._validate import closest_names
+from .status import TaskState
 
 __all__ = [
-    "BackendError",
-    "BadData",
-    "CommandNotAllowed",
-    "Crashed",
-    "ElectorCrashed",
-    "GiveUp",
-    "InvalidArgument",
-    "InvalidHeaders",
-    "InvalidMessage",
-    "InvalidPayload",
-    "InvalidResult",
-    "LeadershipLost",
-    "MaxRetryExceeded",
-    "MiddlewareError",
-    "PayloadTooLarge",
-    "RedisCommandError",
-    "RedisUnavailable",
-    "RemoteFailure",
-    "ReservationLost",
-    "ResultExpired",
-    "ResultNotFound",
-    "ResultNotKept",
-    "ResultTimeout",
-    "RunnerAlreadyStarted",
-    "RunnerCrashed",
-    "RunnerNotRunning",
-    "TaskAlreadyDispatched",
-    "TaskCancelled",
-    "TaskExpired",
-    "TaskFailed",
-    "TaskNotFound",
-    "TaskTimeout",
-    "TrunnerError",
-]
-
-
-#: A registry this small is listed whole when an unknown name resembles none of its names.
-_LISTED = 10
+    "BackendError", "BadData", "CommandNotAllowed", "Crashed", "ElectorCrashed", "GiveUp",
+    "InvalidArgument", "InvalidHeaders", "InvalidMessage", "InvalidPayload", "InvalidResult",
+    "LeadershipLost", "MaxRetryExceeded", "MiddlewareError", "PayloadTooLarge",
+    "RedisCommandError", "RedisUnavailable", "RemoteFailure", "ReservationLost",
+    "ResultExpired", "ResultNotFound", "ResultNotKept", "ResultTimeout", "RunnerAlreadyStarted",
+    "RunnerCrashed", "RunnerNotRunning", "SelfWait", "TaskAlreadyDispatched", "TaskCancelled",
+    "TaskExpired", "TaskFailed", "TaskNotFound", "TaskTimeout", "TrunnerError",
+]  # fmt: skip
 
 
 class TrunnerError(Exception):
@@ -107,14 +76,8 @@ class TaskNotFound(TrunnerError, LookupError):
     """
 
     def __init__(self, task_name: str, known: Iterable[str] = ()) -> None:
-        names = sorted(known)
-        self.suggestions = difflib.get_close_matches(task_name, names, n=3, cutoff=0.6)
+        self.suggestions, hint = closest_names(task_name, known)
         """The registered names closest to ``task_name`` (up to 3; may be empty)."""
-        hint = ""
-        if self.suggestions:
-            hint = "; did you mean " + " or ".join(repr(n) for n in self.suggestions) + "?"
-        elif names and len(names) <= _LISTED:
-            hint = f" (registered: {', '.join(names)})"
         super().__init__(f"no task named {task_name!r} is registered{hint}")
         self.task_name = task_name
         """The unknown name."""
@@ -303,18 +266,6 @@ class GiveUp(TrunnerError):
     """
 
 
-def gives_up(failure: BaseException, give_up_on: tuple[type[BaseException], ...] = ()) -> bool:
-    """Whether an attempt that raised ``failure`` gives its task up (no retry): a
-    [``GiveUp``][trunner.GiveUp], or an exception of a ``give_up_on`` type — also inside an
-    exception group (what a nursery in the task raises): a group gives up when it holds a
-    ``GiveUp``, or when every exception in it is of a ``give_up_on`` type."""
-    if isinstance(failure, BaseExceptionGroup):
-        if failure.subgroup(GiveUp) is not None:
-            return True
-        return bool(give_up_on) and failure.split(give_up_on)[1] is None
-    return isinstance(failure, GiveUp) or (bool(give_up_on) and isinstance(failure, give_up_on))
-
-
 class InvalidResult(GiveUp):
     """A task that keeps its result returned a value that has no JSON form (an object of
     a type the codec does not know): given up at once, as its result cannot be kept."""
@@ -350,11 +301,9 @@ class ResultNotFound(TrunnerError, LookupError):
     Its subclasses say why, when the handle can tell:
     [``ResultNotKept``][trunner.ResultNotKept] (the task ended, and keeps no result) and
     [``ResultExpired``][trunner.ResultExpired] (its result was kept, and is gone). Raised as
-    itself when it cannot: nothing is known of the id in the group (no task of that id was
-    dispatched to it, or it ended long enough ago to leave no trace), or the task was
-    dispatched by name through a client whose registry does not know it (it keeps no
-    result, its result expired, or the runners do not know the name either and
-    dead-lettered it).
+    itself when it cannot: an id never dispatched to the group or long gone, or a task
+    dispatched by name through a client that does not know it (see
+    [No outcome stored](task-handles.md#no-outcome-stored)).
     """
 
     def __init__(self, message: str, task_id: str = "", task_name: str | None = None) -> None:
@@ -410,6 +359,10 @@ class ResultTimeout(TrunnerError, trio.TooSlowError):
         self.state = state
         """Where the task was at the last look (queued, running, retrying ...); None when
         no look ended before the timeout."""
+
+
+class SelfWait(TrunnerError, RuntimeError):
+    """A task awaited its own result: it would wait for ever (also a ``RuntimeError``)."""
 
 
 class BadData(TrunnerError):

@@ -45,7 +45,8 @@ from typing import Any, Protocol
 import trio
 
 from ._context import MessageSource
-from .errors import TaskTimeout, gives_up
+from ._util import gives_up
+from .errors import TaskTimeout
 from .message import TaskMessage
 
 __all__ = [

@@ -424,7 +424,7 @@ def test_middleware_is_a_list_of_middleware() -> None:
 
 
 def test_a_give_up_inside_an_exception_group_gives_up() -> None:
-    from trunner.errors import gives_up  # noqa: PLC0415 - the rule under test
+    from trunner._util import gives_up  # noqa: PLC0415 - the rule under test
 
     group = ExceptionGroup("nursery", [trunner.GiveUp("no"), ValueError("x")])
     assert gives_up(group)

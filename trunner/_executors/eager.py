@@ -19,10 +19,10 @@ import trio
 
 from .._context import Given, NoRunnerInEagerCall, _current_message, _eager_call
 from .._hooks import AttemptHooks, DispatchHooks
-from .._util import timed
+from .._util import gives_up, timed
 from .._wire.codec import TypeCodec
 from .._wire.names import entry_id
-from ..errors import InvalidPayload, MaxRetryExceeded, MiddlewareError, gives_up
+from ..errors import InvalidPayload, MaxRetryExceeded, MiddlewareError
 from ..message import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     NO_SIZE_LIMIT,
