@@ -1,10 +1,10 @@
 """trunner: a Trio-native distributed task runner on Redis Streams."""
 
-import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import election
 from ._context import current_message
+from ._deprecate import Deprecated, deprecate_attributes
 from ._redis import forget_memory_server, redact_url
 from ._task import Task, TaskDefaults
 from ._wire.keys import Keys
@@ -151,20 +151,8 @@ __all__ = [
     "report_progress",
 ]
 
-#: Deprecated names (removed in the next release), each with its replacement.
-_DEPRECATED = {"Stats": ("GroupStats", GroupStats)}
-
 if TYPE_CHECKING:
     Stats = GroupStats  # deprecated: use GroupStats
-else:
 
-    def __getattr__(name: str) -> Any:
-        if name in _DEPRECATED:
-            new_name, value = _DEPRECATED[name]
-            warnings.warn(
-                f"trunner.{name} is deprecated, use trunner.{new_name}",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            return value
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+#: Names that moved or were renamed: they resolve, with a warning, until the next release.
+deprecate_attributes(__name__, {"Stats": Deprecated(GroupStats, "trunner.GroupStats")})

@@ -25,9 +25,9 @@ that has not noticed yet cannot act.
 
 from __future__ import annotations
 
-import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ._deprecate import Deprecated, deprecate_attributes
 from ._leader.election import Elector, open_elector
 from ._leader.events import Demoted, ElectionEvent, ElectionFailed, Promoted
 
@@ -42,15 +42,8 @@ __all__ = [
 
 if TYPE_CHECKING:
     ElectionError = ElectionFailed  # deprecated: use ElectionFailed
-else:
 
-    def __getattr__(name: str) -> Any:
-        if name == "ElectionError":
-            warnings.warn(
-                "trunner.election.ElectionError is deprecated, use ElectionFailed (an event, "
-                "not an exception)",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            return ElectionFailed
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+deprecate_attributes(
+    __name__,
+    {"ElectionError": Deprecated(ElectionFailed, "ElectionFailed (an event, not an exception)")},
+)

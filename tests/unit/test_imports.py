@@ -33,6 +33,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
         frozenset(
             {
                 "trunner._context",
+                "trunner._deprecate",
                 # The middleware hooks, run by producers, the engine and eager calls: beside
                 # the Middleware they run, below every caller.
                 "trunner._hooks",
