@@ -299,8 +299,8 @@ class ResultNotFound(TrunnerError, LookupError):
     ``LookupError``).
 
     Its subclasses say why, when the handle can tell:
-    [``ResultNotKept``][trunner.ResultNotKept] (the task ended, and keeps no result) and
-    [``ResultExpired``][trunner.ResultExpired] (its result was kept, and is gone). Raised as
+    [``ResultNotKept``][trunner.errors.ResultNotKept] (the task ended, and keeps no result) and
+    [``ResultExpired``][trunner.errors.ResultExpired] (its result was kept, and is gone). Raised as
     itself when it cannot: an id never dispatched to the group or long gone, or a task
     dispatched by name through a client that does not know it (see
     [No outcome stored](task-handles.md#no-outcome-stored)).
@@ -416,8 +416,8 @@ class RunnerNotRunning(TrunnerError, RuntimeError):
 class Crashed(TrunnerError):
     """A background component failed; ``__cause__`` is the exception group of its errors.
 
-    The base class of [``RunnerCrashed``][trunner.RunnerCrashed] and
-    [``ElectorCrashed``][trunner.ElectorCrashed]. Raised as itself on leaving
+    The base class of [``RunnerCrashed``][trunner.errors.RunnerCrashed] and
+    [``ElectorCrashed``][trunner.errors.ElectorCrashed]. Raised as itself on leaving
     [``open_client``][trunner.open_client] or [``open_redis``][trunner.open_redis] when
     their Redis handle failed.
     """

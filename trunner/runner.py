@@ -10,7 +10,7 @@ fetchers stop, unstarted messages are released, running tasks drain, the service
 by one, and what is still held is released. Every step that talks to Redis is shielded
 and bounded.
 
-Supervision: a runner ends with :class:`~trunner.RunnerCrashed` only for a defect of
+Supervision: a runner ends with :class:`~trunner.errors.RunnerCrashed` only for a defect of
 trunner itself, and never the next instance for the same data. Errors caused by data (a
 stream entry, a stored value, a registered cron expression, a task's payload) are
 contained to that item by the loop that read it: the item is dead-lettered (messages) or

@@ -15,8 +15,8 @@ import pytest
 import trio
 
 import trunner
-from trunner import Keys
 from trunner._redis import SCRIPTS, Broker, RawEntry, open_transport
+from trunner.keys import Keys
 from trunner.message import encode_message
 
 from ..conftest import config, open_checked_runner

@@ -8,8 +8,8 @@ from typing import Any
 import trio
 
 import trunner
-from trunner import Keys
 from trunner._redis import SCRIPTS, Arg, Broker, RawEntry, open_transport
+from trunner.keys import Keys
 from trunner.message import encode_message
 
 from ..conftest import config

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 import trunner
-from trunner import CancelOutcome, Keys, TaskState
+from trunner import CancelOutcome, TaskState
+from trunner.keys import Keys
 from trunner.message import encode_message
 
 from ..conftest import Gate, config, open_checked_runner, raw_client, redis_state

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from trunner import Keys
+from trunner.keys import Keys
 from trunner.message import NO_SIZE_LIMIT, encode_message
 
 BATCH = 5000

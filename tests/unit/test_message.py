@@ -16,7 +16,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trunner import InvalidMessage, InvalidPayload, PayloadTooLarge, TaskMessage, TrunnerError
+from trunner import InvalidPayload, PayloadTooLarge, TaskMessage, TrunnerError
+from trunner.errors import InvalidMessage
 from trunner.message import (
     PAYLOAD_FIELD,
     MessageDecodeError,

@@ -11,7 +11,7 @@ its reason, and the loop goes on. Setting aside means, at once:
   them, ``trunner quarantine list`` shows them, :meth:`Client.quarantined
   <trunner.Client.quarantined>` reads them;
 * one more in ``statistics().quarantined``;
-* a :class:`~trunner.BadData` through ``Runner.errors()``;
+* a :class:`~trunner.errors.BadData` through ``Runner.errors()``;
 * one log line at ERROR, once per item and reason in the life of the runner (a bad value
   left in place and read again every round is recorded and logged once).
 

@@ -14,7 +14,7 @@ __all__ = ["AdminCalls"]
 
 
 class AdminCalls:
-    """Every method of [``Admin``][trunner.Admin], on a runner or a client, delegated to
+    """Every method of [``Admin``][trunner.admin.Admin], on a runner or a client, delegated to
     its ``admin``."""
 
     @property
@@ -23,91 +23,91 @@ class AdminCalls:
         raise NotImplementedError
 
     async def queue_length(self) -> int:
-        """Same as [``admin.queue_length``][trunner.Admin.queue_length]."""
+        """Same as [``admin.queue_length``][trunner.admin.Admin.queue_length]."""
         return await self.admin.queue_length()
 
     async def lane_lengths(self) -> dict[str, int]:
-        """Same as [``admin.lane_lengths``][trunner.Admin.lane_lengths]."""
+        """Same as [``admin.lane_lengths``][trunner.admin.Admin.lane_lengths]."""
         return await self.admin.lane_lengths()
 
     async def pending_count(self) -> int:
-        """Same as [``admin.pending_count``][trunner.Admin.pending_count]."""
+        """Same as [``admin.pending_count``][trunner.admin.Admin.pending_count]."""
         return await self.admin.pending_count()
 
     async def delayed_count(self) -> int:
-        """Same as [``admin.delayed_count``][trunner.Admin.delayed_count]."""
+        """Same as [``admin.delayed_count``][trunner.admin.Admin.delayed_count]."""
         return await self.admin.delayed_count()
 
     async def dead_letter_count(self) -> int:
-        """Same as [``admin.dead_letter_count``][trunner.Admin.dead_letter_count]."""
+        """Same as [``admin.dead_letter_count``][trunner.admin.Admin.dead_letter_count]."""
         return await self.admin.dead_letter_count()
 
     async def waiting_age(self) -> float | None:
-        """Same as [``admin.waiting_age``][trunner.Admin.waiting_age]."""
+        """Same as [``admin.waiting_age``][trunner.admin.Admin.waiting_age]."""
         return await self.admin.waiting_age()
 
     async def group_stats(self) -> GroupStats:
-        """Same as [``admin.group_stats``][trunner.Admin.group_stats]."""
+        """Same as [``admin.group_stats``][trunner.admin.Admin.group_stats]."""
         return await self.admin.group_stats()
 
     async def instances(self) -> list[InstanceInfo]:
-        """Same as [``admin.instances``][trunner.Admin.instances]."""
+        """Same as [``admin.instances``][trunner.admin.Admin.instances]."""
         return await self.admin.instances()
 
     async def inspect(self) -> GroupInfo:
-        """Same as [``admin.inspect``][trunner.Admin.inspect]."""
+        """Same as [``admin.inspect``][trunner.admin.Admin.inspect]."""
         return await self.admin.inspect()
 
     async def pause(self) -> bool:
-        """Same as [``admin.pause``][trunner.Admin.pause]."""
+        """Same as [``admin.pause``][trunner.admin.Admin.pause]."""
         return await self.admin.pause()
 
     async def resume(self) -> bool:
-        """Same as [``admin.resume``][trunner.Admin.resume]."""
+        """Same as [``admin.resume``][trunner.admin.Admin.resume]."""
         return await self.admin.resume()
 
     async def dead_letters(self, count: int = 100, start: str = "-") -> list[DeadLetter]:
-        """Same as [``admin.dead_letters``][trunner.Admin.dead_letters]."""
+        """Same as [``admin.dead_letters``][trunner.admin.Admin.dead_letters]."""
         return await self.admin.dead_letters(count, start)
 
     async def dead_letters_newest(self, count: int = 100, end: str = "+") -> list[DeadLetter]:
-        """Same as [``admin.dead_letters_newest``][trunner.Admin.dead_letters_newest]."""
+        """Same as [``admin.dead_letters_newest``][trunner.admin.Admin.dead_letters_newest]."""
         return await self.admin.dead_letters_newest(count, end)
 
     async def replay_dead_letters(
         self, ids: Sequence[str] | None = None, *, task: str | None = None
     ) -> ReplayResult:
-        """Same as [``admin.replay_dead_letters``][trunner.Admin.replay_dead_letters]."""
+        """Same as [``admin.replay_dead_letters``][trunner.admin.Admin.replay_dead_letters]."""
         return await self.admin.replay_dead_letters(ids, task=task)
 
     async def delete_dead_letters(
         self, ids: Sequence[str] | None = None, *, task: str | None = None
     ) -> int:
-        """Same as [``admin.delete_dead_letters``][trunner.Admin.delete_dead_letters]."""
+        """Same as [``admin.delete_dead_letters``][trunner.admin.Admin.delete_dead_letters]."""
         return await self.admin.delete_dead_letters(ids, task=task)
 
     async def purge_dead_letters(self) -> int:
-        """Same as [``admin.purge_dead_letters``][trunner.Admin.purge_dead_letters]."""
+        """Same as [``admin.purge_dead_letters``][trunner.admin.Admin.purge_dead_letters]."""
         return await self.admin.purge_dead_letters()
 
     async def delayed_tasks(self, count: int = 50, offset: int = 0) -> list[DelayedTask]:
-        """Same as [``admin.delayed_tasks``][trunner.Admin.delayed_tasks]."""
+        """Same as [``admin.delayed_tasks``][trunner.admin.Admin.delayed_tasks]."""
         return await self.admin.delayed_tasks(count, offset)
 
     async def cron_entries(self) -> list[CronEntry]:
-        """Same as [``admin.cron_entries``][trunner.Admin.cron_entries]."""
+        """Same as [``admin.cron_entries``][trunner.admin.Admin.cron_entries]."""
         return await self.admin.cron_entries()
 
     async def quarantined(self, count: int = 100, start: str = "-") -> list[QuarantineRecord]:
-        """Same as [``admin.quarantined``][trunner.Admin.quarantined]."""
+        """Same as [``admin.quarantined``][trunner.admin.Admin.quarantined]."""
         return await self.admin.quarantined(count, start)
 
     async def quarantine_count(self) -> int:
-        """Same as [``admin.quarantine_count``][trunner.Admin.quarantine_count]."""
+        """Same as [``admin.quarantine_count``][trunner.admin.Admin.quarantine_count]."""
         return await self.admin.quarantine_count()
 
     async def purge_quarantine(self) -> int:
-        """Same as [``admin.purge_quarantine``][trunner.Admin.purge_quarantine]."""
+        """Same as [``admin.purge_quarantine``][trunner.admin.Admin.purge_quarantine]."""
         return await self.admin.purge_quarantine()
 
     async def stats(self) -> GroupStats:

@@ -421,10 +421,14 @@ class UniqueLock:
     """
 
     key: str
+    """The lock's key."""
     token: str
+    """The token of the dispatch that holds it."""
     ttl_ms: int
+    """Its time-to-live (``unique_for``), in milliseconds."""
 
     def encode(self) -> str:
+        """The stored form, ``["<key>", "<token>", <ttl>]``."""
         return json.dumps([self.key, self.token, self.ttl_ms])
 
     @classmethod

@@ -16,6 +16,7 @@ The pytest fixtures built on these live in ``trunner.pytest_plugin`` (enable the
 pytest: it works with any test runner.
 """
 
+from .._redis import forget_memory_server
 from ._eager import call_task
 from ._errors import CapturedErrors, capture_errors
 from ._factory import RunnerFactory, clean_keys, open_runner_factory
@@ -33,6 +34,7 @@ __all__ = [
     "call_task",
     "capture_errors",
     "clean_keys",
+    "forget_memory_server",
     "open_runner_factory",
     "run_until_idle",
 ]
