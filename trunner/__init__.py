@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from . import admin, election, errors, keys, middleware
 from ._context import current_message
 from ._deprecate import Deprecated, deprecate_attributes, moved_to
+from ._public import fixup_module_metadata
 from ._redis import forget_memory_server as _forget_memory_server
 from ._redis import redact_url
 from ._task import Task, TaskDefaults
@@ -153,6 +154,8 @@ deprecate_attributes(
         "Stats": Deprecated(admin.GroupStats, "trunner.admin.GroupStats"),
     },
 )
+
+fixup_module_metadata(__name__, globals())
 
 if TYPE_CHECKING:  # the moved names, for type checkers, until their removal
     from ._redis import forget_memory_server as forget_memory_server

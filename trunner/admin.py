@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 
 from ._producer import admin as queries
 from ._producer.opening import check_producer_args, group_keys
+from ._public import fixup_module_metadata
 from ._redis import Broker, open_transport
 from ._util import connection_name, wall_ms
 from ._wire.inspection import (
@@ -403,3 +404,6 @@ async def open_admin(
             yield admin
         finally:
             admin._close()
+
+
+fixup_module_metadata(__name__, globals())

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from ._deprecate import Deprecated, deprecate_attributes
 from ._leader.election import Elector, open_elector
 from ._leader.events import Demoted, ElectionEvent, ElectionFailed, Promoted
+from ._public import fixup_module_metadata
 
 __all__ = [
     "Demoted",
@@ -39,6 +40,8 @@ __all__ = [
     "Promoted",
     "open_elector",
 ]
+
+fixup_module_metadata(__name__, globals())
 
 if TYPE_CHECKING:
     ElectionError = ElectionFailed  # deprecated: use ElectionFailed

@@ -34,6 +34,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
             {
                 "trunner._context",
                 "trunner._deprecate",
+                "trunner._public",
                 # The middleware hooks, run by producers, the engine and eager calls: beside
                 # the Middleware they run, below every caller.
                 "trunner._hooks",

@@ -11,6 +11,8 @@ the release that removes it.
 from __future__ import annotations
 
 import importlib
+import inspect
+import typing
 import warnings
 
 import pytest
@@ -283,3 +285,42 @@ def test_a_removed_name_is_gone(dotted: str) -> None:
     module_name, _, name = dotted.rpartition(".")
     with pytest.raises(AttributeError, match=f"no attribute {name!r}"):
         getattr(importlib.import_module(module_name), name)
+
+
+def _defined_in_trunner(dotted: str) -> bool:
+    module_name, _, name = dotted.rpartition(".")
+    value = getattr(importlib.import_module(module_name), name)
+    return (inspect.isclass(value) or inspect.isfunction(value)) and value.__module__.startswith(
+        "trunner"
+    )
+
+
+@pytest.mark.parametrize(
+    "dotted",
+    [
+        d
+        for d in sorted(f"{m}.{n}" for m, names in PUBLIC.items() for n in names)
+        if _defined_in_trunner(d)
+    ],
+)
+def test_a_public_object_names_a_public_home(dotted: str) -> None:
+    """Its ``__module__`` (what tracebacks, reprs and pickle use) is a public module that
+    holds it, never a private one; the annotations of a class renamed so still resolve."""
+    module_name, _, name = dotted.rpartition(".")
+    value = getattr(importlib.import_module(module_name), name)
+    home = importlib.import_module(value.__module__)
+    assert not any(part.startswith("_") for part in home.__name__.split(".")), home.__name__
+    assert getattr(home, value.__qualname__) is value
+    if inspect.isclass(value) and inspect.getsourcefile(value) != inspect.getsourcefile(home):
+        typing.get_type_hints(value)
+
+
+def test_the_top_level_is_the_home_of_what_it_exports() -> None:
+    import trunner  # noqa: PLC0415 - the package under test
+
+    assert trunner.Task.__module__ == "trunner"  # defined in trunner._task
+    assert trunner.WorkerSettings.__module__ == "trunner"  # trunner.serve exports it too
+    assert trunner.current_message.__module__ == "trunner"
+    assert trunner.admin.DeadLetter.__module__ == "trunner.admin"
+    assert trunner.keys.Keys.__module__ == "trunner.keys"
+    assert trunner.TaskFailed.__module__ == "trunner.errors"  # defined in a public module
