@@ -22,15 +22,10 @@ import timeit
 from typing import Any
 
 try:
-    from trunner._wire.envelope import (
-        NO_SIZE_LIMIT,
-        decode_fields,
-        decode_message,
-        encode_message,
-        reencode_for_retry,
-    )
+    from trunner._wire.decode import decode_fields, decode_message
+    from trunner._wire.envelope import NO_SIZE_LIMIT, encode_message, reencode_for_retry
 except ImportError:  # a revision before the envelope moved
-    from trunner.message import (  # type: ignore[no-redef]
+    from trunner.message import (  # type: ignore[attr-defined, no-redef]
         NO_SIZE_LIMIT,
         decode_fields,
         decode_message,
@@ -68,21 +63,21 @@ def codec_figures(repeat: int) -> list[dict[str, Any]]:
         message = decode_message("1764412800123-0", fields)
         row = {"payload": name, "bytes": len(data)}
         row["encode_us"] = best_us(
-            lambda p=payload: encode_message(  # type: ignore[misc]
+            lambda p=payload: encode_message(
                 "send_email", p, enqueued_at=NOW, max_bytes=NO_SIZE_LIMIT, headers={"h": "v"}
             ),
             repeat,
         )
         row["fetch_us"] = best_us(
-            lambda f=fields: decode_fields("1764412800123-0", f, 1, None),  # type: ignore[misc]
+            lambda f=fields: decode_fields("1764412800123-0", f, 1, None),
             repeat,
         )
         row["decode_us"] = best_us(
-            lambda f=fields: decode_message("1764412800123-0", f),  # type: ignore[misc]
+            lambda f=fields: decode_message("1764412800123-0", f),
             repeat,
         )
         row["retry_us"] = best_us(
-            lambda m=message: reencode_for_retry(m, 2, NO_SIZE_LIMIT),  # type: ignore[misc]
+            lambda m=message: reencode_for_retry(m, 2, NO_SIZE_LIMIT),
             repeat,
         )
         rows.append(row)

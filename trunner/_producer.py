@@ -15,6 +15,9 @@ import attrs
 from ._redis import Broker
 from ._util import wall_ms
 from ._wire.codec import untyped
+from ._wire.decode import MessageDecodeError, decode_message
+from ._wire.envelope import encode_message
+from ._wire.headers import check_headers
 from ._wire.keys import DEFAULT_LANE, UniqueLock, check_lane
 from ._wire.stats import GroupStats, InstanceInfo
 from .admin import (
@@ -38,13 +41,7 @@ from .admin import (
 )
 from .errors import InvalidHeaders, InvalidPayload, RunnerNotRunning, TaskAlreadyDispatched
 from .handles import Known, TaskHandle, Waiters
-from .message import (
-    MessageDecodeError,
-    MessageOptions,
-    check_headers,
-    decode_message,
-    encode_message,
-)
+from .message import MessageOptions
 from .middleware import DispatchHooks, DispatchInfo, Middleware
 from .pausing import notices_for
 from .quarantine import QuarantineRecord

@@ -18,20 +18,13 @@ import attrs
 
 from ._redis import BadValue, Broker, RawEntry
 from ._util import wall_ms
+from ._wire.decode import MessageDecodeError, decode_message, stored_headers, stored_unique_for
+from ._wire.envelope import NO_SIZE_LIMIT, message_growth, reencode_for_retry
 from ._wire.keys import DEFAULT_LANE, UniqueLock, is_lane, is_lane_entry_id, split_entry_id
 from ._wire.stats import GroupStats, InstanceInfo, compute_stats, stats_or_none
 from .errors import RedisCommandError
 from .handles import status_of
-from .message import (
-    DEFAULT_UNIQUE_FOR,
-    NO_SIZE_LIMIT,
-    MessageDecodeError,
-    decode_message,
-    message_growth,
-    reencode_for_retry,
-    stored_headers,
-    stored_unique_for,
-)
+from .message import DEFAULT_UNIQUE_FOR
 from .pausing import read_paused_since
 from .quarantine import QuarantineRecord
 from .status import TaskStatus

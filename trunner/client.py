@@ -11,10 +11,10 @@ from . import _validate as v
 from ._producer import Producer
 from ._redis import Broker, open_transport
 from ._util import connection_name, run_in_background
+from ._wire.envelope import DEFAULT_MAX_PAYLOAD_BYTES
 from ._wire.keys import Keys, check_name
 from .errors import Crashed
 from .handles import Waiters
-from .message import DEFAULT_MAX_PAYLOAD_BYTES
 from .middleware import Middleware, check_middleware
 from .redis_handle import RedisHandle
 from .task import TaskRegistry

@@ -31,6 +31,7 @@ from ._engine.holdings import split_deliveries
 from ._redis import Broker, Subscriber, TaskLook
 from ._util import LoopBackoff, logger, wall_ms
 from ._wire.codec import TypeCodec, untyped
+from ._wire.decode import MessageDecodeError, decode_message
 from .errors import (
     BackendError,
     BadData,
@@ -46,7 +47,6 @@ from .errors import (
     TrunnerError,
 )
 from .errors import RemoteFailure as _RemoteFailure
-from .message import MessageDecodeError, decode_message
 from .status import (
     UNASKED_KEEP,
     CancelOutcome,

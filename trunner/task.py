@@ -19,10 +19,12 @@ from . import _validate as v
 from ._executors.eager import run_eagerly
 from ._util import user_stacklevel
 from ._wire.codec import TypeCodec, codec_for
+from ._wire.envelope import NO_SIZE_LIMIT, encode_message
+from ._wire.headers import NO_HEADERS, check_headers
 from ._wire.keys import DEFAULT_LANE, check_lane, utf8_error
 from ._wire.limits import Limits, parse_rate
 from .errors import InvalidPayload, TaskNotFound
-from .message import NO_HEADERS, NO_SIZE_LIMIT, MessageOptions, check_headers, encode_message
+from .message import MessageOptions
 from .middleware import Middleware
 
 if TYPE_CHECKING:

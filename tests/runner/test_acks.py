@@ -10,8 +10,8 @@ from trunner._engine.acks import AckBuffer
 from trunner._engine.holdings import Holdings
 from trunner._redis import SCRIPTS, Broker, open_transport
 from trunner._util import ErrorLog
+from trunner._wire.envelope import encode_message
 from trunner._wire.keys import Keys
-from trunner.message import encode_message
 from trunner.statistics import Counters
 
 from ..conftest import config

@@ -24,6 +24,8 @@ import trunner.testing
 from trunner import Keys
 from trunner._engine.fetcher import lane_plan, split_excess
 from trunner._redis import Broker, RawEntry
+from trunner._wire.decode import decode_fields, decode_message
+from trunner._wire.envelope import encode_message
 from trunner._wire.keys import (
     DEFAULT_LANE,
     check_lane,
@@ -33,7 +35,6 @@ from trunner._wire.keys import (
     split_entry_id,
 )
 from trunner.errors import RedisUnavailable
-from trunner.message import decode_fields, decode_message, encode_message
 from trunner.testing import capture_errors
 
 from ..conftest import config, open_checked_runner, parts, redis_state

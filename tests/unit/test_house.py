@@ -42,7 +42,6 @@ ALLOWED_OVERSIZE: set[tuple[str, str]] = {
     ("errors.py", ""),
     ("handles.py", ""),
     ("handles.py", "TaskHandle"),
-    ("message.py", ""),
     ("middleware.py", ""),
     ("redis_handle.py", ""),
     ("runner.py", ""),

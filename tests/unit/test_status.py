@@ -9,8 +9,8 @@ import pytest
 
 from trunner import TaskState
 from trunner._redis import TaskLook
+from trunner._wire.envelope import encode_message
 from trunner.handles import status_of
-from trunner.message import encode_message
 from trunner.status import read_record
 
 NOT_NUMBERS = [b"nan", b"NaN", b"inf", b"-inf", b"1e400", b"-1e400", b"", b"many", b"\xff"]

@@ -31,6 +31,7 @@ import trio
 
 from .._redis import AckRecord, Arg, Broker, Record
 from .._util import ErrorLog, LoopBackoff, logger, wall_ms
+from .._wire.envelope import NO_SIZE_LIMIT, reencode_for_retry
 from ..config import RunnerConfig
 from ..errors import (
     BackendError,
@@ -40,7 +41,6 @@ from ..errors import (
     TaskNotFound,
     gives_up,
 )
-from ..message import NO_SIZE_LIMIT, reencode_for_retry
 from ..quarantine import Quarantine
 from ..statistics import UNREGISTERED, Counters
 from ..status import MAX_TRACEBACK, RUNNING_TTL, UNASKED_KEEP, ttl_ms

@@ -34,17 +34,17 @@ from .._context import _current_message
 from .._executors.isolated import Isolated
 from .._redis import RawEntry
 from .._util import ErrorLog, logger, timed
-from ..config import RunnerConfig
-from ..errors import InvalidPayload, MiddlewareError
-from ..message import (
-    NO_OPTIONS,
+from .._wire.decode import (
     MessageDecodeError,
     addressed_group,
     decode_fields,
     decode_message,
     fields_of,
-    message_growth,
 )
+from .._wire.envelope import message_growth
+from ..config import RunnerConfig
+from ..errors import InvalidPayload, MiddlewareError
+from ..message import NO_OPTIONS
 from ..middleware import AttemptHooks, AttemptInfo
 from ..statistics import Counters
 from ..task import Task, TaskRegistry

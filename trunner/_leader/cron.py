@@ -30,9 +30,9 @@ import trio
 
 from .._redis import Broker
 from .._util import ErrorLog, LoopBackoff, logger
+from .._wire.envelope import encode_message
 from .._wire.keys import DEFAULT_LANE, UniqueLock
 from ..errors import BackendError, InvalidPayload
-from ..message import encode_message
 from ..quarantine import Quarantine
 from ..task import CronSchedule, TaskRegistry
 from .election import Elector

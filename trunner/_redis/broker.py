@@ -14,6 +14,7 @@ from typing import Any, Protocol, TypeVar
 import attrs
 import trio
 
+from .._wire.envelope import PAYLOAD_FIELD
 from .._wire.keys import (
     DEFAULT_LANE,
     RELEASED_CONSUMER,
@@ -25,7 +26,6 @@ from .._wire.keys import (
     split_entry_id,
 )
 from ..errors import BackendError, RedisCommandError
-from ..message import PAYLOAD_FIELD
 from .inspect import Inspection
 from .lease import LeaseStore
 from .resp import RawEntry, as_str, packed_fields, stream_entries, text_field
