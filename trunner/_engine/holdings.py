@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from ..message import Fields, MessageDecodeError, TaskMessage, message_from_fields
+from .._wire.decode import Fields, MessageDecodeError, message_from_fields
+from ..message import TaskMessage
 
 if TYPE_CHECKING:
     from .._wire.keys import Keys

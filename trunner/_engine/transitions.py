@@ -19,10 +19,10 @@ import trio
 from .._redis import Broker
 from .._task import Task
 from .._util import ErrorLog, LoopBackoff, logger, wall_ms
+from .._wire.envelope import NO_SIZE_LIMIT, reencode_for_retry
 from .._wire.record import UNASKED_KEEP
 from ..config import RunnerConfig
 from ..errors import BackendError
-from ..message import NO_SIZE_LIMIT, reencode_for_retry
 from ..statistics import UNREGISTERED
 from .acks import AckBuffer
 from .cancellation import MARK_LIFETIME

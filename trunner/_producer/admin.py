@@ -12,6 +12,8 @@ import attrs
 from .._engine.pausing import read_paused_since
 from .._redis import Broker, RawEntry
 from .._util import wall_ms
+from .._wire.decode import MessageDecodeError, decode_message, stored_unique_for
+from .._wire.envelope import NO_SIZE_LIMIT, message_growth, reencode_for_retry
 from .._wire.inspection import (
     GONE,
     MALFORMED,
@@ -31,15 +33,7 @@ from .._wire.names import is_lane_entry_id, split_entry_id
 from .._wire.quarantine import QuarantineRecord
 from .._wire.stats import GroupStats, InstanceInfo, compute_stats, stats_or_none
 from ..errors import RedisCommandError
-from ..message import (
-    DEFAULT_UNIQUE_FOR,
-    NO_SIZE_LIMIT,
-    MessageDecodeError,
-    decode_message,
-    message_growth,
-    reencode_for_retry,
-    stored_unique_for,
-)
+from ..message import DEFAULT_UNIQUE_FOR
 from ..registry import TaskRegistry
 from ..status import TaskStatus
 from .waiting import status_of
