@@ -14,7 +14,7 @@ Supervision: a runner ends with :class:`~trunner.RunnerCrashed` only for a defec
 trunner itself, and never the next instance for the same data. Errors caused by data (a
 stream entry, a stored value, a registered cron expression, a task's payload) are
 contained to that item by the loop that read it: the item is dead-lettered (messages) or
-set aside in the quarantine (:mod:`trunner.quarantine`), counted, reported through
+set aside in the quarantine (:mod:`trunner._engine.quarantine`), counted, reported through
 :meth:`Runner.errors`, logged once, and the loop goes on. A leader chore that fails
 anyway is restarted after a backoff (:mod:`trunner._leader.leadership`); Redis errors are retried
 with backoff by every loop.
