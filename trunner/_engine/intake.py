@@ -17,9 +17,10 @@ from .._wire.decode import (
     fields_of,
 )
 from .._wire.envelope import message_growth
+from .._wire.marks import GIVEN_UP, split_deliveries
 from ..config import RunnerConfig
 from ..registry import TaskRegistry
-from .holdings import GIVEN_UP, Job, beat_interval, split_deliveries
+from .holdings import Job, beat_interval
 
 __all__ = ["FOREIGN_SLACK", "Intake"]
 

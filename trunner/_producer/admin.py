@@ -9,7 +9,6 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from .._engine.pausing import read_paused_since
 from .._redis import Broker, RawEntry
 from .._util import wall_ms
 from .._wire.decode import MessageDecodeError, decode_message, stored_unique_for
@@ -222,7 +221,7 @@ async def read_stats(broker: Broker, ttl: float) -> GroupStats:
     queue_length = await broker.queue_length()
     instances = await read_instances(broker, ttl)
     previous = stats_or_none(await broker.latest_stats())
-    paused = await read_paused_since(broker) is not None
+    paused = await broker.paused_since() is not None
     average = previous.average if previous else 0.0
     return compute_stats(fields, queue_length, instances, time.time(), average, paused=paused)
 
@@ -249,7 +248,7 @@ async def inspect_group(broker: Broker, instance_ttl: float = 15.0) -> GroupInfo
         stats=stats_or_none(await broker.latest_stats()),
         quarantined=await broker.quarantine_count(),
         running=await running_tasks(broker, lanes=lanes) if pending else [],
-        paused_since=await read_paused_since(broker),
+        paused_since=await broker.paused_since(),
         queue=broker.keys.queue,
         concurrency=await broker.concurrency_usage(),
         lanes=lengths,

@@ -379,7 +379,8 @@ class Keys:
 
     @property
     def quarantine(self) -> str:
-        """The stream of bad data set aside, with the reason (see ``trunner._engine.quarantine``)."""
+        """The stream of bad data set aside, with the reason (see
+        ``trunner._engine.quarantine``)."""
         return self._key("quarantine")
 
     def types(self) -> dict[str, str]:
