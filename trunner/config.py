@@ -14,7 +14,7 @@ from ._wire.stats import GroupStats
 from .middleware import Middleware, check_middleware
 
 if TYPE_CHECKING:
-    from .message import TaskMessage
+    from ._wire.message import TaskMessage
 
 __all__ = ["MAX_LANES", "MAX_LANE_WEIGHT", "FailedTaskHandler", "LongQueueHook", "RunnerConfig"]
 

@@ -22,7 +22,7 @@ import attrs
 import trio
 
 from .._wire.decode import Fields, MessageDecodeError, message_from_fields
-from ..message import TaskMessage
+from .._wire.message import TaskMessage
 
 if TYPE_CHECKING:
     from .._task import Task

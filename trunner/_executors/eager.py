@@ -30,9 +30,9 @@ from .._wire.envelope import (
     reencode_for_retry,
 )
 from .._wire.headers import check_headers
+from .._wire.message import TaskMessage
 from .._wire.names import entry_id
 from ..errors import InvalidPayload, MaxRetryExceeded, MiddlewareError, gives_up
-from ..message import TaskMessage
 from ..middleware import AttemptInfo, DispatchInfo, Middleware, check_middleware
 
 __all__ = ["DEFAULT_MAX_PAYLOAD_BYTES", "EagerTask", "run_eagerly"]

@@ -28,11 +28,11 @@ from .._wire.inspection import (
     unread_lanes,
 )
 from .._wire.keys import UniqueLock
+from .._wire.message import DEFAULT_UNIQUE_FOR
 from .._wire.names import is_lane_entry_id, split_entry_id
 from .._wire.quarantine import QuarantineRecord
 from .._wire.stats import GroupStats, InstanceInfo, compute_stats, stats_or_none
 from ..errors import RedisCommandError
-from ..message import DEFAULT_UNIQUE_FOR
 from ..registry import TaskRegistry
 from ..status import TaskStatus
 from .waiting import status_of

@@ -16,9 +16,9 @@ from .._wire.codec import untyped
 from .._wire.decode import MessageDecodeError, decode_message
 from .._wire.headers import check_headers
 from .._wire.keys import UniqueLock
+from .._wire.message import MessageOptions
 from ..errors import InvalidHeaders, RunnerNotRunning, TaskAlreadyDispatched
 from ..handles import TaskHandle
-from ..message import MessageOptions
 from ..middleware import DispatchInfo, Middleware
 from ..registry import TaskRegistry
 from .build import (

@@ -21,9 +21,9 @@ import msgspec
 from msgspec import UNSET, Raw
 
 from ..errors import InvalidMessage
-from ..message import NO_OPTIONS, MessageOptions, TaskMessage
 from .envelope import PAYLOAD_FIELD, loads, read, seconds
 from .headers import NO_HEADERS, headers_error
+from .message import NO_OPTIONS, MessageOptions, TaskMessage
 from .names import check_lane, split_entry_id, utf8_error
 
 __all__ = [

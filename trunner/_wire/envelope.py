@@ -48,8 +48,8 @@ import msgspec
 from msgspec import UNSET, Raw, UnsetType
 
 from ..errors import InvalidPayload, PayloadTooLarge
-from ..message import NO_OPTIONS, MessageOptions, TaskMessage
 from .headers import check_headers
+from .message import NO_OPTIONS, MessageOptions, TaskMessage
 from .names import DEFAULT_LANE, utf8_error
 from .payload import Problem, find_problem, is_plain
 
