@@ -80,8 +80,8 @@ class RunnerView:
     @property
     def admin(self) -> Admin:
         """This runner's [``Admin``][trunner.Admin]: the group's inspection and
-        administration, over the runner's connections (``runner.pause()`` is
-        ``runner.admin.pause()``). Once the runner has stopped, its methods raise
+        administration, over the runner's connections (the deprecated ``runner.pause()``
+        is ``runner.admin.pause()``). Once the runner has stopped, its methods raise
         [``RunnerNotRunning``][trunner.RunnerNotRunning].
 
         Raises:
@@ -130,7 +130,7 @@ class RunnerView:
 
         Local and synchronous: it can be called in any state, before the start and after
         the stop included. The group's statistics are
-        [``group_stats``][trunner.Runner.group_stats].
+        [``admin.group_stats``][trunner.Admin.group_stats].
         """
         return snapshot(self._state, self._counters, self._errors, self.config, self._components)
 

@@ -39,9 +39,12 @@ class Client(DispatchCalls, ScheduleCalls, AdminCalls):
     [``schedule_for``][trunner.Runner.schedule_for],
     [``cancel_delayed``][trunner.Runner.cancel_delayed] ...), which behave the same, and
     its [``admin``][trunner.Client.admin] inspects and administers the group (the
-    client's own admin methods, such as ``client.dead_letters()``, are the admin's). After
-    the ``open_client`` block they raise [``RunnerNotRunning``][trunner.RunnerNotRunning].
+    client's own admin methods, such as ``client.dead_letters()``, are the admin's, and
+    deprecated). After the ``open_client`` block they raise
+    [``RunnerNotRunning``][trunner.RunnerNotRunning].
     """
+
+    _called = "client"
 
     def __init__(self, producer: Producer, admin: Admin, redis: RedisHandle, keys: Keys) -> None:
         self._dispatcher = producer

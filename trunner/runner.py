@@ -88,7 +88,7 @@ class Runner(RunnerView, DispatchCalls, ScheduleCalls, AdminCalls):
 
     Besides the members below, a runner has every [dispatch method][dispatch-methods]; its
     [``admin``][trunner.Runner.admin] inspects and administers the group (the runner's
-    own admin methods, such as ``runner.pause()``, are the admin's).
+    own admin methods, such as ``runner.pause()``, are the admin's, and deprecated).
 
     Args:
         redis: The Redis URL, as for [``open_runner``][trunner.open_runner].
@@ -104,6 +104,8 @@ class Runner(RunnerView, DispatchCalls, ScheduleCalls, AdminCalls):
         TaskNotFound: A cron schedule of ``tasks`` names a task that is not registered
             ([``TaskRegistry.check``][trunner.TaskRegistry.check]).
     """
+
+    _called = "runner"
 
     def __init__(self, redis: str, config: RunnerConfig, tasks: TaskRegistry) -> None:
         if not isinstance(config, RunnerConfig):
@@ -135,7 +137,7 @@ class Runner(RunnerView, DispatchCalls, ScheduleCalls, AdminCalls):
         self.consumer_name = config.consumer_name or instance_id(config.host)
         """This instance's consumer name: ``config.consumer_name``, or
         ``<host>:<pid>:<6 hex digits>``. It is also the instance's id in the leadership
-        lease and in [``instances``][trunner.Runner.instances]."""
+        lease and in [``instances``][trunner.Admin.instances]."""
         self._state = RunnerState.INIT
         self._counters = Counters()
         self._errors = ErrorLog()

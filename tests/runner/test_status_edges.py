@@ -111,7 +111,7 @@ async def test_an_entry_of_another_task_is_not_this_one(
         assert await _all_answers(impostor) is TaskState.UNKNOWN
         assert (await plain.status()).state is TaskState.QUEUED
         assert (await moved.status()).state is TaskState.QUEUED
-        assert await client.queue_length() == 2
+        assert await client.admin.queue_length() == 2
 
 
 @pytest.mark.parametrize("kind", ["string", "list", "set", "zset", "stream"])
