@@ -31,9 +31,10 @@ async def test_stats_calls_group_stats(memory_url: str, group: str) -> None:
         trunner.open_runner(memory_url, config(group), tasks) as runner,
         trunner.open_client(memory_url, group) as client,
     ):
-        for producer in (runner, client):
+        for producer, word in ((runner, "runner"), (client, "client")):
             with pytest.warns(
-                DeprecationWarning, match=r"stats\(\) is deprecated, use group_stats"
+                DeprecationWarning,
+                match=rf"{word}\.stats\(\) is deprecated, use {word}\.admin\.group_stats\(\)",
             ):
                 old = await producer.stats()
             new = await producer.admin.group_stats()

@@ -128,8 +128,8 @@ class AdminCalls:
     async def stats(self) -> GroupStats:
         """Deprecated alias of ``group_stats`` (removed in the next release)."""
         warnings.warn(
-            "stats() is deprecated, use group_stats(): the group's statistics, not to be "
-            "confused with statistics(), this instance's",
+            f"{self._called}.stats() is deprecated, use {self._called}.admin.group_stats(): "
+            "the group's statistics, not to be confused with statistics(), this instance's",
             DeprecationWarning,
             stacklevel=2,
         )
