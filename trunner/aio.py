@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import TypeVar
 
 from ._producer.dispatch import Producer
 from ._producer.dispatching import DispatchCalls
-from ._producer.opening import check_producer_args, group_keys
+from ._producer.opening import ClientArgs
 from ._producer.runtime import Event, Runtime
 from ._producer.scheduling import ScheduleCalls
 from ._producer.waiters import Waiters
@@ -34,15 +34,10 @@ from ._redis import (
     Broker,
     close_aio_transport,
     open_aio_transport,
-    refuse_memory,
 )
 from ._util import connection_name, logger
-from ._wire.keys import Keys
 from .admin import Admin
 from .errors import RunnerNotRunning
-from .message import DEFAULT_MAX_PAYLOAD_BYTES
-from .middleware import Middleware, check_middleware
-from .registry import TaskRegistry
 
 __all__ = ["ASYNCIO", "Client"]
 
@@ -84,7 +79,7 @@ ASYNCIO: Runtime = _Asyncio()
 _NAME = "trunner.aio.Client (open it first: async with client, or await client.open())"
 
 
-class Client(DispatchCalls, ScheduleCalls):
+class Client(ClientArgs, DispatchCalls, ScheduleCalls):
     """A client of one consumer group for asyncio code: dispatches tasks, waits for their
     results, and through its [``admin``][trunner.aio.Client.admin] inspects and
     administers the group.
@@ -103,35 +98,12 @@ class Client(DispatchCalls, ScheduleCalls):
     checked here, before connecting.
     """
 
-    def __init__(
-        self,
-        redis: str,
-        queue: str | None = None,
-        *,
-        group: str | None = None,
-        prefix: str = "trunner",
-        tasks: TaskRegistry | None = None,
-        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-        connect_timeout: float = 5.0,
-        command_timeout: float = 10.0,
-        max_connections: int = 20,
-        instance_ttl: float = 15.0,
-        middleware: Iterable[Middleware] = (),
-    ) -> None:
-        refuse_memory(redis)
-        self.keys: Keys = group_keys("trunner.aio.Client", queue, None, group, prefix)
-        """The Redis key names of the group."""
-        limits = (max_payload_bytes, connect_timeout, command_timeout, max_connections)
-        check_producer_args(tasks, *limits, instance_ttl)
-        self._url = redis
-        self._connect_timeout = connect_timeout
-        self._command_timeout = command_timeout
-        self._max_connections = max_connections
-        self._instance_ttl = instance_ttl
+    def _made(self) -> None:
+        options = self._options
         self._dispatcher = Producer(
-            registry=tasks,
-            max_payload_bytes=max_payload_bytes,
-            middleware=check_middleware(middleware),
+            registry=options["tasks"],
+            max_payload_bytes=options["max_payload_bytes"],
+            middleware=options["middleware"],
             name=_NAME,
             runtime=ASYNCIO,
         )
@@ -171,9 +143,9 @@ class Client(DispatchCalls, ScheduleCalls):
         transport = await open_aio_transport(
             self._url,
             client_name=connection_name(f"trunner-aio:{self.keys.queue}"),
-            max_connections=self._max_connections,
-            connect_timeout=self._connect_timeout,
-            command_timeout=self._command_timeout,
+            max_connections=self._options["max_connections"],
+            connect_timeout=self._options["connect_timeout"],
+            command_timeout=self._options["command_timeout"],
         )
         broker = Broker(transport, self.keys)
         waiters = Waiters(broker, ASYNCIO)
@@ -186,7 +158,7 @@ class Client(DispatchCalls, ScheduleCalls):
             broker,
             registry=self._dispatcher.registry,
             max_payload_bytes=self._dispatcher.max_payload_bytes,
-            instance_ttl=self._instance_ttl,
+            instance_ttl=self._options["instance_ttl"],
             name=_NAME,
         )
         self._transport = transport

@@ -231,15 +231,11 @@ class TaskHandle(str, Generic[R]):
         self._check_not_self()
         runtime = self._producer._runtime()
         until = deadline(timeout, runtime.now())
-        known = self._known
         if until <= runtime.now():  # timeout=0: one look, no waiting
             status, look = await self._look(None)
-            if status.state.finished:
-                return self._outcome(status, look, known)
-            known = self._known = self._learn(known, look)
-            if status.state is TaskState.UNKNOWN:
-                return self._outcome(status, look, known)
-            raise self._too_slow(timeout, status, known)
+            if self._settled(status, look):
+                return self._outcome(status, look, self._known)
+            raise self._too_slow(timeout, status, self._known)
         last: list[TaskStatus] = []
         ended, result = await runtime.until(until, lambda: self._wait(last))
         if ended:
@@ -250,19 +246,23 @@ class TaskHandle(str, Generic[R]):
         """Wait for the outcome, looking again at each announcement (``last``: the
         statuses seen, for the error of a wait that runs out of time)."""
         producer = self._producer
-        known = self._known
         while True:
             waiters = producer._open_waiters()
             with waiters.register(self.id) as announced:
                 await waiters.subscribed()
                 status, look = await self._look(waiters)
-                if status.state.finished:
-                    return self._outcome(status, look, known)
-                known = self._known = self._learn(known, look)
-                if status.state is TaskState.UNKNOWN:
-                    return self._outcome(status, look, known)
+                if self._settled(status, look):
+                    return self._outcome(status, look, self._known)
                 last[:] = [status]
                 await announced.wait()
+
+    def _settled(self, status: TaskStatus, look: TaskLook) -> bool:
+        """Whether a look ends the wait (an outcome stored, or nothing left to wait for);
+        what it found is learnt first, unless the task finished."""
+        if status.state.finished:
+            return True
+        self._known = self._learn(self._known, look)
+        return status.state is TaskState.UNKNOWN
 
     def _learn(self, known: Known, look: TaskLook) -> Known:
         """What ``known`` becomes with what ``look`` found (see ``waiting.learned``)."""

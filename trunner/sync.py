@@ -28,17 +28,13 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypedDict, TypeVar, Unp
 import trio
 
 from . import admin as _admin
-from ._producer.opening import check_producer_args, group_keys
-from ._redis import refuse_memory
+from ._producer.opening import ClientArgs
 from ._task import Expiry, Task
 from ._util import logger
 from .client import Client as TrioClient
 from .client import open_client
 from .errors import RunnerNotRunning
 from .handles import TaskHandle as TrioHandle
-from .message import DEFAULT_MAX_PAYLOAD_BYTES
-from .middleware import Middleware, check_middleware
-from .registry import TaskRegistry
 from .status import CancelOutcome, TaskStatus
 
 __all__ = ["Admin", "Client", "DispatchOptions", "TaskHandle"]
@@ -186,7 +182,7 @@ class _Thread:
         self._thread.join()
 
 
-class Client:
+class Client(ClientArgs):
     """A client of one consumer group for synchronous code: dispatches tasks, waits for
     their results, and through its [``admin``][trunner.sync.Client.admin] inspects and
     pauses the group. Safe to share between threads.
@@ -199,33 +195,7 @@ class Client:
     URL but ``memory://``: ``ValueError``); they are checked here, before connecting.
     """
 
-    def __init__(
-        self,
-        redis: str,
-        queue: str | None = None,
-        *,
-        group: str | None = None,
-        prefix: str = "trunner",
-        tasks: TaskRegistry | None = None,
-        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-        connect_timeout: float = 5.0,
-        command_timeout: float = 10.0,
-        max_connections: int = 20,
-        instance_ttl: float = 15.0,
-        middleware: Iterable[Middleware] = (),
-    ) -> None:
-        refuse_memory(redis)
-        self.keys = group_keys("trunner.sync.Client", queue, None, group, prefix)
-        """The Redis key names of the group."""
-        limits = (max_payload_bytes, connect_timeout, command_timeout, max_connections)
-        check_producer_args(tasks, *limits, instance_ttl)
-        self._url = redis
-        self._options: dict[str, Any] = {
-            "queue": self.keys.queue, "group": group, "prefix": prefix, "tasks": tasks,
-            "max_payload_bytes": max_payload_bytes, "connect_timeout": connect_timeout,
-            "command_timeout": command_timeout, "max_connections": max_connections,
-            "instance_ttl": instance_ttl, "middleware": check_middleware(middleware),
-        }  # fmt: skip
+    def _made(self) -> None:
         self._lock = threading.Lock()
         self._thread: _Thread | None = None
         self.admin = Admin(self)

@@ -49,13 +49,22 @@ def connections(url: str, role: str) -> list[dict[str, Any]]:
         return [c for c in raw.client_list() if c["name"].startswith(role)]
 
 
+@pytest.fixture
+async def worker(
+    redis_server: RedisServer, group: str, workers: list[Worker], tmp_path: Path
+) -> Worker:
+    """A worker process of the group (tests/processes/worker_process.py), ready; its
+    tasks log to ``tmp_path / "log"``."""
+    started = Worker(redis_server.url, group, tmp_path / "log", {})
+    workers.append(started)
+    await started.ready()
+    return started
+
+
 @pytest.mark.deadline(90)
 async def test_many_asyncio_tasks_share_one_client_and_one_subscription(
-    redis_server: RedisServer, group: str, keys: Keys, workers: list[Worker], tmp_path: Path
+    redis_server: RedisServer, group: str, keys: Keys, worker: Worker
 ) -> None:
-    worker = Worker(redis_server.url, group, tmp_path / "log", {})
-    workers.append(worker)
-    await worker.ready()
     url = redis_server.url
 
     async def scenario() -> tuple[list[Any], int, int]:
@@ -105,12 +114,9 @@ async def test_a_dropped_subscription_under_a_waiting_asyncio_handle_still_deliv
 
 @pytest.mark.deadline(90)
 async def test_a_cancel_from_asyncio_reaches_the_running_task(
-    redis_server: RedisServer, group: str, workers: list[Worker], tmp_path: Path
+    redis_server: RedisServer, group: str, worker: Worker, tmp_path: Path
 ) -> None:
     log = tmp_path / "log"
-    worker = Worker(redis_server.url, group, log, {})
-    workers.append(worker)
-    await worker.ready()
 
     async def scenario() -> tuple[CancelOutcome, TaskState, str]:
         async with trunner.aio.Client(redis_server.url, queue=group) as client:
@@ -131,11 +137,8 @@ async def test_a_cancel_from_asyncio_reaches_the_running_task(
 
 @pytest.mark.deadline(90)
 async def test_a_sync_client_is_shared_by_many_threads(
-    redis_server: RedisServer, group: str, keys: Keys, workers: list[Worker], tmp_path: Path
+    redis_server: RedisServer, group: str, keys: Keys, worker: Worker
 ) -> None:
-    worker = Worker(redis_server.url, group, tmp_path / "log", {})
-    workers.append(worker)
-    await worker.ready()
     url = redis_server.url
 
     def scenario() -> tuple[list[Any], int]:
