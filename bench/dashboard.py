@@ -27,7 +27,7 @@ import redis
 import trio
 
 import trunner
-from trunner.message import NO_SIZE_LIMIT, encode_message
+from trunner._wire.envelope import NO_SIZE_LIMIT, encode_message
 
 REPO = Path(__file__).resolve().parent.parent
 BATCH = 5000

@@ -2,7 +2,7 @@
 client and admin it serves, its statistics and errors, and its view of the group's pause.
 
 :class:`~trunner.Runner` inherits these members; they read the components
-:mod:`trunner._engine.assembly` built for the current run, and raise
+:mod:`trunner._lifecycle.assembly` built for the current run, and raise
 :class:`~trunner.RunnerNotRunning` where there is nothing to read yet.
 """
 
@@ -12,10 +12,10 @@ from collections.abc import AsyncIterator
 
 import attrs
 
-from ._engine.assembly import Components, snapshot
 from ._engine.counters import Counters
 from ._engine.pausing import PauseGate
 from ._leader.election import Elector
+from ._lifecycle.assembly import Components, snapshot
 from ._util import ErrorLog
 from .admin import Admin
 from .client import Client

@@ -16,10 +16,10 @@ from ._producer.scheduling import ScheduleCalls
 from ._producer.waiters import Waiters
 from ._redis import Broker, open_transport
 from ._util import connection_name, run_in_background
+from ._wire.envelope import DEFAULT_MAX_PAYLOAD_BYTES
 from ._wire.keys import Keys
 from .admin import Admin
 from .errors import Crashed
-from .message import DEFAULT_MAX_PAYLOAD_BYTES
 from .middleware import Middleware, check_middleware
 from .redis_handle import RedisHandle
 from .registry import TaskRegistry

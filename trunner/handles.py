@@ -18,7 +18,6 @@ import time
 from typing import Generic, Protocol, TypeVar
 
 from ._context import _current_message
-from ._engine.cancellation import MARK_LIFETIME
 from ._producer.runtime import Runtime
 from ._producer.waiters import Waiters
 from ._producer.waiting import (
@@ -36,6 +35,7 @@ from ._producer.waiting import (
 from ._redis import Broker, TaskLook
 from ._util import wall_ms
 from ._wire.codec import TypeCodec, untyped
+from ._wire.marks import MARK_LIFETIME
 from ._wire.record import UNASKED_KEEP, record_fields, ttl_ms
 from .errors import BackendError, ResultTimeout, TrunnerError
 from .status import CancelOutcome, TaskState, TaskStatus

@@ -25,7 +25,7 @@ import trio
 
 import trunner
 from trunner._redis import Broker, Owner, Reader, Transport, open_transport
-from trunner.message import PAYLOAD_FIELD, encode_message
+from trunner._wire.envelope import PAYLOAD_FIELD, encode_message
 from trunner.testing import run_until_idle
 
 from ..conftest import config, open_checked_runner, redis_state

@@ -14,9 +14,9 @@ import pytest
 import trio
 
 import trunner
+from trunner._wire.envelope import encode_message
 from trunner._wire.keys import Keys
 from trunner.election import Elector
-from trunner.message import encode_message
 from trunner.schedule import CronSchedule
 from trunner.status import TaskState
 

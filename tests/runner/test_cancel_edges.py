@@ -17,7 +17,7 @@ import trunner
 import trunner._engine.cancellation
 from trunner import CancelOutcome, Keys, TaskState
 from trunner._redis import SCRIPTS, Broker, open_transport
-from trunner.message import encode_message
+from trunner._wire.envelope import encode_message
 
 from ..conftest import Gate, config, open_checked_runner, parts, raw_client
 from ..support.faults import FaultyTransport, script_call

@@ -46,8 +46,8 @@ from hypothesis import strategies as st
 import trunner
 from trunner import Keys
 from trunner._redis import forget_memory_server
+from trunner._wire.envelope import encode_message
 from trunner._wire.keys import UniqueLock
-from trunner.message import encode_message
 from trunner.testing import open_runner_factory
 
 from ..conftest import parts, raw_client, redis_state

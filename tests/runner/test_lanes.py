@@ -24,10 +24,11 @@ import trunner.testing
 from trunner import Keys
 from trunner._engine.lanes import lane_plan, split_excess
 from trunner._redis import Broker, RawEntry
+from trunner._wire.decode import decode_fields, decode_message
+from trunner._wire.envelope import encode_message
 from trunner._wire.keys import hash_tag
 from trunner._wire.names import DEFAULT_LANE, check_lane, entry_id, lane_suffix, split_entry_id
 from trunner.errors import RedisUnavailable
-from trunner.message import decode_fields, decode_message, encode_message
 from trunner.testing import capture_errors
 
 from ..conftest import config, open_checked_runner, parts, redis_state

@@ -20,6 +20,7 @@ import trio
 
 import trunner
 from trunner import Keys, TaskState
+from trunner._wire.envelope import encode_message
 from trunner._wire.keys import hash_tag
 
 from ..conftest import config, open_checked_runner, parts, redis_state
@@ -327,7 +328,7 @@ async def test_cancelling_one_groups_own_message_leaves_the_others_outcomes(
         async with open_checked_runner(url, config("email", queue=queue), recording(ran, "email")):
             task = await email.dispatch("record", "x", keep_result=60)
             assert await task.result(timeout=10) is None
-        retry = trunner.message.encode_message(
+        retry = encode_message(
             "record", "x", attempt=2, enqueued_at=1.0, task_id=task.id, group=queue,
             max_bytes=1 << 20,
         )  # fmt: skip

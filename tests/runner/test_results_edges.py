@@ -15,7 +15,7 @@ import trio
 
 import trunner
 from trunner import Keys, TaskState
-from trunner.message import encode_message
+from trunner._wire.envelope import encode_message
 from trunner.progress import MAX_MESSAGE, PROGRESS_INTERVAL
 
 from ..conftest import Gate, config, open_checked_runner, parts, raw_client

@@ -11,7 +11,8 @@ import pytest
 import trio
 
 import trunner
-from trunner.message import NO_SIZE_LIMIT, decode_message, encode_message, reencode_for_retry
+from trunner._wire.decode import decode_message
+from trunner._wire.envelope import NO_SIZE_LIMIT, encode_message, reencode_for_retry
 
 from ..conftest import config, redis_state
 

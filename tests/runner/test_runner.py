@@ -13,7 +13,7 @@ import trio
 
 import trunner
 from trunner import Keys
-from trunner._engine.shutdown import Stoppable
+from trunner._lifecycle.shutdown import Stoppable
 from trunner.testing import run_until_idle
 
 from ..conftest import Tally, config, open_checked_runner, parts

@@ -15,7 +15,7 @@ import pytest
 
 import trunner
 from trunner import CancelOutcome, Keys, TaskState
-from trunner.message import encode_message
+from trunner._wire.envelope import encode_message
 
 from ..conftest import Gate, config, open_checked_runner, raw_client, redis_state
 

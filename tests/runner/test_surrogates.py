@@ -17,14 +17,8 @@ import trio
 
 import trunner
 from trunner._redis import as_str, open_transport, pack
-from trunner.message import (
-    NO_SIZE_LIMIT,
-    MessageDecodeError,
-    decode_fields,
-    decode_message,
-    encode_message,
-    reencode_for_retry,
-)
+from trunner._wire.decode import MessageDecodeError, decode_fields, decode_message
+from trunner._wire.envelope import NO_SIZE_LIMIT, encode_message, reencode_for_retry
 
 from ..conftest import Tally, config, redis_state
 

@@ -14,7 +14,8 @@ import pytest
 import trio
 
 import trunner
-from trunner.message import DEFAULT_UNIQUE_FOR, encode_message
+from trunner._wire.envelope import encode_message
+from trunner.message import DEFAULT_UNIQUE_FOR
 
 from ..conftest import config, redis_state, run_python
 from ..support.servers import RedisServer

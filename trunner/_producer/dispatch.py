@@ -13,10 +13,12 @@ from .._hooks import DispatchHooks
 from .._redis import Broker
 from .._task import Expiry, Task, dispatch_options
 from .._wire.codec import untyped
+from .._wire.decode import MessageDecodeError, decode_message
+from .._wire.headers import check_headers
 from .._wire.keys import UniqueLock
+from .._wire.message import MessageOptions
 from ..errors import InvalidHeaders, RunnerNotRunning, TaskAlreadyDispatched
 from ..handles import TaskHandle
-from ..message import MessageDecodeError, MessageOptions, check_headers, decode_message
 from ..middleware import DispatchInfo, Middleware
 from ..registry import TaskRegistry
 from .build import (

@@ -8,9 +8,9 @@ from typing import Any
 
 from .. import _validate as v
 from .._redis import refuse_memory
+from .._wire.envelope import DEFAULT_MAX_PAYLOAD_BYTES
 from .._wire.keys import Keys
 from .._wire.names import check_name
-from ..message import DEFAULT_MAX_PAYLOAD_BYTES
 from ..middleware import Middleware, check_middleware
 from ..registry import TaskRegistry
 
