@@ -90,6 +90,9 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
             }
         ),
     ),
+    # The clients of asyncio and synchronous code: drivers of the producer (``_producer``,
+    # in the face) on another event loop, or from threads; nothing below imports them.
+    ("drivers", frozenset({"trunner.aio", "trunner.sync"})),
     (
         "tools",
         frozenset(
