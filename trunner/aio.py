@@ -26,9 +26,7 @@ from typing import TypeVar
 from ._producer.dispatch import Producer
 from ._producer.dispatching import DispatchCalls
 from ._producer.opening import ClientArgs
-from ._producer.runtime import Event, Runtime
 from ._producer.scheduling import ScheduleCalls
-from ._producer.waiters import Waiters
 from ._redis import (
     AioTransport,
     Broker,
@@ -36,6 +34,8 @@ from ._redis import (
     open_aio_transport,
 )
 from ._util import connection_name, logger
+from ._waiting.runtime import Event, Runtime
+from ._waiting.waiters import Waiters
 from .admin import Admin
 from .errors import RunnerNotRunning
 

@@ -8,14 +8,14 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from ._producer.admin_calls import AdminCalls
+from ._admin_calls import AdminCalls
 from ._producer.dispatch import Producer
 from ._producer.dispatching import DispatchCalls
 from ._producer.opening import check_producer_args, group_keys
 from ._producer.scheduling import ScheduleCalls
-from ._producer.waiters import Waiters
 from ._redis import Broker, open_transport
 from ._util import connection_name, run_in_background
+from ._waiting.waiters import Waiters
 from ._wire.envelope import DEFAULT_MAX_PAYLOAD_BYTES
 from ._wire.keys import Keys
 from .admin import Admin

@@ -8,8 +8,8 @@ task from anywhere.
 
 Waiting never polls: each producer (runner or client) has one set of waiters, woken
 through one subscription to the group's channel of finished tasks
-(``trunner._producer.waiters``); what a look at the task says is
-``trunner._producer.waiting``'s.
+(``trunner._waiting.waiters``); what a look at the task says is
+``trunner._waiting.protocol``'s.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import time
 from typing import Generic, Protocol, TypeVar
 
 from ._context import _current_message
-from ._producer.runtime import Runtime
-from ._producer.waiters import Waiters
-from ._producer.waiting import (
+from ._redis import Broker, TaskLook
+from ._util import wall_ms
+from ._waiting.protocol import (
     NOTHING_KNOWN,
     Known,
     deadline,
@@ -32,8 +32,8 @@ from ._producer.waiting import (
     status_of,
     too_slow,
 )
-from ._redis import Broker, TaskLook
-from ._util import wall_ms
+from ._waiting.runtime import Runtime
+from ._waiting.waiters import Waiters
 from ._wire.codec import TypeCodec, untyped
 from ._wire.marks import MARK_LIFETIME
 from ._wire.record import UNASKED_KEEP, record_fields, ttl_ms

@@ -29,6 +29,7 @@ from typing import cast
 
 import trio
 
+from ._admin_calls import AdminCalls
 from ._context import _current_runner, running_runner
 from ._engine.counters import Counters
 from ._engine.holdings import Job
@@ -36,7 +37,6 @@ from ._engine.reporter import LocalTimings
 from ._leader.leadership import Chore
 from ._lifecycle import shutdown
 from ._lifecycle.assembly import Components, build, log_started, open_broker, prepare
-from ._producer.admin_calls import AdminCalls
 from ._producer.dispatch import Producer
 from ._producer.dispatching import DispatchCalls
 from ._producer.scheduling import ScheduleCalls

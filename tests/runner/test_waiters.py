@@ -15,8 +15,8 @@ import trio
 
 import trunner
 from trunner import Keys
-from trunner._producer.waiters import Waiters
 from trunner._redis import Broker, Subscriber
+from trunner._waiting.waiters import Waiters
 from trunner.errors import RedisUnavailable
 
 from ..conftest import Gate, config, open_checked_runner

@@ -8,8 +8,8 @@ import datetime
 import pytest
 
 from trunner import TaskState
-from trunner._producer.waiting import status_of
 from trunner._redis import TaskLook
+from trunner._waiting.protocol import status_of
 from trunner._wire.envelope import encode_message
 from trunner._wire.record import read_record
 

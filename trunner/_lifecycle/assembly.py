@@ -40,9 +40,9 @@ from .._leader.election import Elector
 from .._leader.janitor import Janitor
 from .._leader.leadership import Chore, Leadership
 from .._leader.mover import DelayedMover
-from .._producer.waiters import Waiters
 from .._redis import Broker, open_transport
 from .._util import ErrorLog, connection_name, logger
+from .._waiting.waiters import Waiters
 from .._wire.keys import Keys
 from ..config import RunnerConfig
 from ..errors import RedisCommandError, RedisUnavailable

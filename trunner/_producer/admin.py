@@ -11,6 +11,7 @@ import attrs
 
 from .._redis import Broker, RawEntry
 from .._util import wall_ms
+from .._waiting.protocol import status_of
 from .._wire.decode import MessageDecodeError, decode_message, stored_unique_for
 from .._wire.envelope import NO_SIZE_LIMIT, message_growth, reencode_for_retry
 from .._wire.inspection import (
@@ -35,7 +36,6 @@ from .._wire.stats import GroupStats, InstanceInfo, compute_stats, stats_or_none
 from ..errors import RedisCommandError
 from ..registry import TaskRegistry
 from ..status import TaskStatus
-from .waiting import status_of
 
 __all__ = [
     "cron_entries",

@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING, Any
 from .._hooks import DispatchHooks
 from .._redis import Broker
 from .._task import Expiry, Task, dispatch_options
+from .._waiting.protocol import Known
+from .._waiting.runtime import TRIO, Runtime
+from .._waiting.waiters import Waiters
 from .._wire.codec import untyped
 from .._wire.decode import MessageDecodeError, decode_message
 from .._wire.headers import check_headers
@@ -33,9 +36,6 @@ from .build import (
     unique_of,
 )
 from .lanes import LaneBook
-from .runtime import TRIO, Runtime
-from .waiters import Waiters
-from .waiting import Known
 
 if TYPE_CHECKING:
     import datetime

@@ -7,9 +7,9 @@ import warnings
 from collections.abc import Sequence
 from typing import ClassVar
 
-from .._wire.quarantine import QuarantineRecord
-from .._wire.stats import GroupStats, InstanceInfo
-from ..admin import Admin, CronEntry, DeadLetter, DelayedTask, GroupInfo, ReplayResult
+from ._wire.quarantine import QuarantineRecord
+from ._wire.stats import GroupStats, InstanceInfo
+from .admin import Admin, CronEntry, DeadLetter, DelayedTask, GroupInfo, ReplayResult
 
 __all__ = ["AdminCalls"]
 

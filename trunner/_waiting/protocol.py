@@ -3,7 +3,7 @@
 a wait ends with.
 
 ``TaskHandle`` (``trunner.handles``) drives it: it reads the looks (``Broker.task_look``)
-and waits for the announcements (``trunner._producer.waiters``).
+and waits for the announcements (``trunner._waiting.waiters``).
 """
 
 from __future__ import annotations
