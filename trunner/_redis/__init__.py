@@ -35,6 +35,7 @@ from .errors import ScriptNotLoaded
 from .lease import LeaseStore
 from .probe import Probe
 from .scripts import SCRIPTS, Script, fenced_script, make_script
+from .stall_link import StallLink, open_stall_link
 from .transports.base import Arg, Reader, Subscriber, Transport, call_script
 from .transports.connect import open_transport
 from .transports.memory import forget_memory_server
@@ -71,6 +72,7 @@ __all__ = [
     "Script",
     "ScriptNotLoaded",
     "Slot",
+    "StallLink",
     "Subscriber",
     "TaskLook",
     "Transport",
@@ -87,6 +89,7 @@ __all__ = [
     "make_script",
     "memory_server_client",
     "native_options",
+    "open_stall_link",
     "open_transport",
     "pack",
     "parse_endpoint",
