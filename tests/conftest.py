@@ -19,7 +19,7 @@ import trio
 
 import trunner
 from trunner import Keys
-from trunner._engine.assembly import Components
+from trunner._lifecycle.assembly import Components
 from trunner._redis import forget_memory_server, memory_server_client
 from trunner.testing import open_runner_factory
 

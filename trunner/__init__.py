@@ -154,10 +154,18 @@ __all__ = [
 _DEPRECATED = {"Stats": ("GroupStats", GroupStats)}
 
 if TYPE_CHECKING:
+    from . import aio as aio  # the clients of asyncio and synchronous code
+    from . import sync as sync
+
     Stats = GroupStats  # deprecated: use GroupStats
 else:
 
     def __getattr__(name: str) -> Any:
+        if name in ("aio", "sync"):
+            # Loaded on first use: ``import trunner`` loads no asyncio nor redis-py.
+            import importlib  # noqa: PLC0415
+
+            return importlib.import_module(f"{__name__}.{name}")
         if name in _DEPRECATED:
             new_name, value = _DEPRECATED[name]
             warnings.warn(

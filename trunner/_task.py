@@ -18,9 +18,9 @@ from ._action import Action, RunIn, check_action, place_of
 from ._util import user_stacklevel
 from ._wire.codec import TypeCodec, codec_for
 from ._wire.limits import Limits, parse_rate
+from ._wire.message import MessageOptions
 from ._wire.names import DEFAULT_LANE, check_lane, check_task_name, utf8_error
 from .errors import InvalidPayload
-from .message import MessageOptions
 
 if TYPE_CHECKING:
     import datetime

@@ -13,6 +13,7 @@ from ._producer import admin as queries
 from ._producer.opening import check_producer_args, group_keys
 from ._redis import Broker, open_transport
 from ._util import connection_name, wall_ms
+from ._wire.envelope import DEFAULT_MAX_PAYLOAD_BYTES
 from ._wire.inspection import (
     CronEntry,
     DeadLetter,
@@ -25,7 +26,6 @@ from ._wire.pause import notices_for
 from ._wire.quarantine import QuarantineRecord
 from ._wire.stats import GroupStats, InstanceInfo, TaskTiming
 from .errors import RunnerNotRunning
-from .message import DEFAULT_MAX_PAYLOAD_BYTES
 from .registry import TaskRegistry
 
 __all__ = [

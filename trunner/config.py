@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from . import _validate as v
+from ._wire.envelope import DEFAULT_MAX_PAYLOAD_BYTES
 from ._wire.names import DEFAULT_LANE, check_lane
 from ._wire.stats import GroupStats
-from .message import DEFAULT_MAX_PAYLOAD_BYTES
 from .middleware import Middleware, check_middleware
 
 if TYPE_CHECKING:
-    from .message import TaskMessage
+    from ._wire.message import TaskMessage
 
 __all__ = ["MAX_LANES", "MAX_LANE_WEIGHT", "FailedTaskHandler", "LongQueueHook", "RunnerConfig"]
 

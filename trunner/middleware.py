@@ -45,8 +45,8 @@ from typing import Any, Protocol
 import trio
 
 from ._context import MessageSource
+from ._wire.message import TaskMessage
 from .errors import TaskTimeout, gives_up
-from .message import TaskMessage
 
 __all__ = [
     "AttemptInfo",

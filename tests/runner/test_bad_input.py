@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 import trunner
 from trunner import Keys
 from trunner._redis import forget_memory_server
-from trunner.message import MESSAGE_GROWTH, MessageDecodeError, decode_message
+from trunner._wire.decode import MessageDecodeError, decode_message
+from trunner._wire.envelope import MESSAGE_GROWTH
 
 from ..conftest import open_checked_runner, raw_client, redis_state
 from ..support.servers import RedisServer

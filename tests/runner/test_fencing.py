@@ -17,7 +17,7 @@ import trio
 import trunner
 from trunner import Keys
 from trunner._redis import SCRIPTS, Broker, RawEntry, open_transport
-from trunner.message import encode_message
+from trunner._wire.envelope import encode_message
 
 from ..conftest import config, open_checked_runner
 from ..support.faults import FaultyTransport, script_call

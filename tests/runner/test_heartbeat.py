@@ -10,7 +10,7 @@ import trio
 import trunner
 from trunner import Keys
 from trunner._redis import SCRIPTS, Arg, Broker, RawEntry, open_transport
-from trunner.message import encode_message
+from trunner._wire.envelope import encode_message
 
 from ..conftest import config
 from ..support.faults import FaultyTransport, script_call

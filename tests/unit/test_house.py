@@ -20,7 +20,6 @@ MAX_CLASS_LINES = 300
 #: split in the layout's migration; tighten by deleting an entry.
 ALLOWED_OVERSIZE: set[tuple[str, str]] = {
     ("errors.py", ""),
-    ("message.py", ""),
 }
 
 

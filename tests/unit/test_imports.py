@@ -75,11 +75,10 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
         "face",
         frozenset(
             {
-                # The runner's composition root and ordered shutdown live with the engine
-                # they wire, but they also wire the leader's chores and the handles task
-                # code holds: they sit here, beside the runner, above all they import.
-                "trunner._engine.assembly",
-                "trunner._engine.shutdown",
+                # The runner's composition root and ordered shutdown: they wire the engine,
+                # the leader's chores and the handles task code holds, so they sit here,
+                # beside the runner, above all they import.
+                "trunner._lifecycle",
                 "trunner._producer",
                 "trunner.admin",
                 "trunner.client",
@@ -92,6 +91,9 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
             }
         ),
     ),
+    # The clients of asyncio and synchronous code: drivers of the producer (``_producer``,
+    # in the face) on another event loop, or from threads; nothing below imports them.
+    ("drivers", frozenset({"trunner.aio", "trunner.sync"})),
     (
         "tools",
         frozenset(

@@ -20,9 +20,9 @@ from .._executors.base import Body
 from .._hooks import AttemptHooks
 from .._task import Task
 from .._util import ErrorLog, logger, timed
+from .._wire.message import NO_OPTIONS
 from ..config import RunnerConfig
 from ..errors import InvalidPayload, MiddlewareError
-from ..message import NO_OPTIONS
 from ..middleware import AttemptInfo
 from .admission import Admission
 from .holdings import Job

@@ -21,18 +21,18 @@ from .._context import Given, NoRunnerInEagerCall, _current_message, _eager_call
 from .._hooks import AttemptHooks, DispatchHooks
 from .._util import timed
 from .._wire.codec import TypeCodec
-from .._wire.names import entry_id
-from ..errors import InvalidPayload, MaxRetryExceeded, MiddlewareError, gives_up
-from ..message import (
+from .._wire.decode import decode_message
+from .._wire.envelope import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     NO_SIZE_LIMIT,
     PAYLOAD_FIELD,
-    TaskMessage,
-    check_headers,
-    decode_message,
     encode_message,
     reencode_for_retry,
 )
+from .._wire.headers import check_headers
+from .._wire.message import TaskMessage
+from .._wire.names import entry_id
+from ..errors import InvalidPayload, MaxRetryExceeded, MiddlewareError, gives_up
 from ..middleware import AttemptInfo, DispatchInfo, Middleware, check_middleware
 from .base import Body, LoopExecutor, RunIn
 from .threads import ThreadExecutor

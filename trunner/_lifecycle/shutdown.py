@@ -47,7 +47,7 @@ step where the nesting needs it:
 
 Every step that talks to Redis is shielded and bounded (:func:`cleanup`).
 
-It imports the components' wiring (:mod:`~trunner._engine.assembly`), so it sits beside it
+It imports the components' wiring (:mod:`~trunner._lifecycle.assembly`), so it sits beside it
 in the import layers, above the services it stops.
 """
 
@@ -59,12 +59,12 @@ from typing import Any, Protocol
 import attrs
 import trio
 
+from .._engine.jobhost import JobHost
+from .._engine.reporter import Reporter
 from .._util import ErrorLog, logger
 from ..errors import BackendError
 from ..statistics import RunnerStatistics
 from .assembly import Components, start_services
-from .jobhost import JobHost
-from .reporter import Reporter
 
 __all__ = [
     "CLEANUP_TIMEOUT",

@@ -21,9 +21,20 @@ from contextlib import asynccontextmanager
 import attrs
 import trio
 
+from .._engine.acks import AckBuffer
+from .._engine.admission import Admission
+from .._engine.cancellation import Canceller
 from .._engine.counters import Counters
+from .._engine.fetcher import Fetcher, ReclaimSchedule
+from .._engine.heartbeat import Heartbeater
+from .._engine.holdings import Holdings
+from .._engine.outcomes import Outcomes
 from .._engine.pausing import PauseGate, Pauser
+from .._engine.pool import WorkerPool
 from .._engine.quarantine import Quarantine
+from .._engine.release import Releaser
+from .._engine.reporter import LocalTimings, MetricsBuffer, Reporter
+from .._engine.stalls import open_watchdog
 from .._executors.watchdog import Watchdog
 from .._leader.aggregator import Aggregator
 from .._leader.cron import CronScheduler
@@ -40,17 +51,6 @@ from ..errors import RedisCommandError, RedisUnavailable
 from ..redis_handle import RedisHandle
 from ..registry import TaskRegistry
 from ..statistics import RunnerState, RunnerStatistics
-from .acks import AckBuffer
-from .admission import Admission
-from .cancellation import Canceller
-from .fetcher import Fetcher, ReclaimSchedule
-from .heartbeat import Heartbeater
-from .holdings import Holdings
-from .outcomes import Outcomes
-from .pool import WorkerPool
-from .release import Releaser
-from .reporter import LocalTimings, MetricsBuffer, Reporter
-from .stalls import open_watchdog
 
 __all__ = [
     "Components",
