@@ -87,8 +87,8 @@ async def test_a_timeout_fails_the_attempt_at_once_and_the_late_return_records_n
         assert (stats.succeeded, stats.failed, stats.dead_lettered) == (0, 1, 1)
         assert stats.threads_abandoned == 1
         assert (await handle.status()).state is TaskState.FAILED
-        assert await runner.dead_letter_count() == 1
-        assert await runner.pending_count() == 0
+        assert await runner.admin.dead_letter_count() == 1
+        assert await runner.admin.pending_count() == 0
 
 
 async def test_a_cancel_ends_the_attempt_at_once_and_a_checking_thread_stops_early(
