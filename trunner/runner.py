@@ -229,6 +229,7 @@ class Runner(RunnerView, DispatchCalls, ScheduleCalls, AdminCalls):
                     errors=self._errors,
                     timings=self.timings,
                     leader_chores=self._leader_chores,
+                    url=self._url,
                 )
                 async with trio.open_nursery() as watcher:
                     watcher.start_soon(self._stop_on_cancel)

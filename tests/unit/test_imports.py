@@ -32,6 +32,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
         "values",
         frozenset(
             {
+                "trunner._action",
                 "trunner._context",
                 # The middleware hooks, run by producers, the engine and eager calls: beside
                 # the Middleware they run, below every caller.

@@ -35,6 +35,7 @@ from .errors import ScriptNotLoaded
 from .lease import LeaseStore
 from .probe import Probe
 from .scripts import SCRIPTS, Script, fenced_script, make_script
+from .stall_link import StallLink, open_stall_link
 from .transports.base import Arg, Reader, Subscriber, Transport, call_script
 from .transports.connect import open_transport
 from .transports.memory import forget_memory_server
@@ -73,6 +74,7 @@ __all__ = [
     "Script",
     "ScriptNotLoaded",
     "Slot",
+    "StallLink",
     "Subscriber",
     "TaskLook",
     "Transport",
@@ -91,6 +93,7 @@ __all__ = [
     "memory_server_client",
     "native_options",
     "open_aio_transport",
+    "open_stall_link",
     "open_transport",
     "pack",
     "parse_endpoint",
