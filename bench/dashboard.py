@@ -27,7 +27,7 @@ import redis
 import trio
 
 import trunner
-from trunner.message import NO_SIZE_LIMIT, encode_message
+from trunner._wire.envelope import NO_SIZE_LIMIT, encode_message
 
 REPO = Path(__file__).resolve().parent.parent
 BATCH = 5000
@@ -126,10 +126,10 @@ async def snapshot_cost(url: str, keys: trunner.keys.Keys, n: int) -> list[float
     async with trunner.open_client(url, keys.group, prefix=keys.prefix) as client:
         for _ in range(n):
             start = time.perf_counter()
-            await client.inspect()
-            await client.group_stats()
-            await client.waiting_age()
-            await client.delayed_tasks(20)
+            await client.admin.inspect()
+            await client.admin.group_stats()
+            await client.admin.waiting_age()
+            await client.admin.delayed_tasks(20)
             costs.append(time.perf_counter() - start)
     return costs
 

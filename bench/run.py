@@ -859,14 +859,14 @@ async def lane_round(
         ):
             with trio.fail_after(60):
                 await worker.event("ready")
-            at_start = (await client.lane_lengths())["default"]
+            at_start = (await client.admin.lane_lengths())["default"]
             start = trio.current_time()
             for i in range(urgent):
                 await trio.sleep_until(start + i * LANE_INTERVAL)
                 await client.dispatch("latency", {"t": time.time()}, priority=priority)
             with trio.fail_after(300):
                 done = await worker.event("done")
-            left = (await client.lane_lengths())["default"]
+            left = (await client.admin.lane_lengths())["default"]
             window = trio.current_time() - start
     finally:
         await q.cleanup(queue)
@@ -953,14 +953,14 @@ async def pause_latency(q: Queue, s: Settings) -> dict[str, Any]:
             for _ in range(rounds):
                 await trio.sleep(0.05)  # the fetchers are back in their blocked reads
                 start = time.time()
-                await client.pause()
+                await client.admin.pause()
                 calls.append((time.time() - start) * 1000)
                 for worker in workers:
                     with trio.fail_after(10):
                         paused.append(((await worker.event("paused"))["t"] - start) * 1000)
                 await trio.sleep(0.05)
                 start = time.time()
-                await client.resume()
+                await client.admin.resume()
                 for worker in workers:
                     with trio.fail_after(10):
                         resumed.append(((await worker.event("resumed"))["t"] - start) * 1000)

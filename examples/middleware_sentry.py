@@ -97,7 +97,7 @@ async def main() -> None:
         await runner.dispatch("resize", {"image": "cat.png"}, headers={"tenant": "acme"})
         await runner.dispatch("corrupt", {"image": "dog.txt"})
         await finished.wait()
-        while await runner.dead_letter_count() < 1:  # noqa: ASYNC110 - an example, polling Redis
+        while await runner.admin.dead_letter_count() < 1:  # noqa: ASYNC110 - an example, polling Redis
             await trio.sleep(0.01)
     sentry_sdk.flush()
     for event in sorted(transport.events, key=lambda e: e["tags"]["trunner.task"]):

@@ -17,7 +17,7 @@ async def main() -> None:
         ids = await client.dispatch_many(
             "send_email", [{"to": f"user{n}@example.com"} for n in range(100)]
         )
-        print(f"dispatched {len(ids)} tasks; {await client.queue_length()} in the stream")
+        print(f"dispatched {len(ids)} tasks; {await client.admin.queue_length()} in the stream")
 
 
 if __name__ == "__main__":

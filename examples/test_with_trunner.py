@@ -94,7 +94,7 @@ async def test_failures_are_captured(trunner_runner: RunnerFactory) -> None:
         for _ in range(4):  # each attempt raised ...
             errors.expect(ValueError, match="not an e-mail address")
         errors.expect(trunner.MaxRetryExceeded)  # ... and then the runner gave up
-    assert await runner.dead_letter_count() == 1
+    assert await runner.admin.dead_letter_count() == 1
 
 
 # -- a runner of your own, strictly checked -----------------------------------------------------

@@ -82,7 +82,7 @@ async def main(self_test: bool) -> None:
                 while chunk := await stream.receive_some(65536):
                     reply += chunk
             print(reply.decode().split("\r\n")[0], reply.decode().split("\r\n\r\n")[1])
-            print("queued:", await client.queue_length())
+            print("queued:", await client.admin.queue_length())
             nursery.cancel_scope.cancel()
 
 

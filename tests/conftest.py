@@ -18,7 +18,7 @@ import redis
 import trio
 
 import trunner
-from trunner._engine.assembly import Components
+from trunner._lifecycle.assembly import Components
 from trunner._redis import forget_memory_server, memory_server_client
 from trunner.keys import Keys
 from trunner.testing import open_runner_factory

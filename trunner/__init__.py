@@ -7,7 +7,7 @@ and administration in ``trunner.admin``, a middleware's values in ``trunner.midd
 Redis key names in ``trunner.keys``, test helpers in ``trunner.testing``.
 """
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import admin, election, errors, keys, middleware
 from ._context import current_message
@@ -141,6 +141,18 @@ _TO_ADMIN = (
 )
 _TO_MIDDLEWARE = ("AttemptInfo", "AttemptOutcome", "DispatchInfo")
 
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> Any:
+        """``trunner.aio`` and ``trunner.sync``, the clients of asyncio and synchronous code."""
+        if name in ("aio", "sync"):
+            # Loaded on first use: ``import trunner`` loads no asyncio nor redis-py.
+            import importlib  # noqa: PLC0415
+
+            return importlib.import_module(f"{__name__}.{name}")
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 deprecate_attributes(
     __name__,
     {
@@ -157,7 +169,11 @@ deprecate_attributes(
 
 fixup_module_metadata(__name__, globals())
 
-if TYPE_CHECKING:  # the moved names, for type checkers, until their removal
+if TYPE_CHECKING:
+    from . import aio as aio  # the clients of asyncio and synchronous code
+    from . import sync as sync
+
+    # The moved names, for type checkers, until their removal.
     from ._redis import forget_memory_server as forget_memory_server
     from .admin import CronEntry as CronEntry
     from .admin import DeadLetter as DeadLetter

@@ -11,8 +11,8 @@ from __future__ import annotations
 import contextvars
 from typing import Protocol
 
+from ._wire.message import TaskMessage
 from .errors import RunnerNotRunning
-from .message import TaskMessage
 
 __all__ = ["NoRunnerInEagerCall", "current_message", "in_eager_call", "running_runner"]
 

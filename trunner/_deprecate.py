@@ -45,17 +45,22 @@ def deprecate_attributes(module_name: str, attributes: Mapping[str, Deprecated])
     not hold them itself), each with a ``DeprecationWarning``.
 
     Installs the module's ``__getattr__`` (PEP 562), which Python calls only for a name
-    the module does not hold: other names cost nothing, and an unknown one raises the
-    usual ``AttributeError``. ``from module import name`` warns too.
+    the module does not hold: other names cost nothing. A name that is not deprecated goes
+    to the ``__getattr__`` the module defined itself, if any (say, for a submodule loaded
+    on first use), else raises the usual ``AttributeError``. ``from module import name``
+    warns too.
     """
     module = sys.modules[module_name]
     table = dict(attributes)
+    own = vars(module).get("__getattr__")
     held = sorted(name for name in table if name in vars(module))
     if held:
         raise RuntimeError(f"{module_name} still holds the deprecated names {held}")
 
     def __getattr__(name: str) -> Any:
         entry = table.get(name)
+        if entry is None and own is not None:
+            return own(name)
         if entry is None:
             raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
         warnings.warn(

@@ -2,7 +2,7 @@
 client and admin it serves, its statistics and errors, and its view of the group's pause.
 
 :class:`~trunner.Runner` inherits these members; they read the components
-:mod:`trunner._engine.assembly` built for the current run, and raise
+:mod:`trunner._lifecycle.assembly` built for the current run, and raise
 :class:`~trunner.errors.RunnerNotRunning` where there is nothing to read yet.
 """
 
@@ -12,10 +12,10 @@ from collections.abc import AsyncIterator
 
 import attrs
 
-from ._engine.assembly import Components, snapshot
 from ._engine.counters import Counters
 from ._engine.pausing import PauseGate
 from ._leader.election import Elector
+from ._lifecycle.assembly import Components, snapshot
 from ._util import ErrorLog
 from .admin import Admin
 from .client import Client
@@ -80,8 +80,8 @@ class RunnerView:
     @property
     def admin(self) -> Admin:
         """This runner's [``Admin``][trunner.admin.Admin]: the group's inspection and
-        administration, over the runner's connections (``runner.pause()`` is
-        ``runner.admin.pause()``). Once the runner has stopped, its methods raise
+        administration, over the runner's connections (the deprecated ``runner.pause()``
+        is ``runner.admin.pause()``). Once the runner has stopped, its methods raise
         [``RunnerNotRunning``][trunner.errors.RunnerNotRunning].
 
         Raises:
@@ -130,7 +130,7 @@ class RunnerView:
 
         Local and synchronous: it can be called in any state, before the start and after
         the stop included. The group's statistics are
-        [``group_stats``][trunner.Runner.group_stats].
+        [``admin.group_stats``][trunner.admin.Admin.group_stats].
         """
         return snapshot(self._state, self._counters, self._errors, self.config, self._components)
 

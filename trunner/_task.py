@@ -4,23 +4,23 @@ of a dispatch by name."""
 from __future__ import annotations
 
 import enum
-import inspect
 import math
 import random
 import time
 import warnings
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal, Union
 
 import attrs
 
 from . import _validate as v
+from ._action import Action, RunIn, check_action, place_of
 from ._util import user_stacklevel
 from ._wire.codec import TypeCodec, codec_for
 from ._wire.limits import Limits, parse_rate
+from ._wire.message import MessageOptions
 from ._wire.names import DEFAULT_LANE, check_lane, check_task_name, utf8_error
 from .errors import InvalidPayload
-from .message import MessageOptions
 
 if TYPE_CHECKING:
     import datetime
@@ -32,7 +32,7 @@ TASK_ATTRIBUTE = "__trunner_task__"
 #: When a dispatch expires: seconds from now, a ``timedelta``, or an aware ``datetime``.
 Expiry = Union[float, "datetime.timedelta", "datetime.datetime"]
 
-__all__ = ["Action", "Backoff", "Task", "TaskDefaults"]
+__all__ = ["Action", "Backoff", "RunIn", "Task", "TaskDefaults"]
 
 #: The default of ``Task.max_redeliveries``: a crashed worker's tasks run again, and a task
 #: that crashes its worker every time ends in the dead letters after 4 deliveries.
@@ -51,22 +51,8 @@ class _Default(enum.Enum):
 DEFAULT = _Default.DEFAULT
 Default = Literal[_Default.DEFAULT]
 
-Action = Callable[[Any], Awaitable[Any]]
 #: Either the base (seconds) of exponential backoff with jitter, or ``attempt -> seconds``.
 Backoff = float | Callable[[int], float]
-
-
-def _check_action(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
-    if not v.is_async_callable(value):
-        raise TypeError(f"{attr.name} must be an async function taking the payload, got {value!r}")
-    try:
-        inspect.signature(value).bind(None)  # type: ignore[arg-type]
-    except TypeError:
-        raise TypeError(
-            f"{attr.name} {value!r} must accept the payload as its one positional argument"
-        ) from None
-    except ValueError:  # no signature to inspect (some builtins): accept it
-        pass
 
 
 def checked_task_name(task_name: object) -> str:
@@ -132,15 +118,16 @@ def _finite_non_negative(value: object) -> bool:
 
 @attrs.frozen
 class Task:
-    """A named async action with its retry policy.
+    """A named action with its retry policy, and where its body runs.
 
     [``TaskRegistry.task``][trunner.TaskRegistry.task] builds and registers one for you;
     build one yourself for [``TaskRegistry.register``][trunner.TaskRegistry.register]. Every
     field is checked when the task is built: ``TypeError`` or ``ValueError`` naming it.
 
     Raises:
-        TypeError: A field of the wrong type, or an ``action`` that is not async or does
-            not accept the payload as its one positional argument.
+        TypeError: A field of the wrong type; an ``action`` that is not callable, is a
+            generator, or does not accept the payload as its one positional argument; or
+            a ``run_in`` the action cannot run in.
         ValueError: A field out of range; ``unique=True`` without ``unique_for``; or
             ``unique_key`` or ``unique_for`` without ``unique=True``.
 
@@ -151,10 +138,11 @@ class Task:
 
     name: str = attrs.field(validator=check_task_name)
     """The name producers dispatch: a non-empty string without surrounding whitespace."""
-    action: Action = attrs.field(validator=_check_action)
-    """Called with the payload as its one positional argument; its return value is
-    ignored. An ``async def`` function, or an object with an ``async def __call__`` (not a
-    class)."""
+    action: Action = attrs.field(validator=check_action)
+    """Called with the payload as its one positional argument. An ``async def`` function
+    (or an object with an ``async def __call__``) runs on the event loop; a plain ``def``
+    runs in a worker thread, or in a worker process with ``run_in="process"`` (see
+    [Blocking and CPU-bound tasks](blocking-and-cpu-bound-tasks.md))."""
     max_retry: int = attrs.field(default=0, validator=v.non_negative_int, kw_only=True)
     """How many times a failed attempt (one that raised) is retried (an int >= 0). A run
     lost to a crash is not a failed attempt: see ``max_redeliveries``."""
@@ -250,6 +238,12 @@ class Task:
     )
     """The priority lane the task's messages go to when a dispatch names none
     (``"default"``; see [Priority lanes](lanes.md))."""
+    run_in: RunIn | None = attrs.field(default=None, kw_only=True)
+    """Where the body runs: ``"loop"`` (an ``async def``) or ``"thread"`` (a plain ``def``,
+    in a worker thread); ``"process"`` (worker processes) is not available yet, and
+    refused. ``None`` (the default): ``"loop"`` for an ``async def``, ``"thread"`` for a
+    plain ``def``; the built task holds the place chosen. See
+    [Blocking and CPU-bound tasks](blocking-and-cpu-bound-tasks.md)."""
     limits: Limits | None = attrs.field(init=False, eq=False, repr=False)
     """The task's limits, or None when it has none (the pool's hot path pays nothing)."""
     payload_codec: TypeCodec = attrs.field(init=False, eq=False, repr=False)
@@ -278,8 +272,13 @@ class Task:
         object.__setattr__(self, "decode_payload", decode)
         limits = self._limits()
         object.__setattr__(self, "limits", limits)
+        object.__setattr__(self, "run_in", place_of(self.name, self.action, self.run_in))
         plain = (
-            decode is None and self.timeout is None and self.keep_result is None and limits is None
+            self.run_in == "loop"
+            and decode is None
+            and self.timeout is None
+            and self.keep_result is None
+            and limits is None
         )
         object.__setattr__(self, "plain", plain)
         if self.unique and self.unique_for is None:

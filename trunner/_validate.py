@@ -6,10 +6,9 @@ attrs validator.
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -91,23 +90,6 @@ def is_async_callable(obj: object) -> bool:
 def check_async_callable(name: str, value: Any) -> None:
     if not is_async_callable(value):
         raise TypeError(f"{name} must be an async function, got {value!r}")
-
-
-#: Known names this few are listed whole when an unknown name resembles none of them.
-LISTED_NAMES = 10
-
-
-def closest_names(name: str, known: Iterable[str]) -> tuple[list[str], str]:
-    """The ``known`` names closest to an unknown ``name`` (up to 3; may be empty), and the
-    hint an error message gives with it: ``"; did you mean 'a' or 'b'?"``, else the known
-    names when there are few (``" (registered: a, b)"``), else ``""``."""
-    names = sorted(known)
-    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
-    if close:
-        return close, "; did you mean " + " or ".join(repr(n) for n in close) + "?"
-    if names and len(names) <= LISTED_NAMES:
-        return close, f" (registered: {', '.join(names)})"
-    return close, ""
 
 
 positive_int = field(check_positive_int)

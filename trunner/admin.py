@@ -14,6 +14,7 @@ from ._producer.opening import check_producer_args, group_keys
 from ._public import fixup_module_metadata
 from ._redis import Broker, open_transport
 from ._util import connection_name, wall_ms
+from ._wire.envelope import DEFAULT_MAX_PAYLOAD_BYTES
 from ._wire.inspection import (
     CronEntry,
     DeadLetter,
@@ -27,7 +28,6 @@ from ._wire.quarantine import QuarantineRecord
 from ._wire.stats import GroupStats, InstanceInfo, TaskTiming
 from .discovery import FoundGroup, GroupsFound, discover_groups
 from .errors import RunnerNotRunning
-from .message import DEFAULT_MAX_PAYLOAD_BYTES
 from .registry import TaskRegistry
 
 __all__ = [

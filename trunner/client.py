@@ -8,18 +8,18 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from ._producer.admin_calls import AdminCalls
+from ._admin_calls import AdminCalls
 from ._producer.dispatch import Producer
 from ._producer.dispatching import DispatchCalls
 from ._producer.opening import check_producer_args, group_keys
 from ._producer.scheduling import ScheduleCalls
-from ._producer.waiters import Waiters
 from ._redis import Broker, open_transport
 from ._util import connection_name, run_in_background
+from ._waiting.waiters import Waiters
+from ._wire.envelope import DEFAULT_MAX_PAYLOAD_BYTES
 from ._wire.keys import Keys
 from .admin import Admin
 from .errors import Crashed
-from .message import DEFAULT_MAX_PAYLOAD_BYTES
 from .middleware import Middleware, check_middleware
 from .redis_handle import RedisHandle
 from .registry import TaskRegistry
@@ -39,9 +39,12 @@ class Client(DispatchCalls, ScheduleCalls, AdminCalls):
     [``schedule_for``][trunner.Runner.schedule_for],
     [``cancel_delayed``][trunner.Runner.cancel_delayed] ...), which behave the same, and
     its [``admin``][trunner.Client.admin] inspects and administers the group (the
-    client's own admin methods, such as ``client.dead_letters()``, are the admin's). After
-    the ``open_client`` block they raise [``RunnerNotRunning``][trunner.errors.RunnerNotRunning].
+    client's own admin methods, such as ``client.dead_letters()``, are the admin's, and
+    deprecated). After the ``open_client`` block they raise
+    [``RunnerNotRunning``][trunner.errors.RunnerNotRunning].
     """
+
+    _called = "client"
 
     def __init__(self, producer: Producer, admin: Admin, redis: RedisHandle, keys: Keys) -> None:
         self._dispatcher = producer

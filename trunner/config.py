@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from . import _validate as v
+from ._wire.envelope import DEFAULT_MAX_PAYLOAD_BYTES
 from ._wire.names import DEFAULT_LANE, check_lane
 from ._wire.stats import GroupStats
-from .message import DEFAULT_MAX_PAYLOAD_BYTES
 from .middleware import Middleware, check_middleware
 
 if TYPE_CHECKING:
-    from .message import TaskMessage
+    from ._wire.message import TaskMessage
 
 __all__ = ["MAX_LANES", "MAX_LANE_WEIGHT", "FailedTaskHandler", "LongQueueHook", "RunnerConfig"]
 
@@ -124,6 +124,29 @@ class RunnerConfig:
 
     num_workers: int = attrs.field(default=10, validator=v.positive_int)
     """How many tasks this instance runs at once (an int >= 1)."""
+
+    max_threads: int | None = attrs.field(default=None, validator=v.optional_positive_int)
+    """How many worker threads run the bodies of plain ``def`` tasks at once (an int >= 1),
+    under a limiter of their own, apart from the runner's own threads. A thread abandoned
+    by its attempt's timeout or cancellation counts until it returns. ``None`` (the
+    default): ``num_workers``. See
+    [Blocking and CPU-bound tasks](blocking-and-cpu-bound-tasks.md)."""
+
+    stall_threshold: float | None = attrs.field(default=0.5, validator=v.optional_positive_number)
+    """After how many seconds without running the event loop counts as stalled (> 0): a
+    task blocked it (a sync call in an ``async def``). The stall watchdog then logs a
+    warning naming the task and the stack that holds the loop, counts it
+    (``RunnerStatistics.stalls``), and keeps the reservations of every message held here
+    fresh from a thread of its own, within ``max_stall`` or the blocking task's timeout.
+    ``None``: no watchdog (a stall longer than about ``reclaim_delay * 2 / 3`` may then
+    have messages reclaimed and run twice). See
+    [Blocking and CPU-bound tasks](blocking-and-cpu-bound-tasks.md)."""
+
+    max_stall: float = attrs.field(default=300.0, validator=v.positive_number)
+    """How long (seconds) the stall watchdog keeps reservations fresh while the event loop
+    is blocked by a task without a timeout (or by no task); a task with a timeout is kept
+    until its timeout. Past it the worker counts as hung: its messages are reclaimed by
+    other instances after ``reclaim_delay``."""
 
     num_fetchers: int = attrs.field(default=1, validator=v.positive_int)
     """How many concurrent ``XREADGROUP`` loops feed the workers (an int >= 1). Each has

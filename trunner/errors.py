@@ -47,7 +47,7 @@ from collections.abc import Iterable
 
 import trio
 
-from ._validate import closest_names
+from ._spelling import closest_names
 from .status import TaskState
 
 __all__ = [

@@ -8,8 +8,8 @@ task from anywhere.
 
 Waiting never polls: each producer (runner or client) has one set of waiters, woken
 through one subscription to the group's channel of finished tasks
-(``trunner._producer.waiters``); what a look at the task says is
-``trunner._producer.waiting``'s.
+(``trunner._waiting.waiters``); what a look at the task says is
+``trunner._waiting.protocol``'s.
 """
 
 from __future__ import annotations
@@ -17,12 +17,10 @@ from __future__ import annotations
 import time
 from typing import Generic, Protocol, TypeVar
 
-import trio
-
 from ._context import _current_message
-from ._engine.cancellation import MARK_LIFETIME
-from ._producer.waiters import Waiters
-from ._producer.waiting import (
+from ._redis import Broker, TaskLook
+from ._util import wall_ms
+from ._waiting.protocol import (
     NOTHING_KNOWN,
     Known,
     deadline,
@@ -34,9 +32,10 @@ from ._producer.waiting import (
     status_of,
     too_slow,
 )
-from ._redis import Broker, TaskLook
-from ._util import wall_ms
+from ._waiting.runtime import Runtime
+from ._waiting.waiters import Waiters
 from ._wire.codec import TypeCodec, untyped
+from ._wire.marks import MARK_LIFETIME
 from ._wire.record import UNASKED_KEEP, record_fields, ttl_ms
 from .errors import BackendError, ResultTimeout, SelfWait
 from .status import CancelOutcome, TaskState, TaskStatus
@@ -52,6 +51,8 @@ class HandleSource(Protocol):
     def _open_broker(self) -> Broker: ...
 
     def _open_waiters(self) -> Waiters: ...
+
+    def _runtime(self) -> Runtime: ...
 
     def _group_name(self) -> str: ...
 
@@ -224,32 +225,40 @@ class TaskHandle(str, Generic[R]):
             ValueError: ``timeout`` is negative, or not a number.
         """
         self._check_not_self()
-        until = deadline(timeout, trio.current_time())
-        known = self._known
-        if until <= trio.current_time():  # timeout=0: one look, no waiting
+        runtime = self._producer._runtime()
+        until = deadline(timeout, runtime.now())
+        if until <= runtime.now():  # timeout=0: one look, no waiting
             status, look = await self._look(None)
-            if status.state.finished:
-                return self._outcome(status, look, known)
-            known = self._known = self._learn(known, look)
-            if status.state is TaskState.UNKNOWN:
-                return self._outcome(status, look, known)
-            raise self._too_slow(timeout, status, known)
+            if self._settled(status, look):
+                return self._outcome(status, look, self._known)
+            raise self._too_slow(timeout, status, self._known)
+        last: list[TaskStatus] = []
+        ended, result = await runtime.until(until, lambda: self._wait(last))
+        if ended:
+            return result  # type: ignore[return-value]
+        raise self._too_slow(timeout, last[-1] if last else None, self._known)
+
+    async def _wait(self, last: list[TaskStatus]) -> R:
+        """Wait for the outcome, looking again at each announcement (``last``: the
+        statuses seen, for the error of a wait that runs out of time)."""
         producer = self._producer
-        last: TaskStatus | None = None
-        with trio.move_on_at(until):
-            while True:
-                waiters = producer._open_waiters()
-                with waiters.register(self.id) as announced:
-                    await waiters.subscribed()
-                    status, look = await self._look(waiters)
-                    if status.state.finished:
-                        return self._outcome(status, look, known)
-                    known = self._known = self._learn(known, look)
-                    if status.state is TaskState.UNKNOWN:
-                        return self._outcome(status, look, known)
-                    last = status
-                    await announced.wait()
-        raise self._too_slow(timeout, last, known)
+        while True:
+            waiters = producer._open_waiters()
+            with waiters.register(self.id) as announced:
+                await waiters.subscribed()
+                status, look = await self._look(waiters)
+                if self._settled(status, look):
+                    return self._outcome(status, look, self._known)
+                last[:] = [status]
+                await announced.wait()
+
+    def _settled(self, status: TaskStatus, look: TaskLook) -> bool:
+        """Whether a look ends the wait (an outcome stored, or nothing left to wait for);
+        what it found is learnt first, unless the task finished."""
+        if status.state.finished:
+            return True
+        self._known = self._learn(self._known, look)
+        return status.state is TaskState.UNKNOWN
 
     def _learn(self, known: Known, look: TaskLook) -> Known:
         """What ``known`` becomes with what ``look`` found (see ``waiting.learned``)."""

@@ -46,8 +46,8 @@ import trio
 
 from ._context import MessageSource
 from ._util import gives_up
+from ._wire.message import TaskMessage
 from .errors import TaskTimeout
-from .message import TaskMessage
 
 __all__ = [
     "AttemptInfo",

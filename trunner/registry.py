@@ -15,6 +15,7 @@ from ._task import (
     Action,
     Backoff,
     Default,
+    RunIn,
     Task,
     TaskDefaults,
     checked_task_name,
@@ -34,6 +35,18 @@ R = TypeVar("R")
 
 def _or_default(value: T | Default, default: T) -> T:
     return default if value is DEFAULT else value
+
+
+def _found(tasks: TaskRegistry, task: str | Callable[..., Any]) -> Task:
+    """The task ``TaskRegistry.call`` is given: by name, or by its registered function."""
+    if isinstance(task, str):
+        return tasks.get(checked_task_name(task))
+    registered = getattr(task, TASK_ATTRIBUTE, None)
+    if not isinstance(registered, Task):
+        raise TypeError(
+            f"call takes a task name or a function registered with @tasks.task; got {task!r}"
+        )
+    return tasks.get(registered.name)
 
 
 class TaskRegistry(CronSchedules):
@@ -111,6 +124,7 @@ class TaskRegistry(CronSchedules):
         concurrency: int | None = None,
         concurrency_key: Callable[[Any], Any] | None = None,
         priority: str = DEFAULT_LANE,
+        run_in: RunIn | None = None,
     ) -> Callable[[A], A]: ...
 
     def task(
@@ -134,8 +148,10 @@ class TaskRegistry(CronSchedules):
         concurrency: int | None = None,
         concurrency_key: Callable[[Any], Any] | None = None,
         priority: str = DEFAULT_LANE,
+        run_in: RunIn | None = None,
     ) -> A | Callable[[A], A]:
-        """Register an ``async def action(payload)`` as a task: a decorator.
+        """Register ``action(payload)`` as a task: a decorator. An ``async def`` runs on
+        the event loop, a plain ``def`` in a worker thread (see ``run_in``).
 
         Use it as ``@tasks.task``, ``@tasks.task()`` or ``@tasks.task("name",
         max_retry=3)``. ``unique=True`` with ``unique_for=seconds`` (and usually
@@ -165,6 +181,7 @@ class TaskRegistry(CronSchedules):
             concurrency: See [``Task.concurrency``][trunner.Task.concurrency].
             concurrency_key: See [``Task.concurrency_key``][trunner.Task.concurrency_key].
             priority: See [``Task.priority``][trunner.Task.priority].
+            run_in: See [``Task.run_in``][trunner.Task.run_in].
 
         Returns:
             The decorator, which returns the function unchanged.
@@ -206,6 +223,7 @@ class TaskRegistry(CronSchedules):
                     concurrency=concurrency,
                     concurrency_key=concurrency_key,
                     priority=priority,
+                    run_in=run_in,
                 )
             )
             with contextlib.suppress(AttributeError, TypeError):  # a builtin: by name only
@@ -247,6 +265,17 @@ class TaskRegistry(CronSchedules):
     @overload
     async def call(
         self,
+        task: Callable[[P], R],
+        payload: P,
+        *,
+        sleep_backoff: bool = False,
+        headers: Mapping[str, str] | None = None,
+        middleware: Iterable[Middleware] = (),
+    ) -> R: ...
+
+    @overload
+    async def call(
+        self,
         task: str,
         payload: Any = None,
         *,
@@ -257,7 +286,7 @@ class TaskRegistry(CronSchedules):
 
     async def call(
         self,
-        task: str | Callable[..., Awaitable[Any]],
+        task: str | Callable[..., Any],
         payload: Any = None,
         *,
         sleep_backoff: bool = False,
@@ -298,18 +327,12 @@ class TaskRegistry(CronSchedules):
             InvalidPayload: The payload is not JSON-serializable, does not fit the task's
                 declared type, or its message is larger than 1 MiB.
         """
-        if isinstance(task, str):
-            found = self.get(checked_task_name(task))
-        else:
-            registered = getattr(task, TASK_ATTRIBUTE, None)
-            if not isinstance(registered, Task):
-                raise TypeError(
-                    f"call takes a task name or a function registered with @tasks.task; "
-                    f"got {task!r}"
-                )
-            found = self.get(registered.name)
         return await run_eagerly(
-            found, payload, sleep_backoff=sleep_backoff, headers=headers, middleware=middleware
+            _found(self, task),
+            payload,
+            sleep_backoff=sleep_backoff,
+            headers=headers,
+            middleware=middleware,
         )
 
     def __contains__(self, name: object) -> bool:

@@ -2,9 +2,9 @@
 ``open_runner``, and ``current_runner`` for task code).
 
 ``Runner.run`` connects, prepares Redis and wires the components
-(:mod:`trunner._engine.assembly`), runs them in their nursery tree under a watcher that
+(:mod:`trunner._lifecycle.assembly`), runs them in their nursery tree under a watcher that
 turns an outer cancellation into ``stop()``, and shuts them down in order
-(:mod:`trunner._engine.shutdown`, where the tree and the steps are drawn). Leaving
+(:mod:`trunner._lifecycle.shutdown`, where the tree and the steps are drawn). Leaving
 ``open_runner`` (normally, by an exception, or by cancellation) runs that shutdown:
 fetchers stop, unstarted messages are released, running tasks drain, the services stop one
 by one, and what is still held is released. Every step that talks to Redis is shielded
@@ -14,7 +14,7 @@ Supervision: a runner ends with :class:`~trunner.errors.RunnerCrashed` only for 
 trunner itself, and never the next instance for the same data. Errors caused by data (a
 stream entry, a stored value, a registered cron expression, a task's payload) are
 contained to that item by the loop that read it: the item is dead-lettered (messages) or
-set aside in the quarantine (:mod:`trunner.quarantine`), counted, reported through
+set aside in the quarantine (:mod:`trunner._engine.quarantine`), counted, reported through
 :meth:`Runner.errors`, logged once, and the loop goes on. A leader chore that fails
 anyway is restarted after a backoff (:mod:`trunner._leader.leadership`); Redis errors are retried
 with backoff by every loop.
@@ -29,14 +29,14 @@ from typing import cast
 
 import trio
 
+from ._admin_calls import AdminCalls
 from ._context import _current_runner, running_runner
-from ._engine import shutdown
-from ._engine.assembly import Components, build, log_started, open_broker, prepare
 from ._engine.counters import Counters
 from ._engine.holdings import Job
 from ._engine.reporter import LocalTimings
 from ._leader.leadership import Chore
-from ._producer.admin_calls import AdminCalls
+from ._lifecycle import shutdown
+from ._lifecycle.assembly import Components, build, log_started, open_broker, prepare
 from ._producer.dispatch import Producer
 from ._producer.dispatching import DispatchCalls
 from ._producer.scheduling import ScheduleCalls
@@ -88,7 +88,7 @@ class Runner(RunnerView, DispatchCalls, ScheduleCalls, AdminCalls):
 
     Besides the members below, a runner has every [dispatch method][dispatch-methods]; its
     [``admin``][trunner.Runner.admin] inspects and administers the group (the runner's
-    own admin methods, such as ``runner.pause()``, are the admin's).
+    own admin methods, such as ``runner.pause()``, are the admin's, and deprecated).
 
     Args:
         redis: The Redis URL, as for [``open_runner``][trunner.open_runner].
@@ -104,6 +104,8 @@ class Runner(RunnerView, DispatchCalls, ScheduleCalls, AdminCalls):
         TaskNotFound: A cron schedule of ``tasks`` names a task that is not registered
             ([``TaskRegistry.check``][trunner.TaskRegistry.check]).
     """
+
+    _called = "runner"
 
     def __init__(self, redis: str, config: RunnerConfig, tasks: TaskRegistry) -> None:
         if not isinstance(config, RunnerConfig):
@@ -135,7 +137,7 @@ class Runner(RunnerView, DispatchCalls, ScheduleCalls, AdminCalls):
         self.consumer_name = config.consumer_name or instance_id(config.host)
         """This instance's consumer name: ``config.consumer_name``, or
         ``<host>:<pid>:<6 hex digits>``. It is also the instance's id in the leadership
-        lease and in [``instances``][trunner.Runner.instances]."""
+        lease and in [``instances``][trunner.admin.Admin.instances]."""
         self._state = RunnerState.INIT
         self._counters = Counters()
         self._errors = ErrorLog()
@@ -227,6 +229,7 @@ class Runner(RunnerView, DispatchCalls, ScheduleCalls, AdminCalls):
                     errors=self._errors,
                     timings=self.timings,
                     leader_chores=self._leader_chores,
+                    url=self._url,
                 )
                 async with trio.open_nursery() as watcher:
                     watcher.start_soon(self._stop_on_cancel)

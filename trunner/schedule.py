@@ -10,8 +10,9 @@ from typing import Any
 
 import attrs
 
+from ._wire.envelope import NO_SIZE_LIMIT, encode_message
+from ._wire.headers import NO_HEADERS, check_headers
 from ._wire.names import check_task_name
-from .message import NO_HEADERS, NO_SIZE_LIMIT, check_headers, encode_message
 
 __all__ = ["CronSchedule"]
 

@@ -146,6 +146,13 @@ class RunnerStatistics:
     lanes: Mapping[str, int] = attrs.field(factory=dict)
     """Messages this instance fetched (read or reclaimed) per [priority lane](lanes.md),
     for each lane it reads: how its work divided among the lanes."""
+    stalls: int = 0
+    """Times the stall watchdog found the event loop blocked past ``stall_threshold`` (a
+    sync call in an ``async def`` task, say); each is logged once with the stack that
+    held the loop (see [Blocking and CPU-bound tasks](blocking-and-cpu-bound-tasks.md))."""
+    threads_abandoned: int = 0
+    """Attempts of ``def`` tasks that ended (timeout, cancellation) while their worker
+    thread ran on: the thread was left to return by itself, and its result dropped."""
     paused: bool = False
     """Whether the group is paused, as this instance last heard (see
     [Pausing a group](pause.md)): its fetch loops read and claim nothing; running tasks

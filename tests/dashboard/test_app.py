@@ -144,13 +144,13 @@ async def test_posts_need_the_csrf_token_and_this_site_s_origin(
             http.cookies.clear()
             stolen = await post(http, cancel, {"id": delayed, "csrf": csrf})
             assert stolen.status_code == 403, "the token belongs to another session"
-            assert await client.delayed_count() == 1
+            assert await client.admin.delayed_count() == 1
             csrf = csrf_of((await http.get(f"/group/{group}")).text)
             referer = await http.post(
                 cancel, data={"id": delayed, "csrf": csrf}, headers={"referer": ORIGIN + "/x"}
             )
             assert referer.status_code == 303
-            assert await client.delayed_count() == 0
+            assert await client.admin.delayed_count() == 0
 
 
 async def test_read_only_shows_no_action_and_refuses_posts(
@@ -338,7 +338,7 @@ async def test_pause_and_resume_the_group_from_its_header(memory_url: str, group
         token = csrf_of(page.text)
         done = await post(http, f"/group/{group}/action/pause", {"csrf": token})
         assert "paused" in (await http.get(done.headers["location"])).text
-        assert (await client.inspect()).paused
+        assert (await client.admin.inspect()).paused
         again = await post(http, f"/group/{group}/action/pause", {"csrf": token})
         assert "was paused already" in (await http.get(again.headers["location"])).text
         snapshot = (await http.get(f"/group/{group}/snapshot")).json()
@@ -346,7 +346,7 @@ async def test_pause_and_resume_the_group_from_its_header(memory_url: str, group
         assert 'id="paused" class="paused">' in (await http.get(f"/group/{group}")).text
         done = await post(http, f"/group/{group}/action/resume", {"csrf": token})
         assert "resumed" in (await http.get(done.headers["location"])).text
-        assert not (await client.inspect()).paused
+        assert not (await client.admin.inspect()).paused
 
 
 @pytest.mark.parametrize("bound", ["127.0.0.1", "localhost", "::1", "[::1]", "127.0.0.2"])

@@ -24,7 +24,7 @@ from typing import Any
 import trio
 
 import trunner
-from trunner.message import rate_reserved_at
+from trunner._wire.decode import rate_reserved_at
 
 
 def main() -> None:

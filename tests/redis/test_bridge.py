@@ -25,7 +25,7 @@ import trio
 
 import trunner
 from trunner._redis import Broker, Owner, Reader, Transport, open_transport
-from trunner.message import PAYLOAD_FIELD, encode_message
+from trunner._wire.envelope import PAYLOAD_FIELD, encode_message
 from trunner.testing import run_until_idle
 
 from ..conftest import config, open_checked_runner, redis_state
@@ -318,7 +318,7 @@ async def test_cancelled_blocked_reads_lose_nothing_and_ghosts_are_recovered(
         await executions.wait_for(lambda: ghost_numbers <= set(executions.payloads))
         recovered_in = trio.current_time() - started
         await run_until_idle(runner)
-        assert await runner.dead_letter_count() == 0
+        assert await runner.admin.dead_letter_count() == 0
     print(f"{len(ghosts)} ghosts executed by a runner {recovered_in * 1000:.0f} ms after start")
     assert sorted(executions.payloads) == sorted(ghost_numbers)
     assert runner.statistics().reclaimed >= len(ghosts)

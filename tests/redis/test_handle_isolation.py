@@ -141,12 +141,12 @@ async def test_a_refused_command_leaves_dispatches_and_acks_in_their_database(
             await runner.dispatch("plain", i)
 
         async def all_done() -> bool:
-            return ran == 30 and await runner.pending_count() == 0
+            return ran == 30 and await runner.admin.pending_count() == 0
 
         await redis_state(all_done)
         assert len(refused) == 3
         assert await runner.redis.get(f"iso:{group}") == b"30"
-        assert await runner.queue_length() == 0
+        assert await runner.admin.queue_length() == 0
 
 
 async def test_blocked_tasks_delay_no_other_command_nor_any_acknowledgement(
@@ -198,7 +198,7 @@ async def test_blocked_tasks_delay_no_other_command_nor_any_acknowledgement(
             await runner.dispatch("plain", i)
 
         async def all_done() -> bool:
-            return ran == 40 and await runner.pending_count() == 3  # the blocked three
+            return ran == 40 and await runner.admin.pending_count() == 3  # the blocked three
 
         await redis_state(all_done)
         assert await runner.redis.get(f"iso:{group}:count") == b"40"
@@ -207,7 +207,7 @@ async def test_blocked_tasks_delay_no_other_command_nor_any_acknowledgement(
         await runner.redis.execute("XADD", f"iso:{group}:events", "*", "f", "v")
 
         async def woken() -> bool:
-            return len(woke) == 3 and await runner.pending_count() == 0
+            return len(woke) == 3 and await runner.admin.pending_count() == 0
 
         await redis_state(woken)
         unblocked.set()

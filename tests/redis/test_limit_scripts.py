@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from trunner._redis import Broker, Slot, open_transport
+from trunner._wire.decode import rate_reserved_at
+from trunner._wire.envelope import encode_message
 from trunner._wire.keys import Keys
-from trunner.message import encode_message, rate_reserved_at
 
 from .test_broker import C1, deliver, owned
 

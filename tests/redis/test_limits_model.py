@@ -16,8 +16,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from trunner._redis import Broker, Owner, Script, forget_memory_server
 from trunner._redis import memory_server_client as server_client
+from trunner._wire.envelope import encode_message
 from trunner._wire.keys import Keys
-from trunner.message import encode_message
 
 LIMIT = 2
 GROUP = "model"

@@ -33,14 +33,14 @@ async def pause_run(url: str, group: str) -> None:
         trunner.open_runner(url, config(group), tasks) as b,
         trunner.open_client(url, group) as client,
     ):
-        assert await client.pause() is True
+        assert await client.admin.pause() is True
         await a.wait_paused()
         await b.wait_paused()
         await client.dispatch_many("record", range(10))
-        assert (await client.inspect()).paused
-        assert await client.queue_length() == 10
+        assert (await client.admin.inspect()).paused
+        assert await client.admin.queue_length() == 10
         assert ran == []
-        assert await client.resume() is True
+        assert await client.admin.resume() is True
         await a.wait_resumed()
         await b.wait_resumed()
 

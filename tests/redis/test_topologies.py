@@ -112,7 +112,11 @@ async def run_through_failover(
         await runs.wait(310)
 
         async def drained() -> bool:
-            counts = [await a.pending_count(), await a.queue_length(), await a.delayed_count()]
+            counts = [
+                await a.admin.pending_count(),
+                await a.admin.queue_length(),
+                await a.admin.delayed_count(),
+            ]
             return counts == [0, 0, 0]
 
         await redis_state(drained, poll=0.1)
@@ -153,11 +157,11 @@ async def full_run(url: str, group: str) -> trunner.admin.GroupStats:
         await runs.wait(53)
 
         async def reported() -> bool:
-            stats = await a.group_stats()
+            stats = await a.admin.group_stats()
             return stats.tasks.get("record") is not None and stats.instances == 2
 
         await redis_state(reported, poll=0.1)
-        stats = await b.group_stats()
+        stats = await b.admin.group_stats()
         leader = a if a.is_leader else b
         # its commands (trimming, consumer clean-up) are allowed here too
         janitor = parts(leader).janitor
@@ -289,7 +293,7 @@ async def test_prefixes_keep_environments_apart(redis_server: RedisServer, group
         await s.dispatch_many("record", range(100, 105))
         await prod.wait(10)
         await staging.wait(5)
-        assert [i.id for i in await p.instances()] == [p.consumer_name]
+        assert [i.id for i in await p.admin.instances()] == [p.consumer_name]
     assert sorted(prod.payloads) == list(range(10))
     assert sorted(staging.payloads) == list(range(100, 105))
 
@@ -346,7 +350,7 @@ async def test_priority_lanes_on_a_cluster(cluster: Cluster) -> None:
         stream = keys.lane_stream("urgent")
 
         async def trimmed() -> bool:
-            return await runner.lane_lengths() == {"urgent": 0, "default": 0}
+            return await runner.admin.lane_lengths() == {"urgent": 0, "default": 0}
 
         await redis_state(trimmed, poll=0.1)
         assert cluster.master_of(stream) == cluster.master_of(keys.stream), "one slot"
@@ -422,7 +426,7 @@ async def test_standalone_electors_and_a_client_on_a_cluster(cluster: Cluster) -
     group = f"cl-{uuid.uuid4().hex[:6]}"
     async with trunner.open_client(cluster.url, group) as client:
         await client.dispatch_many("record", range(3))
-        assert await client.queue_length() == 3
+        assert await client.admin.queue_length() == 3
 
 
 async def test_groups_are_found_on_every_master_of_a_cluster(cluster: Cluster) -> None:

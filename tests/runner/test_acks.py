@@ -11,8 +11,8 @@ from trunner._engine.counters import Counters
 from trunner._engine.holdings import Holdings
 from trunner._redis import SCRIPTS, Broker, open_transport
 from trunner._util import ErrorLog
+from trunner._wire.envelope import encode_message
 from trunner._wire.keys import Keys
-from trunner.message import encode_message
 
 from ..conftest import config
 from ..support.faults import FaultyTransport, script_call

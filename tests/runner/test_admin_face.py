@@ -1,5 +1,5 @@
 """A runner holds a client and an admin, it is neither; ``open_admin`` opens an admin
-alone; the methods a runner and a client had before keep working through them."""
+alone; the methods a runner and a client had before keep working through them, and warn."""
 
 from __future__ import annotations
 
@@ -27,7 +27,10 @@ async def test_a_runner_binds_its_client_and_admin_when_started(url: str, group:
         runner.client  # noqa: B018 - the access raises
     with pytest.raises(trunner.errors.RunnerNotRunning):
         runner.admin  # noqa: B018 - the access raises
-    with pytest.raises(trunner.errors.RunnerNotRunning):
+    with (
+        pytest.raises(trunner.errors.RunnerNotRunning),
+        pytest.warns(DeprecationWarning, match=r"runner\.admin\.pause\(\)"),
+    ):
         await runner.pause()
     async with open_checked_runner(url, config(group), tasks) as started:
         assert isinstance(started.client, trunner.Client)
@@ -37,7 +40,8 @@ async def test_a_runner_binds_its_client_and_admin_when_started(url: str, group:
         handle = await started.client.dispatch(double, 4)
         assert await handle.result(timeout=10) == 8
         assert await started.admin.pause() is True
-        assert await started.resume() is True, "the runner's own call is the admin's"
+        with pytest.warns(DeprecationWarning, match=r"runner\.admin\.resume\(\)"):
+            assert await started.resume() is True, "the runner's own call is the admin's"
         assert (await started.admin.inspect()).group == group
     with pytest.raises(trunner.errors.RunnerNotRunning):
         await started.admin.inspect()
@@ -63,7 +67,8 @@ async def test_a_client_s_admin_is_its_admin_methods(url: str, group: str) -> No
     async with trunner.open_client(url, group) as client:
         assert isinstance(client.admin, trunner.admin.Admin)
         await client.dispatch("anything", 1)
-        assert await client.admin.queue_length() == await client.queue_length() == 1
+        with pytest.warns(DeprecationWarning, match=r"client\.admin\.queue_length\(\)"):
+            assert await client.admin.queue_length() == await client.queue_length() == 1
     with pytest.raises(trunner.errors.RunnerNotRunning, match="Client is not open"):
         await client.admin.queue_length()
 

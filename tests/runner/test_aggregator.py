@@ -161,7 +161,7 @@ async def test_capacity_follows_the_backlog_within_bounds(
 
         async def back_to_min() -> bool:
             await trio.lowlevel.checkpoint()
-            return (await a.queue_length()) == 0 and a.statistics().capacity == 1
+            return (await a.admin.queue_length()) == 0 and a.statistics().capacity == 1
 
         await redis_state(back_to_min)
     assert over_capacity == [], "a fetch started tasks beyond the applied capacity"

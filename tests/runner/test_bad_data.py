@@ -14,9 +14,9 @@ import pytest
 import trio
 
 import trunner
+from trunner._wire.envelope import encode_message
 from trunner._wire.keys import Keys
 from trunner.election import Elector
-from trunner.message import encode_message
 from trunner.schedule import CronSchedule
 from trunner.status import TaskState
 
@@ -428,10 +428,10 @@ async def test_a_failed_task_whose_handler_is_cut_off_by_the_drain_never_runs_ag
     async with trunner.open_runner(url, cfg, tasks) as second:
 
         async def dead() -> bool:
-            return await second.dead_letter_count() == 1
+            return await second.admin.dead_letter_count() == 1
 
         await redis_state(dead)
-        [letter] = await second.dead_letters()
+        [letter] = await second.admin.dead_letters()
         assert letter.reason == "max retries exceeded (redelivered)"
     assert ran == 1, "the task never ran again"
     assert handled == ["MaxRetryExceeded", "MaxRetryExceeded"]
@@ -513,7 +513,7 @@ async def test_instance_details_holding_1e400_are_listed_without_and_the_stats_g
         [record] = [r for r in records(raw, keys) if r[b"source"] == b"instances:info"]
         assert record[b"item"] == b"ghost"
         assert runner.statistics().chores_restarted == 0
-        ghost = [i for i in await runner.instances() if i.id == "ghost"]
+        ghost = [i for i in await runner.admin.instances() if i.id == "ghost"]
         assert ghost[0].capacity == 0, "listed without its details"
 
 
@@ -526,7 +526,7 @@ async def test_an_instance_seen_years_ahead_is_not_listed_and_the_leader_drops_i
     raw.zadd(keys.instances, {"ghost": now_ms + 10 * 365 * 86_400_000})
     raw.hset(keys.instances_info, "ghost", '{"capacity": 1000, "pid": 1}')
     async with trunner.open_runner(url, config(group, **FAST), registry(Runs())) as runner:
-        assert "ghost" not in {i.id for i in await runner.instances()}
+        assert "ghost" not in {i.id for i in await runner.admin.instances()}
 
         async def dropped() -> bool:  # the round drops it, then records it
             await trio.lowlevel.checkpoint()
@@ -539,7 +539,7 @@ async def test_an_instance_seen_years_ahead_is_not_listed_and_the_leader_drops_i
         assert record[b"item"] == b"ghost"
         assert record[b"reason"] == b"last seen more than an hour ahead of the leader's clock"
         assert runner.statistics().chores_restarted == 0
-        assert [i.id for i in await runner.instances()] == [runner.consumer_name]
+        assert [i.id for i in await runner.admin.instances()] == [runner.consumer_name]
 
 
 async def test_dead_letters_whose_numbers_are_not_finite_can_be_read(
@@ -549,7 +549,7 @@ async def test_dead_letters_whose_numbers_are_not_finite_can_be_read(
     raw.xadd(keys.dead, {"attempt": "inf", "failed_at": "1e400", "task": "x"})
     raw.xadd(keys.dead, {"attempt": "nan", "failed_at": "-inf"})
     async with trunner.open_runner(url, config(group, **FAST), registry(Runs())) as runner:
-        letters = await runner.dead_letters()
+        letters = await runner.admin.dead_letters()
     assert [(d.attempt, d.failed_at) for d in letters] == [(0, 0.0), (0, 0.0)]
     assert letters[0].task == "x"
 
@@ -680,9 +680,9 @@ async def test_a_unique_lock_of_another_type_never_fails_the_end_of_its_task(
         release.set()
 
         async def ended() -> bool:
-            finished = await runner.dead_letter_count() == 1 if fails else True
+            finished = await runner.admin.dead_letter_count() == 1 if fails else True
             written = fails or runner.statistics().acked == 1  # the batch went through
-            return finished and written and not await runner.pending_count()
+            return finished and written and not await runner.admin.pending_count()
 
         await redis_state(ended)
         assert runner.state is trunner.RunnerState.STARTED

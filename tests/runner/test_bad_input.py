@@ -22,8 +22,9 @@ from hypothesis import strategies as st
 
 import trunner
 from trunner._redis import forget_memory_server
+from trunner._wire.decode import MessageDecodeError, decode_message
+from trunner._wire.envelope import MESSAGE_GROWTH
 from trunner.keys import Keys
-from trunner.message import MESSAGE_GROWTH, MessageDecodeError, decode_message
 
 from ..conftest import open_checked_runner, raw_client, redis_state
 from ..support.servers import RedisServer

@@ -95,8 +95,8 @@ async def test_a_running_task_is_cancelled_at_once_not_retried_not_handled(
         assert stats.retried == 0
         assert stats.failed == 0
         assert not handled
-        assert await runner.dead_letter_count() == 0
-        assert await runner.pending_count() == 0
+        assert await runner.admin.dead_letter_count() == 0
+        assert await runner.admin.pending_count() == 0
         assert _hlen(url, keys.cancelled) == 0  # the mark went with the acknowledgement
         assert await handle.cancel() is CancelOutcome.FINISHED
         # the runner goes on: the next task of the same kind runs to its end
@@ -117,7 +117,7 @@ async def test_a_running_task_that_keeps_no_result_is_cancelled_too(url: str, gr
             await handle.result()
         assert runner.statistics().cancelled == 1
         assert runner.statistics().retried == 0
-        assert await runner.pending_count() == 0
+        assert await runner.admin.pending_count() == 0
 
 
 async def test_a_delayed_task_is_removed(url: str, group: str) -> None:
@@ -127,7 +127,7 @@ async def test_a_delayed_task_is_removed(url: str, group: str) -> None:
         handle = await client.dispatch_delayed("record", "later", 0.2)
         other = await client.dispatch_delayed("record", "kept", 0.2)
         assert await handle.cancel() is CancelOutcome.REMOVED
-        assert await client.delayed_count() == 1
+        assert await client.admin.delayed_count() == 1
         async with open_checked_runner(url, config(group), registry(gate, ran)):
             await other.result()
             with pytest.raises(trunner.TaskCancelled):
@@ -147,7 +147,7 @@ async def test_a_queued_task_is_removed_and_its_unique_lock_released(
             await client.dispatch("once", "order-1")
         assert (await first.status()).state is TaskState.QUEUED
         assert await first.cancel() is CancelOutcome.REMOVED
-        assert await client.queue_length() == 0
+        assert await client.admin.queue_length() == 0
         second = await client.dispatch("once", "order-1")  # the lock went with it
         async with open_checked_runner(url, config(group), tasks):
             await second.result()
@@ -163,7 +163,7 @@ async def test_a_retrying_task_is_removed_during_its_backoff(url: str, group: st
         await redis_state(lambda: _state_is(handle, TaskState.RETRYING))
         assert await handle.cancel() is CancelOutcome.REMOVED
         assert (await handle.status()).state is TaskState.CANCELLED
-        assert await runner.delayed_count() == 0
+        assert await runner.admin.delayed_count() == 0
 
 
 async def test_a_moved_task_waiting_in_the_stream_is_removed(
@@ -181,7 +181,7 @@ async def test_a_moved_task_waiting_in_the_stream_is_removed(
         assert _hlen(url, keys.where) == 1
         assert await handle.cancel() is CancelOutcome.REMOVED
         assert _hlen(url, keys.where) == 0
-        assert await runner.queue_length() == 1  # the busy task's entry alone
+        assert await runner.admin.queue_length() == 1  # the busy task's entry alone
         gate.open.set()
         await busy.result()
         with pytest.raises(trunner.TaskCancelled):
@@ -226,7 +226,7 @@ async def test_a_task_held_by_a_dead_instance_is_dropped_when_reclaimed(
             with pytest.raises(trunner.TaskCancelled):
                 await handle.result()
             assert runner.statistics().cancelled == 1
-            assert await runner.pending_count() == 0
+            assert await runner.admin.pending_count() == 0
         assert ran == []
         assert _hlen(url, keys.cancelled) == 0
 

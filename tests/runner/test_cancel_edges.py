@@ -17,8 +17,8 @@ import trunner
 import trunner._engine.cancellation
 from trunner import CancelOutcome, TaskState
 from trunner._redis import SCRIPTS, Broker, open_transport
+from trunner._wire.envelope import encode_message
 from trunner.keys import Keys
-from trunner.message import encode_message
 
 from ..conftest import Gate, config, open_checked_runner, parts, raw_client
 from ..support.faults import FaultyTransport, script_call
@@ -90,9 +90,9 @@ async def _cancelled_cleanly(runner: trunner.Runner, handle: trunner.TaskHandle[
     assert stats.cancelled == 1
     assert stats.retried == 0
     assert stats.failed == 0
-    assert await runner.dead_letter_count() == 0
-    assert await runner.pending_count() == 0
-    assert await runner.delayed_count() == 0
+    assert await runner.admin.dead_letter_count() == 0
+    assert await runner.admin.pending_count() == 0
+    assert await runner.admin.delayed_count() == 0
 
 
 @pytest.mark.parametrize("fail", [False, True], ids=["quiet-children", "failing-children"])
@@ -146,7 +146,7 @@ async def test_a_task_that_swallows_its_cancellation_ends_its_job_loop(
         for i, other in enumerate(handles):
             assert await other.result() == f"ran {i}"
         assert sorted(ran) == list(range(20))
-        assert await runner.pending_count() == 0
+        assert await runner.admin.pending_count() == 0
         assert runner.statistics().succeeded == 21
 
 
@@ -168,7 +168,7 @@ async def test_jobs_ready_behind_a_cancelled_one_run_to_their_ends(url: str, gro
             with pytest.raises(trunner.TaskCancelled):
                 await messy.result()
             assert await stubborn.result() == "swallowed"
-            assert await runner.pending_count() == 0
+            assert await runner.admin.pending_count() == 0
 
 
 async def test_a_job_loop_whose_task_swallowed_its_cancellation_takes_no_other_job(
@@ -287,7 +287,7 @@ async def test_a_cancel_that_comes_while_a_failed_attempts_retry_is_written_remo
             assert (await handle.status()).state is TaskState.CANCELLED
             with pytest.raises(trunner.TaskCancelled):
                 await handle.result(timeout=0)
-            assert await client.delayed_count() == 0
+            assert await client.admin.delayed_count() == 0
         assert parts_.counters.cancelled == 1
         assert parts_.counters.retried == 0
 

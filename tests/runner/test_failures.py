@@ -76,7 +76,7 @@ async def test_failing_task_is_retried_then_dead_lettered(
         await handler.wait(1)
 
         async def settled() -> bool:
-            return await runner.dead_letter_count() == 1
+            return await runner.admin.dead_letter_count() == 1
 
         await redis_state(settled)
         errors = []
@@ -85,9 +85,9 @@ async def test_failing_task_is_retried_then_dead_lettered(
             if len(errors) == 3:
                 break
         stats = runner.statistics()
-        assert await runner.queue_length() == 0
-        assert await runner.pending_count() == 0
-        assert await runner.delayed_count() == 0
+        assert await runner.admin.queue_length() == 0
+        assert await runner.admin.pending_count() == 0
+        assert await runner.admin.delayed_count() == 0
     assert attempts == [1, 2, 3]
     assert [type(e) for e in errors] == [trunner.TaskFailed] * 3
     assert [e.attempt for e in errors if isinstance(e, trunner.TaskFailed)] == [1, 2, 3]
@@ -124,11 +124,13 @@ async def test_retry_is_acknowledged_and_scheduled_in_the_delayed_set(
         await failed.wait()
 
         async def scheduled() -> bool:
-            return await runner.delayed_count() == 1
+            return await runner.admin.delayed_count() == 1
 
         await redis_state(scheduled)
-        assert await runner.queue_length() == 0, "the failed entry is acknowledged and deleted"
-        assert await runner.pending_count() == 0
+        assert await runner.admin.queue_length() == 0, (
+            "the failed entry is acknowledged and deleted"
+        )
+        assert await runner.admin.pending_count() == 0
     ((member, score),) = raw.zrange(keys.delayed, 0, -1, withscores=True)
     assert member.decode() == task_id, "the delayed set holds the task id"
     body = json.loads(raw.hget(keys.delayed_messages, member))
@@ -185,7 +187,10 @@ async def test_poison_entries_are_dead_lettered_and_the_runner_keeps_serving(
         await handler.wait(len(POISON) + 1)
 
         async def settled() -> bool:
-            return await r.dead_letter_count() == len(POISON) + 1 and not await r.pending_count()
+            return (
+                await r.admin.dead_letter_count() == len(POISON) + 1
+                and not await r.admin.pending_count()
+            )
 
         await redis_state(settled)
     by_id = {m.message_id: (m, e) for m, e in handler.calls}
@@ -215,7 +220,7 @@ async def test_without_a_handler_messages_are_dead_lettered(
         await runner.dispatch("broken", None)
 
         async def settled() -> bool:
-            return await runner.dead_letter_count() == 1
+            return await runner.admin.dead_letter_count() == 1
 
         await redis_state(settled)
     (dead,) = dead_entries(raw, keys)
@@ -238,15 +243,15 @@ async def test_a_handler_that_raises_leaves_the_message_pending_for_later(
     async with open_checked_runner(url, cfg, tasks) as runner:
         await runner.dispatch("broken", None)
         await handler.wait(1)
-        assert await runner.dead_letter_count() == 0
-        assert await runner.pending_count() == 1, "kept pending, not acknowledged"
+        assert await runner.admin.dead_letter_count() == 0
+        assert await runner.admin.pending_count() == 1, "kept pending, not acknowledged"
         await handler.wait(2)  # redelivered after the reclaim delay; the handler succeeds
 
         async def settled() -> bool:
-            return await runner.dead_letter_count() == 1
+            return await runner.admin.dead_letter_count() == 1
 
         await redis_state(settled)
-        assert await runner.pending_count() == 0
+        assert await runner.admin.pending_count() == 0
     first, second = handler.calls
     assert isinstance(first[1], trunner.MaxRetryExceeded)
     assert isinstance(second[1], trunner.MaxRetryExceeded), "redelivered past its attempts"
@@ -309,7 +314,7 @@ async def test_a_message_kept_after_its_handler_raised_keeps_its_attempt_across_
         await handler.wait(2)  # released at the first shutdown: redelivered at once
 
         async def settled() -> bool:
-            return await runner.dead_letter_count() == 1
+            return await runner.admin.dead_letter_count() == 1
 
         await redis_state(settled)
     assert runs == [1], "the task ran once; the redelivery went straight to the handler"
@@ -418,10 +423,10 @@ async def test_giving_up_from_inside_a_nursery(
         await runner.dispatch(fan_out, None)
 
         async def dead_lettered() -> bool:
-            return await runner.dead_letter_count() == 1
+            return await runner.admin.dead_letter_count() == 1
 
         await redis_state(dead_lettered)
-        [letter] = await runner.dead_letters()
+        [letter] = await runner.admin.dead_letters()
     assert attempts == ([1, 2] if retried else [1])
     expected = "max retries exceeded" if retried else "given up by the task (no retry)"
     assert letter.reason == expected
@@ -459,10 +464,10 @@ async def test_a_handler_cut_off_by_shutdown_runs_again_not_the_task(
         await handler.wait(2)
 
         async def settled() -> bool:
-            return await runner.dead_letter_count() == 1
+            return await runner.admin.dead_letter_count() == 1
 
         await redis_state(settled)
-        assert await runner.pending_count() == 0
+        assert await runner.admin.pending_count() == 0
     assert runs == [1], "the redelivery went straight to the handler"
     second_message, second_error = handler.calls[1]
     assert (second_message.attempt, second_message.deliveries) == (1, 2)

@@ -100,7 +100,9 @@ async def serving(
 
 def _is_empty(producer: trunner.Client | trunner.Runner) -> Callable[[], Awaitable[bool]]:
     async def check() -> bool:
-        return await producer.queue_length() == 0 and await producer.pending_count() == 0
+        return (
+            await producer.admin.queue_length() == 0 and await producer.admin.pending_count() == 0
+        )
 
     return check
 
@@ -216,7 +218,7 @@ async def test_scripts_are_reloaded_when_redis_forgot_them(group: str) -> None:
                 assert len(await client.dispatch_many(TASK, range(10, 20))) == 10
                 await work.wait_seen(range(-1, 20))
                 await redis_state(_is_empty(client))  # acknowledged: the ack script ran
-                assert await runner.delayed_count() == 0
+                assert await runner.admin.delayed_count() == 0
 
 
 # -- the network breaks -----------------------------------------------------------------------
@@ -275,7 +277,7 @@ async def test_runner_keeps_serving_across_a_network_cut(
         await work.wait_seen(range(tasks_total))
         all_run_at = trio.current_time()
         await redis_state(_is_empty(client))
-        assert await client.dead_letter_count() == 0
+        assert await client.admin.dead_letter_count() == 0
         stats = runner.statistics()
     unavailable = record.unavailable_between(cut_at, restored_at)
     print(
@@ -332,7 +334,7 @@ async def test_runner_survives_a_redis_restart(group: str) -> None:
             await work.wait_seen(range(before + after))
             all_run_at = trio.current_time()
             await redis_state(_is_empty(client))
-            assert await client.dead_letter_count() == 0
+            assert await client.admin.dead_letter_count() == 0
             stats = runner.statistics()
     first_after = min(work.first_run[p] for p in range(before, before + after))
     print(
@@ -357,16 +359,16 @@ async def test_a_lost_reply_is_an_error_not_a_silent_second_enqueue(
         open_proxy(redis_server.port) as proxy,
         trunner.open_client(proxy.url, group, max_connections=1) as client,
     ):
-        await client.queue_length()  # a connection is open: the next reply is the XADD's
+        await client.admin.queue_length()  # a connection is open: the next reply is the XADD's
         proxy.drop_replies(1)
         with pytest.raises(trunner.RedisUnavailable):
             await client.dispatch("t", 1)
-        assert await client.queue_length() == 1
+        assert await client.admin.queue_length() == 1
         await client.dispatch_many("t", [2])  # loads the script; the connection is open
         proxy.drop_replies(1)
         with pytest.raises(trunner.RedisUnavailable):
             await client.dispatch_many("t", [3, 4])
-        assert await client.queue_length() == 4, "each command ran exactly once"
+        assert await client.admin.queue_length() == 4, "each command ran exactly once"
 
 
 async def test_a_command_without_a_reply_times_out(redis_server: RedisServer, group: str) -> None:
@@ -378,7 +380,7 @@ async def test_a_command_without_a_reply_times_out(redis_server: RedisServer, gr
         proxy.delay = 5.0
         started = trio.current_time()
         with pytest.raises(trunner.RedisUnavailable, match=r"no reply from Redis within 0\.3"):
-            await client.queue_length()
+            await client.admin.queue_length()
         assert trio.current_time() - started < 1.0
         proxy.delay = 0.0
-        assert await client.queue_length() == 0, "the next call works on a new connection"
+        assert await client.admin.queue_length() == 0, "the next call works on a new connection"

@@ -45,9 +45,9 @@ from hypothesis import strategies as st
 
 import trunner
 from trunner._redis import forget_memory_server
+from trunner._wire.envelope import encode_message
 from trunner._wire.keys import UniqueLock
 from trunner.keys import Keys
-from trunner.message import encode_message
 from trunner.testing import open_runner_factory
 
 from ..conftest import parts, raw_client, redis_state
@@ -816,12 +816,12 @@ async def exercise(url: str, keys: Keys, raw: Any, corruption: Corruption) -> No
                 assert runner.state is trunner.RunnerState.STARTED
                 assert runner.statistics().chores_restarted == 0
             # The dead letters are readable, whatever they hold.
-            await a.dead_letters()
-            assert await a.dead_letter_count() >= 1
-            await a.quarantined()
-            await a.instances()
-            await a.group_stats()
-            await a.inspect()
+            await a.admin.dead_letters()
+            assert await a.admin.dead_letter_count() >= 1
+            await a.admin.quarantined()
+            await a.admin.instances()
+            await a.admin.group_stats()
+            await a.admin.inspect()
             for task_id in corruption.ghosts:
                 await a.handle(task_id).status()
             unexplained = [e for e in errors if not allowed(e)]

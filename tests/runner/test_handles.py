@@ -190,7 +190,7 @@ async def test_a_payload_that_does_not_match_is_refused_at_dispatch_and_nothing_
         assert "ResizeRequest" in str(info.value)
         with pytest.raises(trunner.InvalidPayload, match="width"):
             await runner.dispatch("resize", {"path": "a", "width": "wide"})
-        assert await runner.queue_length() == 0
+        assert await runner.admin.queue_length() == 0
 
 
 async def test_a_payload_that_does_not_validate_on_the_runner_is_given_up_with_the_path(
@@ -214,7 +214,7 @@ async def test_a_payload_that_does_not_validate_on_the_runner_is_given_up_with_t
         assert isinstance(remote, trunner.errors.RemoteFailure)
         assert remote.type_name == "InvalidPayload"
         assert "$.width" in remote.message
-        assert await runner.dead_letter_count() == 1
+        assert await runner.admin.dead_letter_count() == 1
         assert len(handled) == 1
         assert isinstance(handled[0], trunner.InvalidPayload)
 
@@ -486,7 +486,7 @@ async def test_give_up_dead_letters_at_once(url: str, group: str) -> None:
         assert info.value.attempt == 1
         assert isinstance(info.value.error, trunner.errors.RemoteFailure)
         assert info.value.error.type_name == "GiveUp"
-        [letter] = await runner.dead_letters()
+        [letter] = await runner.admin.dead_letters()
         assert letter.reason == "given up by the task (no retry)"
         assert "the file is gone" in letter.error
 
@@ -614,7 +614,7 @@ async def test_a_task_not_started_before_it_expires_is_dropped(url: str, group: 
                 assert (await handle.status()).state is TaskState.EXPIRED
             assert await fresh.result() == {"count": 1, "names": ["z"]}
             assert runner.statistics().expired == 3
-            assert await runner.dead_letter_count() == 0
+            assert await runner.admin.dead_letter_count() == 0
             assert not handled
 
 
@@ -627,7 +627,7 @@ async def test_an_expiry_is_refused_when_it_makes_no_sense(url: str, group: str)
             await client.dispatch("totals", [], keep_result=0)
         with pytest.raises(ValueError, match="timeout"):
             await client.dispatch("totals", [], timeout=-1)
-        assert await client.queue_length() == 0
+        assert await client.admin.queue_length() == 0
 
 
 async def test_a_task_awaiting_its_own_result_is_refused(url: str, group: str) -> None:

@@ -54,7 +54,7 @@ async def test_a_task_running_in_another_process_is_cancelled_there(
         assert status.attempt == 1
         assert status.instance is not None
         assert f":{worker.process.pid}:" in status.instance
-        assert await client.pending_count() == 0
+        assert await client.admin.pending_count() == 0
     assert worker.terminate() == 0
     assert logged(log, "cancelled") == ["job"]
     assert took < 10  # event-driven (milliseconds); only a lost announcement takes longer
@@ -86,7 +86,7 @@ async def test_a_task_a_killed_process_held_is_dropped_by_the_instance_that_recl
             with pytest.raises(trunner.TaskCancelled):
                 await handle.result()
             assert runner.statistics().cancelled == 1
-            assert await client.pending_count() == 0
+            assert await client.admin.pending_count() == 0
         assert ran == []
         raw = redis.Redis.from_url(redis_server.url)
         try:

@@ -103,8 +103,8 @@ async def test_bad_headers_are_refused_before_anything_is_written(url: str, grou
                 await client.dispatch_many("record", [1, 2], headers=bad)  # type: ignore[arg-type]
             with pytest.raises(trunner.errors.InvalidHeaders):
                 await client.dispatch_delayed("record", None, 10, headers=bad)  # type: ignore[arg-type]
-        assert await client.queue_length() == 0
-        assert await client.delayed_count() == 0
+        assert await client.admin.queue_length() == 0
+        assert await client.admin.delayed_count() == 0
 
 
 async def test_a_retry_carries_the_headers_of_the_first_attempt(url: str, group: str) -> None:
@@ -123,12 +123,12 @@ async def test_a_replayed_dead_letter_carries_its_headers(url: str, group: str) 
         await seen.wait(1)
 
         async def dead_lettered() -> bool:
-            return await runner.dead_letter_count() == 1
+            return await runner.admin.dead_letter_count() == 1
 
         await redis_state(dead_lettered)
-        (letter,) = await runner.dead_letters()
+        (letter,) = await runner.admin.dead_letters()
         assert letter.headers == HEADERS
-        replayed = await runner.replay_dead_letters()
+        replayed = await runner.admin.replay_dead_letters()
         assert len(replayed.replayed) == 1
         await seen.wait(2)
         await run_until_idle(runner)
@@ -208,11 +208,11 @@ async def test_bad_headers_in_redis_dead_letter_the_entry_with_the_reason(
         await seen.wait(1)  # the loop went on
 
         async def dead_lettered() -> bool:
-            return await runner.dead_letter_count() == 1
+            return await runner.admin.dead_letter_count() == 1
 
         await redis_state(dead_lettered)
         await run_until_idle(runner)
-        (letter,) = await runner.dead_letters()
+        (letter,) = await runner.admin.dead_letters()
     assert seen.runs == [("next", 1, {})]
     assert letter.reason == "undecodable"
     assert why in letter.error

@@ -189,5 +189,5 @@ async def test_the_janitor_forgets_cancel_marks_and_where_entries_past_their_use
         assert set(raw.hkeys(keys.cancelled)) == {b"live"}
         assert raw.hgetall(keys.where) == {b"moved-live": live_entry.encode()}
         assert janitor.forgotten == 5
-        set_aside = {(r.source, r.item) for r in await runner.quarantined()}
+        set_aside = {(r.source, r.item) for r in await runner.admin.quarantined()}
         assert set_aside == {("cancelled", "junk"), ("where", "moved-junk")}

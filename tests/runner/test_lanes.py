@@ -23,11 +23,12 @@ import trunner
 import trunner.testing
 from trunner._engine.lanes import lane_plan, split_excess
 from trunner._redis import Broker, RawEntry
+from trunner._wire.decode import decode_fields, decode_message
+from trunner._wire.envelope import encode_message
 from trunner._wire.keys import hash_tag
 from trunner._wire.names import DEFAULT_LANE, check_lane, entry_id, lane_suffix, split_entry_id
 from trunner.errors import RedisUnavailable
 from trunner.keys import Keys
-from trunner.message import decode_fields, decode_message, encode_message
 from trunner.testing import capture_errors
 
 from ..conftest import config, open_checked_runner, parts, redis_state
@@ -216,10 +217,10 @@ async def test_a_dead_letter_is_replayed_into_its_lane(url: str, group: str) -> 
     async with open_checked_runner(url, cfg, rec.tasks) as runner:
         handle = await runner.dispatch("doomed", "x")
         await redis_state(lambda: _dead(runner, 1))
-        (letter,) = await runner.dead_letters()
+        (letter,) = await runner.admin.dead_letters()
         assert letter.message_id == str(handle)
         assert letter.payload.startswith(b'{"lane":"urgent",')
-        replayed, skipped = await runner.replay_dead_letters([letter.id])
+        replayed, skipped = await runner.admin.replay_dead_letters([letter.id])
         assert skipped == []
         (new_id,) = replayed
         assert new_id.endswith("@urgent")
@@ -241,7 +242,7 @@ async def test_a_lane_task_is_found_and_cancelled_by_its_id(url: str, group: str
         assert status.state is trunner.TaskState.QUEUED
         assert await handle.cancel() is trunner.CancelOutcome.REMOVED
         assert (await handle.status()).state is trunner.TaskState.CANCELLED
-        assert await client.queue_length() == 0
+        assert await client.admin.queue_length() == 0
     async with open_checked_runner(url, config(group, lanes=LANES), rec.tasks) as runner:
         kept = await runner.dispatch("hurry", "kept", keep_result=60)
         assert await kept.result() == "kept"
@@ -354,9 +355,9 @@ async def test_lanes_are_counted_in_inspect_and_the_queue_length(url: str, group
     async with trunner.open_client(url, group) as client:
         await client.dispatch_many("record", [1, 2, 3], priority="urgent")
         await client.dispatch("record", 4)
-        assert await client.lane_lengths() == {"default": 1, "urgent": 3}
-        assert await client.queue_length() == 4
-        info = await client.inspect()
+        assert await client.admin.lane_lengths() == {"default": 1, "urgent": 3}
+        assert await client.admin.queue_length() == 4
+        info = await client.admin.inspect()
         assert info.lanes == {"default": 1, "urgent": 3}
         assert info.queue_length == 4
         as_json = json.loads(json.dumps(trunner.admin.as_dict(info)))
@@ -465,7 +466,7 @@ async def test_a_lane_where_map_entry_is_no_bad_data(url: str, group: str) -> No
         await redis_state(lambda: _blocked(rec))
         janitor = parts(runner).janitor
         await janitor.wait_rounds(janitor.rounds + 3)
-        assert await runner.quarantined() == []
+        assert await runner.admin.quarantined() == []
         status = await runner.handle(_only_task_id(rec, runner)).status()
         assert status.state is trunner.TaskState.RUNNING
         rec.gate.set()
@@ -493,8 +494,8 @@ async def test_a_lane_of_another_runner_holding_another_type_stops_no_chore(
         aggregator, janitor = parts(runner).aggregator, parts(runner).janitor
         await redis_state(lambda: _rounds(lambda: aggregator.rounds, 2))
         await janitor.wait_rounds(janitor.rounds + 2)
-        assert (await runner.inspect()).lanes["default"] == 0
-        assert await runner.queue_length() == 0
+        assert (await runner.admin.inspect()).lanes["default"] == 0
+        assert await runner.admin.queue_length() == 0
     assert raw.hget(keys.where, "some-task") == b"1-1@ghost", "kept"
 
 
@@ -613,8 +614,8 @@ async def test_replaying_by_a_lane_task_id_names_its_dead_letter(url: str, group
     async with open_checked_runner(url, config(group, lanes=LANES), rec.tasks) as runner:
         handle = await runner.dispatch("doomed", 1)
         await redis_state(lambda: _dead(runner, 1))
-        (letter,) = await runner.dead_letters()
-        result = await runner.replay_dead_letters([str(handle)])
+        (letter,) = await runner.admin.dead_letters()
+        result = await runner.admin.replay_dead_letters([str(handle)])
     assert result.replayed == []
     assert letter.id in result.skipped[str(handle)]
     assert "task id" in result.skipped[str(handle)]
@@ -723,8 +724,8 @@ async def test_a_lane_a_client_dispatched_to_is_counted_before_any_runner_reads_
         await client.dispatch_many("record", [1, 2], priority="urgent")  # hurry's lane
         await client.dispatch_delayed(newsletter, 3, 60)
         await client.dispatch("record", 4)
-        assert await client.lane_lengths() == {"default": 1, "bulk": 0, "urgent": 2}
-        assert (await client.inspect()).lanes == {"default": 1, "bulk": 0, "urgent": 2}
+        assert await client.admin.lane_lengths() == {"default": 1, "bulk": 0, "urgent": 2}
+        assert (await client.admin.inspect()).lanes == {"default": 1, "bulk": 0, "urgent": 2}
 
 
 async def test_a_client_without_tasks_takes_the_lanes_runners_registered(
@@ -769,7 +770,7 @@ async def test_a_client_without_tasks_takes_the_lanes_runners_registered(
         await client.dispatch("record", 4, priority="default")
         assert reads == [group], "one read, on the first use of the lane"
         assert str(first).endswith("@urgent")
-        assert await client.lane_lengths() == {"default": 1, "urgent": 3}
+        assert await client.admin.lane_lengths() == {"default": 1, "urgent": 3}
         with pytest.raises(ValueError, match="known lanes are 'default', 'urgent'"):
             await client.dispatch("record", 5, priority="urgnet")
     assert raw.smembers(keys.lanes) == {b"urgent"}
@@ -829,7 +830,12 @@ async def test_a_runner_that_declares_lanes_dispatches_to_those_and_its_tasks(
         await runner.dispatch("record", "u", priority="urgent")
         await runner.dispatch("record", "s", priority="slow")  # the lane of a task of it
         await redis_state(lambda: _acked(runner, 1))
-        assert await runner.lane_lengths() == {"urgent": 0, "default": 0, "bulk": 0, "slow": 1}
+        assert await runner.admin.lane_lengths() == {
+            "urgent": 0,
+            "default": 0,
+            "bulk": 0,
+            "slow": 1,
+        }
     assert rec.ran == [("urgent", "u")]
     assert not raw.exists(keys.lane_stream("urgnet"))
     assert not raw.exists(keys.lane_stream("bulk"))
@@ -921,7 +927,7 @@ async def test_the_leader_warns_once_of_a_lane_no_live_runner_reads(
         assert f"lane 'bulk' of queue '{group}' holds 2 message(s)" in warning
         assert "they read default, urgent" in warning
         assert "RunnerConfig.lanes" in warning
-        info = await runner.inspect()
+        info = await runner.admin.inspect()
         assert info.unread_lanes == {"bulk": 2}
         assert [i.lanes for i in info.instances] == [("urgent", "default")]
 
@@ -929,7 +935,7 @@ async def test_the_leader_warns_once_of_a_lane_no_live_runner_reads(
         reader = await runners(rec.tasks, reader_config)
         await redis_state(lambda: rec.count(2))
         await redis_state(lambda: _read_again(aggregator))
-        assert (await runner.inspect()).unread_lanes == {}
+        assert (await runner.admin.inspect()).unread_lanes == {}
         assert aggregator.unread_warnings == 1
         noted = [r.getMessage() for r in caplog.records if "read again" in r.getMessage()]
         assert noted == [f"lane 'bulk' of queue '{group}' is read again, or empty"]

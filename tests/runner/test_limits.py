@@ -98,7 +98,7 @@ async def test_concurrency_limit_defers_in_order_without_using_attempts(
 
         await redis_state(deferred)
         assert raw_memory.zcard(keys.concurrency_holders("7:limited")) == 2
-        assert (await runner.inspect()).concurrency == {"7:limited": (2, 4)}
+        assert (await runner.admin.inspect()).concurrency == {"7:limited": (2, 4)}
         assert runner.statistics().slots_held == 2
         prometheus = pytest.importorskip("trunner.prometheus")
         metrics = prometheus.collect(runner).decode()
@@ -247,7 +247,7 @@ async def test_a_slot_whose_holder_is_gone_is_freed_by_the_janitor(
             return bool(raw_memory.llen(keys.concurrency_waiting("3:one")) == 1)
 
         await redis_state(b_waits)
-        assert await client.pause() is True
+        assert await client.admin.pause() is True
         await runner.wait_paused()
         steps.finish("a")  # its ack grants the slot to b, whose message waits unfetched
 
@@ -260,7 +260,7 @@ async def test_a_slot_whose_holder_is_gone_is_freed_by_the_janitor(
         assert raw_memory.zcard(holders) == 1, "a granted waiter on its way keeps its slot"
         assert await b.cancel() is trunner.CancelOutcome.REMOVED
         await runner.dispatch("one", "c")
-        assert await client.resume() is True
+        assert await client.admin.resume() is True
         await steps.wait_started(2)  # c: only once the janitor freed b's slot
         assert steps.payloads == ["a", "c"]
         assert janitor.slots_freed == 1
@@ -375,7 +375,7 @@ async def test_a_task_waiting_for_a_slot_is_found_by_status_result_and_cancel(
             await steps.wait_started(2)
             steps.finish("b")
         assert results == ["B"]
-        assert (await runner.inspect()).concurrency.get("3:one", (0, 0)) == (0, 0)
+        assert (await runner.admin.inspect()).concurrency.get("3:one", (0, 0)) == (0, 0)
     assert steps.payloads == ["a", "b"], "the cancelled waiter never ran"
 
 

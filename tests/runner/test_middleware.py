@@ -141,7 +141,7 @@ async def test_middleware_sees_the_result_and_a_timeout(url: str, group: str) ->
             await journal.wait(2)
 
             async def dead_lettered() -> bool:
-                return await runner.dead_letter_count() == 1
+                return await runner.admin.dead_letter_count() == 1
 
             await redis_state(dead_lettered)  # after its only attempt
             errors.clear()
@@ -162,13 +162,13 @@ async def test_an_error_of_a_middleware_fails_the_attempt_and_follows_the_retry_
             await runner.dispatch("succeeds", None)
 
             async def dead_lettered() -> bool:
-                return await runner.dead_letter_count() == 1
+                return await runner.admin.dead_letter_count() == 1
 
             await redis_state(dead_lettered)
             errors.clear()
         await run_until_idle(runner)
         stats = runner.statistics()
-        (letter,) = await runner.dead_letters()
+        (letter,) = await runner.admin.dead_letters()
     assert (stats.failed, stats.retried, stats.dead_lettered) == (2, 1, 1)
     assert letter.cause == "ValueError: middleware bug"
     assert letter.reason == "max retries exceeded"
@@ -181,7 +181,7 @@ async def test_a_middleware_may_give_a_task_up_by_raising_give_up(url: str, grou
             await runner.dispatch("succeeds", None)
 
             async def dead_lettered() -> bool:
-                return await runner.dead_letter_count() == 1
+                return await runner.admin.dead_letter_count() == 1
 
             await redis_state(dead_lettered)
             errors.clear()
@@ -215,13 +215,13 @@ async def test_a_middleware_cancel_scope_fails_the_attempt_it_cancels(url: str, 
             handle = await runner.dispatch("hangs", None)
 
             async def dead_lettered() -> bool:
-                return await runner.dead_letter_count() == 1
+                return await runner.admin.dead_letter_count() == 1
 
             await redis_state(dead_lettered)
             errors.clear()
         await run_until_idle(runner)
         stats = runner.statistics()
-        (letter,) = await runner.dead_letters()
+        (letter,) = await runner.admin.dead_letters()
         state = (await handle.status()).state
     (seen,) = journal.exits
     assert seen.outcome is AttemptOutcome.FAILED
@@ -299,8 +299,8 @@ async def test_a_dispatch_hook_that_raises_writes_nothing(url: str, group: str) 
             await client.dispatch("answer", 2)
         with pytest.raises(trunner.errors.MiddlewareError):
             await client.dispatch_delayed("answer", 2, 10)
-        assert await client.queue_length() == 0
-        assert await client.delayed_count() == 0
+        assert await client.admin.queue_length() == 0
+        assert await client.admin.delayed_count() == 0
 
 
 async def test_without_attempt_hooks_the_pool_keeps_its_hot_path(url: str, group: str) -> None:

@@ -43,7 +43,7 @@ async def test_a_delayed_task_runs_when_due_not_before(
     async with open_checked_runner(url, config(group), recorder(timeline)) as runner:
         due = time.time() + 0.4
         task_id = await runner.dispatch_delayed("record", "later", 0.4)
-        assert await runner.delayed_count() == 1
+        assert await runner.admin.delayed_count() == 1
         now_id = await runner.dispatch_delayed("record", "now", datetime.timedelta(0))
         await timeline.wait(2)
     (first, _ran_first, first_id), (second, ran_second, second_id) = timeline.runs
@@ -83,7 +83,7 @@ async def test_bad_delayed_dispatch_raises_and_writes_nothing(
     async with open_checked_runner(url, config(group), recorder(timeline)) as runner:
         with pytest.raises(error):
             await call(runner)
-        assert await runner.delayed_count() == 0
+        assert await runner.admin.delayed_count() == 0
 
 
 async def test_cancel_a_delayed_task(url: str, group: str, timeline: Timeline) -> None:
@@ -208,7 +208,7 @@ async def test_failover_neither_loses_nor_doubles_delayed_tasks(
                 return len(timeline.runs) + len(read_log(log)) >= 60
 
             await redis_state(all_ran)
-            assert await me.delayed_count() == 0
+            assert await me.admin.delayed_count() == 0
     finally:
         leader.close()
     ran = [p for p, _, _ in timeline.runs] + [p for _, e, p in read_log(log) if e == "ran"]

@@ -169,11 +169,11 @@ async def test_a_delayed_task_and_a_replayed_dead_letter_stay_in_their_trace(
         with capture_errors(runner) as errors:
             await runner.dispatch("fails_first", None)
             (failed,) = await spans.wait(1, "process fails_first")
-            while await runner.dead_letter_count() < 1:  # noqa: ASYNC110 - state in Redis
+            while await runner.admin.dead_letter_count() < 1:  # noqa: ASYNC110 - state in Redis
                 await trio.sleep(0.01)
             errors.expect(ValueError)
             errors.expect(trunner.MaxRetryExceeded)
-        replayed, _ = await runner.replay_dead_letters()
+        replayed, _ = await runner.admin.replay_dead_letters()
         assert len(replayed) == 1
         _, again = await spans.wait(2, "process fails_first")
         await run_until_idle(runner)

@@ -55,7 +55,7 @@ async def test_a_paused_group_fetches_nothing_until_resumed(url: str, group: str
         trunner.open_client(url, group) as client,
     ):
         assert runner.statistics().paused is False
-        assert await client.pause() is True
+        assert await client.admin.pause() is True
         await runner.wait_paused()
         assert runner.statistics().paused is True
         fetched = runner.statistics().fetched
@@ -63,10 +63,10 @@ async def test_a_paused_group_fetches_nothing_until_resumed(url: str, group: str
         await reads_twice(parts(runner).pauser)
         assert ran == []
         assert runner.statistics().fetched == fetched
-        assert await client.pending_count() == 0
-        assert await client.queue_length() == 1
+        assert await client.admin.pending_count() == 0
+        assert await client.admin.queue_length() == 1
         assert parts(runner).holdings.cancelled == {}, "a notice is no cancelled task id"
-        assert await client.resume() is True
+        assert await client.admin.resume() is True
         await runner.wait_resumed()
         assert runner.statistics().paused is False
         await redis_state(lambda: _ran(ran, ["held"]))
@@ -85,31 +85,33 @@ async def test_running_tasks_finish_and_are_acknowledged_while_paused(url: str, 
     ):
         await client.dispatch("gated", "running")
         await gate.wait_started()
-        assert await client.pause() is True
+        assert await client.admin.pause() is True
         await runner.wait_paused()
         gate.open.set()
 
         async def acknowledged() -> bool:
-            return await client.pending_count() == 0 and await client.queue_length() == 0
+            return (
+                await client.admin.pending_count() == 0 and await client.admin.queue_length() == 0
+            )
 
         await redis_state(acknowledged)
         assert gate.finished == ["running"]
         stats = runner.statistics()
         assert (stats.paused, stats.succeeded, stats.acked) == (True, 1, 1)
-        assert await client.resume() is True
+        assert await client.admin.resume() is True
 
 
 async def test_a_runner_started_while_paused_stays_paused(url: str, group: str) -> None:
     gate, ran = Gate(), list[Any]()
     async with trunner.open_client(url, group) as client:
-        assert await client.pause() is True  # before the group exists
+        assert await client.admin.pause() is True  # before the group exists
         await client.dispatch("record", "queued before the start")
         async with open_checked_runner(url, config(group), registry(gate, ran)) as runner:
             assert runner.statistics().paused is True, "read before the first fetch"
             await runner.wait_paused()
             assert runner.statistics().fetched == 0
             assert ran == []
-            assert await client.resume() is True
+            assert await client.admin.resume() is True
             await redis_state(lambda: _ran(ran, ["queued before the start"]))
 
 
@@ -117,21 +119,21 @@ async def test_pause_and_resume_are_idempotent_and_say_what_they_changed(
     url: str, group: str
 ) -> None:
     async with trunner.open_client(url, group) as client:
-        info = await client.inspect()
+        info = await client.admin.inspect()
         assert (info.paused, info.paused_since) == (False, None)
-        assert (await client.group_stats()).paused is False
-        assert await client.resume() is False, "not paused: nothing to resume"
-        assert await client.pause() is True
-        since = (await client.inspect()).paused_since
+        assert (await client.admin.group_stats()).paused is False
+        assert await client.admin.resume() is False, "not paused: nothing to resume"
+        assert await client.admin.pause() is True
+        since = (await client.admin.inspect()).paused_since
         assert since is not None
-        assert await client.pause() is False, "paused already"
-        info = await client.inspect()
+        assert await client.admin.pause() is False, "paused already"
+        info = await client.admin.inspect()
         assert info.paused
         assert info.paused_since == since, "the first pause's time is kept"
-        assert (await client.group_stats()).paused is True
-        assert await client.resume() is True
-        assert await client.resume() is False
-        assert (await client.inspect()).paused_since is None
+        assert (await client.admin.group_stats()).paused is True
+        assert await client.admin.resume() is True
+        assert await client.admin.resume() is False
+        assert (await client.admin.inspect()).paused_since is None
 
 
 async def test_the_delayed_mover_keeps_moving_while_paused(url: str, group: str) -> None:
@@ -141,17 +143,19 @@ async def test_the_delayed_mover_keeps_moving_while_paused(url: str, group: str)
         trunner.open_client(url, group) as client,
     ):
         assert runner.is_leader
-        await client.pause()
+        await client.admin.pause()
         await runner.wait_paused()
         await client.dispatch_delayed("record", "due", 0.05)
 
         async def moved() -> bool:
-            return await client.delayed_count() == 0 and await client.queue_length() == 1
+            return (
+                await client.admin.delayed_count() == 0 and await client.admin.queue_length() == 1
+            )
 
         await redis_state(moved)
         assert runner.statistics().delayed_moved == 1
         assert ran == []
-        await client.resume()
+        await client.admin.resume()
         await redis_state(lambda: _ran(ran, ["due"]))
 
 
@@ -176,18 +180,18 @@ async def test_statistics_inspect_health_and_metrics_show_it(url: str, group: st
     gate, ran = Gate(), list[Any]()
     async with open_checked_runner(url, config(group), registry(gate, ran)) as runner:
         assert await _ready(runner) == (200, "text/plain", b"ready\n")
-        assert await runner.pause() is True  # a runner pauses its whole group
+        assert await runner.admin.pause() is True  # a runner pauses its whole group
         await runner.wait_paused()
         assert await _ready(runner) == (200, "text/plain", b"ready (paused)\n")
         assert runner.statistics().paused is True
-        info = await runner.inspect()
+        info = await runner.admin.inspect()
         assert info.paused
         assert info.paused_since is not None
-        assert (await runner.group_stats()).paused is True
+        assert (await runner.admin.group_stats()).paused is True
         prometheus = pytest.importorskip("trunner.prometheus")
         text = prometheus.collect(runner).decode()
         assert f'trunner_paused{{group="{group}"}} 1.0' in text
-        assert await runner.resume() is True
+        assert await runner.admin.resume() is True
         await runner.wait_resumed()
         assert f'trunner_paused{{group="{group}"}} 0.0' in prometheus.collect(runner).decode()
 
@@ -207,22 +211,22 @@ async def test_a_pause_mark_trunner_did_not_write_reads_as_not_paused(
         await redis_state(lambda: _ran(ran, ["runs"]))
         await reads_twice(parts(runner).pauser)
         assert runner.statistics().quarantined == 1, "recorded once, though read again"
-        (record,) = await client.quarantined()
+        (record,) = await client.admin.quarantined()
         assert (record.source, record.item, record.value) == ("paused", keys.paused, b"soon")
-        assert (await client.inspect()).paused_since is None
-        assert (await client.group_stats()).paused is False
+        assert (await client.admin.inspect()).paused_since is None
+        assert (await client.admin.group_stats()).paused is False
 
         raw.delete(keys.paused)
         raw.rpush(keys.paused, "a list")
         await reads_twice(parts(runner).pauser)
         assert runner.statistics().paused is False
         assert raw.type(keys.paused) == b"none", "renamed aside"
-        assert (await client.inspect()).paused_since is None
+        assert (await client.admin.inspect()).paused_since is None
         raw.rpush(keys.paused, "a list again")
-        assert (await client.inspect()).paused_since is None, "inspection reads it too"
-        assert await client.pause() is True, "a pause replaces what it cannot read"
+        assert (await client.admin.inspect()).paused_since is None, "inspection reads it too"
+        assert await client.admin.pause() is True, "a pause replaces what it cannot read"
         await runner.wait_paused()
-        assert await client.resume() is True
+        assert await client.admin.resume() is True
         await runner.dispatch("record", "after")
         await redis_state(lambda: _ran(ran, ["runs", "after"]))
 
@@ -239,14 +243,14 @@ async def test_a_mark_of_too_many_digits_is_replaced_by_a_pause_not_kept(
         trunner.open_client(url, group) as client,
     ):
         raw.set(keys.paused, "1" * 21)
-        assert (await client.inspect()).paused_since is None
-        assert await client.resume() is False, "it was not paused"
+        assert (await client.admin.inspect()).paused_since is None
+        assert await client.admin.resume() is False, "it was not paused"
         raw.set(keys.paused, "9" * 25)
-        assert await client.pause() is True, "this call paused the group"
+        assert await client.admin.pause() is True, "this call paused the group"
         assert len(raw.get(keys.paused)) <= 20
         await runner.wait_paused()
-        assert (await client.inspect()).paused
-        assert await client.resume() is True
+        assert (await client.admin.inspect()).paused
+        assert await client.admin.resume() is True
 
 
 async def test_a_message_read_as_the_pause_arrives_is_released_not_started(
@@ -284,9 +288,9 @@ async def test_a_message_read_as_the_pause_arrives_is_released_not_started(
 
         await redis_state(released)
         assert ran == []
-        assert (await client.inspect()).pending == {RELEASED_CONSUMER: 1}
+        assert (await client.admin.inspect()).pending == {RELEASED_CONSUMER: 1}
         monkeypatch.setattr(c.broker, "read", read)
-        assert await client.resume() is True
+        assert await client.admin.resume() is True
         await redis_state(lambda: _ran(ran, ["late"]))
         assert runner.statistics().reclaimed == 1
 
@@ -337,7 +341,7 @@ async def test_a_message_whose_release_failed_during_the_pause_runs_after_it_as_
         await refused.wait()
         assert attempts == []
         monkeypatch.setattr(c.broker, "read", read)
-        assert await client.resume() is True
+        assert await client.admin.resume() is True
 
         async def ran() -> bool:
             await trio.lowlevel.checkpoint()

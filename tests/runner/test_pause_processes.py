@@ -43,7 +43,7 @@ async def test_every_instance_stops_fetching_and_fetches_again_on_resume(
         await worker.ready()
     every = sorted(w.process.pid for w in workers)
     async with trunner.open_client(redis_server.url, group) as client:
-        assert await client.pause() is True
+        assert await client.admin.pause() is True
         await logged(log, "paused", every)  # each one's fetch loops have stopped
         await client.dispatch_many("record", range(30))
         late = Worker(redis_server.url, group, log, options)
@@ -52,9 +52,9 @@ async def test_every_instance_stops_fetching_and_fetches_again_on_resume(
         await logged(log, "paused", sorted([*every, late.process.pid]))
         # Every instance heard of the pause before these were dispatched: none runs one.
         assert pids(log, "ran") == []
-        assert await client.pending_count() == 0
-        assert await client.queue_length() == 30
-        assert await client.resume() is True
+        assert await client.admin.pending_count() == 0
+        assert await client.admin.queue_length() == 30
+        assert await client.admin.resume() is True
         everyone = sorted(w.process.pid for w in workers)
         await logged(log, "resumed", everyone)
 

@@ -20,6 +20,7 @@ import trio
 
 import trunner
 from trunner import TaskState
+from trunner._wire.envelope import encode_message
 from trunner._wire.keys import hash_tag
 from trunner.keys import Keys
 
@@ -193,7 +194,7 @@ async def test_nothing_a_group_has_not_read_is_trimmed(
             open_checked_runner(url, config("email", queue=queue), recording(ran, "email")),
         ):
             pass  # the group exists (registered); it is stopped now
-        assert await email_client.pause() is True
+        assert await email_client.admin.pause() is True
         async with (
             open_checked_runner(
                 url, config("audit", queue=queue), recording(ran, "audit")
@@ -207,13 +208,13 @@ async def test_nothing_a_group_has_not_read_is_trimmed(
             await redis_state(lambda: _passes(janitor, passes + 3))
             assert raw.xlen(keys.stream) == 300, "email read none of them: none trimmed"
             # Each group's queue length is its own backlog, not the shared stream's length.
-            assert await audit.queue_length() == 0
-            assert await email_client.queue_length() == 300
+            assert await audit.admin.queue_length() == 0
+            assert await email_client.admin.queue_length() == 300
             assert {g for g, _ in ran} == {"audit"}
             async with open_checked_runner(
                 url, config("email", queue=queue), recording(ran, "email")
             ) as email:
-                assert await email_client.resume() is True
+                assert await email_client.admin.resume() is True
                 await redis_state(lambda: _count(ran, 600))
                 await redis_state(lambda: _acked(email, 300))
                 # Both groups finished them all: the leaders trim them (a stream keeps
@@ -241,14 +242,14 @@ async def test_pausing_one_group_of_a_queue_leaves_the_others_running(url: str, 
         trunner.open_client(url, queue, group="audit") as audit_client,
         trunner.open_client(url, queue) as client,
     ):
-        assert (await audit_client.inspect()).queue == queue
-        assert await audit_client.pause() is True
+        assert (await audit_client.admin.inspect()).queue == queue
+        assert await audit_client.admin.pause() is True
         await audit.wait_paused()
         await client.dispatch("record", "x")
         await redis_state(lambda: _has(ran, ("email", "x")))
         assert email.statistics().paused is False
         assert ("audit", "x") not in ran
-        assert await audit_client.resume() is True
+        assert await audit_client.admin.resume() is True
         await redis_state(lambda: _has(ran, ("audit", "x")))
 
 
@@ -328,7 +329,7 @@ async def test_cancelling_one_groups_own_message_leaves_the_others_outcomes(
         async with open_checked_runner(url, config("email", queue=queue), recording(ran, "email")):
             task = await email.dispatch("record", "x", keep_result=60)
             assert await task.result(timeout=10) is None
-        retry = trunner.message.encode_message(
+        retry = encode_message(
             "record", "x", attempt=2, enqueued_at=1.0, task_id=task.id, group=queue,
             max_bytes=1 << 20,
         )  # fmt: skip

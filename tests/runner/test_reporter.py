@@ -100,10 +100,13 @@ async def test_timings_of_two_runners_add_up_in_one_window(url: str, group: str)
         await all_done.wait()
 
         async def reported() -> bool:
-            return "sleepy" in (s := await b.group_stats()).tasks and s.tasks["sleepy"].count == 40
+            return (
+                "sleepy" in (s := await b.admin.group_stats()).tasks
+                and s.tasks["sleepy"].count == 40
+            )
 
         await redis_state(reported)
-        from_a, from_b = await a.group_stats(), await b.group_stats()
+        from_a, from_b = await a.admin.group_stats(), await b.admin.group_stats()
     assert from_a.tasks == from_b.tasks, "the same figures from any instance"
     timing = from_a.tasks["sleepy"]
     assert timing.average >= 0.04
@@ -136,7 +139,7 @@ async def test_membership_lists_live_instances_and_the_leader(url: str, group: s
     cfg = config(group, **FAST)
     async with open_checked_runner(url, cfg, trunner.TaskRegistry()) as a:
         async with open_checked_runner(url, cfg, trunner.TaskRegistry()) as b:
-            instances = await a.instances()
+            instances = await a.admin.instances()
             assert [i.id for i in instances] == sorted([a.consumer_name, b.consumer_name])
             by_id = {i.id: i for i in instances}
             assert by_id[a.consumer_name].leader
@@ -145,7 +148,7 @@ async def test_membership_lists_live_instances_and_the_leader(url: str, group: s
             assert by_id[b.consumer_name].host == socket.gethostname()
             assert by_id[b.consumer_name].capacity == cfg.num_workers
         # b left gracefully: gone at once, not after instance_ttl
-        assert [i.id for i in await a.instances()] == [a.consumer_name]
+        assert [i.id for i in await a.admin.instances()] == [a.consumer_name]
 
 
 async def test_a_client_judges_liveness_by_the_groups_instance_ttl(
@@ -157,10 +160,10 @@ async def test_a_client_judges_liveness_by_the_groups_instance_ttl(
     raw.zadd(keys.instances, {"old:1:aa": seen_ms})
     raw.hset(keys.instances_info, "old:1:aa", '{"host":"h","pid":1,"capacity":3}')
     async with trunner.open_client(url, group) as default:
-        assert [i.id for i in await default.instances()] == ["old:1:aa"]
+        assert [i.id for i in await default.admin.instances()] == ["old:1:aa"]
     async with trunner.open_client(url, group, instance_ttl=2.0) as short:
-        assert await short.instances() == []
-        assert (await short.group_stats()).instances == 0
+        assert await short.admin.instances() == []
+        assert (await short.admin.group_stats()).instances == 0
 
 
 @pytest.mark.deadline(60)
@@ -172,12 +175,12 @@ async def test_a_killed_instance_drops_out_after_the_ttl(
         await worker.ready()
         cfg = config(group, **FAST)
         async with open_checked_runner(redis_server.url, cfg, trunner.TaskRegistry()) as me:
-            assert len(await me.instances()) == 2
+            assert len(await me.admin.instances()) == 2
             worker.kill()
             killed = trio.current_time()
 
             async def dropped() -> bool:
-                return len(await me.instances()) == 1
+                return len(await me.admin.instances()) == 1
 
             await redis_state(dropped)
             assert trio.current_time() - killed >= FAST["instance_ttl"] - FAST["report_interval"]

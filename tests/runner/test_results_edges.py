@@ -15,8 +15,8 @@ import trio
 
 import trunner
 from trunner import TaskState
+from trunner._wire.envelope import encode_message
 from trunner.keys import Keys
-from trunner.message import encode_message
 from trunner.progress import MAX_MESSAGE, PROGRESS_INTERVAL
 
 from ..conftest import Gate, config, open_checked_runner, parts, raw_client
@@ -65,7 +65,7 @@ async def test_a_result_kept_for_longer_than_redis_can_count_is_kept(
         cancelled = await runner.dispatch_delayed("gated", 1, 3600, keep_result=keep)
         assert await cancelled.cancel() is trunner.CancelOutcome.REMOVED
         assert (await cancelled.status()).state is TaskState.CANCELLED
-        assert await runner.pending_count() == 0
+        assert await runner.admin.pending_count() == 0
 
 
 async def test_a_foreign_message_asking_to_keep_its_result_for_ever_is_acknowledged(
@@ -138,7 +138,7 @@ async def test_a_result_larger_than_max_payload_bytes_is_refused(url: str, group
         assert isinstance(error, trunner.errors.RemoteFailure)
         assert error.type_name == "InvalidResult"
         assert "max_payload_bytes" in error.message
-        assert await runner.dead_letter_count() == 1
+        assert await runner.admin.dead_letter_count() == 1
     # eager mode bounds it by the default, 1 MiB, as a runner with the default does
     assert len(await tasks.call("sized", 1000)) == 1000
     with pytest.raises(trunner.MaxRetryExceeded) as eager:

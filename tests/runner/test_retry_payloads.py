@@ -11,7 +11,8 @@ import pytest
 import trio
 
 import trunner
-from trunner.message import NO_SIZE_LIMIT, decode_message, encode_message, reencode_for_retry
+from trunner._wire.decode import decode_message
+from trunner._wire.envelope import NO_SIZE_LIMIT, encode_message, reencode_for_retry
 
 from ..conftest import config, redis_state
 
@@ -65,10 +66,10 @@ async def test_a_payload_python_reads_but_does_not_write_is_retried_after_its_ba
         assert runner.statistics().retried == 2
 
         async def acknowledged() -> bool:
-            return await runner.pending_count() == 0
+            return await runner.admin.pending_count() == 0
 
         await redis_state(acknowledged)
-        assert await runner.dead_letter_count() == 0
+        assert await runner.admin.dead_letter_count() == 0
 
 
 # -- a message at the size limit ------------------------------------------------------------
@@ -119,7 +120,7 @@ async def test_a_message_at_the_size_limit_keeps_all_its_retries(
     async with trunner.open_runner(url, cfg, edge_registry(runs, 3, done)) as runner:
         await done.wait()
         assert runs == [1, 2, 3, 4]
-        assert await runner.dead_letter_count() == 0
+        assert await runner.admin.dead_letter_count() == 0
 
 
 async def test_a_dead_letter_at_the_size_limit_is_replayed_and_runs(
@@ -132,12 +133,12 @@ async def test_a_dead_letter_at_the_size_limit_is_replayed_and_runs(
     async with trunner.open_runner(url, cfg, edge_registry(runs, 4, done)) as runner:
 
         async def dead() -> bool:
-            return await runner.dead_letter_count() == 1
+            return await runner.admin.dead_letter_count() == 1
 
         await redis_state(dead)
         assert runs == [1, 2, 3, 4]
         async with trunner.open_client(url, group, max_payload_bytes=LIMIT) as client:
-            replayed = await client.replay_dead_letters()
+            replayed = await client.admin.replay_dead_letters()
         assert len(replayed.replayed) == 1
         await done.wait()
         assert runs == [1, 2, 3, 4, 1]

@@ -12,7 +12,7 @@ import redis
 import trio
 
 import trunner
-from trunner._engine.shutdown import Stoppable
+from trunner._lifecycle.shutdown import Stoppable
 from trunner.keys import Keys
 from trunner.testing import run_until_idle
 
@@ -146,7 +146,7 @@ async def test_fetchers_never_take_more_than_free_slots(url: str, group: str, ra
         # Give the fetchers every chance to over-fetch, then look at the PEL.
         for _ in range(20):
             await trio.sleep(0.01)
-            assert await runner.pending_count() == 2
+            assert await runner.admin.pending_count() == 2
         assert runner.statistics().fetched == 2
         release.set()
         await all_done.wait()
@@ -157,7 +157,7 @@ async def test_producer_only_client_dispatches(url: str, group: str, tally: Tall
     async with trunner.open_client(url, group) as client:
         ids = await client.dispatch_many("record", ["a", "b"])
         ids.append(await client.dispatch("record", "c"))
-        assert await client.queue_length() == 3
+        assert await client.admin.queue_length() == 3
     async with open_checked_runner(url, config(group), registry(tally)):
         await tally.wait(3)
     assert sorted(tally.payloads) == ["a", "b", "c"]
@@ -168,7 +168,7 @@ async def test_client_with_registry_checks_task_names(url: str, group: str, tall
     async with trunner.open_client(url, group, tasks=registry(tally)) as client:
         with pytest.raises(trunner.TaskNotFound):
             await client.dispatch("nope", 1)
-        assert await client.queue_length() == 0
+        assert await client.admin.queue_length() == 0
 
 
 @pytest.mark.parametrize(
@@ -192,7 +192,7 @@ async def test_bad_dispatch_raises_and_writes_nothing(
             await runner.dispatch(task_name, payload)
         with pytest.raises(error):
             await runner.dispatch_many(task_name, [1, 2, payload])
-        assert await runner.queue_length() == 0
+        assert await runner.admin.queue_length() == 0
     assert tally.runs == []
 
 

@@ -148,7 +148,7 @@ async def test_deliveries_the_runner_never_saw_are_released_at_shutdown(
         ghost = raw.xadd(keys.stream, {b"payload": b"{}"})
         # Deliver the entry to the runner's own consumer behind its back.
         raw.xreadgroup(group, "fixed-consumer", {keys.stream: ">"}, count=1)
-        assert await runner.pending_count() == 1
+        assert await runner.admin.pending_count() == 1
     (pending,) = raw.xpending_range(keys.stream, group, "-", "+", 10)
     assert pending["message_id"] == ghost
     assert pending["consumer"].decode() == RELEASED_CONSUMER

@@ -15,8 +15,8 @@ import pytest
 
 import trunner
 from trunner import CancelOutcome, TaskState
+from trunner._wire.envelope import encode_message
 from trunner.keys import Keys
-from trunner.message import encode_message
 
 from ..conftest import Gate, config, open_checked_runner, raw_client, redis_state
 
@@ -112,7 +112,7 @@ async def test_an_entry_of_another_task_is_not_this_one(
         assert await _all_answers(impostor) is TaskState.UNKNOWN
         assert (await plain.status()).state is TaskState.QUEUED
         assert (await moved.status()).state is TaskState.QUEUED
-        assert await client.queue_length() == 2
+        assert await client.admin.queue_length() == 2
 
 
 @pytest.mark.parametrize("kind", ["string", "list", "set", "zset", "stream"])

@@ -17,14 +17,8 @@ import trio
 
 import trunner
 from trunner._redis import as_str, open_transport, pack
-from trunner.message import (
-    NO_SIZE_LIMIT,
-    MessageDecodeError,
-    decode_fields,
-    decode_message,
-    encode_message,
-    reencode_for_retry,
-)
+from trunner._wire.decode import MessageDecodeError, decode_fields, decode_message
+from trunner._wire.envelope import NO_SIZE_LIMIT, encode_message, reencode_for_retry
 
 from ..conftest import Tally, config, redis_state
 
@@ -126,8 +120,8 @@ async def test_dispatches_refuse_names_and_unique_keys_that_cannot_be_sent(
         ):
             with pytest.raises(trunner.InvalidPayload, match=r"unique key .*\\ud800"):
                 await call
-        assert await client.queue_length() == 0
-        assert await client.delayed_count() == 0
+        assert await client.admin.queue_length() == 0
+        assert await client.admin.delayed_count() == 0
     assert raw.keys(f"*{group}*") == [], "nothing was written"
 
 
@@ -169,19 +163,19 @@ async def test_an_entry_with_a_lone_surrogate_key_is_dead_lettered_once_and_the_
             raw.xadd(stream, dict(zip(*[iter(entry(attempt=1, **body))] * 2, strict=True)))
 
         async def all_dead() -> bool:
-            return await runner.dead_letter_count() == len(bad)
+            return await runner.admin.dead_letter_count() == len(bad)
 
         await redis_state(all_dead)
         await runner.dispatch("plain", "after")
         await tally.wait(1)
         assert tally.payloads == ["after"], "none of the bad entries ran"
-        letters = await runner.dead_letters()
+        letters = await runner.admin.dead_letters()
         assert {d.reason for d in letters} == {"undecodable"}
         assert all("lone surrogate" in d.error for d in letters)
         assert runner.state is trunner.RunnerState.STARTED
 
         async def none_pending() -> bool:  # none is left to be redelivered
-            return await runner.pending_count() == 0
+            return await runner.admin.pending_count() == 0
 
         await redis_state(none_pending)
 
@@ -193,10 +187,10 @@ async def test_a_dead_letter_is_written_whatever_its_error_text_holds(
         await runner.dispatch("fail_with_text", None)
 
         async def dead() -> bool:
-            return await runner.dead_letter_count() == 1
+            return await runner.admin.dead_letter_count() == 1
 
         await redis_state(dead)
-        [letter] = await runner.dead_letters()
+        [letter] = await runner.admin.dead_letters()
         assert "bad input \\ud800 here" in letter.cause
 
 
@@ -260,7 +254,7 @@ async def test_a_task_sending_a_lone_surrogate_fails_alone(
         await tally.wait(5)
 
         async def done() -> bool:
-            return await runner.dead_letter_count() == 5
+            return await runner.admin.dead_letter_count() == 5
 
         await redis_state(done)
         assert len(errors) == 5

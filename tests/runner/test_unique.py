@@ -103,7 +103,7 @@ async def test_a_second_dispatch_of_a_queued_key_is_refused(
         gate.open.set()
 
         async def released() -> bool:
-            return raw.get(lock_key(keys, 1)) is None and await runner.pending_count() == 0
+            return raw.get(lock_key(keys, 1)) is None and await runner.admin.pending_count() == 0
 
         await redis_state(released)
         again = await runner.dispatch("charge", {"order": 1})  # finished: free again
@@ -138,7 +138,7 @@ async def test_the_lock_is_kept_across_retries_and_released_on_final_failure(
         await r.dispatch("charge", {"order": 7})
 
         async def retry_scheduled_or_running() -> bool:
-            return len(started) == 2 or await r.delayed_count() == 1
+            return len(started) == 2 or await r.admin.delayed_count() == 1
 
         await redis_state(retry_scheduled_or_running)
         with pytest.raises(trunner.TaskAlreadyDispatched):
@@ -146,7 +146,7 @@ async def test_the_lock_is_kept_across_retries_and_released_on_final_failure(
         second.set()
 
         async def dead_lettered() -> bool:
-            return await r.dead_letter_count() == 1
+            return await r.admin.dead_letter_count() == 1
 
         await redis_state(dead_lettered)
         assert started == [7, 7]
@@ -219,7 +219,7 @@ async def test_dispatch_many_reports_the_refused_and_enqueues_the_rest(
         assert info.value.refused == [1, 3]
         assert [i is not None for i in info.value.ids] == [True, False, True, False]
         assert sorted(info.value.unique_keys) == ["6:charge:1", "6:charge:2"]
-        assert await client.queue_length() == 3
+        assert await client.admin.queue_length() == 3
         assert await client.dispatch_many("plain", [1, 1]) != [], "plain tasks are not unique"
 
 
@@ -237,7 +237,9 @@ async def test_a_delayed_unique_task_locks_when_it_is_moved(
         await gate.wait_started(2)
 
         async def settled() -> bool:
-            return await runner.delayed_count() == 0 and await runner.pending_count() == 0
+            return (
+                await runner.admin.delayed_count() == 0 and await runner.admin.pending_count() == 0
+            )
 
         await redis_state(settled)
     assert sorted(p["order"] for p in gate.started) == [8, 9]
@@ -263,7 +265,7 @@ async def test_concurrent_dispatches_in_two_processes_accept_exactly_one(
             process.stdin.flush()
             mine = await dispatch_concurrently(client, 25)
             theirs = int(await trio.to_thread.run_sync(process.stdout.readline))
-            assert await client.queue_length() == 1
+            assert await client.admin.queue_length() == 1
     finally:
         if process.poll() is None:
             process.kill()
@@ -290,7 +292,7 @@ async def test_cancelling_a_scheduled_retry_releases_the_lock(
         await failed.wait()
 
         async def retry_scheduled() -> bool:
-            return await runner.delayed_count() == 1
+            return await runner.admin.delayed_count() == 1
 
         await redis_state(retry_scheduled)
         assert raw.get(lock_key(keys, 1, "flaky")) is not None

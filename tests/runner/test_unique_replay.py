@@ -14,7 +14,8 @@ import pytest
 import trio
 
 import trunner
-from trunner.message import DEFAULT_UNIQUE_FOR, encode_message
+from trunner._wire.envelope import encode_message
+from trunner.message import DEFAULT_UNIQUE_FOR
 
 from ..conftest import config, redis_state, run_python
 from ..support.servers import RedisServer
@@ -54,7 +55,7 @@ async def dead_letter_one(runner: trunner.Runner, gate: Gate) -> None:
     await runner.dispatch("charge", {"order": 1})
 
     async def dead() -> bool:
-        return await runner.dead_letter_count() == 1
+        return await runner.admin.dead_letter_count() == 1
 
     await redis_state(dead)
     gate.fail = False
@@ -67,7 +68,7 @@ async def test_a_replayed_unique_task_holds_its_lock_while_it_runs(
     async with trunner.open_runner(url, config(group), registry(gate)) as runner:
         await dead_letter_one(runner, gate)
         assert raw.get(lock_key(group, 1)) is None, "released when it was given up on"
-        result = await runner.replay_dead_letters()
+        result = await runner.admin.replay_dead_letters()
         assert len(result.replayed) == 1
         assert result.skipped == {}
         await gate.wait_started(2)
@@ -78,7 +79,7 @@ async def test_a_replayed_unique_task_holds_its_lock_while_it_runs(
         gate.open.set()
 
         async def released() -> bool:
-            return raw.get(lock_key(group, 1)) is None and await runner.pending_count() == 0
+            return raw.get(lock_key(group, 1)) is None and await runner.admin.pending_count() == 0
 
         await redis_state(released)
         await runner.dispatch("charge", {"order": 1})  # finished: free again
@@ -90,22 +91,22 @@ async def test_a_dead_letter_whose_key_is_locked_stays_and_says_why(
     gate = Gate()
     async with trunner.open_runner(url, config(group), registry(gate)) as runner:
         await dead_letter_one(runner, gate)
-        [letter] = await runner.dead_letters()
+        [letter] = await runner.admin.dead_letters()
         await runner.dispatch("charge", {"order": 1})  # the key is taken again
         await gate.wait_started(2)
-        new, skipped = await runner.replay_dead_letters([letter.id, "1-1"])
+        new, skipped = await runner.admin.replay_dead_letters([letter.id, "1-1"])
         assert new == []
         assert sorted(skipped) == sorted([letter.id, "1-1"])
-        result = await runner.replay_dead_letters([letter.id])
+        result = await runner.admin.replay_dead_letters([letter.id])
         assert "'6:charge:1' is locked" in result.skipped[letter.id]
-        assert await runner.dead_letter_count() == 1, "it stays"
+        assert await runner.admin.dead_letter_count() == 1, "it stays"
         gate.open.set()
 
         async def released() -> bool:
             return raw.get(lock_key(group, 1)) is None
 
         await redis_state(released)
-        assert len((await runner.replay_dead_letters()).replayed) == 1
+        assert len((await runner.admin.replay_dead_letters()).replayed) == 1
         await gate.wait_started(3)
 
 
@@ -119,11 +120,11 @@ async def test_two_dead_letters_of_one_key_replay_one_at_a_time(
         await runner.dispatch("charge", {"order": 1})
 
         async def two_dead() -> bool:
-            return await runner.dead_letter_count() == 2
+            return await runner.admin.dead_letter_count() == 2
 
         await redis_state(two_dead)
         gate.fail = False
-        result = await runner.replay_dead_letters()
+        result = await runner.admin.replay_dead_letters()
         assert len(result.replayed) == 1
         assert len(result.skipped) == 1
         assert "is locked" in next(iter(result.skipped.values()))
@@ -147,14 +148,14 @@ async def test_old_messages_without_unique_for_replay_with_the_registry_or_the_d
     fields = {"payload": old, "reason": "max retries exceeded", "task": "charge"}
     async with trunner.open_client(url, group) as anonymous:  # no registry: the default
         raw.xadd(dead, fields)
-        assert len((await anonymous.replay_dead_letters()).replayed) == 1
+        assert len((await anonymous.admin.replay_dead_letters()).replayed) == 1
     ttl = raw.pttl(lock_key(group, 5))
     assert DEFAULT_UNIQUE_FOR * 1000 - 60_000 < ttl <= DEFAULT_UNIQUE_FOR * 1000
     assert raw.get(lock_key(group, 5)) == b"tok", "the message's own token: its ack frees it"
     raw.delete(lock_key(group, 5))
     async with trunner.open_client(url, group, tasks=registry(Gate())) as client:
         raw.xadd(dead, fields)
-        assert len((await client.replay_dead_letters()).replayed) == 1
+        assert len((await client.admin.replay_dead_letters()).replayed) == 1
     assert 0 < raw.pttl(lock_key(group, 5)) <= 30_000, "the registry's unique_for"
 
 
@@ -175,7 +176,7 @@ async def test_the_cli_says_why_a_dead_letter_was_not_replayed(
     url = redis_server.url
     async with trunner.open_runner(url, config(group), registry(gate)) as runner:
         await dead_letter_one(runner, gate)
-        [letter] = await runner.dead_letters()
+        [letter] = await runner.admin.dead_letters()
         await runner.dispatch("charge", {"order": 1})
         await gate.wait_started(2)
         done = await trio.to_thread.run_sync(

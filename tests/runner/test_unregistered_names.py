@@ -38,7 +38,7 @@ async def test_unknown_task_names_count_under_one_name(
         pipe.execute()
 
         async def all_dead() -> bool:
-            return await runner.dead_letter_count() == JUNK + 1
+            return await runner.admin.dead_letter_count() == JUNK + 1
 
         await redis_state(all_dead)
         totals = runner.task_totals()

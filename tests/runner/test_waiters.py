@@ -14,8 +14,8 @@ import pytest
 import trio
 
 import trunner
-from trunner._producer.waiters import Waiters
 from trunner._redis import Broker, Subscriber
+from trunner._waiting.waiters import Waiters
 from trunner.errors import RedisUnavailable
 from trunner.keys import Keys
 

@@ -19,8 +19,9 @@ from trunner._engine.pool import WorkerPool
 from trunner._engine.release import Releaser
 from trunner._redis import Broker, RawEntry, Transport, open_transport
 from trunner._util import ErrorLog
+from trunner._wire.decode import decode_fields
+from trunner._wire.envelope import encode_message
 from trunner._wire.keys import Keys
-from trunner.message import decode_fields, encode_message
 
 from ..conftest import config
 

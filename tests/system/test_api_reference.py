@@ -39,8 +39,34 @@ PUBLIC_MODULES = (
     "trunner.election",
     "trunner.otel",
 )
+#: The admin methods a runner and a client keep from before ``Admin``, deprecated.
+DEPRECATED_ADMIN_CALLS = (
+    "queue_length",
+    "lane_lengths",
+    "pending_count",
+    "delayed_count",
+    "dead_letter_count",
+    "waiting_age",
+    "group_stats",
+    "instances",
+    "inspect",
+    "pause",
+    "resume",
+    "dead_letters",
+    "dead_letters_newest",
+    "replay_dead_letters",
+    "delete_dead_letters",
+    "purge_dead_letters",
+    "delayed_tasks",
+    "cron_entries",
+    "quarantined",
+    "quarantine_count",
+    "purge_quarantine",
+)
 #: Members that are public names but documented only as deprecated (docs/api.md lists them).
-DEPRECATED_MEMBERS = {"trunner.Runner.stats", "trunner.Client.stats"}
+DEPRECATED_MEMBERS = {"trunner.Runner.stats", "trunner.Client.stats"} | {
+    f"trunner.{cls}.{name}" for cls in ("Runner", "Client") for name in DEPRECATED_ADMIN_CALLS
+}
 #: Sphinx roles render as raw text in mkdocstrings: docstrings use Markdown links instead.
 SPHINX_ROLE = re.compile(r":(class|func|meth|mod|data|attr|exc|obj):`")
 

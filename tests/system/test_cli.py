@@ -36,7 +36,7 @@ async def test_dispatch_inspect_and_dead_letters(redis_server: RedisServer, grou
     async with open_checked_runner(redis_server.url, config, tasks) as runner:
 
         async def dead() -> bool:
-            return await runner.dead_letter_count() == 1
+            return await runner.admin.dead_letter_count() == 1
 
         await redis_state(dead)
         shown = cli("inspect", group, "--json", *url)
@@ -57,8 +57,8 @@ async def test_dispatch_inspect_and_dead_letters(redis_server: RedisServer, grou
     assert replayed.returncode == 0
     assert "replayed 1 of 1 dead letters" in replayed.stdout
     async with trunner.open_client(redis_server.url, group) as client:
-        assert await client.dead_letter_count() == 0
-        assert await client.queue_length() == 1, "back in the stream"
+        assert await client.admin.dead_letter_count() == 0
+        assert await client.admin.queue_length() == 1, "back in the stream"
     refused = run_python(
         "-m", "trunner", "dead-letter", "purge", group, *url, stdin=subprocess.DEVNULL
     )
@@ -141,7 +141,7 @@ async def test_quarantine_list_inspect_and_purge(
     async with open_checked_runner(redis_server.url, config, tasks) as runner:
 
         async def set_aside() -> bool:
-            return await runner.quarantine_count() == 1
+            return await runner.admin.quarantine_count() == 1
 
         await redis_state(set_aside)
     [record] = json.loads(cli("quarantine", "list", group, "--json", *url).stdout)
@@ -169,7 +169,7 @@ async def dead_letter_everything(url: str, group: str, count: int) -> None:
     async with open_checked_runner(url, config, trunner.TaskRegistry()) as runner:
 
         async def dead() -> bool:
-            return await runner.dead_letter_count() == count
+            return await runner.admin.dead_letter_count() == count
 
         await redis_state(dead)
 
@@ -192,7 +192,7 @@ async def test_dead_letters_are_readable_at_any_width(
         await runner.dispatch(task, {"region": "emea"})
 
         async def dead() -> bool:
-            return await runner.dead_letter_count() == 1
+            return await runner.admin.dead_letter_count() == 1
 
         await redis_state(dead)
     [letter] = dead_letters_of(url, group)

@@ -183,7 +183,7 @@ async def test_sigkilled_workers_lose_nothing(
                 nursery.start_soon(fleet.start, 1)
         await fleet.wait_finished(fleet.history.acknowledged())
         report = await fleet.check(raw, group)
-        assert await client.dead_letter_count() == 0
+        assert await client.admin.dead_letter_count() == 0
     show(
         "1 SIGKILL",
         report,
@@ -245,8 +245,8 @@ async def test_sigkilled_leaders_neither_lose_nor_double_delayed_tasks(
             leader = await new_leader(fleet, raw, group, leader)
         await fleet.wait_finished(due)
         report = await fleet.check(raw, group)
-        assert await client.delayed_count() == 0
-        assert await client.dead_letter_count() == 0
+        assert await client.admin.delayed_count() == 0
+        assert await client.admin.dead_letter_count() == 0
     runs = fleet.history.runs()
     lateness = [runs[i][0].start - due[i] for i in due]
     show(
@@ -315,8 +315,8 @@ async def test_redis_paused_longer_than_the_lease(group: str, keys: Keys, tmp_pa
             await fleet.wait_finished(fleet.history.acknowledged())
             report = await fleet.check(raw, group)
             fence_after = int(raw.get(fence_key))
-            assert await client.delayed_count() == 0
-            assert await client.dead_letter_count() == 0
+            assert await client.admin.delayed_count() == 0
+            assert await client.admin.dead_letter_count() == 0
         raw.close()
     runs = fleet.history.runs()
     resumed_at = paused_at + pause
@@ -382,7 +382,7 @@ async def test_redis_restart_with_aof_under_load(group: str, tmp_path: Path) -> 
             raw.close()
             raw = raw_client(server.url)
             report = await fleet.check(raw, group)
-            assert await client.dead_letter_count() == 0
+            assert await client.admin.dead_letter_count() == 0
         raw.close()
     runs = [r for rs in fleet.history.runs().values() for r in rs]
     running = sum(1 for r in runs if r.start < stopping_at < (r.end or 0))
@@ -437,7 +437,7 @@ async def test_a_proxy_breaking_connections_at_random(
         proxy.restore()
         await fleet.wait_finished(fleet.history.acknowledged())
         report = await fleet.check(raw, group)
-        assert await client.dead_letter_count() == 0
+        assert await client.admin.dead_letter_count() == 0
     show(
         "5 proxy chaos",
         report,
@@ -558,7 +558,7 @@ async def test_sigterm_under_load_releases_to_the_others_within_a_second(
                 nursery.start_soon(fleet.start, 1)
         await fleet.wait_finished(fleet.history.acknowledged())
         report = await fleet.check(raw, group)
-        assert await client.dead_letter_count() == 0
+        assert await client.admin.dead_letter_count() == 0
     show(
         "7 SIGTERM",
         report,
@@ -626,7 +626,7 @@ async def test_a_consumer_with_pending_entries_is_kept_at_shutdown(
             await tally.wait(2)
 
             async def drained() -> bool:
-                return await rescuer.pending_count() == 0
+                return await rescuer.admin.pending_count() == 0
 
             await redis_state(drained)
         admin.close()

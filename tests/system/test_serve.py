@@ -104,13 +104,13 @@ async def test_worker_serves_health_and_metrics_and_drains_on_sigterm(
             await client.dispatch("resize", {"image": "slow.png", "seconds": 1.0})
 
             async def running() -> bool:
-                return await client.pending_count() == 1
+                return await client.admin.pending_count() == 1
 
             await redis_state(running)
             worker.signal(signal.SIGTERM)
             assert await worker.wait() == 0
-            assert await client.pending_count() == 0, "drained: acknowledged"
-            assert await client.queue_length() == 0
+            assert await client.admin.pending_count() == 0, "drained: acknowledged"
+            assert await client.admin.queue_length() == 0
         log = worker.stderr()
         assert "SIGTERM: stopping gracefully" in log
         assert "resized slow.png (attempt 1)" in log
@@ -132,7 +132,7 @@ async def test_a_second_signal_stops_at_once_and_releases(
             await client.dispatch("resize", {"image": "huge.png", "seconds": 60})
 
             async def running() -> bool:
-                return await client.pending_count() == 1
+                return await client.admin.pending_count() == 1
 
             await redis_state(running)
             worker.signal(signal.SIGINT)

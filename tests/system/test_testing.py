@@ -99,9 +99,9 @@ async def test_run_until_idle_waits_for_follow_ups_and_due_retries(url: str, gro
         await runner.dispatch("first", None)
         await run_until_idle(runner)
         assert log == ["first", "second#1", "second#2"]
-        counts = await runner.queue_length(), await runner.pending_count()
+        counts = await runner.admin.queue_length(), await runner.admin.pending_count()
         assert counts == (0, 0)
-        assert await runner.delayed_count() == 0
+        assert await runner.admin.delayed_count() == 0
         assert runner.statistics().in_flight == 0
 
 
@@ -121,10 +121,10 @@ async def test_retries_waiting_out_their_backoff_count_with_delayed_within(
         await runner.dispatch("flaky", None)
         await run_until_idle(runner)  # a retry due in 0.5 s is not due: idle
         assert attempts == [1]
-        assert await runner.delayed_count() == 1
+        assert await runner.admin.delayed_count() == 1
         await run_until_idle(runner, delayed_within=1.0)
         assert attempts == [1, 2, 3]
-        assert await runner.delayed_count() == 0
+        assert await runner.admin.delayed_count() == 0
 
 
 async def test_delayed_tasks_due_later_do_not_keep_the_group_busy(url: str, group: str) -> None:
@@ -134,7 +134,7 @@ async def test_delayed_tasks_due_later_do_not_keep_the_group_busy(url: str, grou
         begin = trio.current_time()
         await run_until_idle(runner)
         assert trio.current_time() - begin < 1.0
-        assert await runner.delayed_count() == 1
+        assert await runner.admin.delayed_count() == 1
         with pytest.raises(NotIdle) as info:
             await run_until_idle(runner, timeout=0.2, delayed_within=120)
         assert (info.value.state.due, info.value.state.due_tasks) == (1, ["noop"])
@@ -147,7 +147,7 @@ async def test_run_until_idle_waits_for_buffered_acknowledgements(url: str, grou
         await runner.dispatch_many("noop", [1, 2, 3])
         await run_until_idle(runner)
         assert runner.statistics().acked == 3
-        assert await runner.pending_count() == 0
+        assert await runner.admin.pending_count() == 0
 
 
 async def test_not_idle_says_what_is_left(url: str, group: str, keys: Keys, raw: Any) -> None:

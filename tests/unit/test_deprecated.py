@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 import sys
+from typing import Any
 
 import pytest
 
@@ -102,14 +104,54 @@ async def test_stats_calls_group_stats(memory_url: str, group: str) -> None:
         trunner.open_runner(memory_url, config(group), tasks) as runner,
         trunner.open_client(memory_url, group) as client,
     ):
-        for producer in (runner, client):
+        for producer, word in ((runner, "runner"), (client, "client")):
             with pytest.warns(
-                DeprecationWarning, match=r"stats\(\) is deprecated, use group_stats"
+                DeprecationWarning,
+                match=rf"{word}\.stats\(\) is deprecated, use {word}\.admin\.group_stats\(\)",
             ):
                 old = await producer.stats()
-            new = await producer.group_stats()
+            new = await producer.admin.group_stats()
             assert isinstance(old, trunner.admin.GroupStats)
             assert (old.instances, old.total_capacity) == (new.instances, new.total_capacity)
+
+
+#: The arguments of a call of each admin method (none: its defaults).
+ADMIN_CALL_ARGS: dict[str, tuple[Any, ...]] = {"delete_dead_letters": ([],)}
+#: The admin methods whose answer changes from one call to the next.
+CHANGING = {"pause", "resume", "inspect", "instances", "group_stats", "waiting_age"}
+ADMIN_METHODS = sorted(
+    name
+    for name, value in vars(trunner.admin.Admin).items()
+    if not name.startswith("_") and inspect.iscoroutinefunction(value)
+)
+
+
+def test_every_admin_method_is_kept_on_runners_and_clients() -> None:
+    assert len(ADMIN_METHODS) == 21
+    for cls in (trunner.Runner, trunner.Client):
+        for name in ADMIN_METHODS:
+            old = inspect.signature(getattr(cls, name))
+            assert old == inspect.signature(getattr(trunner.admin.Admin, name)), (cls, name)
+
+
+@pytest.mark.parametrize("name", ADMIN_METHODS)
+async def test_an_admin_method_of_a_runner_or_a_client_warns_and_is_the_admin_s(
+    memory_url: str, group: str, name: str
+) -> None:
+    args = ADMIN_CALL_ARGS.get(name, ())
+    async with (
+        trunner.open_runner(memory_url, config(group), trunner.TaskRegistry()) as runner,
+        trunner.open_client(memory_url, group) as client,
+    ):
+        for called, producer in (("runner", runner), ("client", client)):
+            warning = rf"^{called}\.{name}\(\) is deprecated, use {called}\.admin\.{name}\(\)$"
+            with pytest.warns(DeprecationWarning, match=warning) as caught:
+                old = await getattr(producer, name)(*args)
+            assert [w.filename for w in caught] == [__file__], "the caller's line"
+            new = await getattr(producer.admin, name)(*args)
+            assert type(old) is type(new)
+            if name not in CHANGING:
+                assert old == new
 
 
 def test_election_error_is_election_failed() -> None:

@@ -12,15 +12,14 @@ from collections.abc import Callable
 
 import pytest
 
-from trunner.message import (
+from trunner._wire.decode import decode_message
+from trunner._wire.envelope import (
     PAYLOAD_FIELD,
-    MessageOptions,
-    TaskMessage,
-    decode_message,
     encode_message,
     reencode_deferred,
     reencode_for_retry,
 )
+from trunner.message import MessageOptions, TaskMessage
 
 ENQUEUED_AT = 1764412800.1234
 MAX_BYTES = 1 << 20

@@ -11,23 +11,18 @@ import pytest
 
 import trunner
 from trunner._redis import RawEntry
-from trunner._wire.inspection import dead_letter_of
-from trunner.message import (
-    MAX_HEADERS,
-    MAX_HEADERS_BYTES,
-    NO_HEADERS,
-    NO_SIZE_LIMIT,
+from trunner._wire.decode import (
     MessageDecodeError,
-    TaskMessage,
-    check_headers,
     decode_fields,
     decode_message,
-    encode_message,
     fields_of,
     message_from_fields,
-    reencode_for_retry,
     stored_headers,
 )
+from trunner._wire.envelope import NO_SIZE_LIMIT, encode_message, reencode_for_retry
+from trunner._wire.headers import MAX_HEADERS, MAX_HEADERS_BYTES, NO_HEADERS, check_headers
+from trunner._wire.inspection import dead_letter_of
+from trunner.message import TaskMessage
 
 
 def encode(headers: Any = None, **more: Any) -> bytes:

@@ -32,9 +32,11 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
         "values",
         frozenset(
             {
+                "trunner._action",
                 "trunner._context",
                 "trunner._deprecate",
                 "trunner._public",
+                "trunner._spelling",
                 # The middleware hooks, run by producers, the engine and eager calls: beside
                 # the Middleware they run, below every caller.
                 "trunner._hooks",
@@ -54,6 +56,8 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
         ),
     ),
     ("redis", frozenset({"trunner._redis"})),
+    # Waiting for a task's outcome, on any event loop: under the handles and the producer.
+    ("waiting", frozenset({"trunner._waiting"})),
     ("executors", frozenset({"trunner._executors"})),
     # The registry sits above the executors, not among the values: its ``call`` runs a task
     # eagerly through ``_executors.eager``. ``Task`` and ``CronSchedule`` stay values;
@@ -76,11 +80,11 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
         "face",
         frozenset(
             {
-                # The runner's composition root and ordered shutdown live with the engine
-                # they wire, but they also wire the leader's chores and the handles task
-                # code holds: they sit here, beside the runner, above all they import.
-                "trunner._engine.assembly",
-                "trunner._engine.shutdown",
+                # The runner's composition root and ordered shutdown: they wire the engine,
+                # the leader's chores and the handles task code holds, so they sit here,
+                # beside the runner, above all they import.
+                "trunner._lifecycle",
+                "trunner._admin_calls",  # the admin methods runners and clients still carry
                 "trunner._producer",
                 "trunner.admin",
                 "trunner.client",
@@ -93,6 +97,9 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
             }
         ),
     ),
+    # The clients of asyncio and synchronous code: drivers of the producer (``_producer``,
+    # in the face) on another event loop, or from threads; nothing below imports them.
+    ("drivers", frozenset({"trunner.aio", "trunner.sync"})),
     (
         "tools",
         frozenset(
@@ -411,3 +418,21 @@ print(otel)
     result = run_python("-c", code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def _room(module: str) -> str:
+    """The room a module is in: a top-level module, or a sub-package of ``trunner``."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_no_two_rooms_import_each_other() -> None:
+    """Seen as rooms (a top-level module, or a sub-package with all its modules), the
+    package has no cycle either: a folder is a layer, and none reaches back into one that
+    imports it."""
+    graph = _graph()
+    rooms: dict[str, set[str]] = {_room(m): set() for m in graph}
+    for module, targets in graph.items():
+        rooms[_room(module)] |= {_room(t) for t in targets} - {_room(module)}
+    assert "trunner._engine" in rooms
+    found = [_describe(c, rooms) for c in _cycles(rooms)]
+    assert found == [], "rooms that import each other"

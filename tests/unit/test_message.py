@@ -17,15 +17,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trunner import InvalidPayload, PayloadTooLarge, TaskMessage, TrunnerError
+from trunner._wire.decode import MessageDecodeError, _decode_checked, decode_message
+from trunner._wire.envelope import PAYLOAD_FIELD, encode_message, reencode_for_retry
 from trunner.errors import InvalidMessage
-from trunner.message import (
-    PAYLOAD_FIELD,
-    MessageDecodeError,
-    _decode_checked,
-    decode_message,
-    encode_message,
-    reencode_for_retry,
-)
 
 MAX = 1024 * 1024
 NOW = 1764412800.123

@@ -8,10 +8,10 @@ import datetime
 import pytest
 
 from trunner import TaskState
-from trunner._producer.waiting import status_of
 from trunner._redis import TaskLook
+from trunner._waiting.protocol import status_of
+from trunner._wire.envelope import encode_message
 from trunner._wire.record import read_record
-from trunner.message import encode_message
 
 NOT_NUMBERS = [b"nan", b"NaN", b"inf", b"-inf", b"1e400", b"-1e400", b"", b"many", b"\xff"]
 

@@ -143,25 +143,44 @@ def test_duplicate_names_raise() -> None:
     assert len(tasks) == 2
 
 
-def test_sync_function_is_rejected() -> None:
+def test_a_plain_def_is_a_task_run_in_a_thread() -> None:
     tasks = TaskRegistry()
 
     def sync(payload: Any) -> None:
         pass
 
-    decorate: Any = tasks.task
-    with pytest.raises(TypeError, match="async"):
-        decorate(sync)
-    with pytest.raises(TypeError, match="async"):
-        decorate("sync")(sync)
-    assert len(tasks) == 0
-    assert "sync" not in tasks
+    assert tasks.task(sync) is sync
+    assert tasks.get("sync").run_in == "thread"
+    tasks.task("lambda")(lambda payload: None)
+    assert tasks.get("lambda").run_in == "thread"
+    assert not tasks.get("sync").plain, "a thread's body is not the pool's inline path"
+
+
+def cpu_bound(payload: Any) -> int:
+    return 1
+
+
+def test_run_in_must_fit_the_action() -> None:
+    async def coroutine(payload: Any) -> None:
+        pass
+
+    assert Task("t", cpu_bound, run_in="thread").run_in == "thread"
+    assert Task("l", coroutine).run_in == "loop"
+    with pytest.raises(TypeError, match="plain 'def'"):
+        Task("t", coroutine, run_in="thread")
+    with pytest.raises(TypeError, match="plain 'def'"):
+        Task("t", coroutine, run_in="process")
+    with pytest.raises(TypeError, match="'async def'"):
+        Task("t", cpu_bound, run_in="loop")
+    with pytest.raises(ValueError, match="not available yet"):
+        Task("t", cpu_bound, run_in="process")
+    with pytest.raises(ValueError, match="run_in"):
+        Task("t", cpu_bound, run_in="elsewhere")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
     "action",
     [
-        lambda payload: None,
         None,
         42,
         "noop",
@@ -170,6 +189,14 @@ def test_sync_function_is_rejected() -> None:
 def test_non_async_actions_are_rejected(action: object) -> None:
     with pytest.raises(TypeError, match="action"):
         Task("t", action)  # type: ignore[arg-type]
+
+
+def test_a_generator_is_rejected() -> None:
+    def gen(payload: Any) -> Any:
+        yield payload
+
+    with pytest.raises(TypeError, match="action"):
+        Task("t", gen)
 
 
 def test_a_class_with_async_call_is_not_an_async_action() -> None:

@@ -29,9 +29,10 @@ import trio
 from .._redis import MAX_ADMITS_PER_CALL, Admit, Broker, Slot
 from .._task import Task
 from .._util import ErrorLog, LoopBackoff, logger
+from .._wire.decode import is_rate_reserved
+from .._wire.envelope import reencode_deferred
 from .._wire.limits import Limits
 from ..errors import BackendError, InvalidPayload
-from ..message import is_rate_reserved, reencode_deferred
 from .counters import Counters
 from .holdings import Holdings, Job
 from .quarantine import Quarantine

@@ -3,23 +3,26 @@ an attempt run with its options (expiry, limits, a typed payload, a timeout, a k
 result, middleware), the failure of an attempt handed to its outcome, and an attempt ended
 by a cancellation (its task's, or the runner's past the drain timeout).
 
-The pool runs an attempt of a task with no options inline (its hot path); everything
-else about running one attempt is here. How the attempt ends in Redis is
-:mod:`trunner._engine.outcomes`.
+The pool runs an attempt of an ``async def`` task with no options inline (its hot path);
+everything else about running one attempt is here, the bodies that run in a worker thread or
+process included (each task's body comes from its executor: :mod:`trunner._executors`).
+How the attempt ends in Redis is :mod:`trunner._engine.outcomes`.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 import trio
 
+from .._executors.base import Body
 from .._hooks import AttemptHooks
 from .._task import Task
 from .._util import ErrorLog, logger, timed
+from .._wire.message import NO_OPTIONS
 from ..config import RunnerConfig
 from ..errors import InvalidPayload, MiddlewareError
-from ..message import NO_OPTIONS
 from ..middleware import AttemptInfo
 from .admission import Admission
 from .holdings import Job
@@ -49,8 +52,11 @@ class Attempts:
         outcomes: Outcomes,
         errors: ErrorLog | None,
         admission: Admission | None,
+        bodies: Mapping[str, Body],
     ) -> None:
         self._config = config
+        #: Each task's body, by name (see :mod:`trunner._executors.base`).
+        self._bodies = bodies
         self._outcomes = outcomes
         self._errors = errors
         #: Admits the messages of tasks with limits (None when no task has any).
@@ -113,12 +119,13 @@ class Attempts:
             self._outcomes.started(job)
         if self.hooks is not None:
             return await self._run_with_middleware(job, task, payload, timeout, keep)
+        body = self._bodies[task.name]
         begin = job.began = time.perf_counter()
         try:
             if timeout is None:
-                result = await task.action(payload)
+                result = await body(payload)
             else:
-                result = await timed(task.action, payload, task.name, timeout)
+                result = await timed(body, payload, task.name, timeout)
             if keep is not None:
                 # InvalidResult (no JSON form, or too large): gives up
                 job.result = task.result_codec.encode_json(result, self._config.max_payload_bytes)
@@ -155,15 +162,16 @@ class Attempts:
         they see what the attempt ends with."""
         assert self.hooks is not None
         duration = 0.0
+        body = self._bodies[task.name]
 
         async def attempt() -> object:
             nonlocal duration
             begin = job.began = time.perf_counter()
             try:
                 if limit is None:
-                    result = await task.action(payload)
+                    result = await body(payload)
                 else:
-                    result = await timed(task.action, payload, task.name, limit)
+                    result = await timed(body, payload, task.name, limit)
                 if keep is not None:
                     size = self._config.max_payload_bytes
                     job.result = task.result_codec.encode_json(result, size)

@@ -28,15 +28,13 @@ import trio
 
 from .._redis import Broker, Subscriber
 from .._util import ErrorLog, LoopBackoff, logger, wall_ms
+from .._wire.marks import MARK_LIFETIME
 from .._wire.pause import is_notice
 from ..errors import BackendError
 from .holdings import Holdings
 
-__all__ = ["MARK_LIFETIME", "Canceller"]
+__all__ = ["Canceller"]
 
-#: How long a cancel mark holds (seconds): far longer than a message can wait to be
-#: reclaimed; the mark goes earlier when the task's cancelled outcome is written.
-MARK_LIFETIME = 24 * 3600.0
 #: How often (at most) the canceller reads the marks again while it hears of more
 #: (seconds): the marks it keeps are those Redis holds, and those it heard of since.
 RESYNC_INTERVAL = 60.0

@@ -42,6 +42,8 @@ class Counters:
     chores_restarted: int = 0
     deferred_rate: int = 0
     deferred_concurrency: int = 0
+    #: Event-loop stalls the watchdog noticed (bumped from its thread).
+    stalls: int = 0
     #: Messages fetched (read or reclaimed) per lane, with more than one lane.
     lanes: dict[str, int] = attrs.field(factory=dict)
 

@@ -21,27 +21,14 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from ..message import Fields, MessageDecodeError, TaskMessage, message_from_fields
+from .._wire.decode import Fields, MessageDecodeError, message_from_fields
+from .._wire.message import TaskMessage
 
 if TYPE_CHECKING:
+    from .._task import Task
     from .._wire.keys import Keys
-    from ..task import Task
 
-__all__ = ["GIVEN_UP", "MAX_KEPT", "Holdings", "Job", "beat_interval", "split_deliveries"]
-
-#: Added to the delivery count of a pending message that was given up but not
-#: dead-lettered (its failed-task handler raised, or a shutdown cut it off): its next
-#: delivery calls the handler again and never runs the task, however few times it was
-#: delivered (a run lost to a crash runs again: see ``Task.max_redeliveries``).
-GIVEN_UP = 1_000_000
-
-
-def split_deliveries(count: int) -> tuple[int, bool]:
-    """A pending entry's delivery count as Redis keeps it: (deliveries, given up)."""
-    if count < GIVEN_UP:
-        return count, False
-    return max(count % GIVEN_UP, 1), True
-
+__all__ = ["MAX_KEPT", "Holdings", "Job", "beat_interval"]
 
 #: How many messages left pending on purpose are remembered (see :attr:`Holdings.kept`).
 MAX_KEPT = 10_000
@@ -68,15 +55,16 @@ class Job:
     """When its next heartbeat is due (Trio clock)."""
     message_id: str
     deliveries: int
-    """How many times its entry was delivered (the :data:`GIVEN_UP` mark taken off)."""
+    """How many times its entry was delivered (the given-up mark of
+    :mod:`trunner._wire.marks` taken off)."""
     task: Task | None
     """The registered task, or None (unknown name, or undecodable)."""
     fields: Fields
     """What the entry holds (see :data:`trunner.message.Fields`)."""
     decode_error: MessageDecodeError | None = None
     given_up: bool = False
-    """It was given up on an earlier delivery, and not dead-lettered (see
-    :data:`GIVEN_UP`): the failed-task handler runs again, not the task."""
+    """It was given up on an earlier delivery, and not dead-lettered (see the given-up mark
+    of :mod:`trunner._wire.marks`): the failed-task handler runs again, not the task."""
     marked_count: int = 0
     """For a message given up: its delivery count as Redis keeps it (the mark included)."""
     claimed_count: int = 0
@@ -206,7 +194,7 @@ class Holdings:
     def release_later(self, consumer: str, message_id: str, give_back: int = 1) -> None:
         """Queue a message for the releaser; ``give_back``: how much to take off its
         delivery count: 1, its delivery did not count (it never ran); 0, it did; or
-        ``-GIVEN_UP``, it was given up (see :data:`GIVEN_UP`)."""
+        ``-GIVEN_UP``, it was given up (see :mod:`trunner._wire.marks`)."""
         self._to_release.append((consumer, message_id, give_back))
 
     @property

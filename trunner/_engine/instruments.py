@@ -112,6 +112,18 @@ GAUGES = (
         lambda r, s: s.slots_held,
     ),
     Gauge(
+        "stalls",
+        "Event-loop stalls the watchdog noticed since the runner started",
+        "{stall}",
+        lambda r, s: s.stalls,
+    ),
+    Gauge(
+        "threads_abandoned",
+        "Attempts that ended while their worker thread ran on (abandoned)",
+        "{thread}",
+        lambda r, s: s.threads_abandoned,
+    ),
+    Gauge(
         "paused",
         "1 while the group is paused, as this instance last heard",
         "1",

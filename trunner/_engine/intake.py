@@ -9,17 +9,18 @@ import attrs
 
 from .._redis import RawEntry
 from .._task import Task
-from ..config import RunnerConfig
-from ..message import (
+from .._wire.decode import (
     MessageDecodeError,
     addressed_group,
     decode_fields,
     decode_message,
     fields_of,
-    message_growth,
 )
+from .._wire.envelope import message_growth
+from .._wire.marks import GIVEN_UP, split_deliveries
+from ..config import RunnerConfig
 from ..registry import TaskRegistry
-from .holdings import GIVEN_UP, Job, beat_interval, split_deliveries
+from .holdings import Job, beat_interval
 
 __all__ = ["FOREIGN_SLACK", "Intake"]
 

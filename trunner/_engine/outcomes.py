@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable
 from .._redis import Broker
 from .._task import Task
 from .._util import ErrorLog, gives_up, logger
+from .._wire.marks import GIVEN_UP
 from .._wire.record import RUNNING_TTL, UNASKED_KEEP
 from ..config import RunnerConfig
 from ..errors import (
@@ -36,7 +37,7 @@ from ..errors import (
 )
 from .acks import AckBuffer
 from .counters import Counters
-from .holdings import GIVEN_UP, Holdings, Job
+from .holdings import Holdings, Job
 from .quarantine import Quarantine
 from .records import Records, keep_of
 from .transitions import Transitions

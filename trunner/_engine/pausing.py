@@ -37,27 +37,10 @@ from .._wire.pause import decode_mark, notices_for
 from ..errors import BackendError, RedisCommandError
 from .quarantine import Quarantine
 
-__all__ = ["RESYNC_INTERVAL", "PauseGate", "Pauser", "read_paused_since"]
+__all__ = ["RESYNC_INTERVAL", "PauseGate", "Pauser"]
 
 #: How often (at most) a runner reads the pause mark again when it hears nothing (seconds).
 RESYNC_INTERVAL = 1.0
-
-
-async def read_paused_since(broker: Broker) -> float | None:
-    """When the group was paused (seconds since the epoch); None when it is not paused,
-    which is also how a mark trunner did not write reads (see the module docs)."""
-    try:
-        raw = await broker.pause_mark()
-    except RedisCommandError as exc:
-        if "WRONGTYPE" not in str(exc):
-            raise
-        return None
-    if raw is None:
-        return None
-    try:
-        return decode_mark(raw) / 1000
-    except ValueError:
-        return None
 
 
 class PauseGate:

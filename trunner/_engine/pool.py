@@ -9,7 +9,9 @@ waits, it makes sure there are enough idle job loops for every job still ready, 
 ever waits behind another. Jobs that never wait (the common case for short tasks) thus
 cost no Trio task of their own.
 
-The pool runs the attempt of a task with no options inline: the hot path. An entry
+The pool runs the attempt of an ``async def`` task with no options inline: the hot path,
+which awaits the task's action itself (on the event loop, a task's body *is* its action:
+see :mod:`trunner._executors.base`). An entry
 becomes a job in :mod:`trunner._engine.intake`; the rest of running an attempt (a job
 refused before it runs, an attempt with options or middleware, a failure handed to its
 outcome) is :mod:`trunner._engine.attempts`.
@@ -26,12 +28,15 @@ from __future__ import annotations
 import contextvars
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import trio
 
 from .._context import _current_message
+from .._executors.base import Executor, RunIn, bind_bodies
 from .._executors.isolated import Isolated
+from .._executors.places import default_executors
+from .._executors.threads import ThreadExecutor
 from .._redis import RawEntry
 from .._util import ErrorLog
 from ..config import RunnerConfig
@@ -60,7 +65,12 @@ class WorkerPool:
         on_task_time: Callable[[str, float], None] = lambda _task, _seconds: None,
         errors: ErrorLog | None = None,
         admission: Admission | None = None,
+        executors: Mapping[RunIn, Executor] | None = None,
     ) -> None:
+        if executors is None:
+            executors = default_executors(config)
+        #: Where task bodies run: the loop, worker threads, worker processes.
+        self.executors = executors
         self._holdings = holdings
         self._running_jobs = holdings.running  # submitted and not ended: ready or running
         self._cancel_marks = holdings.cancelled
@@ -70,7 +80,7 @@ class WorkerPool:
         self._on_task_time = on_task_time
         #: Makes a job of each entry submitted (bound once: called for every message).
         self._make_job = Intake(registry, config, holdings.cancelled).make
-        attempts = Attempts(config, outcomes, errors, admission)
+        attempts = Attempts(config, outcomes, errors, admission, bind_bodies(registry, executors))
         #: The middleware around each attempt; None without any (the hot path checks it).
         self._attempt_hooks = attempts.hooks
         # The paths of an attempt off the hot one (bound once, as the methods they were).
@@ -105,6 +115,12 @@ class WorkerPool:
     @capacity.setter
     def capacity(self, value: int) -> None:
         self.slots.total_tokens = value
+
+    @property
+    def threads_abandoned(self) -> int:
+        """Attempts whose worker thread was abandoned (see ``_executors.threads``)."""
+        threads = self.executors.get("thread")
+        return threads.abandoned if isinstance(threads, ThreadExecutor) else 0
 
     @property
     def in_flight(self) -> int:
@@ -255,6 +271,7 @@ class WorkerPool:
                 await self._not_run(job, task)
                 return
             if job.fields[8] is None and task.plain and self._attempt_hooks is None:
+                # (plain: an async def; the bodies of the others come from their executors)
                 begin = job.began = time.perf_counter()
                 try:  # the hot path of every task
                     await task.action(job.fields[1])

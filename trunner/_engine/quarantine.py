@@ -8,8 +8,8 @@ its reason, and the loop goes on. Setting aside means, at once:
 * a record in the group's quarantine stream (:attr:`Keys.quarantine
   <trunner._wire.keys.Keys.quarantine>`): where the item was read, which one, why it is bad, what
   was done with it, and its value as read (so nothing is lost); ``trunner inspect`` counts
-  them, ``trunner quarantine list`` shows them, :meth:`Client.quarantined
-  <trunner.Client.quarantined>` reads them;
+  them, ``trunner quarantine list`` shows them, :meth:`Admin.quarantined
+  <trunner.admin.Admin.quarantined>` reads them;
 * one more in ``statistics().quarantined``;
 * a :class:`~trunner.errors.BadData` through ``Runner.errors()``;
 * one log line at ERROR, once per item and reason in the life of the runner (a bad value

@@ -19,15 +19,15 @@ import trio
 from .._redis import Broker
 from .._task import Task
 from .._util import ErrorLog, LoopBackoff, logger, wall_ms
+from .._wire.envelope import NO_SIZE_LIMIT, reencode_for_retry
+from .._wire.marks import GIVEN_UP, MARK_LIFETIME
 from .._wire.record import UNASKED_KEEP
 from ..config import RunnerConfig
 from ..errors import BackendError
-from ..message import NO_SIZE_LIMIT, reencode_for_retry
 from ..statistics import UNREGISTERED
 from .acks import AckBuffer
-from .cancellation import MARK_LIFETIME
 from .counters import Counters
-from .holdings import GIVEN_UP, Holdings, Job
+from .holdings import Holdings, Job
 from .quarantine import Quarantine
 from .records import Records, keep_of
 

@@ -12,7 +12,7 @@ import functools
 import itertools
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 import trio
@@ -21,19 +21,21 @@ from .._context import Given, NoRunnerInEagerCall, _current_message, _eager_call
 from .._hooks import AttemptHooks, DispatchHooks
 from .._util import gives_up, timed
 from .._wire.codec import TypeCodec
-from .._wire.names import entry_id
-from ..errors import InvalidPayload, MaxRetryExceeded, MiddlewareError
-from ..message import (
+from .._wire.decode import decode_message
+from .._wire.envelope import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     NO_SIZE_LIMIT,
     PAYLOAD_FIELD,
-    TaskMessage,
-    check_headers,
-    decode_message,
     encode_message,
     reencode_for_retry,
 )
+from .._wire.headers import check_headers
+from .._wire.message import TaskMessage
+from .._wire.names import entry_id
+from ..errors import InvalidPayload, MaxRetryExceeded, MiddlewareError
 from ..middleware import AttemptInfo, DispatchInfo, Middleware, check_middleware
+from .base import Body, LoopExecutor, RunIn
+from .threads import ThreadExecutor
 
 __all__ = ["DEFAULT_MAX_PAYLOAD_BYTES", "EagerTask", "run_eagerly"]
 
@@ -49,7 +51,9 @@ class EagerTask(Protocol):
     @property
     def name(self) -> str: ...
     @property
-    def action(self) -> Callable[[Any], Awaitable[Any]]: ...
+    def action(self) -> Callable[[Any], Any]: ...
+    @property
+    def run_in(self) -> RunIn | None: ...
     @property
     def unique(self) -> bool: ...
     @property
@@ -164,6 +168,14 @@ async def _first_message(
     return decode_message(entry_id(_eager_id(), task.priority), [PAYLOAD_FIELD, data])
 
 
+def _body(task: EagerTask) -> Body:
+    """The task's body, in the place a runner runs it: on the event loop, or in a worker
+    thread of its own (one per call: eager calls share no limiter)."""
+    if task.run_in == "thread":
+        return ThreadExecutor(1).body(task.action, task.name)
+    return LoopExecutor().body(task.action, task.name)
+
+
 def _goes_up(exc: BaseException) -> bool:
     """Whether an exception that is not an ``Exception`` goes past the task, as in a
     runner: a cancellation, or the end of the process (alone, or in a group)."""
@@ -180,10 +192,11 @@ async def _attempt(task: EagerTask, payload: Any, max_result_bytes: int) -> Any:
     into the declared return type)."""
     if task.decode_payload is not None:
         payload = task.decode_payload(payload)
+    body = _body(task)
     if task.timeout is None:
-        result = await task.action(payload)
+        result = await body(payload)
     else:
-        result = await timed(task.action, payload, task.name, task.timeout)
+        result = await timed(body, payload, task.name, task.timeout)
     if task.keep_result is None:
         return result
     import msgspec  # noqa: PLC0415 - only tasks that keep their result

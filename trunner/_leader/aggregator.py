@@ -34,7 +34,6 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from .._engine.pausing import read_paused_since
 from .._engine.quarantine import Quarantine
 from .._redis import Broker
 from .._util import ErrorLog, LoopBackoff, logger, wall_ms
@@ -127,7 +126,7 @@ class Aggregator:
         for instance, stored, reason in bad_instances:
             action = "listed without its details"
             await quarantine.set_aside("instances:info", instance, reason, stored, action)
-        paused = await read_paused_since(self._broker) is not None
+        paused = await self._broker.paused_since() is not None
         stats = compute_stats(
             fields, queue_length, instances, time.time(), self._last_average, paused=paused
         )

@@ -31,10 +31,10 @@ import trio
 from .._engine.quarantine import Quarantine
 from .._redis import Broker
 from .._util import ErrorLog, LoopBackoff, logger
+from .._wire.envelope import encode_message
 from .._wire.keys import UniqueLock
 from .._wire.names import DEFAULT_LANE
 from ..errors import BackendError, InvalidPayload
-from ..message import encode_message
 from ..registry import TaskRegistry
 from ..schedule import CronSchedule
 from .election import Elector

@@ -9,9 +9,11 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from .._engine.pausing import read_paused_since
 from .._redis import Broker, RawEntry
 from .._util import wall_ms
+from .._waiting.protocol import status_of
+from .._wire.decode import MessageDecodeError, decode_message, stored_unique_for
+from .._wire.envelope import NO_SIZE_LIMIT, message_growth, reencode_for_retry
 from .._wire.inspection import (
     GONE,
     MALFORMED,
@@ -27,22 +29,13 @@ from .._wire.inspection import (
     unread_lanes,
 )
 from .._wire.keys import UniqueLock
+from .._wire.message import DEFAULT_UNIQUE_FOR
 from .._wire.names import is_lane_entry_id, split_entry_id
 from .._wire.quarantine import QuarantineRecord
 from .._wire.stats import GroupStats, InstanceInfo, compute_stats, stats_or_none
 from ..errors import RedisCommandError
-from ..message import (
-    DEFAULT_UNIQUE_FOR,
-    NO_SIZE_LIMIT,
-    MessageDecodeError,
-    decode_message,
-    message_growth,
-    reencode_for_retry,
-    stored_unique_for,
-)
 from ..registry import TaskRegistry
 from ..status import TaskStatus
-from .waiting import status_of
 
 __all__ = [
     "cron_entries",
@@ -228,7 +221,7 @@ async def read_stats(broker: Broker, ttl: float) -> GroupStats:
     queue_length = await broker.queue_length()
     instances = await read_instances(broker, ttl)
     previous = stats_or_none(await broker.latest_stats())
-    paused = await read_paused_since(broker) is not None
+    paused = await broker.paused_since() is not None
     average = previous.average if previous else 0.0
     return compute_stats(fields, queue_length, instances, time.time(), average, paused=paused)
 
@@ -255,7 +248,7 @@ async def inspect_group(broker: Broker, instance_ttl: float = 15.0) -> GroupInfo
         stats=stats_or_none(await broker.latest_stats()),
         quarantined=await broker.quarantine_count(),
         running=await running_tasks(broker, lanes=lanes) if pending else [],
-        paused_since=await read_paused_since(broker),
+        paused_since=await broker.paused_since(),
         queue=broker.keys.queue,
         concurrency=await broker.concurrency_usage(),
         lanes=lengths,

@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from .._task import TASK_ATTRIBUTE, Task, checked_task_name
+from .._waiting.protocol import Known
+from .._wire.envelope import encode_message
+from .._wire.message import MessageOptions
 from .._wire.names import DEFAULT_LANE, check_lane
 from ..errors import InvalidPayload
-from ..message import MessageOptions, encode_message
 from ..registry import TaskRegistry
-from .waiting import Known
 
 if TYPE_CHECKING:
     import datetime

@@ -12,11 +12,16 @@ from typing import TYPE_CHECKING, Any
 from .._hooks import DispatchHooks
 from .._redis import Broker
 from .._task import Expiry, Task, dispatch_options
+from .._waiting.protocol import Known
+from .._waiting.runtime import TRIO, Runtime
+from .._waiting.waiters import Waiters
 from .._wire.codec import untyped
+from .._wire.decode import MessageDecodeError, decode_message
+from .._wire.headers import check_headers
 from .._wire.keys import UniqueLock
+from .._wire.message import MessageOptions
 from ..errors import InvalidHeaders, RunnerNotRunning, TaskAlreadyDispatched
 from ..handles import TaskHandle
-from ..message import MessageDecodeError, MessageOptions, check_headers, decode_message
 from ..middleware import DispatchInfo, Middleware
 from ..registry import TaskRegistry
 from .build import (
@@ -31,8 +36,6 @@ from .build import (
     unique_of,
 )
 from .lanes import LaneBook
-from .waiters import Waiters
-from .waiting import Known
 
 if TYPE_CHECKING:
     import datetime
@@ -47,8 +50,9 @@ class Producer:
     ``registry``: the tasks to check names (and unique keys) against, or None to accept
     any name; ``middleware``: whose ``on_dispatch`` hooks see each message; ``lanes``: a
     runner's declared lanes (see :class:`LaneBook`); ``on_scheduled``: told the due time
-    (ms) of each delayed task added (a runner wakes its scheduler if it leads). The broker
-    and the waiters are set while open.
+    (ms) of each delayed task added (a runner wakes its scheduler if it leads);
+    ``runtime``: the event loop its handles wait on. The broker and the waiters are set
+    while open.
     """
 
     def __init__(
@@ -60,8 +64,10 @@ class Producer:
         lanes: Sequence[str] | None = None,
         on_scheduled: Callable[[int], None] | None = None,
         name: str = "Client",
+        runtime: Runtime = TRIO,
     ) -> None:
         self._broker: Broker | None = None
+        self._loop = runtime
         self._waiters: Waiters | None = None
         hooks = DispatchHooks(middleware)
         self._dispatch_hooks = hooks if hooks else None
@@ -90,6 +96,9 @@ class Producer:
         if self._broker is None or self._waiters is None:
             raise RunnerNotRunning(f"{self._name} is not open")
         return self._waiters
+
+    def _runtime(self) -> Runtime:
+        return self._loop
 
     def _group_name(self) -> str:
         return self._broker.group if self._broker is not None else "?"

@@ -8,11 +8,11 @@ from typing import Any, TypeVar, overload
 
 from .._redis import Broker
 from .._task import Expiry, Task
+from .._waiting.waiters import Waiters
 from ..handles import TaskHandle
 from ..status import CancelOutcome
 from .build import TaskRef
 from .dispatch import Producer
-from .waiters import Waiters
 
 __all__ = ["DispatchCalls"]
 

@@ -35,15 +35,17 @@ from .errors import ScriptNotLoaded
 from .lease import LeaseStore
 from .probe import Probe
 from .scripts import SCRIPTS, Script, fenced_script, make_script
+from .stall_link import StallLink, open_stall_link
 from .transports.base import Arg, Reader, Subscriber, Transport, call_script
 from .transports.connect import open_transport
 from .transports.memory import forget_memory_server
 from .transports.memory import server_client as memory_server_client
 from .transports.native import NativeTransport
 from .transports.resp import RawEntry, as_str, check_args, pack
-from .urls import check_url, native_options, parse_server_url, redact_url
+from .urls import check_url, native_options, parse_server_url, redact_url, refuse_memory
 
 if TYPE_CHECKING:
+    from .transports.aio import AioTransport, close_aio_transport, open_aio_transport
     from .transports.bridged import BridgedTransport
 
 __all__ = [
@@ -53,6 +55,7 @@ __all__ = [
     "SCRIPTS",
     "AckRecord",
     "Admit",
+    "AioTransport",
     "Arg",
     "BadValue",
     "Batcher",
@@ -71,6 +74,7 @@ __all__ = [
     "Script",
     "ScriptNotLoaded",
     "Slot",
+    "StallLink",
     "Subscriber",
     "TaskLook",
     "Transport",
@@ -79,6 +83,7 @@ __all__ = [
     "check_args",
     "check_command",
     "check_url",
+    "close_aio_transport",
     "command_word",
     "delete_prefixed",
     "fenced_script",
@@ -87,11 +92,14 @@ __all__ = [
     "make_script",
     "memory_server_client",
     "native_options",
+    "open_aio_transport",
+    "open_stall_link",
     "open_transport",
     "pack",
     "parse_endpoint",
     "parse_server_url",
     "redact_url",
+    "refuse_memory",
 ]
 
 
@@ -101,4 +109,11 @@ def __getattr__(name: str) -> Any:
         from .transports.bridged import BridgedTransport  # noqa: PLC0415
 
         return BridgedTransport
+    if name in _AIO:  # the asyncio client's transport: redis-py's asyncio client
+        from .transports import aio  # noqa: PLC0415 - loads redis-py only when asked for
+
+        return getattr(aio, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+_AIO = frozenset({"AioTransport", "close_aio_transport", "open_aio_transport"})

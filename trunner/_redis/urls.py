@@ -38,6 +38,7 @@ __all__ = [
     "native_options",
     "parse_server_url",
     "redact_url",
+    "refuse_memory",
 ]
 
 SUPPORTED_SCHEMES = (
@@ -134,6 +135,20 @@ def _password_error(url: str) -> str | None:
         f"the password holds {' '.join(bad)}, which end the host part of a URL: "
         f"percent-encode it ({codes})"
     )
+
+
+def refuse_memory(url: object) -> str:
+    """Check ``url`` (see :func:`check_url`) for a client outside Trio, which cannot
+    reach a ``memory://`` server; return its scheme."""
+    scheme = check_url(url)
+    if scheme == "memory":
+        raise ValueError(
+            "memory:// cannot be used from asyncio or synchronous code: a memory:// server "
+            "lives inside the Trio program that opened it (the workers and clients of one "
+            "process, on one Trio loop); give a redis://, rediss://, unix://, "
+            "redis+cluster:// or redis+sentinel:// URL, or use trunner.open_client on Trio"
+        )
+    return scheme
 
 
 def check_url(url: object) -> str:

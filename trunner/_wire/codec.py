@@ -17,8 +17,8 @@ and TypedDicts without hooks to register, and errors that name the path.
 
 A payload annotated ``Any`` (or not at all) is passed as decoded, as before; ``dict`` and
 ``list`` (of anything) are only checked to be one; every other annotation is converted.
-msgspec (which loads ``datetime`` and ``uuid``) is imported by typed tasks only: a worker
-of untyped tasks stays as light as before.
+msgspec (which loads ``datetime`` and ``uuid``) is imported with trunner, whose message
+envelope it encodes (``envelope``: 7 ms and 1.1 MB of RSS more, as measured there).
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ import math
 import typing
 from collections.abc import Callable
 from typing import Any
+
+import msgspec
 
 from ..errors import InvalidPayload, InvalidResult
 
@@ -71,8 +73,6 @@ class TypeCodec:
             if self._check is not None and type(value) is not self._check:
                 raise InvalidPayload(f"expected {self.label}, got {type(value).__name__}")
             return value
-        import msgspec  # noqa: PLC0415 - loaded by typed tasks only (it loads datetime, uuid)
-
         try:
             return msgspec.convert(value, self._type)
         except msgspec.ValidationError as exc:
@@ -86,8 +86,6 @@ class TypeCodec:
         ``max_bytes``."""
         if value is None and (max_bytes is None or max_bytes >= 4):  # most tasks return None
             return b"null"
-        import msgspec  # noqa: PLC0415 - idem: only tasks that keep their result
-
         try:
             data = msgspec.json.encode(value)
             if b"null" in data and _holds_non_finite(msgspec.to_builtins(value)):
@@ -105,8 +103,6 @@ class TypeCodec:
     def encode(value: Any) -> Any:
         """``value`` as JSON values (see the module docs); :class:`InvalidPayload` for a
         value of a type that has no JSON form."""
-        import msgspec  # noqa: PLC0415 - idem: only typed tasks
-
         try:
             return msgspec.to_builtins(value, str_keys=True)
         except (TypeError, ValueError, OverflowError) as exc:

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from ..message import MessageDecodeError, decode_message, stored_headers
+from .._wire.decode import MessageDecodeError, decode_message, stored_headers
 from ..status import TaskStatus
 from .names import DEFAULT_LANE, is_lane
 from .stats import GroupStats, InstanceInfo

@@ -347,7 +347,7 @@ class Keys:
         """Pub/sub channel: a task was cancelled (payload: its id); runners running it
         cancel it. It also carries the group's notices to its runners (payload: the byte
         0xFF, which never starts UTF-8 text, hence never a task id, then the notice:
-        ``pause`` or ``resume``; see ``trunner.pausing``)."""
+        ``pause`` or ``resume``; see ``trunner._engine.pausing``)."""
         return self._qkey("cancel")
 
     @property
@@ -379,7 +379,8 @@ class Keys:
 
     @property
     def quarantine(self) -> str:
-        """The stream of bad data set aside, with the reason (see ``trunner.quarantine``)."""
+        """The stream of bad data set aside, with the reason (see
+        ``trunner._engine.quarantine``)."""
         return self._key("quarantine")
 
     def types(self) -> dict[str, str]:
@@ -421,11 +422,8 @@ class UniqueLock:
     """
 
     key: str
-    """The lock's key."""
     token: str
-    """The token of the dispatch that holds it."""
     ttl_ms: int
-    """Its time-to-live (``unique_for``), in milliseconds."""
 
     def encode(self) -> str:
         """The stored form, ``["<key>", "<token>", <ttl>]``."""

@@ -86,9 +86,9 @@ class GroupStats:
     Group-wide, computed from what every instance reports (see
     [Metrics and capacity](metrics-and-capacity.md));
     [``RunnerStatistics``][trunner.RunnerStatistics] is one runner's own counters.
-    Returned by ``await runner.group_stats()`` and ``client.group_stats()``, and given to
-    the ``long_queue_hook``. Formerly ``Stats``, a deprecated alias until the next
-    release.
+    Returned by [``Admin.group_stats``][trunner.admin.Admin.group_stats]
+    (``await runner.admin.group_stats()``), and given to the ``long_queue_hook``. Formerly
+    ``Stats``, a deprecated alias until the next release.
     """
 
     at: float

@@ -122,7 +122,7 @@ def _metrics_handler(runner: Runner) -> Handler:
     async def metrics() -> Response:
         if runner.state is RunnerState.STARTED:
             try:
-                collector.lane_lengths = await runner.lane_lengths()
+                collector.lane_lengths = await runner.admin.lane_lengths()
                 collector.queue_length = sum(collector.lane_lengths.values())
             except Exception as exc:  # noqa: BLE001 - a scrape must not fail on Redis
                 logger.debug("metrics: queue length unavailable: %s", exc)

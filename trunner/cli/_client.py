@@ -1,11 +1,12 @@
-"""The client of a command on one group: on the Redis its workers share, never an
-in-process one this command alone would see."""
+"""The client or the admin of a command on one group: on the Redis its workers share, never
+an in-process one this command alone would see."""
 
 from __future__ import annotations
 
 import argparse
 from contextlib import AbstractAsyncContextManager
 
+from ..admin import Admin, open_admin
 from ..client import Client, open_client
 from ..registry import TaskRegistry
 
@@ -38,9 +39,23 @@ def _shared_redis(args: argparse.Namespace) -> str:
 def _group_client(
     args: argparse.Namespace, tasks: TaskRegistry | None = None
 ) -> AbstractAsyncContextManager[Client]:
-    """The client of a command on a group: its shared Redis (``--redis``), the queue it
-    reads (``--queue``, else its own name), ``--prefix``."""
+    """The client of a command that dispatches to a group or follows its tasks: its shared
+    Redis (``--redis``), the queue it reads (``--queue``, else its own name), ``--prefix``."""
     return open_client(
+        _shared_redis(args),
+        args.queue or args.group,
+        group=args.group,
+        prefix=args.prefix,
+        tasks=tasks,
+    )
+
+
+def _group_admin(
+    args: argparse.Namespace, tasks: TaskRegistry | None = None
+) -> AbstractAsyncContextManager[Admin]:
+    """The admin of a command that inspects or administers a group, on the same Redis,
+    queue and prefix as ``_group_client``'s."""
+    return open_admin(
         _shared_redis(args),
         args.queue or args.group,
         group=args.group,

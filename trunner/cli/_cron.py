@@ -10,7 +10,7 @@ from rich.table import Table
 
 from .._worker.serve import load_settings
 from ..admin import as_dict
-from ._client import _group_client
+from ._client import _group_admin, _group_client
 from ._render import _when
 
 __all__ = ["cron"]
@@ -18,15 +18,16 @@ __all__ = ["cron"]
 
 async def cron(args: argparse.Namespace, out: Console) -> int:
     tasks = load_settings(args.tasks).tasks if args.tasks else None
-    async with _group_client(args, tasks) as client:
-        if args.action == "fire":
+    if args.action == "fire":  # a dispatch: the client's
+        async with _group_client(args, tasks) as client:
             if not args.name:
                 out.print("fire which schedule? trunner cron fire GROUP NAME --tasks M:A")
                 return 2
             task_id = await client.fire_cron(args.name)
             out.print(f"fired {args.name}: task {task_id}", highlight=False, soft_wrap=True)
             return 0
-        entries = await client.cron_entries()
+    async with _group_admin(args, tasks) as admin:
+        entries = await admin.cron_entries()
     if args.json:
         print(json.dumps([as_dict(e) for e in entries]))
         return 0

@@ -9,28 +9,27 @@ import attrs
 import trio
 from rich.console import Console
 
-from ..admin import DeadLetter, as_dict
-from ..client import Client
-from ._client import _group_client
+from ..admin import Admin, DeadLetter, as_dict
+from ._client import _group_admin
 from ._render import _ask, _shown, _when
 
 __all__ = ["dead_letter"]
 
 
 async def dead_letter(args: argparse.Namespace, out: Console) -> int:
-    async with _group_client(args) as client:
+    async with _group_admin(args) as admin:
         if args.action == "list":
-            letters = await client.dead_letters(args.count)
+            letters = await admin.dead_letters(args.count)
             if args.json:
                 print(json.dumps([as_dict(d) for d in letters], default=str))
                 return 0
-            _print_dead_letters(args.group, letters, await client.dead_letter_count(), out)
+            _print_dead_letters(args.group, letters, await admin.dead_letter_count(), out)
             return 0
         if args.action == "replay":
-            return await _replay(client, args, out)
+            return await _replay(admin, args, out)
         if args.action == "delete":
-            return await _delete_dead(client, args, out)
-        count = await client.dead_letter_count()
+            return await _delete_dead(admin, args, out)
+        count = await admin.dead_letter_count()
         if not args.yes:
             answer = await trio.to_thread.run_sync(
                 _ask, f"delete {count} dead letters of {args.group}? [y/N] "
@@ -41,7 +40,7 @@ async def dead_letter(args: argparse.Namespace, out: Console) -> int:
             if answer.strip().lower() not in ("y", "yes"):
                 out.print("nothing deleted")
                 return 1
-        out.print(f"deleted {await client.purge_dead_letters()} dead letters", highlight=False)
+        out.print(f"deleted {await admin.purge_dead_letters()} dead letters", highlight=False)
         return 0
 
 
@@ -72,7 +71,7 @@ def _print_dead_letters(group: str, letters: list[DeadLetter], total: int, out: 
         out.print(f"\n{total - len(letters)} more: pass --count {total}", highlight=False)
 
 
-async def _delete_dead(client: Client, args: argparse.Namespace, out: Console) -> int:
+async def _delete_dead(admin: Admin, args: argparse.Namespace, out: Console) -> int:
     """Delete the dead letters named, or those of one task (asking first, as purge)."""
     if not args.ids and not args.task:
         out.print("delete what? name dead-letter ids, or --task NAME (purge deletes all)")
@@ -87,16 +86,16 @@ async def _delete_dead(client: Client, args: argparse.Namespace, out: Console) -
             out.print(f"nothing deleted{closed}")
             return 1
     if args.task:
-        deleted = await client.delete_dead_letters(task=args.task)
+        deleted = await admin.delete_dead_letters(task=args.task)
     else:
-        deleted = await client.delete_dead_letters(args.ids)
+        deleted = await admin.delete_dead_letters(args.ids)
     out.print(f"deleted {deleted} dead letters", highlight=False)
     return 0
 
 
-async def _replay(client: Client, args: argparse.Namespace, out: Console) -> int:
+async def _replay(admin: Admin, args: argparse.Namespace, out: Console) -> int:
     """Replay, and say what became of each id asked for; 1 unless all were replayed."""
-    result = await client.replay_dead_letters(args.ids or None, task=args.task)
+    result = await admin.replay_dead_letters(args.ids or None, task=args.task)
     if args.json:
         print(json.dumps(attrs.asdict(result)))
         return 0 if result.skipped == {} else 1

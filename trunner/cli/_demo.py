@@ -18,6 +18,7 @@ import trio
 
 from .._context import current_message
 from .._redis import redact_url
+from ..admin import open_admin
 from ..client import open_client
 from ..config import RunnerConfig
 from ..message import TaskMessage
@@ -141,11 +142,13 @@ async def run_demo(
             await demo.all_done.wait()
             # The last acknowledgements are written in a batch a few ms later.
             with trio.move_on_after(2.0):
-                while await client.queue_length() or await client.pending_count():  # noqa: ASYNC110
+                while (  # noqa: ASYNC110
+                    await client.admin.queue_length() or await client.admin.pending_count()
+                ):
                     await trio.sleep(0.01)
-            queued = await client.queue_length()
-            pending = await client.pending_count()
-            dead = await client.dead_letter_count()
+            queued = await client.admin.queue_length()
+            pending = await client.admin.pending_count()
+            dead = await client.admin.dead_letter_count()
         out("")
         out("who ran what:")
         for runner in runners:
@@ -203,8 +206,8 @@ def _legend(summary: dict[str, Any]) -> list[str]:
 
 
 async def _delete_demo_keys(url: str, group: str) -> None:
-    async with open_client(url, group) as client:
-        await client._open_broker().delete_group()
+    async with open_admin(url, group) as admin:
+        await admin._open_broker().delete_group()
 
 
 async def demo(args: argparse.Namespace) -> int:

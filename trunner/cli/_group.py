@@ -11,17 +11,17 @@ from rich.text import Text
 
 from ..admin import GroupInfo, as_dict
 from ..discovery import discover_groups
-from ._client import _group_client, _shared_redis
+from ._client import _group_admin, _shared_redis
 from ._render import _cell, _shown, _when
 
 __all__ = ["inspect", "pause"]
 
 
 async def pause(args: argparse.Namespace, out: Console) -> int:
-    async with _group_client(args) as client:
+    async with _group_admin(args) as admin:
         if args.command == "pause":
-            changed = await client.pause()
-            info = await client.inspect()
+            changed = await admin.pause()
+            info = await admin.inspect()
             said = (
                 "paused: its runners stop fetching; running tasks go on"
                 if changed
@@ -36,7 +36,7 @@ async def pause(args: argparse.Namespace, out: Console) -> int:
         else:
             said = (
                 "resumed: its runners fetch again"
-                if await client.resume()
+                if await admin.resume()
                 else "was not paused: nothing to resume"
             )
     out.print(f"group {args.group} {said}", highlight=False, soft_wrap=True)
@@ -171,8 +171,8 @@ async def inspect(args: argparse.Namespace, out: Console) -> int:
             out.print("--queue needs a group: trunner inspect GROUP --queue QUEUE")
             return 2
         return await _list_groups(args, out)
-    async with _group_client(args) as client:
-        info = await client.inspect()
+    async with _group_admin(args) as admin:
+        info = await admin.inspect()
     if args.json:
         print(json.dumps(as_dict(info), default=str))
     else:

@@ -9,16 +9,16 @@ import trio
 from rich.console import Console
 
 from ..admin import as_dict
-from ._client import _group_client
+from ._client import _group_admin
 from ._render import _ask, _shown, _when
 
 __all__ = ["quarantine"]
 
 
 async def quarantine(args: argparse.Namespace, out: Console) -> int:
-    async with _group_client(args) as client:
+    async with _group_admin(args) as admin:
         if args.action == "list":
-            records = await client.quarantined(args.count)
+            records = await admin.quarantined(args.count)
             if args.json:
                 print(json.dumps([as_dict(r) for r in records], default=str))
                 return 0
@@ -37,7 +37,7 @@ async def quarantine(args: argparse.Namespace, out: Console) -> int:
                     markup=False,
                 )
             return 0
-        count = await client.quarantine_count()
+        count = await admin.quarantine_count()
         if not args.yes:
             answer = await trio.to_thread.run_sync(
                 _ask, f"delete {count} quarantine records of {args.group}? [y/N] "
@@ -46,5 +46,5 @@ async def quarantine(args: argparse.Namespace, out: Console) -> int:
                 closed = " (stdin is closed; pass --yes)" if answer is None else ""
                 out.print(f"nothing deleted{closed}")
                 return 1
-        out.print(f"deleted {await client.purge_quarantine()} quarantine records", highlight=False)
+        out.print(f"deleted {await admin.purge_quarantine()} quarantine records", highlight=False)
         return 0

@@ -1,10 +1,11 @@
-"""What the dashboard can do to a group: each action is one call of trunner's public client
-API, the same call the CLI makes, named, labelled and with its confirmation question.
+"""What the dashboard can do to a group: each action is one call of trunner's public API
+(the client's admin's, or the client's for a task or a cron tick), the same call the CLI
+makes, named, labelled and with its confirmation question.
 
 Adding an action is one entry of :data:`ACTIONS`: the POST route runs it, and an action
 on the whole group (``on_group``) gets its button in the group page's header by itself; an
-action whose call the client lacks is left out (``available``). Pausing a group, once the
-client has ``pause()``/``resume()``, is two such entries.
+action whose call the client lacks is left out (``available``). Pausing a group
+(``client.admin.pause()``/``resume()``) is two such entries.
 """
 
 from __future__ import annotations
@@ -55,13 +56,13 @@ def _ids(form: Form) -> Sequence[str]:
 
 
 async def _replay(client: Client, form: Form) -> str:
-    result = await client.replay_dead_letters(_ids(form))
+    result = await client.admin.replay_dead_letters(_ids(form))
     return _replayed(len(result.new_ids), result.skipped)
 
 
 async def _replay_task(client: Client, form: Form) -> str:
     task = _one(form, "task")
-    result = await client.replay_dead_letters(task=task)
+    result = await client.admin.replay_dead_letters(task=task)
     return f"task {task}: " + _replayed(len(result.new_ids), result.skipped)
 
 
@@ -74,12 +75,14 @@ def _replayed(count: int, skipped: dict[str, str]) -> str:
 
 
 async def _delete(client: Client, form: Form) -> str:
-    return f"deleted {await client.delete_dead_letters(_ids(form))} dead letters"
+    return f"deleted {await client.admin.delete_dead_letters(_ids(form))} dead letters"
 
 
 async def _delete_task(client: Client, form: Form) -> str:
     task = _one(form, "task")
-    return f"deleted {await client.delete_dead_letters(task=task)} dead letters of task {task}"
+    return (
+        f"deleted {await client.admin.delete_dead_letters(task=task)} dead letters of task {task}"
+    )
 
 
 async def _cancel(client: Client, form: Form) -> str:
@@ -94,11 +97,11 @@ async def _fire_cron(client: Client, form: Form) -> str:
 
 
 async def _pause(client: Client, _form: Form) -> str:
-    return "paused" if await client.pause() else "was paused already"
+    return "paused" if await client.admin.pause() else "was paused already"
 
 
 async def _resume(client: Client, _form: Form) -> str:
-    return "resumed" if await client.resume() else "was not paused"
+    return "resumed" if await client.admin.resume() else "was not paused"
 
 
 ACTIONS: dict[str, Action] = {

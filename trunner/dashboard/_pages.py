@@ -171,17 +171,17 @@ class Pages:
         sampler = self.sampler(request)
         if sampler is None:
             return self._unknown(request)
-        client = sampler.client
+        admin = sampler.admin
         before = request.query_params.get("before", "+")
         problems: dict[str, str] = {}
         try:
-            letters = await client.dead_letters_newest(PAGE + 1, before)
+            letters = await admin.dead_letters_newest(PAGE + 1, before)
         except (TrunnerError, ValueError) as exc:
             letters, problems["dead letters"] = [], f"{type(exc).__name__}: {exc}"
         more = len(letters) > PAGE
         letters = letters[:PAGE]
         try:
-            crons = await client.cron_entries()
+            crons = await admin.cron_entries()
         except (TrunnerError, ValueError) as exc:
             crons, problems["cron"] = [], f"{type(exc).__name__}: {exc}"
         target = FoundGroup(sampler.queue, sampler.group)

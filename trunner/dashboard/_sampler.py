@@ -1,7 +1,7 @@
 """What a group page shows, read from Redis once per interval for everyone watching.
 
 One :class:`Sampler` per group reads a snapshot (counts, instances, per-task timings,
-running and delayed tasks) through the client's public calls, keeps the last samples of
+running and delayed tasks) through the public calls of the client's admin, keeps the last samples of
 throughput and pickup latency in a ring buffer for the charts, and wakes the event streams
 of the pages that watch. Each part of a snapshot is read on its own: one that cannot be
 read (Redis down, bad data) is shown as unreadable, with why, and the others still show.
@@ -38,6 +38,8 @@ class Sampler:
 
     def __init__(self, client: Client, interval: float = 1.0, history: int = HISTORY) -> None:
         self.client = client
+        self.admin = client.admin
+        """What the snapshots are read through: the client's ``Admin``."""
         self.group = client.consumer_group
         self.queue = client.keys.queue
         self.interval = interval
@@ -82,12 +84,12 @@ class Sampler:
                 errors[name] = f"{type(exc).__name__}: {exc}"[:300]
                 return None
 
-        client = self.client
+        admin = self.admin
         now = time.time()
-        info = await part("overview", client.inspect)
-        stats = await part("timings", client.group_stats)
-        age = await part("pickup latency", client.waiting_age)
-        delayed = await part("delayed", lambda: client.delayed_tasks(SHOWN))
+        info = await part("overview", admin.inspect)
+        stats = await part("timings", admin.group_stats)
+        age = await part("pickup latency", admin.waiting_age)
+        delayed = await part("delayed", lambda: admin.delayed_tasks(SHOWN))
         snapshot: dict[str, Any] = {
             "group": self.group, "queue": self.queue, "at": now, "errors": errors,
         }  # fmt: skip

@@ -11,8 +11,8 @@ import trio
 
 from .. import _validate as v
 from .._redis import RawEntry
+from .._wire.envelope import PAYLOAD_FIELD
 from ..errors import RunnerNotRunning
-from ..message import PAYLOAD_FIELD
 from ..runner import Runner
 from ._wire import field as _field
 from ._wire import tally as _tally

@@ -16,9 +16,9 @@ import trio
 from .._engine.jobhost import JobHost
 from .._redis import Probe, redact_url
 from .._util import connection_name, process_tag
+from .._wire.envelope import PAYLOAD_FIELD
 from .._wire.keys import RELEASED_CONSUMER
 from .._wire.names import entry_id
-from ..message import PAYLOAD_FIELD
 from ..runner import Runner
 from ..statistics import RunnerState
 from ._wire import field as _field

@@ -103,12 +103,23 @@ class Consume(BrokerBase):
     async def heartbeat(self, consumer: str, ids: Sequence[str]) -> list[str]:
         """Extend the reservations of ``ids``; return those that are no longer ours."""
         lost: list[str] = []
+        for stream, args, suffix in self.heartbeat_calls(consumer, ids):
+            reply = await self._script("heartbeat", [stream], args)
+            lost.extend(as_str(i) + suffix for i in reply)
+        return lost
+
+    def heartbeat_calls(
+        self, consumer: str, ids: Sequence[str]
+    ) -> list[tuple[str, list[Arg], str]]:
+        """The ``heartbeat`` script calls that extend the reservations of ``ids``: (its
+        stream key, its arguments, the lane suffix of the ids it returns), one per lane and
+        chunk (the stall watchdog makes them on a connection of its own, too)."""
+        calls: list[tuple[str, list[Arg], str]] = []
         for lane, lane_ids in self._by_lane(ids, same_id):
             stream, suffix = self.keys.lane_stream(lane), lane_suffix(lane)
             for chunk in chunks(lane_stream_ids(lane, lane_ids)):
-                reply = await self._script("heartbeat", [stream], [self.group, consumer, *chunk])
-                lost.extend(as_str(i) + suffix for i in reply)
-        return lost
+                calls.append((stream, [self.group, consumer, *chunk], suffix))
+        return calls
 
     async def mark_given_up(self, owner: Delivery, message_id: str, mark: int) -> bool:
         """Add ``mark`` to the delivery count of ``message_id`` if it is still pending for

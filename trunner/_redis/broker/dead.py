@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import trio
-
 from ..._wire.keys import UniqueLock
 from ..transports.base import Arg
 from ..transports.resp import as_str, text_field
@@ -91,7 +89,7 @@ class Dead(Inspection):
         for chunk in chunks(ids):
             deleted += int(await self.transport.execute("XDEL", self.keys.dead, *chunk))
         if not ids:
-            await trio.lowlevel.checkpoint()
+            await self.transport.checkpoint()
         return deleted
 
     async def purge_dead(self) -> int:

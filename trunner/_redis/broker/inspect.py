@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import trio
 
 from ..._wire.names import DEFAULT_LANE, entry_id, is_lane, lane_suffix, split_entry_id
 from ..._wire.record import record_from_json
@@ -316,7 +315,7 @@ class Inspection(BrokerBase):
         """The entries ``ids`` (of any lane), in one round trip; None for each deleted
         one."""
         if not ids:
-            await trio.lowlevel.checkpoint()
+            await self.transport.checkpoint()
             return []
         commands: list[tuple[str, ...]] = []
         for i in ids:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..._wire.envelope import PAYLOAD_FIELD
 from ..._wire.keys import UniqueLock
 from ..._wire.names import DEFAULT_LANE, entry_id
-from ...message import PAYLOAD_FIELD
 from ..transports.base import Arg
 from ..transports.resp import as_str
 from ._base import MAX_IDS_PER_CALL, BrokerBase, chunks

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..._wire.pause import decode_mark
+from ...errors import RedisCommandError
 from ..transports.base import Subscriber
 from ..transports.resp import as_str, text_field
 from ._base import BrokerBase, Record, int_or_none
@@ -121,6 +123,23 @@ class Signals(BrokerBase):
         """
         reply = await self.transport.execute("GET", self.keys.paused)
         return reply if isinstance(reply, bytes) else None
+
+    async def paused_since(self) -> float | None:
+        """When the group was paused (seconds since the epoch); None when it is not paused,
+        which is also how a mark trunner did not write reads (a value of another type, or
+        one :func:`~trunner._wire.pause.decode_mark` refuses)."""
+        try:
+            raw = await self.pause_mark()
+        except RedisCommandError as exc:
+            if "WRONGTYPE" not in str(exc):
+                raise
+            return None
+        if raw is None:
+            return None
+        try:
+            return decode_mark(raw) / 1000
+        except ValueError:
+            return None
 
     def open_done_subscriber(self) -> Subscriber:
         """A subscriber of the group's channel of finished tasks (their ids)."""

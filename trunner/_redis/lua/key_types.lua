@@ -1,7 +1,7 @@
 -- Key types, the first lines of the scripts that write several keys: a key holding
 -- another type (written by something else) must fail the script before it writes
 -- anything, since Redis does not undo the writes of a script that fails midway. The
--- caller's loop sets the key aside (trunner.quarantine) and tries again.
+-- caller's loop sets the key aside (trunner._engine.quarantine) and tries again.
 -- wrong_type({[key] = 'stream' | 'hash' | 'zset' ...}) -> a WRONGTYPE error reply, or nil
 local function wrong_type(wanted)
   for key, want in pairs(wanted) do

@@ -23,7 +23,7 @@ local function checked_entry(base, id)
   return base, id
 end
 -- message_lane(base, message) -> the stream of the lane a message names (its first member,
--- '{"lane":"<name>",', written so by message.encode_message), and the suffix of its ids.
+-- '{"lane":"<name>",', written so by _wire/envelope.py), and the suffix of its ids.
 -- A lane whose key holds something else than a stream (what trunner did not write; the
 -- runners that read the lane set it aside) gives the default lane: the message runs there
 -- rather than fail the script that moves it, or be lost.

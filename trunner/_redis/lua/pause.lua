@@ -8,7 +8,7 @@
 -- ARGV[3]  the pause notice
 -- Returns  {1 if this call paused the group (0 if it was paused already), the mark}
 -- What something else wrote there (another type, or not 1 to 20 decimal digits: see
--- pausing.decode_mark) never fails it: it is replaced, as the runners read it as "not
+-- _wire/pause.py: decode_mark) never fails it: it is replaced, as the runners read it as "not
 -- paused".
 local ok, held = pcall(redis.call, 'GET', KEYS[1])
 local changed = 0

@@ -5,7 +5,7 @@
 -- ARGV[1]  the cancel channel, which carries the group's notices
 -- ARGV[2]  the resume notice
 -- Returns  1 if the group was paused (a mark the runners read as paused: 1 to 20 decimal
---          digits, see pausing.decode_mark), else 0
+--          digits, see _wire/pause.py: decode_mark), else 0
 local ok, held = pcall(redis.call, 'GET', KEYS[1])
 local was = 0
 if ok and held and #held <= 20 and string.match(held, '^%d+$') then

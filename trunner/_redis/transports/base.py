@@ -229,6 +229,11 @@ class Transport(abc.ABC):
                 (nothing sent).
         """
 
+    async def checkpoint(self) -> None:
+        """Let the event loop run other tasks (and deliver a cancellation): a call that
+        had nothing to send still yields, as every call does."""
+        await trio.lowlevel.checkpoint()
+
     async def evalsha(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:
         """Run a script by its SHA1, loading it first if Redis does not know it.
 

@@ -9,6 +9,7 @@ import contextlib
 import math
 import weakref
 from collections.abc import Callable, Coroutine, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
 import redis.asyncio
@@ -140,7 +141,7 @@ class Bridge(DedicatedConnections, Transport):
                 del callbacks[name]
         # The Cluster client's per-node pools raise at their limit instead of waiting, so
         # pooled calls wait here: at most max_connections at once, hence per node.
-        self._gate = trio.Semaphore(max_connections) if self._cluster is not None else None
+        self._gate = self._semaphore(max_connections) if self._cluster is not None else None
         # Blocking commands: each on a connection of its own (a few kept idle, per node).
         self._blocking_idle: dict[str | None, list[Any]] = {}
         self._blocking_all: set[Any] = set()
@@ -151,6 +152,10 @@ class Bridge(DedicatedConnections, Transport):
         self.command_timeout = command_timeout
         self.connect_timeout = connect_timeout
         DedicatedConnections.__init__(self)
+
+    def _semaphore(self, size: int) -> AbstractAsyncContextManager[Any]:
+        """A semaphore of ``size`` on the loop the transport's callers run on (Trio)."""
+        return trio.Semaphore(size)
 
     def _connection(self, key: str | None) -> tuple[Any, str | None]:
         """A new, unconnected connection for a reader of ``key``: (connection, node name).

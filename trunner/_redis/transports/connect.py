@@ -15,7 +15,7 @@ from ..urls import check_url, native_options, redact_url
 from .base import Transport
 from .native import NativeTransport
 
-__all__ = ["open_transport"]
+__all__ = ["no_answer", "not_reached", "open_transport"]
 
 #: Bound on closing connections at shutdown.
 CLOSE_TIMEOUT = 5.0
@@ -105,17 +105,26 @@ async def _checked(transport: Transport, connect_timeout: float) -> AsyncIterato
 
 
 async def _check_reachable(transport: Transport, limit: float) -> None:
-    where = transport.description
     try:
         with trio.fail_after(limit):
             await transport.execute("PING")
     except trio.TooSlowError:
-        hint = ""
-        if where.split("://", 1)[0].startswith("rediss"):
-            hint = " (no answer to the TLS handshake either: is this port serving TLS?)"
-        raise RedisUnavailable(f"Redis at {where} did not answer within {limit} s{hint}") from None
+        raise no_answer(transport.description, limit) from None
     except RedisUnavailable as exc:
-        text = str(exc)
-        if any(code in text for code in ("WRONGPASS", "NOAUTH", "NOPERM")):
-            raise RedisUnavailable(f"Redis at {where} refused to log in: {text}") from None
-        raise RedisUnavailable(f"cannot reach Redis at {where}: {text}") from None
+        raise not_reached(transport.description, exc) from None
+
+
+def no_answer(where: str, limit: float) -> RedisUnavailable:
+    """The error of a server at ``where`` that did not answer a ``PING`` within ``limit``."""
+    hint = ""
+    if where.split("://", 1)[0].startswith("rediss"):
+        hint = " (no answer to the TLS handshake either: is this port serving TLS?)"
+    return RedisUnavailable(f"Redis at {where} did not answer within {limit} s{hint}")
+
+
+def not_reached(where: str, exc: RedisUnavailable) -> RedisUnavailable:
+    """The error of a first ``PING`` to ``where`` that failed with ``exc``."""
+    text = str(exc)
+    if any(code in text for code in ("WRONGPASS", "NOAUTH", "NOPERM")):
+        return RedisUnavailable(f"Redis at {where} refused to log in: {text}")
+    return RedisUnavailable(f"cannot reach Redis at {where}: {text}")

@@ -47,7 +47,7 @@ step where the nesting needs it:
 
 Every step that talks to Redis is shielded and bounded (:func:`cleanup`).
 
-It imports the components' wiring (:mod:`~trunner._engine.assembly`), so it sits beside it
+It imports the components' wiring (:mod:`~trunner._lifecycle.assembly`), so it sits beside it
 in the import layers, above the services it stops.
 """
 
@@ -59,12 +59,12 @@ from typing import Any, Protocol
 import attrs
 import trio
 
+from .._engine.jobhost import JobHost
+from .._engine.reporter import Reporter
 from .._util import ErrorLog, logger
 from ..errors import BackendError
 from ..statistics import RunnerStatistics
 from .assembly import Components, start_services
-from .jobhost import JobHost
-from .reporter import Reporter
 
 __all__ = [
     "CLEANUP_TIMEOUT",
@@ -123,6 +123,14 @@ async def _stopped(component: Stoppable) -> None:
     await component.stopped.wait()
 
 
+async def _stopped_watchdog(c: Components) -> None:
+    """Stop the stall watchdog (its thread joined), then close its Redis link."""
+    if c.watchdog is not None:
+        await _stopped(c.watchdog)
+    if c.stall_link is not None:
+        c.stall_link.close()
+
+
 async def _last_report(reporter: Reporter) -> None:
     """Stop reporting every second, then report the last timings once."""
     await _stopped(reporter)
@@ -145,6 +153,7 @@ SERVICE_SHUTDOWN: tuple[tuple[str, Callable[[Components], Awaitable[Any]]], ...]
     ("releasing the leadership", lambda c: _stopped(c.elector)),
     ("leaving the group", lambda c: c.reporter.deregister()),
     ("stopping heartbeats", lambda c: _stopped(c.heartbeater)),
+    ("stopping the stall watchdog", _stopped_watchdog),
     ("stopping the result waiters", lambda c: _stopped(c.waiters)),
     ("stopping the pause watcher", lambda c: _stopped(c.pauser)),
     ("stopping the canceller", lambda c: _stopped(c.canceller)),

@@ -21,34 +21,36 @@ from contextlib import asynccontextmanager
 import attrs
 import trio
 
+from .._engine.acks import AckBuffer
+from .._engine.admission import Admission
+from .._engine.cancellation import Canceller
 from .._engine.counters import Counters
+from .._engine.fetcher import Fetcher, ReclaimSchedule
+from .._engine.heartbeat import Heartbeater
+from .._engine.holdings import Holdings
+from .._engine.outcomes import Outcomes
 from .._engine.pausing import PauseGate, Pauser
+from .._engine.pool import WorkerPool
 from .._engine.quarantine import Quarantine
+from .._engine.release import Releaser
+from .._engine.reporter import LocalTimings, MetricsBuffer, Reporter
+from .._engine.stalls import open_watchdog
+from .._executors.watchdog import Watchdog
 from .._leader.aggregator import Aggregator
 from .._leader.cron import CronScheduler
 from .._leader.election import Elector
 from .._leader.janitor import Janitor
 from .._leader.leadership import Chore, Leadership
 from .._leader.mover import DelayedMover
-from .._producer.waiters import Waiters
-from .._redis import Broker, open_transport
+from .._redis import Broker, StallLink, open_transport
 from .._util import ErrorLog, connection_name, logger
+from .._waiting.waiters import Waiters
 from .._wire.keys import Keys
 from ..config import RunnerConfig
 from ..errors import RedisCommandError, RedisUnavailable
 from ..redis_handle import RedisHandle
 from ..registry import TaskRegistry
 from ..statistics import RunnerState, RunnerStatistics
-from .acks import AckBuffer
-from .admission import Admission
-from .cancellation import Canceller
-from .fetcher import Fetcher, ReclaimSchedule
-from .heartbeat import Heartbeater
-from .holdings import Holdings
-from .outcomes import Outcomes
-from .pool import WorkerPool
-from .release import Releaser
-from .reporter import LocalTimings, MetricsBuffer, Reporter
 
 __all__ = [
     "Components",
@@ -95,6 +97,8 @@ class Components:
     cron: CronScheduler
     aggregator: Aggregator
     janitor: Janitor
+    watchdog: Watchdog | None  # None with stall_threshold=None; and its Redis link
+    stall_link: StallLink | None
 
 
 @asynccontextmanager
@@ -178,8 +182,10 @@ def build(
     errors: ErrorLog,
     timings: LocalTimings,
     leader_chores: Sequence[Chore],
+    url: str = "memory://",
 ) -> Components:
-    """Wire the components of one run on ``broker``; nothing runs yet."""
+    """Wire the components of one run on ``broker`` (reached at ``url``); nothing runs
+    yet."""
     metrics = MetricsBuffer(cumulative=timings)
     holdings = Holdings()
     quarantine = Quarantine(broker, counters, errors, consumer_name)
@@ -226,6 +232,7 @@ def build(
         {t.name: t.concurrency for t in tasks if t.concurrency is not None},
     )
     chores = [mover.run, cron.run, aggregator.run, janitor.run, *leader_chores]
+    watchdog, link = open_watchdog(url, broker, config, holdings, counters, pool.min_beat_interval)
     gate = PauseGate(config.num_fetchers)
     pauser = Pauser(broker, gate, quarantine, errors)
     components = Components(
@@ -285,6 +292,8 @@ def build(
         cron=cron,
         aggregator=aggregator,
         janitor=janitor,
+        watchdog=watchdog,
+        stall_link=link,
     )
     return components
 
@@ -316,6 +325,8 @@ async def start_services(services: trio.Nursery, c: Components) -> None:
     await services.start(c.reporter.run)  # registered before the runner is started
     await services.start(c.acks.run)
     await services.start(c.heartbeater.run)
+    if c.watchdog is not None:
+        await services.start(c.watchdog.run)
     await services.start(c.elector.run)  # the first election attempt is made
     await services.start(c.leadership.run)
 
@@ -363,6 +374,8 @@ def snapshot(
         deferred_concurrency=c.deferred_concurrency,
         slots_held=parts.holdings.slots_held() if parts else 0,
         lanes=_lane_counts(c, config),
+        stalls=c.stalls,
+        threads_abandoned=parts.pool.threads_abandoned if parts else 0,
         paused=parts.gate.paused if parts else False,
     )
 

@@ -3,7 +3,7 @@
 a wait ends with.
 
 ``TaskHandle`` (``trunner.handles``) drives it: it reads the looks (``Broker.task_look``)
-and waits for the announcements (``trunner._producer.waiters``).
+and waits for the announcements (``trunner._waiting.waiters``).
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from typing import Any
 
 import attrs
 
-from .._engine.holdings import split_deliveries
 from .._redis import TaskLook
 from .._wire.codec import TypeCodec
+from .._wire.decode import MessageDecodeError, decode_message
+from .._wire.marks import split_deliveries
 from .._wire.record import UNASKED_KEEP, as_time, read_record
 from ..errors import (
     BadData,
@@ -31,7 +32,6 @@ from ..errors import (
     TrunnerError,
 )
 from ..errors import RemoteFailure as _RemoteFailure
-from ..message import MessageDecodeError, decode_message
 from ..status import TaskState, TaskStatus
 
 __all__ = [

@@ -1,0 +1,96 @@
+"""The stall watchdog: a thread that notices when the event loop has not run for a while
+(a task body blocked it: a sync call in an ``async def``), and says what holds it.
+
+A Trio task (the *ticker*) writes the time every ``period``; the watchdog's thread reads it
+every ``period`` too, and calls ``on_look`` with how late the ticker is (what must go on
+while the loop cannot, such as keeping reservations fresh, is done there). When the ticker
+is ``threshold`` late, the loop is stalled: the thread calls ``on_stall`` once, with the
+frame the loop's thread is in (from :func:`sys._current_frames`), and ``on_resumed`` when
+the loop runs again (with about how long the stall lasted). What a stall means for the runner is the
+engine's (:mod:`trunner._engine.stalls`); this module only sees it.
+
+Costs: one wake-up of a Trio task and one of a thread per ``period``; nothing per task.
+A process stopped as a whole (SIGSTOP, a debugger, a host paused) stops the thread too: it
+sees nothing, and does nothing for the process.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+
+import trio
+
+from .._util import logger
+
+__all__ = ["Watchdog"]
+
+
+class Watchdog:
+    """Watches one event loop from a thread of its own (see the module docs); a service
+    with the runner's lifecycle: ``run``, ``stop``, ``stopped``."""
+
+    def __init__(
+        self,
+        threshold: float,
+        period: float,
+        on_stall: Callable[[float, FrameType | None], None],
+        on_look: Callable[[float], None],
+        on_resumed: Callable[[float], None],
+    ) -> None:
+        self.threshold = threshold
+        self.period = period
+        self._on_stall = on_stall
+        self._on_look = on_look
+        self._on_resumed = on_resumed
+        self._tick = time.monotonic()
+        self._quit = threading.Event()
+        self._scope = trio.CancelScope()
+        self.stopped = trio.Event()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Tick, with the thread watching, until :meth:`stop` (or cancellation)."""
+        loop_thread = threading.get_ident()
+        thread = threading.Thread(
+            target=self._watch, args=(loop_thread,), name="trunner stall watchdog", daemon=True
+        )
+        self._tick = time.monotonic()
+        thread.start()
+        try:
+            with self._scope:
+                task_status.started()
+                while True:
+                    self._tick = time.monotonic()
+                    await trio.sleep(self.period)
+        finally:
+            self._quit.set()
+            with trio.CancelScope(shield=True), trio.move_on_after(5):
+                await trio.to_thread.run_sync(thread.join)
+            self.stopped.set()
+
+    def stop(self) -> None:
+        """Stop watching now."""
+        self._scope.cancel()
+
+    def _watch(self, loop_thread: int) -> None:
+        """The thread: look every ``period`` whether the loop ticked within ``threshold``."""
+        stalled_from: float | None = None  # the last tick before the stall
+        while not self._quit.wait(self.period):
+            tick = self._tick
+            late = time.monotonic() - tick
+            try:
+                if late < self.threshold:
+                    if stalled_from is not None:
+                        self._on_resumed(tick - stalled_from)  # about how long it lasted
+                        stalled_from = None
+                elif stalled_from is None:
+                    stalled_from = tick
+                    frame = sys._current_frames().get(loop_thread)
+                    self._on_stall(late, frame)
+                    del frame
+                self._on_look(late)
+            except Exception:  # noqa: BLE001 - a defect of trunner's: logged; it watches on
+                logger.exception("the stall watchdog failed to handle a stall")

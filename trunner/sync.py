@@ -1,0 +1,306 @@
+"""Dispatching from synchronous code (Django, Flask, scripts, notebooks): :class:`Client`,
+the Trio client run on a thread of its own, which every thread may call.
+
+```python
+with trunner.sync.Client("redis://localhost:6379/0", queue="images", tasks=tasks) as client:
+    handle = client.dispatch(resize, ResizeRequest(path="a.png"))
+    thumb = handle.result(timeout=10)
+```
+
+Nothing of the producer is written again here: each call runs the Trio client's
+coroutine on the client's thread (``trio.from_thread``) and blocks until it ends, so the
+messages, keys, scripts, checks, errors and the waiting for results are the Trio
+client's, over its native transport and its one subscription.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import functools
+import os
+import queue
+import threading
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from types import TracebackType
+from typing import Any, Concatenate, Generic, ParamSpec, TypedDict, TypeVar, Unpack, overload
+
+import trio
+
+from . import admin as _admin
+from ._producer.opening import ClientArgs
+from ._task import Expiry, Task
+from ._util import logger
+from .client import Client as TrioClient
+from .client import open_client
+from .errors import RunnerNotRunning
+from .handles import TaskHandle as TrioHandle
+from .status import CancelOutcome, TaskStatus
+
+__all__ = ["Admin", "Client", "DispatchOptions", "TaskHandle"]
+
+P = ParamSpec("P")
+Payload = TypeVar("Payload")
+R = TypeVar("R")
+T = TypeVar("T")
+
+
+class DispatchOptions(TypedDict, total=False):
+    """The options of a dispatch, as [``dispatch``][trunner.Runner.dispatch] takes them."""
+
+    keep_result: float | None
+    timeout: float | None
+    expires: Expiry | None
+    headers: Mapping[str, str] | None
+    priority: str | None
+
+
+class TaskHandle(str, Generic[R]):
+    """A dispatched task seen from synchronous code: its id (this ``str``), and the
+    [``TaskHandle``][trunner.TaskHandle] methods as blocking calls."""
+
+    _client: Client
+    _handle: TrioHandle[R]
+
+    def __new__(cls, handle: TrioHandle[R], client: Client) -> TaskHandle[R]:
+        made = super().__new__(cls, str(handle))
+        made._client, made._handle = client, handle
+        return made
+
+    def __repr__(self) -> str:
+        return f"<trunner.sync.TaskHandle {str(self)!r}>"
+
+    def __reduce__(self) -> tuple[type[str], tuple[str]]:
+        return str, (str(self),)
+
+    @property
+    def id(self) -> str:
+        """The task's id."""
+        return str(self)
+
+    def result(self, timeout: float | None = None) -> R:
+        """Wait for the outcome: as [``TaskHandle.result``][trunner.TaskHandle.result]."""
+        return self._client._run(self._handle.result, timeout)
+
+    def status(self) -> TaskStatus:
+        """As [``TaskHandle.status``][trunner.TaskHandle.status]."""
+        return self._client._run(self._handle.status)
+
+    def cancel(self, *, wait: bool = False) -> CancelOutcome:
+        """As [``TaskHandle.cancel``][trunner.TaskHandle.cancel]."""
+        return self._client._run(functools.partial(self._handle.cancel, wait=wait))
+
+
+class _Blocking(Generic[P, T]):
+    """A method of [``Admin``][trunner.admin.Admin], blocking, on the admin of a sync client."""
+
+    def __init__(self, method: Callable[Concatenate[_admin.Admin, P], Awaitable[T]]) -> None:
+        self._method = method
+        self.__doc__ = f"As [``Admin.{method.__name__}``][trunner.admin.Admin.{method.__name__}]."
+
+    def __get__(self, admin: Admin, owner: type[Admin] | None = None) -> Callable[P, T]:
+        def call(*args: P.args, **kwargs: P.kwargs) -> T:
+            client = admin._client
+            return client._run(
+                functools.partial(self._method, client._open().admin, *args, **kwargs)
+            )
+
+        return call
+
+
+class Admin:
+    """The admin of a synchronous client's group: the inspection and the pause of
+    [``Admin``][trunner.admin.Admin], as blocking calls."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    queue_length = _Blocking(_admin.Admin.queue_length)
+    lane_lengths = _Blocking(_admin.Admin.lane_lengths)
+    pending_count = _Blocking(_admin.Admin.pending_count)
+    delayed_count = _Blocking(_admin.Admin.delayed_count)
+    dead_letter_count = _Blocking(_admin.Admin.dead_letter_count)
+    waiting_age = _Blocking(_admin.Admin.waiting_age)
+    group_stats = _Blocking(_admin.Admin.group_stats)
+    instances = _Blocking(_admin.Admin.instances)
+    inspect = _Blocking(_admin.Admin.inspect)
+    pause = _Blocking(_admin.Admin.pause)
+    resume = _Blocking(_admin.Admin.resume)
+    dead_letters = _Blocking(_admin.Admin.dead_letters)
+    delayed_tasks = _Blocking(_admin.Admin.delayed_tasks)
+    cron_entries = _Blocking(_admin.Admin.cron_entries)
+
+
+#: How a client's thread tells its opener it is up (or failed to start).
+Started = queue.SimpleQueue[Any]
+
+
+class _Thread:
+    """The client's thread: a Trio loop holding the Trio client open until stopped."""
+
+    def __init__(self, url: str, options: dict[str, Any]) -> None:
+        self.pid = os.getpid()
+        started: Started = queue.SimpleQueue()
+        self._thread = threading.Thread(
+            target=trio.run, args=(self._main, url, options, started), daemon=True
+        )
+        self._thread.name = "trunner.sync.Client"
+        self._thread.start()
+        got = started.get()
+        if isinstance(got, BaseException):
+            self._thread.join()
+            raise got
+        self.token: trio.lowlevel.TrioToken = got[0]
+        self.client: TrioClient = got[1]
+        self._stop: trio.Event = got[2]
+
+    async def _main(
+        self, url: str, options: dict[str, Any], started: queue.SimpleQueue[Any]
+    ) -> None:
+        stop = trio.Event()
+        told = False
+        try:
+            async with open_client(url, **options) as client:
+                started.put((trio.lowlevel.current_trio_token(), client, stop))
+                told = True
+                await stop.wait()
+        except BaseException as exc:  # noqa: BLE001 - handed to the opener, or logged
+            if not told:
+                started.put(exc)
+            else:
+                logger.error("a trunner.sync.Client's thread failed", exc_info=exc)
+
+    def run(self, fn: Callable[[], Awaitable[T]]) -> T:
+        try:
+            return trio.from_thread.run(fn, trio_token=self.token)
+        except trio.RunFinishedError:
+            raise RunnerNotRunning("the trunner.sync.Client's thread ended") from None
+
+    def stop(self) -> None:
+        with contextlib.suppress(trio.RunFinishedError):  # it ended already
+            trio.from_thread.run_sync(self._stop.set, trio_token=self.token)
+        self._thread.join()
+
+
+class Client(ClientArgs):
+    """A client of one consumer group for synchronous code: dispatches tasks, waits for
+    their results, and through its [``admin``][trunner.sync.Client.admin] inspects and
+    pauses the group. Safe to share between threads.
+
+    It connects on [``open``][trunner.sync.Client.open] (or ``with client:``), or on its
+    first call, in a thread of its own that runs the Trio client
+    ([``Client``][trunner.Client]); each call blocks the calling thread until that
+    client answered. A process made by ``fork`` after the client opened connects anew.
+    The arguments are those of [``open_client``][trunner.open_client] (``redis`` is any
+    URL but ``memory://``: ``ValueError``); they are checked here, before connecting.
+    """
+
+    def _made(self) -> None:
+        self._lock = threading.Lock()
+        self._thread: _Thread | None = None
+        self.admin = Admin(self)
+        """The group's admin, blocking: ``client.admin.pause()``, ``client.admin.inspect()``."""
+
+    def __repr__(self) -> str:
+        return f"<trunner.sync.Client group={self.keys.group!r}>"
+
+    def open(self) -> Client:
+        """Connect now (else the first call does); return the client.
+
+        Raises:
+            RedisUnavailable: Redis cannot be reached within ``connect_timeout``.
+        """
+        self._open()
+        return self
+
+    def close(self) -> None:
+        """Close the connections and stop the client's thread; a later call opens it again."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+        if thread is not None and thread.pid == os.getpid():
+            thread.stop()
+
+    def __enter__(self) -> Client:
+        return self.open()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def _open(self) -> TrioClient:
+        thread = self._thread
+        if thread is None or thread.pid != os.getpid():
+            with self._lock:
+                thread = self._thread
+                if thread is None or thread.pid != os.getpid():  # none, or the parent's
+                    thread = self._thread = _Thread(self._url, self._options)
+        return thread.client
+
+    def _run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        self._open()
+        thread = self._thread
+        if thread is None:
+            raise RunnerNotRunning("this trunner.sync.Client was closed meanwhile")
+        return thread.run(functools.partial(fn, *args))
+
+    def _wrap(self, handle: TrioHandle[R]) -> TaskHandle[R]:
+        return TaskHandle(handle, self)
+
+    @overload
+    def dispatch(
+        self,
+        task: Callable[[Payload], Awaitable[R]],
+        payload: Payload,
+        **options: Unpack[DispatchOptions],
+    ) -> TaskHandle[R]: ...
+
+    @overload
+    def dispatch(
+        self, task: str | Task, payload: Any = None, **options: Unpack[DispatchOptions]
+    ) -> TaskHandle[Any]: ...
+
+    def dispatch(
+        self, task: Any, payload: Any = None, **options: Unpack[DispatchOptions]
+    ) -> TaskHandle[Any]:
+        """As [``dispatch``][trunner.Runner.dispatch]; a blocking call."""
+        run = functools.partial(self._open().dispatch, task, payload, **options)
+        return self._wrap(self._run(run))
+
+    def dispatch_many(
+        self, task: Any, payloads: Iterable[Any], **options: Unpack[DispatchOptions]
+    ) -> list[TaskHandle[Any]]:
+        """As [``dispatch_many``][trunner.Runner.dispatch_many]; a blocking call."""
+        run = functools.partial(self._open().dispatch_many, task, payloads, **options)
+        return [self._wrap(handle) for handle in self._run(run)]
+
+    def dispatch_delayed(
+        self,
+        task: Any,
+        payload: Any,
+        delay: float | datetime.timedelta,
+        **options: Unpack[DispatchOptions],
+    ) -> TaskHandle[Any]:
+        """As [``dispatch_delayed``][trunner.Runner.dispatch_delayed]; a blocking call."""
+        run = functools.partial(self._open().dispatch_delayed, task, payload, delay, **options)
+        return self._wrap(self._run(run))
+
+    def schedule_for(
+        self, task: Any, payload: Any, when: datetime.datetime, **options: Unpack[DispatchOptions]
+    ) -> TaskHandle[Any]:
+        """As [``schedule_for``][trunner.Runner.schedule_for]; a blocking call."""
+        run = functools.partial(self._open().schedule_for, task, payload, when, **options)
+        return self._wrap(self._run(run))
+
+    def cancel_delayed(self, delayed_id: str) -> bool:
+        """As [``cancel_delayed``][trunner.Runner.cancel_delayed]; a blocking call."""
+        return self._run(self._open().cancel_delayed, delayed_id)
+
+    def handle(self, task_id: str, task: Any = None) -> TaskHandle[Any]:
+        """As [``Client.handle``][trunner.Client.handle]: a handle on a task dispatched
+        from anywhere (no I/O)."""
+        return self._wrap(self._open().handle(task_id, task))
+
+    def cancel(self, task_id: str) -> CancelOutcome:
+        """As [``Client.cancel``][trunner.Client.cancel]; a blocking call."""
+        return self._run(self._open().cancel, task_id)
