@@ -20,6 +20,7 @@ from ``TaskHandle.result()`` carries as its ``error``.
   + GiveUp
     - InvalidResult
   + TaskTimeout (TimeoutError)
+  + WorkerProcessDied
   + TaskCancelled
   + TaskExpired
   + ResultNotFound (LookupError)
@@ -43,6 +44,7 @@ from ``TaskHandle.result()`` carries as its ``error``.
 from __future__ import annotations
 
 import difflib
+import signal
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -85,6 +87,7 @@ __all__ = [
     "TaskNotFound",
     "TaskTimeout",
     "TrunnerError",
+    "WorkerProcessDied",
 ]
 
 
@@ -332,6 +335,33 @@ class TaskTimeout(TrunnerError, TimeoutError):
         """The task's name."""
         self.timeout = timeout
         """The timeout, in seconds."""
+
+
+class WorkerProcessDied(TrunnerError):
+    """The worker process running a ``run_in="process"`` task's body died before it
+    returned: it crashed (a segfault, ``os.abort()``), exited (``os._exit``), or was killed
+    (SIGKILL, the out-of-memory killer). A failed attempt: retried as any failure.
+    """
+
+    def __init__(self, task_name: str, exitcode: int | None) -> None:
+        if exitcode is None:
+            how = "with no exit status"
+        elif exitcode < 0:
+            how = f"killed by signal {_signal_name(-exitcode)}"
+        else:
+            how = f"with exit code {exitcode}"
+        super().__init__(f"task {task_name!r}: its worker process died {how}")
+        self.task_name = task_name
+        """The task's name."""
+        self.exitcode = exitcode
+        """The process's exit code; ``-N`` when signal ``N`` ended it."""
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return f"{signal.Signals(number).name} ({number})"
+    except ValueError:
+        return str(number)
 
 
 class TaskCancelled(TrunnerError):
