@@ -198,11 +198,15 @@ class Client(ClientArgs):
     def _made(self) -> None:
         self._lock = threading.Lock()
         self._thread: _Thread | None = None
-        self.admin = Admin(self)
-        """The group's admin, blocking: ``client.admin.pause()``, ``client.admin.inspect()``."""
+        self._admin = Admin(self)
 
     def __repr__(self) -> str:
         return f"<trunner.sync.Client group={self.keys.group!r}>"
+
+    @property
+    def admin(self) -> Admin:
+        """The group's admin, blocking: ``client.admin.pause()``, ``client.admin.inspect()``."""
+        return self._admin
 
     def open(self) -> Client:
         """Connect now (else the first call does); return the client.
@@ -389,10 +393,10 @@ class Client(ClientArgs):
     def handle(self, task_id: str, task: Callable[..., R]) -> TaskHandle[R]: ...
 
     def handle(self, task_id: str, task: Any = None) -> TaskHandle[Any]:
-        """As [``Client.handle``][trunner.Client.handle]: a handle on a task dispatched
+        """As [``Client.handle``][trunner.Runner.handle]: a handle on a task dispatched
         from anywhere (no I/O)."""
         return self._wrap(self._open().handle(task_id, task))
 
     def cancel(self, task_id: str) -> CancelOutcome:
-        """As [``Client.cancel``][trunner.Client.cancel]; a blocking call."""
+        """As [``Client.cancel``][trunner.Runner.cancel]; a blocking call."""
         return self._run(self._open().cancel, task_id)
