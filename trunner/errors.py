@@ -26,7 +26,7 @@ from ``TaskHandle.result()`` carries as its ``error``.
   + ResultNotFound (LookupError)
     - ResultNotKept
     - ResultExpired
-  + ResultTimeout (trio.TooSlowError)
+  + ResultTimeout (trio.TooSlowError, TimeoutError)
   + BadData
   + ReservationLost
   + LeadershipLost
@@ -418,9 +418,10 @@ class ResultExpired(ResultNotFound):
         """How long the outcome was to be kept, in seconds."""
 
 
-class ResultTimeout(TrunnerError, trio.TooSlowError):
+class ResultTimeout(TrunnerError, trio.TooSlowError, TimeoutError):
     """``TaskHandle.result(timeout=...)`` waited ``timeout`` seconds and the task had no
-    outcome yet (also a ``trio.TooSlowError``). The task goes on: only the wait ended."""
+    outcome yet (also a ``trio.TooSlowError``, and a built-in ``TimeoutError``, as
+    asyncio's timeouts are). The task goes on: only the wait ended."""
 
     def __init__(
         self,

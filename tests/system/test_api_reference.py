@@ -29,7 +29,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 #: The modules whose ``__all__`` is the public API.
-PUBLIC_MODULES = ("trunner", "trunner.testing", "trunner.election", "trunner.otel")
+PUBLIC_MODULES = (
+    "trunner",
+    "trunner.testing",
+    "trunner.election",
+    "trunner.otel",
+    "trunner.aio",
+    "trunner.sync",
+)
 #: The admin methods a runner and a client keep from before ``Admin``, deprecated.
 DEPRECATED_ADMIN_CALLS = (
     "queue_length",
@@ -96,8 +103,10 @@ def _public_members(cls: type) -> dict[str, Any]:
 def _member_id(cls_id: str, cls: type, name: str) -> list[str]:
     """The heading ids under which a member may appear on the page."""
     ids = [f"{cls_id}.{name}"]
-    if cls_id == "trunner.Client":  # Runner and Client share the dispatch methods
+    if cls_id in {"trunner.Client", "trunner.aio.Client"}:  # the shared dispatch methods
         ids.append(f"trunner.Runner.{name}")
+    if cls_id == "trunner.sync.Admin":  # blocking forms of the Admin methods
+        ids.append(f"trunner.Admin.{name}")
     return ids
 
 

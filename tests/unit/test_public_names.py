@@ -158,6 +158,15 @@ PUBLIC: dict[str, frozenset[str]] = {
             "open_admin",
         }
     ),
+    "trunner.aio": frozenset({"Client"}),
+    "trunner.sync": frozenset(
+        {
+            "Admin",
+            "Client",
+            "DispatchOptions",
+            "TaskHandle",
+        }
+    ),
     "trunner.serve": frozenset(
         {
             "WorkerSettings",
