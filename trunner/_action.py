@@ -1,6 +1,7 @@
 """What a task's action may be, and where its body runs (``Task.action``, ``Task.run_in``):
-an ``async def`` on the event loop, a plain ``def`` in a worker thread (worker processes,
-``"process"``, are named and refused until they are built)."""
+an ``async def`` on the event loop, a plain ``def`` in a worker thread, or, with
+``run_in="process"``, a plain ``def`` in a worker process (which imports it by its module
+path, so it must be defined at a module's top level)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import attrs
 
 from . import _validate as v
 
-__all__ = ["Action", "RunIn", "check_action", "place_of"]
+__all__ = ["Action", "RunIn", "check_action", "check_importable", "place_of"]
 
 #: A task's action: an ``async def`` (run on the event loop) or a plain ``def`` (run in a
 #: worker thread, or a worker process with ``run_in="process"``), taking the payload.
@@ -57,8 +58,24 @@ def place_of(name: str, action: object, run_in: object) -> RunIn:
         kind = "an 'async def'" if place == "loop" else "a plain 'def'"
         raise TypeError(f"task {name!r}: run_in={place!r} needs {kind} action")
     if place == "process":
-        raise ValueError(
-            f"task {name!r}: run_in='process' is not available yet; a plain 'def' runs in "
-            "a worker thread (run_in='thread')"
-        )
+        check_importable(name, action)
     return place
+
+
+def check_importable(name: str, action: object) -> None:
+    """A worker process finds the action of a ``run_in="process"`` task by its module
+    path (``__module__`` and ``__qualname__``): nothing else of it crosses. Refuse, with
+    the reason, an action that has none (a lambda, a function defined in a function, an
+    object with ``__call__``, a ``functools.partial``)."""
+    module = getattr(action, "__module__", None)
+    qualname = getattr(action, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str):
+        why = "it has no module path (__module__ and __qualname__)"
+    elif "<" in qualname:  # <lambda>, <locals>
+        why = f"{qualname!r} is not at a module's top level (a lambda or a nested function)"
+    else:
+        return
+    raise TypeError(
+        f"task {name!r}: run_in='process' runs the action in a worker process, which imports "
+        f"it by its module path, but {why}: define it with 'def' at the top level of a module"
+    )

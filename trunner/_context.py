@@ -14,7 +14,13 @@ from typing import Protocol
 from ._wire.message import TaskMessage
 from .errors import RunnerNotRunning
 
-__all__ = ["NoRunnerInEagerCall", "current_message", "in_eager_call", "running_runner"]
+__all__ = [
+    "NoRunnerInEagerCall",
+    "NoRunnerInWorkerProcess",
+    "current_message",
+    "in_eager_call",
+    "running_runner",
+]
 
 
 class MessageSource(Protocol):
@@ -45,6 +51,24 @@ _current_runner: contextvars.ContextVar[object] = contextvars.ContextVar("trunne
 _eager_call: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "trunner_eager_call", default=False
 )
+#: Set in a worker process while it runs a ``run_in="process"`` task's body.
+_in_worker_process: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "trunner_in_worker_process", default=False
+)
+
+
+class NoRunnerInWorkerProcess(RunnerNotRunning):
+    """``current_runner()`` (or ``report_progress``) was called by a task body running in
+    a worker process (``run_in="process"``): the runner, its Redis handle and its event
+    loop live in the worker, not in the process."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "current_runner() in a task running in a worker process (run_in='process'): "
+            "the runner, its Redis handle, report_progress and dispatch live in the worker, "
+            "not in the process. current_message() works; return what the worker should "
+            "do with the result, or run the task in a thread (run_in='thread')"
+        )
 
 
 class NoRunnerInEagerCall(RunnerNotRunning):
@@ -72,11 +96,14 @@ def running_runner() -> object:
 
     Raises:
         RunnerNotRunning: Outside of a task run by a runner; ``NoRunnerInEagerCall`` in a
-            task run eagerly without ``runner=``.
+            task run eagerly without ``runner=``; ``NoRunnerInWorkerProcess`` in a task
+            body running in a worker process.
     """
     try:
         return _current_runner.get()
     except LookupError:
+        if _in_worker_process.get():
+            raise NoRunnerInWorkerProcess from None
         if in_eager_call():
             raise NoRunnerInEagerCall from None
         raise RunnerNotRunning("current_runner() is only available inside a task") from None

@@ -239,10 +239,11 @@ class Task:
     """The priority lane the task's messages go to when a dispatch names none
     (``"default"``; see [Priority lanes](lanes.md))."""
     run_in: RunIn | None = attrs.field(default=None, kw_only=True)
-    """Where the body runs: ``"loop"`` (an ``async def``) or ``"thread"`` (a plain ``def``,
-    in a worker thread); ``"process"`` (worker processes) is not available yet, and
-    refused. ``None`` (the default): ``"loop"`` for an ``async def``, ``"thread"`` for a
-    plain ``def``; the built task holds the place chosen. See
+    """Where the body runs: ``"loop"`` (an ``async def``), ``"thread"`` (a plain ``def``,
+    in a worker thread) or ``"process"`` (a plain ``def`` defined at a module's top level,
+    in a worker process: killed on timeout or cancel). ``None`` (the default): ``"loop"``
+    for an ``async def``, ``"thread"`` for a plain ``def``; the built task holds the place
+    chosen. See
     [Blocking and CPU-bound tasks](blocking-and-cpu-bound-tasks.md)."""
     limits: Limits | None = attrs.field(init=False, eq=False, repr=False)
     """The task's limits, or None when it has none (the pool's hot path pays nothing)."""

@@ -12,7 +12,7 @@ async with client:  # or: await client.open() ... await client.aclose()
 The dispatching, the lanes, the result waiting and the admin queries are the Trio
 client's own code (``trunner._producer``), written against two ports: a Redis transport
 (here redis-py's asyncio client, ``trunner._redis``) and the event loop's primitives
-(here :data:`ASYNCIO`). Only those two ports are asyncio's.
+(here ``_ASYNCIO``). Only those two ports are asyncio's.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from ._waiting.waiters import Waiters
 from .admin import Admin
 from .errors import RunnerNotRunning
 
-__all__ = ["ASYNCIO", "Client"]
+__all__ = ["Client"]
 
 T = TypeVar("T")
 
@@ -73,7 +73,7 @@ class _Asyncio:
 
 
 #: The asyncio runtime of the producer core.
-ASYNCIO: Runtime = _Asyncio()
+_ASYNCIO: Runtime = _Asyncio()
 
 #: What the client is called in its errors, with how to open it.
 _NAME = "trunner.aio.Client (open it first: async with client, or await client.open())"
@@ -105,7 +105,7 @@ class Client(ClientArgs, DispatchCalls, ScheduleCalls):
             max_payload_bytes=options["max_payload_bytes"],
             middleware=options["middleware"],
             name=_NAME,
-            runtime=ASYNCIO,
+            runtime=_ASYNCIO,
         )
         self._transport: AioTransport | None = None
         self._admin: Admin | None = None
@@ -148,7 +148,7 @@ class Client(ClientArgs, DispatchCalls, ScheduleCalls):
             command_timeout=self._options["command_timeout"],
         )
         broker = Broker(transport, self.keys)
-        waiters = Waiters(broker, ASYNCIO)
+        waiters = Waiters(broker, _ASYNCIO)
         self._serving = asyncio.get_running_loop().create_task(
             waiters.serve(), name=f"trunner.aio waiters of {self.keys.group}"
         )

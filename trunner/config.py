@@ -132,6 +132,12 @@ class RunnerConfig:
     default): ``num_workers``. See
     [Blocking and CPU-bound tasks](blocking-and-cpu-bound-tasks.md)."""
 
+    max_processes: int | None = attrs.field(default=None, validator=v.optional_positive_int)
+    """How many worker processes run the bodies of ``run_in="process"`` tasks at once (an
+    int >= 1), under a limiter of their own. ``None`` (the default): one per core
+    (``os.cpu_count()``). See
+    [Blocking and CPU-bound tasks](blocking-and-cpu-bound-tasks.md)."""
+
     stall_threshold: float | None = attrs.field(default=0.5, validator=v.optional_positive_number)
     """After how many seconds without running the event loop counts as stalled (> 0): a
     task blocked it (a sync call in an ``async def``). The stall watchdog then logs a

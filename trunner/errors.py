@@ -1,9 +1,7 @@
 """Every exception trunner raises, as one tree: each class under the class it derives
-from, with the built-in classes it also derives from in parentheses.
-
-All of them derive from ``TrunnerError`` but ``RemoteFailure``, which trunner never raises:
-it stands for an exception a task raised on another instance, and is what a ``TaskFailed``
-from ``TaskHandle.result()`` carries as its ``error``.
+from, with the built-in classes it also derives from in parentheses. All derive from
+``TrunnerError`` but ``RemoteFailure``, never raised: it stands for an exception a task
+raised on another instance, as the ``error`` of a ``TaskFailed`` from ``TaskHandle.result()``.
 
 * TrunnerError
   + TaskNotFound (LookupError)
@@ -20,12 +18,13 @@ from ``TaskHandle.result()`` carries as its ``error``.
   + GiveUp
     - InvalidResult
   + TaskTimeout (TimeoutError)
+  + WorkerProcessDied
   + TaskCancelled
   + TaskExpired
   + ResultNotFound (LookupError)
     - ResultNotKept
     - ResultExpired
-  + ResultTimeout (trio.TooSlowError)
+  + ResultTimeout (trio.TooSlowError, TimeoutError)
   + SelfWait (RuntimeError)
   + BadData
   + ReservationLost
@@ -47,7 +46,7 @@ from collections.abc import Iterable
 
 import trio
 
-from ._spelling import closest_names
+from ._wording import closest_names, death, given_up
 from .status import TaskState
 
 __all__ = [
@@ -58,6 +57,7 @@ __all__ = [
     "ResultExpired", "ResultNotFound", "ResultNotKept", "ResultTimeout", "RunnerAlreadyStarted",
     "RunnerCrashed", "RunnerNotRunning", "SelfWait", "TaskAlreadyDispatched", "TaskCancelled",
     "TaskExpired", "TaskFailed", "TaskNotFound", "TaskTimeout", "TrunnerError",
+    "WorkerProcessDied",
 ]  # fmt: skip
 
 
@@ -185,22 +185,8 @@ class MaxRetryExceeded(TrunnerError):
     def __init__(
         self, task_name: str, attempts: int, *, redelivered: bool = False, deliveries: int = 0
     ) -> None:
-        if deliveries:
-            redelivered = True
-            text = (
-                f"task {task_name!r} (attempt {attempts}) was delivered {deliveries} times "
-                "without a recorded outcome (each time its worker crashed, was killed, or "
-                "stalled past reclaim_delay): its max_redeliveries are used up"
-            )
-        elif redelivered:
-            text = (
-                f"task {task_name!r} was delivered again after its last allowed attempt "
-                f"({attempts}) without a recorded outcome (its failed-task handler raised, "
-                "or was cut off by a shutdown)"
-            )
-        else:
-            text = f"task {task_name!r} failed after {attempts} attempt(s)"
-        super().__init__(text)
+        redelivered = redelivered or bool(deliveries)
+        super().__init__(given_up(task_name, attempts, redelivered, deliveries))
         self.task_name = task_name
         """The task's name."""
         self.attempts = attempts
@@ -285,6 +271,20 @@ class TaskTimeout(TrunnerError, TimeoutError):
         """The timeout, in seconds."""
 
 
+class WorkerProcessDied(TrunnerError):
+    """The worker process running a ``run_in="process"`` task's body died before it
+    returned: it crashed (a segfault, ``os.abort()``), exited (``os._exit``), or was killed
+    (SIGKILL, the out-of-memory killer). A failed attempt: retried as any failure.
+    """
+
+    def __init__(self, task_name: str, exitcode: int | None) -> None:
+        super().__init__(f"task {task_name!r}: its worker process died {death(exitcode)}")
+        self.task_name = task_name
+        """The task's name."""
+        self.exitcode = exitcode
+        """The process's exit code; ``-N`` when signal ``N`` ended it."""
+
+
 class TaskCancelled(TrunnerError):
     """The task was cancelled (``TaskHandle.cancel``): what awaiting its result raises."""
 
@@ -337,9 +337,10 @@ class ResultExpired(ResultNotFound):
         """How long the outcome was to be kept, in seconds."""
 
 
-class ResultTimeout(TrunnerError, trio.TooSlowError):
+class ResultTimeout(TrunnerError, trio.TooSlowError, TimeoutError):
     """``TaskHandle.result(timeout=...)`` waited ``timeout`` seconds and the task had no
-    outcome yet (also a ``trio.TooSlowError``). The task goes on: only the wait ended."""
+    outcome yet (also a ``trio.TooSlowError``, and a built-in ``TimeoutError``, as
+    asyncio's timeouts are). The task goes on: only the wait ended."""
 
     def __init__(
         self,

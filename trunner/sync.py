@@ -198,11 +198,15 @@ class Client(ClientArgs):
     def _made(self) -> None:
         self._lock = threading.Lock()
         self._thread: _Thread | None = None
-        self.admin = Admin(self)
-        """The group's admin, blocking: ``client.admin.pause()``, ``client.admin.inspect()``."""
+        self._admin = Admin(self)
 
     def __repr__(self) -> str:
         return f"<trunner.sync.Client group={self.keys.group!r}>"
+
+    @property
+    def admin(self) -> Admin:
+        """The group's admin, blocking: ``client.admin.pause()``, ``client.admin.inspect()``."""
+        return self._admin
 
     def open(self) -> Client:
         """Connect now (else the first call does); return the client.
@@ -257,6 +261,11 @@ class Client(ClientArgs):
 
     @overload
     def dispatch(
+        self, task: Callable[[Payload], R], payload: Payload, **options: Unpack[DispatchOptions]
+    ) -> TaskHandle[R]: ...
+
+    @overload
+    def dispatch(
         self, task: str | Task, payload: Any = None, **options: Unpack[DispatchOptions]
     ) -> TaskHandle[Any]: ...
 
@@ -267,12 +276,60 @@ class Client(ClientArgs):
         run = functools.partial(self._open().dispatch, task, payload, **options)
         return self._wrap(self._run(run))
 
+    @overload
+    def dispatch_many(
+        self,
+        task: Callable[[Payload], Awaitable[R]],
+        payloads: Iterable[Payload],
+        **options: Unpack[DispatchOptions],
+    ) -> list[TaskHandle[R]]: ...
+
+    @overload
+    def dispatch_many(
+        self,
+        task: Callable[[Payload], R],
+        payloads: Iterable[Payload],
+        **options: Unpack[DispatchOptions],
+    ) -> list[TaskHandle[R]]: ...
+
+    @overload
+    def dispatch_many(
+        self, task: str | Task, payloads: Iterable[Any], **options: Unpack[DispatchOptions]
+    ) -> list[TaskHandle[Any]]: ...
+
     def dispatch_many(
         self, task: Any, payloads: Iterable[Any], **options: Unpack[DispatchOptions]
     ) -> list[TaskHandle[Any]]:
         """As [``dispatch_many``][trunner.Runner.dispatch_many]; a blocking call."""
         run = functools.partial(self._open().dispatch_many, task, payloads, **options)
         return [self._wrap(handle) for handle in self._run(run)]
+
+    @overload
+    def dispatch_delayed(
+        self,
+        task: Callable[[Payload], Awaitable[R]],
+        payload: Payload,
+        delay: float | datetime.timedelta,
+        **options: Unpack[DispatchOptions],
+    ) -> TaskHandle[R]: ...
+
+    @overload
+    def dispatch_delayed(
+        self,
+        task: Callable[[Payload], R],
+        payload: Payload,
+        delay: float | datetime.timedelta,
+        **options: Unpack[DispatchOptions],
+    ) -> TaskHandle[R]: ...
+
+    @overload
+    def dispatch_delayed(
+        self,
+        task: str | Task,
+        payload: Any,
+        delay: float | datetime.timedelta,
+        **options: Unpack[DispatchOptions],
+    ) -> TaskHandle[Any]: ...
 
     def dispatch_delayed(
         self,
@@ -285,6 +342,33 @@ class Client(ClientArgs):
         run = functools.partial(self._open().dispatch_delayed, task, payload, delay, **options)
         return self._wrap(self._run(run))
 
+    @overload
+    def schedule_for(
+        self,
+        task: Callable[[Payload], Awaitable[R]],
+        payload: Payload,
+        when: datetime.datetime,
+        **options: Unpack[DispatchOptions],
+    ) -> TaskHandle[R]: ...
+
+    @overload
+    def schedule_for(
+        self,
+        task: Callable[[Payload], R],
+        payload: Payload,
+        when: datetime.datetime,
+        **options: Unpack[DispatchOptions],
+    ) -> TaskHandle[R]: ...
+
+    @overload
+    def schedule_for(
+        self,
+        task: str | Task,
+        payload: Any,
+        when: datetime.datetime,
+        **options: Unpack[DispatchOptions],
+    ) -> TaskHandle[Any]: ...
+
     def schedule_for(
         self, task: Any, payload: Any, when: datetime.datetime, **options: Unpack[DispatchOptions]
     ) -> TaskHandle[Any]:
@@ -296,11 +380,23 @@ class Client(ClientArgs):
         """As [``cancel_delayed``][trunner.Runner.cancel_delayed]; a blocking call."""
         return self._run(self._open().cancel_delayed, delayed_id)
 
+    @overload
+    def handle(self, task_id: str) -> TaskHandle[Any]: ...
+
+    @overload
+    def handle(self, task_id: str, task: Callable[..., Awaitable[R]]) -> TaskHandle[R]: ...
+
+    @overload
+    def handle(self, task_id: str, task: str | Task) -> TaskHandle[Any]: ...
+
+    @overload
+    def handle(self, task_id: str, task: Callable[..., R]) -> TaskHandle[R]: ...
+
     def handle(self, task_id: str, task: Any = None) -> TaskHandle[Any]:
-        """As [``Client.handle``][trunner.Client.handle]: a handle on a task dispatched
+        """As [``Client.handle``][trunner.Runner.handle]: a handle on a task dispatched
         from anywhere (no I/O)."""
         return self._wrap(self._open().handle(task_id, task))
 
     def cancel(self, task_id: str) -> CancelOutcome:
-        """As [``Client.cancel``][trunner.Client.cancel]; a blocking call."""
+        """As [``Client.cancel``][trunner.Runner.cancel]; a blocking call."""
         return self._run(self._open().cancel, task_id)

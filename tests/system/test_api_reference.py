@@ -38,6 +38,8 @@ PUBLIC_MODULES = (
     "trunner.testing",
     "trunner.election",
     "trunner.otel",
+    "trunner.aio",
+    "trunner.sync",
 )
 #: The admin methods a runner and a client keep from before ``Admin``, deprecated.
 DEPRECATED_ADMIN_CALLS = (
@@ -111,8 +113,10 @@ def _public_members(cls: type) -> dict[str, Any]:
 def _member_id(cls_id: str, cls: type, name: str) -> list[str]:
     """The heading ids under which a member may appear on the page."""
     ids = [f"{cls_id}.{name}"]
-    if cls_id == "trunner.Client":  # Runner and Client share the dispatch methods
+    if cls_id in {"trunner.Client", "trunner.aio.Client"}:  # the shared dispatch methods
         ids.append(f"trunner.Runner.{name}")
+    if cls_id == "trunner.sync.Admin":  # blocking forms of the Admin methods
+        ids.append(f"trunner.admin.Admin.{name}")
     return ids
 
 

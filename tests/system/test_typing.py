@@ -10,8 +10,12 @@ from mypy import api
 USER_CODE = """
 from __future__ import annotations
 
+import datetime
+
 import attrs
 import trunner
+import trunner.aio
+import trunner.sync
 
 tasks = trunner.TaskRegistry()
 
@@ -45,6 +49,33 @@ async def use(client: trunner.Client) -> None:
     width: int = (await handle.result()).path  # MUST-FAIL: a str is not an int
     await client.dispatch(resize, {"path": "d"})  # MUST-FAIL: a dict is not a Request
     await client.dispatch(resize, Request("e"), keep_result="long")  # MUST-FAIL
+
+
+@tasks.task
+def measure(request: Request) -> int:
+    return len(request.path)
+
+
+async def plain_def_tasks(runner: trunner.Runner, client: trunner.aio.Client) -> None:
+    reveal_type(await runner.dispatch(measure, Request("a")))
+    reveal_type(await runner.dispatch_many(measure, [Request("b")]))
+    reveal_type(await runner.dispatch_delayed(measure, Request("c"), 5))
+    reveal_type(await client.dispatch(measure, Request("d")))
+    reveal_type(client.handle("id", measure))
+    await runner.dispatch(measure, "e")  # MUST-FAIL: a str is not a Request
+
+
+def from_sync_code(client: trunner.sync.Client, when: datetime.datetime) -> None:
+    reveal_type(client.dispatch(measure, Request("a")))
+    reveal_type(client.dispatch(resize, Request("a")).result())
+    reveal_type(client.dispatch_many(resize, [Request("b")]))
+    reveal_type(client.dispatch_many(measure, [Request("b")]))
+    reveal_type(client.dispatch_delayed(resize, Request("c"), 5))
+    reveal_type(client.schedule_for(measure, Request("d"), when))
+    reveal_type(client.handle("id", resize))
+    reveal_type(client.dispatch_many("resize", [{"path": "e"}]))
+    client.dispatch_many(resize, [{"path": "f"}])  # MUST-FAIL: a dict is not a Request
+    client.schedule_for(measure, "g", when)  # MUST-FAIL: a str is not a Request
 """
 
 
@@ -72,6 +103,21 @@ def test_handles_are_typed_by_their_task(tmp_path: Path) -> None:
         'note: Revealed type is "trunner.handles.TaskHandle[user_code.Thumbnail]"',
         'note: Revealed type is "trunner.handles.TaskHandle[Any]"',
         'note: Revealed type is "trunner.handles.TaskHandle[Any]"',
+        # plain def tasks, from Trio and asyncio
+        'note: Revealed type is "trunner.handles.TaskHandle[int]"',
+        'note: Revealed type is "list[trunner.handles.TaskHandle[int]]"',
+        'note: Revealed type is "trunner.handles.TaskHandle[int]"',
+        'note: Revealed type is "trunner.handles.TaskHandle[int]"',
+        'note: Revealed type is "trunner.handles.TaskHandle[int]"',
+        # the sync client
+        'note: Revealed type is "trunner.sync.TaskHandle[int]"',
+        'note: Revealed type is "user_code.Thumbnail"',
+        'note: Revealed type is "list[trunner.sync.TaskHandle[user_code.Thumbnail]]"',
+        'note: Revealed type is "list[trunner.sync.TaskHandle[int]]"',
+        'note: Revealed type is "trunner.sync.TaskHandle[user_code.Thumbnail]"',
+        'note: Revealed type is "trunner.sync.TaskHandle[int]"',
+        'note: Revealed type is "trunner.sync.TaskHandle[user_code.Thumbnail]"',
+        'note: Revealed type is "list[trunner.sync.TaskHandle[Any]]"',
     ], out + err
     errors = [line for line in out.splitlines() if ": error: " in line]
     must_fail = [

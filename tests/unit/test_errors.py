@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import inspect
+import pickle
+
+import trio
 
 import trunner.errors
 
@@ -52,3 +55,17 @@ def test_the_tree_names_trunner_error_as_the_root_of_all_but_remote_failure() ->
     assert all(
         isinstance(c, type) for c in map(trunner.errors.__dict__.get, trunner.errors.__all__)
     )
+
+
+def test_a_result_timeout_is_a_builtin_timeout_error_too() -> None:
+    """asyncio code catches ``TimeoutError`` (what ``asyncio.timeout`` raises), Trio code
+    ``trio.TooSlowError``: a ``ResultTimeout`` is both, and nothing else changes."""
+    error = trunner.errors.ResultTimeout("waited 1.5 s", task_id="t1", timeout=1.5)
+    assert isinstance(error, TimeoutError)
+    assert isinstance(error, trio.TooSlowError)
+    assert str(error) == "waited 1.5 s"
+    assert error.args == ("waited 1.5 s",)
+    assert (error.errno, error.strerror) == (None, None)
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is trunner.errors.ResultTimeout
+    assert (str(copy), copy.task_id, copy.timeout) == ("waited 1.5 s", "t1", 1.5)

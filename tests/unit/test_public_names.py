@@ -108,6 +108,7 @@ PUBLIC: dict[str, frozenset[str]] = {
             "TaskNotFound",
             "TaskTimeout",
             "TrunnerError",
+            "WorkerProcessDied",
         }
     ),
     "trunner.middleware": frozenset(
@@ -180,6 +181,15 @@ PUBLIC: dict[str, frozenset[str]] = {
             "as_dict",
             "discover_groups",
             "open_admin",
+        }
+    ),
+    "trunner.aio": frozenset({"Client"}),
+    "trunner.sync": frozenset(
+        {
+            "Admin",
+            "Client",
+            "DispatchOptions",
+            "TaskHandle",
         }
     ),
     "trunner.serve": frozenset(

@@ -172,8 +172,15 @@ def test_run_in_must_fit_the_action() -> None:
         Task("t", coroutine, run_in="process")
     with pytest.raises(TypeError, match="'async def'"):
         Task("t", cpu_bound, run_in="loop")
-    with pytest.raises(ValueError, match="not available yet"):
-        Task("t", cpu_bound, run_in="process")
+    assert Task("t", cpu_bound, run_in="process").run_in == "process"
+
+    def nested(payload: Any) -> None:
+        pass
+
+    with pytest.raises(TypeError, match="top level of a module"):
+        Task("t", nested, run_in="process")
+    with pytest.raises(TypeError, match="top level of a module"):
+        Task("t", lambda payload: None, run_in="process")
     with pytest.raises(ValueError, match="run_in"):
         Task("t", cpu_bound, run_in="elsewhere")  # type: ignore[arg-type]
 

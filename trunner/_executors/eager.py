@@ -35,6 +35,7 @@ from .._wire.names import entry_id
 from ..errors import InvalidPayload, MaxRetryExceeded, MiddlewareError
 from ..middleware import AttemptInfo, DispatchInfo, Middleware, check_middleware
 from .base import Body, LoopExecutor, RunIn
+from .processes import ProcessExecutor
 from .threads import ThreadExecutor
 
 __all__ = ["DEFAULT_MAX_PAYLOAD_BYTES", "EagerTask", "run_eagerly"]
@@ -170,9 +171,11 @@ async def _first_message(
 
 def _body(task: EagerTask) -> Body:
     """The task's body, in the place a runner runs it: on the event loop, or in a worker
-    thread of its own (one per call: eager calls share no limiter)."""
+    thread or process of its own (one per call: eager calls share no limiter)."""
     if task.run_in == "thread":
         return ThreadExecutor(1).body(task.action, task.name)
+    if task.run_in == "process":  # trio-parallel's default worker context
+        return ProcessExecutor(1).body(task.action, task.name)
     return LoopExecutor().body(task.action, task.name)
 
 

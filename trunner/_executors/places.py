@@ -3,18 +3,46 @@ event loop, worker threads, and worker processes."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING
 
+import trio
+
 from .base import Executor, LoopExecutor, RunIn
+from .processes import ProcessExecutor
 from .threads import ThreadExecutor
 
 if TYPE_CHECKING:
     from ..config import RunnerConfig
 
-__all__ = ["default_executors"]
+__all__ = ["default_executors", "executors_open"]
 
 
 def default_executors(config: RunnerConfig) -> dict[RunIn, Executor]:
-    """The executors ``config`` asks for (threads: ``max_threads``, else ``num_workers``)."""
+    """The executors ``config`` asks for (threads: ``max_threads``, else ``num_workers``;
+    processes: ``max_processes``, else one per core)."""
     threads = config.max_threads if config.max_threads is not None else config.num_workers
-    return {"loop": LoopExecutor(), "thread": ThreadExecutor(threads)}
+    processes = config.max_processes or os.cpu_count() or 1
+    return {
+        "loop": LoopExecutor(),
+        "thread": ThreadExecutor(threads),
+        "process": ProcessExecutor(processes),
+    }
+
+
+@contextlib.asynccontextmanager
+async def executors_open(executors: Mapping[RunIn, Executor]) -> AsyncIterator[None]:
+    """The executors that hold resources (worker processes) opened for the block, and
+    closed after it (shielded: the block's jobs have ended by then)."""
+    processes = executors.get("process")
+    if not isinstance(processes, ProcessExecutor):
+        yield
+        return
+    await processes.open()
+    try:
+        yield
+    finally:
+        with trio.CancelScope(shield=True):
+            await processes.aclose()

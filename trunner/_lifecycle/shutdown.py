@@ -61,6 +61,7 @@ import trio
 
 from .._engine.jobhost import JobHost
 from .._engine.reporter import Reporter
+from .._executors.places import executors_open
 from .._util import ErrorLog, logger
 from ..errors import BackendError
 from ..statistics import RunnerStatistics
@@ -175,23 +176,24 @@ async def serve(
     try:
         async with trio.open_nursery() as services:
             await start_services(services, c)
-            jobs = JobHost()
-            c.pool.bind(await jobs.start())
-            services.start_soon(jobs.watch)
-            try:
-                async with trio.open_nursery() as fetching:
-                    for fetcher in c.fetchers:
-                        await fetching.start(fetcher.run)
-                    started()
-                    task_status.started()
-                    await request.asked.wait()
-                    stopping()
-                    begin_stopping(c)  # 0
-                    await stop_fetching(fetching, c)  # 1
-                await release_unstarted(c)  # 2
-                await drain(c, request)  # 3
-            finally:
-                await close_jobs(jobs, c)  # 3, and on a failure too
+            async with executors_open(c.pool.executors):  # worker processes: after the jobs
+                jobs = JobHost()
+                c.pool.bind(await jobs.start())
+                services.start_soon(jobs.watch)
+                try:
+                    async with trio.open_nursery() as fetching:
+                        for fetcher in c.fetchers:
+                            await fetching.start(fetcher.run)
+                        started()
+                        task_status.started()
+                        await request.asked.wait()
+                        stopping()
+                        begin_stopping(c)  # 0
+                        await stop_fetching(fetching, c)  # 1
+                    await release_unstarted(c)  # 2
+                    await drain(c, request)  # 3
+                finally:
+                    await close_jobs(jobs, c)  # 3, and on a failure too
             await stop_services(services, c)  # 4
         clean = True
     finally:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import secrets
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 #: What ``dispatch`` takes as the task: a registered task function, a ``Task``, or a name.
-TaskRef = str | Task | Callable[..., Awaitable[Any]]
+TaskRef = str | Task | Callable[..., Any]
 
 
 @attrs.frozen

@@ -48,6 +48,19 @@ class DispatchCalls:
     @overload
     async def dispatch(
         self,
+        task_name: Callable[[P], R],
+        payload: P,
+        *,
+        keep_result: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the attempt timeout, not the call's
+        expires: Expiry | None = None,
+        headers: Mapping[str, str] | None = None,
+        priority: str | None = None,
+    ) -> TaskHandle[R]: ...
+
+    @overload
+    async def dispatch(
+        self,
         task_name: str | Task,
         payload: Any = None,
         *,
@@ -87,10 +100,11 @@ class DispatchCalls:
         the command was on its way, the task may or may not have been added.
 
         Args:
-            task_name: The task: a function registered with ``@tasks.task`` (then the
-                payload's type is checked by mypy, and the handle's result is typed), a
-                [``Task``][trunner.Task], or a name. A runner, or a client with
-                ``tasks=``, only accepts a task its registry knows.
+            task_name: The task: a function registered with ``@tasks.task``, ``async
+                def`` or ``def`` (then the payload's type is checked by mypy, and the
+                handle's result is typed), a [``Task``][trunner.Task], or a name. A
+                runner, or a client with ``tasks=``, only accepts a task its registry
+                knows.
             payload: The payload.
             keep_result: Keep the outcome this many seconds, for ``handle.result()``
                 (default: the task's ``keep_result``; without either, none is kept).
@@ -145,6 +159,19 @@ class DispatchCalls:
     async def dispatch_many(
         self,
         task_name: Callable[[P], Awaitable[R]],
+        payloads: Iterable[P],
+        *,
+        keep_result: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the attempt timeout, not the call's
+        expires: Expiry | None = None,
+        headers: Mapping[str, str] | None = None,
+        priority: str | None = None,
+    ) -> list[TaskHandle[R]]: ...
+
+    @overload
+    async def dispatch_many(
+        self,
+        task_name: Callable[[P], R],
         payloads: Iterable[P],
         *,
         keep_result: float | None = None,
@@ -229,6 +256,9 @@ class DispatchCalls:
 
     @overload
     def handle(self, task_id: str, task: str | Task) -> TaskHandle[Any]: ...
+
+    @overload
+    def handle(self, task_id: str, task: Callable[..., R]) -> TaskHandle[R]: ...
 
     def handle(self, task_id: str, task: TaskRef | None = None) -> TaskHandle[Any]:
         """A handle on the task ``task_id``, dispatched from anywhere.

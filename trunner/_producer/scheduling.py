@@ -43,6 +43,20 @@ class ScheduleCalls:
     @overload
     async def dispatch_delayed(
         self,
+        task_name: Callable[[P], R],
+        payload: P,
+        delay: float | datetime.timedelta,
+        *,
+        keep_result: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the attempt timeout, not the call's
+        expires: Expiry | None = None,
+        headers: Mapping[str, str] | None = None,
+        priority: str | None = None,
+    ) -> TaskHandle[R]: ...
+
+    @overload
+    async def dispatch_delayed(
+        self,
         task_name: str | Task,
         payload: Any,
         delay: float | datetime.timedelta,
@@ -118,6 +132,20 @@ class ScheduleCalls:
     async def schedule_for(
         self,
         task_name: Callable[[P], Awaitable[R]],
+        payload: P,
+        when: datetime.datetime,
+        *,
+        keep_result: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the attempt timeout, not the call's
+        expires: Expiry | None = None,
+        headers: Mapping[str, str] | None = None,
+        priority: str | None = None,
+    ) -> TaskHandle[R]: ...
+
+    @overload
+    async def schedule_for(
+        self,
+        task_name: Callable[[P], R],
         payload: P,
         when: datetime.datetime,
         *,

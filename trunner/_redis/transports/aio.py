@@ -6,6 +6,12 @@ clients and pools, built the same way for every URL (one server, TLS, ACL, Clust
 Sentinel), the same dedicated subscriber connections and the same error map; only the
 calls are awaited directly on the running asyncio loop, bounded by asyncio timeouts. It
 dispatches and waits for results; it reads no streams (a worker runs on Trio).
+
+On Sentinel it follows the master as the bridged transport does, with the same code
+(:meth:`~trunner._redis.transports.bridged.BridgedTransport.follow_master`'s two duties,
+run as asyncio tasks from opening to closing): at each ``+switch-master`` and every
+``MASTER_CHECK`` seconds it asks the sentinels for the master; then no command goes on a
+connection to another node, and the result subscription is moved to the new master.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from collections.abc import Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
+from ..._util import logger
 from ...errors import RedisUnavailable
 from ..endpoints import parse_endpoint
 from ..errors import map_exceptions, redis_py_errors
@@ -34,6 +41,33 @@ CLOSE_TIMEOUT = 5.0
 
 class AioTransport(BridgedTransport):
     """redis-py's asyncio client, called on the asyncio loop of its caller."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._heard = asyncio.Event()  # replaced each time the sentinels answered
+        self._following: list[asyncio.Task[None]] = []
+
+    def start_following(self) -> None:
+        """Sentinel: follow the master on the running loop until :meth:`aclose` (as
+        :meth:`~trunner._redis.transports.bridged.BridgedTransport.follow_master` does on
+        Trio): listen to the sentinels' announcements, and ask them every few seconds."""
+        if not self.follows_master or self._following:
+            return
+        loop = asyncio.get_running_loop()
+        for duty in (self._follow_announcements, self._ask_for_master):
+            task = loop.create_task(duty(), name=f"trunner: {duty.__name__[1:]}")
+            task.add_done_callback(_log_failure)
+            self._following.append(task)
+
+    async def _sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    async def _park_master(self) -> None:
+        await self._heard.wait()
+
+    def _unpark_master(self) -> None:
+        heard, self._heard = self._heard, asyncio.Event()
+        heard.set()
 
     def _semaphore(self, size: int) -> AbstractAsyncContextManager[Any]:
         return asyncio.Semaphore(size)
@@ -68,6 +102,21 @@ class AioTransport(BridgedTransport):
     def open_reader(self, key: str | None = None) -> Reader:
         raise NotImplementedError("the asyncio client reads no streams: workers run on Trio")
 
+    async def aclose(self) -> None:
+        following, self._following = self._following, []
+        for task in following:
+            task.cancel()
+        if following:
+            await asyncio.wait(following)
+        await super().aclose()
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    """Log how a duty following the master failed (a defect: the client keeps the master
+    it knew until a command fails on a deposed one)."""
+    if not task.cancelled() and (error := task.exception()) is not None:
+        logger.error("following the Sentinel master failed", exc_info=error)
+
 
 async def open_aio_transport(
     url: str,
@@ -101,6 +150,7 @@ async def open_aio_transport(
     except BaseException:
         await close_aio_transport(transport)
         raise
+    transport.start_following()
     return transport
 
 

@@ -157,6 +157,18 @@ class Bridge(DedicatedConnections, Transport):
         """A semaphore of ``size`` on the loop the transport's callers run on (Trio)."""
         return trio.Semaphore(size)
 
+    async def _sleep(self, seconds: float) -> None:
+        """Sleep on the loop the transport's callers run on (Trio)."""
+        await trio.sleep(seconds)
+
+    async def _park_master(self) -> None:
+        """Wait until the sentinels next answered (see :meth:`_unpark_master`)."""
+        await self._master_lot.park()
+
+    def _unpark_master(self) -> None:
+        """Wake whoever waits in :meth:`_park_master`: the sentinels answered."""
+        self._master_lot.unpark_all()
+
     def _connection(self, key: str | None) -> tuple[Any, str | None]:
         """A new, unconnected connection for a reader of ``key``: (connection, node name).
 

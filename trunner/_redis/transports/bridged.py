@@ -78,14 +78,19 @@ class BridgedTransport(Bridge):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._follow_announcements)
             task_status.started()
-            while True:
-                await trio.sleep(MASTER_CHECK)
-                await self._learn_master()
+            await self._ask_for_master()
 
     async def wait_master(self, address: tuple[str, int]) -> None:
         """Sentinel: wait until the sentinels have named ``address`` the master."""
         while self.master_address != address:
-            await self._master_lot.park()
+            await self._park_master()
+
+    async def _ask_for_master(self) -> None:
+        """Ask the sentinels for the master every :data:`MASTER_CHECK` seconds, until
+        cancelled (an announcement can be missed)."""
+        while True:
+            await self._sleep(MASTER_CHECK)
+            await self._learn_master()
 
     async def _learn_master(self) -> None:
         try:
@@ -93,7 +98,7 @@ class BridgedTransport(Bridge):
             await self._break_deposed_subscriptions()
         except BackendError as exc:  # the next question or announcement tries again
             logger.debug("asking the sentinels for the master failed: %s", exc)
-        self._master_lot.unpark_all()
+        self._unpark_master()
 
     async def _break_deposed_subscriptions(self) -> None:
         """Close each subscription open on a node that is no longer the master.
@@ -122,7 +127,7 @@ class BridgedTransport(Bridge):
                     await self._call(self._next_switch, f"SUBSCRIBE {SWITCH_CHANNEL}", math.inf)
             except BackendError as exc:
                 logger.debug("listening to the sentinels failed: %s", exc)
-                await trio.sleep(backoff.next_delay())
+                await self._sleep(backoff.next_delay())
                 continue
             backoff.reset()
             await self._learn_master()
