@@ -26,7 +26,10 @@ import trio
 
 from .._util import logger
 
-__all__ = ["Watchdog"]
+__all__ = ["THREAD_NAME", "Watchdog"]
+
+#: The name of a runner's watchdog thread (the leak check reports it with its runner).
+THREAD_NAME = "trunner stall watchdog"
 
 
 class Watchdog:
@@ -55,7 +58,7 @@ class Watchdog:
         """Tick, with the thread watching, until :meth:`stop` (or cancellation)."""
         loop_thread = threading.get_ident()
         thread = threading.Thread(
-            target=self._watch, args=(loop_thread,), name="trunner stall watchdog", daemon=True
+            target=self._watch, args=(loop_thread,), name=THREAD_NAME, daemon=True
         )
         self._tick = time.monotonic()
         thread.start()

@@ -14,6 +14,7 @@ from types import TracebackType
 import trio
 
 from .._engine.jobhost import JobHost
+from .._executors.watchdog import THREAD_NAME as WATCHDOG_THREAD
 from .._redis import Probe, redact_url
 from .._util import connection_name, process_tag
 from .._wire.envelope import PAYLOAD_FIELD
@@ -236,7 +237,10 @@ class CleanShutdown:
 
     def _leaks_but_connections(self) -> list[str]:
         """What is left that does not need waiting for (connections may close late)."""
-        return self._task_leaks() + self._thread_leaks() + self._pending_leaks()
+        tasks = self._task_leaks()
+        # A runner still running keeps its watchdog thread: the runner is the leak.
+        runner_left = any(" of <Runner " in text for text in tasks)
+        return tasks + self._thread_leaks(runner_left) + self._pending_leaks()
 
     def _task_leaks(self) -> list[str]:
         now = _trunner_tasks()
@@ -268,14 +272,17 @@ class CleanShutdown:
             top = above
         return None
 
-    def _thread_leaks(self) -> list[str]:
+    def _thread_leaks(self, runner_left: bool) -> list[str]:
         if not self._check_threads:
             return []
         idle = _idle_trio_threads()
         return [
             f"thread {t.name!r} (ident {t.ident}) started during the block is still alive"
             for t in threading.enumerate()
-            if t not in self._threads and t not in idle and t.is_alive()
+            if t not in self._threads
+            and t not in idle
+            and t.is_alive()
+            and not (runner_left and t.name == WATCHDOG_THREAD)
         ]
 
     def _stopped_runners(self) -> list[Runner]:
