@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 BATCH = 5000
 
 
-def seed(url: str, keys: trunner.Keys, queued: int, dead: int) -> str:
+def seed(url: str, keys: trunner.keys.Keys, queued: int, dead: int) -> str:
     """Write the entries; return the id of the dead letter in the middle."""
     client = redis.Redis.from_url(url)
     body = encode_message("job", {"n": 1, "pad": "x" * 100}, enqueued_at=time.time(),
@@ -85,7 +85,7 @@ async def fetch(base: str, path: str) -> tuple[float, float, int]:
 
 
 async def update_latencies(
-    base: str, group: str, url: str, keys: trunner.Keys, n: int
+    base: str, group: str, url: str, keys: trunner.keys.Keys, n: int
 ) -> list[float]:
     """Seconds from each XADD of a dead letter to the event whose count shows it."""
     client = redis.Redis.from_url(url)
@@ -120,7 +120,7 @@ async def update_latencies(
     return latencies
 
 
-async def snapshot_cost(url: str, keys: trunner.Keys, n: int) -> list[float]:
+async def snapshot_cost(url: str, keys: trunner.keys.Keys, n: int) -> list[float]:
     """Seconds one sampler snapshot's reads take (the same calls, in-process)."""
     costs = []
     async with trunner.open_client(url, keys.group, prefix=keys.prefix) as client:
@@ -143,7 +143,7 @@ async def dashboard(url: str, queued: int = 100_000, dead: int = 100_000, loads:
                     updates: int = 20) -> dict[str, Any]:  # fmt: skip
     prefix = f"bench-dash-{uuid.uuid4().hex[:8]}"
     group = "bench"
-    keys = trunner.Keys(prefix, group)
+    keys = trunner.keys.Keys(prefix, group)
     seeding = time.perf_counter()
     middle = await trio.to_thread.run_sync(seed, url, keys, queued, dead)
     seeded_s = time.perf_counter() - seeding

@@ -24,7 +24,7 @@ async def candidate(url: str, name: str) -> None:
         await elector.wait_promoted()
         try:
             runs = await elector.eval_fenced(RECORD_RUN, keys=[RUNS], args=[name])
-        except trunner.LeadershipLost:
+        except trunner.errors.LeadershipLost:
             print(f"{name} lost the lease before writing: nothing written")
             return
         print(f"{name} leads (fence {elector.fence}): nightly report run #{runs}; stepping down")

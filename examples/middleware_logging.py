@@ -46,7 +46,7 @@ class LogContext(trunner.Middleware):
     each attempt ended, and stamps the current tenant on each dispatch."""
 
     @contextlib.asynccontextmanager
-    async def around_attempt(self, attempt: trunner.AttemptInfo) -> AsyncIterator[None]:
+    async def around_attempt(self, attempt: trunner.middleware.AttemptInfo) -> AsyncIterator[None]:
         token = log_fields.set(
             {
                 "task": attempt.task_name,
@@ -64,7 +64,7 @@ class LogContext(trunner.Middleware):
             logger.info("attempt %s", attempt.outcome.value if attempt.outcome else "?")
             log_fields.reset(token)
 
-    def on_dispatch(self, dispatch: trunner.DispatchInfo) -> None:
+    def on_dispatch(self, dispatch: trunner.middleware.DispatchInfo) -> None:
         tenant = current_tenant.get()
         if tenant is not None:
             dispatch.headers.setdefault("tenant", tenant)

@@ -34,7 +34,7 @@ class SentryMiddleware(trunner.Middleware):
     """Captures the exception of each failed attempt, with the task's tags and context."""
 
     @contextlib.asynccontextmanager
-    async def around_attempt(self, attempt: trunner.AttemptInfo) -> AsyncIterator[None]:
+    async def around_attempt(self, attempt: trunner.middleware.AttemptInfo) -> AsyncIterator[None]:
         with sentry_sdk.isolation_scope() as scope:
             scope.set_tag("trunner.task", attempt.task_name)
             scope.set_tag("trunner.group", attempt.group)

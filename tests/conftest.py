@@ -18,9 +18,9 @@ import redis
 import trio
 
 import trunner
-from trunner import Keys
 from trunner._lifecycle.assembly import Components
 from trunner._redis import forget_memory_server, memory_server_client
+from trunner.keys import Keys
 from trunner.testing import open_runner_factory
 
 from .support.servers import RedisServer

@@ -3,7 +3,7 @@ client and admin it serves, its statistics and errors, and its view of the group
 
 :class:`~trunner.Runner` inherits these members; they read the components
 :mod:`trunner._lifecycle.assembly` built for the current run, and raise
-:class:`~trunner.RunnerNotRunning` where there is nothing to read yet.
+:class:`~trunner.errors.RunnerNotRunning` where there is nothing to read yet.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class RunnerView:
         """The [Redis handle][trunner.RedisHandle] for task code, batched across tasks.
 
         Inside a task it is also ``trunner.current_runner().redis``. Once the runner has
-        stopped, its commands raise [``RunnerNotRunning``][trunner.RunnerNotRunning].
+        stopped, its commands raise [``RunnerNotRunning``][trunner.errors.RunnerNotRunning].
 
         Raises:
             RunnerNotRunning: The runner was never started.
@@ -79,10 +79,10 @@ class RunnerView:
 
     @property
     def admin(self) -> Admin:
-        """This runner's [``Admin``][trunner.Admin]: the group's inspection and
+        """This runner's [``Admin``][trunner.admin.Admin]: the group's inspection and
         administration, over the runner's connections (the deprecated ``runner.pause()``
         is ``runner.admin.pause()``). Once the runner has stopped, its methods raise
-        [``RunnerNotRunning``][trunner.RunnerNotRunning].
+        [``RunnerNotRunning``][trunner.errors.RunnerNotRunning].
 
         Raises:
             RunnerNotRunning: The runner was never started.
@@ -130,7 +130,7 @@ class RunnerView:
 
         Local and synchronous: it can be called in any state, before the start and after
         the stop included. The group's statistics are
-        [``admin.group_stats``][trunner.Admin.group_stats].
+        [``admin.group_stats``][trunner.admin.Admin.group_stats].
         """
         return snapshot(self._state, self._counters, self._errors, self.config, self._components)
 
@@ -167,16 +167,16 @@ class RunnerView:
         - [``TaskFailed``][trunner.TaskFailed], for every attempt that raised;
         - [``MaxRetryExceeded``][trunner.MaxRetryExceeded],
           [``TaskNotFound``][trunner.TaskNotFound] or
-          [``InvalidMessage``][trunner.InvalidMessage], for every message given up;
+          [``InvalidMessage``][trunner.errors.InvalidMessage], for every message given up;
         - the exception raised by a failed-task handler, or by a ``retry_backoff``
           callable;
-        - [``ReservationLost``][trunner.ReservationLost], when a running message was
+        - [``ReservationLost``][trunner.errors.ReservationLost], when a running message was
           taken over;
         - [``PayloadTooLarge``][trunner.PayloadTooLarge], when the leader skipped a cron
           tick whose message is larger than this runner's ``max_payload_bytes``;
         - [``BackendError``][trunner.BackendError] subclasses
           ([``RedisUnavailable``][trunner.RedisUnavailable],
-          [``RedisCommandError``][trunner.RedisCommandError]), for Redis failures the
+          [``RedisCommandError``][trunner.errors.RedisCommandError]), for Redis failures the
           runner retried or gave up on;
         - unexpected internal errors that were contained to one message.
 

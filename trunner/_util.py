@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar
 
 import trio
 
-from .errors import TaskTimeout
+from .errors import GiveUp, TaskTimeout
 
 __all__ = [
     "ErrorLog",
@@ -69,6 +69,18 @@ def leaf_exceptions(error: BaseException) -> Iterator[BaseException]:
             yield from leaf_exceptions(inner)
     else:
         yield error
+
+
+def gives_up(failure: BaseException, give_up_on: tuple[type[BaseException], ...] = ()) -> bool:
+    """Whether an attempt that raised ``failure`` gives its task up (no retry): a
+    [``GiveUp``][trunner.GiveUp], or an exception of a ``give_up_on`` type — also inside an
+    exception group (what a nursery in the task raises): a group gives up when it holds a
+    ``GiveUp``, or when every exception in it is of a ``give_up_on`` type."""
+    if isinstance(failure, BaseExceptionGroup):
+        if failure.subgroup(GiveUp) is not None:
+            return True
+        return bool(give_up_on) and failure.split(give_up_on)[1] is None
+    return isinstance(failure, GiveUp) or (bool(give_up_on) and isinstance(failure, give_up_on))
 
 
 @asynccontextmanager

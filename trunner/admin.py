@@ -1,6 +1,6 @@
 """Inspection and administration of a consumer group: ``Admin``, and the values it returns.
 
-A runner's ``admin`` and a client's ``admin`` are one; [``open_admin``][trunner.open_admin]
+A runner's ``admin`` and a client's ``admin`` are one; [``open_admin``][trunner.admin.open_admin]
 opens one alone (``trunner inspect`` and ``trunner dead-letter`` show what it reads).
 """
 
@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 
 from ._producer import admin as queries
 from ._producer.opening import check_producer_args, group_keys
+from ._public import fixup_module_metadata
 from ._redis import Broker, open_transport
 from ._util import connection_name, wall_ms
 from ._wire.envelope import DEFAULT_MAX_PAYLOAD_BYTES
@@ -25,6 +26,7 @@ from ._wire.inspection import (
 from ._wire.pause import notices_for
 from ._wire.quarantine import QuarantineRecord
 from ._wire.stats import GroupStats, InstanceInfo, TaskTiming
+from .discovery import FoundGroup, GroupsFound, discover_groups
 from .errors import RunnerNotRunning
 from .registry import TaskRegistry
 
@@ -33,13 +35,16 @@ __all__ = [
     "CronEntry",
     "DeadLetter",
     "DelayedTask",
+    "FoundGroup",
     "GroupInfo",
     "GroupStats",
+    "GroupsFound",
     "InstanceInfo",
     "QuarantineRecord",
     "ReplayResult",
     "TaskTiming",
     "as_dict",
+    "discover_groups",
     "open_admin",
 ]
 
@@ -49,12 +54,12 @@ class Admin:
     pause, delayed tasks, cron schedules, dead letters and quarantine.
 
     Do not create it yourself: a runner's [``admin``][trunner.Runner.admin], a client's
-    [``admin``][trunner.Client.admin], or [``open_admin``][trunner.open_admin] gives one
+    [``admin``][trunner.Client.admin], or [``open_admin``][trunner.admin.open_admin] gives one
     (as asynq's ``Inspector`` beside its ``Client``). Once its runner, client or
     ``open_admin`` block is closed, its methods raise
-    [``RunnerNotRunning``][trunner.RunnerNotRunning]; Redis failures raise
+    [``RunnerNotRunning``][trunner.errors.RunnerNotRunning]; Redis failures raise
     [``RedisUnavailable``][trunner.RedisUnavailable] or
-    [``RedisCommandError``][trunner.RedisCommandError].
+    [``RedisCommandError``][trunner.errors.RedisCommandError].
     """
 
     def __init__(
@@ -99,7 +104,7 @@ class Admin:
         return await self._open_broker().queue_length()
 
     async def lane_lengths(self) -> dict[str, int]:
-        """[``queue_length``][trunner.Admin.queue_length] per [priority lane](lanes.md):
+        """[``queue_length``][trunner.admin.Admin.queue_length] per [priority lane](lanes.md):
         the lanes this runner reads (a client: the default lane), then those the queue's
         other runners and clients named."""
         return await self._open_broker().lane_lengths()
@@ -153,7 +158,7 @@ class Admin:
         An instance that has not reported for ``instance_ttl`` is not listed.
 
         Returns:
-            One [``InstanceInfo``][trunner.InstanceInfo] per live instance, by id.
+            One [``InstanceInfo``][trunner.admin.InstanceInfo] per live instance, by id.
         """
         return await queries.read_instances(self._open_broker(), self._instance_ttl)
 
@@ -173,7 +178,7 @@ class Admin:
         Running tasks go on and finish; acknowledgements, heartbeats and the leader's
         chores go on too (the delayed mover keeps moving due tasks into the stream, where
         they wait). A runner started while the group is paused stays paused. The pause
-        lasts until [``resume``][trunner.Admin.resume]; see
+        lasts until [``resume``][trunner.admin.Admin.resume]; see
         [Pausing a group](pause.md) for the guarantee and how fast it holds.
 
         Returns:
@@ -240,7 +245,7 @@ class Admin:
                 500 entries per round trip).
 
         Returns:
-            A [``ReplayResult``][trunner.ReplayResult]: the new stream ids, and why each
+            A [``ReplayResult``][trunner.admin.ReplayResult]: the new stream ids, and why each
             entry that was not replayed was not (it unpacks as ``(new ids, ids not
             replayed)``).
         """
@@ -262,7 +267,7 @@ class Admin:
     ) -> int:
         """Delete some dead letters: those of ``ids``, or every one of the task ``task``.
 
-        [``purge_dead_letters``][trunner.Admin.purge_dead_letters] deletes them all.
+        [``purge_dead_letters``][trunner.admin.Admin.purge_dead_letters] deletes them all.
 
         Args:
             ids: Dead-letter entry ids (ids that are not entry ids are left out).
@@ -299,7 +304,7 @@ class Admin:
             offset: How many of the soonest to skip.
 
         Returns:
-            Up to ``count`` [``DelayedTask``][trunner.DelayedTask]s; one whose message
+            Up to ``count`` [``DelayedTask``][trunner.admin.DelayedTask]s; one whose message
             cannot be read is listed with its ``problem``. Cancel one with
             ``handle(task.id).cancel()``.
         """
@@ -313,7 +318,7 @@ class Admin:
         registry does not know are listed after, without expression or next tick.
 
         Returns:
-            One [``CronEntry``][trunner.CronEntry] per schedule.
+            One [``CronEntry``][trunner.admin.CronEntry] per schedule.
         """
         return await queries.cron_entries(self._open_broker(), self._registry)
 
@@ -345,7 +350,7 @@ async def open_admin(
     max_connections: int = 20,
     instance_ttl: float = 15.0,
 ) -> AsyncIterator[Admin]:
-    """Open an [``Admin``][trunner.Admin] of a consumer group, for the duration of the block.
+    """Open an [``Admin``][trunner.admin.Admin] of a consumer group, for the duration of the block.
 
     For tools and processes that inspect or administer a group and dispatch nothing. It
     opens connections only, like [``open_client``][trunner.open_client], whose arguments
@@ -368,7 +373,7 @@ async def open_admin(
             [``RunnerConfig.instance_ttl``][trunner.RunnerConfig.instance_ttl] (> 0).
 
     Yields:
-        The [``Admin``][trunner.Admin].
+        The [``Admin``][trunner.admin.Admin].
 
     Raises:
         TypeError: A bad argument, before connecting.
@@ -376,7 +381,7 @@ async def open_admin(
         RedisUnavailable: Redis cannot be reached within ``connect_timeout``.
 
     After the block, the admin's methods raise
-    [``RunnerNotRunning``][trunner.RunnerNotRunning].
+    [``RunnerNotRunning``][trunner.errors.RunnerNotRunning].
     """
     keys = group_keys("open_admin", queue, None, group, prefix)
     check_producer_args(
@@ -399,3 +404,6 @@ async def open_admin(
             yield admin
         finally:
             admin._close()
+
+
+fixup_module_metadata(__name__, globals())

@@ -121,7 +121,7 @@ class Client(ClientArgs, DispatchCalls, ScheduleCalls):
 
     @property
     def admin(self) -> Admin:
-        """The [``Admin``][trunner.Admin] of the client's group, over the client's
+        """The [``Admin``][trunner.admin.Admin] of the client's group, over the client's
         connections: ``await client.admin.pause()``, ``await client.admin.inspect()`` ...
 
         Raises:

@@ -41,7 +41,7 @@ class Client(DispatchCalls, ScheduleCalls, AdminCalls):
     its [``admin``][trunner.Client.admin] inspects and administers the group (the
     client's own admin methods, such as ``client.dead_letters()``, are the admin's, and
     deprecated). After the ``open_client`` block they raise
-    [``RunnerNotRunning``][trunner.RunnerNotRunning].
+    [``RunnerNotRunning``][trunner.errors.RunnerNotRunning].
     """
 
     _called = "client"
@@ -65,7 +65,7 @@ class Client(DispatchCalls, ScheduleCalls, AdminCalls):
 
     @property
     def admin(self) -> Admin:
-        """The [``Admin``][trunner.Admin] of the client's group: its inspection and
+        """The [``Admin``][trunner.admin.Admin] of the client's group: its inspection and
         administration, over the client's connections."""
         return self._admin
 
@@ -159,7 +159,7 @@ async def open_client(
         Crashed: The client's Redis handle failed.
 
     An exception from the block leaves as itself. After the block, the client's methods
-    raise [``RunnerNotRunning``][trunner.RunnerNotRunning].
+    raise [``RunnerNotRunning``][trunner.errors.RunnerNotRunning].
     """
     keys = group_keys("open_client", queue, consumer_group, group, prefix)
     check_producer_args(

@@ -25,7 +25,7 @@ FailedTaskHandler = Callable[["TaskMessage", BaseException], Awaitable[Any]]
 It runs when a message is given up on (see [Giving up](concepts.md#giving-up)), before
 the message is moved to the dead-letter stream. ``error`` is
 [``MaxRetryExceeded``][trunner.MaxRetryExceeded], [``TaskNotFound``][trunner.TaskNotFound]
-or [``InvalidMessage``][trunner.InvalidMessage]. The return value is ignored. If the
+or [``InvalidMessage``][trunner.errors.InvalidMessage]. The return value is ignored. If the
 handler raises, the message is not dead-lettered: it stays pending for a later delivery.
 """
 
@@ -33,7 +33,7 @@ LongQueueHook = Callable[[GroupStats], Awaitable[Any]]
 """The type of [``RunnerConfig.long_queue_hook``][trunner.RunnerConfig.long_queue_hook]:
 ``async def hook(stats)``.
 
-The leader calls it with the window's [``GroupStats``][trunner.GroupStats] when their
+The leader calls it with the window's [``GroupStats``][trunner.admin.GroupStats] when their
 ``predicted_wait`` exceeds ``long_queue_threshold``. The return value is ignored; an
 exception is reported through ``runner.errors()`` and does not stop the leader.
 """

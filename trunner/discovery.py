@@ -50,7 +50,7 @@ class FoundGroup:
 
 @attrs.frozen
 class GroupsFound:
-    """What [``discover_groups``][trunner.discover_groups] found."""
+    """What [``discover_groups``][trunner.admin.discover_groups] found."""
 
     groups: list[FoundGroup]
     """The groups, sorted by queue, then group."""

@@ -25,11 +25,12 @@ that has not noticed yet cannot act.
 
 from __future__ import annotations
 
-import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ._deprecate import Deprecated, deprecate_attributes
 from ._leader.election import Elector, open_elector
 from ._leader.events import Demoted, ElectionEvent, ElectionFailed, Promoted
+from ._public import fixup_module_metadata
 
 __all__ = [
     "Demoted",
@@ -40,17 +41,12 @@ __all__ = [
     "open_elector",
 ]
 
+fixup_module_metadata(__name__, globals())
+
 if TYPE_CHECKING:
     ElectionError = ElectionFailed  # deprecated: use ElectionFailed
-else:
 
-    def __getattr__(name: str) -> Any:
-        if name == "ElectionError":
-            warnings.warn(
-                "trunner.election.ElectionError is deprecated, use ElectionFailed (an event, "
-                "not an exception)",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            return ElectionFailed
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+deprecate_attributes(
+    __name__,
+    {"ElectionError": Deprecated(ElectionFailed, "ElectionFailed (an event, not an exception)")},
+)

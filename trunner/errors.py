@@ -1,9 +1,7 @@
 """Every exception trunner raises, as one tree: each class under the class it derives
-from, with the built-in classes it also derives from in parentheses.
-
-All of them derive from ``TrunnerError`` but ``RemoteFailure``, which trunner never raises:
-it stands for an exception a task raised on another instance, and is what a ``TaskFailed``
-from ``TaskHandle.result()`` carries as its ``error``.
+from, with the built-in classes it also derives from in parentheses. All derive from
+``TrunnerError`` but ``RemoteFailure``, never raised: it stands for an exception a task
+raised on another instance, as the ``error`` of a ``TaskFailed`` from ``TaskHandle.result()``.
 
 * TrunnerError
   + TaskNotFound (LookupError)
@@ -27,6 +25,7 @@ from ``TaskHandle.result()`` carries as its ``error``.
     - ResultNotKept
     - ResultExpired
   + ResultTimeout (trio.TooSlowError, TimeoutError)
+  + SelfWait (RuntimeError)
   + BadData
   + ReservationLost
   + LeadershipLost
@@ -43,56 +42,23 @@ from ``TaskHandle.result()`` carries as its ``error``.
 
 from __future__ import annotations
 
-import difflib
-import signal
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 import trio
 
-if TYPE_CHECKING:
-    from .status import TaskState
+from ._wording import closest_names, death, given_up
+from .status import TaskState
 
 __all__ = [
-    "BackendError",
-    "BadData",
-    "CommandNotAllowed",
-    "Crashed",
-    "ElectorCrashed",
-    "GiveUp",
-    "InvalidArgument",
-    "InvalidHeaders",
-    "InvalidMessage",
-    "InvalidPayload",
-    "InvalidResult",
-    "LeadershipLost",
-    "MaxRetryExceeded",
-    "MiddlewareError",
-    "PayloadTooLarge",
-    "RedisCommandError",
-    "RedisUnavailable",
-    "RemoteFailure",
-    "ReservationLost",
-    "ResultExpired",
-    "ResultNotFound",
-    "ResultNotKept",
-    "ResultTimeout",
-    "RunnerAlreadyStarted",
-    "RunnerCrashed",
-    "RunnerNotRunning",
-    "TaskAlreadyDispatched",
-    "TaskCancelled",
-    "TaskExpired",
-    "TaskFailed",
-    "TaskNotFound",
-    "TaskTimeout",
-    "TrunnerError",
+    "BackendError", "BadData", "CommandNotAllowed", "Crashed", "ElectorCrashed", "GiveUp",
+    "InvalidArgument", "InvalidHeaders", "InvalidMessage", "InvalidPayload", "InvalidResult",
+    "LeadershipLost", "MaxRetryExceeded", "MiddlewareError", "PayloadTooLarge",
+    "RedisCommandError", "RedisUnavailable", "RemoteFailure", "ReservationLost",
+    "ResultExpired", "ResultNotFound", "ResultNotKept", "ResultTimeout", "RunnerAlreadyStarted",
+    "RunnerCrashed", "RunnerNotRunning", "SelfWait", "TaskAlreadyDispatched", "TaskCancelled",
+    "TaskExpired", "TaskFailed", "TaskNotFound", "TaskTimeout", "TrunnerError",
     "WorkerProcessDied",
-]
-
-
-#: A registry this small is listed whole when an unknown name resembles none of its names.
-_LISTED = 10
+]  # fmt: skip
 
 
 class TrunnerError(Exception):
@@ -110,14 +76,8 @@ class TaskNotFound(TrunnerError, LookupError):
     """
 
     def __init__(self, task_name: str, known: Iterable[str] = ()) -> None:
-        names = sorted(known)
-        self.suggestions = difflib.get_close_matches(task_name, names, n=3, cutoff=0.6)
+        self.suggestions, hint = closest_names(task_name, known)
         """The registered names closest to ``task_name`` (up to 3; may be empty)."""
-        hint = ""
-        if self.suggestions:
-            hint = "; did you mean " + " or ".join(repr(n) for n in self.suggestions) + "?"
-        elif names and len(names) <= _LISTED:
-            hint = f" (registered: {', '.join(names)})"
         super().__init__(f"no task named {task_name!r} is registered{hint}")
         self.task_name = task_name
         """The unknown name."""
@@ -225,22 +185,8 @@ class MaxRetryExceeded(TrunnerError):
     def __init__(
         self, task_name: str, attempts: int, *, redelivered: bool = False, deliveries: int = 0
     ) -> None:
-        if deliveries:
-            redelivered = True
-            text = (
-                f"task {task_name!r} (attempt {attempts}) was delivered {deliveries} times "
-                "without a recorded outcome (each time its worker crashed, was killed, or "
-                "stalled past reclaim_delay): its max_redeliveries are used up"
-            )
-        elif redelivered:
-            text = (
-                f"task {task_name!r} was delivered again after its last allowed attempt "
-                f"({attempts}) without a recorded outcome (its failed-task handler raised, "
-                "or was cut off by a shutdown)"
-            )
-        else:
-            text = f"task {task_name!r} failed after {attempts} attempt(s)"
-        super().__init__(text)
+        redelivered = redelivered or bool(deliveries)
+        super().__init__(given_up(task_name, attempts, redelivered, deliveries))
         self.task_name = task_name
         """The task's name."""
         self.attempts = attempts
@@ -306,18 +252,6 @@ class GiveUp(TrunnerError):
     """
 
 
-def gives_up(failure: BaseException, give_up_on: tuple[type[BaseException], ...] = ()) -> bool:
-    """Whether an attempt that raised ``failure`` gives its task up (no retry): a
-    [``GiveUp``][trunner.GiveUp], or an exception of a ``give_up_on`` type — also inside an
-    exception group (what a nursery in the task raises): a group gives up when it holds a
-    ``GiveUp``, or when every exception in it is of a ``give_up_on`` type."""
-    if isinstance(failure, BaseExceptionGroup):
-        if failure.subgroup(GiveUp) is not None:
-            return True
-        return bool(give_up_on) and failure.split(give_up_on)[1] is None
-    return isinstance(failure, GiveUp) or (bool(give_up_on) and isinstance(failure, give_up_on))
-
-
 class InvalidResult(GiveUp):
     """A task that keeps its result returned a value that has no JSON form (an object of
     a type the codec does not know): given up at once, as its result cannot be kept."""
@@ -344,24 +278,11 @@ class WorkerProcessDied(TrunnerError):
     """
 
     def __init__(self, task_name: str, exitcode: int | None) -> None:
-        if exitcode is None:
-            how = "with no exit status"
-        elif exitcode < 0:
-            how = f"killed by signal {_signal_name(-exitcode)}"
-        else:
-            how = f"with exit code {exitcode}"
-        super().__init__(f"task {task_name!r}: its worker process died {how}")
+        super().__init__(f"task {task_name!r}: its worker process died {death(exitcode)}")
         self.task_name = task_name
         """The task's name."""
         self.exitcode = exitcode
         """The process's exit code; ``-N`` when signal ``N`` ended it."""
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return f"{signal.Signals(number).name} ({number})"
-    except ValueError:
-        return str(number)
 
 
 class TaskCancelled(TrunnerError):
@@ -378,13 +299,11 @@ class ResultNotFound(TrunnerError, LookupError):
     ``LookupError``).
 
     Its subclasses say why, when the handle can tell:
-    [``ResultNotKept``][trunner.ResultNotKept] (the task ended, and keeps no result) and
-    [``ResultExpired``][trunner.ResultExpired] (its result was kept, and is gone). Raised as
-    itself when it cannot: nothing is known of the id in the group (no task of that id was
-    dispatched to it, or it ended long enough ago to leave no trace), or the task was
-    dispatched by name through a client whose registry does not know it (it keeps no
-    result, its result expired, or the runners do not know the name either and
-    dead-lettered it).
+    [``ResultNotKept``][trunner.errors.ResultNotKept] (the task ended, and keeps no result) and
+    [``ResultExpired``][trunner.errors.ResultExpired] (its result was kept, and is gone). Raised as
+    itself when it cannot: an id never dispatched to the group or long gone, or a task
+    dispatched by name through a client that does not know it (see
+    [No outcome stored](task-handles.md#no-outcome-stored)).
     """
 
     def __init__(self, message: str, task_id: str = "", task_name: str | None = None) -> None:
@@ -443,6 +362,10 @@ class ResultTimeout(TrunnerError, trio.TooSlowError, TimeoutError):
         no look ended before the timeout."""
 
 
+class SelfWait(TrunnerError, RuntimeError):
+    """A task awaited its own result: it would wait for ever (also a ``RuntimeError``)."""
+
+
 class BadData(TrunnerError):
     """A value trunner read from Redis (or a registered setting) is not what it wrote.
 
@@ -494,8 +417,8 @@ class RunnerNotRunning(TrunnerError, RuntimeError):
 class Crashed(TrunnerError):
     """A background component failed; ``__cause__`` is the exception group of its errors.
 
-    The base class of [``RunnerCrashed``][trunner.RunnerCrashed] and
-    [``ElectorCrashed``][trunner.ElectorCrashed]. Raised as itself on leaving
+    The base class of [``RunnerCrashed``][trunner.errors.RunnerCrashed] and
+    [``ElectorCrashed``][trunner.errors.ElectorCrashed]. Raised as itself on leaving
     [``open_client``][trunner.open_client] or [``open_redis``][trunner.open_redis] when
     their Redis handle failed.
     """

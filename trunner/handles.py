@@ -37,16 +37,12 @@ from ._waiting.waiters import Waiters
 from ._wire.codec import TypeCodec, untyped
 from ._wire.marks import MARK_LIFETIME
 from ._wire.record import UNASKED_KEEP, record_fields, ttl_ms
-from .errors import BackendError, ResultTimeout, TrunnerError
+from .errors import BackendError, ResultTimeout, SelfWait
 from .status import CancelOutcome, TaskState, TaskStatus
 
-__all__ = ["HandleSource", "SelfWait", "TaskHandle"]
+__all__ = ["HandleSource", "TaskHandle"]
 
 R = TypeVar("R")
-
-
-class SelfWait(TrunnerError, RuntimeError):
-    """A task awaited its own result: it would wait for ever (also a ``RuntimeError``)."""
 
 
 class HandleSource(Protocol):

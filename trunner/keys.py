@@ -6,6 +6,9 @@ public names at the path the docs give (see [Redis layout](redis-layout.md)).
 
 from __future__ import annotations
 
+from ._public import fixup_module_metadata
 from ._wire.keys import Keys, UniqueLock
 
 __all__ = ["Keys", "UniqueLock"]
+
+fixup_module_metadata(__name__, globals())

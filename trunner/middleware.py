@@ -45,8 +45,9 @@ from typing import Any, Protocol
 import trio
 
 from ._context import MessageSource
+from ._util import gives_up
 from ._wire.message import TaskMessage
-from .errors import TaskTimeout, gives_up
+from .errors import TaskTimeout
 
 __all__ = [
     "AttemptInfo",
@@ -57,14 +58,14 @@ __all__ = [
 
 
 class AttemptOutcome(enum.Enum):
-    """How an attempt ended, as [``AttemptInfo.outcome``][trunner.AttemptInfo.outcome]
+    """How an attempt ended, as [``AttemptInfo.outcome``][trunner.middleware.AttemptInfo.outcome]
     tells a middleware when it exits."""
 
     SUCCEEDED = "succeeded"
-    """The action returned: [``result``][trunner.AttemptInfo.result] is its value."""
+    """The action returned: [``result``][trunner.middleware.AttemptInfo.result] is its value."""
     FAILED = "failed"
     """The action (or a middleware inside this one) raised:
-    [``error``][trunner.AttemptInfo.error] is the exception."""
+    [``error``][trunner.middleware.AttemptInfo.error] is the exception."""
     TIMED_OUT = "timed_out"
     """The attempt ran past its timeout and was cancelled: ``error`` is a
     [``TaskTimeout``][trunner.TaskTimeout]."""
@@ -187,7 +188,7 @@ class DispatchInfo:
 
     Only ``headers`` may be changed: it is the dict the message will carry (add, change
     or remove entries; the bounds are checked after the last hook, see
-    [``InvalidHeaders``][trunner.InvalidHeaders]).
+    [``InvalidHeaders``][trunner.errors.InvalidHeaders]).
     """
 
     __slots__ = ("delayed_until", "group", "headers", "payload", "task_id", "task_name")
@@ -258,7 +259,7 @@ class Middleware:
         Called once per message (``dispatch_many`` calls it for each payload), after the
         task and the payload were checked, and before anything is written. Change
         ``dispatch.headers`` in place to set the message's headers. If it raises,
-        the dispatch fails with [``MiddlewareError``][trunner.MiddlewareError] and
+        the dispatch fails with [``MiddlewareError``][trunner.errors.MiddlewareError] and
         nothing is written.
 
         Args:

@@ -37,15 +37,8 @@ except ImportError as exc:  # pragma: no cover - depends on the extra
         "OpenTelemetry support needs the otel extra: pip install 'trunner[otel]'"
     ) from exc
 
-from trunner import (
-    AttemptInfo,
-    AttemptOutcome,
-    DispatchInfo,
-    Middleware,
-    Runner,
-    RunnerStatistics,
-    __version__,
-)
+from trunner import Middleware, Runner, RunnerStatistics, __version__
+from trunner.middleware import AttemptInfo, AttemptOutcome, DispatchInfo
 
 from ._engine.instruments import GAUGES, LANE_COUNTERS, TASK_COUNTERS
 from ._wire.names import DEFAULT_LANE, split_entry_id

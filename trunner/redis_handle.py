@@ -6,7 +6,7 @@ its own exception. Blocking commands never share a batch nor a pooled connection
 runs on a connection of its own. Transactions are sent on their own. Commands that would
 change the state of a connection the handle shares with other tasks and with the runner
 (``SELECT``, ``MULTI`` outside a transaction pipeline, ``SUBSCRIBE``, ``CLIENT REPLY`` ...)
-are refused with :class:`~trunner.CommandNotAllowed`, saying what to use instead.
+are refused with :class:`~trunner.errors.CommandNotAllowed`, saying what to use instead.
 
 Get one from a runner (``runner.redis``, ``trunner.current_runner().redis`` inside a
 task), from a client (``client.redis``), or on its own with :func:`open_redis`.
@@ -185,11 +185,11 @@ class RedisHandle(_Commands):
     [``open_redis``][trunner.open_redis]; do not create it yourself. The whole guide:
     [Using Redis from your tasks](redis-from-tasks.md).
 
-    Every command raises [``RunnerNotRunning``][trunner.RunnerNotRunning] once the
+    Every command raises [``RunnerNotRunning``][trunner.errors.RunnerNotRunning] once the
     runner, client or ``open_redis`` block has ended,
     [``RedisUnavailable``][trunner.RedisUnavailable] when Redis cannot be reached or does
     not answer within the command timeout, and
-    [``RedisCommandError``][trunner.RedisCommandError] for an error reply.
+    [``RedisCommandError``][trunner.errors.RedisCommandError] for an error reply.
 
     Cancellation: a cancelled caller stops waiting for its reply, but a command already
     handed to a batch may still run; the other callers of the batch are unaffected.
@@ -374,7 +374,7 @@ async def open_redis(
     """A [``RedisHandle``][trunner.RedisHandle] on its own, for the duration of the block.
 
     For code that is not run by a runner. After the block, its commands raise
-    [``RunnerNotRunning``][trunner.RunnerNotRunning].
+    [``RunnerNotRunning``][trunner.errors.RunnerNotRunning].
 
     Args:
         url: The Redis URL, as for [``open_runner``][trunner.open_runner].

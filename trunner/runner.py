@@ -10,7 +10,7 @@ fetchers stop, unstarted messages are released, running tasks drain, the service
 by one, and what is still held is released. Every step that talks to Redis is shielded
 and bounded.
 
-Supervision: a runner ends with :class:`~trunner.RunnerCrashed` only for a defect of
+Supervision: a runner ends with :class:`~trunner.errors.RunnerCrashed` only for a defect of
 trunner itself, and never the next instance for the same data. Errors caused by data (a
 stream entry, a stored value, a registered cron expression, a task's payload) are
 contained to that item by the loop that read it: the item is dead-lettered (messages) or
@@ -137,7 +137,7 @@ class Runner(RunnerView, DispatchCalls, ScheduleCalls, AdminCalls):
         self.consumer_name = config.consumer_name or instance_id(config.host)
         """This instance's consumer name: ``config.consumer_name``, or
         ``<host>:<pid>:<6 hex digits>``. It is also the instance's id in the leadership
-        lease and in [``instances``][trunner.Admin.instances]."""
+        lease and in [``instances``][trunner.admin.Admin.instances]."""
         self._state = RunnerState.INIT
         self._counters = Counters()
         self._errors = ErrorLog()

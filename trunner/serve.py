@@ -5,6 +5,9 @@ The code is ``trunner._worker``; this module keeps the public names at their pat
 
 from __future__ import annotations
 
+from ._public import fixup_module_metadata
 from ._worker.serve import WorkerSettings, load_settings, run_worker
 
 __all__ = ["WorkerSettings", "load_settings", "run_worker"]
+
+fixup_module_metadata(__name__, globals())

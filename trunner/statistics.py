@@ -2,7 +2,7 @@
 returns, and the per-task totals ``Runner.task_totals()`` returns.
 
 Local and synchronous, like Trio's ``statistics()``; the group-wide figures are
-:class:`~trunner.GroupStats` (``group_stats.py``). The mutable counters they are read from
+:class:`~trunner.admin.GroupStats` (``group_stats.py``). The mutable counters they are read from
 are the engine's (:mod:`trunner._engine.counters`).
 """
 

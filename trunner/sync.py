@@ -92,11 +92,11 @@ class TaskHandle(str, Generic[R]):
 
 
 class _Blocking(Generic[P, T]):
-    """A method of [``Admin``][trunner.Admin], blocking, on the admin of a sync client."""
+    """A method of [``Admin``][trunner.admin.Admin], blocking, on the admin of a sync client."""
 
     def __init__(self, method: Callable[Concatenate[_admin.Admin, P], Awaitable[T]]) -> None:
         self._method = method
-        self.__doc__ = f"As [``Admin.{method.__name__}``][trunner.Admin.{method.__name__}]."
+        self.__doc__ = f"As [``Admin.{method.__name__}``][trunner.admin.Admin.{method.__name__}]."
 
     def __get__(self, admin: Admin, owner: type[Admin] | None = None) -> Callable[P, T]:
         def call(*args: P.args, **kwargs: P.kwargs) -> T:
@@ -110,7 +110,7 @@ class _Blocking(Generic[P, T]):
 
 class Admin:
     """The admin of a synchronous client's group: the inspection and the pause of
-    [``Admin``][trunner.Admin], as blocking calls."""
+    [``Admin``][trunner.admin.Admin], as blocking calls."""
 
     def __init__(self, client: Client) -> None:
         self._client = client

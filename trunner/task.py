@@ -6,10 +6,10 @@ docs spell them. ``trunner.task.TaskRegistry`` still resolves, with a warning, f
 release.
 """
 
-import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import registry as _registry
+from ._deprecate import Deprecated, deprecate_attributes
 from ._task import Action, Backoff, Task, TaskDefaults
 from .schedule import CronSchedule
 
@@ -18,15 +18,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Action", "Backoff", "CronSchedule", "Task", "TaskDefaults"]
 
-#: Names that moved out, each with its public path; they resolve with a warning.
-_MOVED = {"TaskRegistry": ("trunner.TaskRegistry", _registry.TaskRegistry)}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        new_path, value = _MOVED[name]
-        warnings.warn(
-            f"trunner.task.{name} is deprecated, use {new_path}", DeprecationWarning, stacklevel=2
-        )
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+deprecate_attributes(
+    __name__, {"TaskRegistry": Deprecated(_registry.TaskRegistry, "trunner.TaskRegistry")}
+)

@@ -159,7 +159,7 @@ class NoopMiddleware(trunner.Middleware):
     """Scenario 15: the cost of one middleware around each attempt, doing nothing."""
 
     @contextlib.asynccontextmanager
-    async def around_attempt(self, attempt: trunner.AttemptInfo) -> AsyncIterator[None]:
+    async def around_attempt(self, attempt: trunner.middleware.AttemptInfo) -> AsyncIterator[None]:
         yield
 
 

@@ -14,7 +14,7 @@ import pytest
 import trio
 
 import trunner
-from trunner import Keys
+from trunner.keys import Keys
 
 from ..support.seeding import message, seed_dead, seed_delayed, seed_queued
 from ..support.servers import RedisServer

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import httpx
 import trio
 
-from trunner import Keys
+from trunner.keys import Keys
 
 from ..conftest import raw_client
 from ..support.seeding import seed_dead

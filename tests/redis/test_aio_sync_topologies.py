@@ -22,8 +22,9 @@ import trio
 import trunner
 import trunner.aio
 import trunner.sync
-from trunner import CancelOutcome, Keys, TaskState
+from trunner import CancelOutcome, TaskState
 from trunner.errors import TaskCancelled
+from trunner.keys import Keys
 
 from ..conftest import config
 from ..support.servers import RedisServer

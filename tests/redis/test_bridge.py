@@ -241,7 +241,7 @@ async def _blocked_clients(transport: Transport, name: str) -> list[dict[str, st
 async def test_cancelled_blocked_reads_lose_nothing_and_ghosts_are_recovered(
     redis_server: RedisServer, group: str, bridge: bool
 ) -> None:
-    keys = trunner.Keys(PREFIX, group)
+    keys = trunner.keys.Keys(PREFIX, group)
     produced = Produced()
     log = ReadLog()
     echoes = {"answered": 0, "cancelled": 0}
@@ -333,7 +333,7 @@ async def test_ghosts_are_reclaimed_with_the_default_pool_size(
     XREADGROUP holds every worker slot; reclaiming must not wait for a slot to be free
     (at commit 7b91725 the separate reclaimer never got one, and nothing was reclaimed).
     """
-    keys = trunner.Keys(PREFIX, group)
+    keys = trunner.keys.Keys(PREFIX, group)
     produced = Produced()
     async with _open(redis_server.url, f"bridge-{group}", bridge=False) as transport:
         broker = Broker(transport, keys)
@@ -363,7 +363,7 @@ async def test_interrupt_ends_a_blocked_read_at_once_and_the_reader_goes_on(
 ) -> None:
     name = f"bridge-{group}"
     async with _open(redis_server.url, name, bridge) as transport:
-        broker = Broker(transport, trunner.Keys(PREFIX, group))
+        broker = Broker(transport, trunner.keys.Keys(PREFIX, group))
         await broker.ensure_group()
         reader = broker.open_reader()
         results: list[tuple[list[str], float]] = []

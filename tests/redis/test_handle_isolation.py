@@ -49,7 +49,7 @@ REFUSED = [
 
 @pytest.mark.parametrize("command", REFUSED, ids=lambda c: " ".join(map(str, c)))
 def test_connection_state_commands_are_refused_in_any_case(command: tuple[Any, ...]) -> None:
-    with pytest.raises(trunner.CommandNotAllowed, match="does not send") as info:
+    with pytest.raises(trunner.errors.CommandNotAllowed, match="does not send") as info:
         check_command(command)
     assert isinstance(info.value, ValueError)
 
@@ -63,7 +63,7 @@ def test_the_refusal_says_what_to_use_instead() -> None:
         ("AUTH", "pw"): "another URL",
     }
     for command, hint in hints.items():
-        with pytest.raises(trunner.CommandNotAllowed, match=re.escape(hint)):
+        with pytest.raises(trunner.errors.CommandNotAllowed, match=re.escape(hint)):
             check_command(command)
 
 
@@ -98,11 +98,11 @@ async def test_pipelines_refuse_state_commands_and_blocking_ones_outside_a_trans
     url: str,
 ) -> None:
     async with trunner.open_redis(url) as redis:
-        with pytest.raises(trunner.CommandNotAllowed):
+        with pytest.raises(trunner.errors.CommandNotAllowed):
             redis.pipeline().add("SELECT", 1)
-        with pytest.raises(trunner.CommandNotAllowed, match="transaction"):
+        with pytest.raises(trunner.errors.CommandNotAllowed, match="transaction"):
             redis.pipeline(transaction=True).add("MULTI")
-        with pytest.raises(trunner.CommandNotAllowed, match="execute"):
+        with pytest.raises(trunner.errors.CommandNotAllowed, match="execute"):
             redis.pipeline().add("BLPOP", "k", 0)
         # Inside MULTI/EXEC, Redis never blocks: allowed there.
         await redis.rpush("iso:list", "a")
@@ -126,7 +126,7 @@ async def test_a_refused_command_leaves_dispatches_and_acks_in_their_database(
         for command in (("SELECT", 1), ("CLIENT", "REPLY", "OFF"), ("MULTI",)):
             try:
                 await redis.execute(*command)
-            except trunner.CommandNotAllowed as exc:
+            except trunner.errors.CommandNotAllowed as exc:
                 refused.append(exc)
 
     @tasks.task

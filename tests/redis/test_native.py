@@ -17,7 +17,6 @@ import redis
 import trio
 
 import trunner
-from trunner import Keys
 from trunner._redis import (
     BridgedTransport,
     NativeTransport,
@@ -25,6 +24,7 @@ from trunner._redis import (
     native_options,
     open_transport,
 )
+from trunner.keys import Keys
 
 from ..conftest import Tally, config, open_checked_runner, run_python
 from ..support.servers import RedisServer, free_port
@@ -223,14 +223,14 @@ async def test_connection_failures_say_why(redis_server: RedisServer, group: str
 
 async def test_error_replies_and_bad_arguments(redis_server: RedisServer) -> None:
     async with opened(redis_server.url) as transport:
-        with pytest.raises(trunner.RedisCommandError, match="unknown command"):
+        with pytest.raises(trunner.errors.RedisCommandError, match="unknown command"):
             await transport.execute("NO-SUCH-COMMAND")
         key = "native:{e}:list"
         replies = await transport.pipeline(
             [("DEL", key), ("RPUSH", key, "a"), ("INCR", key), ("LLEN", key)]
         )
         assert replies[:2] == [0, 1]
-        assert isinstance(replies[2], trunner.RedisCommandError)
+        assert isinstance(replies[2], trunner.errors.RedisCommandError)
         assert "WRONGTYPE" in str(replies[2])
         assert replies[3] == 1
         for bad in (None, True, object()):

@@ -46,7 +46,7 @@ async def test_an_error_goes_to_its_caller_only(handle: trunner.RedisHandle, gro
         key = f"{group}:list" if i % 10 == 0 else f"{group}:n:{i}"
         try:
             outcomes[i] = await handle.incr(key)
-        except trunner.RedisCommandError as exc:
+        except trunner.errors.RedisCommandError as exc:
             outcomes[i] = exc
 
     async with trio.open_nursery() as nursery:
@@ -54,7 +54,7 @@ async def test_an_error_goes_to_its_caller_only(handle: trunner.RedisHandle, gro
             nursery.start_soon(task, i)
     for i, result in outcomes.items():
         if i % 10 == 0:
-            assert isinstance(result, trunner.RedisCommandError)
+            assert isinstance(result, trunner.errors.RedisCommandError)
             assert "WRONGTYPE" in str(result)
         else:
             assert result == 1
@@ -113,7 +113,7 @@ async def test_pipelines_and_transactions(handle: trunner.RedisHandle, group: st
         pipe.add("SET", f"{group}:a", 1).add("INCR", f"{group}:a").add("LPUSH", f"{group}:a", "x")
     ok, two, error = pipe.results
     assert (ok, two) == (b"OK", 2)
-    assert isinstance(error, trunner.RedisCommandError)
+    assert isinstance(error, trunner.errors.RedisCommandError)
     async with handle.pipeline(transaction=True) as tx:
         tx.add("INCR", f"{group}:t").add("INCR", f"{group}:t")
     assert tx.results == [1, 2]
@@ -125,7 +125,7 @@ async def test_pipelines_and_transactions(handle: trunner.RedisHandle, group: st
         tx.add("INCR", f"{group}:t").add("INCR", f"{group}:list").add("INCR", f"{group}:t")
     three, error, four = tx.results
     assert (three, four) == (3, 4)
-    assert isinstance(error, trunner.RedisCommandError)
+    assert isinstance(error, trunner.errors.RedisCommandError)
     assert "WRONGTYPE" in str(error)
 
 
@@ -154,7 +154,7 @@ async def test_concurrent_pipelines_share_round_trips_and_stay_whole(
     for i, (ok, incremented, third) in results.items():
         assert (ok, incremented) == (b"OK", i + 1)
         if i % 7 == 0:
-            assert isinstance(third, trunner.RedisCommandError)
+            assert isinstance(third, trunner.errors.RedisCommandError)
             assert "WRONGTYPE" in str(third)
         else:
             counts.append(third)
@@ -226,16 +226,16 @@ async def test_tasks_use_the_runners_handle(url: str, group: str) -> None:
         await done.wait()
         assert await runner.redis.get(f"{group}:visits") == b"200"
         assert runner.redis.batches < runner.redis.commands / 2, "commands were batched"
-    with pytest.raises(trunner.RunnerNotRunning):
+    with pytest.raises(trunner.errors.RunnerNotRunning):
         await runner.redis.get(f"{group}:visits")  # the handle closed with the runner
 
 
 async def test_a_closed_handle_refuses_commands(url: str) -> None:
     async with trunner.open_redis(url) as redis:
         pass
-    with pytest.raises(trunner.RunnerNotRunning):
+    with pytest.raises(trunner.errors.RunnerNotRunning):
         await redis.get("x")
     for transaction in (False, True):
-        with pytest.raises(trunner.RunnerNotRunning):
+        with pytest.raises(trunner.errors.RunnerNotRunning):
             async with redis.pipeline(transaction=transaction) as pipe:
                 pipe.add("INCR", "x")

@@ -16,9 +16,9 @@ import redis
 import trio
 
 import trunner
-from trunner import Keys
 from trunner._redis import BridgedTransport, open_transport
 from trunner.election import open_elector
+from trunner.keys import Keys
 
 from ..conftest import config, open_checked_runner, parts, redis_state
 from ..support.servers import RedisServer
@@ -131,7 +131,7 @@ async def run_through_failover(
     )
 
 
-async def full_run(url: str, group: str) -> trunner.GroupStats:
+async def full_run(url: str, group: str) -> trunner.admin.GroupStats:
     """Dispatch, delayed, election, metrics and unique tasks on one deployment."""
     runs = Runs()
     cfg = config(
@@ -441,11 +441,14 @@ async def test_groups_are_found_on_every_master_of_a_cluster(cluster: Cluster) -
         for queue, key in zip(queues, registries, strict=True):
             raw.sadd(key, queue)
         raw.sadd(Keys(prefix, "events").groups, "audit", "mailer")
-    found = await trunner.discover_groups(cluster.url, prefix=prefix)
+    found = await trunner.admin.discover_groups(cluster.url, prefix=prefix)
     assert found.complete
     assert found.groups == sorted(
-        [trunner.FoundGroup(q, q) for q in queues]
-        + [trunner.FoundGroup("events", "audit"), trunner.FoundGroup("events", "mailer")]
+        [trunner.admin.FoundGroup(q, q) for q in queues]
+        + [
+            trunner.admin.FoundGroup("events", "audit"),
+            trunner.admin.FoundGroup("events", "mailer"),
+        ]
     )
 
 

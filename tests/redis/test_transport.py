@@ -13,8 +13,8 @@ import trio
 import trio.testing
 
 import trunner
-from trunner import Keys
 from trunner._redis import Transport, open_transport
+from trunner.keys import Keys
 
 from ..support.servers import RedisServer
 

@@ -32,7 +32,7 @@ def whoami(job: Job) -> Seen:
     message = trunner.current_message()
     try:
         trunner.current_runner()
-    except trunner.RunnerNotRunning as exc:
+    except trunner.errors.RunnerNotRunning as exc:
         error = str(exc)
     else:
         error = ""

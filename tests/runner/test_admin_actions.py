@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import trunner
-from trunner import Keys
+from trunner.keys import Keys
 
 from ..support.seeding import message, seed_dead, seed_delayed
 

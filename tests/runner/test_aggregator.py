@@ -11,7 +11,7 @@ import trio
 
 import trunner
 import trunner._engine.pool
-from trunner import Keys
+from trunner.keys import Keys
 
 from ..conftest import config, open_checked_runner, redis_state
 
@@ -37,10 +37,10 @@ class _AsIf:
 async def test_the_hook_fires_when_and_only_when_the_predicted_wait_is_too_long(
     url: str, group: str, keys: Keys, raw: Any
 ) -> None:
-    hooked: list[trunner.GroupStats] = []
+    hooked: list[trunner.admin.GroupStats] = []
     hook_called = trio.Event()
 
-    async def hook(stats: trunner.GroupStats) -> None:
+    async def hook(stats: trunner.admin.GroupStats) -> None:
         hooked.append(stats)
         hook_called.set()
 
@@ -90,9 +90,9 @@ async def test_a_follower_cannot_reset_or_publish(
         raw.hset(keys.metrics, "t:x:n", 3)
         broker = follower._open_broker()
         assert follower.elector is not None
-        with pytest.raises(trunner.LeadershipLost):
+        with pytest.raises(trunner.errors.LeadershipLost):
             await broker.take_metrics(_AsIf(follower.elector), 0, 0)
-        with pytest.raises(trunner.LeadershipLost):
+        with pytest.raises(trunner.errors.LeadershipLost):
             await broker.publish(_AsIf(follower.elector), 99, 1, "{}")
         assert raw.hget(keys.metrics, "t:x:n") == b"3"
         assert raw.hget(keys.capacity, "value") != b"99"

@@ -23,7 +23,8 @@ import trio
 import trunner
 import trunner.aio
 import trunner.sync
-from trunner import CancelOutcome, Keys, TaskState
+from trunner import CancelOutcome, TaskState
+from trunner.keys import Keys
 
 from ..support.servers import RedisServer
 from ..support.workers import Worker, read_log

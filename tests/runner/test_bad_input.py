@@ -21,10 +21,10 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import trunner
-from trunner import Keys
 from trunner._redis import forget_memory_server
 from trunner._wire.decode import MessageDecodeError, decode_message
 from trunner._wire.envelope import MESSAGE_GROWTH
+from trunner.keys import Keys
 
 from ..conftest import open_checked_runner, raw_client, redis_state
 from ..support.servers import RedisServer
@@ -216,7 +216,7 @@ async def test_any_stream_entry_is_run_or_dead_lettered_and_the_runner_keeps_ser
                 await redis_state(lambda: _has(ran, control), poll=0.01)
     finally:
         forget_memory_server(name)
-    given_up = (trunner.InvalidMessage, trunner.TaskNotFound, trunner.MaxRetryExceeded)
+    given_up = (trunner.errors.InvalidMessage, trunner.TaskNotFound, trunner.MaxRetryExceeded)
     assert all(isinstance(e, given_up) for e in errors), errors
 
 

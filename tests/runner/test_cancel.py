@@ -15,7 +15,8 @@ import pytest
 import trio
 
 import trunner
-from trunner import CancelOutcome, Keys, TaskState
+from trunner import CancelOutcome, TaskState
+from trunner.keys import Keys
 
 from ..conftest import Gate, config, open_checked_runner, raw_client, redis_state
 

@@ -15,9 +15,10 @@ import trio
 
 import trunner
 import trunner._engine.cancellation
-from trunner import CancelOutcome, Keys, TaskState
+from trunner import CancelOutcome, TaskState
 from trunner._redis import SCRIPTS, Broker, open_transport
 from trunner._wire.envelope import encode_message
+from trunner.keys import Keys
 
 from ..conftest import Gate, config, open_checked_runner, parts, raw_client
 from ..support.faults import FaultyTransport, script_call
@@ -320,7 +321,7 @@ async def test_a_task_raising_a_base_exception_fails_it_not_the_runner(
                 await handle.result()
             assert info.value.attempt == 2
             error = info.value.error
-            assert isinstance(error, trunner.RemoteFailure)
+            assert isinstance(error, trunner.errors.RemoteFailure)
             assert error.type_name == ("Escaped" if kind == "plain" else "BaseExceptionGroup")
         assert await (await runner.dispatch("fine", None)).result() == "fine"
         assert runner.statistics().retried == 2

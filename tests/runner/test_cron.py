@@ -16,7 +16,7 @@ import pytest
 import trio
 
 import trunner
-from trunner import Keys
+from trunner.keys import Keys
 
 from ..conftest import Timeline, config, open_checked_runner
 

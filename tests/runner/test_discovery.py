@@ -10,9 +10,10 @@ from typing import Any
 import trio
 
 import trunner
-from trunner import FoundGroup, Keys, discover_groups
 from trunner._redis import open_transport
+from trunner.admin import FoundGroup, discover_groups
 from trunner.discovery import find_groups
+from trunner.keys import Keys
 
 from ..conftest import config, open_checked_runner
 

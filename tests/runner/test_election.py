@@ -19,10 +19,10 @@ import redis
 import trio
 
 import trunner
-from trunner import Keys
 from trunner._redis import SCRIPTS, open_transport
 from trunner._wire.keys import fence_key_for, hash_tag
 from trunner.election import Demoted, ElectionFailed, Elector, Promoted, open_elector
+from trunner.keys import Keys
 
 from ..conftest import REPO, config, open_checked_runner
 from ..support.faults import FaultyTransport, script_call
@@ -101,7 +101,7 @@ def test_fence_key_shares_the_lease_hash_slot() -> None:
     assert hash_tag("a{}b") is None
     assert fence_key_for("a{}b") == "{a{}b}:fence"
     # A group's fence counter is the one its elector increments, and is deleted with it.
-    keys = trunner.Keys("trunner", "emails")
+    keys = trunner.keys.Keys("trunner", "emails")
     assert keys.fence == fence_key_for(keys.leader) == "trunner:{emails}:leader:fence"
     assert keys.fence in keys.fixed()
 
@@ -192,7 +192,7 @@ async def test_a_stale_leaders_fenced_write_is_rejected(url: str, key: str, raw:
         body = "return redis.call('SET', KEYS[2], ARGV[2])"
         assert await elector.eval_fenced(body, [target], ["by-leader"]) == b"OK"
         raw.set(key, "someone-else")  # the lease was taken while we did not notice
-        with pytest.raises(trunner.LeadershipLost):
+        with pytest.raises(trunner.errors.LeadershipLost):
             await elector.eval_fenced(body, [target], ["by-stale-leader"])
         assert raw.get(target) == b"by-leader", "the stale write did nothing"
 

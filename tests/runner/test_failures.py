@@ -15,7 +15,7 @@ import pytest
 import trio
 
 import trunner
-from trunner import Keys
+from trunner.keys import Keys
 
 from ..conftest import Tally, config, open_checked_runner, redis_state
 
@@ -196,7 +196,7 @@ async def test_poison_entries_are_dead_lettered_and_the_runner_keeps_serving(
     by_id = {m.message_id: (m, e) for m, e in handler.calls}
     for entry_id, (_, reason) in zip(ids, POISON, strict=True):
         message, error = by_id[entry_id]
-        assert isinstance(error, trunner.InvalidMessage)
+        assert isinstance(error, trunner.errors.InvalidMessage)
         assert reason in str(error)
         assert message.task_name == ""
     message, error = by_id[unknown]

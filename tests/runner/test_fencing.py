@@ -15,9 +15,9 @@ import pytest
 import trio
 
 import trunner
-from trunner import Keys
 from trunner._redis import SCRIPTS, Broker, RawEntry, open_transport
 from trunner._wire.envelope import encode_message
+from trunner.keys import Keys
 
 from ..conftest import config, open_checked_runner
 from ..support.faults import FaultyTransport, script_call

@@ -44,10 +44,10 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import trunner
-from trunner import Keys
 from trunner._redis import forget_memory_server
 from trunner._wire.envelope import encode_message
 from trunner._wire.keys import UniqueLock
+from trunner.keys import Keys
 from trunner.testing import open_runner_factory
 
 from ..conftest import parts, raw_client, redis_state
@@ -687,12 +687,14 @@ def allowed(error: BaseException) -> bool:
     """What runner.errors() may yield in a group fed bad data: the bad data itself, the
     messages given up (dead-lettered), and the Redis errors of a key of a wrong type or of
     a group lost with its stream (both repaired by the loop that met them)."""
-    if isinstance(error, trunner.BadData | trunner.InvalidMessage | trunner.TaskNotFound):
+    if isinstance(
+        error, trunner.errors.BadData | trunner.errors.InvalidMessage | trunner.TaskNotFound
+    ):
         return True
     if isinstance(error, trunner.MaxRetryExceeded):
         return True
     text = str(error)
-    return isinstance(error, trunner.RedisCommandError) and (
+    return isinstance(error, trunner.errors.RedisCommandError) and (
         "WRONGTYPE" in text or "NOGROUP" in text
     )
 
@@ -710,7 +712,7 @@ async def dispatching(call: Callable[[], Any]) -> str:
         try:
             result: str = await call()
             return result
-        except trunner.RedisCommandError as exc:
+        except trunner.errors.RedisCommandError as exc:
             if "WRONGTYPE" not in str(exc):
                 raise
         await trio.sleep(0.05)

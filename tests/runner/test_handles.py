@@ -23,7 +23,8 @@ import pytest
 import trio
 
 import trunner
-from trunner import Keys, TaskState
+from trunner import TaskState
+from trunner.keys import Keys
 from trunner.testing import run_until_idle
 
 from ..conftest import Gate, config, open_checked_runner, raw_client, redis_state
@@ -113,7 +114,7 @@ def registry(gate: Gate | None = None) -> trunner.TaskRegistry:
         handle = trunner.current_runner().handle(trunner.current_message().task_id)
         try:
             await handle.result()
-        except trunner.SelfWait:
+        except trunner.errors.SelfWait:
             return "refused"
         return "waited"
 
@@ -210,7 +211,7 @@ async def test_a_payload_that_does_not_validate_on_the_runner_is_given_up_with_t
                 await handle.result()
             assert (await handle.status()).state is TaskState.DEAD
         remote = info.value.error
-        assert isinstance(remote, trunner.RemoteFailure)
+        assert isinstance(remote, trunner.errors.RemoteFailure)
         assert remote.type_name == "InvalidPayload"
         assert "$.width" in remote.message
         assert await runner.admin.dead_letter_count() == 1
@@ -226,7 +227,7 @@ async def test_a_failure_keeps_its_type_message_and_traceback(url: str, group: s
         failure = info.value
         assert failure.task_name == "boom"
         assert failure.attempt == 2
-        assert isinstance(failure.error, trunner.RemoteFailure)
+        assert isinstance(failure.error, trunner.errors.RemoteFailure)
         assert failure.error.type_name == "ValueError"
         assert failure.error.message == "out of paper"
         assert "raise ValueError(message)" in failure.error.traceback
@@ -312,7 +313,7 @@ async def test_a_result_not_kept_is_told_from_one_expired_and_from_an_unknown_id
         kept = await runner.dispatch("totals", ["a"])  # its task keeps it 60 s
         asked = await runner.dispatch("unkept", 6, keep_result=30)
         await run_until_idle(runner)
-        with pytest.raises(trunner.ResultNotKept, match="keeps no result") as not_kept:
+        with pytest.raises(trunner.errors.ResultNotKept, match="keeps no result") as not_kept:
             await unkept.result()
         assert "keep_result=SECONDS" in str(not_kept.value)
         assert isinstance(not_kept.value, trunner.ResultNotFound)
@@ -324,10 +325,10 @@ async def test_a_result_not_kept_is_told_from_one_expired_and_from_an_unknown_id
             raw.delete(keys.task(kept), keys.task(asked))  # as if they expired
         finally:
             raw.close()
-        with pytest.raises(trunner.ResultExpired, match=r"60 s .*declared here") as expired:
+        with pytest.raises(trunner.errors.ResultExpired, match=r"60 s .*declared here") as expired:
             await kept.result()
         assert expired.value.keep_result == 60
-        with pytest.raises(trunner.ResultExpired, match=r"30 s .*its dispatch"):
+        with pytest.raises(trunner.errors.ResultExpired, match=r"30 s .*its dispatch"):
             await asked.result()
         for unknown in (runner.handle("no-such-task"), runner.handle(str(unkept))):
             with pytest.raises(trunner.ResultNotFound, match="nothing is known") as caught:
@@ -354,7 +355,7 @@ async def test_a_handle_made_from_an_id_learns_from_the_message_it_sees(
             await seen.result(timeout=0)
         async with open_checked_runner(url, config(group), tasks) as runner:
             await run_until_idle(runner)
-        with pytest.raises(trunner.ResultNotKept, match="'unkept'"):
+        with pytest.raises(trunner.errors.ResultNotKept, match="'unkept'"):
             await seen.result()
         with pytest.raises(trunner.ResultNotFound, match="nothing is known"):
             await client.handle(str(left)).result()  # it saw nothing: it cannot tell
@@ -362,7 +363,7 @@ async def test_a_handle_made_from_an_id_learns_from_the_message_it_sees(
         async with open_checked_runner(url, config(group, delete_on_ack=False), tasks) as runner:
             await run_until_idle(runner)
         # Its entry stays in the stream, acknowledged: a fresh handle reads it there.
-        with pytest.raises(trunner.ResultNotKept, match="'unkept'"):
+        with pytest.raises(trunner.errors.ResultNotKept, match="'unkept'"):
             await client.handle(str(left)).result()
 
 
@@ -483,7 +484,7 @@ async def test_give_up_dead_letters_at_once(url: str, group: str) -> None:
         with pytest.raises(trunner.TaskFailed) as info:
             await handle.result()
         assert info.value.attempt == 1
-        assert isinstance(info.value.error, trunner.RemoteFailure)
+        assert isinstance(info.value.error, trunner.errors.RemoteFailure)
         assert info.value.error.type_name == "GiveUp"
         [letter] = await runner.admin.dead_letters()
         assert letter.reason == "given up by the task (no retry)"
@@ -525,7 +526,7 @@ class Passing(trunner.Middleware):
     """Wraps each attempt and changes nothing: the attempt runs inside the hooks."""
 
     @contextlib.asynccontextmanager
-    async def around_attempt(self, attempt: trunner.AttemptInfo) -> AsyncIterator[None]:
+    async def around_attempt(self, attempt: trunner.middleware.AttemptInfo) -> AsyncIterator[None]:
         yield
 
 
@@ -644,7 +645,9 @@ async def test_a_result_expires_after_keep_result(url: str, group: str, keys: Ke
         finally:
             raw.close()
         await redis_state(lambda: _state_is(handle, TaskState.UNKNOWN))
-        with pytest.raises(trunner.ResultExpired, match=r"kept its outcome 0\.3 s") as caught:
+        with pytest.raises(
+            trunner.errors.ResultExpired, match=r"kept its outcome 0\.3 s"
+        ) as caught:
             await handle.result()
         assert caught.value.keep_result == 0.3
         assert caught.value.task_name == "unkept"
@@ -680,14 +683,14 @@ async def test_a_stored_result_that_is_not_what_was_written_is_bad_data(
             assert next(iter(stored)) == "state"
             stored["result"] = {"path": 1}  # JSON, not a Thumbnail
             raw.set(key, json.dumps(stored))
-            with pytest.raises(trunner.BadData, match="does not match Thumbnail"):
+            with pytest.raises(trunner.errors.BadData, match="does not match Thumbnail"):
                 await handle.result()
             assert await runner.handle(str(handle)).result() == {"path": 1}
             # A record as a hash (as the other outcomes are written), with bad fields.
             fields = {name: str(value) for name, value in stored.items() if name != "result"}
             raw.delete(key)
             raw.hset(key, mapping={**fields, "result": "{not json", "attempt": "many"})
-            with pytest.raises(trunner.BadData, match="not JSON"):
+            with pytest.raises(trunner.errors.BadData, match="not JSON"):
                 await handle.result()
             status = await handle.status()  # the fields that read go on being read
             assert status.state is TaskState.SUCCEEDED

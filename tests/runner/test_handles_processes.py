@@ -17,7 +17,8 @@ import redis
 import trio
 
 import trunner
-from trunner import CancelOutcome, Keys, TaskState
+from trunner import CancelOutcome, TaskState
+from trunner.keys import Keys
 
 from ..conftest import Gate, config, open_checked_runner, redis_state
 from ..support.servers import RedisServer

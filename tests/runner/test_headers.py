@@ -11,7 +11,7 @@ import pytest
 import trio
 
 import trunner
-from trunner import Keys
+from trunner.keys import Keys
 from trunner.testing import run_until_idle
 
 from ..conftest import config, open_checked_runner, redis_state
@@ -97,11 +97,11 @@ async def test_every_dispatch_path_carries_headers_to_the_task(url: str, group: 
 async def test_bad_headers_are_refused_before_anything_is_written(url: str, group: str) -> None:
     async with trunner.open_client(url, group) as client:
         for bad in ({"a": 1}, {"": "x"}, {"k": "x" * 9000}, "k=v"):
-            with pytest.raises(trunner.InvalidHeaders):
+            with pytest.raises(trunner.errors.InvalidHeaders):
                 await client.dispatch("record", None, headers=bad)  # type: ignore[arg-type]
-            with pytest.raises(trunner.InvalidHeaders):
+            with pytest.raises(trunner.errors.InvalidHeaders):
                 await client.dispatch_many("record", [1, 2], headers=bad)  # type: ignore[arg-type]
-            with pytest.raises(trunner.InvalidHeaders):
+            with pytest.raises(trunner.errors.InvalidHeaders):
                 await client.dispatch_delayed("record", None, 10, headers=bad)  # type: ignore[arg-type]
         assert await client.admin.queue_length() == 0
         assert await client.admin.delayed_count() == 0

@@ -8,9 +8,9 @@ from typing import Any
 import trio
 
 import trunner
-from trunner import Keys
 from trunner._redis import SCRIPTS, Arg, Broker, RawEntry, open_transport
 from trunner._wire.envelope import encode_message
+from trunner.keys import Keys
 
 from ..conftest import config
 from ..support.faults import FaultyTransport, script_call

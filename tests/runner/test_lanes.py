@@ -21,7 +21,6 @@ import trio
 
 import trunner
 import trunner.testing
-from trunner import Keys
 from trunner._engine.lanes import lane_plan, split_excess
 from trunner._redis import Broker, RawEntry
 from trunner._wire.decode import decode_fields, decode_message
@@ -29,6 +28,7 @@ from trunner._wire.envelope import encode_message
 from trunner._wire.keys import hash_tag
 from trunner._wire.names import DEFAULT_LANE, check_lane, entry_id, lane_suffix, split_entry_id
 from trunner.errors import RedisUnavailable
+from trunner.keys import Keys
 from trunner.testing import capture_errors
 
 from ..conftest import config, open_checked_runner, parts, redis_state
@@ -582,7 +582,7 @@ def test_a_messages_lane_is_its_streams_on_both_decode_paths() -> None:
         assert decode_message("5-0@urgent", [b"payload", raw]).lane == "urgent"
         assert decode_message("5-0", [b"payload", raw]).lane == DEFAULT_LANE
     for bad in (b'{"lane":5,"task":"t","payload":1}', b'{"lane":"a b","task":"t","payload":1}'):
-        with pytest.raises(trunner.InvalidMessage, match="'lane'"):
+        with pytest.raises(trunner.errors.InvalidMessage, match="'lane'"):
             decode_message("5-0", [b"payload", bad])
         assert decode_fields("5-0", [b"payload", bad], 1, None) is None
 
@@ -796,7 +796,7 @@ class Hooked(trunner.Middleware):
     def __init__(self) -> None:
         self.seen: list[str] = []
 
-    def on_dispatch(self, dispatch: trunner.DispatchInfo) -> None:
+    def on_dispatch(self, dispatch: trunner.middleware.DispatchInfo) -> None:
         self.seen.append(dispatch.task_name)
 
 
@@ -958,7 +958,7 @@ def test_inspect_marks_a_lane_no_live_runner_reads() -> None:
 
     from trunner.cli._group import _summary  # noqa: PLC0415
 
-    info = trunner.GroupInfo(
+    info = trunner.admin.GroupInfo(
         group="g",
         queue_length=5,
         pending={},

@@ -14,7 +14,7 @@ import pytest
 import trio
 
 import trunner
-from trunner import Keys
+from trunner.keys import Keys
 
 from ..conftest import config, open_checked_runner, redis_state
 
@@ -313,7 +313,7 @@ async def test_one_limit_the_janitor_cannot_reconcile_leaves_the_others_reconcil
 
         async def failing(key: str, limit: int) -> tuple[int, int, int]:
             if key.endswith(":bad"):
-                raise trunner.RedisCommandError("ERR injected for one limit")
+                raise trunner.errors.RedisCommandError("ERR injected for one limit")
             return await reconcile(key, limit)
 
         monkeypatch.setattr(broker, "reconcile_slots", failing)

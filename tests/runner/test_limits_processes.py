@@ -14,7 +14,7 @@ import redis
 import trio
 
 import trunner
-from trunner import Keys
+from trunner.keys import Keys
 
 from ..conftest import redis_state
 from ..support.servers import RedisServer

@@ -12,7 +12,8 @@ import pytest
 import trio
 
 import trunner
-from trunner import AttemptOutcome, CancelOutcome, TaskState
+from trunner import CancelOutcome, TaskState
+from trunner.middleware import AttemptOutcome
 from trunner.testing import capture_errors, run_until_idle
 
 from ..conftest import config, open_checked_runner, parts, redis_state
@@ -24,11 +25,11 @@ class Journal(trunner.Middleware):
     def __init__(self, name: str, log: list[Any]) -> None:
         self.name = name
         self.log = log
-        self.exits: list[trunner.AttemptInfo] = []
+        self.exits: list[trunner.middleware.AttemptInfo] = []
         self._lot = trio.lowlevel.ParkingLot()
 
     @contextlib.asynccontextmanager
-    async def around_attempt(self, attempt: trunner.AttemptInfo) -> AsyncIterator[None]:
+    async def around_attempt(self, attempt: trunner.middleware.AttemptInfo) -> AsyncIterator[None]:
         self.log.append((self.name, "enter", attempt.attempt))
         try:
             yield
@@ -48,7 +49,7 @@ class Stamp(trunner.Middleware):
     def __init__(self) -> None:
         self.calls = 0
 
-    async def on_dispatch(self, dispatch: trunner.DispatchInfo) -> None:
+    async def on_dispatch(self, dispatch: trunner.middleware.DispatchInfo) -> None:
         self.calls += 1
         dispatch.headers["stamp"] = f"{dispatch.group}:{dispatch.task_name}:{self.calls}"
 
@@ -57,7 +58,7 @@ class Swallower(trunner.Middleware):
     """Swallows whatever the attempt raises (which it may not)."""
 
     @contextlib.asynccontextmanager
-    async def around_attempt(self, attempt: trunner.AttemptInfo) -> AsyncIterator[None]:
+    async def around_attempt(self, attempt: trunner.middleware.AttemptInfo) -> AsyncIterator[None]:
         with contextlib.suppress(BaseException):
             yield
 
@@ -67,7 +68,7 @@ class FailsOnExit(trunner.Middleware):
         self.error = error
 
     @contextlib.asynccontextmanager
-    async def around_attempt(self, attempt: trunner.AttemptInfo) -> AsyncIterator[None]:
+    async def around_attempt(self, attempt: trunner.middleware.AttemptInfo) -> AsyncIterator[None]:
         yield
         raise self.error
 
@@ -192,7 +193,7 @@ class OwnTimeLimit(trunner.Middleware):
     """Bounds each attempt with a cancel scope of its own, which swallows its Cancelled."""
 
     @contextlib.asynccontextmanager
-    async def around_attempt(self, attempt: trunner.AttemptInfo) -> AsyncIterator[None]:
+    async def around_attempt(self, attempt: trunner.middleware.AttemptInfo) -> AsyncIterator[None]:
         with trio.move_on_after(0.05):
             yield
 
@@ -224,7 +225,7 @@ async def test_a_middleware_cancel_scope_fails_the_attempt_it_cancels(url: str, 
         state = (await handle.status()).state
     (seen,) = journal.exits
     assert seen.outcome is AttemptOutcome.FAILED
-    assert isinstance(seen.error, trunner.MiddlewareError)
+    assert isinstance(seen.error, trunner.errors.MiddlewareError)
     assert (stats.failed, stats.cancelled, stats.dead_lettered) == (1, 0, 1)
     assert letter.cause.startswith("MiddlewareError: the attempt of task 'hangs'")
     assert state is TaskState.FAILED
@@ -237,7 +238,7 @@ async def test_a_swallowed_task_error_stands_and_is_reported(url: str, group: st
         with capture_errors(runner) as errors:
             await runner.dispatch("fails_once", None)
             await journal.wait(2)
-            broken = await errors.wait_for(trunner.MiddlewareError, "Swallower swallowed")
+            broken = await errors.wait_for(trunner.errors.MiddlewareError, "Swallower swallowed")
             assert isinstance(broken.__cause__, RuntimeError)
             errors.clear()
         await run_until_idle(runner)
@@ -256,7 +257,7 @@ async def test_a_cancellation_cannot_be_swallowed(url: str, group: str) -> None:
             assert await handle.cancel(wait=True) is CancelOutcome.CANCELLING
             with pytest.raises(trunner.TaskCancelled):
                 await handle.result()
-            broken = errors.expect(trunner.MiddlewareError, "swallowed a cancellation")
+            broken = errors.expect(trunner.errors.MiddlewareError, "swallowed a cancellation")
             assert isinstance(broken.__cause__, trio.Cancelled)
         assert (await handle.status()).state is TaskState.CANCELLED
         assert journal.exits[0].outcome is AttemptOutcome.CANCELLED
@@ -286,17 +287,17 @@ async def test_dispatch_hooks_add_headers_once_per_message(url: str, group: str)
 
 async def test_a_dispatch_hook_that_raises_writes_nothing(url: str, group: str) -> None:
     class Broken(trunner.Middleware):
-        def on_dispatch(self, dispatch: trunner.DispatchInfo) -> None:
+        def on_dispatch(self, dispatch: trunner.middleware.DispatchInfo) -> None:
             if dispatch.payload == 2:
                 raise LookupError("no tenant")
 
     async with trunner.open_client(url, group, middleware=[Broken()]) as client:
-        with pytest.raises(trunner.MiddlewareError, match="no tenant") as caught:
+        with pytest.raises(trunner.errors.MiddlewareError, match="no tenant") as caught:
             await client.dispatch_many("answer", [1, 2, 3])
         assert isinstance(caught.value.__cause__, LookupError)
-        with pytest.raises(trunner.MiddlewareError):
+        with pytest.raises(trunner.errors.MiddlewareError):
             await client.dispatch("answer", 2)
-        with pytest.raises(trunner.MiddlewareError):
+        with pytest.raises(trunner.errors.MiddlewareError):
             await client.dispatch_delayed("answer", 2, 10)
         assert await client.admin.queue_length() == 0
         assert await client.admin.delayed_count() == 0

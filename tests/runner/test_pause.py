@@ -15,13 +15,13 @@ import pytest
 import trio
 
 import trunner
-from trunner import Keys
 from trunner._engine.pausing import RESYNC_INTERVAL, Pauser
 from trunner._redis import RawEntry
 from trunner._wire.keys import RELEASED_CONSUMER
 from trunner._wire.pause import PAUSE_NOTICE
 from trunner._worker.serve import _ready
 from trunner.errors import RedisUnavailable
+from trunner.keys import Keys
 
 from ..conftest import Gate, config, open_checked_runner, parts, redis_state
 

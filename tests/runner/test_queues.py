@@ -19,9 +19,10 @@ import pytest
 import trio
 
 import trunner
-from trunner import Keys, TaskState
+from trunner import TaskState
 from trunner._wire.envelope import encode_message
 from trunner._wire.keys import hash_tag
+from trunner.keys import Keys
 
 from ..conftest import config, open_checked_runner, parts, redis_state
 

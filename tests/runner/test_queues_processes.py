@@ -15,7 +15,7 @@ import pytest
 import trio
 
 import trunner
-from trunner import Keys
+from trunner.keys import Keys
 
 from ..conftest import raw_client, redis_state
 from ..support.servers import RedisServer

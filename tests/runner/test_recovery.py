@@ -15,7 +15,7 @@ import pytest
 import trio
 
 import trunner
-from trunner import Keys
+from trunner.keys import Keys
 from trunner.testing import run_until_idle
 
 from ..conftest import Tally, config, open_checked_runner, redis_state

@@ -17,7 +17,7 @@ import pytest
 import trio
 
 import trunner
-from trunner import Keys
+from trunner.keys import Keys
 
 from ..conftest import config, open_checked_runner, redis_state
 from ..support.servers import RedisServer

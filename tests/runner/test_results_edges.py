@@ -14,8 +14,9 @@ import pytest
 import trio
 
 import trunner
-from trunner import Keys, TaskState
+from trunner import TaskState
 from trunner._wire.envelope import encode_message
+from trunner.keys import Keys
 from trunner.progress import MAX_MESSAGE, PROGRESS_INTERVAL
 
 from ..conftest import Gate, config, open_checked_runner, parts, raw_client
@@ -114,13 +115,13 @@ async def test_a_result_holding_nan_or_infinity_is_refused_not_turned_to_null(
             await (await runner.dispatch("nan", kind)).result()
         assert info.value.attempt == 1
         error = info.value.error
-        assert isinstance(error, trunner.RemoteFailure)
+        assert isinstance(error, trunner.errors.RemoteFailure)
         assert error.type_name == "InvalidResult"
         assert "NaN" in error.message
         await (await runner.dispatch("nan_unkept", None)).status()
     with pytest.raises(trunner.MaxRetryExceeded) as eager:
         await tasks.call("nan", kind)
-    assert isinstance(eager.value.__cause__, trunner.InvalidResult)
+    assert isinstance(eager.value.__cause__, trunner.errors.InvalidResult)
 
 
 async def test_a_result_larger_than_max_payload_bytes_is_refused(url: str, group: str) -> None:
@@ -134,7 +135,7 @@ async def test_a_result_larger_than_max_payload_bytes_is_refused(url: str, group
             await (await runner.dispatch("sized", 10_000)).result()
         assert info.value.attempt == 1
         error = info.value.error
-        assert isinstance(error, trunner.RemoteFailure)
+        assert isinstance(error, trunner.errors.RemoteFailure)
         assert error.type_name == "InvalidResult"
         assert "max_payload_bytes" in error.message
         assert await runner.admin.dead_letter_count() == 1
@@ -142,7 +143,7 @@ async def test_a_result_larger_than_max_payload_bytes_is_refused(url: str, group
     assert len(await tasks.call("sized", 1000)) == 1000
     with pytest.raises(trunner.MaxRetryExceeded) as eager:
         await tasks.call("sized", 2 << 20)
-    assert isinstance(eager.value.__cause__, trunner.InvalidResult)
+    assert isinstance(eager.value.__cause__, trunner.errors.InvalidResult)
 
 
 async def test_progress_reports_of_done_are_throttled_too(url: str, group: str) -> None:

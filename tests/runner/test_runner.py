@@ -12,8 +12,8 @@ import redis
 import trio
 
 import trunner
-from trunner import Keys
 from trunner._lifecycle.shutdown import Stoppable
+from trunner.keys import Keys
 from trunner.testing import run_until_idle
 
 from ..conftest import Tally, config, open_checked_runner, parts
@@ -198,11 +198,11 @@ async def test_bad_dispatch_raises_and_writes_nothing(
 
 async def test_dispatch_outside_the_block_raises(url: str, group: str, tally: Tally) -> None:
     runner = trunner.Runner(url, config(group), registry(tally))
-    with pytest.raises(trunner.RunnerNotRunning):
+    with pytest.raises(trunner.errors.RunnerNotRunning):
         await runner.dispatch("record", 1)
     async with open_checked_runner(url, config(group), registry(tally)) as runner:
         pass
-    with pytest.raises(trunner.RunnerNotRunning):
+    with pytest.raises(trunner.errors.RunnerNotRunning):
         await runner.dispatch("record", 1)
 
 
@@ -211,11 +211,11 @@ async def test_a_runner_runs_once(url: str, group: str, tally: Tally) -> None:
     async with trio.open_nursery() as nursery:
         await nursery.start(runner.run)
         assert runner.state is trunner.RunnerState.STARTED
-        with pytest.raises(trunner.RunnerAlreadyStarted):
+        with pytest.raises(trunner.errors.RunnerAlreadyStarted):
             await runner.run()
         runner.stop()
     assert runner.statistics().state is trunner.RunnerState.STOPPED
-    with pytest.raises(trunner.RunnerAlreadyStarted):
+    with pytest.raises(trunner.errors.RunnerAlreadyStarted):
         await runner.run()
 
 
@@ -229,7 +229,7 @@ async def test_open_runner_checks_its_arguments(url: str, group: str, tally: Tal
 
 
 async def test_current_message_outside_a_task_raises() -> None:
-    with pytest.raises(trunner.RunnerNotRunning):
+    with pytest.raises(trunner.errors.RunnerNotRunning):
         trunner.current_message()
 
 
@@ -253,7 +253,7 @@ async def test_tasks_see_the_runner_that_runs_them(url: str, group: str) -> None
         await runner.dispatch("first", None)
         await done.wait()
     assert seen == [runner, runner]
-    with pytest.raises(trunner.RunnerNotRunning):
+    with pytest.raises(trunner.errors.RunnerNotRunning):
         trunner.current_runner()
 
 

@@ -19,8 +19,8 @@ import trio_asyncio
 
 import trunner
 import trunner._engine.heartbeat
-from trunner import Keys
 from trunner._wire.keys import RELEASED_CONSUMER
+from trunner.keys import Keys
 
 from ..conftest import Gate, Tally, config, redis_state
 from ..support.servers import RedisServer
@@ -208,7 +208,7 @@ async def test_an_internal_failure_surfaces_as_runner_crashed(
         raise ZeroDivisionError("bug")
 
     monkeypatch.setattr(trunner._engine.heartbeat.Heartbeater, "run", broken)
-    with pytest.raises(trunner.RunnerCrashed) as info:
+    with pytest.raises(trunner.errors.RunnerCrashed) as info:
         async with trunner.open_runner(url, config(group), trunner.TaskRegistry()):
             fail.set()
             await trio.sleep_forever()

@@ -12,7 +12,8 @@ from typing import Any
 import trio
 
 import trunner
-from trunner import Keys, TaskState
+from trunner import TaskState
+from trunner.keys import Keys
 
 from ..conftest import raw_client
 from ..support.servers import RedisServer

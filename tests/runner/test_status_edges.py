@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 import trunner
-from trunner import CancelOutcome, Keys, TaskState
+from trunner import CancelOutcome, TaskState
 from trunner._wire.envelope import encode_message
+from trunner.keys import Keys
 
 from ..conftest import Gate, config, open_checked_runner, raw_client, redis_state
 

@@ -198,7 +198,7 @@ async def test_a_dead_letter_is_written_whatever_its_error_text_holds(
 
 
 def test_pack_refuses_a_lone_surrogate_and_round_trips_what_as_str_read() -> None:
-    with pytest.raises(trunner.InvalidArgument, match="lone surrogate"):
+    with pytest.raises(trunner.errors.InvalidArgument, match="lone surrogate"):
         pack(["SET", "k" + LONE, "v"])
     with pytest.raises(ValueError, match="lone surrogate"):  # InvalidArgument is a ValueError
         pack(["SET", "k", LONE])
@@ -219,7 +219,7 @@ async def test_every_transport_refuses_a_lone_surrogate_and_round_trips_bytes(
             transport.execute("SET", "k" + LONE, 1),
             transport.pipeline([("SET", "a", 1), ("SET", "b", LONE)]),
         ):
-            with pytest.raises(trunner.InvalidArgument):
+            with pytest.raises(trunner.errors.InvalidArgument):
                 await call
         assert await transport.execute("EXISTS", "a") == 0, "nothing of the pipeline ran"
         name = as_str(b"surrogate-test:\xff")
@@ -238,7 +238,7 @@ async def test_a_task_sending_a_lone_surrogate_fails_alone(
     async def careless(_: Any) -> None:
         try:
             await trunner.current_runner().redis.set("k" + LONE, 1)
-        except trunner.InvalidArgument as exc:
+        except trunner.errors.InvalidArgument as exc:
             errors.append(exc)
             raise
 

@@ -16,8 +16,8 @@ import pytest
 import trio
 
 import trunner
-from trunner import Keys
 from trunner._redis import Owner
+from trunner.keys import Keys
 
 from ..conftest import REPO, Gate, config, open_checked_runner, parts, redis_state
 from ..processes.unique_process import dispatch_concurrently, registry
@@ -199,7 +199,7 @@ async def test_a_failed_enqueue_leaves_no_lock(url: str, group: str, keys: Keys,
     gate = Gate()
     async with trunner.open_client(url, group, tasks=unique_registry(gate)) as client:
         raw.set(keys.stream, "not a stream")
-        with pytest.raises(trunner.RedisCommandError, match="WRONGTYPE"):
+        with pytest.raises(trunner.errors.RedisCommandError, match="WRONGTYPE"):
             await client.dispatch("charge", {"order": 5})
         assert raw.get(lock_key(keys, 5)) is None
         raw.delete(keys.stream)

@@ -14,10 +14,10 @@ import pytest
 import trio
 
 import trunner
-from trunner import Keys
 from trunner._redis import Broker, Subscriber
 from trunner._waiting.waiters import Waiters
 from trunner.errors import RedisUnavailable
+from trunner.keys import Keys
 
 from ..conftest import Gate, config, open_checked_runner
 
@@ -47,7 +47,7 @@ async def test_a_waiter_is_told_when_its_client_closes(url: str, group: str) -> 
     async def wait(handle: trunner.TaskHandle[Any]) -> None:
         try:
             await handle.result()
-        except trunner.RunnerNotRunning as exc:
+        except trunner.errors.RunnerNotRunning as exc:
             outcome.append(exc)
 
     async with trio.open_nursery() as nursery, trunner.open_client(url, group) as client:
@@ -55,7 +55,7 @@ async def test_a_waiter_is_told_when_its_client_closes(url: str, group: str) -> 
         nursery.start_soon(wait, handle)
         await _registered(client._open_waiters(), str(handle))
     assert len(outcome) == 1
-    with pytest.raises(trunner.RunnerNotRunning):
+    with pytest.raises(trunner.errors.RunnerNotRunning):
         await handle.result()  # and after: at once
 
 
@@ -65,7 +65,7 @@ async def test_a_waiter_is_told_when_its_runner_stops(url: str, group: str) -> N
     async def wait(handle: trunner.TaskHandle[Any]) -> None:
         try:
             await handle.result()
-        except trunner.RunnerNotRunning as exc:
+        except trunner.errors.RunnerNotRunning as exc:
             outcome.append(exc)
 
     async with (
@@ -95,7 +95,7 @@ async def test_a_waiter_that_subscribed_first_is_told_when_its_client_closes(
             async def wait() -> None:
                 try:
                     await handle.result()
-                except trunner.RunnerNotRunning as exc:
+                except trunner.errors.RunnerNotRunning as exc:
                     outcome.append(exc)
 
             nursery.start_soon(wait)

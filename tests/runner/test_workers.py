@@ -19,8 +19,8 @@ import trio
 import trio.lowlevel
 
 import trunner
-from trunner import Keys
 from trunner._wire.keys import RELEASED_CONSUMER
+from trunner.keys import Keys
 
 from ..conftest import Tally, config, open_checked_runner, redis_state
 

@@ -30,7 +30,7 @@ from typing import Any
 import trio
 
 import trunner
-from trunner import Keys
+from trunner.keys import Keys
 
 from ..conftest import redis_state
 from ..processes.reliability_worker import LOG_ENV, OPTIONS_ENV

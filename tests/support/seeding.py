@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from trunner import Keys
 from trunner._wire.envelope import NO_SIZE_LIMIT, encode_message
+from trunner.keys import Keys
 
 BATCH = 5000
 

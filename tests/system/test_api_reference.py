@@ -28,9 +28,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
-#: The modules whose ``__all__`` is the public API.
+#: The modules whose ``__all__`` is the public API: the top level, then its namespaces.
 PUBLIC_MODULES = (
     "trunner",
+    "trunner.errors",
+    "trunner.admin",
+    "trunner.middleware",
+    "trunner.keys",
     "trunner.testing",
     "trunner.election",
     "trunner.otel",
@@ -70,11 +74,17 @@ SPHINX_ROLE = re.compile(r":(class|func|meth|mod|data|attr|exc|obj):`")
 
 
 def _public_names() -> Iterator[tuple[str, Any]]:
-    """``(dotted name, object)`` for every name of the public modules' ``__all__``."""
+    """``(dotted name, object)`` for every name of the public modules' ``__all__``: an
+    object that two of them export (``trunner.TaskFailed`` is ``trunner.errors.TaskFailed``)
+    under the first, where the page documents it."""
+    seen: set[int] = set()
     for module_name in PUBLIC_MODULES:
         module = importlib.import_module(module_name)
         for name in module.__all__:
-            yield f"{module_name}.{name}", getattr(module, name)
+            value = getattr(module, name)
+            if id(value) not in seen:
+                seen.add(id(value))
+                yield f"{module_name}.{name}", value
 
 
 def _is_type_alias(value: object) -> bool:
@@ -106,7 +116,7 @@ def _member_id(cls_id: str, cls: type, name: str) -> list[str]:
     if cls_id in {"trunner.Client", "trunner.aio.Client"}:  # the shared dispatch methods
         ids.append(f"trunner.Runner.{name}")
     if cls_id == "trunner.sync.Admin":  # blocking forms of the Admin methods
-        ids.append(f"trunner.Admin.{name}")
+        ids.append(f"trunner.admin.Admin.{name}")
     return ids
 
 

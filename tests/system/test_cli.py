@@ -113,7 +113,7 @@ def test_a_pause_mark_out_of_the_calendar_is_shown_not_a_crash(
     """A pause mark of twenty digits, which the runners accept, crashed inspect and pause
     (OSError: Value too large, formatting its time); the dashboard's formatting did not."""
     raw = raw_client(redis_server.url)
-    raw.set(trunner.Keys("trunner", group).paused, "99999999999999999999")
+    raw.set(trunner.keys.Keys("trunner", group).paused, "99999999999999999999")
     raw.close()
     assert main(["inspect", group, "--redis", redis_server.url]) == 0
     assert "since ? UTC" in capsys.readouterr().out
@@ -127,7 +127,7 @@ def test_bad_payload_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 async def test_quarantine_list_inspect_and_purge(
-    redis_server: RedisServer, group: str, keys: trunner.Keys
+    redis_server: RedisServer, group: str, keys: trunner.keys.Keys
 ) -> None:
     url = ["--redis", redis_server.url]
     raw = raw_client(redis_server.url)
@@ -422,7 +422,7 @@ def test_dead_letters_deleted_by_task_and_cron_fired_now(
 ) -> None:
     url = ["--redis", redis_server.url]
     raw = raw_client(redis_server.url)
-    keys = trunner.Keys("trunner", group)
+    keys = trunner.keys.Keys("trunner", group)
     jobs = seed_dead(raw, keys, 2, task="job")
     seed_dead(raw, keys, 3, task="other")
     assert main(["dead-letter", "delete", group, jobs[0], "--yes", *url]) == 0
@@ -467,7 +467,7 @@ def test_dead_letters_are_listed_with_control_characters_escaped(
     """What a dead letter holds is anybody's text: a newline forged a line of the listing,
     an escape sequence drove the terminal."""
     raw = raw_client(redis_server.url)
-    keys = trunner.Keys("trunner", group)
+    keys = trunner.keys.Keys("trunner", group)
     forged = "boom\n  task id: 0-0  (consumer admin)\x1b[2J"
     seed_dead(raw, keys, 1, task="job\rx", error=forged, reason="r\x85")
     raw.close()
@@ -490,7 +490,7 @@ def test_inspect_shows_what_redis_holds_as_text(
     """Text read from Redis reached the terminal as it was: an escape sequence in an
     instance id drove it. Shown as text, markup-like brackets included."""
     raw = raw_client(redis_server.url)
-    keys = trunner.Keys("trunner", group)
+    keys = trunner.keys.Keys("trunner", group)
     now_ms = int(raw.time()[0]) * 1000
     raw.zadd(keys.instances, {"ghost[/x]\x1b[2J": now_ms})
     raw.hset(keys.instances_info, "ghost[/x]\x1b[2J", '{"host": "[b]h[/no]", "pid": 1}')
@@ -554,8 +554,8 @@ def test_inspect_without_a_group_lists_the_groups_found(
 ) -> None:
     prefix = f"d{uuid.uuid4().hex[:8]}"  # the session's Redis holds other tests' groups
     raw = raw_client(redis_server.url)
-    raw.sadd(trunner.Keys(prefix, "emails").groups, "emails")
-    raw.sadd(trunner.Keys(prefix, "events").groups, "audit", "mailer")
+    raw.sadd(trunner.keys.Keys(prefix, "emails").groups, "emails")
+    raw.sadd(trunner.keys.Keys(prefix, "events").groups, "audit", "mailer")
     raw.close()
     url = ["--redis", redis_server.url, "--prefix", prefix]
     assert main(["inspect", *url, "--json"]) == 0

@@ -25,7 +25,7 @@ import pytest
 import trio
 
 import trunner
-from trunner import Keys
+from trunner.keys import Keys
 
 from ..conftest import Tally, config, raw_client, redis_state
 from ..support.fleet import Fleet, feed, open_fleet, payloads

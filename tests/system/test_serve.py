@@ -13,9 +13,9 @@ import pytest
 import trio
 
 import trunner
-from trunner import Keys
 from trunner._wire.keys import RELEASED_CONSUMER
 from trunner.cli import main
+from trunner.keys import Keys
 
 from ..conftest import REPO, raw_client, redis_state, run_python
 from ..support.servers import RedisServer

@@ -16,9 +16,9 @@ import redis
 import trio
 
 import trunner
-from trunner import Keys
 from trunner._redis import Broker
 from trunner._util import connection_name
+from trunner.keys import Keys
 from trunner.testing import (
     NotIdle,
     ShutdownLeak,
@@ -179,7 +179,7 @@ async def test_not_idle_says_what_is_left(url: str, group: str, keys: Keys, raw:
 
 async def test_run_until_idle_needs_a_running_runner(memory_url: str, group: str) -> None:
     runner = trunner.Runner(memory_url, config(group), trunner.TaskRegistry())
-    with pytest.raises(trunner.RunnerNotRunning):
+    with pytest.raises(trunner.errors.RunnerNotRunning):
         await run_until_idle(runner)
 
 
@@ -532,7 +532,7 @@ async def test_call_gives_up_with_max_retry_exceeded_from_the_last_error() -> No
     assert str(info.value) == "task 'flaky' failed after 3 attempt(s)"
     assert isinstance(info.value.__cause__, ValueError)
     assert str(info.value.__cause__) == "attempt 3"
-    with pytest.raises(trunner.RunnerNotRunning):
+    with pytest.raises(trunner.errors.RunnerNotRunning):
         trunner.current_message()  # only inside the call
 
 
@@ -624,12 +624,12 @@ def counting(attempts: list[int]) -> trunner.TaskRegistry:
 async def test_an_eager_task_without_a_runner_says_how_to_give_it_one() -> None:
     attempts: list[int] = []
     tasks = counting(attempts)
-    with pytest.raises(trunner.RunnerNotRunning) as info:
+    with pytest.raises(trunner.errors.RunnerNotRunning) as info:
         await tasks.call("count_visit", {"page": "home", "user": "ada"})
     assert attempts == [1], "raised at once: retrying cannot give the task a runner"
     assert "current_runner() in a task run eagerly" in str(info.value)
     assert "call_task(tasks, name, payload, runner=runner)" in str(info.value)
-    with pytest.raises(trunner.RunnerNotRunning, match="only available inside a task"):
+    with pytest.raises(trunner.errors.RunnerNotRunning, match="only available inside a task"):
         trunner.current_runner()  # outside of any task, as before
 
 
@@ -645,7 +645,7 @@ async def test_an_eager_task_uses_the_runner_it_is_given(memory_url: str, group:
         await run_until_idle(runner)
         assert runner.task_totals()["noop"].succeeded == 1, "its follow-up ran"
     assert attempts == [1, 1]
-    with pytest.raises(trunner.RunnerNotRunning, match="needs a started runner"):
+    with pytest.raises(trunner.errors.RunnerNotRunning, match="needs a started runner"):
         await call_task(tasks, "count_visit", visit, runner=runner)
 
 

@@ -37,9 +37,9 @@ def test_an_asyncio_client_not_open_says_how_to_open_it() -> None:
     async def dispatch() -> None:
         await client.dispatch("t", 1)
 
-    with pytest.raises(trunner.RunnerNotRunning, match=r"async with client"):
+    with pytest.raises(trunner.errors.RunnerNotRunning, match=r"async with client"):
         asyncio.run(dispatch())
-    with pytest.raises(trunner.RunnerNotRunning, match=r"async with client"):
+    with pytest.raises(trunner.errors.RunnerNotRunning, match=r"async with client"):
         client.admin  # noqa: B018
 
 

@@ -193,7 +193,7 @@ def test_unresolvable_annotations_count_as_any() -> None:
 def test_a_value_with_no_json_form_is_refused_with_the_right_error() -> None:
     with pytest.raises(trunner.InvalidPayload):
         TypeCodec(Any).encode(object())
-    with pytest.raises(trunner.InvalidResult) as info:
+    with pytest.raises(trunner.errors.InvalidResult) as info:
         untyped.encode_json({"when": object()})
     assert isinstance(info.value, trunner.GiveUp)  # a result that cannot be kept: no retry
 

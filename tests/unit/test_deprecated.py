@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 import sys
 from typing import Any
 
@@ -14,13 +15,85 @@ from trunner import election, serve
 
 from ..conftest import config
 
+#: The names that left trunner's top level for a namespace, each with its new home (the top
+#: keeps what daily code types).
+MOVED = {
+    **dict.fromkeys(
+        [
+            "BadData",
+            "CommandNotAllowed",
+            "Crashed",
+            "ElectorCrashed",
+            "InvalidArgument",
+            "InvalidHeaders",
+            "InvalidMessage",
+            "InvalidResult",
+            "LeadershipLost",
+            "MiddlewareError",
+            "RedisCommandError",
+            "RemoteFailure",
+            "ReservationLost",
+            "ResultExpired",
+            "ResultNotKept",
+            "RunnerAlreadyStarted",
+            "RunnerCrashed",
+            "RunnerNotRunning",
+            "SelfWait",
+        ],
+        "trunner.errors",
+    ),
+    **dict.fromkeys(
+        [
+            "CronEntry",
+            "DeadLetter",
+            "DelayedTask",
+            "FoundGroup",
+            "GroupInfo",
+            "GroupStats",
+            "GroupsFound",
+            "InstanceInfo",
+            "QuarantineRecord",
+            "ReplayResult",
+            "TaskTiming",
+            "discover_groups",
+        ],
+        "trunner.admin",
+    ),
+    **dict.fromkeys(["AttemptInfo", "AttemptOutcome", "DispatchInfo"], "trunner.middleware"),
+    "Keys": "trunner.keys",
+    "forget_memory_server": "trunner.testing",
+}
+
+
+@pytest.mark.parametrize(("name", "home"), sorted(MOVED.items()))
+def test_a_moved_name_resolves_with_a_warning_naming_its_home(name: str, home: str) -> None:
+    message = f"trunner.{name} is deprecated, use {home}.{name}"
+    with pytest.warns(DeprecationWarning, match=re.escape(message)) as caught:
+        old = getattr(trunner, name)
+    assert [str(w.message) for w in caught] == [message]
+    assert caught[0].filename == __file__, "the warning points at the user's line"
+    assert old is getattr(importlib.import_module(home), name)
+    assert name not in trunner.__all__
+    assert name in importlib.import_module(home).__all__
+
+
+def test_the_moved_names_are_all_tested() -> None:
+    deprecated = set(vars(trunner)["__deprecated_attributes__"])
+    assert deprecated == {*MOVED, "Stats"}
+
+
+def test_a_moved_name_imports_with_a_warning() -> None:
+    with pytest.warns(DeprecationWarning, match=r"use trunner\.errors\.RunnerNotRunning"):
+        from trunner import RunnerNotRunning  # noqa: PLC0415 - the import is the test
+    assert RunnerNotRunning is trunner.errors.RunnerNotRunning
+
 
 def test_stats_is_group_stats() -> None:
     with pytest.warns(
-        DeprecationWarning, match=r"trunner\.Stats is deprecated, use trunner\.GroupStats"
+        DeprecationWarning, match=r"trunner\.Stats is deprecated, use trunner\.admin\.GroupStats"
     ):
         old = trunner.Stats
-    assert old is trunner.GroupStats
+    assert old is trunner.admin.GroupStats
     with pytest.raises(AttributeError, match="no attribute 'NoSuchName'"):
         trunner.NoSuchName  # type: ignore[attr-defined]  # noqa: B018
 
@@ -38,7 +111,7 @@ async def test_stats_calls_group_stats(memory_url: str, group: str) -> None:
             ):
                 old = await producer.stats()
             new = await producer.admin.group_stats()
-            assert isinstance(old, trunner.GroupStats)
+            assert isinstance(old, trunner.admin.GroupStats)
             assert (old.instances, old.total_capacity) == (new.instances, new.total_capacity)
 
 
@@ -48,7 +121,7 @@ ADMIN_CALL_ARGS: dict[str, tuple[Any, ...]] = {"delete_dead_letters": ([],)}
 CHANGING = {"pause", "resume", "inspect", "instances", "group_stats", "waiting_age"}
 ADMIN_METHODS = sorted(
     name
-    for name, value in vars(trunner.Admin).items()
+    for name, value in vars(trunner.admin.Admin).items()
     if not name.startswith("_") and inspect.iscoroutinefunction(value)
 )
 
@@ -58,7 +131,7 @@ def test_every_admin_method_is_kept_on_runners_and_clients() -> None:
     for cls in (trunner.Runner, trunner.Client):
         for name in ADMIN_METHODS:
             old = inspect.signature(getattr(cls, name))
-            assert old == inspect.signature(getattr(trunner.Admin, name)), (cls, name)
+            assert old == inspect.signature(getattr(trunner.admin.Admin, name)), (cls, name)
 
 
 @pytest.mark.parametrize("name", ADMIN_METHODS)

@@ -27,7 +27,7 @@ def test_stats_from_the_metrics_hash() -> None:
     buffer.schedule_pass(0.004)
     fields = fields_of(buffer)
     fields["since"] = 1_000_000.0  # ms: the window started 10 s before "now"
-    instance = trunner.InstanceInfo(
+    instance = trunner.admin.InstanceInfo(
         id="a", host="h", pid=1, capacity=4, started_at=0.0, last_seen=0.0, leader=True
     )
     stats = compute_stats(fields, queue_length=20, instances=[instance], now=1010.0)
@@ -43,7 +43,7 @@ def test_stats_from_the_metrics_hash() -> None:
     assert stats.window == pytest.approx(10.0)
     assert stats.throughput == pytest.approx(10.1)
     assert stats.predicted_wait == pytest.approx(stats.average * 20 / 4)
-    assert trunner.GroupStats.from_json(stats.to_json()) == stats
+    assert trunner.admin.GroupStats.from_json(stats.to_json()) == stats
     assert all(b / a <= 2.0 for a, b in itertools.pairwise(BUCKETS))
 
 

@@ -82,7 +82,7 @@ def test_stored_empty_headers_are_no_headers() -> None:
     ],
 )
 def test_bad_headers_are_refused_before_anything_is_encoded(headers: Any, why: str) -> None:
-    with pytest.raises(trunner.InvalidHeaders, match=why) as caught:
+    with pytest.raises(trunner.errors.InvalidHeaders, match=why) as caught:
         encode(headers)
     assert isinstance(caught.value, ValueError)
     assert "of task 't'" in str(caught.value)
@@ -93,12 +93,12 @@ def test_the_bounds_are_inclusive() -> None:
     exact = {"k": "v" * (MAX_HEADERS_BYTES - overhead)}
     assert check_headers(exact) == exact
     assert decode(encode(exact)).headers == exact
-    with pytest.raises(trunner.InvalidHeaders):
+    with pytest.raises(trunner.errors.InvalidHeaders):
         check_headers({"k": "v" * (MAX_HEADERS_BYTES - overhead + 1)})
     many = {f"h{i}": "" for i in range(MAX_HEADERS)}
     assert decode(encode(many)).headers == many
     # Bytes, not characters: "é" takes two.
-    with pytest.raises(trunner.InvalidHeaders):
+    with pytest.raises(trunner.errors.InvalidHeaders):
         check_headers({"k": "é" * ((MAX_HEADERS_BYTES - overhead) // 2 + 1)})
 
 
@@ -181,7 +181,7 @@ def test_a_cron_schedule_carries_checked_headers() -> None:
     assert schedule.headers == {"source": "cron"}
     assert isinstance(schedule.headers, MappingProxyType)
     assert trunner.CronSchedule("s", "* * * * *", "t").headers == {}
-    with pytest.raises(trunner.InvalidHeaders):
+    with pytest.raises(trunner.errors.InvalidHeaders):
         trunner.CronSchedule("s", "* * * * *", "t", headers={"a": 1})  # type: ignore[dict-item]
     tasks = trunner.TaskRegistry()
     made = tasks.cron("* * * * *", "t", headers={"k": "v"})

@@ -18,9 +18,7 @@ MAX_CLASS_LINES = 300
 
 #: Rooms still over the limit, as (path under trunner/, class or ""), each waiting for its
 #: split in the layout's migration; tighten by deleting an entry.
-ALLOWED_OVERSIZE: set[tuple[str, str]] = {
-    ("errors.py", ""),
-}
+ALLOWED_OVERSIZE: set[tuple[str, str]] = set()
 
 
 def _rooms() -> dict[tuple[str, str], int]:

@@ -34,6 +34,9 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
             {
                 "trunner._action",
                 "trunner._context",
+                "trunner._deprecate",
+                "trunner._public",
+                "trunner._wording",
                 # The middleware hooks, run by producers, the engine and eager calls: beside
                 # the Middleware they run, below every caller.
                 "trunner._hooks",

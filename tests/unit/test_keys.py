@@ -7,9 +7,9 @@ import json
 import attrs
 import pytest
 
-from trunner import Keys
 from trunner._wire.keys import RELEASED_CONSUMER, UniqueLock
 from trunner._wire.names import check_name
+from trunner.keys import Keys
 
 
 def hash_tag(key: str) -> str:

@@ -16,9 +16,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trunner import InvalidMessage, InvalidPayload, PayloadTooLarge, TaskMessage, TrunnerError
+from trunner import InvalidPayload, PayloadTooLarge, TaskMessage, TrunnerError
 from trunner._wire.decode import MessageDecodeError, _decode_checked, decode_message
 from trunner._wire.envelope import PAYLOAD_FIELD, encode_message, reencode_for_retry
+from trunner.errors import InvalidMessage
 
 MAX = 1024 * 1024
 NOW = 1764412800.123

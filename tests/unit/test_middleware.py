@@ -27,14 +27,14 @@ class Recorder(trunner.Middleware):
         self.log = log
 
     @contextlib.asynccontextmanager
-    async def around_attempt(self, attempt: trunner.AttemptInfo) -> AsyncIterator[None]:
+    async def around_attempt(self, attempt: trunner.middleware.AttemptInfo) -> AsyncIterator[None]:
         self.log.append((self.name, "enter", attempt.task_name, attempt.attempt))
         try:
             yield
         finally:
             self.log.append((self.name, "exit", attempt.outcome, attempt.result, attempt.error))
 
-    def on_dispatch(self, dispatch: trunner.DispatchInfo) -> None:
+    def on_dispatch(self, dispatch: trunner.middleware.DispatchInfo) -> None:
         self.log.append((self.name, "dispatch", dict(dispatch.headers)))
         dispatch.headers[self.name] = str(len(dispatch.headers))
 
@@ -42,7 +42,7 @@ class Recorder(trunner.Middleware):
 class Swallower(trunner.Middleware):
     """Returns True from ``__aexit__``, whatever it is given."""
 
-    def around_attempt(self, attempt: trunner.AttemptInfo) -> Swallower:
+    def around_attempt(self, attempt: trunner.middleware.AttemptInfo) -> Swallower:
         return self
 
     async def __aenter__(self) -> None:
@@ -62,14 +62,14 @@ class RaisesOnExit(trunner.Middleware):
         self.error = error
 
     @contextlib.asynccontextmanager
-    async def around_attempt(self, attempt: trunner.AttemptInfo) -> AsyncIterator[None]:
+    async def around_attempt(self, attempt: trunner.middleware.AttemptInfo) -> AsyncIterator[None]:
         try:
             yield
         finally:
             raise self.error
 
 
-def ignore(_: trunner.MiddlewareError) -> None:
+def ignore(_: trunner.errors.MiddlewareError) -> None:
     pass
 
 
@@ -106,12 +106,12 @@ async def test_the_first_middleware_is_the_outermost_and_sees_each_attempt() -> 
     assert log[2:] == [
         ("a", "enter", "flaky", 1),
         ("b", "enter", "flaky", 1),
-        ("b", "exit", trunner.AttemptOutcome.FAILED, None, failed),
-        ("a", "exit", trunner.AttemptOutcome.FAILED, None, failed),
+        ("b", "exit", trunner.middleware.AttemptOutcome.FAILED, None, failed),
+        ("a", "exit", trunner.middleware.AttemptOutcome.FAILED, None, failed),
         ("a", "enter", "flaky", 2),
         ("b", "enter", "flaky", 2),
-        ("b", "exit", trunner.AttemptOutcome.SUCCEEDED, {"done": 2}, None),
-        ("a", "exit", trunner.AttemptOutcome.SUCCEEDED, {"done": 2}, None),
+        ("b", "exit", trunner.middleware.AttemptOutcome.SUCCEEDED, {"done": 2}, None),
+        ("a", "exit", trunner.middleware.AttemptOutcome.SUCCEEDED, {"done": 2}, None),
     ]
 
 
@@ -119,10 +119,10 @@ class Retries(trunner.Middleware):
     """Records ``(attempt, outcome, will_retry)`` as each attempt exits."""
 
     def __init__(self) -> None:
-        self.seen: list[tuple[int, trunner.AttemptOutcome | None, bool]] = []
+        self.seen: list[tuple[int, trunner.middleware.AttemptOutcome | None, bool]] = []
 
     @contextlib.asynccontextmanager
-    async def around_attempt(self, attempt: trunner.AttemptInfo) -> AsyncIterator[None]:
+    async def around_attempt(self, attempt: trunner.middleware.AttemptInfo) -> AsyncIterator[None]:
         assert not attempt.will_retry  # running
         try:
             yield
@@ -139,7 +139,10 @@ async def test_an_attempt_tells_whether_its_task_is_retried_after_it() -> None:
             raise RuntimeError("retried")
         raise (KeyError if payload == "key" else trunner.GiveUp)("given up")
 
-    failed, ok = trunner.AttemptOutcome.FAILED, trunner.AttemptOutcome.SUCCEEDED
+    failed, ok = (
+        trunner.middleware.AttemptOutcome.FAILED,
+        trunner.middleware.AttemptOutcome.SUCCEEDED,
+    )
     spy = Retries()
     assert await tasks.call("flaky", 2, middleware=[spy]) == {"done": 2}
     assert spy.seen == [(1, failed, True), (2, ok, False)]
@@ -165,7 +168,7 @@ async def test_a_timed_out_attempt_is_seen_as_such(autojump_clock: trio.abc.Cloc
     with pytest.raises(trunner.MaxRetryExceeded) as caught:
         await tasks.call("slow", None, middleware=[Recorder("a", log)])
     assert isinstance(caught.value.__cause__, trunner.TaskTimeout)
-    assert log[-1][:3] == ("a", "exit", trunner.AttemptOutcome.TIMED_OUT)
+    assert log[-1][:3] == ("a", "exit", trunner.middleware.AttemptOutcome.TIMED_OUT)
     assert log[-1][4] is caught.value.__cause__
 
 
@@ -188,7 +191,7 @@ async def test_a_cancelled_attempt_is_seen_as_such_and_the_cancellation_goes_on(
         nursery.start_soon(call)
         await started.wait()
         nursery.cancel_scope.cancel()
-    assert log[-1][:3] == ("a", "exit", trunner.AttemptOutcome.CANCELLED)
+    assert log[-1][:3] == ("a", "exit", trunner.middleware.AttemptOutcome.CANCELLED)
     assert isinstance(log[-1][4], trio.Cancelled)
 
 
@@ -198,7 +201,7 @@ async def test_a_cancelled_attempt_is_seen_as_such_and_the_cancellation_goes_on(
     ids=["exception", "cancelled"],
 )
 async def test_a_middleware_cannot_swallow_what_the_attempt_raised(failure: BaseException) -> None:
-    broken: list[trunner.MiddlewareError] = []
+    broken: list[trunner.errors.MiddlewareError] = []
     hooks = AttemptHooks([Swallower()], broken.append)
 
     async def body() -> None:
@@ -207,7 +210,7 @@ async def test_a_middleware_cannot_swallow_what_the_attempt_raised(failure: Base
     with trio.CancelScope() as scope:  # what a Cancelled reaching a middleware comes from
         scope.cancel()
         with pytest.raises(type(failure)) as caught:
-            await hooks.run(trunner.AttemptInfo(message(), "g"), body)
+            await hooks.run(trunner.middleware.AttemptInfo(message(), "g"), body)
     assert caught.value is failure
     (error,) = broken
     assert error.__cause__ is failure
@@ -216,7 +219,7 @@ async def test_a_middleware_cannot_swallow_what_the_attempt_raised(failure: Base
 
 
 async def test_a_cancellation_in_a_group_cannot_be_swallowed_either() -> None:
-    broken: list[trunner.MiddlewareError] = []
+    broken: list[trunner.errors.MiddlewareError] = []
     hooks = AttemptHooks([Swallower()], broken.append)
     group = BaseExceptionGroup("", [trio.Cancelled._create(), ValueError("x")])
 
@@ -226,13 +229,13 @@ async def test_a_cancellation_in_a_group_cannot_be_swallowed_either() -> None:
     with trio.CancelScope() as scope:
         scope.cancel()
         with pytest.raises(BaseExceptionGroup) as caught:
-            await hooks.run(trunner.AttemptInfo(message(), "g"), body)
+            await hooks.run(trunner.middleware.AttemptInfo(message(), "g"), body)
     assert caught.value is group
     assert len(broken) == 1
 
 
 async def test_an_error_raised_in_place_of_a_cancellation_does_not_replace_it() -> None:
-    broken: list[trunner.MiddlewareError] = []
+    broken: list[trunner.errors.MiddlewareError] = []
     replacement = RuntimeError("instead")
     hooks = AttemptHooks([RaisesOnExit(replacement)], broken.append)
     cancelled = trio.Cancelled._create()
@@ -243,7 +246,7 @@ async def test_an_error_raised_in_place_of_a_cancellation_does_not_replace_it() 
     with trio.CancelScope() as scope:
         scope.cancel()
         with pytest.raises(trio.Cancelled):
-            await hooks.run(trunner.AttemptInfo(message(), "g"), body)
+            await hooks.run(trunner.middleware.AttemptInfo(message(), "g"), body)
     (error,) = broken
     assert error.__cause__ is replacement
     assert "in place of a cancellation" in str(error)
@@ -257,7 +260,7 @@ class TimeLimit(trunner.Middleware):
         self.fail = fail
 
     @contextlib.asynccontextmanager
-    async def around_attempt(self, attempt: trunner.AttemptInfo) -> AsyncIterator[None]:
+    async def around_attempt(self, attempt: trunner.middleware.AttemptInfo) -> AsyncIterator[None]:
         try:
             if self.fail:
                 with trio.fail_after(1.0):  # raises TooSlowError in place of the Cancelled
@@ -297,17 +300,17 @@ async def test_a_middleware_cancel_scope_fails_the_attempt_it_cancels(
     if fail:
         assert isinstance(cause, trio.TooSlowError)
     else:
-        assert isinstance(cause, trunner.MiddlewareError)
+        assert isinstance(cause, trunner.errors.MiddlewareError)
         assert "cancel scope of a middleware" in str(cause)
         assert isinstance(cause.__cause__, trio.Cancelled)
-    assert ("limit", trunner.AttemptOutcome.CANCELLED) in log
+    assert ("limit", trunner.middleware.AttemptOutcome.CANCELLED) in log
     exits = [entry for entry in log if entry[:2] == ("outer", "exit")]
-    assert [entry[2] for entry in exits] == [trunner.AttemptOutcome.FAILED] * 2
+    assert [entry[2] for entry in exits] == [trunner.middleware.AttemptOutcome.FAILED] * 2
     assert exits[-1][4] is cause
 
 
 async def test_an_error_a_middleware_raises_becomes_the_attempts() -> None:
-    broken: list[trunner.MiddlewareError] = []
+    broken: list[trunner.errors.MiddlewareError] = []
     log: list[Any] = []
     replacement = ValueError("from the middleware")
     hooks = AttemptHooks([Recorder("outer", log), RaisesOnExit(replacement)], broken.append)
@@ -316,16 +319,16 @@ async def test_an_error_a_middleware_raises_becomes_the_attempts() -> None:
         return 7
 
     with pytest.raises(ValueError, match="from the middleware"):
-        await hooks.run(trunner.AttemptInfo(message(), "g"), body)
+        await hooks.run(trunner.middleware.AttemptInfo(message(), "g"), body)
     assert broken == [], "raising is allowed: it is how a middleware changes the outcome"
-    assert log[-1] == ("outer", "exit", trunner.AttemptOutcome.FAILED, None, replacement)
+    assert log[-1] == ("outer", "exit", trunner.middleware.AttemptOutcome.FAILED, None, replacement)
 
 
 async def test_a_middleware_that_fails_to_enter_skips_the_body() -> None:
     log: list[Any] = []
 
     class Refuses(trunner.Middleware):
-        def around_attempt(self, attempt: trunner.AttemptInfo) -> Any:
+        def around_attempt(self, attempt: trunner.middleware.AttemptInfo) -> Any:
             raise LookupError("no")
 
     ran = False
@@ -336,13 +339,13 @@ async def test_a_middleware_that_fails_to_enter_skips_the_body() -> None:
 
     hooks = AttemptHooks([Recorder("outer", log), Refuses()], ignore)
     with pytest.raises(LookupError):
-        await hooks.run(trunner.AttemptInfo(message(), "g"), body)
+        await hooks.run(trunner.middleware.AttemptInfo(message(), "g"), body)
     assert not ran
-    assert log[-1][2] is trunner.AttemptOutcome.FAILED
+    assert log[-1][2] is trunner.middleware.AttemptOutcome.FAILED
 
 
 async def test_the_attempt_info_shows_the_message() -> None:
-    info = trunner.AttemptInfo(message("send"), "emails")
+    info = trunner.middleware.AttemptInfo(message("send"), "emails")
     assert (info.task_name, info.message_id, info.task_id, info.attempt) == (
         "send",
         "1-0",
@@ -357,7 +360,7 @@ async def test_the_attempt_info_shows_the_message() -> None:
 
 async def test_eager_mode_raises_what_a_runner_would_report() -> None:
     tasks, _ = registry()
-    with pytest.raises(trunner.MiddlewareError, match="swallowed"):
+    with pytest.raises(trunner.errors.MiddlewareError, match="swallowed"):
         await tasks.call("flaky", 2, middleware=[Swallower()])
 
 
@@ -365,44 +368,48 @@ async def test_dispatch_hooks_may_be_async_and_their_errors_fail_the_dispatch() 
     calls: list[str] = []
 
     class Async(trunner.Middleware):
-        async def on_dispatch(self, dispatch: trunner.DispatchInfo) -> None:
+        async def on_dispatch(self, dispatch: trunner.middleware.DispatchInfo) -> None:
             await trio.lowlevel.checkpoint()
             calls.append(dispatch.task_name)
             dispatch.headers["async"] = "yes"
 
     class Broken(trunner.Middleware):
-        def on_dispatch(self, dispatch: trunner.DispatchInfo) -> None:
+        def on_dispatch(self, dispatch: trunner.middleware.DispatchInfo) -> None:
             raise KeyError("tenant")
 
-    info = trunner.DispatchInfo("t", None, {}, "g")
+    info = trunner.middleware.DispatchInfo("t", None, {}, "g")
     assert await DispatchHooks([Async()]).run(info) == {"async": "yes"}
     assert calls == ["t"]
-    with pytest.raises(trunner.MiddlewareError, match="Broken raised for task 't'") as caught:
-        await DispatchHooks([Async(), Broken()]).run(trunner.DispatchInfo("t", None, {}, "g"))
+    with pytest.raises(
+        trunner.errors.MiddlewareError, match="Broken raised for task 't'"
+    ) as caught:
+        await DispatchHooks([Async(), Broken()]).run(
+            trunner.middleware.DispatchInfo("t", None, {}, "g")
+        )
     assert isinstance(caught.value.__cause__, KeyError)
     tasks, seen = registry()
-    with pytest.raises(trunner.MiddlewareError):
+    with pytest.raises(trunner.errors.MiddlewareError):
         await tasks.call("flaky", 1, middleware=[Broken()])
     assert seen == [], "nothing ran"
 
 
 async def test_headers_a_hook_leaves_bad_are_refused_and_blamed_on_the_hooks() -> None:
     class Bad(trunner.Middleware):
-        def on_dispatch(self, dispatch: trunner.DispatchInfo) -> None:
+        def on_dispatch(self, dispatch: trunner.middleware.DispatchInfo) -> None:
             dispatch.headers["n"] = 1  # type: ignore[assignment]
 
     tasks, _ = registry()
-    with pytest.raises(trunner.InvalidHeaders, match="must map str to str"):
+    with pytest.raises(trunner.errors.InvalidHeaders, match="must map str to str"):
         await tasks.call("flaky", 1, middleware=[Bad()])
 
 
 def test_a_hook_left_as_it_is_is_not_run() -> None:
     class DispatchOnly(trunner.Middleware):
-        def on_dispatch(self, dispatch: trunner.DispatchInfo) -> None:
+        def on_dispatch(self, dispatch: trunner.middleware.DispatchInfo) -> None:
             pass
 
     class AttemptOnly(trunner.Middleware):
-        def around_attempt(self, attempt: trunner.AttemptInfo) -> Any:
+        def around_attempt(self, attempt: trunner.middleware.AttemptInfo) -> Any:
             return contextlib.nullcontext()
 
     assert not AttemptHooks([DispatchOnly()], ignore)
@@ -424,7 +431,7 @@ def test_middleware_is_a_list_of_middleware() -> None:
 
 
 def test_a_give_up_inside_an_exception_group_gives_up() -> None:
-    from trunner.errors import gives_up  # noqa: PLC0415 - the rule under test
+    from trunner._util import gives_up  # noqa: PLC0415 - the rule under test
 
     group = ExceptionGroup("nursery", [trunner.GiveUp("no"), ValueError("x")])
     assert gives_up(group)

@@ -3,14 +3,16 @@
 The layout of the package is changing (implementation modules move into private
 sub-packages); the names users type must not move with them. This is a snapshot: each
 public module's ``__all__`` exactly, and the few names the docs spell with a module path.
-A name leaves only deliberately: through ``_DEPRECATED`` (a warning for one release,
-checked in ``test_deprecated.py``), then by editing this file at the release that
-removes it.
+A name leaves only deliberately: through ``deprecate_attributes`` (``trunner/_deprecate.py``:
+a warning for one release, checked in ``test_deprecated.py``), then by editing this file at
+the release that removes it.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
+import typing
 import warnings
 
 import pytest
@@ -19,61 +21,27 @@ import pytest
 PUBLIC: dict[str, frozenset[str]] = {
     "trunner": frozenset(
         {
-            "Admin",
-            "AttemptInfo",
-            "AttemptOutcome",
             "BackendError",
-            "BadData",
             "CancelOutcome",
             "Client",
-            "CommandNotAllowed",
-            "Crashed",
-            "CronEntry",
             "CronSchedule",
-            "DeadLetter",
-            "DelayedTask",
-            "DispatchInfo",
-            "ElectorCrashed",
             "FailedTaskHandler",
-            "FoundGroup",
             "GiveUp",
-            "GroupInfo",
-            "GroupStats",
-            "GroupsFound",
-            "InstanceInfo",
-            "InvalidArgument",
-            "InvalidHeaders",
-            "InvalidMessage",
             "InvalidPayload",
-            "InvalidResult",
-            "Keys",
-            "LeadershipLost",
             "LongQueueHook",
             "MaxRetryExceeded",
             "Middleware",
-            "MiddlewareError",
             "PayloadTooLarge",
             "Pipeline",
-            "QuarantineRecord",
-            "RedisCommandError",
             "RedisHandle",
             "RedisUnavailable",
             "RemoteError",
-            "RemoteFailure",
-            "ReplayResult",
-            "ReservationLost",
-            "ResultExpired",
             "ResultNotFound",
-            "ResultNotKept",
             "ResultTimeout",
             "Runner",
-            "RunnerAlreadyStarted",
             "RunnerConfig",
-            "RunnerCrashed",
-            "RunnerNotRunning",
             "RunnerState",
             "RunnerStatistics",
-            "SelfWait",
             "Task",
             "TaskAlreadyDispatched",
             "TaskCancelled",
@@ -87,21 +55,74 @@ PUBLIC: dict[str, frozenset[str]] = {
             "TaskState",
             "TaskStatus",
             "TaskTimeout",
-            "TaskTiming",
             "TrunnerError",
             "WorkerSettings",
             "__version__",
+            "admin",
             "current_message",
             "current_runner",
-            "discover_groups",
             "election",
-            "forget_memory_server",
-            "open_admin",
+            "errors",
+            "keys",
+            "middleware",
             "open_client",
             "open_redis",
             "open_runner",
             "redact_url",
             "report_progress",
+        }
+    ),
+    "trunner.errors": frozenset(
+        {
+            "BackendError",
+            "BadData",
+            "CommandNotAllowed",
+            "Crashed",
+            "ElectorCrashed",
+            "GiveUp",
+            "InvalidArgument",
+            "InvalidHeaders",
+            "InvalidMessage",
+            "InvalidPayload",
+            "InvalidResult",
+            "LeadershipLost",
+            "MaxRetryExceeded",
+            "MiddlewareError",
+            "PayloadTooLarge",
+            "RedisCommandError",
+            "RedisUnavailable",
+            "RemoteFailure",
+            "ReservationLost",
+            "ResultExpired",
+            "ResultNotFound",
+            "ResultNotKept",
+            "ResultTimeout",
+            "RunnerAlreadyStarted",
+            "RunnerCrashed",
+            "RunnerNotRunning",
+            "SelfWait",
+            "TaskAlreadyDispatched",
+            "TaskCancelled",
+            "TaskExpired",
+            "TaskFailed",
+            "TaskNotFound",
+            "TaskTimeout",
+            "TrunnerError",
+            "WorkerProcessDied",
+        }
+    ),
+    "trunner.middleware": frozenset(
+        {
+            "AttemptInfo",
+            "AttemptOutcome",
+            "DispatchInfo",
+            "Middleware",
+        }
+    ),
+    "trunner.keys": frozenset(
+        {
+            "Keys",
+            "UniqueLock",
         }
     ),
     "trunner.testing": frozenset(
@@ -116,6 +137,7 @@ PUBLIC: dict[str, frozenset[str]] = {
             "call_task",
             "capture_errors",
             "clean_keys",
+            "forget_memory_server",
             "open_runner_factory",
             "run_until_idle",
         }
@@ -148,13 +170,16 @@ PUBLIC: dict[str, frozenset[str]] = {
             "CronEntry",
             "DeadLetter",
             "DelayedTask",
+            "FoundGroup",
             "GroupInfo",
             "GroupStats",
+            "GroupsFound",
             "InstanceInfo",
             "QuarantineRecord",
             "ReplayResult",
             "TaskTiming",
             "as_dict",
+            "discover_groups",
             "open_admin",
         }
     ),
@@ -187,12 +212,56 @@ DOCUMENTED = (
     "trunner.cli.main",  # the `trunner` script's entry point (pyproject.toml)
     "trunner.pytest_plugin.pytest_addoption",  # the pytest11 entry point's module
     "trunner.message.DEFAULT_UNIQUE_FOR",  # docs/redis-layout.md
-    "trunner.keys.UniqueLock",  # docs/redis-layout.md
     "trunner.runner.Runner",  # the task name in docs/testing.md's leak report
 )
 
-#: Names that still resolve, with a DeprecationWarning, until the release they name.
-DEPRECATED = ("trunner.Stats",)
+#: Names that still resolve, with a DeprecationWarning, until the release they name: the
+#: names that left ``trunner``'s ``__all__`` for a namespace (``test_deprecated.py`` checks
+#: each), and ``Stats``, renamed.
+DEPRECATED = tuple(
+    f"trunner.{name}"
+    for name in (
+        "AttemptInfo",
+        "AttemptOutcome",
+        "BadData",
+        "CommandNotAllowed",
+        "Crashed",
+        "CronEntry",
+        "DeadLetter",
+        "DelayedTask",
+        "DispatchInfo",
+        "ElectorCrashed",
+        "FoundGroup",
+        "GroupInfo",
+        "GroupStats",
+        "GroupsFound",
+        "InstanceInfo",
+        "InvalidArgument",
+        "InvalidHeaders",
+        "InvalidMessage",
+        "InvalidResult",
+        "Keys",
+        "LeadershipLost",
+        "MiddlewareError",
+        "QuarantineRecord",
+        "RedisCommandError",
+        "RemoteFailure",
+        "ReplayResult",
+        "ReservationLost",
+        "ResultExpired",
+        "ResultNotKept",
+        "RunnerAlreadyStarted",
+        "RunnerCrashed",
+        "RunnerNotRunning",
+        "SelfWait",
+        "Stats",
+        "TaskTiming",
+        "discover_groups",
+        "forget_memory_server",
+    )
+)
+#: Names that left ``trunner``'s ``__all__`` with no deprecation: never released.
+REMOVED = tuple(f"trunner.{name}" for name in ("Admin", "open_admin"))
 
 
 @pytest.mark.parametrize("module_name", sorted(PUBLIC))
@@ -219,3 +288,49 @@ def test_a_deprecated_name_resolves_with_a_warning(dotted: str) -> None:
     module = importlib.import_module(module_name)
     with pytest.warns(DeprecationWarning, match=f"{dotted} is deprecated"):
         getattr(module, name)
+
+
+@pytest.mark.parametrize("dotted", REMOVED)
+def test_a_removed_name_is_gone(dotted: str) -> None:
+    module_name, _, name = dotted.rpartition(".")
+    with pytest.raises(AttributeError, match=f"no attribute {name!r}"):
+        getattr(importlib.import_module(module_name), name)
+
+
+def _defined_in_trunner(dotted: str) -> bool:
+    module_name, _, name = dotted.rpartition(".")
+    value = getattr(importlib.import_module(module_name), name)
+    return (inspect.isclass(value) or inspect.isfunction(value)) and value.__module__.startswith(
+        "trunner"
+    )
+
+
+@pytest.mark.parametrize(
+    "dotted",
+    [
+        d
+        for d in sorted(f"{m}.{n}" for m, names in PUBLIC.items() for n in names)
+        if _defined_in_trunner(d)
+    ],
+)
+def test_a_public_object_names_a_public_home(dotted: str) -> None:
+    """Its ``__module__`` (what tracebacks, reprs and pickle use) is a public module that
+    holds it, never a private one; the annotations of a class renamed so still resolve."""
+    module_name, _, name = dotted.rpartition(".")
+    value = getattr(importlib.import_module(module_name), name)
+    home = importlib.import_module(value.__module__)
+    assert not any(part.startswith("_") for part in home.__name__.split(".")), home.__name__
+    assert getattr(home, value.__qualname__) is value
+    if inspect.isclass(value) and inspect.getsourcefile(value) != inspect.getsourcefile(home):
+        typing.get_type_hints(value)
+
+
+def test_the_top_level_is_the_home_of_what_it_exports() -> None:
+    import trunner  # noqa: PLC0415 - the package under test
+
+    assert trunner.Task.__module__ == "trunner"  # defined in trunner._task
+    assert trunner.WorkerSettings.__module__ == "trunner"  # trunner.serve exports it too
+    assert trunner.current_message.__module__ == "trunner"
+    assert trunner.admin.DeadLetter.__module__ == "trunner.admin"
+    assert trunner.keys.Keys.__module__ == "trunner.keys"
+    assert trunner.TaskFailed.__module__ == "trunner.errors"  # defined in a public module

@@ -50,7 +50,7 @@ def test_an_error_reply_means_the_same_on_every_transport(
     in_pipeline = redis_py_reply(_redis_py_raised(text), "CMD")
     for error in (native, bridged, in_pipeline):
         if expected is None:
-            assert type(error) is trunner.RedisCommandError, (text, error)
+            assert type(error) is trunner.errors.RedisCommandError, (text, error)
         else:
             assert type(error) is expected, (text, error)
         assert str(error).startswith("CMD: ")
@@ -61,9 +61,9 @@ def test_an_error_reply_means_the_same_on_every_transport(
 def test_errors_inside_the_reply_of_an_exec_are_translated_in_place() -> None:
     exec_reply = [b"OK", hiredis.ReplyError("WRONGTYPE Operation against a key")]
     assert hiredis_reply(exec_reply, "EXEC")[0] == b"OK"
-    assert isinstance(hiredis_reply(exec_reply, "EXEC")[1], trunner.RedisCommandError)
+    assert isinstance(hiredis_reply(exec_reply, "EXEC")[1], trunner.errors.RedisCommandError)
     other = [b"OK", redis.exceptions.ResponseError("WRONGTYPE Operation against a key")]
-    assert isinstance(redis_py_reply(other, "exec")[1], trunner.RedisCommandError)
+    assert isinstance(redis_py_reply(other, "exec")[1], trunner.errors.RedisCommandError)
     assert redis_py_reply(b"OK", "GET") == b"OK"
 
 

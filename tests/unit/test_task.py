@@ -629,4 +629,4 @@ def test_the_task_module_still_names_the_registry_and_the_schedule() -> None:
     assert trunner.task.Task is trunner.Task
     assert "CronSchedule" in trunner.task.__all__
     with pytest.raises(AttributeError, match="no attribute 'NoSuchName'"):
-        trunner.task.NoSuchName  # noqa: B018
+        trunner.task.NoSuchName  # type: ignore[attr-defined]  # noqa: B018

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 
 from .._redis import Broker
 from .._task import Task
-from .._util import ErrorLog, logger
+from .._util import ErrorLog, gives_up, logger
 from .._wire.marks import GIVEN_UP
 from .._wire.record import RUNNING_TTL, UNASKED_KEEP
 from ..config import RunnerConfig
@@ -34,7 +34,6 @@ from ..errors import (
     MaxRetryExceeded,
     TaskFailed,
     TaskNotFound,
-    gives_up,
 )
 from .acks import AckBuffer
 from .counters import Counters

@@ -9,9 +9,9 @@ its reason, and the loop goes on. Setting aside means, at once:
   <trunner._wire.keys.Keys.quarantine>`): where the item was read, which one, why it is bad, what
   was done with it, and its value as read (so nothing is lost); ``trunner inspect`` counts
   them, ``trunner quarantine list`` shows them, :meth:`Admin.quarantined
-  <trunner.Admin.quarantined>` reads them;
+  <trunner.admin.Admin.quarantined>` reads them;
 * one more in ``statistics().quarantined``;
-* a :class:`~trunner.BadData` through ``Runner.errors()``;
+* a :class:`~trunner.errors.BadData` through ``Runner.errors()``;
 * one log line at ERROR, once per item and reason in the life of the runner (a bad value
   left in place and read again every round is recorded and logged once).
 

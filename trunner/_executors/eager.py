@@ -19,7 +19,7 @@ import trio
 
 from .._context import Given, NoRunnerInEagerCall, _current_message, _eager_call
 from .._hooks import AttemptHooks, DispatchHooks
-from .._util import timed
+from .._util import gives_up, timed
 from .._wire.codec import TypeCodec
 from .._wire.decode import decode_message
 from .._wire.envelope import (
@@ -32,7 +32,7 @@ from .._wire.envelope import (
 from .._wire.headers import check_headers
 from .._wire.message import TaskMessage
 from .._wire.names import entry_id
-from ..errors import InvalidPayload, MaxRetryExceeded, MiddlewareError, gives_up
+from ..errors import InvalidPayload, MaxRetryExceeded, MiddlewareError
 from ..middleware import AttemptInfo, DispatchInfo, Middleware, check_middleware
 from .base import Body, LoopExecutor, RunIn
 from .processes import ProcessExecutor

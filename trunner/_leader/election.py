@@ -267,7 +267,7 @@ async def open_elector(
                     print("fenced INCR as a:", count)
                     try:
                         await b.eval_fenced("return 1")
-                    except trunner.LeadershipLost as exc:
+                    except trunner.errors.LeadershipLost as exc:
                         print("b:", type(exc).__name__)
 
 

@@ -59,7 +59,7 @@ def reply_error(text: str, where: str) -> BackendError:
 
     ``NOSCRIPT`` is :class:`ScriptNotLoaded`; the replies of :data:`UNAVAILABLE_REPLIES`
     are :class:`~trunner.RedisUnavailable`; every other one is a
-    :class:`~trunner.RedisCommandError`.
+    :class:`~trunner.errors.RedisCommandError`.
     """
     if text.startswith("NOSCRIPT"):
         return ScriptNotLoaded(f"{where}: {text}")

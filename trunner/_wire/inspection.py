@@ -49,7 +49,7 @@ class StoredEntry(Protocol):
 class DeadLetter:
     """One entry of the dead-letter stream: a message given up on, and why.
 
-    [``dead_letters``][trunner.Admin.dead_letters] returns them; ``trunner dead-letter``
+    [``dead_letters``][trunner.admin.Admin.dead_letters] returns them; ``trunner dead-letter``
     lists them (see [Command line](cli.md)).
     """
 
@@ -84,13 +84,13 @@ class DeadLetter:
 
 @attrs.frozen
 class GroupInfo:
-    """A consumer group at a glance, as [``inspect``][trunner.Admin.inspect] returns it
+    """A consumer group at a glance, as [``inspect``][trunner.admin.Admin.inspect] returns it
     (and ``trunner inspect`` shows it)."""
 
     group: str
     """The consumer group."""
     queue_length: int
-    """Entries in the group's stream, as [``queue_length``][trunner.Admin.queue_length]
+    """Entries in the group's stream, as [``queue_length``][trunner.admin.Admin.queue_length]
     counts them."""
     pending: Mapping[str, int]
     """Delivered, not yet acknowledged, per consumer."""
@@ -172,7 +172,7 @@ def dead_letter_of(entry: StoredEntry) -> DeadLetter:
 
 @attrs.frozen
 class ReplayResult:
-    """What [``replay_dead_letters``][trunner.Admin.replay_dead_letters] did: the new
+    """What [``replay_dead_letters``][trunner.admin.Admin.replay_dead_letters] did: the new
     stream ids, and why each dead letter that was not replayed was not.
 
     Unpacks as ``(replayed, list of the ids not replayed)``, as the tuple it replaces.
@@ -273,7 +273,7 @@ def _json_ready(_inst: Any, _field: Any, value: Any) -> Any:
 @attrs.frozen
 class DelayedTask:
     """A task waiting in the delayed set (a delayed dispatch, a scheduled time, or a
-    retry), as [``delayed_tasks``][trunner.Admin.delayed_tasks] lists it."""
+    retry), as [``delayed_tasks``][trunner.admin.Admin.delayed_tasks] lists it."""
 
     id: str
     """Its id in the delayed set: the task id (give it to ``handle(id).cancel()``)."""
@@ -302,7 +302,7 @@ def delayed_of(task_id: str, due_ms: float, data: bytes | None) -> DelayedTask:
 
 @attrs.frozen
 class CronEntry:
-    """A cron schedule of the group, as [``cron_entries``][trunner.Admin.cron_entries]
+    """A cron schedule of the group, as [``cron_entries``][trunner.admin.Admin.cron_entries]
     lists it: what the registry says of it, and when the group last fired it."""
 
     name: str

@@ -426,6 +426,7 @@ class UniqueLock:
     ttl_ms: int
 
     def encode(self) -> str:
+        """The stored form, ``["<key>", "<token>", <ttl>]``."""
         return json.dumps([self.key, self.token, self.ttl_ms])
 
     @classmethod

@@ -38,7 +38,7 @@ BUCKETS = (
 @attrs.frozen
 class TaskTiming:
     """Execution times of one task over a window, in seconds (see
-    [``GroupStats.tasks``][trunner.GroupStats.tasks]).
+    [``GroupStats.tasks``][trunner.admin.GroupStats.tasks]).
 
     Percentiles are estimated from a histogram; see
     [Metrics and capacity](metrics-and-capacity.md#groupstats) for their precision.
@@ -58,7 +58,7 @@ class TaskTiming:
 
 @attrs.frozen
 class InstanceInfo:
-    """One live instance of the group, as [``instances``][trunner.Admin.instances] lists
+    """One live instance of the group, as [``instances``][trunner.admin.Admin.instances] lists
     it."""
 
     id: str
@@ -86,7 +86,7 @@ class GroupStats:
     Group-wide, computed from what every instance reports (see
     [Metrics and capacity](metrics-and-capacity.md));
     [``RunnerStatistics``][trunner.RunnerStatistics] is one runner's own counters.
-    Returned by [``Admin.group_stats``][trunner.Admin.group_stats]
+    Returned by [``Admin.group_stats``][trunner.admin.Admin.group_stats]
     (``await runner.admin.group_stats()``), and given to the ``long_queue_hook``. Formerly
     ``Stats``, a deprecated alias until the next release.
     """

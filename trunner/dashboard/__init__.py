@@ -8,7 +8,10 @@ nothing of trunner imports it.
 
 from __future__ import annotations
 
+from .._public import fixup_module_metadata
 from ._app import create_app
 from ._serve import serve_dashboard
 
 __all__ = ["create_app", "serve_dashboard"]
+
+fixup_module_metadata(__name__, globals())

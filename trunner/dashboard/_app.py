@@ -44,7 +44,7 @@ def create_app(
     Serve it with any ASGI server running Trio (``trunner dashboard`` runs hypercorn's
     Trio worker), or mount it in your own Starlette app (then enter its lifespan from
     yours: see the docs). Its lifespan finds the groups
-    ([``discover_groups``][trunner.discover_groups]) and opens one trunner client per
+    ([``discover_groups``][trunner.admin.discover_groups]) and opens one trunner client per
     group shown; it looks for new groups every ``discover_interval`` seconds.
 
     Args:

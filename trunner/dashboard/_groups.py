@@ -11,16 +11,9 @@ from urllib.parse import quote
 
 import trio
 
-from trunner import (
-    FoundGroup,
-    GroupsFound,
-    RedisCommandError,
-    TaskRegistry,
-    TrunnerError,
-    discover_groups,
-    open_client,
-    redact_url,
-)
+from trunner import TaskRegistry, TrunnerError, open_client, redact_url
+from trunner.admin import FoundGroup, GroupsFound, discover_groups
+from trunner.errors import RedisCommandError
 
 from ._sampler import Sampler
 

@@ -20,8 +20,9 @@ from starlette.responses import (
     StreamingResponse,
 )
 
-from trunner import FoundGroup, TrunnerError
+from trunner import TrunnerError
 from trunner._util import utc_text as _when
+from trunner.admin import FoundGroup
 
 from ._actions import ACTIONS, Action, Form
 from ._groups import MAX_GROUPS, Dashboard, label_of, path_of

@@ -17,7 +17,8 @@ from typing import Any, TypeVar
 
 import trio
 
-from trunner import Client, GroupStats
+from trunner import Client
+from trunner.admin import GroupStats
 
 __all__ = ["Sampler"]
 

@@ -16,6 +16,8 @@ The pytest fixtures built on these live in ``trunner.pytest_plugin`` (enable the
 pytest: it works with any test runner.
 """
 
+from .._public import fixup_module_metadata
+from .._redis import forget_memory_server
 from ._eager import call_task
 from ._errors import CapturedErrors, capture_errors
 from ._factory import RunnerFactory, clean_keys, open_runner_factory
@@ -33,11 +35,10 @@ __all__ = [
     "call_task",
     "capture_errors",
     "clean_keys",
+    "forget_memory_server",
     "open_runner_factory",
     "run_until_idle",
 ]
 
-# Public classes show as trunner.testing.X in tracebacks and reprs.
-for _cls in (CapturedErrors, CleanShutdown, IdleState, NotIdle, RunnerFactory, ShutdownLeak):
-    _cls.__module__ = __name__
-del _cls
+# Public classes and functions show as trunner.testing.X in tracebacks and reprs.
+fixup_module_metadata(__name__, globals())

@@ -45,7 +45,7 @@ async def call_task(
     ``trunner.current_runner()`` inside the task is ``runner``: its
     [``redis``][trunner.Runner.redis] handle and its ``dispatch`` work as in a runner's
     task (on its Redis, in its group). Without ``runner``, ``current_runner()`` raises
-    [``RunnerNotRunning``][trunner.RunnerNotRunning], and the call raises it at once,
+    [``RunnerNotRunning``][trunner.errors.RunnerNotRunning], and the call raises it at once,
     saying how to give the task a runner (no retry: the test, not the attempt, is wrong).
 
     Args:
@@ -62,7 +62,7 @@ async def call_task(
         middleware: [Middleware][trunner.Middleware] run as a runner runs them: the
             ``on_dispatch`` hooks once, the ``around_attempt`` hooks around each attempt.
             A middleware that swallows an attempt's exception or cancellation raises
-            [``MiddlewareError``][trunner.MiddlewareError] (a runner reports it).
+            [``MiddlewareError``][trunner.errors.MiddlewareError] (a runner reports it).
 
     Returns:
         What the action returns.

@@ -20,7 +20,7 @@ Arguments: str, bytes, int or float; a str is sent as UTF-8, with Python's
 ``surrogateescape`` so that text read from Redis by :func:`~.resp.as_str` (where bytes
 that are not UTF-8 read as surrogate escapes) goes back as the same bytes. An argument of
 another type raises TypeError, a str holding any other surrogate (a lone ``"\\ud800"``)
-:class:`~trunner.InvalidArgument`: on every transport, before anything is sent.
+:class:`~trunner.errors.InvalidArgument`: on every transport, before anything is sent.
 
 This module holds what the transports share, and imports no client library: a worker on
 one server never loads redis-py nor fakeredis.

@@ -10,7 +10,7 @@ UTF-8. Redis holds bytes, not text, so both use Python's ``surrogateescape``: a 
 is not valid UTF-8 reads as a surrogate in U+DC80..U+DCFF and is written back as that
 byte, so a name read from Redis (a consumer, a field) round-trips exactly. Any other
 surrogate (a lone ``"\\ud800"``, which JSON escapes can make) has no bytes: sending it
-raises :class:`~trunner.InvalidArgument`, a ValueError, before anything is sent.
+raises :class:`~trunner.errors.InvalidArgument`, a ValueError, before anything is sent.
 """
 
 from __future__ import annotations
