@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
+from ._discovery import FoundGroup, GroupsFound, discover_groups
 from ._producer import admin as queries
 from ._producer.opening import check_producer_args, group_keys
 from ._public import fixup_module_metadata
@@ -26,7 +27,6 @@ from ._wire.inspection import (
 from ._wire.pause import notices_for
 from ._wire.quarantine import QuarantineRecord
 from ._wire.stats import GroupStats, InstanceInfo, TaskTiming
-from .discovery import FoundGroup, GroupsFound, discover_groups
 from .errors import RunnerNotRunning
 from .registry import TaskRegistry
 

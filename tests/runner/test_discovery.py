@@ -1,4 +1,4 @@
-"""Finding the groups on a Redis (trunner/discovery.py): the queues' registries of groups,
+"""Finding the groups on a Redis (trunner/_discovery.py): the queues' registries of groups,
 found by a bounded SCAN under the key prefix, read as (queue, group) pairs; what is not
 trunner's is left out, with why."""
 
@@ -10,9 +10,9 @@ from typing import Any
 import trio
 
 import trunner
+from trunner._discovery import find_groups
 from trunner._redis import open_transport
 from trunner.admin import FoundGroup, discover_groups
-from trunner.discovery import find_groups
 from trunner.keys import Keys
 
 from ..conftest import config, open_checked_runner

@@ -88,7 +88,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "trunner._producer",
                 "trunner.admin",
                 "trunner.client",
-                "trunner.discovery",
+                "trunner._discovery",
                 "trunner.handles",
                 "trunner.progress",
                 "trunner.redis_handle",

@@ -9,8 +9,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .._discovery import discover_groups
 from ..admin import GroupInfo, as_dict
-from ..discovery import discover_groups
 from ._client import _group_admin, _shared_redis
 from ._render import _cell, _shown, _when
 

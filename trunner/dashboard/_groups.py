@@ -22,7 +22,7 @@ __all__ = ["DISCOVER_INTERVAL", "MAX_GROUPS", "Dashboard", "label_of", "path_of"
 logger = logging.getLogger("trunner.dashboard")
 
 #: Seconds between two discoveries of the groups (a ``SCAN`` of the database: see
-#: ``trunner.discovery`` for its cost).
+#: ``trunner._discovery`` for its cost).
 DISCOVER_INTERVAL = 60.0
 #: The most groups a dashboard shows (each has a client and a sampler).
 MAX_GROUPS = 100
@@ -112,7 +112,7 @@ class Dashboard:
             await self.discover()
 
     async def discover(self, *, starting: bool = False) -> list[FoundGroup]:
-        """Look for the groups now (``SCAN``, see ``trunner.discovery``) and start showing
+        """Look for the groups now (``SCAN``, see ``trunner._discovery``) and start showing
         those not shown yet; return them. A group shown stays shown.
 
         The groups named (``--group``) are narrowed to: each on the queues it was found
