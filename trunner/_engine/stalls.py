@@ -89,20 +89,34 @@ class StallGuard:
         self._last_beat = 0.0
 
     def stalled(self, late: float, frame: FrameType | None) -> None:
-        """The loop has not run for ``late`` seconds: note the task and the stack."""
-        job, frames = blocking_job(frame)
-        limit = job_limit(job) if job is not None else None
+        """The loop has not run for ``late`` seconds: note the task and the stack.
+
+        The stall is noted (and its reservations kept) before anything that could fail
+        is tried: a stack that cannot be read costs the warning its stack, never the
+        heartbeats. The task's own timeout bounds the stall only while its body runs; a
+        stall after the body (its failed-task handler, middleware, the outcome) is bounded
+        by ``max_stall``, as one of no task's."""
         now = time.perf_counter()
-        if job is not None and limit is not None and job.began:
-            deadline = job.began + limit
+        self._stall = _Stall(None, None, now - late + self._max_stall, "")
+        try:
+            job, frames = blocking_job(frame)
+        except Exception as exc:  # noqa: BLE001 - the stall stays noted, without its task
+            self._stall.stack = f"(where it blocks could not be read: {exc!r})"
+            return
+        limit = job_limit(job) if job is not None else None
+        in_body = job is not None and job.began and not job.ended
+        if job is not None and limit is not None and in_body:
+            self._stall = _Stall(job, limit, job.began + limit, "")
         else:
-            deadline, limit = now - late + self._max_stall, None
-        stack = "".join(
-            traceback.StackSummary.extract(
-                ((f, f.f_lineno) for f in reversed(frames[:MAX_FRAMES])), lookup_lines=True
-            ).format()
-        )
-        self._stall = _Stall(job, limit, deadline, stack)
+            self._stall = _Stall(job, None, now - late + self._max_stall, "")
+        try:
+            self._stall.stack = "".join(
+                traceback.StackSummary.extract(
+                    ((f, f.f_lineno) for f in reversed(frames[:MAX_FRAMES])), lookup_lines=True
+                ).format()
+            )
+        except Exception as exc:  # noqa: BLE001 - see above
+            self._stall.stack = f"(where it blocks could not be read: {exc!r})"
 
     def look(self, late: float) -> None:
         """The loop is ``late`` seconds late: warn once past ``stall_threshold``, and keep
@@ -176,7 +190,12 @@ class _Stall:
         self.limit = limit
         self.deadline = deadline
         self.stack = stack
-        self.who = job.about() if job is not None else "no task (trunner's own code, or another's)"
+        self.who = "no task (trunner's own code, or another's)"
+        if job is not None:
+            try:
+                self.who = job.about()
+            except Exception:  # noqa: BLE001 - named by its id instead
+                self.who = f"the task of message {job.message_id}"
         self.warned = False
         self.gave_up = False
 

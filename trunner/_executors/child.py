@@ -51,8 +51,11 @@ def run(
         action = resolve(module, qualname)
     except Exception as exc:  # noqa: BLE001 - described, for the runner to report
         return False, _described(exc, f"cannot import the task's action {module}:{qualname}")
-    message = decode_message(message_id, [PAYLOAD_FIELD, raw], deliveries=deliveries)
-    payload_codec, result_codec, _problem = codec_for(action)
+    try:
+        message = decode_message(message_id, [PAYLOAD_FIELD, raw], deliveries=deliveries)
+        payload_codec, result_codec, _problem = codec_for(action)
+    except Exception as exc:  # noqa: BLE001 - described as JSON, never pickled back
+        return False, _described(exc, "cannot prepare the call in the worker process")
     given = _current_message.set(Given(message))
     inside = _in_worker_process.set(True)
     try:

@@ -18,9 +18,11 @@ A timeout or a cancellation ends the *attempt* at once: the await raises, and th
 fails with ``TaskTimeout`` or is cancelled, as an ``async def`` one would. A thread cannot be
 killed, so it is **abandoned**: it runs on until its function returns, still holding its
 token of the limiter (so runaway threads never grow past the limit), and what it returns or
-raises then is dropped by Trio, never recorded as an outcome. Anything it writes to Redis
-through the runner is fenced to its delivery (``DESIGN.md`` §5) and so discarded once the
-attempt has ended.
+raises then is dropped by Trio, never recorded as an outcome, and its progress reports are
+fenced to its delivery (``DESIGN.md`` §5), so discarded once the attempt has ended. Other
+calls it makes through the runner after that (commands on the Redis handle, dispatches)
+still run: a thread that may outlive its timeout should check for cancellation before
+such a call.
 """
 
 from __future__ import annotations

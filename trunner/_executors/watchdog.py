@@ -71,7 +71,7 @@ class Watchdog:
         finally:
             self._quit.set()
             with trio.CancelScope(shield=True), trio.move_on_after(5):
-                await trio.to_thread.run_sync(thread.join)
+                await trio.to_thread.run_sync(thread.join, abandon_on_cancel=True)
             self.stopped.set()
 
     def stop(self) -> None:

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from .._util import logger
 from .broker import Broker
 from .scripts import SCRIPTS
 from .urls import check_url
@@ -37,9 +38,15 @@ class StallLink:
         import redis  # noqa: PLC0415 - only a runner whose event loop stalled needs it
 
         timeout = self._timeout
-        return redis.Redis.from_url(
+        client = redis.Redis.from_url(
             self._url, socket_timeout=timeout, socket_connect_timeout=timeout
         )
+        # A URL's own socket_timeout would win over the arguments: a beat is bounded by
+        # the watchdog's interval whatever the URL says.
+        client.connection_pool.connection_kwargs.update(
+            socket_timeout=timeout, socket_connect_timeout=timeout
+        )
+        return client
 
     def beat(self, consumer: str, ids: Sequence[str]) -> None:
         """Extend the reservations of ``consumer``'s ``ids`` that are still its own (the
@@ -68,6 +75,15 @@ class StallLink:
 
 def open_stall_link(url: str, broker: Broker, timeout: float) -> StallLink | None:
     """A link for ``url``, or None where the watchdog cannot help (see the module docs)."""
-    if check_url(url) not in ("redis", "rediss", "unix"):
-        return None
-    return StallLink(url, broker, timeout)
+    scheme = check_url(url)
+    if scheme in ("redis", "rediss", "unix"):
+        return StallLink(url, broker, timeout)
+    if scheme != "memory":
+        logger.warning(
+            "the stall watchdog cannot keep reservations fresh on %s URLs: a task that "
+            "blocks the event loop longer than about two thirds of reclaim_delay lets other "
+            "instances reclaim this instance's messages (make blocking tasks plain 'def' "
+            "tasks, which run in worker threads)",
+            scheme,
+        )
+    return None
