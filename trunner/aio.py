@@ -108,6 +108,9 @@ class Client(ClientArgs, DispatchCalls, ScheduleCalls):
             runtime=_ASYNCIO,
         )
         self._transport: AioTransport | None = None
+        #: While ``open`` connects: a second ``open`` is refused, an ``aclose`` is kept for
+        #: when it has connected (set to True then).
+        self._opening: bool | None = None
         self._admin: Admin | None = None
         self._serving: asyncio.Task[None] | None = None
 
@@ -138,15 +141,22 @@ class Client(ClientArgs, DispatchCalls, ScheduleCalls):
             RuntimeError: The client is open already.
             RedisUnavailable: Redis cannot be reached, or refused to log in.
         """
-        if self._transport is not None:
+        if self._transport is not None or self._opening is not None:
             raise RuntimeError("this trunner.aio.Client is open already")
-        transport = await open_aio_transport(
-            self._url,
-            client_name=connection_name(f"trunner-aio:{self.keys.queue}"),
-            max_connections=self._options["max_connections"],
-            connect_timeout=self._options["connect_timeout"],
-            command_timeout=self._options["command_timeout"],
-        )
+        self._opening = False
+        try:
+            transport = await open_aio_transport(
+                self._url,
+                client_name=connection_name(f"trunner-aio:{self.keys.queue}"),
+                max_connections=self._options["max_connections"],
+                connect_timeout=self._options["connect_timeout"],
+                command_timeout=self._options["command_timeout"],
+            )
+        finally:
+            closed_meanwhile, self._opening = self._opening, None
+        if closed_meanwhile:
+            await close_aio_transport(transport)
+            raise RunnerNotRunning(f"{_NAME} was closed while it connected")
         broker = Broker(transport, self.keys)
         waiters = Waiters(broker, _ASYNCIO)
         self._serving = asyncio.get_running_loop().create_task(
@@ -168,6 +178,8 @@ class Client(ClientArgs, DispatchCalls, ScheduleCalls):
         """Close the connections; handles still waiting raise ``RunnerNotRunning``, and so
         does every call until the client is opened again. Closing a closed client does
         nothing."""
+        if self._opening is not None:
+            self._opening = True  # open closes what it connected, and raises
         transport, self._transport = self._transport, None
         serving, self._serving = self._serving, None
         if transport is None:

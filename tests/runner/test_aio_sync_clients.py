@@ -212,3 +212,33 @@ async def test_an_asyncio_handle_waits_no_longer_than_its_timeout(
 
     error = await in_asyncio(scenario)
     assert error.state is TaskState.QUEUED
+
+
+async def test_an_asyncio_client_opens_once_and_a_close_during_its_open_holds(
+    redis_server: RedisServer, group: str
+) -> None:
+    """Two ``open`` at once connect once (the second is refused); an ``aclose`` while
+    ``open`` connects leaves the client closed, with no connection left behind."""
+    role = f"trunner-aio:{group}"
+
+    async def scenario() -> tuple[str, int, str, int]:
+        client = trunner.aio.Client(redis_server.url, group)
+        first = asyncio.ensure_future(client.open())
+        await asyncio.sleep(0)  # the first open is connecting
+        with pytest.raises(RuntimeError, match="open already") as twice:
+            await client.open()
+        await first
+        both = len(connections(redis_server.url, role))
+        await client.aclose()
+        second = asyncio.ensure_future(client.open())
+        await asyncio.sleep(0)
+        await client.aclose()
+        with pytest.raises(trunner.errors.RunnerNotRunning, match="closed while") as closed:
+            await second
+        return str(twice.value), both, str(closed.value), len(connections(redis_server.url, role))
+
+    twice, both, closed, left = await in_asyncio(scenario)
+    assert "open already" in twice
+    assert both >= 1
+    assert "closed while it connected" in closed
+    assert left == 0
