@@ -85,6 +85,7 @@ async def main():
 trio.run(main)
 heavy = {"redis", "fakeredis", "lupa", "trio_asyncio", "croniter", "asyncio"}
 heavy |= {"zoneinfo", "zipfile"}  # cron and scripts need none
+heavy |= {"trio_parallel", "multiprocessing"}  # only process tasks need them
 # datetime and uuid are not in the list: msgspec, the envelope's codec, imports them
 # (msgspec with both: +1.1 MB RSS, measured by bench/envelope.py).
 print(sorted({name.split(".")[0] for name in sys.modules} & heavy))
