@@ -80,15 +80,27 @@ class TaskHandle(str, Generic[R]):
 
     def result(self, timeout: float | None = None) -> R:
         """Wait for the outcome: as [``TaskHandle.result``][trunner.TaskHandle.result]."""
-        return self._client._run(self._handle.result, timeout)
+        return self._client._run(self._current().result, timeout)
 
     def status(self) -> TaskStatus:
         """As [``TaskHandle.status``][trunner.TaskHandle.status]."""
-        return self._client._run(self._handle.status)
+        return self._client._run(self._current().status)
 
     def cancel(self, *, wait: bool = False) -> CancelOutcome:
         """As [``TaskHandle.cancel``][trunner.TaskHandle.cancel]."""
-        return self._client._run(functools.partial(self._handle.cancel, wait=wait))
+        return self._client._run(functools.partial(self._current().cancel, wait=wait))
+
+    def _current(self) -> TrioHandle[R]:
+        """The Trio handle to wait through, over the client's connections of now: made
+        again (same id, codec and what is known) when the client connected anew since
+        the handle was made (in a process forked from the one that made it, or after a
+        close), so that it never uses connections of another process or a closed one."""
+        producer = self._client._open()._dispatcher
+        handle = self._handle
+        if handle._producer is not producer:
+            handle = TrioHandle(str(self), producer, handle._result_codec, handle._known)
+            self._handle = handle
+        return handle
 
 
 class _Blocking(Generic[P, T]):

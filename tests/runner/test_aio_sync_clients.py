@@ -242,3 +242,23 @@ async def test_an_asyncio_client_opens_once_and_a_close_during_its_open_holds(
     assert both >= 1
     assert "closed while it connected" in closed
     assert left == 0
+
+
+async def test_a_sync_handle_outlives_its_clients_connections(
+    redis_server: RedisServer, group: str, worker: Worker
+) -> None:
+    """A handle made before the client connected anew (after a close here; after a fork,
+    the same) waits over the client's connections of now, not the old ones."""
+
+    def scenario() -> tuple[Any, Any]:
+        client = trunner.sync.Client(redis_server.url, queue=group)
+        handle = client.dispatch("kept", 7)
+        client.close()
+        try:
+            return handle.result(timeout=60), handle.status().state
+        finally:
+            client.close()
+
+    result, state = await trio.to_thread.run_sync(scenario, abandon_on_cancel=True)
+    assert result == {"pid": worker.process.pid, "payload": 7}
+    assert state is TaskState.SUCCEEDED
