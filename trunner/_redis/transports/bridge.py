@@ -24,6 +24,7 @@ from ...errors import RedisUnavailable
 from ..endpoints import Endpoint
 from ..errors import map_exceptions, redis_py_errors
 from .base import Arg, Dedicated, DedicatedConnections, Subscriber, Transport, UnblockableReader
+from .dropped import DroppedNodes
 
 __all__ = ["Bridge", "BridgedReader", "BridgedSubscriber", "deposed"]
 
@@ -133,6 +134,10 @@ class Bridge(DedicatedConnections, Transport):
             self._reader_pool = redis.asyncio.ConnectionPool.from_url(
                 endpoint.url, retry=no_retry, **common
             )
+        #: Cluster: the nodes a topology refresh dropped, closed here (redis-py may not).
+        self._dropped = None
+        if self._cluster is not None:
+            self._dropped = DroppedNodes(self._cluster, command_timeout)
         # Raw replies, parsed by the broker; the Cluster client keeps the parsers it needs
         # itself to learn the topology.
         callbacks = self._client.response_callbacks
