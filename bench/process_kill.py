@@ -28,7 +28,10 @@ def spin(_: None) -> None:
         pass
 
 
-async def main(attempts: int) -> None:
+async def kill_latencies(attempts: int) -> list[float]:
+    """Milliseconds from each attempt's deadline to its ``TaskTimeout`` (the process killed
+    and reaped), for ``attempts`` attempts after a first, cold one; sorted. Also run by
+    bench/bodies.py (scenario 20, the row "trunner's process executor alone")."""
     executor = ProcessExecutor(1)
     await executor.open()
     body = executor.body(spin, "spin")
@@ -42,8 +45,11 @@ async def main(attempts: int) -> None:
         except trunner.TaskTimeout:
             late.append((trio.current_time() - (start + TIMEOUT)) * 1000)
     await executor.aclose()
-    late = late[1:]  # the first one started the first process cold
-    late.sort()
+    return sorted(late[1:])  # the first one started the first process cold
+
+
+async def main(attempts: int) -> None:
+    late = await kill_latencies(attempts)
     p99 = late[min(len(late) - 1, int(len(late) * 0.99))]
     print(
         f"{len(late)} attempts killed: deadline -> attempt ended, "

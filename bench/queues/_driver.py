@@ -9,6 +9,7 @@ Standard library only: this file also runs in the peers' virtual environments. E
                                                  [--linger S] [--progress] [--samples]
     python q_NAME.py --redis URL --queue Q results --n N --concurrency C
     python q_NAME.py --redis URL --queue Q cancel --n N
+    python q_NAME.py --redis URL --queue Q timeouts --n N
 
 Every command prints JSON lines on stdout (libraries log to stderr):
 
@@ -48,6 +49,19 @@ the two commands one after the other, pipelined across tasks by its Redis handle
 ``roundtrip_bridged``: trunner's variant sending them through a redis-py asyncio client of
 its own, bridged into Trio with trio-asyncio).
 
+Sync bodies (bench/bodies.py): task ``io`` (sync-io) is a plain function that calls
+``time.sleep(IO_SLEEP)`` between ``begin`` and ``end``, run where the queue runs sync
+functions (its threads). Task ``cpu`` (and ``cpu_process``, trunner's ``run_in="process"``
+variant) runs :func:`burn` (a fixed pure-Python loop of ~50 ms here) and reports itself
+with :func:`cpu_body` (its bodies may run in other processes than the worker's, so they
+write their own lines to file descriptor 1: the harness counts them). Task ``spin`` is
+:func:`spin`: a pure-Python loop that runs ``SPIN_FOR`` seconds unless stopped, under the
+queue's time limit of ``SPIN_LIMIT`` seconds. With ``--processes P`` the worker runs the
+queue's own multi-process mode (P processes). The command ``timeouts`` is a waiter: for
+each line read on its standard input it dispatches one ``spin`` task and awaits its
+failure with the queue's own result API, then prints ``{"event": "timeout", "i",
+"t_failed", "outcome"}`` (the wall-clock time the failure reached it).
+
 A queue without some feature raises :class:`NotSupported`; the line is then
 ``{"event": "unsupported", "reason"}`` and the exit status 3.
 """
@@ -65,16 +79,25 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 __all__ = [
+    "CPU_LOOPS",
+    "IO_SLEEP",
+    "SPIN_FOR",
+    "SPIN_LIMIT",
     "NotSupported",
     "Recorder",
     "body_keys",
+    "burn",
+    "cpu_body",
     "emit",
+    "emit_fd",
     "linger",
     "main",
     "make_payloads",
     "percentile",
     "proc_status",
+    "spin",
     "summarize_round_trips",
+    "wait_go",
 ]
 
 
@@ -133,6 +156,11 @@ TASKS = [
     "roundtrip",
     "roundtrip_auto",
     "roundtrip_bridged",
+    # bench/bodies.py: sync task bodies (scenarios 18-20)
+    "io",
+    "cpu",
+    "cpu_process",
+    "spin",
 ]
 #: The roundtrip body's SET: only if absent, expiring after this many milliseconds.
 BODY_PX = 60_000
@@ -144,6 +172,64 @@ def body_keys(queue: str) -> tuple[str, str]:
     of a run by it, and reads the counter once the worker is done)."""
     prefix = f"bench-body:{queue}"
     return prefix, f"{prefix}:count"
+
+
+#: Task ``io``: the seconds of blocking I/O (``time.sleep``) each body does.
+IO_SLEEP = 0.01
+#: Task ``cpu``: the iterations of :func:`burn` (~50 ms of one core here, Python 3.11).
+CPU_LOOPS = 1_150_000
+#: Task ``spin``: its time limit in every queue (seconds), and how long it runs when
+#: nothing stops it.
+SPIN_LIMIT, SPIN_FOR = 1.0, 3.0
+
+
+def emit_fd(record: dict[str, Any]) -> None:
+    """One JSON line written straight to file descriptor 1, in one ``write`` (atomic on a
+    pipe): for bodies that run in processes whose ``sys.stdout`` the queue redirects
+    (celery's pool) or that share the pipe with other processes."""
+    os.write(1, (json.dumps(record) + "\n").encode())
+
+
+def burn(loops: int) -> int:
+    """The CPU-bound body: the same fixed pure-Python loop in every queue."""
+    total = 0
+    for i in range(loops):
+        total += i * i % 7
+    return total
+
+
+def cpu_body(payload: Any) -> None:
+    """Task ``cpu``: :func:`burn` of ``CPU_LOOPS``, reported as ``{"event": "body", "i",
+    "pid", "start", "end"}`` (wall-clock times) wherever it runs."""
+    start = time.time()
+    burn(CPU_LOOPS)
+    emit_fd(
+        {"event": "body", "i": payload["i"], "pid": os.getpid(), "start": start, "end": time.time()}
+    )
+
+
+def spin(payload: Any) -> None:
+    """Task ``spin``: a pure-Python loop for ``SPIN_FOR`` seconds, unless the queue stops it.
+    Reports ``{"event": "spin_start", "i", "pid", "t"}``, and ``{"event": "spin_stop", "i",
+    "t", "raised"}`` when the loop ends (``raised``: an exception stopped it; a process
+    killed reports nothing: the harness watches its pid)."""
+    start = time.time()
+    emit_fd({"event": "spin_start", "i": payload["i"], "pid": os.getpid(), "t": start})
+    raised: str | None = None
+    try:
+        while time.time() < start + SPIN_FOR:
+            burn(1000)
+    except BaseException as exc:
+        raised = type(exc).__name__
+        raise
+    finally:
+        emit_fd({"event": "spin_stop", "i": payload["i"], "t": time.time(), "raised": raised})
+
+
+def wait_go() -> bool:
+    """The ``timeouts`` command's pacing: block until the harness writes a line on standard
+    input (dispatch the next attempt); False at its end."""
+    return bool(sys.stdin.readline())
 
 
 def make_payloads(task: str, n: int, sleep: float) -> list[dict[str, Any]]:
@@ -175,6 +261,11 @@ class Recorder:
         self.linger = 0.0
         #: Whether the "done" line carries every latency (``--samples``).
         self.samples = samples
+
+    def make_threadsafe(self) -> None:
+        """Count ``end()`` under a lock: the bodies run in several threads."""
+        if self._lock is None:
+            self._lock = threading.Lock()
 
     def begin(self, payload: Any) -> None:
         if self.first is None:
@@ -264,6 +355,9 @@ Work = Callable[
 Results = Callable[[str, str, int, int], "tuple[list[float], float]"]
 #: ``(url, queue, n)``: dispatch, wait until running, cancel; emits one line per task.
 Cancel = Callable[[str, str, int], None]
+#: ``(url, queue, n)``: for each line on stdin (:func:`wait_go`), dispatch ``spin`` and
+#: await its failure; emits one ``timeout`` line per task.
+Timeouts = Callable[[str, str, int], None]
 
 
 async def linger(
@@ -294,6 +388,7 @@ def main(
     threadsafe: bool = False,
     results: Results | None = None,
     cancel: Cancel | None = None,
+    timeouts: Timeouts | None = None,
 ) -> None:
     """Parse the command line and run one command of one queue implementation.
 
@@ -317,6 +412,10 @@ def main(
                 raise NotSupported("no cancellation of a running task in this benchmark")
             cancel(args.redis, args.queue, args.n)
             emit({"event": "cancelled", "n": args.n})
+        elif args.command == "timeouts":
+            if timeouts is None:
+                raise NotSupported("no time limit (or no result API) in this benchmark's queue")
+            timeouts(args.redis, args.queue, args.n)
         else:
             run_command(args, enqueue, dispatch, work, threadsafe=threadsafe)
     except NotSupported as exc:
@@ -353,10 +452,14 @@ def parse_args() -> argparse.Namespace:
     # highest first (default: none, the one default lane); and whether strictly.
     p.add_argument("--lanes", default="")
     p.add_argument("--strict-lanes", action="store_true")
+    # bench/bodies.py: the queue's own multi-process mode, this many processes.
+    p.add_argument("--processes", type=int, default=0)
     p = sub.add_parser("results")
     p.add_argument("--n", type=int, required=True)
     p.add_argument("--concurrency", type=int, default=1)
     p = sub.add_parser("cancel")
+    p.add_argument("--n", type=int, required=True)
+    p = sub.add_parser("timeouts")
     p.add_argument("--n", type=int, required=True)
     return parser.parse_args()
 
