@@ -10,6 +10,8 @@ saq's Redis queue listens on its pub/sub multiplexer for the job's status change
 that outlives its second — a lost wake-up: seen about once in 40 round trips with saq
 0.26.4 — looks once more with ``refresh()``; its round trip counts with the second
 included, and the line ``{"event": "lost_wakeups", "count"}`` says how many.
+``io`` (bench/bodies.py) is a sync function: saq runs it in the worker's thread pool, given
+``concurrency`` threads (see ``work``).
 """
 
 from __future__ import annotations
@@ -18,10 +20,21 @@ import argparse
 import asyncio
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import redis.asyncio
-from _driver import BODY_PX, NotSupported, Recorder, body_keys, emit, linger, main, paced
+from _driver import (
+    BODY_PX,
+    IO_SLEEP,
+    NotSupported,
+    Recorder,
+    body_keys,
+    emit,
+    linger,
+    main,
+    paced,
+)
 from saq import Worker
 from saq.queue.redis import RedisQueue
 
@@ -55,6 +68,12 @@ async def echo(ctx: dict[str, Any], *, payload: Any) -> int:
     REC.begin(payload)
     REC.end()
     return int(payload["i"])
+
+
+def io(ctx: dict[str, Any], *, payload: Any) -> None:  # sync: saq runs it in its thread pool
+    REC.begin(payload)
+    time.sleep(IO_SLEEP)
+    REC.end()
 
 
 async def roundtrip(ctx: dict[str, Any], *, payload: Any) -> None:
@@ -140,6 +159,10 @@ def work(
     async def run() -> dict[str, Any]:
         done = asyncio.Event()
         rec.on_complete = done.set
+        if args.task == "io":  # the bodies run in threads: the n-th sets the event from one
+            loop = asyncio.get_running_loop()
+            rec.make_threadsafe()
+            rec.on_complete = lambda: loop.call_soon_threadsafe(done.set)
         q = make_queue(url, queue)
         await q.connect()
         worker = Worker(
@@ -150,9 +173,14 @@ def work(
                 ("latency", latency),
                 ("echo", echo),
                 ("roundtrip", roundtrip),
+                ("io", io),
             ],
             concurrency=args.concurrency,
         )
+        # saq runs sync functions in ``Worker.pool``, a ThreadPoolExecutor() of Python's
+        # default size, min(32, cores + 4): 6 threads here, and no setting. For the same
+        # number of threads as the other queues, it gets a pool of ``concurrency`` threads.
+        worker.pool = ThreadPoolExecutor(max_workers=args.concurrency)
         main_task = asyncio.create_task(worker.start())
         ready()
         waiter = asyncio.create_task(done.wait())

@@ -6,7 +6,8 @@ streaq's own worker (``streaq.Worker(anyio_backend="trio")``, run with ``run_asy
 ``worker.redis`` (coredis, on anyio: it runs under Trio), in a ``pipeline()``.
 ``results``: ``task = await registered.enqueue(payload)`` then ``await task.result()``
 (streaq subscribes to the task's channel, then reads the stored result; results are kept
-5 minutes by default).
+5 minutes by default). ``io`` (bench/bodies.py) is a sync function: streaq runs it in a
+thread, at most ``sync_concurrency`` (= ``concurrency``) at once.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import trio
-from _driver import BODY_PX, NotSupported, Recorder, body_keys, linger, main
+from _driver import BODY_PX, IO_SLEEP, NotSupported, Recorder, body_keys, linger, main
 from coredis import PureToken  # type: ignore[import-not-found]
 from streaq import Worker
 
@@ -48,6 +49,12 @@ async def echo(payload: Any) -> int:
     return int(payload["i"])
 
 
+def io(payload: Any) -> None:  # sync: streaq runs it in a thread (anyio.to_thread)
+    REC.begin(payload)
+    time.sleep(IO_SLEEP)
+    REC.end()
+
+
 async def roundtrip(payload: Any) -> None:
     REC.begin(payload)
     async with WORKER.redis.pipeline(transaction=False) as pipe:
@@ -61,10 +68,11 @@ def make_worker(url: str, queue: str, concurrency: int = 100) -> tuple[Worker[An
         redis_url=url,
         queue_name=queue,
         concurrency=concurrency,
+        sync_concurrency=concurrency,  # the threads of sync tasks (its default too)
         anyio_backend="trio",
         handle_signals=False,
     )
-    registered = {f.__name__: worker.task(f) for f in (noop, sleep, latency, echo, roundtrip)}
+    registered = {f.__name__: worker.task(f) for f in (noop, sleep, latency, echo, roundtrip, io)}
     return worker, registered
 
 
@@ -136,6 +144,9 @@ def work(
     async def run() -> dict[str, Any]:
         done = trio.Event()
         rec.on_complete = done.set
+        if args.task == "io":  # the bodies run in threads: the n-th sets the event from one
+            rec.make_threadsafe()
+            rec.on_complete = lambda: trio.from_thread.run_sync(done.set)
         async with trio.open_nursery() as nursery:
             await nursery.start(worker.run_async)
             ready()

@@ -8,22 +8,45 @@ No result backend. taskiq has no bulk enqueue API. The roundtrip body uses a
 ``redis.asyncio.Redis`` created once per worker process by a ``WORKER_STARTUP`` event
 handler and kept in the broker's state, which the body receives as taskiq documents it
 (``state: TaskiqState = TaskiqDepends()``).
+
+bench/bodies.py: ``io`` is a sync function, run in the receiver's thread pool of
+``concurrency`` threads (``taskiq worker --max-threadpool-threads``); ``cpu`` and ``spin``
+run, with ``--processes P``, in a process pool of P processes (``taskiq worker
+--use-process-pool --max-process-pool-processes P``), ``spin`` with the label
+``timeout=SPIN_LIMIT`` (taskiq warns that timeouts of sync tasks "don't work in python
+well": the attempt fails at the deadline, the process runs on), its failure stored in
+taskiq-redis's ``RedisAsyncResultBackend``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any
 
 import redis.asyncio
-from _driver import BODY_PX, NotSupported, Recorder, body_keys, linger, main, paced
+from _driver import (
+    BODY_PX,
+    IO_SLEEP,
+    SPIN_LIMIT,
+    NotSupported,
+    Recorder,
+    body_keys,
+    cpu_body,
+    emit,
+    linger,
+    main,
+    paced,
+    spin,
+    wait_go,
+)
 from taskiq import TaskiqDepends, TaskiqEvents, TaskiqState
 from taskiq.receiver import Receiver
-from taskiq_redis import RedisStreamBroker
+from taskiq_redis import RedisAsyncResultBackend, RedisStreamBroker
 
 REC: Recorder
 PREFIX, COUNTER = "", ""
@@ -45,6 +68,20 @@ async def latency(payload: Any) -> None:
     REC.end()
 
 
+def io(payload: Any) -> None:  # sync: taskiq runs it in the receiver's executor (threads)
+    REC.begin(payload)
+    time.sleep(IO_SLEEP)
+    REC.end()
+
+
+def cpu(payload: Any) -> None:  # sync: in the executor (here a process pool)
+    cpu_body(payload)
+
+
+def spin_task(payload: Any) -> None:  # sync, in the process pool, with a ``timeout`` label
+    spin(payload)
+
+
 async def roundtrip(payload: Any, state: TaskiqState = TaskiqDepends()) -> None:  # noqa: B008
     REC.begin(payload)
     async with state.redis.pipeline(transaction=False) as pipe:
@@ -54,12 +91,17 @@ async def roundtrip(payload: Any, state: TaskiqState = TaskiqDepends()) -> None:
     REC.end()
 
 
-def make_broker(url: str, queue: str) -> tuple[RedisStreamBroker, dict[str, Any]]:
+def make_broker(
+    url: str, queue: str, results: bool = False
+) -> tuple[RedisStreamBroker, dict[str, Any]]:
     broker = RedisStreamBroker(url, queue_name=queue, consumer_group_name=queue, consumer_id="0")
+    if results:  # the spin task's waiter awaits its failure through taskiq-redis's backend
+        broker = broker.with_result_backend(RedisAsyncResultBackend(url, result_ex_time=60))
     registered = {
         f.__name__: broker.register_task(f, task_name=f.__name__)
-        for f in (noop, sleep, latency, roundtrip)
+        for f in (noop, sleep, latency, roundtrip, io, cpu)
     }
+    registered["spin"] = broker.register_task(spin_task, task_name="spin", timeout=SPIN_LIMIT)
 
     async def startup(state: TaskiqState) -> None:
         # redis-py 8's pools hold 100 connections by default: the 100 concurrent bodies
@@ -113,14 +155,28 @@ def work(
     global REC, PREFIX, COUNTER
     REC = rec
     PREFIX, COUNTER = body_keys(queue)
-    broker, _ = make_broker(url, queue)
+    broker, _ = make_broker(url, queue, results=args.task == "spin")
     broker.is_worker_process = True
+    # What ``taskiq worker`` gives the receiver for sync tasks: a thread pool
+    # (--max-threadpool-threads, here the concurrency), or with --use-process-pool a process
+    # pool (--max-process-pool-processes, here --processes).
+    executor: Executor = (
+        ProcessPoolExecutor(max_workers=args.processes)
+        if args.processes
+        else ThreadPoolExecutor(max_workers=args.concurrency)
+    )
 
     async def run() -> dict[str, Any]:
         done = asyncio.Event()
         rec.on_complete = done.set
+        if args.task == "io":  # the bodies run in threads: the n-th sets the event from one
+            loop = asyncio.get_running_loop()
+            rec.make_threadsafe()
+            rec.on_complete = lambda: loop.call_soon_threadsafe(done.set)
+        if args.processes:  # the bodies report themselves; the harness stops the worker
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, done.set)
         finish = asyncio.Event()
-        with ThreadPoolExecutor() as executor:
+        with executor:
             receiver = Receiver(broker, executor=executor, max_async_tasks=args.concurrency)
             listener = asyncio.create_task(receiver.listen(finish))
             ready()
@@ -140,5 +196,27 @@ def work(
     return asyncio.run(run())
 
 
+def timeouts(url: str, queue: str, n: int) -> None:
+    """bench/bodies.py's waiter: for each go, ``spin.kiq`` and ``wait_result`` (it polls the
+    result backend: every 5 ms here, against 0.2 s by default)."""
+    broker, registered = make_broker(url, queue, results=True)
+
+    async def run() -> None:
+        await broker.startup()
+        loop = asyncio.get_running_loop()
+        try:
+            for i in range(n):
+                if not await loop.run_in_executor(None, wait_go):
+                    return
+                task = await registered["spin"].kiq({"i": i})
+                result = await task.wait_result(check_interval=0.005, timeout=30)
+                outcome = repr(result.error) if result.is_err else "succeeded"
+                emit({"event": "timeout", "i": i, "t_failed": time.time(), "outcome": outcome})
+        finally:
+            await broker.shutdown()
+
+    asyncio.run(run())
+
+
 if __name__ == "__main__":
-    main(enqueue, dispatch, work)
+    main(enqueue, dispatch, work, timeouts=timeouts)

@@ -27,6 +27,10 @@ lanes (``RunnerConfig.lanes``, highest first), by weight, or strictly with
 ``handle.cancel()`` and ``handle.result()`` raising ``TaskCancelled``. A worker reports
 when a pause of its group has stopped its fetch loops, and when they fetch again
 (:func:`report_pauses`).
+
+bench/bodies.py: ``io`` (scenario 18) is a plain ``def`` task, run in the worker's threads
+(``max_threads``: by default ``num_workers``, the concurrency). Scenarios 19 and 20 run
+``trunner worker`` on trunner_app.py; their waiter is ``timeouts`` here.
 """
 
 from __future__ import annotations
@@ -38,7 +42,16 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import trio
-from _driver import BODY_PX, NotSupported, Recorder, body_keys, emit, main
+from _driver import (
+    BODY_PX,
+    IO_SLEEP,
+    NotSupported,
+    Recorder,
+    body_keys,
+    emit,
+    main,
+    wait_go,
+)
 
 import trunner
 
@@ -128,6 +141,26 @@ def cancel(url: str, queue: str, n: int) -> None:
     trio.run(run)
 
 
+def timeouts(url: str, queue: str, n: int) -> None:
+    """bench/bodies.py's waiter: for each go, dispatch ``spin`` (trunner_app.py: a process
+    task with a timeout) and await its failure with ``handle.result()``."""
+
+    async def run() -> None:
+        async with trunner.open_client(url, queue, prefix=PREFIX) as client:
+            for i in range(n):
+                if not await trio.to_thread.run_sync(wait_go):
+                    return
+                handle = await client.dispatch("spin", {"i": i})
+                try:
+                    await handle.result(timeout=30)
+                    outcome = "succeeded"
+                except trunner.TaskFailed as exc:
+                    outcome = str(exc.error)
+                emit({"event": "timeout", "i": i, "t_failed": time.time(), "outcome": outcome})
+
+    trio.run(run)
+
+
 def otel_middleware() -> trunner.Middleware:
     """Scenario 15: trunner's OpenTelemetry middleware, with the SDK doing all its work
     (sampling every span, batching them) but exporting nowhere."""
@@ -212,6 +245,12 @@ def bench_tasks(tasks: trunner.TaskRegistry, rec: Recorder) -> None:
         rec.begin(payload)
         rec.end()
 
+    @tasks.task
+    def io(payload: Any) -> None:  # a plain def: in a worker thread (max_threads)
+        rec.begin(payload)
+        time.sleep(IO_SLEEP)
+        rec.end()
+
 
 def redis_body_tasks(tasks: trunner.TaskRegistry, rec: Recorder, queue: str) -> None:
     """The redis-body scenario's bodies (one Redis round trip each)."""
@@ -257,6 +296,9 @@ def work(
     async def run() -> dict[str, Any]:
         done = trio.Event()
         rec.on_complete = done.set
+        if args.task == "io":  # the bodies run in threads: the n-th sets the event from one
+            rec.make_threadsafe()
+            rec.on_complete = lambda: trio.from_thread.run_sync(done.set)
         config = trunner.RunnerConfig(
             consumer_group=queue,
             prefix=PREFIX,
@@ -349,4 +391,4 @@ async def bridged(url: str, run: Callable[[], Awaitable[dict[str, Any]]]) -> dic
 
 if __name__ == "__main__":
     _ = NotSupported
-    main(enqueue, dispatch, work, results=results, cancel=cancel)
+    main(enqueue, dispatch, work, results=results, cancel=cancel, timeouts=timeouts)
