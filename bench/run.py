@@ -18,11 +18,17 @@ scenario 1's drain of a task without limits and of one with ``concurrency=100`` 
 worker's capacity: every message is admitted by one script, and its slot released with
 its acknowledgement), in the same measurement); ``lanes`` (17: pickup latency of urgent
 tasks dispatched one at a time while a worker drains a 100 000-task backlog, with strict
-lanes, with weighted lanes, and with no lanes). Each scenario runs
+lanes, with weighted lanes, and with no lanes); task bodies that are not ``async``
+(bench/bodies.py): ``sync-io`` (18: 10 000 sync tasks blocking 10 ms in ``time.sleep``, in
+32 threads of one worker process), ``cpu`` (19: 400 tasks of a ~50 ms pure-Python loop on
+both cores: two ``trunner worker`` processes, and one with ``run_in="process"`` tasks),
+``cpu-timeout`` (20: a pure-Python loop past its 1 s time limit: deadline to the failure
+seen by a waiter, and to the core free). Each scenario runs
 ``--runs`` times, interleaving the queues run by run, and the median is reported.
 ``--peers`` adds arq, saq, streaq (on Trio), taskiq (Redis stream broker) and dramatiq
-to scenarios 1-4 and 8 (arq, saq and streaq to 9), each installed into its own virtual
-environment under bench/.peers/ and using its own Redis database.
+to scenarios 1-4 and 8 (arq, saq and streaq to 9; saq, taskiq, streaq, celery and dramatiq
+to 18; celery, dramatiq and taskiq to 19 and 20; celery runs only those), each installed
+into its own virtual environment under bench/.peers/ and using its own Redis database.
 
 Without ``--redis`` a private redis-server is started on a free loopback port (no
 persistence) and stopped at the end. Every key created is deleted. Prints one JSON line
@@ -57,7 +63,9 @@ import trio
 import trunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dashboard import dashboard  # bench/ is not a package: its folder is on the path
+import bodies  # bench/ is not a package: its folder is on the path
+from bodies import BODY_ONLY_PEERS, BODY_SCENARIOS, BodyError
+from dashboard import dashboard
 
 HERE = Path(__file__).resolve().parent
 QUEUES = HERE / "queues"
@@ -80,6 +88,7 @@ SCENARIOS = [
     "middleware",
     "limits",
     "lanes",
+    *BODY_SCENARIOS,
 ]
 #: The peers scenario 9 (results) runs beside trunner (issue 19 names them).
 RESULT_PEERS = {"arq", "saq", "streaq"}
@@ -92,6 +101,7 @@ PEERS: dict[str, tuple[list[str], int]] = {
     "streaq": (["streaq==7.2.0", "trio"], 3),
     "taskiq": (["taskiq==0.13.0", "taskiq-redis==1.2.4", "hiredis"], 4),
     "dramatiq": (["dramatiq[redis]==2.2.1", "hiredis"], 5),
+    **BODY_ONLY_PEERS,  # celery: scenarios 18-20 only
 }
 
 # -- small helpers ---------------------------------------------------------------------------
@@ -1651,6 +1661,7 @@ FAILURES = (
     trunner.TrunnerError,
     redis.RedisError,
     AssertionError,
+    BodyError,
 )
 
 
@@ -1714,9 +1725,17 @@ async def run_all(
     if chosen & {"throughput", "latency", "ceiling", "redis-body"}:
         queues.append(Queue("ceiling", sys.executable, url, log=out.log_path("ceiling")))
         chosen = chosen | ({"throughput", "latency"} if "ceiling" in chosen else set())
-    peers = await setup_peers(args, url, out, notes) if args.peers else []
+    if not args.peer and not chosen & set(BODY_SCENARIOS):  # celery runs only those
+        args.peer = [name for name in PEERS if name not in BODY_ONLY_PEERS]
+    every_peer = await setup_peers(args, url, out, notes) if args.peers else []
+    peers = [q for q in every_peer if q.name not in BODY_ONLY_PEERS]
     await rounds_1_to_3(args, out, chosen, results, queues, peers, s)
     await rounds_4_to_6(args, url, out, chosen, results, trunner_queue, peers, s)
+
+    async def measure_body(scenario: str, impl: str, run: int, coro: Any) -> None:
+        await measure(out, results, scenario, impl, run, coro)
+
+    await bodies.rounds(chosen, args.runs, args.scale, trunner_queue, every_peer, measure_body)
     for q in peers:
         if median_of(results, ("throughput", q.name), "enqueue_bulk_rate") is None:
             notes.setdefault(f"throughput/enqueue_bulk_rate/{q.name}", "no bulk API")
@@ -1727,7 +1746,7 @@ async def run_all(
             for metric in ("process_rate", "cpu_ms_per_task", "hwm_mb"):
                 if median_of(results, ("redis-body", q.name), metric) is None:
                     notes.setdefault(f"redis-body/{metric}/{q.name}", missing)
-    return [q.name for q in peers]
+    return [q.name for q in peers]  # the summary's columns (scenarios 18-20: bodies.summary)
 
 
 async def rounds_1_to_3(
@@ -1866,7 +1885,9 @@ async def main(args: argparse.Namespace, url: str, out: Output) -> None:
         )
     if digest_end != info["source_digest"]:
         header += "WARNING: trunner's source changed during the run (figures may mix versions).\n"
-    text = header + "\n" + table + "\n"
+    text = header + ("\n" + table + "\n" if chosen - set(BODY_SCENARIOS) else "")
+    if chosen & set(BODY_SCENARIOS):
+        text += "\nTask bodies that are not async (bench/bodies.py):\n\n" + bodies.summary(results)
     print(text)
     (out.directory / "summary.md").write_text(text)
     out.note(f"results in {out.directory}")
@@ -1880,13 +1901,15 @@ def cli() -> None:
     )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--redis", help="use this Redis (default: start a private one)")
-    parser.add_argument("--peers", action="store_true", help="also run the peers (1-4, 8, 9)")
+    parser.add_argument(
+        "--peers", action="store_true", help="also run the peers (1-4, 8, 9, 18-20)"
+    )
     parser.add_argument("--peer", action="append", choices=list(PEERS), help="only this peer")
     parser.add_argument(
         "--peer-db-offset",
         type=int,
         default=0,
-        help="shift the peers' database numbers (1-5 by default)",
+        help="shift the peers' database numbers (1-6 by default)",
     )
     parser.add_argument(
         "--memory-workers",
