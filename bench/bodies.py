@@ -15,7 +15,8 @@
   (``-c 2``), the ``dramatiq`` command with 2 processes of one thread, and taskiq's
   process pool of 2. Each body reports its own start and end; the rate is n over the
   first start to the last end. Ideal: 2 cores / 50 ms = 40 tasks/s; the ceiling
-  (``bare``): two plain processes running the bodies back to back, no queue.
+  (``bare``): a ``multiprocessing.Pool`` of two processes handed the bodies one at a time,
+  no Redis, no queue.
 - ``cpu-timeout`` (20): a task spinning in pure Python under a time limit of 1 s
   (``_driver.spin``), one at a time: from the deadline to the failure reaching a waiter
   (the queue's result API, in another process) and to the core free (the body's process
@@ -361,22 +362,23 @@ def cpu_figures(n: int, bodies: list[dict[str, Any]], enqueued: str) -> dict[str
     }
 
 
-#: Scenario 19's ceiling: CORES plain processes running the bodies back to back, no queue.
+#: Scenario 19's ceiling: a pool of CORES forked processes handed the bodies one at a time
+#: (``multiprocessing.Pool.imap_unordered``, chunks of 1): no Redis, no queue.
 BARE = """
-import sys
+import multiprocessing, sys
 from _driver import cpu_body
-core, cores, n = map(int, sys.argv[1:])
-for i in range(core, n, cores):
-    cpu_body({"i": i})
+cores, n = map(int, sys.argv[1:])
+with multiprocessing.get_context("fork").Pool(cores) as pool:
+    for _ in pool.imap_unordered(cpu_body, ({"i": i} for i in range(n)), chunksize=1):
+        pass
 """
 
 
 async def bare_cpu(q: Queue, n: int) -> dict[str, Any]:
-    """Scenario 19's ``bare`` row: the same bodies in ``CORES`` plain processes."""
+    """Scenario 19's ``bare`` row: the same bodies in a plain process pool of ``CORES``."""
     bodies: list[dict[str, Any]] = []
     async with processes(q.log) as procs:
-        for core in range(CORES):
-            await procs.start("bare", [q.python, "-c", BARE, str(core), str(CORES), str(n)])
+        await procs.start("bare", [q.python, "-c", BARE, str(CORES), str(n)])
         with trio.fail_after(600):
             while len(bodies) < n:
                 bodies.append(await procs.event("body"))
