@@ -17,7 +17,7 @@ import pytest
 import trio
 
 import trunner
-from trunner import Task, TaskState
+from trunner import Task, TaskState, prometheus
 from trunner._executors.processes import ProcessExecutor
 
 from ..conftest import config, open_checked_runner, parts
@@ -109,6 +109,7 @@ async def test_a_timeout_or_cancel_kills_the_process_and_records_one_outcome(
         assert all(_gone(pid) for pid in pids)  # killed and reaped before the attempt ended
         stats = runner.statistics()
         assert (stats.succeeded, stats.failed + stats.cancelled) == (0, 1)
+        assert (stats.processes_killed, stats.processes_died) == (1, 0)
         assert await runner.admin.pending_count() == 0
         n.cancel_scope.cancel()
     await listeners[0].aclose()
@@ -126,6 +127,10 @@ async def test_a_process_that_dies_fails_its_attempt_and_the_worker_serves_on(
         assert await handle.result() == "served on"  # attempt 2, in a new process
         stats = runner.statistics()
         assert (stats.succeeded, stats.retried) == (1, 1)
+        assert (stats.processes_killed, stats.processes_died) == (0, 1)
+        text = prometheus.collect(runner).decode()
+        assert f'trunner_processes_died{{group="{group}"}} 1.0' in text
+        assert f'trunner_processes_killed{{group="{group}"}} 0.0' in text
         died = await _first_failure(runner)
         assert isinstance(died, trunner.errors.WorkerProcessDied)
         expected = {"abort": -6, "exit": 3, "sigkill": -9, "segfault": -11}[how]
