@@ -50,6 +50,17 @@ async def _first_failure(runner: trunner.Runner) -> BaseException:
     raise AssertionError("no failed attempt reported")
 
 
+async def _failures(runner: trunner.Runner, count: int) -> list[BaseException]:
+    """The exceptions of the first ``count`` failed attempts the runner reported."""
+    found: list[BaseException] = []
+    async for error in runner.errors():
+        if isinstance(error, trunner.TaskFailed):
+            found.append(error.error)
+            if len(found) == count:
+                return found
+    raise AssertionError(f"{len(found)} failed attempts reported, not {count}")
+
+
 async def _pid_of_spinner(listener: trio.SocketListener) -> int:
     """The pid the spinning task sends once it runs in its worker process."""
     stream = await listener.accept()
@@ -160,6 +171,29 @@ async def test_an_exception_comes_back_as_its_own_class(memory_url: str, group: 
         assert str(failed) == "no thanks"
         assert isinstance(failed.__cause__, trunner.errors.RemoteFailure)
         assert "refuse" in failed.__cause__.traceback  # the process's traceback
+
+
+async def test_an_exception_comes_back_with_its_attributes(memory_url: str, group: str) -> None:
+    """Rebuilt without its ``__init__`` (whose parameters are not its ``args``), as
+    unpickling would: its class, ``args`` and attributes; one with an attribute that has
+    no JSON form comes back as the ``RemoteFailure`` that describes it."""
+    tasks = _registry(
+        Task("over_quota", work.over_quota, run_in="process", keep_result=60, max_retry=0)
+    )
+    async with open_checked_runner(memory_url, config(group), tasks) as runner:
+        for kind in ("quota", "coded", "unsendable"):
+            with pytest.raises(trunner.TaskFailed):
+                await (await runner.dispatch("over_quota", kind)).result()
+        failures = await _failures(runner, 3)
+    quota, coded, unsendable = failures
+    assert isinstance(quota, work.OverQuota)
+    assert (quota.account, quota.limit, quota.args) == ("acme", 3, ("acme is over its quota of 3",))
+    assert str(quota) == "acme is over its quota of 3"
+    assert isinstance(coded, work.Coded)
+    assert (coded.code, str(coded)) == (7, "code 7")
+    assert isinstance(unsendable, trunner.errors.RemoteFailure)
+    assert unsendable.type_name == "Unsendable"
+    assert "a socket was open" in str(unsendable)
 
 
 def _wrapped(func: Any) -> Any:
