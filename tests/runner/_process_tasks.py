@@ -97,3 +97,12 @@ def over_quota(kind: str) -> None:
     if kind == "coded":
         raise Coded(7)
     raise Unsendable("a socket was open")
+
+
+def leave_a_fork(_: None) -> int:
+    """Fork a child that outlives the task (it holds the worker process's pipes)."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the forked child waits to be killed
+        signal.pause()
+        os._exit(0)
+    return pid

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 from typing import Any
 
 import pytest
@@ -194,6 +195,20 @@ async def test_an_exception_comes_back_with_its_attributes(memory_url: str, grou
     assert isinstance(unsendable, trunner.errors.RemoteFailure)
     assert unsendable.type_name == "Unsendable"
     assert "a socket was open" in str(unsendable)
+
+
+async def test_a_forked_child_left_running_delays_the_close_boundedly(
+    memory_url: str, group: str
+) -> None:
+    """A child forked by a process task and left running holds the worker process's pipes:
+    the runner's close waits the executor's grace for that worker, then goes on."""
+    tasks = _registry(Task("fork", work.leave_a_fork, run_in="process", keep_result=60))
+    async with open_checked_runner(memory_url, config(group), tasks) as runner:
+        grandchild = await (await runner.dispatch("fork", None)).result()
+    try:
+        assert not _gone(grandchild)  # the runner closed with it still running
+    finally:
+        os.kill(grandchild, signal.SIGKILL)
 
 
 def _wrapped(func: Any) -> Any:
