@@ -21,8 +21,9 @@ import msgspec
 from msgspec import UNSET, Raw
 
 from ..errors import InvalidMessage
-from .envelope import PAYLOAD_FIELD, loads, read, seconds
+from .envelope import PAYLOAD_FIELD, read
 from .headers import NO_HEADERS, headers_error
+from .json_text import loads, seconds
 from .message import NO_OPTIONS, MessageOptions, TaskMessage
 from .names import check_lane, split_entry_id, utf8_error
 
