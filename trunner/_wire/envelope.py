@@ -40,7 +40,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -53,6 +53,7 @@ from .json_text import loads, member_spans, seconds
 from .message import NO_OPTIONS, MessageOptions, TaskMessage
 from .names import DEFAULT_LANE, utf8_error
 from .payload import Problem, find_problem, is_plain
+from .workflow import NOW, Literal, Part, StepRef, encode_template
 
 __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
@@ -62,6 +63,7 @@ __all__ = [
     "Envelope",
     "encode_message",
     "message_growth",
+    "message_template",
     "reencode_deferred",
     "reencode_for_retry",
 ]
@@ -103,6 +105,7 @@ class Envelope(msgspec.Struct, kw_only=True, omit_defaults=True):
     timeout: int | float | None = None
     expires: int | float | None = None
     headers: dict[str, str] | None = None
+    wf: StepRef | None = None
     group: str | None = None
     v: int = 1
     rate_reserved: bool | int | None = None
@@ -186,6 +189,35 @@ def encode_message(
     return _sized(data, task_name, max_bytes)
 
 
+#: Where a step's payload and time go in the message :func:`message_template` encodes: after
+#: the lane and task name, which are strings, so nothing before it can match.
+_HOLES = b'"payload":null,"attempt":1,"enqueued_at":0.0'
+
+
+def message_template(
+    task_name: str,
+    payload: Iterable[Part],
+    *,
+    task_id: str,
+    options: MessageOptions,
+    group: str,
+    headers: Mapping[str, str] | None = None,
+    lane: str = DEFAULT_LANE,
+) -> bytes:
+    """The template (see ``trunner._wire.workflow``) of a workflow step's message, attempt
+    1: what :func:`encode_message` writes, with the payload made of ``payload``'s parts and
+    ``enqueued_at`` the time it is added. Raises as :func:`encode_message` does; the script
+    that assembles it checks the size."""
+    data = encode_message(
+        task_name, None, enqueued_at=0.0, task_id=task_id, options=options, headers=headers,
+        group=group, max_bytes=NO_SIZE_LIMIT, lane=lane,
+    )  # fmt: skip
+    head, hole, tail = data.partition(_HOLES)
+    assert hole, data
+    time = Literal(b',"attempt":1,"enqueued_at":')
+    return encode_template([Literal(head + b'"payload":'), *payload, time, NOW, Literal(tail)])
+
+
 def _envelope(
     task_name: str,
     payload: Raw,
@@ -211,6 +243,7 @@ def _envelope(
         keep_result=options.keep_result,
         timeout=options.timeout,
         expires=options.expires,
+        wf=options.workflow,
     )
 
 
@@ -239,6 +272,8 @@ def _write(envelope: Envelope, *, verbatim: bool) -> bytes:
         value = getattr(envelope, name)
         if value is not UNSET and value != default:
             members[name] = value
+    if envelope.wf is not None:
+        members["wf"] = msgspec.to_builtins(envelope.wf)
     members["payload"] = 0  # the placeholder, right after the task's name
     head, sep, tail = _dumps(members).partition(',"payload":0,')
     assert sep, members
@@ -311,7 +346,7 @@ def reencode_for_retry(
     reservation is not carried over: the retry is admitted again.
     """
     options = message.options
-    if options.keep_result is None and options.timeout is None:
+    if options.keep_result is None and options.timeout is None and options.workflow is None:
         retry_options = None  # ``expires`` is about the first start
     else:
         retry_options = attrs.evolve(options, expires=None)

@@ -17,6 +17,7 @@ import attrs
 from .key_names import KeyFamilies, aside_key_for, fence_key_for, hash_tag
 from .names import DEFAULT_LANE, check_name
 from .unique_lock import UniqueLock
+from .workflow import WorkflowKeys
 
 __all__ = [
     "RELEASED_CONSUMER",
@@ -327,6 +328,12 @@ class Keys(KeyFamilies):
     def task(self, task_id: str) -> str:
         """The record of one task that keeps its result (see ``trunner.status``)."""
         return self._key(f"task:{task_id}")
+
+    def workflow(self, workflow_id: str) -> WorkflowKeys:
+        """The keys of one workflow: ``<prefix>:{<group>}:wf:<id>`` and four named after it
+        (``ValueError`` for an id with whitespace, or none). Workflows are being built:
+        nothing writes these keys yet."""
+        return WorkflowKeys.at(self._key("wf:"), workflow_id)
 
     @property
     def floor(self) -> str:
