@@ -18,11 +18,15 @@ scenario 1's drain of a task without limits and of one with ``concurrency=100`` 
 worker's capacity: every message is admitted by one script, and its slot released with
 its acknowledgement), in the same measurement); ``lanes`` (17: pickup latency of urgent
 tasks dispatched one at a time while a worker drains a 100 000-task backlog, with strict
-lanes, with weighted lanes, and with no lanes). Each scenario runs
-``--runs`` times, interleaving the queues run by run, and the median is reported.
-``--peers`` adds arq, saq, streaq (on Trio), taskiq (Redis stream broker) and dramatiq
-to scenarios 1-4 and 8 (arq, saq and streaq to 9), each installed into its own virtual
-environment under bench/.peers/ and using its own Redis database.
+lanes, with weighted lanes, and with no lanes); ``clients`` (18: dispatching from asyncio
+with ``trunner.aio.Client`` one at a time, from 100 concurrent senders and in bulk, and
+result round trips one at a time, beside the peers on asyncio; the same with
+``trunner.sync.Client`` and with the Trio client). Each scenario runs ``--runs`` times,
+interleaving the queues run by run, and the median is reported. ``--peers`` adds arq,
+saq, streaq (on Trio; on asyncio in 18), taskiq (Redis stream broker) and dramatiq to
+scenarios 1-4 and 8 (arq, saq and streaq to 9; arq, saq, streaq and taskiq to 18), each
+installed into its own virtual environment under bench/.peers/ and using its own Redis
+database.
 
 Without ``--redis`` a private redis-server is started on a free loopback port (no
 persistence) and stopped at the end. Every key created is deleted. Prints one JSON line
@@ -2016,7 +2020,7 @@ def cli() -> None:
     )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--redis", help="use this Redis (default: start a private one)")
-    parser.add_argument("--peers", action="store_true", help="also run the peers (1-4, 8, 9)")
+    parser.add_argument("--peers", action="store_true", help="also run the peers (1-4, 8, 9, 18)")
     parser.add_argument("--peer", action="append", choices=list(PEERS), help="only this peer")
     parser.add_argument(
         "--peer-db-offset",
