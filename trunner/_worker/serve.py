@@ -178,9 +178,14 @@ async def run_worker(
 
             async def watch_signals() -> None:
                 nonlocal forced
+                first = True
                 async for signum in signals:
                     name = signal.Signals(signum).name
-                    if runner.state is not RunnerState.STOPPING:
+                    # Counted, not read from the state: two signals that come together
+                    # (SIGTERM and SIGINT, as a supervisor passes them on) are two, though
+                    # the runner has not begun stopping when the second is seen.
+                    if first and runner.state is not RunnerState.STOPPING:
+                        first = False
                         logger.warning(
                             "%s: stopping gracefully (draining up to %s s); send it again to "
                             "stop at once",
