@@ -176,6 +176,8 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("target", help="module:attribute: WorkerSettings, TaskRegistry, or factory")
     worker.add_argument("--group", help="consumer group (overrides the settings)")
     worker.add_argument("--workers", type=int, help="tasks run at once (num_workers)")
+    # A worker process of a supervisor: its place and its ready-report descriptor.
+    worker.add_argument("--supervised", metavar="INDEX:FD", help=argparse.SUPPRESS)
     _redis_option(worker, None)
     worker.add_argument("--health-port", type=int, help="serve /healthz and /readyz")
     worker.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics")
