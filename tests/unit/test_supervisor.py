@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import signal
 import sys
 
@@ -16,6 +17,7 @@ import trio
 
 from trunner._worker.supervised import Supervised
 from trunner._worker.supervisor import ChildCommand, RestartPolicy, Supervisor, attribute
+from trunner.cli import main
 from trunner.config import RunnerConfig
 
 #: Stand-in worker processes report ready as ``trunner worker --supervised`` does.
@@ -96,6 +98,47 @@ def test_a_supervised_worker_process_has_a_consumer_name_of_its_own() -> None:
     assert place.config(default) is default  # the default name holds the pid already
     with pytest.raises(ValueError, match="INDEX:FD"):
         Supervised.parse("3")
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["--processes", "-1"], "expected a number >= 0"),
+        (["--processes", "many"], "expected a number >= 0"),
+    ],
+)
+def test_processes_takes_a_count(
+    argv: list[str], error: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["worker", "app:settings", *argv])
+    assert exited.value.code == 2
+    assert error in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["--redis", "memory://x"], "the worker processes of --processes cannot share it"),
+        (["--redis", "redis://h", "--metrics-port", "65535"], "past the last port (65535)"),
+    ],
+)
+def test_what_cannot_work_with_processes_is_refused_before_any_starts(
+    argv: list[str], error: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["worker", "no_such_module_xyz:settings", "--processes", "2", *argv]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("trunner worker: ValueError: "), err
+    assert error in err
+
+
+def test_processes_0_is_one_per_core(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: 3)
+    argv = ["--redis", "redis://h", "--metrics-port", "65534"]
+    assert main(["worker", "no_such_module_xyz:settings", "--processes", "0", *argv]) == 1
+    assert "--metrics-port 65534 with 3 worker processes" in capsys.readouterr().err
 
 
 async def test_every_line_is_relayed_attributed_and_in_order() -> None:
