@@ -161,6 +161,25 @@ async def test_every_line_is_relayed_attributed_and_in_order() -> None:
     assert err.lines()[0] == prefix + b"last words"
 
 
+class Gone(io.BytesIO):
+    """An output nobody reads any more: a closed pipe."""
+
+    def write(self, data: bytes) -> int:  # type: ignore[override]
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+async def test_an_output_nobody_reads_does_not_stop_the_supervisor() -> None:
+    code = READY + "print('lost', flush=True); print('seen', file=sys.stderr, flush=True)\n"
+    code += "import time; time.sleep(60)\n"
+    err = Output()
+    supervisor = Supervisor(Script(code), 1, policy=QUICK, stdout=Gone(), stderr=err)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(supervisor.run)
+        await err.wait_for(b"seen")
+        supervisor.stop()
+    assert supervisor.failure is None
+
+
 async def test_it_gives_up_on_worker_processes_that_fail_to_start() -> None:
     code = "import sys; print('ImportError: no app here', file=sys.stderr); sys.exit(3)"
     err = Output()

@@ -358,8 +358,11 @@ class Supervisor:
             attribute(line, child.index, pid, json_lines=self._json, stream=name) + b"\n"
             for line in lines
         )
-        out.write(b"".join(attributed))
-        out.flush()
+        try:
+            out.write(b"".join(attributed))
+            out.flush()
+        except OSError:
+            pass  # nobody reads the supervisor's output any more (as logging does: go on)
 
 
 async def supervise(
