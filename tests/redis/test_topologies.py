@@ -6,6 +6,7 @@ ACL on the native one; each deployment runs whole runners.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -470,6 +471,54 @@ async def test_a_cluster_failover_during_a_run(cluster: Cluster) -> None:
     group = f"fo-{uuid.uuid4().hex[:6]}"
     stream = Keys("trunner", group).stream
     await run_through_failover(cluster.url, group, lambda: cluster.failover(stream), "cluster")
+
+
+async def test_a_node_a_refresh_dropped_is_closed(cluster: Cluster) -> None:
+    """A slot-map refresh that lists a node nowhere (a demoted master, for a moment, during a
+    failover) takes it out of redis-py's topology. A command that chose that node before
+    the refresh still reopens a connection on it, which redis-py would never close again:
+    the transport closes it, after the command timeout, at the next refresh, and at close."""
+    async with open_transport(
+        cluster.url, client_name="t", max_connections=4, connect_timeout=5, command_timeout=2
+    ) as transport:
+        assert isinstance(transport, BridgedTransport)
+        assert transport._cluster is not None
+        client = transport._cluster
+        manager = client.nodes_manager
+        await transport.execute("SET", "k", "v")  # connections on the node serving k
+        node = client.get_node_from_key("k")
+
+        async def drop_and_reconnect(node: Any) -> Any:
+            others = {name: n for name, n in manager.nodes_cache.items() if n is not node}
+            manager.set_nodes(manager.nodes_cache, others, remove_old=True)
+            assert node.name not in manager.nodes_cache
+            await asyncio.gather(*manager._background_tasks)  # its idle ones closed
+            late = node.acquire_connection()  # the command that chose it before
+            await late.connect()
+            node.release(late)
+            await manager.initialize()  # the node is back, as a new object
+            assert manager.nodes_cache[node.name] is not node
+            return late
+
+        def connected(node: Any) -> list[Any]:
+            return [c for c in node._connections if c.is_connected]
+
+        first = await transport._call(lambda: drop_and_reconnect(node), "test")
+        assert connected(node) == [first]
+        # Past the command timeout, the next refresh closes it.
+        await trio.sleep(2.1)
+        await transport._call(manager.initialize, "test")
+        await redis_state(lambda: _none_of(connected(node)))
+
+        second_node = client.get_node_from_key("k")
+        second = await transport._call(lambda: drop_and_reconnect(second_node), "test")
+        assert connected(second_node) == [second]
+    assert not connected(second_node)  # closed with the transport
+
+
+async def _none_of(items: list[Any]) -> bool:
+    await trio.lowlevel.checkpoint()
+    return not items
 
 
 # -- Sentinel -----------------------------------------------------------------------------

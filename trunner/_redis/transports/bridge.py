@@ -24,6 +24,7 @@ from ...errors import RedisUnavailable
 from ..endpoints import Endpoint
 from ..errors import map_exceptions, redis_py_errors
 from .base import Arg, Dedicated, DedicatedConnections, Subscriber, Transport, UnblockableReader
+from .dropped import DroppedNodes
 
 __all__ = ["Bridge", "BridgedReader", "BridgedSubscriber", "deposed"]
 
@@ -133,6 +134,10 @@ class Bridge(DedicatedConnections, Transport):
             self._reader_pool = redis.asyncio.ConnectionPool.from_url(
                 endpoint.url, retry=no_retry, **common
             )
+        #: Cluster: the nodes a topology refresh dropped, closed here (redis-py may not).
+        self._dropped = None
+        if self._cluster is not None:
+            self._dropped = DroppedNodes(self._cluster, command_timeout)
         # Raw replies, parsed by the broker; the Cluster client keeps the parsers it needs
         # itself to learn the topology.
         callbacks = self._client.response_callbacks
@@ -346,8 +351,20 @@ class BridgedSubscriber(_Dedicated, Subscriber):
             if not self._subscribed:
                 await self._subscribe()
             conn = self._conn
+            transport = self._transport
+            pinged = False
             while True:
-                reply = await conn.read_response(timeout=math.inf)
+                wait = transport.command_timeout if pinged else transport.subscription_ping
+                reply = await conn.read_response(timeout=wait)  # None: nothing came
+                if reply is None:
+                    if pinged:
+                        raise redis.exceptions.ConnectionError(
+                            f"no answer to a PING within {wait} s: the connection is gone"
+                        )
+                    await conn.send_command("PING")  # heard nothing for a while: still there?
+                    pinged = True
+                    continue
+                pinged = False
                 kind = reply[0] if isinstance(reply, list) and len(reply) == 3 else None
                 if kind == b"message" and reply[1] == self._channel:
                     data: bytes = reply[2]

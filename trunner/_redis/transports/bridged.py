@@ -285,6 +285,8 @@ class BridgedTransport(Bridge):
             if switches is not None:
                 await switches.disconnect(nowait=True)
             await self._client.aclose()
+            if self._dropped is not None:
+                await self._dropped.aclose()
             for pool in {id(p): p for p in (self._pool, self._reader_pool) if p}.values():
                 await pool.disconnect()
             if self._sentinel is not None:
