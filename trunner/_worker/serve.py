@@ -14,7 +14,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
@@ -138,6 +138,7 @@ async def run_worker(
     metrics_port: int | None = None,
     host: str = "127.0.0.1",
     on_ready: Callable[[dict[str, int]], None] = lambda _ports: None,
+    stop_when: Callable[[], Awaitable[object]] | None = None,
 ) -> bool:
     """Run ``runner`` until SIGINT/SIGTERM; return True after a clean drain.
 
@@ -148,7 +149,8 @@ async def run_worker(
     before the runner connects to anything. The health and metrics endpoints
     listen on ``host`` (127.0.0.1 by default: pass ``"0.0.0.0"`` for probes from outside
     the machine or container), with a bounded number of connections (see
-    :mod:`trunner._worker.http`).
+    :mod:`trunner._worker.http`). Once ``stop_when()`` returns, the runner stops
+    gracefully, as on a first signal (a worker under a supervisor: the supervisor is gone).
     """
     forced = False
     # Everything that can fail on the options fails before the runner starts (no lead
@@ -178,9 +180,14 @@ async def run_worker(
 
             async def watch_signals() -> None:
                 nonlocal forced
+                first = True
                 async for signum in signals:
                     name = signal.Signals(signum).name
-                    if runner.state is not RunnerState.STOPPING:
+                    # Counted, not read from the state: two signals that come together
+                    # (SIGTERM and SIGINT, as a supervisor passes them on) are two, though
+                    # the runner has not begun stopping when the second is seen.
+                    if first and runner.state is not RunnerState.STOPPING:
+                        first = False
                         logger.warning(
                             "%s: stopping gracefully (draining up to %s s); send it again to "
                             "stop at once",
@@ -194,6 +201,13 @@ async def run_worker(
                         runner.stop(drain=False)
 
             nursery.start_soon(watch_signals)
+            if stop_when is not None:
+
+                async def watch_stop_when() -> None:
+                    await stop_when()
+                    runner.stop()  # nothing more if a signal began the stop already
+
+                nursery.start_soon(watch_stop_when)
             logger.info("worker ready: %s", ports or "no HTTP endpoints")
             on_ready(ports)
             await stopped.wait()
