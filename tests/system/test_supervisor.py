@@ -158,14 +158,15 @@ async def test_every_worker_process_consumes_and_a_killed_one_is_started_again(
         supervisor.close()
 
 
-@pytest.mark.parametrize("by_terminal", [False, True], ids=["sigterm", "ctrl-c-to-the-group"])
+@pytest.mark.parametrize("how", ["sigterm", "ctrl-c-to-the-group", "sigterm-to-every-process"])
 @pytest.mark.deadline(60)
 async def test_a_signal_drains_every_worker_process_then_the_supervisor_exits_0(
-    redis_server: RedisServer, group: str, tmp_path: Path, by_terminal: bool
+    redis_server: RedisServer, group: str, tmp_path: Path, how: str
 ) -> None:
-    """SIGTERM to the supervisor, or SIGINT to its whole process group as a terminal's
-    Ctrl-C does: each worker process drains once (a second signal would stop it at once,
-    cancelling the naps); the supervisor exits 0 once every one has exited."""
+    """SIGTERM to the supervisor, SIGINT to its whole process group as a terminal's Ctrl-C
+    does, or SIGTERM to every process at once as systemd's default ``KillMode`` does: each
+    worker process drains (a second stop signal would stop it at once, cancelling the
+    naps); the supervisor exits 0 once every one has exited."""
     supervisor = Supervised(tmp_path, *options(redis_server, group, "--processes", "2"))
     try:
         pids = await supervisor.ready()
@@ -176,8 +177,12 @@ async def test_a_signal_drains_every_worker_process_then_the_supervisor_exits_0(
                 return await client.admin.pending_count() == 2
 
             await redis_state(both_running)
-            if by_terminal:
+            if how == "ctrl-c-to-the-group":
                 os.killpg(supervisor.process.pid, signal.SIGINT)
+            elif how == "sigterm-to-every-process":
+                for pid in pids:
+                    os.kill(pid, signal.SIGTERM)
+                supervisor.signal(signal.SIGTERM)  # which passes it on: a second SIGTERM
             else:
                 supervisor.signal(signal.SIGTERM)
             assert await supervisor.wait() == 0, supervisor.stderr()

@@ -139,11 +139,15 @@ async def run_worker(
     host: str = "127.0.0.1",
     on_ready: Callable[[dict[str, int]], None] = lambda _ports: None,
     stop_when: Callable[[], Awaitable[object]] | None = None,
+    by_kind: bool = False,
 ) -> bool:
     """Run ``runner`` until SIGINT/SIGTERM; return True after a clean drain.
 
     The first signal stops it gracefully (drain); a second cancels running tasks at once
-    (their messages are released, never acknowledged). The endpoints are served from
+    (their messages are released, never acknowledged). With ``by_kind`` (a worker under a
+    supervisor) signals are read by kind, not counted: SIGTERM drains, however many come
+    (the supervisor's and, under systemd's default ``KillMode``, the service manager's
+    own), and SIGINT stops at once. The endpoints are served from
     before the runner starts (``/readyz`` answers 503 until it is started), so a port in
     use, or ``metrics_port`` without the ``prometheus`` extra (``ImportError``), fails
     before the runner connects to anything. The health and metrics endpoints
@@ -183,10 +187,23 @@ async def run_worker(
                 first = True
                 async for signum in signals:
                     name = signal.Signals(signum).name
+                    if by_kind and signum == signal.SIGTERM:
+                        if first:
+                            first = False
+                            logger.warning(
+                                "%s: stopping gracefully (draining up to %s s); SIGINT stops "
+                                "at once",
+                                name,
+                                runner.config.drain_timeout,
+                            )
+                            runner.stop()
+                        else:
+                            logger.info("%s: draining already", name)
+                        continue
                     # Counted, not read from the state: two signals that come together
                     # (SIGTERM and SIGINT, as a supervisor passes them on) are two, though
                     # the runner has not begun stopping when the second is seen.
-                    if first and runner.state is not RunnerState.STOPPING:
+                    if not by_kind and first and runner.state is not RunnerState.STOPPING:
                         first = False
                         logger.warning(
                             "%s: stopping gracefully (draining up to %s s); send it again to "

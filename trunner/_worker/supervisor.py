@@ -11,7 +11,9 @@ each the single-process worker, with its own runner and consumer name.
 - The supervisor owns the signals. The first SIGINT or SIGTERM is passed to every worker
   process as SIGTERM (each drains, as one worker does), the second as SIGINT (each stops at
   once: another signal number, so the two never merge into one pending signal), later
-  ones kill them (SIGKILL). It exits once all of them are gone.
+  ones kill them (SIGKILL). It exits once all of them are gone. A worker process reads
+  the two by kind, not by count (SIGTERM drains however many come): a service manager
+  that signals every process of the unit (systemd's default ``KillMode``) adds one.
 - Worker processes live in a process group of their own: a terminal's Ctrl-C, sent to the
   whole foreground group, reaches the supervisor alone, which passes it on once (otherwise
   each worker would see it twice, and the second stops it at once). Each watches its stdin,

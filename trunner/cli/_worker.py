@@ -46,6 +46,7 @@ async def worker(args: argparse.Namespace) -> int:
         host=args.host,
         on_ready=supervised.report_ready if supervised else _print_ready,
         stop_when=wait_supervisor_gone if supervised else None,
+        by_kind=supervised is not None,
     )
     return 0 if clean else 1
 
