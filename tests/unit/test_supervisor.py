@@ -135,7 +135,7 @@ def test_what_cannot_work_with_processes_is_refused_before_any_starts(
 def test_processes_0_is_one_per_core(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(os, "cpu_count", lambda: 3)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 2, 5})  # a CPU set of 3
     argv = ["--redis", "redis://h", "--metrics-port", "65534"]
     assert main(["worker", "no_such_module_xyz:settings", "--processes", "0", *argv]) == 1
     assert "--metrics-port 65534 with 3 worker processes" in capsys.readouterr().err
@@ -192,6 +192,26 @@ async def test_it_gives_up_on_worker_processes_that_fail_to_start() -> None:
     starts = {line.split(b"]")[0] for line in err.lines()}
     per_place = [sum(s.startswith(b"[worker %d " % i) for s in starts) for i in (0, 1)]
     assert max(per_place) == 3
+
+
+@attrs.frozen
+class Unstartable:
+    """A worker process that cannot be started at all (as when descriptors run out)."""
+
+    def argv(self, index: int, status_fd: int) -> list[str]:
+        return ["/nonexistent/trunner-worker", str(index), str(status_fd)]
+
+
+async def test_a_worker_process_that_cannot_be_started_counts_as_failing_to_start() -> None:
+    """An error starting the process (no descriptors, no memory, a missing interpreter)
+    is a failure to start, retried with the backoff and given up on like one; the
+    supervisor itself does not crash on it."""
+    supervisor = Supervisor(Unstartable(), 2, policy=QUICK)
+    assert await supervisor.run() is False
+    assert supervisor.failure is not None
+    assert "failed to start 3 times in a row" in supervisor.failure
+    assert "could not be started: FileNotFoundError" in supervisor.failure
+    assert max(child.boot_failures for child in supervisor.children) == 3
 
 
 async def test_a_worker_process_that_dies_after_it_was_ready_is_started_again() -> None:

@@ -237,10 +237,14 @@ class Supervisor:
     async def _keep(self, child: Child) -> None:
         """Keep ``child``'s place filled until the stop."""
         while not self._stopping.is_set():
-            code = await self._run_one(child)
-            if self._stopping.is_set():
-                return
-            delay = self._after_failure(child, code)
+            try:
+                code = await self._run_one(child)
+            except OSError as exc:  # not started at all: no descriptors, no memory ...
+                delay = self._not_started(child, exc)
+            else:
+                if self._stopping.is_set():
+                    return
+                delay = self._after_failure(child, code)
             if delay is None:
                 return
             with trio.move_on_after(delay):
@@ -307,6 +311,22 @@ class Supervisor:
         logger.warning(
             "worker %d (pid %d) %s; starting it again in %.3g s", child.index, pid, how, delay
         )
+        return delay
+
+    def _not_started(self, child: Child, error: OSError) -> float | None:
+        """Count a worker process that could not be started as a failure to start; the
+        delay before the next try, or None after giving up."""
+        child.boot_failures += 1
+        how = f"could not be started: {type(error).__name__}: {error}"
+        if child.boot_failures >= self.policy.max_boot_failures:
+            self._give_up(
+                f"worker {child.index} failed to start {child.boot_failures} times in a "
+                f"row; the last one {how}"
+            )
+            return None
+        child.failures += 1
+        delay = self.policy.delay(child.failures)
+        logger.warning("worker %d %s; trying again in %.3g s", child.index, how, delay)
         return delay
 
     async def _read_report(self, child: Child, stream: trio.lowlevel.FdStream) -> None:

@@ -10,7 +10,7 @@ import os
 import sys
 from collections.abc import Mapping
 
-from .._util import logger
+from .._util import logger, usable_cores
 from .._worker.serve import load_settings, run_worker, worker_config
 from .._worker.supervised import Supervised, wait_supervisor_gone
 from .._worker.supervisor import ChildCommand, Supervisor, supervise
@@ -22,7 +22,7 @@ __all__ = ["worker"]
 async def worker(args: argparse.Namespace) -> int:
     processes = args.processes
     if processes is not None and processes != 1:
-        return await _supervise(args, processes or os.cpu_count() or 1)
+        return await _supervise(args, processes or usable_cores())
     supervised = Supervised.parse(args.supervised) if args.supervised else None
     settings = load_settings(args.target)
     url = args.redis or settings.redis
