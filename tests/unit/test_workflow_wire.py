@@ -319,17 +319,17 @@ def test_an_assembled_template_is_the_message_of_its_results(results: list[Any],
 
 @pytest.mark.parametrize("keys", [Keys("t", "g"), Keys("t", "g", "q")])
 def test_a_workflows_keys_are_its_groups_own_in_the_queues_slot(keys: Keys) -> None:
-    names = keys.workflow("w3f9a").names()
+    names = keys._workflow("w3f9a").names()
     assert names[0] == keys.task("x").removesuffix("task:x") + "wf:w3f9a"
     assert names[1:] == tuple(f"{names[0]}:{n}" for n in ("plan", "marks", "res", "err"))
     assert {hash_tag(n) for n in names} == {keys.queue}
-    assert keys.workflow("w3f9a") == WorkflowKeys.at(names[0].removesuffix("w3f9a"), "w3f9a")
+    assert keys._workflow("w3f9a") == WorkflowKeys.at(names[0].removesuffix("w3f9a"), "w3f9a")
 
 
 @pytest.mark.parametrize("bad", ["", "w 1", "w\n", "w\ud800"])
 def test_a_workflow_id_that_is_none_names_no_keys(bad: str) -> None:
     with pytest.raises(ValueError, match=r"workflow id|surrogate"):
-        Keys("t", "g").workflow(bad)
+        Keys("t", "g")._workflow(bad)
 
 
 def test_a_step_written_by_pythons_json_carries_its_step() -> None:

@@ -329,7 +329,7 @@ class Keys(KeyFamilies):
         """The record of one task that keeps its result (see ``trunner.status``)."""
         return self._key(f"task:{task_id}")
 
-    def workflow(self, workflow_id: str) -> WorkflowKeys:
+    def _workflow(self, workflow_id: str) -> WorkflowKeys:
         """The keys of one workflow: ``<prefix>:{<group>}:wf:<id>`` and four named after it
         (``ValueError`` for an id with whitespace, or none). Workflows are being built:
         nothing writes these keys yet."""
