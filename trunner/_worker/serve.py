@@ -185,31 +185,26 @@ async def run_worker(
             async def watch_signals() -> None:
                 nonlocal forced
                 first = True
+                again = "SIGINT stops at once" if by_kind else "send it again to stop at once"
                 async for signum in signals:
                     name = signal.Signals(signum).name
-                    if by_kind and signum == signal.SIGTERM:
-                        if first:
-                            first = False
-                            logger.warning(
-                                "%s: stopping gracefully (draining up to %s s); SIGINT stops "
-                                "at once",
-                                name,
-                                runner.config.drain_timeout,
-                            )
-                            runner.stop()
-                        else:
-                            logger.info("%s: draining already", name)
-                        continue
                     # Counted, not read from the state: two signals that come together
                     # (SIGTERM and SIGINT, as a supervisor passes them on) are two, though
-                    # the runner has not begun stopping when the second is seen.
-                    if not by_kind and first and runner.state is not RunnerState.STOPPING:
+                    # the runner has not begun stopping when the second is seen. By kind,
+                    # every SIGTERM drains, and SIGINT stops at once.
+                    if by_kind:
+                        drain = signum == signal.SIGTERM
+                    else:
+                        drain = first and runner.state is not RunnerState.STOPPING
+                    if drain and not first:
+                        logger.info("%s: draining already", name)
+                    elif drain:
                         first = False
                         logger.warning(
-                            "%s: stopping gracefully (draining up to %s s); send it again to "
-                            "stop at once",
+                            "%s: stopping gracefully (draining up to %s s); %s",
                             name,
                             runner.config.drain_timeout,
+                            again,
                         )
                         runner.stop()
                     else:
