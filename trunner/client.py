@@ -176,16 +176,17 @@ async def open_client(
         handle = RedisHandle(transport)
         broker = Broker(transport, keys)
         producer = Producer(registry=tasks, max_payload_bytes=max_payload_bytes, middleware=hooks)
+        services = _Services(handle, Waiters(broker))
+        producer.open(broker, services.waiters)
         admin = Admin(
             broker,
             registry=tasks,
             max_payload_bytes=max_payload_bytes,
             instance_ttl=instance_ttl,
             name="Client",
+            calls=producer._calls(),
         )
         client = Client(producer, admin, handle, keys)
-        services = _Services(handle, Waiters(broker))
-        producer.open(broker, services.waiters)
 
         def crashed(what: str) -> Crashed:
             return Crashed(f"the client's Redis handle failed: {what}")
