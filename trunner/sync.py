@@ -21,6 +21,7 @@ import functools
 import os
 import queue
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Concatenate, Generic, ParamSpec, TypedDict, TypeVar, Unpack, overload
@@ -151,7 +152,6 @@ class _Thread:
     """The client's thread: a Trio loop holding the Trio client open until stopped."""
 
     def __init__(self, url: str, options: dict[str, Any]) -> None:
-        self.pid = os.getpid()
         started: Started = queue.SimpleQueue()
         self._thread = threading.Thread(
             target=trio.run, args=(self._main, url, options, started), daemon=True
@@ -202,15 +202,23 @@ class Client(ClientArgs):
     It connects on [``open``][trunner.sync.Client.open] (or ``with client:``), or on its
     first call, in a thread of its own that runs the Trio client
     ([``Client``][trunner.Client]); each call blocks the calling thread until that
-    client answered. A process made by ``fork`` after the client opened connects anew.
+    client answered. A process made by ``fork`` connects anew on its first call (never
+    through its parent's thread or connections).
     The arguments are those of [``open_client``][trunner.open_client] (``redis`` is any
     URL but ``memory://``: ``ValueError``); they are checked here, before connecting.
     """
 
     def _made(self) -> None:
+        self._start_afresh()
+        self._admin = Admin(self)
+        _clients.add(self)
+
+    def _start_afresh(self) -> None:
+        """Start afresh, not open (in a new client, or in a forked child, where the parent's
+        thread and lock are not this process's: the lock may be held by a thread that is
+        not there, opening the client)."""
         self._lock = threading.Lock()
         self._thread: _Thread | None = None
-        self._admin = Admin(self)
 
     def __repr__(self) -> str:
         return f"<trunner.sync.Client group={self.keys.group!r}>"
@@ -233,7 +241,7 @@ class Client(ClientArgs):
         """Close the connections and stop the client's thread; a later call opens it again."""
         with self._lock:
             thread, self._thread = self._thread, None
-        if thread is not None and thread.pid == os.getpid():
+        if thread is not None:
             thread.stop()
 
     def __enter__(self) -> Client:
@@ -246,10 +254,10 @@ class Client(ClientArgs):
 
     def _open(self) -> TrioClient:
         thread = self._thread
-        if thread is None or thread.pid != os.getpid():
+        if thread is None:
             with self._lock:
                 thread = self._thread
-                if thread is None or thread.pid != os.getpid():  # none, or the parent's
+                if thread is None:
                     thread = self._thread = _Thread(self._url, self._options)
         return thread.client
 
@@ -412,3 +420,21 @@ class Client(ClientArgs):
     def cancel(self, task_id: str) -> CancelOutcome:
         """As [``Client.cancel``][trunner.Runner.cancel]; a blocking call."""
         return self._run(self._open().cancel, task_id)
+
+
+#: Every synchronous client of the process, started afresh in a forked child.
+_clients: weakref.WeakSet[Client] = weakref.WeakSet()
+#: The threads of the parent's clients, in a forked child: kept, never used, so that no
+#: finalizer there closes or writes to what the parent still uses.
+_parents_threads: list[_Thread] = []
+
+
+def _after_fork_in_child() -> None:
+    for client in list(_clients):
+        if client._thread is not None:
+            _parents_threads.append(client._thread)
+        client._start_afresh()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which cannot fork
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,5 +1,7 @@
-"""The asyncio client (trunner/aio.py) at its close, on a real redis-server: a dispatch
-under way when the client closes completes first, and a wait raises ``RunnerNotRunning``.
+"""The asyncio and synchronous clients (trunner/aio.py, trunner/sync.py) at their edges,
+on a real redis-server: a dispatch under way when the asyncio client closes completes
+first, and a wait raises ``RunnerNotRunning``; a process forked while a thread opens the
+synchronous client opens its own.
 
 No worker runs: the tasks dispatched here only wait in the stream.
 """
@@ -7,9 +9,13 @@ No worker runs: the tasks dispatched here only wait in the stream.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import json
+import os
+import signal
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -18,6 +24,7 @@ import trio
 
 import trunner
 import trunner.aio
+import trunner.sync
 from trunner.errors import RunnerNotRunning
 from trunner.keys import Keys
 
@@ -92,3 +99,60 @@ async def test_an_asyncio_client_closing_lets_a_dispatch_under_way_complete_firs
     assert isinstance(handle, trunner.TaskHandle)
     assert at_close == ["waited", "held"]
     assert left == []
+
+
+#: A child forked while another thread opens the client (held in its opening until the
+#: fork is done): its own calls open its own client. The child dies of SIGALRM if it
+#: hangs, so the parent's wait is bounded.
+CHILD_DEADLINE = 30
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="this platform cannot fork")
+@pytest.mark.filterwarnings("ignore:.*multi-threaded.*fork:DeprecationWarning")
+@pytest.mark.deadline(CHILD_DEADLINE * 2)
+async def test_a_child_forked_while_a_thread_opens_the_sync_client_opens_its_own(
+    redis_server: RedisServer, group: str, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entered, go_on = threading.Event(), threading.Event()
+    opened = trunner.open_client
+
+    @contextlib.asynccontextmanager
+    async def held_open(*args: Any, **kwargs: Any) -> AsyncIterator[trunner.Client]:
+        entered.set()
+        await trio.to_thread.run_sync(go_on.wait)
+        async with opened(*args, **kwargs) as client:
+            yield client
+
+    monkeypatch.setattr(trunner.sync, "open_client", held_open)
+
+    def scenario() -> tuple[int, str, str]:
+        client = trunner.sync.Client(redis_server.url, queue=group)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            opening = pool.submit(client.open)  # holds the client's lock while it opens
+            entered.wait()
+            read, write = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the child: never returns to pytest
+                status = 1
+                try:
+                    signal.alarm(CHILD_DEADLINE)
+                    go_on.set()  # the child's own opening goes on
+                    handle = client.dispatch("kept", "child")
+                    client.close()
+                    os.write(write, str(handle).encode())
+                    status = 0
+                finally:
+                    os._exit(status)
+            os.close(write)
+            go_on.set()
+            opening.result()
+            parent = client.dispatch("kept", "parent")
+            client.close()
+        _, status = os.waitpid(pid, 0)
+        with os.fdopen(read) as pipe:
+            return status, pipe.read(), str(parent)
+
+    status, child, parent = await trio.to_thread.run_sync(scenario, abandon_on_cancel=True)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert sorted(queued(redis_server.url, keys)) == ["child", "parent"]
+    assert len({child, parent}) == 2  # two tasks, by two clients
