@@ -1,7 +1,7 @@
-"""The asyncio and synchronous clients (trunner/aio.py, trunner/sync.py) at their edges,
-on a real redis-server: a dispatch under way when the asyncio client closes completes
-first, and a wait raises ``RunnerNotRunning``; a process forked while a thread opens the
-synchronous client opens its own.
+"""The asyncio and synchronous clients (trunner/aio.py, trunner/sync.py, trunner/_client_thread.py)
+at their edges, on a real redis-server: calls under way when the client closes (a dispatch
+completes first, a wait raises ``RunnerNotRunning``, never a Trio exception), and a
+process forked while a thread opens the synchronous client.
 
 No worker runs: the tasks dispatched here only wait in the stream.
 """
@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -23,6 +24,7 @@ import redis
 import trio
 
 import trunner
+import trunner._client_thread
 import trunner.aio
 import trunner.sync
 from trunner.errors import RunnerNotRunning
@@ -65,6 +67,66 @@ def connections(url: str, role: str) -> list[str]:
 
 
 @pytest.mark.deadline(60)
+async def test_a_sync_client_closing_lets_a_dispatch_under_way_complete_first(
+    redis_server: RedisServer, group: str, keys: Keys
+) -> None:
+    """A close while a thread dispatches (a Flask worker shutting down while a request
+    dispatches): the dispatch completes before ``close`` returns; a thread waiting for a
+    result, and a call made once the close began, raise ``RunnerNotRunning`` (never
+    ``trio.Cancelled``); a second close returns once the first ended; and the client
+    refuses calls until it is opened again."""
+    url = redis_server.url
+
+    def scenario() -> dict[str, Any]:
+        held = Held(trio.to_thread.run_sync)
+        before = set(threading.enumerate())
+        client = trunner.sync.Client(url, queue=group, middleware=[held]).open()
+        (loop,) = set(threading.enumerate()) - before  # the client's thread
+        waited = client.dispatch("kept", "waited")
+        seen: dict[str, Any] = {}
+
+        def wait_then_release() -> None:
+            try:
+                with pytest.raises(RunnerNotRunning, match="closed"):
+                    waited.result()  # until the close ends the waits
+                with pytest.raises(RunnerNotRunning, match="closed"):
+                    client.dispatch("kept", "late")
+            finally:
+                held.released.set()
+            client.close()  # while the first close lets the held dispatch end
+            seen["running at the second close"] = loop.is_alive()
+            seen["queued at the second close"] = queued(url, keys)
+
+        def close() -> None:
+            client.close()
+            seen["queued at close"] = queued(url, keys)
+
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            waiting = pool.submit(wait_then_release)
+            while not subscribed(url, keys):  # Redis state: no event to await
+                time.sleep(0.01)
+            dispatching = pool.submit(client.dispatch, "kept", "held")
+            held.entered.wait()
+            closing = pool.submit(close)
+            seen["held"] = dispatching.result()
+            waiting.result()
+            closing.result()
+        with pytest.raises(RunnerNotRunning, match=r"closed \(open it again"):
+            client.dispatch("kept", "after")
+        seen["left"] = connections(url, f"trunner-client:{group}@")
+        with client:  # opened again
+            seen["again"] = client.dispatch("kept", "again")
+        return seen
+
+    seen = await trio.to_thread.run_sync(scenario, abandon_on_cancel=True)
+    assert isinstance(seen["held"], trunner.sync.TaskHandle)
+    assert seen["queued at close"] == seen["queued at the second close"] == ["waited", "held"]
+    assert seen["running at the second close"] is False
+    assert seen["left"] == []
+    assert queued(redis_server.url, keys) == ["waited", "held", "again"]
+
+
+@pytest.mark.deadline(60)
 async def test_an_asyncio_client_closing_lets_a_dispatch_under_way_complete_first(
     redis_server: RedisServer, group: str, keys: Keys
 ) -> None:
@@ -101,6 +163,50 @@ async def test_an_asyncio_client_closing_lets_a_dispatch_under_way_complete_firs
     assert left == []
 
 
+@pytest.mark.deadline(60)
+async def test_a_sync_call_under_way_when_the_clients_thread_fails_raises_runner_not_running(
+    redis_server: RedisServer, group: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client's thread failing (its Trio client crashed) while a call runs: the call
+    raises ``RunnerNotRunning``, not the ``trio.Cancelled`` of the thread's end."""
+    crash = threading.Event()
+    opened = trunner.open_client
+
+    @contextlib.asynccontextmanager
+    async def crashing(*args: Any, **kwargs: Any) -> AsyncIterator[trunner.Client]:
+        async def crash_when_told() -> None:
+            await trio.to_thread.run_sync(crash.wait)
+            raise RuntimeError("the client crashed")
+
+        async with opened(*args, **kwargs) as client, trio.open_nursery() as nursery:
+            nursery.start_soon(crash_when_told)
+            yield client  # the crash cancels the block
+
+    class Forever(trunner.Middleware):
+        entered = threading.Event()
+
+        async def on_dispatch(self, dispatch: trunner.DispatchInfo) -> None:
+            self.entered.set()
+            await trio.sleep_forever()  # until the thread ends
+
+    monkeypatch.setattr(trunner._client_thread, "open_client", crashing)
+
+    def scenario() -> str:
+        client = trunner.sync.Client(redis_server.url, queue=group, middleware=[Forever()])
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            dispatching = pool.submit(client.open().dispatch, "kept", 1)
+            Forever.entered.wait()
+            crash.set()
+            with pytest.raises(RunnerNotRunning, match="ended while this call ran") as raised:
+                dispatching.result()
+        with pytest.raises(RunnerNotRunning, match="thread ended"):
+            client.dispatch("kept", 2)
+        client.close()
+        return str(raised.value)
+
+    assert "ended" in await trio.to_thread.run_sync(scenario, abandon_on_cancel=True)
+
+
 #: A child forked while another thread opens the client (held in its opening until the
 #: fork is done): its own calls open its own client. The child dies of SIGALRM if it
 #: hangs, so the parent's wait is bounded.
@@ -123,7 +229,7 @@ async def test_a_child_forked_while_a_thread_opens_the_sync_client_opens_its_own
         async with opened(*args, **kwargs) as client:
             yield client
 
-    monkeypatch.setattr(trunner.sync, "open_client", held_open)
+    monkeypatch.setattr(trunner._client_thread, "open_client", held_open)
 
     def scenario() -> tuple[int, str, str]:
         client = trunner.sync.Client(redis_server.url, queue=group)
