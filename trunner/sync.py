@@ -166,7 +166,9 @@ class Client(ClientArgs):
         """Start afresh, not open (in a new client, or in a forked child, where the parent's
         thread and lock are not this process's: the lock may be held by a thread that is
         not there, opening the client)."""
-        self._lock = threading.RLock()  # open() holds it around _running()
+        #: Re-entrant: open() holds it around _running(), and a signal handler of the thread
+        #: that opens the client may close it meanwhile (see _keep).
+        self._lock = threading.RLock()
         self._thread: ClientThread | None = None
 
     def __repr__(self) -> str:
@@ -202,6 +204,8 @@ class Client(ClientArgs):
         """
         with self._lock:
             thread = self._thread
+            if thread is not None:
+                thread.refuse_own_thread("closed")
             self._closed, self._thread = True, None
             if thread is not None:
                 thread.stop()
@@ -225,8 +229,17 @@ class Client(ClientArgs):
             if self._closed:
                 raise RunnerNotRunning(_CLOSED)
             if self._thread is None:
-                self._thread = ClientThread(self._url, self._options)
+                return self._keep(ClientThread(self._url, self._options))
             return self._thread
+
+    def _keep(self, thread: ClientThread) -> ClientThread:
+        """The thread just opened, kept; unless the client was closed while it opened (by
+        a signal handler of the opening thread): then it is stopped."""
+        if self._closed:
+            thread.stop()
+            raise RunnerNotRunning(_CLOSED)
+        self._thread = thread
+        return thread
 
     def _run(self, call: Callable[[TrioClient], Awaitable[T]]) -> T:
         """``call(client)`` on the client's thread, with its Trio client; blocking."""

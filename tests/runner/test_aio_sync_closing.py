@@ -1,7 +1,8 @@
 """The asyncio and synchronous clients (trunner/aio.py, trunner/sync.py, trunner/_client_thread.py)
 at their edges, on a real redis-server: calls under way when the client closes (a dispatch
-completes first, a wait raises ``RunnerNotRunning``, never a Trio exception), and a
-process forked while a thread opens the synchronous client.
+completes first, a wait raises ``RunnerNotRunning``, never a Trio exception), a process
+forked while a thread opens the synchronous client, an opening interrupted, and calls
+from the client's own thread.
 
 No worker runs: the tasks dispatched here only wait in the stream.
 """
@@ -30,6 +31,7 @@ import trunner.sync
 from trunner.errors import RunnerNotRunning
 from trunner.keys import Keys
 
+from ..conftest import run_python
 from ..support.servers import RedisServer
 
 
@@ -207,6 +209,43 @@ async def test_a_sync_call_under_way_when_the_clients_thread_fails_raises_runner
     assert "ended" in await trio.to_thread.run_sync(scenario, abandon_on_cancel=True)
 
 
+async def test_a_sync_client_refuses_calls_from_its_own_thread(
+    redis_server: RedisServer, group: str, keys: Keys
+) -> None:
+    """A close or a call from the client's own thread (an on_dispatch hook) would wait for
+    itself: refused with a ``RuntimeError`` saying so, the client left as it was."""
+
+    class Calling(trunner.Middleware):
+        client: trunner.sync.Client
+
+        def __init__(self) -> None:
+            self.raised: list[str] = []
+
+        def on_dispatch(self, dispatch: trunner.DispatchInfo) -> None:
+            if dispatch.payload == "calls":
+                for call in (self.client.close, lambda: self.client.dispatch("kept", "inner")):
+                    try:
+                        call()
+                    except RuntimeError as exc:
+                        self.raised.append(str(exc))
+
+    def scenario() -> tuple[list[str], int]:
+        hook = Calling()
+        before = set(threading.enumerate())
+        with trunner.sync.Client(redis_server.url, queue=group, middleware=[hook]) as client:
+            hook.client = client
+            client.dispatch("kept", "calls")
+            client.dispatch("kept", "after")  # on the same thread: still open
+            threads = set(threading.enumerate()) - before
+        return hook.raised, len([t for t in threads if t.name == "trunner.sync.Client"])
+
+    raised, threads = await trio.to_thread.run_sync(scenario, abandon_on_cancel=True)
+    assert len(raised) == 2
+    assert all("from its own thread" in text for text in raised)
+    assert threads == 1
+    assert queued(redis_server.url, keys) == ["calls", "after"]
+
+
 #: A child forked while another thread opens the client (held in its opening until the
 #: fork is done): its own calls open its own client. The child dies of SIGALRM if it
 #: hangs, so the parent's wait is bounded.
@@ -262,3 +301,70 @@ async def test_a_child_forked_while_a_thread_opens_the_sync_client_opens_its_own
     assert os.waitstatus_to_exitcode(status) == 0
     assert sorted(queued(redis_server.url, keys)) == ["child", "parent"]
     assert len({child, parent}) == 2  # two tasks, by two clients
+
+
+#: Opens a sync client whose opening is interrupted by a signal: SIGINT
+#: (``KeyboardInterrupt``), or SIGTERM whose handler closes the client. Prints what was
+#: left: the client's threads and connections, and what the opening raised.
+INTERRUPTED = """
+import contextlib, json, os, signal, sys, threading
+import redis, trio
+import trunner._client_thread, trunner.sync
+from trunner._util import connection_name
+
+url, queue, how = sys.argv[1:]
+main = threading.main_thread().ident
+handled = threading.Event()
+opened = trunner._client_thread.open_client
+
+@contextlib.asynccontextmanager
+async def interrupted(*args, **kwargs):
+    async with opened(*args, **kwargs) as client:  # connected: interrupted now
+        signal.pthread_kill(main, signal.SIGINT if how == "interrupt" else signal.SIGTERM)
+        if how == "interrupt":
+            await trio.sleep_forever()  # until the interrupted opener gives up
+        await trio.to_thread.run_sync(handled.wait)
+        yield client
+
+trunner._client_thread.open_client = interrupted
+client = trunner.sync.Client(url, queue=queue)
+
+def close(*_):
+    client.close()
+    handled.set()
+
+signal.signal(signal.SIGTERM, close)
+try:
+    client.dispatch("kept", how)
+    raised = "nothing"
+except BaseException as exc:
+    raised = type(exc).__name__
+try:
+    client.dispatch("kept", how)
+    after = "nothing"
+except BaseException as exc:
+    after = type(exc).__name__
+with redis.Redis.from_url(url) as raw:
+    left = [c["name"] for c in raw.client_list()
+            if c["name"] == connection_name(f"trunner-client:{queue}")]
+threads = [t.name for t in threading.enumerate() if t.name.startswith("trunner")]
+print(json.dumps([raised, after, threads, left]))
+"""
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="no pthread_kill here")
+@pytest.mark.parametrize(
+    ("how", "raised", "after"),
+    [
+        # A KeyboardInterrupt while the client opens: nothing is left running.
+        ("interrupt", "KeyboardInterrupt", "KeyboardInterrupt"),
+        # A signal handler of the opening thread closes the client: the close holds.
+        ("close", "RunnerNotRunning", "RunnerNotRunning"),
+    ],
+)
+def test_an_interrupted_sync_opening_leaves_nothing_behind(
+    redis_server: RedisServer, group: str, how: str, raised: str, after: str
+) -> None:
+    done = run_python("-c", INTERRUPTED, redis_server.url, group, how)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [raised, after, [], []]
