@@ -133,7 +133,8 @@ async def test_an_asyncio_client_closing_lets_a_dispatch_under_way_complete_firs
     redis_server: RedisServer, group: str, keys: Keys
 ) -> None:
     """The same on asyncio: the dispatch under way completes before ``aclose`` returns,
-    over the connections it began on (none is opened again behind the close)."""
+    over the connections it began on (none is opened again behind the close), and a
+    second ``aclose`` returns once the first ended."""
     url = redis_server.url
 
     async def scenario() -> tuple[Any, list[str], list[str]]:
@@ -151,8 +152,12 @@ async def test_an_asyncio_client_closing_lets_a_dispatch_under_way_complete_firs
             await waiting
         with pytest.raises(RunnerNotRunning, match="not open"):
             await client.dispatch("kept", "late")
+        again = asyncio.ensure_future(client.aclose())
+        await asyncio.sleep(0)  # it ran up to where it waits
+        assert not again.done()
         held.released.set()
-        await closing
+        await again
+        assert closing.done()
         assert dispatching.done()
         at_close = queued(url, keys)
         return dispatching.result(), at_close, connections(url, f"trunner-aio:{group}@")
