@@ -137,7 +137,7 @@ async def test_an_asyncio_client_closing_lets_a_dispatch_under_way_complete_firs
     second ``aclose`` returns once the first ended."""
     url = redis_server.url
 
-    async def scenario() -> tuple[Any, list[str], list[str]]:
+    async def scenario() -> dict[str, Any]:
         held = Held(asyncio.to_thread)
         client = trunner.aio.Client(url, queue=group, middleware=[held])
         await client.open()
@@ -148,26 +148,32 @@ async def test_an_asyncio_client_closing_lets_a_dispatch_under_way_complete_firs
         dispatching = asyncio.ensure_future(client.dispatch("kept", "held"))
         await asyncio.to_thread(held.entered.wait)
         closing = asyncio.ensure_future(client.aclose())
-        with pytest.raises(RunnerNotRunning):
-            await waiting
-        with pytest.raises(RunnerNotRunning, match="not open"):
-            await client.dispatch("kept", "late")
-        again = asyncio.ensure_future(client.aclose())
-        await asyncio.sleep(0)  # it ran up to where it waits
-        assert not again.done()
-        held.released.set()
+        seen: dict[str, Any] = {}
+        try:
+            with pytest.raises(RunnerNotRunning):
+                await waiting
+            with pytest.raises(RunnerNotRunning, match="not open"):
+                await client.dispatch("kept", "late")
+            again = asyncio.ensure_future(client.aclose())
+            await asyncio.sleep(0)  # it ran up to where it waits
+            seen["second close returned at once"] = again.done()
+        finally:
+            held.released.set()
         await again
-        assert closing.done()
-        assert dispatching.done()
-        at_close = queued(url, keys)
-        return dispatching.result(), at_close, connections(url, f"trunner-aio:{group}@")
+        seen["dispatched at the second close"] = dispatching.done()
+        await closing
+        seen["dispatched at close"] = dispatching.done()
+        seen["queued at close"] = queued(url, keys)
+        seen["held"] = dispatching.result()
+        seen["left"] = connections(url, f"trunner-aio:{group}@")
+        return seen
 
-    handle, at_close, left = await trio.to_thread.run_sync(
-        lambda: asyncio.run(scenario()), abandon_on_cancel=True
-    )
-    assert isinstance(handle, trunner.TaskHandle)
-    assert at_close == ["waited", "held"]
-    assert left == []
+    seen = await trio.to_thread.run_sync(lambda: asyncio.run(scenario()), abandon_on_cancel=True)
+    assert isinstance(seen["held"], trunner.TaskHandle)
+    assert seen["second close returned at once"] is False
+    assert seen["dispatched at the second close"] is seen["dispatched at close"] is True
+    assert seen["queued at close"] == ["waited", "held"]
+    assert seen["left"] == []
 
 
 @pytest.mark.deadline(60)
