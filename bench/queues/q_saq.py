@@ -10,6 +10,10 @@ saq's Redis queue listens on its pub/sub multiplexer for the job's status change
 that outlives its second — a lost wake-up: seen about once in 40 round trips with saq
 0.26.4 — looks once more with ``refresh()``; its round trip counts with the second
 included, and the line ``{"event": "lost_wakeups", "count"}`` says how many.
+``produce`` (the clients scenario): ``await queue.enqueue(...)``, one after the other or
+from 100 coroutines at once (saq has no bulk enqueue: ``Queue.map`` gathers its enqueues
+so, then waits for the results; the queue's own semaphore lets 20 run at a time); the
+round trips as ``results``, one at a time.
 """
 
 from __future__ import annotations
@@ -21,7 +25,19 @@ from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio
-from _driver import BODY_PX, NotSupported, Recorder, body_keys, emit, linger, main, paced
+from _driver import (
+    BODY_PX,
+    NotSupported,
+    Recorder,
+    asyncio_only,
+    body_keys,
+    emit,
+    linger,
+    main,
+    paced,
+    round_trips,
+    send_all,
+)
 from saq import Worker
 from saq.queue.redis import RedisQueue
 
@@ -98,6 +114,19 @@ def dispatch(
     asyncio.run(run())
 
 
+async def round_trip(q: RedisQueue, payload: dict[str, Any], lost: list[int]) -> Any:
+    """Enqueue ``echo`` and wait for its result: saq's pub/sub wake-up, and a second look
+    when the wait outlived its second (a lost wake-up, counted in ``lost``)."""
+    job = await q.enqueue("echo", payload=payload)
+    assert job is not None
+    try:
+        await job.refresh(until_complete=1.0)
+    except TimeoutError:
+        lost.append(payload["i"])
+        await job.refresh()
+    return job.result
+
+
 def results(url: str, queue: str, n: int, concurrency: int) -> tuple[list[float], float]:
     async def run() -> tuple[list[float], float]:
         seconds: list[float] = []
@@ -108,15 +137,9 @@ def results(url: str, queue: str, n: int, concurrency: int) -> tuple[list[float]
         async def waiter(first: int) -> None:
             for i in range(first, n, concurrency):
                 begin = time.perf_counter()
-                job = await q.enqueue("echo", payload={"i": i, "t": time.time()})
-                assert job is not None
-                try:
-                    await job.refresh(until_complete=1.0)
-                except TimeoutError:
-                    lost.append(i)
-                    await job.refresh()
+                value = await round_trip(q, {"i": i, "t": time.time()}, lost)
                 seconds.append(time.perf_counter() - begin)
-                assert job.result == i, (job, i)
+                assert value == i, (value, i)
 
         try:
             begin = time.perf_counter()
@@ -124,6 +147,30 @@ def results(url: str, queue: str, n: int, concurrency: int) -> tuple[list[float]
             wall = time.perf_counter() - begin
             emit({"event": "lost_wakeups", "count": len(lost)})
             return seconds, wall
+        finally:
+            await q.disconnect()
+
+    return asyncio.run(run())
+
+
+def produce(url: str, queue: str, mode: str, n: int, client: str) -> dict[str, Any]:
+    asyncio_only(client, "saq")
+    if mode == "bulk":
+        raise NotSupported("saq has no bulk enqueue API")
+
+    async def run() -> dict[str, Any]:
+        q = make_queue(url, queue)
+        await q.connect()
+        try:
+            if mode == "trips":
+                lost: list[int] = []
+                report = await round_trips(n, lambda p: round_trip(q, p, lost))
+                emit({"event": "lost_wakeups", "count": len(lost)})
+                how = "job = await queue.enqueue('echo', payload=p); "
+                how += "await job.refresh(until_complete=1)"
+                return report | {"how": how}
+            seconds = await send_all(mode, n, lambda p: q.enqueue("noop", payload=p))
+            return {"seconds": seconds, "how": "await queue.enqueue('noop', payload=p)"}
         finally:
             await q.disconnect()
 
@@ -169,4 +216,4 @@ def work(
 
 
 if __name__ == "__main__":
-    main(enqueue, dispatch, work, results=results)
+    main(enqueue, dispatch, work, results=results, produce=produce)

@@ -45,6 +45,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "trunner._wire",
                 "trunner.config",
                 "trunner.errors",
+                "trunner._errors",  # the classes trunner.errors re-exports, in parts
                 "trunner.keys",  # the public path of Keys and UniqueLock
                 "trunner.message",
                 "trunner.middleware",
