@@ -100,7 +100,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ),
     # The clients of asyncio and synchronous code: drivers of the producer (``_producer``,
     # in the face) on another event loop, or from threads; nothing below imports them.
-    ("drivers", frozenset({"trunner.aio", "trunner.sync"})),
+    ("drivers", frozenset({"trunner.aio", "trunner.sync", "trunner._client_thread"})),
     (
         "tools",
         frozenset(
