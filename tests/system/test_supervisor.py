@@ -158,6 +158,49 @@ async def test_every_worker_process_consumes_and_a_killed_one_is_started_again(
         supervisor.close()
 
 
+@pytest.mark.deadline(90)
+async def test_a_worker_process_killed_under_its_task_loses_nothing(
+    redis_server: RedisServer, group: str, tmp_path: Path
+) -> None:
+    """SIGKILL of one of three worker processes while it runs a task, with 30 more tasks
+    queued: the task is taken over by another process after ``reclaim_delay`` and
+    succeeds, every other task succeeds once, and the killed process's place is filled."""
+    args = options(redis_server, group, "--processes", "3")
+    args[0] = APP.replace(":settings", ":quick")
+    supervisor = Supervised(tmp_path, *args)
+    try:
+        pids = await supervisor.ready()
+        key = f"held-{uuid.uuid4().hex}"
+        async with trunner.open_client(redis_server.url, group) as client:
+            held = await client.dispatch("hold", key)
+
+            async def holding() -> bool:
+                return await client.redis.get(key) is not None
+
+            await redis_state(holding)
+            victim = int(await client.redis.get(key) or 0)
+            assert victim in pids
+            naps = [await client.dispatch("nap", 0.05) for _ in range(30)]
+            os.kill(victim, signal.SIGKILL)
+            taken_over_by = await held.result(timeout=60)
+            assert taken_over_by != victim
+            ran = [await nap.result(timeout=60) for nap in naps]
+            assert victim not in ran
+            assert len(ran) == 30
+            stats = await client.admin.pending_count()
+            assert stats == 0
+
+            async def replaced() -> bool:
+                ready = await trio.to_thread.run_sync(supervisor.stderr)
+                return f"(pid {victim})" in ready and ready.count(" ready\n") >= 4
+
+            await redis_state(replaced)
+        supervisor.signal(signal.SIGTERM)
+        assert await supervisor.wait() == 0, supervisor.stderr()
+    finally:
+        supervisor.close()
+
+
 @pytest.mark.parametrize("how", ["sigterm", "ctrl-c-to-the-group", "sigterm-to-every-process"])
 @pytest.mark.deadline(60)
 async def test_a_signal_drains_every_worker_process_then_the_supervisor_exits_0(
