@@ -1,12 +1,12 @@
-"""Scenarios 18-20 of bench/run.py: task bodies that are not ``async``, on every core.
+"""Scenarios 19-21 of bench/run.py: task bodies that are not ``async``, on every core.
 
-- ``sync-io`` (18): 10 000 tasks whose body is a plain function blocking 10 ms in
+- ``sync-io`` (19): 10 000 tasks whose body is a plain function blocking 10 ms in
   ``time.sleep(0.01)`` (task ``io``), enqueued the fastest way the queue has (not timed),
   drained by one worker process running them in ``THREADS`` threads, each queue by its
   own way of running sync functions: trunner's ``def`` tasks (``max_threads`` =
   ``num_workers``), saq's, taskiq's and streaq's sync tasks, celery's thread pool and
   dramatiq's worker threads. Ideal: 10 000 x 0.01 / 32 = 3.1 s (3 200 tasks/s).
-- ``cpu`` (19): 400 tasks of the same pure-Python loop (``_driver.burn``, ~50 ms of one
+- ``cpu`` (20): 400 tasks of the same pure-Python loop (``_driver.burn``, ~50 ms of one
   core), enqueued once the worker processes are ready, drained with both cores: trunner
   as two ``trunner worker`` processes of one slot each (``trunner-2proc``;
   :func:`trunner_workers` is the one place that starts them) and as one worker running
@@ -17,7 +17,7 @@
   first start to the last end. Ideal: 2 cores / 50 ms = 40 tasks/s; the ceiling
   (``bare``): a ``multiprocessing.Pool`` of two processes handed the bodies one at a time,
   no Redis, no queue.
-- ``cpu-timeout`` (20): a task spinning in pure Python under a time limit of 1 s
+- ``cpu-timeout`` (21): a task spinning in pure Python under a time limit of 1 s
   (``_driver.spin``), one at a time: from the deadline to the failure reaching a waiter
   (the queue's result API, in another process) and to the core free (the body's process
   gone, or its loop stopped). trunner's timeout counts from the attempt's start (reported
@@ -63,17 +63,17 @@ BODY_ONLY_PEERS: dict[str, tuple[list[str], int]] = {
 SYNC_IO_PEERS = ["saq", "taskiq", "streaq", "celery", "dramatiq"]
 CPU_PEERS = ["celery", "dramatiq", "taskiq"]
 TIMEOUT_PEERS = ["celery", "dramatiq", "taskiq"]
-#: Scenario 18: the threads every queue runs the sync bodies in (one worker process).
+#: Scenario 19: the threads every queue runs the sync bodies in (one worker process).
 THREADS = 32
-#: Scenario 19: the processes (cores) the CPU-bound bodies run in.
+#: Scenario 20: the processes (cores) the CPU-bound bodies run in.
 CORES = 2
-#: Scenario 19: ~50 ms a body: two cores' ideal rate.
+#: Scenario 20: ~50 ms a body: two cores' ideal rate.
 CPU_IDEAL_RATE = CORES / 0.05
-#: Scenario 20: attempts measured per run (after one warm-up); taskiq's each take
+#: Scenario 21: attempts measured per run (after one warm-up); taskiq's each take
 #: SPIN_FOR (its bodies run to their end).
 ATTEMPTS = 20
 ATTEMPTS_BY_QUEUE = {"taskiq": 5}
-#: Scenario 20: once a body's loop stopped, how long to watch for its process to end.
+#: Scenario 21: once a body's loop stopped, how long to watch for its process to end.
 EXIT_GRACE = 0.5
 
 
@@ -230,7 +230,7 @@ async def processes(log: Path) -> AsyncIterator[Procs]:
 
 
 def trunner_workers(q: Queue, queue: str, processes: int, workers: int) -> list[list[str]]:
-    """The one place that starts trunner's worker processes for scenarios 19 and 20:
+    """The one place that starts trunner's worker processes for scenarios 20 and 21:
     ``processes`` ``trunner worker`` commands (each ``--workers W``) on trunner_app.py.
     Once ``trunner worker --processes N`` is on main, this returns the one command with
     ``--processes N``."""
@@ -271,11 +271,11 @@ def with_queues() -> dict[str, str]:
     return env
 
 
-# -- scenario 18: sync bodies blocking 10 ms, in threads -------------------------------------
+# -- scenario 19: sync bodies blocking 10 ms, in threads -------------------------------------
 
 
 async def sync_io(q: Queue, scale: float) -> dict[str, Any]:
-    """Scenario 18: ``n`` io tasks drained by one worker process with ``THREADS`` threads."""
+    """Scenario 19: ``n`` io tasks drained by one worker process with ``THREADS`` threads."""
     n = max(10, round(10_000 * scale))
     ideal = n * IO_SLEEP / THREADS
     queue = f"{q.name}-io-{uuid.uuid4().hex[:8]}"
@@ -302,14 +302,14 @@ async def sync_io(q: Queue, scale: float) -> dict[str, Any]:
     }
 
 
-# -- scenario 19: CPU-bound bodies on both cores ---------------------------------------------
+# -- scenario 20: CPU-bound bodies on both cores ---------------------------------------------
 
-#: Scenario 19's trunner variants: (task, worker processes, slots of each).
+#: Scenario 20's trunner variants: (task, worker processes, slots of each).
 TRUNNER_CPU = {"trunner-2proc": ("cpu", CORES, 1), "trunner-process": ("cpu_process", 1, CORES)}
 
 
 async def cpu(q: Queue, impl: str, scale: float) -> dict[str, Any]:
-    """Scenario 19: ``n`` cpu tasks enqueued, then drained using both cores."""
+    """Scenario 20: ``n`` cpu tasks enqueued, then drained using both cores."""
     n = max(10, round(400 * scale))
     queue = f"{q.name}-cpu-{uuid.uuid4().hex[:8]}"
     task, count, slots = TRUNNER_CPU.get(impl, ("cpu", 1, 1))
@@ -362,7 +362,7 @@ def cpu_figures(n: int, bodies: list[dict[str, Any]], enqueued: str) -> dict[str
     }
 
 
-#: Scenario 19's ceiling: a pool of CORES forked processes handed the bodies one at a time
+#: Scenario 20's ceiling: a pool of CORES forked processes handed the bodies one at a time
 #: (``multiprocessing.Pool.imap_unordered``, chunks of 1): no Redis, no queue.
 BARE = """
 import multiprocessing, sys
@@ -375,7 +375,7 @@ with multiprocessing.get_context("fork").Pool(cores) as pool:
 
 
 async def bare_cpu(q: Queue, n: int) -> dict[str, Any]:
-    """Scenario 19's ``bare`` row: the same bodies in a plain process pool of ``CORES``."""
+    """Scenario 20's ``bare`` row: the same bodies in a plain process pool of ``CORES``."""
     bodies: list[dict[str, Any]] = []
     async with processes(q.log) as procs:
         await procs.start("bare", [q.python, "-c", BARE, str(CORES), str(n)])
@@ -386,7 +386,7 @@ async def bare_cpu(q: Queue, n: int) -> dict[str, Any]:
     return cpu_figures(n, bodies, "none")
 
 
-# -- scenario 20: a CPU-bound body past its time limit ---------------------------------------
+# -- scenario 21: a CPU-bound body past its time limit ---------------------------------------
 
 
 async def watch_pid(i: int, pid: int, send: trio.MemorySendChannel[dict[str, Any]]) -> None:
@@ -405,7 +405,7 @@ async def watch_pid(i: int, pid: int, send: trio.MemorySendChannel[dict[str, Any
 
 
 async def cpu_timeout(q: Queue, scale: float) -> dict[str, Any]:
-    """Scenario 20: one spin task at a time (a waiter dispatches it when told, and awaits
+    """Scenario 21: one spin task at a time (a waiter dispatches it when told, and awaits
     its failure); per attempt, the deadline (attempt start, or body start, + SPIN_LIMIT),
     the failure in the waiter, and the core free."""
     n = max(2, round(ATTEMPTS_BY_QUEUE.get(q.name, ATTEMPTS) * scale)) + 1
@@ -497,7 +497,7 @@ def summarize_attempts(attempts: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def executor_alone(scale: float) -> dict[str, Any]:
-    """Scenario 20's row ``trunner-executor``: bench/process_kill.py (the process executor
+    """Scenario 21's row ``trunner-executor``: bench/process_kill.py (the process executor
     alone, in this process: deadline to ``TaskTimeout``, the process killed and reaped)."""
     from process_kill import kill_latencies  # noqa: PLC0415 - trunner's internals
 
@@ -526,7 +526,7 @@ async def rounds(
     peers: Sequence[Queue],
     measure: Measure,
 ) -> None:
-    """Scenarios 18-20, ``runs`` times; the queues take turns within each run."""
+    """Scenarios 19-21, ``runs`` times; the queues take turns within each run."""
     by_name = {p.name: p for p in peers}
     for run in range(1, runs + 1):
         if "sync-io" in chosen:
@@ -546,27 +546,27 @@ async def rounds(
 
 #: The summary's rows: label, unit, scenario, metric, decimals.
 ROWS: list[tuple[str, str, str, str, int]] = [
-    ("18 sync io: 10 000 x time.sleep(0.01), 32 threads", "tasks/s", "sync-io", "process_rate", 0),
-    ("18 wall / ideal (3.1 s)", "x", "sync-io", "over_ideal", 2),
-    ("18 worker CPU per task", "ms", "sync-io", "cpu_ms_per_task", 3),
-    ("18 worker peak RSS", "MB", "sync-io", "hwm_mb", 1),
-    ("19 cpu: 400 x ~50 ms pure Python, 2 cores", "tasks/s", "cpu", "process_rate", 1),
-    ("19 of the ideal 40/s", "x", "cpu", "of_ideal", 2),
-    ("19 body time, p50", "ms", "cpu", "body_ms_p50", 1),
-    ("19 of the bodies' own pace on 2 cores", "x", "cpu", "of_body_pace", 2),
-    ("19 processes the bodies ran in", "", "cpu", "body_processes", 0),
+    ("19 sync io: 10 000 x time.sleep(0.01), 32 threads", "tasks/s", "sync-io", "process_rate", 0),
+    ("19 wall / ideal (3.1 s)", "x", "sync-io", "over_ideal", 2),
+    ("19 worker CPU per task", "ms", "sync-io", "cpu_ms_per_task", 3),
+    ("19 worker peak RSS", "MB", "sync-io", "hwm_mb", 1),
+    ("20 cpu: 400 x ~50 ms pure Python, 2 cores", "tasks/s", "cpu", "process_rate", 1),
+    ("20 of the ideal 40/s", "x", "cpu", "of_ideal", 2),
+    ("20 body time, p50", "ms", "cpu", "body_ms_p50", 1),
+    ("20 of the bodies' own pace on 2 cores", "x", "cpu", "of_body_pace", 2),
+    ("20 processes the bodies ran in", "", "cpu", "body_processes", 0),
     (
-        "20 cpu timeout 1 s: deadline to failure in a waiter, p50",
+        "21 cpu timeout 1 s: deadline to failure in a waiter, p50",
         "ms",
         "cpu-timeout",
         "failed_p50_ms",
         1,
     ),
-    ("20 the same, p99", "ms", "cpu-timeout", "failed_p99_ms", 1),
-    ("20 deadline to the core free, p50", "ms", "cpu-timeout", "free_p50_ms", 1),
-    ("20 the same, p99", "ms", "cpu-timeout", "free_p99_ms", 1),
-    ("20 deadline to the body's process ended, p50", "ms", "cpu-timeout", "exit_p50_ms", 1),
-    ("20 attempts stopped before their end / measured", "", "cpu-timeout", "stopped", 0),
+    ("21 the same, p99", "ms", "cpu-timeout", "failed_p99_ms", 1),
+    ("21 deadline to the core free, p50", "ms", "cpu-timeout", "free_p50_ms", 1),
+    ("21 the same, p99", "ms", "cpu-timeout", "free_p99_ms", 1),
+    ("21 deadline to the body's process ended, p50", "ms", "cpu-timeout", "exit_p50_ms", 1),
+    ("21 attempts stopped before their end / measured", "", "cpu-timeout", "stopped", 0),
 ]
 
 

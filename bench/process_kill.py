@@ -31,7 +31,7 @@ def spin(_: None) -> None:
 async def kill_latencies(attempts: int) -> list[float]:
     """Milliseconds from each attempt's deadline to its ``TaskTimeout`` (the process killed
     and reaped), for ``attempts`` attempts after a first, cold one; sorted. Also run by
-    bench/bodies.py (scenario 20, the row "trunner's process executor alone")."""
+    bench/bodies.py (scenario 21, the row "trunner's process executor alone")."""
     executor = ProcessExecutor(1)
     await executor.open()
     body = executor.body(spin, "spin")

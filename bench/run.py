@@ -18,17 +18,21 @@ scenario 1's drain of a task without limits and of one with ``concurrency=100`` 
 worker's capacity: every message is admitted by one script, and its slot released with
 its acknowledgement), in the same measurement); ``lanes`` (17: pickup latency of urgent
 tasks dispatched one at a time while a worker drains a 100 000-task backlog, with strict
-lanes, with weighted lanes, and with no lanes); task bodies that are not ``async``
-(bench/bodies.py): ``sync-io`` (18: 10 000 sync tasks blocking 10 ms in ``time.sleep``, in
-32 threads of one worker process), ``cpu`` (19: 400 tasks of a ~50 ms pure-Python loop on
-both cores: two ``trunner worker`` processes, and one with ``run_in="process"`` tasks),
-``cpu-timeout`` (20: a pure-Python loop past its 1 s time limit: deadline to the failure
-seen by a waiter, and to the core free). Each scenario runs
+lanes, with weighted lanes, and with no lanes); ``clients`` (18: dispatching from asyncio
+with ``trunner.aio.Client`` one at a time, from 100 concurrent senders and in bulk, and
+result round trips one at a time, beside the peers on asyncio; the same with
+``trunner.sync.Client`` and with the Trio client); task bodies that are not ``async``
+(bench/bodies.py): ``sync-io`` (19: 10 000 sync tasks blocking 10 ms in ``time.sleep``, in
+32 threads of one worker process), ``cpu`` (20: 400 tasks of a ~50 ms pure-Python loop on
+both cores: two ``trunner worker`` processes, and one with ``run_in="process"`` tasks,
+beside a plain process pool), ``cpu-timeout`` (21: a pure-Python loop past its 1 s time
+limit: deadline to the failure seen by a waiter, and to the core free). Each scenario runs
 ``--runs`` times, interleaving the queues run by run, and the median is reported.
-``--peers`` adds arq, saq, streaq (on Trio), taskiq (Redis stream broker) and dramatiq
-to scenarios 1-4 and 8 (arq, saq and streaq to 9; saq, taskiq, streaq, celery and dramatiq
-to 18; celery, dramatiq and taskiq to 19 and 20; celery runs only those), each installed
-into its own virtual environment under bench/.peers/ and using its own Redis database.
+``--peers`` adds arq, saq, streaq (on Trio; on asyncio in 18), taskiq (Redis stream
+broker) and dramatiq to scenarios 1-4 and 8 (arq, saq and streaq to 9; arq, saq, streaq and
+taskiq to 18; saq, taskiq, streaq, celery and dramatiq to 19; celery, dramatiq and taskiq to
+20 and 21; celery runs only those), each installed into its own virtual environment under
+bench/.peers/ and using its own Redis database.
 
 Without ``--redis`` a private redis-server is started on a free loopback port (no
 persistence) and stopped at the end. Every key created is deleted. Prints one JSON line
@@ -88,10 +92,13 @@ SCENARIOS = [
     "middleware",
     "limits",
     "lanes",
+    "clients",
     *BODY_SCENARIOS,
 ]
 #: The peers scenario 9 (results) runs beside trunner (issue 19 names them).
 RESULT_PEERS = {"arq", "saq", "streaq"}
+#: The peers scenario 18 (clients) runs beside trunner, on asyncio (the issue names them).
+CLIENT_PEERS = {"arq", "saq", "streaq", "taskiq"}
 
 #: Each peer: the packages installed into its virtual environment, and its Redis database.
 PEERS: dict[str, tuple[list[str], int]] = {
@@ -101,7 +108,7 @@ PEERS: dict[str, tuple[list[str], int]] = {
     "streaq": (["streaq==7.2.0", "trio"], 3),
     "taskiq": (["taskiq==0.13.0", "taskiq-redis==1.2.4", "hiredis"], 4),
     "dramatiq": (["dramatiq[redis]==2.2.1", "hiredis"], 5),
-    **BODY_ONLY_PEERS,  # celery: scenarios 18-20 only
+    **BODY_ONLY_PEERS,  # celery: scenarios 19-21 only
 }
 
 # -- small helpers ---------------------------------------------------------------------------
@@ -1075,6 +1082,74 @@ async def result_memory(q: Queue, s: Settings, keep: float = 60) -> dict[str, An
     }
 
 
+# -- scenario 18: dispatching from asyncio, beside the peers (and the sync client) ----------
+
+#: Scenario 18: round trips one at a time (arq and taskiq poll for results: fewer).
+CLIENT_TRIPS = 300
+CLIENT_TRIPS_BY_QUEUE = {"arq": 60, "taskiq": 100}
+#: Scenario 18: trunner's clients, and the scenario and impl each is recorded under.
+TRUNNER_CLIENTS = {
+    "asyncio": ("clients", "trunner"),
+    "sync": ("clients-sync", "trunner-sync"),
+    "trio": ("clients-trio", "trunner-trio"),
+}
+
+
+async def clients(q: Queue, s: Settings, client: str = "asyncio") -> dict[str, Any]:
+    """Scenario 18: 20 000 no-op tasks (the same small dict for every queue) dispatched
+    from asyncio one at a time, by 100 concurrent senders (``asyncio.gather``), and with
+    the queue's bulk API where it has one (only the sending is timed); then, with a worker
+    process of the queue's own running ``echo``, round trips one at a time (dispatch, and
+    await the result with the queue's own API). ``client``: trunner's client (asyncio,
+    sync or Trio); the peers produce from asyncio. Each producer is a process of its own."""
+    n = s.n(20_000)
+    trips = s.n(CLIENT_TRIPS_BY_QUEUE.get(q.name, CLIENT_TRIPS))
+    queue = f"{q.name}-clients-{uuid.uuid4().hex[:8]}"
+    result: dict[str, Any] = {"n": n, "client": client}
+
+    async def produce(mode: str, count: int) -> list[dict[str, Any]]:
+        args = ["--mode", mode, "--n", str(count), "--client", client]
+        return await run_events(q, queue, "produce", *args)
+
+    try:
+        for mode in ("single", "concurrent", "bulk"):
+            try:
+                event = (await produce(mode, n))[-1]
+                result[f"{mode}_rate"] = event["rate"]
+                result[f"{mode}_how"] = event["how"]
+            except Unsupported as exc:
+                result[f"{mode}_how"] = f"unsupported: {exc}"
+            finally:
+                await q.cleanup(queue)
+        # In bulk, the fastest way the queue has: its bulk API, or concurrent senders.
+        rates = {m: result[f"{m}_rate"] for m in ("concurrent", "bulk") if f"{m}_rate" in result}
+        if rates:
+            best = max(rates, key=rates.__getitem__)
+            result.update(bulk_best_rate=rates[best], bulk_best=best)
+        worker_args = [*s.worker_args("echo", trips), "--loop", "asyncio"]
+        async with worker_process(q, queue, *worker_args) as worker:
+            with trio.fail_after(60):
+                await worker.event("ready")
+            await trio.sleep(1.0)
+            events = await produce("trips", trips)
+            with trio.fail_after(60):
+                done = await worker.event("done")
+    finally:
+        await q.cleanup(queue)
+    trip = events[-1]
+    return result | {
+        "trips": trips,
+        "trip_p50_ms": trip["p50_ms"],
+        "trip_p99_ms": trip["p99_ms"],
+        "trip_max_ms": trip["max_ms"],
+        "trip_how": trip["how"],
+        # The part of it until the body started (the payload's send time to the start).
+        "pickup_p50_ms": done.get("p50_ms"),
+        # saq: waits that outlived their second (see q_saq.py), counted in the figures.
+        "lost_wakeups": sum(e["count"] for e in events if e["event"] == "lost_wakeups"),
+    }
+
+
 # -- scenario 4: the original's harness (trunner and the peers) -----------------------------
 
 
@@ -1512,6 +1587,50 @@ ROWS: list[tuple[str, str, str, str, bool, int]] = [
     ("17 backlog drain rate, strict lanes", "tasks/s", "lanes", "strict_drain_rate", True, 0),
     ("17 backlog drain rate, weighted lanes", "tasks/s", "lanes", "weighted_drain_rate", True, 0),
     ("17 backlog drain rate, no lanes", "tasks/s", "lanes", "none_drain_rate", True, 0),
+    ("18 asyncio: dispatch one at a time", "tasks/s", "clients", "single_rate", True, 0),
+    (
+        "18 asyncio: 100 concurrent senders (asyncio.gather), one dispatch each at a time",
+        "tasks/s",
+        "clients",
+        "concurrent_rate",
+        True,
+        0,
+    ),
+    (
+        "18 asyncio: bulk API (dispatch_many; streaq: enqueue_many)",
+        "tasks/s",
+        "clients",
+        "bulk_rate",
+        True,
+        0,
+    ),
+    (
+        "18 asyncio: in bulk, the fastest way each has (the two rows above)",
+        "tasks/s",
+        "clients",
+        "bulk_best_rate",
+        True,
+        0,
+    ),
+    ("18 asyncio: result round trip, one at a time: p50", "ms", "clients", "trip_p50_ms", False, 2),
+    ("18 asyncio: result round trip, one at a time: p99", "ms", "clients", "trip_p99_ms", False, 2),
+    ("18 asyncio: result round trip, one at a time: max", "ms", "clients", "trip_max_ms", False, 2),
+    ("18 sync client: dispatch one at a time", "tasks/s", "clients-sync", "single_rate", True, 0),
+    ("18 sync client: dispatch_many", "tasks/s", "clients-sync", "bulk_rate", True, 0),
+    ("18 sync client: result round trip: p50", "ms", "clients-sync", "trip_p50_ms", False, 2),
+    ("18 sync client: result round trip: p99", "ms", "clients-sync", "trip_p99_ms", False, 2),
+    ("18 Trio client: dispatch one at a time", "tasks/s", "clients-trio", "single_rate", True, 0),
+    (
+        "18 Trio client: 100 concurrent senders (a nursery)",
+        "tasks/s",
+        "clients-trio",
+        "concurrent_rate",
+        True,
+        0,
+    ),
+    ("18 Trio client: dispatch_many", "tasks/s", "clients-trio", "bulk_rate", True, 0),
+    ("18 Trio client: result round trip: p50", "ms", "clients-trio", "trip_p50_ms", False, 2),
+    ("18 Trio client: result round trip: p99", "ms", "clients-trio", "trip_p99_ms", False, 2),
 ]
 
 #: Rows whose "trunner" column shows another trunner variant (by its impl name).
@@ -1524,6 +1643,8 @@ ROW_IMPL = {
     "8 trunner, own bridged redis-py client: CPU per task": "trunner-bridged",
     "8 trunner, own bridged redis-py client: peak RSS": "trunner-bridged",
 }
+#: Scenarios whose "trunner" column shows another trunner variant (by its impl name).
+SCENARIO_IMPL = {"clients-sync": "trunner-sync", "clients-trio": "trunner-trio"}
 #: Variants the targets do not apply to (issue 12's target is the task Redis handle's).
 NO_TARGET = {"trunner-bridged"}
 
@@ -1535,7 +1656,7 @@ class Context:
     ceiling: float | None
     best_peer_rate: float | None
     lightest_peer_mb: float | None
-    #: This row's peers' figures (medians), lower is better.
+    #: This row's peers' figures (medians).
     peer_values: list[float] = field(default_factory=list)
 
 
@@ -1560,6 +1681,10 @@ def _targets() -> dict[str, tuple[str, Callable[[float, Context], bool | None]]]
         """At most ``limit``, and below every peer's figure in the row."""
         return lambda v, c: v <= limit and all(v < p for p in c.peer_values)
 
+    def ahead(v: float, c: Context) -> bool | None:
+        """Above every peer's figure in the row (without the peers: not checkable)."""
+        return all(v > p for p in c.peer_values) if c.peer_values else None
+
     return {
         "throughput/enqueue_single_rate": (">= 0.8 x ceiling", of_ceiling),
         "throughput/enqueue_bulk_rate": (">= 0.8 x ceiling", of_ceiling),
@@ -1580,6 +1705,12 @@ def _targets() -> dict[str, tuple[str, Callable[[float, Context], bool | None]]]
         "dashboard/older_full_p50_ms": ("pages quickly (< 100 ms)", lambda v, _: v < 100),
         "lanes/strict_p99_ms": ("<= 10 ms", lambda v, _: v <= 10),
         "lanes/weighted_p99_ms": ("<= 10 ms", lambda v, _: v <= 10),
+        "clients/single_rate": ("> every peer", ahead),
+        "clients/bulk_best_rate": ("> every peer", ahead),
+        "clients/trip_p50_ms": ("<= 2 ms and < every peer", below(2)),
+        "clients/trip_p99_ms": ("<= 10 ms and < every peer", below(10)),
+        "clients-sync/trip_p50_ms": ("<= 2 ms", lambda v, _: v <= 2),
+        "clients-sync/trip_p99_ms": ("<= 10 ms", lambda v, _: v <= 10),
     }
 
 
@@ -1620,7 +1751,7 @@ def summary(
         if scenario not in ran:
             continue
         key = f"{scenario}/{metric}"
-        impl = ROW_IMPL.get(label, "trunner")
+        impl = ROW_IMPL.get(label) or SCENARIO_IMPL.get(scenario, "trunner")
         value = median_of(results, (scenario, impl), metric)
         ceiling = median_of(results, (scenario, "ceiling"), metric)
         shown: Any = ceiling
@@ -1739,6 +1870,8 @@ async def run_all(
     for q in peers:
         if median_of(results, ("throughput", q.name), "enqueue_bulk_rate") is None:
             notes.setdefault(f"throughput/enqueue_bulk_rate/{q.name}", "no bulk API")
+        if "clients" in chosen and median_of(results, ("clients", q.name), "bulk_rate") is None:
+            notes.setdefault(f"clients/bulk_rate/{q.name}", "no bulk API")
         if median_of(results, ("latency", q.name), "p50_ms") is None:
             notes.setdefault(f"latency/p50_ms/{q.name}", "failed")
         if "redis-body" in chosen:
@@ -1746,7 +1879,7 @@ async def run_all(
             for metric in ("process_rate", "cpu_ms_per_task", "hwm_mb"):
                 if median_of(results, ("redis-body", q.name), metric) is None:
                     notes.setdefault(f"redis-body/{metric}/{q.name}", missing)
-    return [q.name for q in peers]  # the summary's columns (scenarios 18-20: bodies.summary)
+    return [q.name for q in peers]  # the summary's columns (scenarios 19-21: bodies.summary)
 
 
 async def rounds_1_to_3(
@@ -1792,7 +1925,7 @@ async def rounds_9_to_11(
     run: int,
 ) -> None:
     """Scenarios 9 (trunner and the peers with a result API), 10, 11, 13, 15, 16 and 17
-    (trunner)."""
+    (trunner), and 18 (trunner's three clients and the asyncio peers)."""
     trunner_queue = next(q for q in queues if q.name == "trunner")
     if "results" in chosen:
         for q in [trunner_queue, *(p for p in peers if p.name in RESULT_PEERS)]:
@@ -1811,6 +1944,13 @@ async def rounds_9_to_11(
         await measure(out, results, "limits", "trunner", run, limits(trunner_queue, s, run))
     if "lanes" in chosen:
         await measure(out, results, "lanes", "trunner", run, lanes(trunner_queue, s, run))
+    if "clients" in chosen:
+        for client, (scenario, impl) in TRUNNER_CLIENTS.items():
+            work = clients(trunner_queue, s, client)
+            await measure(out, results, scenario, impl, run, work)
+        for q in peers:
+            if q.name in CLIENT_PEERS:
+                await measure(out, results, "clients", q.name, run, clients(q, s))
 
 
 async def rounds_4_to_6(
@@ -1902,7 +2042,7 @@ def cli() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--redis", help="use this Redis (default: start a private one)")
     parser.add_argument(
-        "--peers", action="store_true", help="also run the peers (1-4, 8, 9, 18-20)"
+        "--peers", action="store_true", help="also run the peers (1-4, 8, 9, 18-21)"
     )
     parser.add_argument("--peer", action="append", choices=list(PEERS), help="only this peer")
     parser.add_argument(

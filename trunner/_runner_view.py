@@ -15,7 +15,8 @@ import attrs
 from ._engine.counters import Counters
 from ._engine.pausing import PauseGate
 from ._leader.election import Elector
-from ._lifecycle.assembly import Components, snapshot
+from ._lifecycle.assembly import Components
+from ._lifecycle.statistics import snapshot
 from ._util import ErrorLog
 from .admin import Admin
 from .client import Client

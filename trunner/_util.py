@@ -31,6 +31,7 @@ __all__ = [
     "process_tag",
     "run_in_background",
     "unwrap_single",
+    "usable_cores",
     "user_stacklevel",
     "wall_ms",
 ]
@@ -297,3 +298,11 @@ def user_stacklevel() -> int:
         frame = frame.f_back
         level += 1
     return level
+
+
+def usable_cores() -> int:
+    """The CPUs this process may run on: its CPU set (``taskset``, a container's
+    ``--cpuset-cpus``) where the system has one, else every CPU of the machine."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1

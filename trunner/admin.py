@@ -15,6 +15,7 @@ from ._producer.opening import check_producer_args, group_keys
 from ._public import fixup_module_metadata
 from ._redis import Broker, open_transport
 from ._util import connection_name, wall_ms
+from ._waiting.calls import Calls, counting
 from ._wire.envelope import DEFAULT_MAX_PAYLOAD_BYTES
 from ._wire.inspection import (
     CronEntry,
@@ -49,6 +50,7 @@ __all__ = [
 ]
 
 
+@counting
 class Admin:
     """Inspects and administers one consumer group: its queue, instances, statistics,
     pause, delayed tasks, cron schedules, dead letters and quarantine.
@@ -70,8 +72,10 @@ class Admin:
         max_payload_bytes: int,
         instance_ttl: float,
         name: str = "Admin",
+        calls: Calls | None = None,
     ) -> None:
         self._broker: Broker | None = broker
+        self._in_flight = Calls() if calls is None else calls
         self._registry = registry
         self._max_payload_bytes = max_payload_bytes
         self._instance_ttl = instance_ttl
@@ -92,6 +96,10 @@ class Admin:
 
     def _close(self) -> None:
         self._broker = None
+
+    def _calls(self) -> Calls:
+        """The calls in flight on its connections (its producer's, if it has one)."""
+        return self._in_flight
 
     async def queue_length(self) -> int:
         """The number of entries in the group's stream (``XLEN``), over its

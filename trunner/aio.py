@@ -113,6 +113,8 @@ class Client(ClientArgs, DispatchCalls, ScheduleCalls):
         self._opening: bool | None = None
         self._admin: Admin | None = None
         self._serving: asyncio.Task[None] | None = None
+        #: Set once the last close ended: a close while another one runs waits for it.
+        self._closed: asyncio.Event | None = None
 
     def __repr__(self) -> str:
         return f"<trunner.aio.Client group={self.consumer_group!r}>"
@@ -170,28 +172,44 @@ class Client(ClientArgs, DispatchCalls, ScheduleCalls):
             max_payload_bytes=self._dispatcher.max_payload_bytes,
             instance_ttl=self._options["instance_ttl"],
             name=_NAME,
+            calls=self._dispatcher._calls(),
         )
         self._transport = transport
         return self
 
     async def aclose(self) -> None:
-        """Close the connections; handles still waiting raise ``RunnerNotRunning``, and so
-        does every call until the client is opened again. Closing a closed client does
-        nothing."""
+        """Close the client, letting the calls under way end first.
+
+        From the start of the close, every call raises ``RunnerNotRunning`` at once, until
+        the client is opened again, and so do handles still waiting for an outcome
+        (``result()``, ``cancel(wait=True)``). The other calls under way (a dispatch, a
+        handle's ``status()``, an admin query) end before the connections close: once this
+        returns, each of them has completed, or failed on its own (say, Redis did not
+        answer within ``command_timeout``). Closing a closed client does nothing; a close
+        while another one runs returns once that one ended.
+        """
         if self._opening is not None:
             self._opening = True  # open closes what it connected, and raises
         transport, self._transport = self._transport, None
         serving, self._serving = self._serving, None
         if transport is None:
+            if self._closed is not None:
+                await self._closed.wait()
             return
+        closed = self._closed = asyncio.Event()
+        calls = self._dispatcher._calls()
         self._dispatcher.close()
         if self._admin is not None:
             self._admin._close()
             self._admin = None
-        if serving is not None:
-            serving.cancel()
-            await asyncio.wait([serving])
-        await close_aio_transport(transport)
+        try:
+            if serving is not None:
+                serving.cancel()
+                await asyncio.wait([serving])
+            await calls.ended()
+        finally:
+            await close_aio_transport(transport)
+            closed.set()
 
     async def __aenter__(self) -> Client:
         return await self.open()

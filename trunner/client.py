@@ -77,6 +77,17 @@ class Client(DispatchCalls, ScheduleCalls, AdminCalls):
     def _waiters(self, waiters: Waiters | None) -> None:
         self._dispatcher._waiters = waiters
 
+    async def _drain(self) -> None:
+        """Refuse every call from now on (``RunnerNotRunning``), end the waits for outcomes
+        (they raise it too), and return once the calls under way ended: how a synchronous
+        client (``trunner.sync``) closes, before it leaves the ``open_client`` block."""
+        calls, waiters = self._dispatcher._calls(), self._waiters
+        self._dispatcher.close()
+        self._admin._close()
+        if waiters is not None:
+            waiters.stop()
+        await calls.ended()
+
 
 class _Services:
     """What a client runs: its Redis handle and its result waiters."""
@@ -176,16 +187,17 @@ async def open_client(
         handle = RedisHandle(transport)
         broker = Broker(transport, keys)
         producer = Producer(registry=tasks, max_payload_bytes=max_payload_bytes, middleware=hooks)
+        services = _Services(handle, Waiters(broker))
+        producer.open(broker, services.waiters)
         admin = Admin(
             broker,
             registry=tasks,
             max_payload_bytes=max_payload_bytes,
             instance_ttl=instance_ttl,
             name="Client",
+            calls=producer._calls(),
         )
         client = Client(producer, admin, handle, keys)
-        services = _Services(handle, Waiters(broker))
-        producer.open(broker, services.waiters)
 
         def crashed(what: str) -> Crashed:
             return Crashed(f"the client's Redis handle failed: {what}")

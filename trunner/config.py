@@ -134,8 +134,8 @@ class RunnerConfig:
 
     max_processes: int | None = attrs.field(default=None, validator=v.optional_positive_int)
     """How many worker processes run the bodies of ``run_in="process"`` tasks at once (an
-    int >= 1), under a limiter of their own. ``None`` (the default): one per core
-    (``os.cpu_count()``). See
+    int >= 1), under a limiter of their own. ``None`` (the default): one per core this
+    process may run on (its CPU set, else every core of the machine). See
     [Blocking and CPU-bound tasks](blocking-and-cpu-bound-tasks.md)."""
 
     stall_threshold: float | None = attrs.field(default=0.5, validator=v.optional_positive_number)

@@ -20,6 +20,7 @@ from typing import Generic, Protocol, TypeVar
 from ._context import _current_message
 from ._redis import Broker, TaskLook
 from ._util import wall_ms
+from ._waiting.calls import Calls, counting
 from ._waiting.protocol import (
     NOTHING_KNOWN,
     Known,
@@ -54,6 +55,8 @@ class HandleSource(Protocol):
 
     def _runtime(self) -> Runtime: ...
 
+    def _calls(self) -> Calls: ...
+
     def _group_name(self) -> str: ...
 
     def _keep_result_of(self, task_name: str) -> float | None: ...
@@ -61,6 +64,7 @@ class HandleSource(Protocol):
     def _knows_task(self, task_name: str) -> bool: ...
 
 
+@counting
 class TaskHandle(str, Generic[R]):
     """A dispatched task: its id (this ``str``), its status, its result, its cancellation.
 
@@ -89,6 +93,9 @@ class TaskHandle(str, Generic[R]):
 
     def __repr__(self) -> str:
         return f"<TaskHandle {str(self)!r}>"
+
+    def _calls(self) -> Calls:
+        return self._producer._calls()
 
     def __reduce__(self) -> tuple[type[str], tuple[str]]:
         return str, (str(self),)  # copies and pickles are the plain id

@@ -153,6 +153,13 @@ class RunnerStatistics:
     threads_abandoned: int = 0
     """Attempts of ``def`` tasks that ended (timeout, cancellation) while their worker
     thread ran on: the thread was left to return by itself, and its result dropped."""
+    processes_killed: int = 0
+    """Attempts of ``run_in="process"`` tasks whose worker process was killed because
+    their timeout passed or they were cancelled (see
+    [Blocking and CPU-bound tasks](blocking-and-cpu-bound-tasks.md))."""
+    processes_died: int = 0
+    """Attempts of ``run_in="process"`` tasks whose worker process died under them (a
+    segfault, an abort, an OOM kill): each failed with ``WorkerProcessDied``."""
     paused: bool = False
     """Whether the group is paused, as this instance last heard (see
     [Pausing a group](pause.md)): its fetch loops read and claim nothing; running tasks

@@ -8,31 +8,27 @@ with trunner.sync.Client("redis://localhost:6379/0", queue="images", tasks=tasks
 ```
 
 Nothing of the producer is written again here: each call runs the Trio client's
-coroutine on the client's thread (``trio.from_thread``) and blocks until it ends, so the
-messages, keys, scripts, checks, errors and the waiting for results are the Trio
-client's, over its native transport and its one subscription.
+coroutine on the client's thread (``trio.from_thread``, see ``trunner._client_thread``) and
+blocks until it ends, so the messages, keys, scripts, checks, errors and the waiting for
+results are the Trio client's, over its native transport and its one subscription.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import functools
 import os
-import queue
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Concatenate, Generic, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
-import trio
-
 from . import admin as _admin
+from ._client_thread import ClientThread
 from ._producer.opening import ClientArgs
 from ._task import Expiry, Task
-from ._util import logger
 from .client import Client as TrioClient
-from .client import open_client
 from .errors import RunnerNotRunning
 from .handles import TaskHandle as TrioHandle
 from .status import CancelOutcome, TaskStatus
@@ -80,22 +76,23 @@ class TaskHandle(str, Generic[R]):
 
     def result(self, timeout: float | None = None) -> R:
         """Wait for the outcome: as [``TaskHandle.result``][trunner.TaskHandle.result]."""
-        return self._client._run(self._current().result, timeout)
+        return self._client._run(lambda client: self._current(client).result(timeout))
 
     def status(self) -> TaskStatus:
         """As [``TaskHandle.status``][trunner.TaskHandle.status]."""
-        return self._client._run(self._current().status)
+        return self._client._run(lambda client: self._current(client).status())
 
     def cancel(self, *, wait: bool = False) -> CancelOutcome:
         """As [``TaskHandle.cancel``][trunner.TaskHandle.cancel]."""
-        return self._client._run(functools.partial(self._current().cancel, wait=wait))
+        return self._client._run(lambda client: self._current(client).cancel(wait=wait))
 
-    def _current(self) -> TrioHandle[R]:
+    def _current(self, client: TrioClient) -> TrioHandle[R]:
         """The Trio handle to wait through, over the client's connections of now: made
         again (same id, codec and what is known) when the client connected anew since
         the handle was made (in a process forked from the one that made it, or after a
-        close), so that it never uses connections of another process or a closed one."""
-        producer = self._client._open()._dispatcher
+        close and an open), so that it never uses connections of another process or a
+        closed one."""
+        producer = client._dispatcher
         handle = self._handle
         if handle._producer is not producer:
             handle = TrioHandle(str(self), producer, handle._result_codec, handle._known)
@@ -112,10 +109,7 @@ class _Blocking(Generic[P, T]):
 
     def __get__(self, admin: Admin, owner: type[Admin] | None = None) -> Callable[P, T]:
         def call(*args: P.args, **kwargs: P.kwargs) -> T:
-            client = admin._client
-            return client._run(
-                functools.partial(self._method, client._open().admin, *args, **kwargs)
-            )
+            return admin._client._run(lambda client: self._method(client.admin, *args, **kwargs))
 
         return call
 
@@ -143,55 +137,8 @@ class Admin:
     cron_entries = _Blocking(_admin.Admin.cron_entries)
 
 
-#: How a client's thread tells its opener it is up (or failed to start).
-Started = queue.SimpleQueue[Any]
-
-
-class _Thread:
-    """The client's thread: a Trio loop holding the Trio client open until stopped."""
-
-    def __init__(self, url: str, options: dict[str, Any]) -> None:
-        self.pid = os.getpid()
-        started: Started = queue.SimpleQueue()
-        self._thread = threading.Thread(
-            target=trio.run, args=(self._main, url, options, started), daemon=True
-        )
-        self._thread.name = "trunner.sync.Client"
-        self._thread.start()
-        got = started.get()
-        if isinstance(got, BaseException):
-            self._thread.join()
-            raise got
-        self.token: trio.lowlevel.TrioToken = got[0]
-        self.client: TrioClient = got[1]
-        self._stop: trio.Event = got[2]
-
-    async def _main(
-        self, url: str, options: dict[str, Any], started: queue.SimpleQueue[Any]
-    ) -> None:
-        stop = trio.Event()
-        told = False
-        try:
-            async with open_client(url, **options) as client:
-                started.put((trio.lowlevel.current_trio_token(), client, stop))
-                told = True
-                await stop.wait()
-        except BaseException as exc:  # noqa: BLE001 - handed to the opener, or logged
-            if not told:
-                started.put(exc)
-            else:
-                logger.error("a trunner.sync.Client's thread failed", exc_info=exc)
-
-    def run(self, fn: Callable[[], Awaitable[T]]) -> T:
-        try:
-            return trio.from_thread.run(fn, trio_token=self.token)
-        except trio.RunFinishedError:
-            raise RunnerNotRunning("the trunner.sync.Client's thread ended") from None
-
-    def stop(self) -> None:
-        with contextlib.suppress(trio.RunFinishedError):  # it ended already
-            trio.from_thread.run_sync(self._stop.set, trio_token=self.token)
-        self._thread.join()
+#: Why a closed client refuses calls.
+_CLOSED = "this trunner.sync.Client is closed (open it again: client.open(), or with client:)"
 
 
 class Client(ClientArgs):
@@ -202,15 +149,27 @@ class Client(ClientArgs):
     It connects on [``open``][trunner.sync.Client.open] (or ``with client:``), or on its
     first call, in a thread of its own that runs the Trio client
     ([``Client``][trunner.Client]); each call blocks the calling thread until that
-    client answered. A process made by ``fork`` after the client opened connects anew.
+    client answered. Once [``close``][trunner.sync.Client.close]d, its calls raise
+    ``RunnerNotRunning`` until it is opened again. A process made by ``fork`` connects
+    anew on its first call (never through its parent's thread or connections).
     The arguments are those of [``open_client``][trunner.open_client] (``redis`` is any
     URL but ``memory://``: ``ValueError``); they are checked here, before connecting.
     """
 
     def _made(self) -> None:
-        self._lock = threading.Lock()
-        self._thread: _Thread | None = None
+        self._start_afresh()
+        self._closed = False
         self._admin = Admin(self)
+        _clients.add(self)
+
+    def _start_afresh(self) -> None:
+        """Start afresh, not open (in a new client, or in a forked child, where the parent's
+        thread and lock are not this process's: the lock may be held by a thread that is
+        not there, opening the client)."""
+        #: Re-entrant: open() holds it around _running(), and a signal handler of the thread
+        #: that opens the client may close it meanwhile (see _keep).
+        self._lock = threading.RLock()
+        self._thread: ClientThread | None = None
 
     def __repr__(self) -> str:
         return f"<trunner.sync.Client group={self.keys.group!r}>"
@@ -221,20 +180,35 @@ class Client(ClientArgs):
         return self._admin
 
     def open(self) -> Client:
-        """Connect now (else the first call does); return the client.
+        """Connect now (else the first call does), or again after a close; return the
+        client.
 
         Raises:
             RedisUnavailable: Redis cannot be reached within ``connect_timeout``.
         """
-        self._open()
+        with self._lock:
+            self._closed = False
+            self._running()
         return self
 
     def close(self) -> None:
-        """Close the connections and stop the client's thread; a later call opens it again."""
+        """Close the client: stop its thread and close its connections, letting the calls
+        under way end first.
+
+        From the start of the close, every call raises ``RunnerNotRunning`` at once, until
+        the client is opened again, and so do the calls waiting for an outcome
+        (``result()``, ``cancel(wait=True)``). The other calls under way (a dispatch, a
+        ``status()``, an admin query) end before the connections close: once this
+        returns, each of them has completed, or failed on its own. Closing a closed client
+        does nothing; a close while another thread closes returns once that close ended.
+        """
         with self._lock:
-            thread, self._thread = self._thread, None
-        if thread is not None and thread.pid == os.getpid():
-            thread.stop()
+            thread = self._thread
+            if thread is not None:
+                thread.refuse_own_thread("closed")
+            self._closed, self._thread = True, None
+            if thread is not None:
+                thread.stop()
 
     def __enter__(self) -> Client:
         return self.open()
@@ -244,21 +218,33 @@ class Client(ClientArgs):
     ) -> None:
         self.close()
 
-    def _open(self) -> TrioClient:
+    def _running(self) -> ClientThread:
+        """The client's thread, opened now if it is not open yet."""
         thread = self._thread
-        if thread is None or thread.pid != os.getpid():
-            with self._lock:
-                thread = self._thread
-                if thread is None or thread.pid != os.getpid():  # none, or the parent's
-                    thread = self._thread = _Thread(self._url, self._options)
-        return thread.client
+        if thread is not None:
+            return thread
+        if self._closed:  # at once: never waiting for a close under way (it holds the lock)
+            raise RunnerNotRunning(_CLOSED)
+        with self._lock:
+            if self._closed:
+                raise RunnerNotRunning(_CLOSED)
+            if self._thread is None:
+                return self._keep(ClientThread(self._url, self._options))
+            return self._thread
 
-    def _run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-        self._open()
-        thread = self._thread
-        if thread is None:
-            raise RunnerNotRunning("this trunner.sync.Client was closed meanwhile")
-        return thread.run(functools.partial(fn, *args))
+    def _keep(self, thread: ClientThread) -> ClientThread:
+        """The thread just opened, kept; unless the client was closed while it opened (by
+        a signal handler of the opening thread): then it is stopped."""
+        if self._closed:
+            thread.stop()
+            raise RunnerNotRunning(_CLOSED)
+        self._thread = thread
+        return thread
+
+    def _run(self, call: Callable[[TrioClient], Awaitable[T]]) -> T:
+        """``call(client)`` on the client's thread, with its Trio client; blocking."""
+        thread = self._running()
+        return thread.run(functools.partial(call, thread.client))
 
     def _wrap(self, handle: TrioHandle[R]) -> TaskHandle[R]:
         return TaskHandle(handle, self)
@@ -285,8 +271,7 @@ class Client(ClientArgs):
         self, task: Any, payload: Any = None, **options: Unpack[DispatchOptions]
     ) -> TaskHandle[Any]:
         """As [``dispatch``][trunner.Runner.dispatch]; a blocking call."""
-        run = functools.partial(self._open().dispatch, task, payload, **options)
-        return self._wrap(self._run(run))
+        return self._wrap(self._run(lambda client: client.dispatch(task, payload, **options)))
 
     @overload
     def dispatch_many(
@@ -313,8 +298,8 @@ class Client(ClientArgs):
         self, task: Any, payloads: Iterable[Any], **options: Unpack[DispatchOptions]
     ) -> list[TaskHandle[Any]]:
         """As [``dispatch_many``][trunner.Runner.dispatch_many]; a blocking call."""
-        run = functools.partial(self._open().dispatch_many, task, payloads, **options)
-        return [self._wrap(handle) for handle in self._run(run)]
+        handles = self._run(lambda client: client.dispatch_many(task, payloads, **options))
+        return [self._wrap(handle) for handle in handles]
 
     @overload
     def dispatch_delayed(
@@ -351,7 +336,10 @@ class Client(ClientArgs):
         **options: Unpack[DispatchOptions],
     ) -> TaskHandle[Any]:
         """As [``dispatch_delayed``][trunner.Runner.dispatch_delayed]; a blocking call."""
-        run = functools.partial(self._open().dispatch_delayed, task, payload, delay, **options)
+
+        def run(client: TrioClient) -> Awaitable[TrioHandle[Any]]:
+            return client.dispatch_delayed(task, payload, delay, **options)
+
         return self._wrap(self._run(run))
 
     @overload
@@ -385,12 +373,15 @@ class Client(ClientArgs):
         self, task: Any, payload: Any, when: datetime.datetime, **options: Unpack[DispatchOptions]
     ) -> TaskHandle[Any]:
         """As [``schedule_for``][trunner.Runner.schedule_for]; a blocking call."""
-        run = functools.partial(self._open().schedule_for, task, payload, when, **options)
+
+        def run(client: TrioClient) -> Awaitable[TrioHandle[Any]]:
+            return client.schedule_for(task, payload, when, **options)
+
         return self._wrap(self._run(run))
 
     def cancel_delayed(self, delayed_id: str) -> bool:
         """As [``cancel_delayed``][trunner.Runner.cancel_delayed]; a blocking call."""
-        return self._run(self._open().cancel_delayed, delayed_id)
+        return self._run(lambda client: client.cancel_delayed(delayed_id))
 
     @overload
     def handle(self, task_id: str) -> TaskHandle[Any]: ...
@@ -407,8 +398,26 @@ class Client(ClientArgs):
     def handle(self, task_id: str, task: Any = None) -> TaskHandle[Any]:
         """As [``Client.handle``][trunner.Runner.handle]: a handle on a task dispatched
         from anywhere (no I/O)."""
-        return self._wrap(self._open().handle(task_id, task))
+        return self._wrap(self._running().client.handle(task_id, task))
 
     def cancel(self, task_id: str) -> CancelOutcome:
         """As [``Client.cancel``][trunner.Runner.cancel]; a blocking call."""
-        return self._run(self._open().cancel, task_id)
+        return self._run(lambda client: client.cancel(task_id))
+
+
+#: Every synchronous client of the process, started afresh in a forked child.
+_clients: weakref.WeakSet[Client] = weakref.WeakSet()
+#: The threads of the parent's clients, in a forked child: kept, never used, so that no
+#: finalizer there closes or writes to what the parent still uses.
+_parents_threads: list[ClientThread] = []
+
+
+def _after_fork_in_child() -> None:
+    for client in list(_clients):
+        if client._thread is not None:
+            _parents_threads.append(client._thread)
+        client._start_afresh()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which cannot fork
+    os.register_at_fork(after_in_child=_after_fork_in_child)

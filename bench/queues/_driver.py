@@ -10,6 +10,8 @@ Standard library only: this file also runs in the peers' virtual environments. E
     python q_NAME.py --redis URL --queue Q results --n N --concurrency C
     python q_NAME.py --redis URL --queue Q cancel --n N
     python q_NAME.py --redis URL --queue Q timeouts --n N
+    python q_NAME.py --redis URL --queue Q produce --mode single|concurrent|bulk|trips --n N
+                                                  [--client asyncio|sync|trio]
 
 Every command prints JSON lines on stdout (libraries log to stderr):
 
@@ -24,6 +26,15 @@ Every command prints JSON lines on stdout (libraries log to stderr):
   cancel it; ``{"event": "cancel", "i", "t_call", "t_return", "t_outcome", "outcome"}``
   per task (wall-clock times of the ``cancel()`` call, of its return, and of the cancelled
   outcome reaching a waiter), then ``{"event": "cancelled", "n"}``;
+- produce (the clients scenario: dispatching from asyncio): ``N`` ``noop`` tasks of the
+  same payload for every queue (:func:`client_payload`) sent one after the other
+  (``single``), by :data:`SENDERS` coroutines at once each sending its share one after the
+  other (``concurrent``: ``asyncio.gather``), or with the queue's bulk API (``bulk``);
+  ``{"event": "produced", "mode", "n", "seconds", "rate", "how"}`` (only the sending is
+  timed; ``how`` names the calls). ``trips``: ``N`` ``echo`` round trips one at a time,
+  each dispatched and its result awaited with the queue's own API; the ``results`` line
+  (with ``how``). ``--client`` is trunner's: its asyncio client (the default), its sync
+  client, or its Trio client; every other queue produces from asyncio only;
 - worker: ``{"event": "ready"}`` when it consumes, ``{"event": "done", ...}`` once the n-th
   task finished (timed from the first task's start to the n-th task's end, with the
   process's own CPU time over that window, and its peak RSS), then it stops gracefully and
@@ -31,7 +42,8 @@ Every command prints JSON lines on stdout (libraries log to stderr):
   its RSS (after the linger, and after a ``gc.collect()``). With ``--progress`` it reports
   ``{"event": "progress", "count", "seconds", "rss_kb", "hwm_kb"}`` every n/10 tasks.
   With ``--samples`` the "done" line also carries ``latencies_ms``, every start - dispatch
-  it measured (so the harness can pool several workers' samples).
+  it measured (so the harness can pool several workers' samples). ``--loop asyncio|trio``
+  chooses the event loop of a queue that runs on either (streaq); the others ignore it.
 
 Task ``backlog`` (the lanes scenario) is a no-op that does not call the recorder: a
 backlog of it keeps a worker busy without counting towards its ``--n``, which then counts
@@ -85,8 +97,10 @@ __all__ = [
     "SPIN_LIMIT",
     "NotSupported",
     "Recorder",
+    "asyncio_only",
     "body_keys",
     "burn",
+    "client_payload",
     "cpu_body",
     "emit",
     "emit_fd",
@@ -95,6 +109,8 @@ __all__ = [
     "make_payloads",
     "percentile",
     "proc_status",
+    "round_trips",
+    "send_all",
     "spin",
     "summarize_round_trips",
     "wait_go",
@@ -156,7 +172,7 @@ TASKS = [
     "roundtrip",
     "roundtrip_auto",
     "roundtrip_bridged",
-    # bench/bodies.py: sync task bodies (scenarios 18-20)
+    # bench/bodies.py: sync task bodies (scenarios 19-21)
     "io",
     "cpu",
     "cpu_process",
@@ -230,6 +246,16 @@ def wait_go() -> bool:
     """The ``timeouts`` command's pacing: block until the harness writes a line on standard
     input (dispatch the next attempt); False at its end."""
     return bool(sys.stdin.readline())
+
+
+#: The ``produce`` command's ``concurrent`` mode: this many coroutines send at once.
+SENDERS = 100
+
+
+def client_payload(i: int) -> dict[str, Any]:
+    """The payload of the ``produce`` command, the same for every queue: a small dict that
+    every serializer takes (JSON, pickle)."""
+    return {"i": i, "user": "user-4242", "path": f"images/{i}.png", "width": 128, "tags": ["png"]}
 
 
 def make_payloads(task: str, n: int, sleep: float) -> list[dict[str, Any]]:
@@ -358,6 +384,9 @@ Cancel = Callable[[str, str, int], None]
 #: ``(url, queue, n)``: for each line on stdin (:func:`wait_go`), dispatch ``spin`` and
 #: await its failure; emits one ``timeout`` line per task.
 Timeouts = Callable[[str, str, int], None]
+#: ``(url, queue, mode, n, client)``: what the ``produce`` command reports, i.e. for the
+#: enqueue modes ``{"seconds", "how"}``, for ``trips`` ``{"round_trips", "seconds", "how"}``.
+Produce = Callable[[str, str, str, int, str], dict[str, Any]]
 
 
 async def linger(
@@ -380,6 +409,52 @@ async def paced(n: int, interval: float, send: Callable[[], Awaitable[object]]) 
         await send()
 
 
+async def send_all(mode: str, n: int, send: Callable[[dict[str, Any]], Awaitable[object]]) -> float:
+    """For asyncio queues, the ``produce`` command's ``single`` and ``concurrent`` modes:
+    await ``send(payload)`` for ``n`` payloads one after the other, or from
+    :data:`SENDERS` coroutines at once (``asyncio.gather``), each sending its share one
+    after the other. Returns the seconds the sending took."""
+    import asyncio  # noqa: PLC0415 - only the asyncio queues load it (it counts in RSS)
+
+    payloads = [client_payload(i) for i in range(n)]
+
+    async def sender(first: int, step: int) -> None:
+        for payload in payloads[first::step]:
+            await send(payload)
+
+    begin = time.perf_counter()
+    if mode == "single":
+        await sender(0, 1)
+    elif mode == "concurrent":
+        await asyncio.gather(*(sender(k, SENDERS) for k in range(SENDERS)))
+    else:
+        raise ValueError(mode)
+    return time.perf_counter() - begin
+
+
+async def round_trips(
+    n: int, trip: Callable[[dict[str, Any]], Awaitable[object]]
+) -> dict[str, Any]:
+    """The ``produce`` command's ``trips`` mode: ``n`` times, ``await trip(payload)`` (which
+    dispatches ``echo`` and awaits its result), one after the other, each timed; the
+    payload carries ``t`` (the worker's pickup latency) and ``trip`` must return its ``i``."""
+    seconds = []
+    begin = time.perf_counter()
+    for i in range(n):
+        start = time.perf_counter()
+        value = await trip({**client_payload(i), "t": time.time()})
+        seconds.append(time.perf_counter() - start)
+        if value != i:
+            raise AssertionError(f"round trip {i} returned {value!r}")
+    return {"round_trips": seconds, "seconds": time.perf_counter() - begin}
+
+
+def asyncio_only(client: str, name: str) -> None:
+    """A peer produces from asyncio only (``--client`` is trunner's)."""
+    if client != "asyncio":
+        raise NotSupported(f"{name} is measured from asyncio only")
+
+
 def main(
     enqueue: Enqueue,
     dispatch: Dispatch,
@@ -389,6 +464,7 @@ def main(
     results: Results | None = None,
     cancel: Cancel | None = None,
     timeouts: Timeouts | None = None,
+    produce: Produce | None = None,
 ) -> None:
     """Parse the command line and run one command of one queue implementation.
 
@@ -407,6 +483,11 @@ def main(
                 raise NotSupported("no result API in this benchmark's queue")
             seconds, wall = results(args.redis, args.queue, args.n, args.concurrency)
             emit(summarize_round_trips(seconds, args.concurrency, wall))
+        elif args.command == "produce":
+            if produce is None:
+                raise NotSupported("the clients scenario is not written for this queue")
+            report = produce(args.redis, args.queue, args.mode, args.n, args.client)
+            emit(produced(args.mode, args.n, args.client, report))
         elif args.command == "cancel":
             if cancel is None:
                 raise NotSupported("no cancellation of a running task in this benchmark")
@@ -421,6 +502,18 @@ def main(
     except NotSupported as exc:
         emit({"event": "unsupported", "reason": str(exc)})
         sys.exit(3)
+
+
+def produced(mode: str, n: int, client: str, report: dict[str, Any]) -> dict[str, Any]:
+    """The ``produce`` command's line."""
+    extra = {"client": client, "how": report["how"]}
+    if mode == "trips":
+        return summarize_round_trips(report["round_trips"], 1, report["seconds"]) | extra
+    if mode == "concurrent" and "senders" not in extra["how"]:
+        extra["how"] += f", {SENDERS} senders at once (asyncio.gather)"
+    seconds = report["seconds"]
+    line = {"event": "produced", "mode": mode, "n": n, "seconds": round(seconds, 4)}
+    return line | {"rate": round(n / seconds, 1)} | extra
 
 
 def parse_args() -> argparse.Namespace:
@@ -454,6 +547,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--strict-lanes", action="store_true")
     # bench/bodies.py: the queue's own multi-process mode, this many processes.
     p.add_argument("--processes", type=int, default=0)
+    # streaq only (the clients scenario): the event loop its worker runs on.
+    p.add_argument("--loop", default="", choices=["", "asyncio", "trio"])
     p = sub.add_parser("results")
     p.add_argument("--n", type=int, required=True)
     p.add_argument("--concurrency", type=int, default=1)
@@ -461,6 +556,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--n", type=int, required=True)
     p = sub.add_parser("timeouts")
     p.add_argument("--n", type=int, required=True)
+    p = sub.add_parser("produce")
+    p.add_argument("--mode", required=True, choices=["single", "concurrent", "bulk", "trips"])
+    p.add_argument("--n", type=int, required=True)
+    p.add_argument("--client", default="asyncio", choices=["asyncio", "sync", "trio"])
     return parser.parse_args()
 
 

@@ -5,7 +5,9 @@ setting is arq's default (it polls its queue every ``poll_delay`` = 0.5 s when i
 keeps results for an hour). arq has no bulk enqueue API. The roundtrip body uses the
 worker's own client, ``ctx["redis"]`` (an ``ArqRedis``, i.e. a ``redis.asyncio.Redis``).
 ``results``: ``job = await pool.enqueue_job(...)`` then ``await job.result()``, which
-polls for the result every ``poll_delay`` = 0.5 s (its default).
+polls for the result every ``poll_delay`` = 0.5 s (its default). ``produce`` (the
+clients scenario): ``await pool.enqueue_job(...)``, one after the other or from 100
+coroutines at once (arq has no bulk enqueue); the round trips as ``results``, one at a time.
 """
 
 from __future__ import annotations
@@ -17,7 +19,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from _driver import BODY_PX, NotSupported, Recorder, body_keys, linger, main, paced
+from _driver import (
+    BODY_PX,
+    NotSupported,
+    Recorder,
+    asyncio_only,
+    body_keys,
+    linger,
+    main,
+    paced,
+    round_trips,
+    send_all,
+)
 from arq import create_pool
 from arq.connections import RedisSettings
 from arq.worker import Worker, func
@@ -111,6 +124,31 @@ def results(url: str, queue: str, n: int, concurrency: int) -> tuple[list[float]
     return asyncio.run(run())
 
 
+def produce(url: str, queue: str, mode: str, n: int, client: str) -> dict[str, Any]:
+    asyncio_only(client, "arq")
+    if mode == "bulk":
+        raise NotSupported("arq has no bulk enqueue API")
+
+    async def run() -> dict[str, Any]:
+        pool = await create_pool(RedisSettings.from_dsn(url), default_queue_name=queue)
+        try:
+            if mode == "trips":
+
+                async def trip(payload: dict[str, Any]) -> Any:
+                    job = await pool.enqueue_job("echo", payload)
+                    assert job is not None
+                    return await job.result(timeout=30)
+
+                how = "job = await pool.enqueue_job('echo', p); await job.result()"
+                return await round_trips(n, trip) | {"how": how}
+            seconds = await send_all(mode, n, lambda p: pool.enqueue_job("noop", p))
+            return {"seconds": seconds, "how": "await pool.enqueue_job('noop', p)"}
+        finally:
+            await pool.aclose()
+
+    return asyncio.run(run())
+
+
 def work(
     url: str, queue: str, args: argparse.Namespace, rec: Recorder, ready: Callable[[], None]
 ) -> dict[str, Any]:
@@ -155,4 +193,4 @@ def work(
 
 
 if __name__ == "__main__":
-    main(enqueue, dispatch, work, results=results)
+    main(enqueue, dispatch, work, results=results, produce=produce)

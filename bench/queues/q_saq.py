@@ -12,6 +12,10 @@ that outlives its second — a lost wake-up: seen about once in 40 round trips w
 included, and the line ``{"event": "lost_wakeups", "count"}`` says how many.
 ``io`` (bench/bodies.py) is a sync function: saq runs it in the worker's thread pool, given
 ``concurrency`` threads (see ``work``).
+``produce`` (the clients scenario): ``await queue.enqueue(...)``, one after the other or
+from 100 coroutines at once (saq has no bulk enqueue: ``Queue.map`` gathers its enqueues
+so, then waits for the results; the queue's own semaphore lets 20 run at a time); the
+round trips as ``results``, one at a time.
 """
 
 from __future__ import annotations
@@ -29,11 +33,14 @@ from _driver import (
     IO_SLEEP,
     NotSupported,
     Recorder,
+    asyncio_only,
     body_keys,
     emit,
     linger,
     main,
     paced,
+    round_trips,
+    send_all,
 )
 from saq import Worker
 from saq.queue.redis import RedisQueue
@@ -117,6 +124,19 @@ def dispatch(
     asyncio.run(run())
 
 
+async def round_trip(q: RedisQueue, payload: dict[str, Any], lost: list[int]) -> Any:
+    """Enqueue ``echo`` and wait for its result: saq's pub/sub wake-up, and a second look
+    when the wait outlived its second (a lost wake-up, counted in ``lost``)."""
+    job = await q.enqueue("echo", payload=payload)
+    assert job is not None
+    try:
+        await job.refresh(until_complete=1.0)
+    except TimeoutError:
+        lost.append(payload["i"])
+        await job.refresh()
+    return job.result
+
+
 def results(url: str, queue: str, n: int, concurrency: int) -> tuple[list[float], float]:
     async def run() -> tuple[list[float], float]:
         seconds: list[float] = []
@@ -127,15 +147,9 @@ def results(url: str, queue: str, n: int, concurrency: int) -> tuple[list[float]
         async def waiter(first: int) -> None:
             for i in range(first, n, concurrency):
                 begin = time.perf_counter()
-                job = await q.enqueue("echo", payload={"i": i, "t": time.time()})
-                assert job is not None
-                try:
-                    await job.refresh(until_complete=1.0)
-                except TimeoutError:
-                    lost.append(i)
-                    await job.refresh()
+                value = await round_trip(q, {"i": i, "t": time.time()}, lost)
                 seconds.append(time.perf_counter() - begin)
-                assert job.result == i, (job, i)
+                assert value == i, (value, i)
 
         try:
             begin = time.perf_counter()
@@ -143,6 +157,30 @@ def results(url: str, queue: str, n: int, concurrency: int) -> tuple[list[float]
             wall = time.perf_counter() - begin
             emit({"event": "lost_wakeups", "count": len(lost)})
             return seconds, wall
+        finally:
+            await q.disconnect()
+
+    return asyncio.run(run())
+
+
+def produce(url: str, queue: str, mode: str, n: int, client: str) -> dict[str, Any]:
+    asyncio_only(client, "saq")
+    if mode == "bulk":
+        raise NotSupported("saq has no bulk enqueue API")
+
+    async def run() -> dict[str, Any]:
+        q = make_queue(url, queue)
+        await q.connect()
+        try:
+            if mode == "trips":
+                lost: list[int] = []
+                report = await round_trips(n, lambda p: round_trip(q, p, lost))
+                emit({"event": "lost_wakeups", "count": len(lost)})
+                how = "job = await queue.enqueue('echo', payload=p); "
+                how += "await job.refresh(until_complete=1)"
+                return report | {"how": how}
+            seconds = await send_all(mode, n, lambda p: q.enqueue("noop", payload=p))
+            return {"seconds": seconds, "how": "await queue.enqueue('noop', payload=p)"}
         finally:
             await q.disconnect()
 
@@ -197,4 +235,4 @@ def work(
 
 
 if __name__ == "__main__":
-    main(enqueue, dispatch, work, results=results)
+    main(enqueue, dispatch, work, results=results, produce=produce)

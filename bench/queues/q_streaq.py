@@ -8,17 +8,38 @@ streaq's own worker (``streaq.Worker(anyio_backend="trio")``, run with ``run_asy
 (streaq subscribes to the task's channel, then reads the stored result; results are kept
 5 minutes by default). ``io`` (bench/bodies.py) is a sync function: streaq runs it in a
 thread, at most ``sync_concurrency`` (= ``concurrency``) at once.
+
+The clients scenario runs streaq on asyncio, its default anyio backend: the worker with
+``--loop asyncio`` (``Worker(anyio_backend="asyncio")``, ``run_async`` under
+``anyio.run(..., backend="asyncio")``), and ``produce`` under ``asyncio.run``, the worker
+object opened as streaq's producer (``async with worker:``): ``await
+registered.enqueue(...)`` one after the other or from 100 coroutines at once, and
+``Worker.enqueue_many``; the round trips as ``results``, one at a time.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
+import anyio
 import trio
-from _driver import BODY_PX, IO_SLEEP, NotSupported, Recorder, body_keys, linger, main
+from _driver import (
+    BODY_PX,
+    IO_SLEEP,
+    NotSupported,
+    Recorder,
+    asyncio_only,
+    body_keys,
+    client_payload,
+    linger,
+    main,
+    round_trips,
+    send_all,
+)
 from coredis import PureToken  # type: ignore[import-not-found]
 from streaq import Worker
 
@@ -34,7 +55,7 @@ async def noop(payload: Any) -> None:
 
 async def sleep(payload: Any) -> None:
     REC.begin(payload)
-    await trio.sleep(payload["s"])
+    await anyio.sleep(payload["s"])
     REC.end()
 
 
@@ -63,13 +84,15 @@ async def roundtrip(payload: Any) -> None:
     REC.end()
 
 
-def make_worker(url: str, queue: str, concurrency: int = 100) -> tuple[Worker[Any], dict[str, Any]]:
+def make_worker(
+    url: str, queue: str, concurrency: int = 100, backend: Literal["asyncio", "trio"] = "trio"
+) -> tuple[Worker[Any], dict[str, Any]]:
     worker: Worker[Any] = Worker(
         redis_url=url,
         queue_name=queue,
         concurrency=concurrency,
         sync_concurrency=concurrency,  # the threads of sync tasks (its default too)
-        anyio_backend="trio",
+        anyio_backend=backend,
         handle_signals=False,
     )
     registered = {f.__name__: worker.task(f) for f in (noop, sleep, latency, echo, roundtrip, io)}
@@ -132,37 +155,65 @@ def results(url: str, queue: str, n: int, concurrency: int) -> tuple[list[float]
     return trio.run(run)
 
 
+def produce(url: str, queue: str, mode: str, n: int, client: str) -> dict[str, Any]:
+    asyncio_only(client, "streaq")
+    worker, registered = make_worker(url, queue, backend="asyncio")
+
+    async def trip(payload: dict[str, Any]) -> Any:
+        task = await registered["echo"].enqueue(payload)
+        result = await task.result(timeout=30)
+        assert result.success, result
+        return result.result
+
+    async def run() -> dict[str, Any]:
+        async with worker:
+            if mode == "trips":
+                how = "task = await echo.enqueue(p); await task.result()"
+                return await round_trips(n, trip) | {"how": how}
+            if mode == "bulk":
+                payloads = [client_payload(i) for i in range(n)]
+                begin = time.perf_counter()
+                await worker.enqueue_many([registered["noop"].enqueue(p) for p in payloads])
+                seconds = time.perf_counter() - begin
+                return {"seconds": seconds, "how": "await worker.enqueue_many([noop.enqueue(p)])"}
+            seconds = await send_all(mode, n, registered["noop"].enqueue)
+            return {"seconds": seconds, "how": "await noop.enqueue(p)"}
+
+    return asyncio.run(run())
+
+
 def work(
     url: str, queue: str, args: argparse.Namespace, rec: Recorder, ready: Callable[[], None]
 ) -> dict[str, Any]:
     global REC, WORKER, PREFIX, COUNTER
     REC = rec
     PREFIX, COUNTER = body_keys(queue)
-    worker, _ = make_worker(url, queue, args.concurrency)
+    backend: Literal["asyncio", "trio"] = "asyncio" if args.loop == "asyncio" else "trio"
+    worker, _ = make_worker(url, queue, args.concurrency, backend)
     WORKER = worker
 
     async def run() -> dict[str, Any]:
-        done = trio.Event()
+        done = anyio.Event()
         rec.on_complete = done.set
         if args.task == "io":  # the bodies run in threads: the n-th sets the event from one
             rec.make_threadsafe()
-            rec.on_complete = lambda: trio.from_thread.run_sync(done.set)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(worker.run_async)
+            rec.on_complete = lambda: anyio.from_thread.run_sync(done.set)
+        async with anyio.create_task_group() as group:
+            await group.start(worker.run_async)
             ready()
             await done.wait()
             # Cancelling streaq while it finishes a task's bookkeeping hung it for good
             # (seen with streaq 7.2): wait until nothing runs, then a little more.
             while worker.running():  # noqa: ASYNC110 (streaq has no event for it)
-                await trio.sleep(0.01)
-            await linger(args, rec, trio.sleep)
-            await trio.sleep(0.5)
-            nursery.cancel_scope.cancel()
+                await anyio.sleep(0.01)
+            await linger(args, rec, anyio.sleep)
+            await anyio.sleep(0.5)
+            group.cancel_scope.cancel()
         return {}
 
-    return trio.run(run)
+    return anyio.run(run, backend=backend)
 
 
 if __name__ == "__main__":
     _ = NotSupported
-    main(enqueue, dispatch, work, results=results)
+    main(enqueue, dispatch, work, results=results, produce=produce)

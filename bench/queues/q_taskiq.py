@@ -4,10 +4,15 @@
 ``taskiq_redis.RedisStreamBroker`` (consumer group from the stream's start, so a backlog
 enqueued before the worker starts is read) and taskiq's own ``Receiver`` — what
 ``taskiq worker`` runs in each worker process — with ``max_async_tasks`` = the concurrency.
-No result backend. taskiq has no bulk enqueue API. The roundtrip body uses a
-``redis.asyncio.Redis`` created once per worker process by a ``WORKER_STARTUP`` event
-handler and kept in the broker's state, which the body receives as taskiq documents it
-(``state: TaskiqState = TaskiqDepends()``).
+No result backend, except for ``echo`` (below). taskiq has no bulk enqueue API. The
+roundtrip body uses a ``redis.asyncio.Redis`` created once per worker process by a
+``WORKER_STARTUP`` event handler and kept in the broker's state, which the body receives
+as taskiq documents it (``state: TaskiqState = TaskiqDepends()``).
+``produce`` (the clients scenario): ``await task.kiq(...)``, one after the other or from 100
+coroutines at once; the round trips: ``await (await echo.kiq(p)).wait_result()`` on a
+broker ``with_result_backend(RedisAsyncResultBackend(url))`` (taskiq-redis's result
+backend: ``wait_result`` looks for the result every ``check_interval`` = 0.2 s, its
+default), the worker's broker too (only the ``echo`` worker stores results).
 
 bench/bodies.py: ``io`` is a sync function, run in the receiver's thread pool of
 ``concurrency`` threads (``taskiq worker --max-threadpool-threads``); ``cpu`` and ``spin``
@@ -35,12 +40,15 @@ from _driver import (
     SPIN_LIMIT,
     NotSupported,
     Recorder,
+    asyncio_only,
     body_keys,
     cpu_body,
     emit,
     linger,
     main,
     paced,
+    round_trips,
+    send_all,
     spin,
     wait_go,
 )
@@ -66,6 +74,12 @@ async def sleep(payload: Any) -> None:
 async def latency(payload: Any) -> None:
     REC.begin(payload)
     REC.end()
+
+
+async def echo(payload: Any) -> int:
+    REC.begin(payload)
+    REC.end()
+    return int(payload["i"])
 
 
 def io(payload: Any) -> None:  # sync: taskiq runs it in the receiver's executor (threads)
@@ -94,12 +108,13 @@ async def roundtrip(payload: Any, state: TaskiqState = TaskiqDepends()) -> None:
 def make_broker(
     url: str, queue: str, results: bool = False
 ) -> tuple[RedisStreamBroker, dict[str, Any]]:
+    """The broker; with ``results``, with taskiq-redis's result backend."""
     broker = RedisStreamBroker(url, queue_name=queue, consumer_group_name=queue, consumer_id="0")
-    if results:  # the spin task's waiter awaits its failure through taskiq-redis's backend
-        broker = broker.with_result_backend(RedisAsyncResultBackend(url, result_ex_time=60))
+    if results:
+        broker = broker.with_result_backend(RedisAsyncResultBackend(url))
     registered = {
         f.__name__: broker.register_task(f, task_name=f.__name__)
-        for f in (noop, sleep, latency, roundtrip, io, cpu)
+        for f in (noop, sleep, latency, echo, roundtrip, io, cpu)
     }
     registered["spin"] = broker.register_task(spin_task, task_name="spin", timeout=SPIN_LIMIT)
 
@@ -149,13 +164,38 @@ def dispatch(
     asyncio.run(run())
 
 
+def produce(url: str, queue: str, mode: str, n: int, client: str) -> dict[str, Any]:
+    asyncio_only(client, "taskiq")
+    if mode == "bulk":
+        raise NotSupported("taskiq has no bulk enqueue API")
+    broker, registered = make_broker(url, queue, results=mode == "trips")
+
+    async def trip(payload: dict[str, Any]) -> Any:
+        task = await registered["echo"].kiq(payload)
+        result = await task.wait_result(timeout=30)
+        return result.raise_for_error().return_value
+
+    async def run() -> dict[str, Any]:
+        await broker.startup()
+        try:
+            if mode == "trips":
+                how = "task = await echo.kiq(p); await task.wait_result()"
+                return await round_trips(n, trip) | {"how": how}
+            seconds = await send_all(mode, n, registered["noop"].kiq)
+            return {"seconds": seconds, "how": "await noop.kiq(p)"}
+        finally:
+            await broker.shutdown()
+
+    return asyncio.run(run())
+
+
 def work(
     url: str, queue: str, args: argparse.Namespace, rec: Recorder, ready: Callable[[], None]
 ) -> dict[str, Any]:
     global REC, PREFIX, COUNTER
     REC = rec
     PREFIX, COUNTER = body_keys(queue)
-    broker, _ = make_broker(url, queue, results=args.task == "spin")
+    broker, _ = make_broker(url, queue, results=args.task in ("echo", "spin"))
     broker.is_worker_process = True
     # What ``taskiq worker`` gives the receiver for sync tasks: a thread pool
     # (--max-threadpool-threads, here the concurrency), or with --use-process-pool a process
@@ -219,4 +259,4 @@ def timeouts(url: str, queue: str, n: int) -> None:
 
 
 if __name__ == "__main__":
-    main(enqueue, dispatch, work, timeouts=timeouts)
+    main(enqueue, dispatch, work, produce=produce, timeouts=timeouts)

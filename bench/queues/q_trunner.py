@@ -28,9 +28,18 @@ lanes (``RunnerConfig.lanes``, highest first), by weight, or strictly with
 when a pause of its group has stopped its fetch loops, and when they fetch again
 (:func:`report_pauses`).
 
-bench/bodies.py: ``io`` (scenario 18) is a plain ``def`` task, run in the worker's threads
-(``max_threads``: by default ``num_workers``, the concurrency). Scenarios 19 and 20 run
+bench/bodies.py: ``io`` (scenario 19) is a plain ``def`` task, run in the worker's threads
+(``max_threads``: by default ``num_workers``, the concurrency). Scenarios 20 and 21 run
 ``trunner worker`` on trunner_app.py; their waiter is ``timeouts`` here.
+
+``produce`` (the clients scenario) with ``--client asyncio`` (the default): a
+``trunner.aio.Client`` under ``asyncio.run``; ``await client.dispatch(...)`` one after the
+other or from 100 coroutines at once, ``await client.dispatch_many(...)``, and round trips
+``handle = await client.dispatch("echo", p, keep_result=KEEP)``, ``await
+handle.result()``. ``--client sync``: a ``trunner.sync.Client`` (no concurrent mode: its
+concurrency is the caller's threads); ``--client trio``: ``open_client``, the concurrent
+senders in a nursery. trunner.aio, trunner.sync and asyncio are imported only then (the
+workers' RSS stays trunner's own).
 """
 
 from __future__ import annotations
@@ -45,11 +54,15 @@ import trio
 from _driver import (
     BODY_PX,
     IO_SLEEP,
+    SENDERS,
     NotSupported,
     Recorder,
     body_keys,
+    client_payload,
     emit,
     main,
+    round_trips,
+    send_all,
     wait_go,
 )
 
@@ -159,6 +172,101 @@ def timeouts(url: str, queue: str, n: int) -> None:
                 emit({"event": "timeout", "i": i, "t_failed": time.time(), "outcome": outcome})
 
     trio.run(run)
+
+
+def produce(url: str, queue: str, mode: str, n: int, client: str) -> dict[str, Any]:
+    """The clients scenario: dispatching from asyncio (``trunner.aio.Client``), from
+    synchronous code (``trunner.sync.Client``) or from Trio (``open_client``)."""
+    if client == "sync":
+        return produce_sync(url, queue, mode, n)
+    if client == "trio":
+        return trio.run(produce_trio, url, queue, mode, n)
+    import asyncio  # noqa: PLC0415 - only this command loads it (the workers' RSS)
+
+    import trunner.aio  # noqa: PLC0415 - idem
+
+    async def run() -> dict[str, Any]:
+        async with trunner.aio.Client(url, queue=queue, prefix=PREFIX) as aio:
+
+            async def trip(payload: dict[str, Any]) -> Any:
+                handle = await aio.dispatch("echo", payload, keep_result=KEEP)
+                return await handle.result(timeout=30)
+
+            if mode == "trips":
+                how = "handle = await client.dispatch('echo', p); await handle.result()"
+                return await round_trips(n, trip) | {"how": how}
+            if mode == "bulk":
+                payloads = [client_payload(i) for i in range(n)]
+                begin = time.perf_counter()
+                await aio.dispatch_many("noop", payloads)
+                how = "await client.dispatch_many('noop', payloads)"
+                return {"seconds": time.perf_counter() - begin, "how": how}
+            seconds = await send_all(mode, n, lambda p: aio.dispatch("noop", p))
+            return {"seconds": seconds, "how": "await client.dispatch('noop', p)"}
+
+    return asyncio.run(run())
+
+
+def produce_sync(url: str, queue: str, mode: str, n: int) -> dict[str, Any]:
+    """The clients scenario from synchronous code: ``trunner.sync.Client``."""
+    import trunner.sync  # noqa: PLC0415 - only this command loads it (the workers' RSS)
+
+    if mode == "concurrent":
+        raise NotSupported("the sync client's concurrency is its callers' threads")
+    with trunner.sync.Client(url, queue=queue, prefix=PREFIX) as client:
+        if mode == "trips":
+            seconds = []
+            begin = time.perf_counter()
+            for i in range(n):
+                start = time.perf_counter()
+                payload = {**client_payload(i), "t": time.time()}
+                value = client.dispatch("echo", payload, keep_result=KEEP).result(timeout=30)
+                seconds.append(time.perf_counter() - start)
+                assert value == i, (value, i)
+            how = "client.dispatch('echo', p).result()"
+            return {"round_trips": seconds, "seconds": time.perf_counter() - begin, "how": how}
+        payloads = [client_payload(i) for i in range(n)]
+        begin = time.perf_counter()
+        if mode == "bulk":
+            client.dispatch_many("noop", payloads)
+            how = "client.dispatch_many('noop', payloads)"
+        else:
+            for payload in payloads:
+                client.dispatch("noop", payload)
+            how = "client.dispatch('noop', p)"
+        return {"seconds": time.perf_counter() - begin, "how": how}
+
+
+async def produce_trio(url: str, queue: str, mode: str, n: int) -> dict[str, Any]:
+    """The clients scenario from Trio (the reference): ``open_client``."""
+    async with trunner.open_client(url, queue, prefix=PREFIX) as client:
+
+        async def trip(payload: dict[str, Any]) -> Any:
+            handle = await client.dispatch("echo", payload, keep_result=KEEP)
+            return await handle.result(timeout=30)
+
+        if mode == "trips":
+            how = "handle = await client.dispatch('echo', p); await handle.result()"
+            return await round_trips(n, trip) | {"how": how}
+        payloads = [client_payload(i) for i in range(n)]
+
+        async def sender(first: int, step: int) -> None:
+            for payload in payloads[first::step]:
+                await client.dispatch("noop", payload)
+
+        begin = time.perf_counter()
+        if mode == "bulk":
+            await client.dispatch_many("noop", payloads)
+            how = "await client.dispatch_many('noop', payloads)"
+        elif mode == "concurrent":
+            async with trio.open_nursery() as nursery:
+                for k in range(SENDERS):
+                    nursery.start_soon(sender, k, SENDERS)
+            how = "await client.dispatch('noop', p), 100 senders in a nursery"
+        else:
+            await sender(0, 1)
+            how = "await client.dispatch('noop', p)"
+        return {"seconds": time.perf_counter() - begin, "how": how}
 
 
 def otel_middleware() -> trunner.Middleware:
@@ -391,4 +499,6 @@ async def bridged(url: str, run: Callable[[], Awaitable[dict[str, Any]]]) -> dic
 
 if __name__ == "__main__":
     _ = NotSupported
-    main(enqueue, dispatch, work, results=results, cancel=cancel, timeouts=timeouts)
+    main(
+        enqueue, dispatch, work, results=results, cancel=cancel, produce=produce, timeouts=timeouts
+    )

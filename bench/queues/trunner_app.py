@@ -1,4 +1,4 @@
-"""The tasks bench/bodies.py runs with the ``trunner worker`` command (scenarios 19 and 20):
+"""The tasks bench/bodies.py runs with the ``trunner worker`` command (scenarios 20 and 21):
 
     PYTHONPATH=bench/queues trunner worker trunner_app:settings --group Q --redis URL --workers W
 

@@ -16,6 +16,7 @@ import trunner
 from trunner._redis import Transport, open_transport
 from trunner.keys import Keys
 
+from ..support.proxy import open_proxy
 from ..support.servers import RedisServer
 
 
@@ -77,3 +78,51 @@ async def test_an_argument_of_another_type_is_refused_and_nothing_is_sent(
         with pytest.raises((TypeError, trunner.BackendError), match=r"bool|type|must be"):
             await transport.execute("ECHO", bad)  # type: ignore[arg-type]
     assert await transport.execute("ECHO", "still in step") == b"still in step"
+
+
+@pytest.mark.parametrize("bridge", [False, True], ids=["native", "bridged"])
+async def test_a_subscription_a_nat_dropped_silently_is_found_broken(
+    redis_server: RedisServer, group: str, bridge: bool
+) -> None:
+    """A subscription that hears nothing for ``subscription_ping`` seconds asks Redis
+    whether it is there; when the network swallows the question too (a NAT or a proxy
+    forgot the connection, without closing it), ``next_message`` raises RedisUnavailable
+    after ``command_timeout`` instead of waiting forever, and its owner subscribes again.
+    On a healthy connection the question changes nothing."""
+    channel = f"{group}:news"
+    async with (
+        open_proxy(redis_server.port) as proxy,
+        open_transport(
+            proxy.url,
+            client_name="keepalive-test",
+            max_connections=4,
+            connect_timeout=5.0,
+            command_timeout=5.0,  # pongs on a busy machine: no race with a short one
+            bridge=bridge,
+        ) as transport,
+        open_transport(
+            redis_server.url, client_name="publisher", max_connections=1, connect_timeout=5.0
+        ) as publisher,
+    ):
+        transport.subscription_ping = 0.05
+        subscriber = transport.open_subscriber(channel)
+        await subscriber.subscribe()
+        heard: list[bytes] = []
+        listening = trio.Event()
+
+        async def listen() -> None:
+            listening.set()
+            heard.append(await subscriber.next_message())
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(listen)
+            await listening.wait()
+            await trio.sleep(0.3)  # several pings answered meanwhile
+            await publisher.execute("PUBLISH", channel, "still here")
+        assert heard == [b"still here"]
+
+        transport.command_timeout = 0.5  # how long an unanswered PING is waited for
+        proxy.blackhole()
+        with pytest.raises(trunner.RedisUnavailable, match="PING"):
+            await subscriber.next_message()
+        await subscriber.aclose()

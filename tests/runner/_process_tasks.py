@@ -64,3 +64,45 @@ def crash(how: str) -> str:
 
 def refuse(reason: str) -> None:
     raise ValueError(reason)
+
+
+class OverQuota(Exception):
+    """An exception whose ``__init__`` takes other parameters than its ``args``."""
+
+    def __init__(self, account: str, limit: int) -> None:
+        super().__init__(f"{account} is over its quota of {limit}")
+        self.account = account
+        self.limit = limit
+
+
+class Coded(Exception):
+    """One whose ``__init__`` accepts its ``args`` but would read them wrong."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"code {code}")
+        self.code = code
+
+
+class Unsendable(Exception):
+    """One with an attribute that has no JSON form."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.handle = object()
+
+
+def over_quota(kind: str) -> None:
+    if kind == "quota":
+        raise OverQuota("acme", 3)
+    if kind == "coded":
+        raise Coded(7)
+    raise Unsendable("a socket was open")
+
+
+def leave_a_fork(_: None) -> int:
+    """Fork a child that outlives the task (it holds the worker process's pipes)."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the forked child waits to be killed
+        signal.pause()
+        os._exit(0)
+    return pid

@@ -247,13 +247,14 @@ async def test_an_asyncio_client_opens_once_and_a_close_during_its_open_holds(
 async def test_a_sync_handle_outlives_its_clients_connections(
     redis_server: RedisServer, group: str, worker: Worker
 ) -> None:
-    """A handle made before the client connected anew (after a close here; after a fork,
-    the same) waits over the client's connections of now, not the old ones."""
+    """A handle made before the client connected anew (after a close and an open here;
+    after a fork, the same) waits over the client's connections of now, not the old ones."""
 
     def scenario() -> tuple[Any, Any]:
         client = trunner.sync.Client(redis_server.url, queue=group)
         handle = client.dispatch("kept", 7)
         client.close()
+        client.open()  # a closed client refuses calls until opened again
         try:
             return handle.result(timeout=60), handle.status().state
         finally:

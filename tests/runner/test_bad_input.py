@@ -220,6 +220,56 @@ async def test_any_stream_entry_is_run_or_dead_lettered_and_the_runner_keeps_ser
     assert all(isinstance(e, given_up) for e in errors), errors
 
 
+async def test_a_step_message_whose_step_is_bad_is_dead_lettered_and_the_runner_goes_on() -> None:
+    """A malformed ``wf`` member (a workflow step reference) in Redis is that message's
+    problem alone: given up as undecodable with the reason, the others run."""
+    name, group = f"bad-step-{uuid.uuid4().hex[:12]}", "steps"
+    keys = Keys("trunner", group)
+    ran: list[Any] = []
+    errors: list[BaseException] = []
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task
+    async def record(payload: Any) -> None:
+        ran.append(payload)
+
+    async def collect(runner: trunner.Runner) -> None:
+        async for error in runner.errors():
+            errors.append(error)
+
+    bad = [["w1", -1], ["w 1", 0, "", True], ["w1", 3, "2"], "w1", ["w1", 0, "1", "yes"]]
+    cfg = trunner.RunnerConfig(consumer_group=group, block_duration=0.05)
+    try:
+        with trio.fail_after(20):
+            async with (
+                trio.open_nursery() as nursery,
+                open_checked_runner(f"memory://{name}", cfg, tasks) as runner,
+            ):
+                nursery.start_soon(collect, runner)
+                raw = raw_client(f"memory://{name}")
+                body = {"task": REGISTERED, "payload": "bad", "attempt": 1, "enqueued_at": 1.0}
+                for step in bad:
+                    raw.xadd(keys.stream, {b"payload": json.dumps(body | {"wf": step})})
+                good = body | {"payload": "good", "id": "w1.0", "wf": ["w1", 0, "1", True]}
+                raw.xadd(keys.stream, {b"payload": json.dumps(good)})
+
+                async def settled() -> bool:
+                    await trio.lowlevel.checkpoint()
+                    return raw.xlen(keys.dead) == len(bad) and ran == ["good"]
+
+                await redis_state(settled, poll=0.01)
+                reasons = {f[b"reason"] for _, f in raw.xrange(keys.dead)}
+                assert reasons == {b"undecodable"}
+                await runner.dispatch(REGISTERED, "still serving")
+                await redis_state(lambda: _has(ran, "still serving"), poll=0.01)
+                assert runner.state is trunner.RunnerState.STARTED
+    finally:
+        forget_memory_server(name)
+    assert len(errors) == len(bad)
+    assert all(isinstance(e, trunner.errors.InvalidMessage) for e in errors), errors
+    assert all("'wf' is not a workflow step" in str(e) for e in errors), errors
+
+
 # -- refused calls write nothing: checked on a real Redis ------------------------------------
 
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 from typing import Any
 
 import pytest
 import trio
 
 import trunner
-from trunner import Task, TaskState
+from trunner import Task, TaskState, prometheus
 from trunner._executors.processes import ProcessExecutor
 
 from ..conftest import config, open_checked_runner, parts
@@ -48,6 +49,17 @@ async def _first_failure(runner: trunner.Runner) -> BaseException:
         if isinstance(error, trunner.TaskFailed):
             return error.error
     raise AssertionError("no failed attempt reported")
+
+
+async def _failures(runner: trunner.Runner, count: int) -> list[BaseException]:
+    """The exceptions of the first ``count`` failed attempts the runner reported."""
+    found: list[BaseException] = []
+    async for error in runner.errors():
+        if isinstance(error, trunner.TaskFailed):
+            found.append(error.error)
+            if len(found) == count:
+                return found
+    raise AssertionError(f"{len(found)} failed attempts reported, not {count}")
 
 
 async def _pid_of_spinner(listener: trio.SocketListener) -> int:
@@ -109,6 +121,7 @@ async def test_a_timeout_or_cancel_kills_the_process_and_records_one_outcome(
         assert all(_gone(pid) for pid in pids)  # killed and reaped before the attempt ended
         stats = runner.statistics()
         assert (stats.succeeded, stats.failed + stats.cancelled) == (0, 1)
+        assert (stats.processes_killed, stats.processes_died) == (1, 0)
         assert await runner.admin.pending_count() == 0
         n.cancel_scope.cancel()
     await listeners[0].aclose()
@@ -126,6 +139,10 @@ async def test_a_process_that_dies_fails_its_attempt_and_the_worker_serves_on(
         assert await handle.result() == "served on"  # attempt 2, in a new process
         stats = runner.statistics()
         assert (stats.succeeded, stats.retried) == (1, 1)
+        assert (stats.processes_killed, stats.processes_died) == (0, 1)
+        text = prometheus.collect(runner).decode()
+        assert f'trunner_processes_died{{group="{group}"}} 1.0' in text
+        assert f'trunner_processes_killed{{group="{group}"}} 0.0' in text
         died = await _first_failure(runner)
         assert isinstance(died, trunner.errors.WorkerProcessDied)
         expected = {"abort": -6, "exit": 3, "sigkill": -9, "segfault": -11}[how]
@@ -155,6 +172,43 @@ async def test_an_exception_comes_back_as_its_own_class(memory_url: str, group: 
         assert str(failed) == "no thanks"
         assert isinstance(failed.__cause__, trunner.errors.RemoteFailure)
         assert "refuse" in failed.__cause__.traceback  # the process's traceback
+
+
+async def test_an_exception_comes_back_with_its_attributes(memory_url: str, group: str) -> None:
+    """Rebuilt without its ``__init__`` (whose parameters are not its ``args``), as
+    unpickling would: its class, ``args`` and attributes; one with an attribute that has
+    no JSON form comes back as the ``RemoteFailure`` that describes it."""
+    tasks = _registry(
+        Task("over_quota", work.over_quota, run_in="process", keep_result=60, max_retry=0)
+    )
+    async with open_checked_runner(memory_url, config(group), tasks) as runner:
+        for kind in ("quota", "coded", "unsendable"):
+            with pytest.raises(trunner.TaskFailed):
+                await (await runner.dispatch("over_quota", kind)).result()
+        failures = await _failures(runner, 3)
+    quota, coded, unsendable = failures
+    assert isinstance(quota, work.OverQuota)
+    assert (quota.account, quota.limit, quota.args) == ("acme", 3, ("acme is over its quota of 3",))
+    assert str(quota) == "acme is over its quota of 3"
+    assert isinstance(coded, work.Coded)
+    assert (coded.code, str(coded)) == (7, "code 7")
+    assert isinstance(unsendable, trunner.errors.RemoteFailure)
+    assert unsendable.type_name == "Unsendable"
+    assert "a socket was open" in str(unsendable)
+
+
+async def test_a_forked_child_left_running_delays_the_close_boundedly(
+    memory_url: str, group: str
+) -> None:
+    """A child forked by a process task and left running holds the worker process's pipes:
+    the runner's close waits the executor's grace for that worker, then goes on."""
+    tasks = _registry(Task("fork", work.leave_a_fork, run_in="process", keep_result=60))
+    async with open_checked_runner(memory_url, config(group), tasks) as runner:
+        grandchild = await (await runner.dispatch("fork", None)).result()
+    try:
+        assert not _gone(grandchild)  # the runner closed with it still running
+    finally:
+        os.kill(grandchild, signal.SIGKILL)
 
 
 def _wrapped(func: Any) -> Any:

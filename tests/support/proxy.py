@@ -8,6 +8,7 @@
         proxy.restore()  # connections are forwarded again
         proxy.delay = 0.05  # replies (target -> client) are held back this long
         proxy.drop_replies(1)  # the next reply is lost: its connection closes instead
+        proxy.blackhole()  # open connections stay open, and nothing crosses (a NAT forgot them)
 
 Everything the proxy starts is closed when the block exits.
 """
@@ -39,6 +40,7 @@ class Proxy:
         self.accepted = 0
         self.refused = 0
         self._drop = 0
+        self._silent = False
 
     @property
     def url(self) -> str:
@@ -61,6 +63,11 @@ class Proxy:
     def restore(self) -> None:
         """Forward new connections again."""
         self._cut = False
+
+    def blackhole(self) -> None:
+        """From now on, nothing crosses the open connections, in either direction, and
+        none is closed: a NAT or a firewall that forgot them without a word."""
+        self._silent = True
 
     def drop_replies(self, count: int) -> None:
         """Lose the next ``count`` replies: Redis ran the command, the client sees its
@@ -103,6 +110,8 @@ class Proxy:
         """Copy ``source`` to ``sink``; when either side ends, end the whole connection."""
         try:
             while data := await source.receive_some(_CHUNK):
+                if self._silent:
+                    continue
                 if reply and self.delay > 0:
                     await trio.sleep(self.delay)
                 if reply and self._drop > 0:

@@ -152,6 +152,36 @@ async def test_a_second_signal_stops_at_once_and_releases(
         worker.close()
 
 
+@pytest.mark.deadline(60)
+async def test_two_signals_that_come_together_are_two(
+    redis_server: RedisServer, group: str, keys: Keys
+) -> None:
+    """SIGTERM and SIGINT at once (as the supervisor of ``--processes`` passes on a second
+    signal right after the first): the second stops the worker at once, though the runner
+    had not yet begun stopping when the worker saw it (it used to drain for 20 s)."""
+    worker = WorkerProcess(
+        "examples.worker:settings", "--redis", redis_server.url, "--group", group
+    )
+    try:
+        await worker.ready()
+        async with trunner.open_client(redis_server.url, group) as client:
+            await client.dispatch("resize", {"image": "huge.png", "seconds": 60})
+
+            async def running() -> bool:
+                return await client.admin.pending_count() == 1
+
+            await redis_state(running)
+            worker.signal(signal.SIGTERM)
+            worker.signal(signal.SIGINT)
+            assert await worker.wait() == 1
+        raw = raw_client(redis_server.url)
+        (pending,) = raw.xpending_range(keys.stream, group, "-", "+", 10)
+        assert pending["consumer"].decode() == RELEASED_CONSUMER, "released, not acknowledged"
+        raw.close()
+    finally:
+        worker.close()
+
+
 def test_worker_settings_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     cases = {
         "examples.worker": "expected module:attribute",

@@ -16,9 +16,11 @@ from trunner._wire.decode import decode_message
 from trunner._wire.envelope import (
     PAYLOAD_FIELD,
     encode_message,
+    message_template,
     reencode_deferred,
     reencode_for_retry,
 )
+from trunner._wire.workflow import Literal, Results, StepRef
 from trunner.message import MessageOptions, TaskMessage
 
 ENQUEUED_AT = 1764412800.1234
@@ -34,8 +36,20 @@ STORED = (
 )
 
 
+#: A stored workflow step whose only option is its step reference: a retry must keep it.
+STORED_STEP = (
+    b'{"task":"parse","payload":{"big":1e400},"attempt":1,"enqueued_at":1764412800.123,'
+    b'"id":"w3f9a.17","expires":1764412900,"wf":["w3f9a",17,"18,20-22",true],"group":"g"}'
+)
+STEP = StepRef("w3f9a", 17, "18,20-22", keep=True)
+
+
 def _stored() -> TaskMessage:
     return decode_message("1764412800123-0@high", {PAYLOAD_FIELD: STORED})
+
+
+def _stored_step() -> TaskMessage:
+    return decode_message("1764412800123-0", {PAYLOAD_FIELD: STORED_STEP})
 
 
 WRITERS: dict[str, Callable[[], bytes]] = {
@@ -92,6 +106,38 @@ WRITERS: dict[str, Callable[[], bytes]] = {
     "surrogate": lambda: encode_message(
         "send_email", "\ud800 é", enqueued_at=ENQUEUED_AT, max_bytes=MAX_BYTES
     ),
+    "step": lambda: encode_message(
+        "parse",
+        {"u": 1},
+        enqueued_at=ENQUEUED_AT,
+        task_id="w3f9a.17",
+        options=MessageOptions(keep_result=30.0, workflow=STEP),
+        headers={"h": "v"},
+        group="g",
+        max_bytes=MAX_BYTES,
+        lane="high",
+        rate_reserved=True,
+    ),
+    "step_output": lambda: encode_message(
+        "store",
+        1,
+        enqueued_at=ENQUEUED_AT,
+        task_id="w3f9a.2",
+        options=MessageOptions(workflow=StepRef("w3f9a", 2)),
+        group="g",
+        max_bytes=MAX_BYTES,
+    ),
+    "step_surrogate": lambda: encode_message(
+        "parse",
+        "\ud800",
+        enqueued_at=ENQUEUED_AT,
+        task_id="w3f9a.17",
+        options=MessageOptions(workflow=STEP),
+        group="g",
+        max_bytes=MAX_BYTES,
+    ),
+    "step_retry": lambda: reencode_for_retry(_stored_step(), 2, MAX_BYTES, "g"),
+    "step_deferred": lambda: reencode_deferred(_stored_step(), rate_reserved=True, group="g"),
     "retry": lambda: reencode_for_retry(_stored(), 3, MAX_BYTES),
     "retry_for_group": lambda: reencode_for_retry(_stored(), 3, MAX_BYTES, "workers"),
     "deferred": lambda: reencode_deferred(_stored(), rate_reserved=True),
@@ -138,6 +184,28 @@ GOLDEN: dict[str, bytes] = {
         b'{"task":"send_email","payload":"\\ud800 \\u00e9","attempt":1,'
         b'"enqueued_at":1764412800.123}'
     ),
+    "step": (
+        b'{"lane":"high","task":"parse","payload":{"u":1},"attempt":1,'
+        b'"enqueued_at":1764412800.123,"id":"w3f9a.17","keep_result":30.0,"headers":{"h":"v"},'
+        b'"wf":["w3f9a",17,"18,20-22",true],"group":"g","rate_reserved":true}'
+    ),
+    "step_output": (
+        b'{"task":"store","payload":1,"attempt":1,"enqueued_at":1764412800.123,'
+        b'"id":"w3f9a.2","wf":["w3f9a",2,"",false],"group":"g"}'
+    ),
+    "step_surrogate": (
+        b'{"task":"parse","payload":"\\ud800","attempt":1,"enqueued_at":1764412800.123,'
+        b'"id":"w3f9a.17","wf":["w3f9a",17,"18,20-22",true],"group":"g"}'
+    ),
+    "step_retry": (
+        b'{"task":"parse","payload":{"big":1e400},"attempt":2,"enqueued_at":1764412800.123,'
+        b'"id":"w3f9a.17","wf":["w3f9a",17,"18,20-22",true],"group":"g"}'
+    ),
+    "step_deferred": (
+        b'{"task":"parse","payload":{"big":1e400},"attempt":1,"enqueued_at":1764412800.123,'
+        b'"id":"w3f9a.17","expires":1764412900,"wf":["w3f9a",17,"18,20-22",true],'
+        b'"group":"g","rate_reserved":true}'
+    ),
     "retry": (
         b'{"lane":"high","task":"send_email","payload":{"big":1e400, "s" : "\\u00e9"},'
         b'"attempt":3,"enqueued_at":1764412800.123,"id":"t-9","unique_key":"k",'
@@ -180,3 +248,48 @@ def test_the_golden_bytes_decode(kind: str) -> None:
     stream entry, as the fetcher gives it)."""
     message = decode_message("1764412800123-0@high", {PAYLOAD_FIELD: GOLDEN[kind]})
     assert message.raw == GOLDEN[kind]
+
+
+@pytest.mark.parametrize("kind", sorted(k for k in GOLDEN if k.startswith("step")))
+def test_a_step_message_reads_back_with_its_step(kind: str) -> None:
+    message = decode_message("1764412800123-0", {PAYLOAD_FIELD: GOLDEN[kind]})
+    assert message.options.workflow == (StepRef("w3f9a", 2) if kind == "step_output" else STEP)
+    assert message.group == "g"
+
+
+#: The template of a chord's callback (design/workflows.md §2.4): its payload is the
+#: results of nodes 0 to 9999 in a JSON array, its time the moment it is added.
+TEMPLATES: dict[str, Callable[[], bytes]] = {
+    "chord_callback": lambda: message_template(
+        "merge",
+        [Literal(b"["), Results(0, 9999, b","), Literal(b"]")],
+        task_id="w3f9a.10000",
+        options=MessageOptions(workflow=StepRef("w3f9a", 10000, keep=True)),
+        group="g",
+    ),
+    "chain_step": lambda: message_template(
+        "parse",
+        [Results(16, 16)],
+        task_id="w3f9a.17",
+        options=MessageOptions(timeout=5.0, workflow=STEP),
+        headers={"traceparent": "00-1"},
+        group="g",
+        lane="high",
+    ),
+}
+GOLDEN_TEMPLATES: dict[str, bytes] = {
+    "chord_callback": (
+        b'L27:{"task":"merge","payload":[R0-9999,1:,L28:],"attempt":1,"enqueued_at":N'
+        b'L61:,"id":"w3f9a.10000","wf":["w3f9a",10000,"",true],"group":"g"}'
+    ),
+    "chain_step": (
+        b'L40:{"lane":"high","task":"parse","payload":R16-16,0:L27:,"attempt":1,'
+        b'"enqueued_at":NL110:,"id":"w3f9a.17","timeout":5.0,"headers":{"traceparent":"00-1"},'
+        b'"wf":["w3f9a",17,"18,20-22",true],"group":"g"}'
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(TEMPLATES))
+def test_the_templates_written_are_todays(kind: str) -> None:
+    assert TEMPLATES[kind]() == GOLDEN_TEMPLATES[kind]

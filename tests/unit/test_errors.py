@@ -2,15 +2,36 @@
 
 from __future__ import annotations
 
+import ast
+import functools
 import inspect
 import pickle
 
 import trio
 
 import trunner.errors
+from trunner._errors import calls, outcomes, runtime
 
 #: The marker of a class at each depth of the drawn tree (as httpx/_exceptions.py draws it).
 MARKERS = "*+-"
+#: The modules that define the classes, in the order of the tree (``trunner.errors`` names
+#: itself their module, so ``inspect`` does not find their source).
+PARTS = (calls, outcomes, runtime)
+
+
+@functools.cache
+def _lines(index: int) -> dict[str, int]:
+    """The line of each class defined in ``PARTS[index]``."""
+    tree = ast.parse(inspect.getsource(PARTS[index]))
+    return {node.name: node.lineno for node in tree.body if isinstance(node, ast.ClassDef)}
+
+
+def _place(cls: type) -> tuple[int, int]:
+    """Where ``cls`` is defined: its part, then its line."""
+    for index, part in enumerate(PARTS):
+        if vars(part).get(cls.__name__) is cls:
+            return index, _lines(index)[cls.__name__]
+    raise AssertionError(f"{cls.__name__} is defined in none of {PARTS}")
 
 
 def _drawn(cls: type[BaseException], ours: set[type], depth: int) -> list[str]:
@@ -23,7 +44,7 @@ def _drawn(cls: type[BaseException], ours: set[type], depth: int) -> list[str]:
     line = f"{'  ' * depth}{MARKERS[depth]} {cls.__name__}"
     lines = [line + (f" ({', '.join(others)})" if others else "")]
     children = [c for c in ours if [b for b in c.__bases__ if b in ours][:1] == [cls]]
-    for child in sorted(children, key=lambda c: inspect.getsourcelines(c)[1]):
+    for child in sorted(children, key=_place):
         lines += _drawn(child, ours, depth + 1)
     return lines
 
@@ -32,7 +53,7 @@ def _tree() -> list[str]:
     ours = {getattr(trunner.errors, name) for name in trunner.errors.__all__}
     roots = [c for c in ours if not any(b in ours for b in c.__bases__)]
     lines = []
-    for root in sorted(roots, key=lambda c: inspect.getsourcelines(c)[1]):
+    for root in sorted(roots, key=_place):
         lines += _drawn(root, ours, 0)
     return lines
 

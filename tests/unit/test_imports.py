@@ -45,6 +45,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "trunner._wire",
                 "trunner.config",
                 "trunner.errors",
+                "trunner._errors",  # the classes trunner.errors re-exports, in parts
                 "trunner.keys",  # the public path of Keys and UniqueLock
                 "trunner.message",
                 "trunner.middleware",
@@ -99,7 +100,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ),
     # The clients of asyncio and synchronous code: drivers of the producer (``_producer``,
     # in the face) on another event loop, or from threads; nothing below imports them.
-    ("drivers", frozenset({"trunner.aio", "trunner.sync"})),
+    ("drivers", frozenset({"trunner.aio", "trunner.sync", "trunner._client_thread"})),
     (
         "tools",
         frozenset(

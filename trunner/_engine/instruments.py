@@ -124,6 +124,18 @@ GAUGES = (
         lambda r, s: s.threads_abandoned,
     ),
     Gauge(
+        "processes_killed",
+        "Attempts whose worker process was killed (their timeout passed, or a cancel)",
+        "{process}",
+        lambda r, s: s.processes_killed,
+    ),
+    Gauge(
+        "processes_died",
+        "Attempts whose worker process died under them",
+        "{process}",
+        lambda r, s: s.processes_died,
+    ),
+    Gauge(
         "paused",
         "1 while the group is paused, as this instance last heard",
         "1",

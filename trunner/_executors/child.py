@@ -6,8 +6,8 @@ Only strings, bytes and an int cross (pickled by trio-parallel as its transport)
 action's module path, the message as stored (its JSON envelope), and the payload and the
 result as JSON through the task's codec. No user object is ever pickled, in either
 direction. An exception the action raises comes back described (its class's module path,
-its ``args`` when they have a JSON form, its message and its formatted traceback) and is
-rebuilt by the runner (:mod:`trunner._executors.processes`).
+its ``args`` and its attributes when they have a JSON form, its message and its formatted
+traceback) and is rebuilt by the runner (:mod:`trunner._executors.processes`).
 
 In the process ``current_message()`` works; ``current_runner()`` (and so
 ``report_progress``, the Redis handle, ``dispatch``) raises
@@ -70,12 +70,14 @@ def run(
 
 
 def _described(exc: BaseException, context: str = "") -> bytes:
-    """``exc`` as JSON: its class's module path, ``args`` (when they have a JSON form),
-    message and formatted traceback (the last :data:`MAX_TRACEBACK` characters)."""
+    """``exc`` as JSON: its class's module path, ``args`` and attributes (``state``: both
+    null unless both have a JSON form), message and formatted traceback (the last
+    :data:`MAX_TRACEBACK` characters)."""
     cls = type(exc)
-    args = b"null"  # with a context: not rebuilt as its class (the context would be lost)
+    args = state = b"null"  # with a context: not rebuilt (the context would be lost)
     if not context:
         with contextlib.suppress(TypeError, ValueError, OverflowError):
+            state = msgspec.json.encode(getattr(exc, "__dict__", {}))
             args = msgspec.json.encode(list(exc.args))
     text = "".join(traceback.format_exception(exc))[-MAX_TRACEBACK:]
     return msgspec.json.encode(
@@ -83,6 +85,7 @@ def _described(exc: BaseException, context: str = "") -> bytes:
             "module": cls.__module__,
             "qualname": cls.__qualname__,
             "args": msgspec.Raw(args),
+            "state": msgspec.Raw(state),
             "message": f"{context}: {exc}" if context else str(exc),
             "traceback": text,
         }

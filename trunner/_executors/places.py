@@ -4,12 +4,12 @@ event loop, worker threads, and worker processes."""
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING
 
 import trio
 
+from .._util import usable_cores
 from .base import Executor, LoopExecutor, RunIn
 from .processes import ProcessExecutor
 from .threads import ThreadExecutor
@@ -22,9 +22,9 @@ __all__ = ["default_executors", "executors_open"]
 
 def default_executors(config: RunnerConfig) -> dict[RunIn, Executor]:
     """The executors ``config`` asks for (threads: ``max_threads``, else ``num_workers``;
-    processes: ``max_processes``, else one per core)."""
+    processes: ``max_processes``, else one per core this process may run on)."""
     threads = config.max_threads if config.max_threads is not None else config.num_workers
-    processes = config.max_processes or os.cpu_count() or 1
+    processes = config.max_processes or usable_cores()
     return {
         "loop": LoopExecutor(),
         "thread": ThreadExecutor(threads),

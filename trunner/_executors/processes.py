@@ -16,11 +16,14 @@ string and bytes arguments) and the tuple of bytes it returns.
   from the out-of-memory killer): the attempt fails with
   :class:`~trunner.errors.WorkerProcessDied` naming the exit code or signal (retried as
   any failure); the next attempt gets a new process.
-- **The action raises**: the exception is rebuilt as its own class from its ``args`` when
-  that class is an ``Exception`` importable by module path and its ``args`` have a JSON
-  form (so ``give_up_on`` and ``GiveUp`` work), its ``__cause__`` a
+- **The action raises**: the exception is rebuilt as its own class when that class is an
+  ``Exception`` importable by module path and its ``args`` and attributes have a JSON form
+  (so ``give_up_on`` and ``GiveUp`` work), its ``__cause__`` a
   :class:`~trunner.errors.RemoteFailure` carrying the process's traceback; otherwise it is
-  that ``RemoteFailure`` itself.
+  that ``RemoteFailure`` itself. It is rebuilt as unpickling would rebuild it, but without
+  calling the class's ``__init__`` (whose parameters need not be its ``args``: an
+  ``__init__(self, account, limit)`` that passes one message up): made by ``__new__``,
+  given its ``args``, its attributes set from its ``__dict__``.
 
 Worker processes are started with ``spawn`` (no copy of the runner's threads, sockets or
 locks) when a task first needs one, and kept for the next task (trio-parallel's cache);
@@ -181,14 +184,16 @@ def _rebuilt(data: bytes) -> BaseException:
     module docs)."""
     info = msgspec.json.decode(data)
     remote = RemoteFailure(info["qualname"], info["message"], info["traceback"])
-    args = info["args"]
-    if not isinstance(args, list):
+    args, state = info["args"], info.get("state")
+    if not (isinstance(args, list) and isinstance(state, dict)):
         return remote
     try:
         cls = child.resolve(info["module"], info["qualname"])
         if not (isinstance(cls, type) and issubclass(cls, Exception)):
             return remote
-        exc: BaseException = cls(*args)
+        exc: BaseException = cls.__new__(cls, *args)
+        exc.args = tuple(args)
+        exc.__dict__.update(state)
     except Exception:  # noqa: BLE001 - not rebuildable: described as it is
         return remote
     exc.__cause__ = remote

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from .._hooks import DispatchHooks
 from .._redis import Broker
 from .._task import Expiry, Task, dispatch_options
+from .._waiting.calls import Calls, counting
 from .._waiting.protocol import Known
 from .._waiting.runtime import TRIO, Runtime
 from .._waiting.waiters import Waiters
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 __all__ = ["Producer"]
 
 
+@counting
 class Producer:
     """Writes tasks to the group's queue and makes their handles; the source of those
     handles (their broker, waiters and what the registry knows).
@@ -52,7 +54,7 @@ class Producer:
     runner's declared lanes (see :class:`LaneBook`); ``on_scheduled``: told the due time
     (ms) of each delayed task added (a runner wakes its scheduler if it leads);
     ``runtime``: the event loop its handles wait on. The broker and the waiters are set
-    while open.
+    while open. Its calls, its handles' and its admin's are counted in :meth:`_calls`.
     """
 
     def __init__(
@@ -68,6 +70,7 @@ class Producer:
     ) -> None:
         self._broker: Broker | None = None
         self._loop = runtime
+        self._in_flight = Calls(runtime)
         self._waiters: Waiters | None = None
         hooks = DispatchHooks(middleware)
         self._dispatch_hooks = hooks if hooks else None
@@ -78,8 +81,11 @@ class Producer:
         self._name = name
 
     def open(self, broker: Broker, waiters: Waiters | None) -> None:
-        """Dispatch through ``broker`` from now on, handles waiting through ``waiters``."""
+        """Dispatch through ``broker`` from now on, handles waiting through ``waiters``;
+        the calls on these connections are counted anew (those of a previous opening, still
+        under way, in the count its close awaits)."""
         self._broker, self._waiters = broker, waiters
+        self._in_flight = Calls(self._loop)
 
     def close(self) -> None:
         """Refuse every call from now on (``RunnerNotRunning``)."""
@@ -99,6 +105,10 @@ class Producer:
 
     def _runtime(self) -> Runtime:
         return self._loop
+
+    def _calls(self) -> Calls:
+        """The calls in flight on this producer's connections."""
+        return self._in_flight
 
     def _group_name(self) -> str:
         return self._broker.group if self._broker is not None else "?"

@@ -21,10 +21,12 @@ import msgspec
 from msgspec import UNSET, Raw
 
 from ..errors import InvalidMessage
-from .envelope import PAYLOAD_FIELD, loads, read, seconds
+from .envelope import PAYLOAD_FIELD, read
 from .headers import NO_HEADERS, headers_error
+from .json_text import loads, seconds
 from .message import NO_OPTIONS, MessageOptions, TaskMessage
 from .names import check_lane, split_entry_id, utf8_error
+from .workflow import StepRef, read_step_ref
 
 __all__ = [
     "RATE_RESERVED_MARK",
@@ -184,7 +186,7 @@ def decode_fields(
     ):
         return None  # the slow path says why ({} is no headers, as it says too)
     try:
-        options = _options(envelope.keep_result, envelope.timeout, envelope.expires)
+        options = _options(envelope.keep_result, envelope.timeout, envelope.expires, envelope.wf)
         payload = _payload(envelope.payload)
     except (ValueError, RecursionError):
         return None  # the slow path says why
@@ -257,17 +259,19 @@ def _lane_error(lane: Any) -> str | None:
     return None
 
 
-def _options(keep: Any, timeout: Any, expires: Any) -> MessageOptions | None:
+def _options(
+    keep: Any, timeout: Any, expires: Any, workflow: StepRef | None = None
+) -> MessageOptions | None:
     """The options a message holds; None when it holds none. ValueError saying which is
     bad when one is not a finite number (or, for durations, not > 0)."""
-    if keep is None and timeout is None and expires is None:
+    if keep is None and timeout is None and expires is None and workflow is None:
         return None
     for name, value in (("keep_result", keep), ("timeout", timeout)):
         if value is not None and ((s := seconds(value)) is None or s <= 0):
             raise ValueError(f"'{name}' must be a number of seconds > 0, got {value!r:.50}")
     if expires is not None and seconds(expires) is None:
         raise ValueError(f"'expires' must be seconds since the epoch, got {expires!r:.50}")
-    return MessageOptions(keep, timeout, expires)
+    return MessageOptions(keep, timeout, expires, workflow)
 
 
 def _body(raw: bytes) -> dict[str, Any]:
@@ -338,7 +342,8 @@ def _checked(message_id: str, raw: bytes, body: dict[str, Any], deliveries: int)
         raise ValueError("'unique_key' and 'unique_token' must be strings")
     if (why := _key_fields_error(task, task_id, unique_key, unique_token)) is not None:
         raise ValueError(why)
-    options = _options(body.get("keep_result"), body.get("timeout"), body.get("expires"))
+    workflow = read_step_ref(body.get("wf"))
+    options = _options(body.get("keep_result"), body.get("timeout"), body.get("expires"), workflow)
     headers, group = body.get("headers"), body.get("group")
     why = headers_error(headers) if headers is not None else None
     if (why := why or _group_error(group) or _lane_error(body.get("lane"))) is not None:

@@ -26,7 +26,8 @@ msgspec writes and reads the envelope; Python's json writes the payload (its byt
 trunner always wrote them: ``1e+16``, str and int subclasses). What msgspec would write
 otherwise than json, or cannot, is written by json: a float below 1e-4 or from 1e16
 (msgspec writes ``1e16``, json ``1e+16``), a str subclass, a lone surrogate. A stored payload
-that msgspec does not read (a lone surrogate escape) is found by :func:`_member_spans`.
+that msgspec does not read (a lone surrogate escape) is found by
+:func:`~trunner._wire.json_text.member_spans`.
 
 Measured with ``bench/envelope.py`` (best of 9, small payload / 10 KB, against the stdlib
 codec and its hand-written splice): a dispatch 6.6 / 291 µs as before (the payload's checks
@@ -38,9 +39,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -49,9 +49,11 @@ from msgspec import UNSET, Raw, UnsetType
 
 from ..errors import InvalidPayload, PayloadTooLarge
 from .headers import check_headers
+from .json_text import loads, member_spans, seconds
 from .message import NO_OPTIONS, MessageOptions, TaskMessage
 from .names import DEFAULT_LANE, utf8_error
 from .payload import Problem, find_problem, is_plain
+from .workflow import NOW, Literal, Part, StepRef, encode_template
 
 __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
@@ -61,6 +63,7 @@ __all__ = [
     "Envelope",
     "encode_message",
     "message_growth",
+    "message_template",
     "reencode_deferred",
     "reencode_for_retry",
 ]
@@ -102,6 +105,7 @@ class Envelope(msgspec.Struct, kw_only=True, omit_defaults=True):
     timeout: int | float | None = None
     expires: int | float | None = None
     headers: dict[str, str] | None = None
+    wf: StepRef | None = None
     group: str | None = None
     v: int = 1
     rate_reserved: bool | int | None = None
@@ -112,14 +116,6 @@ _encoder = msgspec.json.Encoder()
 _read_envelope = msgspec.json.Decoder(Envelope).decode
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON (the standard has no NaN or Infinity)")
-
-
-#: Strict JSON: NaN and Infinity, which the encoder refuses, are refused here too.
-_decoder = json.JSONDecoder(parse_constant=_no_constant)
-loads = _decoder.decode
 _NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 _escape_ascii: Callable[[str], str] = json.encoder.encode_basestring_ascii
 
@@ -193,6 +189,35 @@ def encode_message(
     return _sized(data, task_name, max_bytes)
 
 
+#: Where a step's payload and time go in the message :func:`message_template` encodes: after
+#: the lane and task name, which are strings, so nothing before it can match.
+_HOLES = b'"payload":null,"attempt":1,"enqueued_at":0.0'
+
+
+def message_template(
+    task_name: str,
+    payload: Iterable[Part],
+    *,
+    task_id: str,
+    options: MessageOptions,
+    group: str,
+    headers: Mapping[str, str] | None = None,
+    lane: str = DEFAULT_LANE,
+) -> bytes:
+    """The template (see ``trunner._wire.workflow``) of a workflow step's message, attempt
+    1: what :func:`encode_message` writes, with the payload made of ``payload``'s parts and
+    ``enqueued_at`` the time it is added. Raises as :func:`encode_message` does; the script
+    that assembles it checks the size."""
+    data = encode_message(
+        task_name, None, enqueued_at=0.0, task_id=task_id, options=options, headers=headers,
+        group=group, max_bytes=NO_SIZE_LIMIT, lane=lane,
+    )  # fmt: skip
+    head, hole, tail = data.partition(_HOLES)
+    assert hole, data
+    time = Literal(b',"attempt":1,"enqueued_at":')
+    return encode_template([Literal(head + b'"payload":'), *payload, time, NOW, Literal(tail)])
+
+
 def _envelope(
     task_name: str,
     payload: Raw,
@@ -218,6 +243,7 @@ def _envelope(
         keep_result=options.keep_result,
         timeout=options.timeout,
         expires=options.expires,
+        wf=options.workflow,
     )
 
 
@@ -246,6 +272,8 @@ def _write(envelope: Envelope, *, verbatim: bool) -> bytes:
         value = getattr(envelope, name)
         if value is not UNSET and value != default:
             members[name] = value
+    if envelope.wf is not None:
+        members["wf"] = msgspec.to_builtins(envelope.wf)
     members["payload"] = 0  # the placeholder, right after the task's name
     head, sep, tail = _dumps(members).partition(',"payload":0,')
     assert sep, members
@@ -318,7 +346,7 @@ def reencode_for_retry(
     reservation is not carried over: the retry is admitted again.
     """
     options = message.options
-    if options.keep_result is None and options.timeout is None:
+    if options.keep_result is None and options.timeout is None and options.workflow is None:
         retry_options = None  # ``expires`` is about the first start
     else:
         retry_options = attrs.evolve(options, expires=None)
@@ -382,64 +410,9 @@ def _stored_payload(raw: bytes) -> tuple[Raw, float | None] | None:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         return None
-    span = _member_spans(text)
+    span = member_spans(text)
     if span is None or "payload" not in span:
         return None
     start, end = span["payload"]
     value = seconds(loads(text[slice(*span["unique_for"])])) if "unique_for" in span else None
     return Raw(text[start:end].encode("utf-8")), value if value is not None and value > 0 else None
-
-
-_WHITESPACE = re.compile(r"[ \t\n\r]*")
-_scan_string: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
-#: One JSON value at an index: ``(value, end)`` (no whitespace skipped; StopIteration when
-#: there is no value there).
-_scan_once: Callable[[str, int], tuple[Any, int]] = _decoder.scan_once  # type: ignore[attr-defined]
-
-
-def _skip(text: str, index: int) -> int:
-    """The index of the first character at or after ``index`` that is not JSON whitespace."""
-    match = _WHITESPACE.match(text, index)
-    return match.end() if match else index
-
-
-def _member_spans(text: str) -> dict[str, tuple[int, int]] | None:
-    """Where the value of each member of the JSON object ``text`` is: ``{key: (start, end)}``
-    (the last of duplicate keys, as the decoder keeps); None if ``text`` is not an object."""
-    spans: dict[str, tuple[int, int]] = {}
-    try:
-        i = _skip(text, 0)
-        if text[i : i + 1] != "{":
-            return None
-        i = _skip(text, i + 1)
-        if text[i : i + 1] == "}":
-            return spans
-        while True:
-            if text[i : i + 1] != '"':
-                return None
-            key, i = _scan_string(text, i + 1)
-            i = _skip(text, i)
-            if text[i : i + 1] != ":":
-                return None
-            start = _skip(text, i + 1)
-            _, end = _scan_once(text, start)
-            spans[key] = (start, end)
-            i = _skip(text, end)
-            if text[i : i + 1] == "}":
-                return spans
-            if text[i : i + 1] != ",":
-                return None
-            i = _skip(text, i + 1)
-    except (ValueError, RecursionError, StopIteration):
-        return None
-
-
-def seconds(value: Any) -> float | None:
-    """``value`` as a finite float, or None."""
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        return None
-    try:
-        as_float = float(value)
-    except OverflowError:
-        return None
-    return as_float if math.isfinite(as_float) else None

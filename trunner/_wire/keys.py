@@ -9,13 +9,15 @@ own under ``<prefix>:{<queue>}:group:<group>:`` (see [Queues and fan-out](queues
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
 import attrs
 
+from .key_names import KeyFamilies, aside_key_for, fence_key_for, hash_tag
 from .names import DEFAULT_LANE, check_name
+from .unique_lock import UniqueLock
+from .workflow import WorkflowKeys
 
 __all__ = [
     "RELEASED_CONSUMER",
@@ -31,35 +33,6 @@ RELEASED_CONSUMER = "trunner:released"
 
 #: What the name of every holders key of a concurrency limit starts with, after the group.
 _CONCURRENCY_HOLDERS = "concurrency:holders:"
-
-
-def hash_tag(key: str) -> str | None:
-    """The Redis Cluster hash tag of ``key`` (the part hashed), or None if it has none."""
-    start = key.find("{")
-    if start < 0:
-        return None
-    end = key.find("}", start + 1)
-    if end <= start + 1:
-        return None
-    return key[start + 1 : end]
-
-
-def _in_slot_of(key: str, suffix: str) -> str:
-    """``key`` + ``suffix``, in ``key``'s hash slot (a key without a hash tag is hashed
-    whole: it becomes the tag)."""
-    return f"{key}{suffix}" if hash_tag(key) is not None else f"{{{key}}}{suffix}"
-
-
-def fence_key_for(lease_key: str) -> str:
-    """The fence counter of a leadership lease: in the lease key's hash slot, so that one
-    script can use both."""
-    return _in_slot_of(lease_key, ":fence")
-
-
-def aside_key_for(key: str, at_ms: int) -> str:
-    """The name a key holding what trunner cannot have written is renamed to, set aside
-    (in the same hash slot, so the script that finds it can rename it)."""
-    return _in_slot_of(key, f":bad:{at_ms}")
 
 
 #: Every key of a group and of its queue with a fixed name, by the :class:`Keys` property
@@ -109,7 +82,7 @@ def _checked_name(field: str) -> Callable[[object, attrs.Attribute[Any], object]
 
 
 @attrs.frozen
-class Keys:
+class Keys(KeyFamilies):
     """The key names of one consumer group reading one queue, under one prefix.
 
     Every key carries the hash tag ``{<queue>}``, so that all keys of a queue and of its
@@ -147,16 +120,6 @@ class Keys:
         keys follow it (the group of the queue's name), or ``group:<group>:`` does (see
         :meth:`_key`; cancel_task.lua names other groups' records so)."""
         return self._qkey("")
-
-    def _qkey(self, name: str) -> str:
-        """A key of the queue, shared by every group reading it."""
-        return f"{self.prefix}:{{{self.queue}}}:{name}"
-
-    def _key(self, name: str) -> str:
-        """A key of the group's own."""
-        if self.queue == self.group:
-            return f"{self.prefix}:{{{self.queue}}}:{name}"
-        return f"{self.prefix}:{{{self.queue}}}:group:{self.group}:{name}"
 
     def for_group(self, group: str) -> Keys:
         """The keys of another group reading the same queue."""
@@ -366,6 +329,12 @@ class Keys:
         """The record of one task that keeps its result (see ``trunner.status``)."""
         return self._key(f"task:{task_id}")
 
+    def _workflow(self, workflow_id: str) -> WorkflowKeys:
+        """The keys of one workflow: ``<prefix>:{<group>}:wf:<id>`` and four named after it
+        (``ValueError`` for an id with whitespace, or none). Workflows are being built:
+        nothing writes these keys yet."""
+        return WorkflowKeys.at(self._key("wf:"), workflow_id)
+
     @property
     def floor(self) -> str:
         """The id below which every message of the stream is finished for the group (see
@@ -409,40 +378,3 @@ class Keys:
         """Every key of the group and of its queue with a fixed name (the unique locks are
         not listed)."""
         return list(dict.fromkeys(self.queue_keys() + self.group_keys()))
-
-
-@attrs.frozen
-class UniqueLock:
-    """The lock a unique task takes: the lock's key, the token of its dispatch, and its
-    time-to-live (``unique_for``) in ms. A delayed unique task and a cron tick of a unique
-    task take it when they enter the stream.
-
-    Stored in :attr:`Keys.delayed_unique` as a JSON array ``["<key>", "<token>", <ttl>]``:
-    :meth:`encode` writes that layout and :meth:`decode` reads it, nothing else does.
-    """
-
-    key: str
-    token: str
-    ttl_ms: int
-
-    def encode(self) -> str:
-        """The stored form, ``["<key>", "<token>", <ttl>]``."""
-        return json.dumps([self.key, self.token, self.ttl_ms])
-
-    @classmethod
-    def decode(cls, raw: bytes | str) -> UniqueLock:
-        """Read a stored lock; ValueError saying why if it is not that layout."""
-        try:
-            value = json.loads(raw)
-        except (ValueError, RecursionError) as exc:
-            raise ValueError(f"not JSON: {exc}") from None
-        if (
-            not isinstance(value, list)
-            or len(value) != 3
-            or not isinstance(value[0], str)
-            or not isinstance(value[1], str)
-            or type(value[2]) is not int
-            or value[2] <= 0
-        ):
-            raise ValueError(f"not [lock key, token, ttl ms]: {value!r:.200}")
-        return cls(value[0], value[1], value[2])

@@ -14,6 +14,7 @@ import attrs
 
 from .headers import NO_HEADERS, read_only
 from .names import DEFAULT_LANE
+from .workflow import StepRef
 
 __all__ = ["DEFAULT_UNIQUE_FOR", "NO_OPTIONS", "MessageOptions", "TaskMessage"]
 
@@ -33,6 +34,8 @@ class MessageOptions:
     """Each attempt may run this many seconds; then it fails with ``TaskTimeout``."""
     expires: float | None = None
     """Not started by then (seconds since the epoch): dropped, with the outcome ``expired``."""
+    workflow: StepRef | None = None
+    """The workflow step this message is (workflows are being built: nothing sets it yet)."""
 
 
 #: The options of a message that has none.

@@ -14,7 +14,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
@@ -138,17 +138,23 @@ async def run_worker(
     metrics_port: int | None = None,
     host: str = "127.0.0.1",
     on_ready: Callable[[dict[str, int]], None] = lambda _ports: None,
+    stop_when: Callable[[], Awaitable[object]] | None = None,
+    by_kind: bool = False,
 ) -> bool:
     """Run ``runner`` until SIGINT/SIGTERM; return True after a clean drain.
 
     The first signal stops it gracefully (drain); a second cancels running tasks at once
-    (their messages are released, never acknowledged). The endpoints are served from
+    (their messages are released, never acknowledged). With ``by_kind`` (a worker under a
+    supervisor) signals are read by kind, not counted: SIGTERM drains, however many come
+    (the supervisor's and, under systemd's default ``KillMode``, the service manager's
+    own), and SIGINT stops at once. The endpoints are served from
     before the runner starts (``/readyz`` answers 503 until it is started), so a port in
     use, or ``metrics_port`` without the ``prometheus`` extra (``ImportError``), fails
     before the runner connects to anything. The health and metrics endpoints
     listen on ``host`` (127.0.0.1 by default: pass ``"0.0.0.0"`` for probes from outside
     the machine or container), with a bounded number of connections (see
-    :mod:`trunner._worker.http`).
+    :mod:`trunner._worker.http`). Once ``stop_when()`` returns, the runner stops
+    gracefully, as on a first signal (a worker under a supervisor: the supervisor is gone).
     """
     forced = False
     # Everything that can fail on the options fails before the runner starts (no lead
@@ -178,14 +184,27 @@ async def run_worker(
 
             async def watch_signals() -> None:
                 nonlocal forced
+                first = True
+                again = "SIGINT stops at once" if by_kind else "send it again to stop at once"
                 async for signum in signals:
                     name = signal.Signals(signum).name
-                    if runner.state is not RunnerState.STOPPING:
+                    # Counted, not read from the state: two signals that come together
+                    # (SIGTERM and SIGINT, as a supervisor passes them on) are two, though
+                    # the runner has not begun stopping when the second is seen. By kind,
+                    # every SIGTERM drains, and SIGINT stops at once.
+                    if by_kind:
+                        drain = signum == signal.SIGTERM
+                    else:
+                        drain = first and runner.state is not RunnerState.STOPPING
+                    if drain and not first:
+                        logger.info("%s: draining already", name)
+                    elif drain:
+                        first = False
                         logger.warning(
-                            "%s: stopping gracefully (draining up to %s s); send it again to "
-                            "stop at once",
+                            "%s: stopping gracefully (draining up to %s s); %s",
                             name,
                             runner.config.drain_timeout,
+                            again,
                         )
                         runner.stop()
                     else:
@@ -194,6 +213,13 @@ async def run_worker(
                         runner.stop(drain=False)
 
             nursery.start_soon(watch_signals)
+            if stop_when is not None:
+
+                async def watch_stop_when() -> None:
+                    await stop_when()
+                    runner.stop()  # nothing more if a signal began the stop already
+
+                nursery.start_soon(watch_stop_when)
             logger.info("worker ready: %s", ports or "no HTTP endpoints")
             on_ready(ports)
             await stopped.wait()

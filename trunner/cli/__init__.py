@@ -2,8 +2,8 @@
 
 ::
 
-    trunner worker myapp.worker:settings [--group G] [--workers N] [--redis URL]
-                   [--health-port P] [--metrics-port P] [--log-format text|json]
+    trunner worker myapp.worker:settings [--group G] [--workers N] [--processes N]
+                   [--redis URL] [--health-port P] [--metrics-port P] [--log-format text|json]
     trunner dispatch GROUP TASK JSON [--delay S] [--keep-result S] [--tasks module:attribute]
     trunner status GROUP TASK_ID [--json]
     trunner result GROUP TASK_ID [--timeout S]
@@ -20,7 +20,7 @@
     trunner --version
 
 The command, not the library, owns signals: SIGINT/SIGTERM stop a worker gracefully, a
-second one stops it at once.
+second one stops it at once (with ``--processes``, a third kills the worker processes).
 
 The package has one module per command group (``_tasks``, ``_group``, ``_dead``, ...), the
 parser in ``_arguments`` and the terminal helpers they share in ``_render``; this module

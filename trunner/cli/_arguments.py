@@ -20,6 +20,16 @@ def _level(value: str) -> str:
     return level
 
 
+def _processes(value: str) -> int:
+    try:
+        processes = int(value)
+    except ValueError:
+        processes = -1
+    if processes < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value!r}")
+    return processes
+
+
 def _version() -> str:
     """The version of trunner: the installed distribution's (what pip installed), else the
     package's own ``trunner.__version__`` (imported from a checkout, not installed)."""
@@ -176,9 +186,22 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("target", help="module:attribute: WorkerSettings, TaskRegistry, or factory")
     worker.add_argument("--group", help="consumer group (overrides the settings)")
     worker.add_argument("--workers", type=int, help="tasks run at once (num_workers)")
+    worker.add_argument(
+        "--processes",
+        type=_processes,
+        metavar="N",
+        help="run N worker processes under a supervisor that restarts them (0: one per "
+        "core; default: this process alone)",
+    )
+    # A worker process of a supervisor: its place and its ready-report descriptor.
+    worker.add_argument("--supervised", metavar="INDEX:FD", help=argparse.SUPPRESS)
     _redis_option(worker, None)
     worker.add_argument("--health-port", type=int, help="serve /healthz and /readyz")
-    worker.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics")
+    worker.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve Prometheus /metrics (with --processes: worker i on this port + i)",
+    )
     worker.add_argument(
         "--host",
         default="127.0.0.1",

@@ -166,6 +166,12 @@ class Transport(abc.ABC):
     #: blocking read may take its BLOCK time plus this. ``memory://`` never waits: its
     #: server runs in the process.
     command_timeout: float
+    #: Seconds a subscription may hear nothing before it asks Redis whether it is still
+    #: there (a ``PING`` on its connection); with no answer within ``command_timeout``, the
+    #: subscription counts as broken (``next_message`` raises RedisUnavailable, and its
+    #: owner subscribes again). A connection that a NAT, a proxy or a server's idle timeout
+    #: dropped without a word is found this way; TCP keepalive would take hours.
+    subscription_ping: float = 30.0
 
     @abc.abstractmethod
     async def execute(self, *args: Arg) -> Any:

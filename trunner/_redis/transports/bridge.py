@@ -351,8 +351,20 @@ class BridgedSubscriber(_Dedicated, Subscriber):
             if not self._subscribed:
                 await self._subscribe()
             conn = self._conn
+            transport = self._transport
+            pinged = False
             while True:
-                reply = await conn.read_response(timeout=math.inf)
+                wait = transport.command_timeout if pinged else transport.subscription_ping
+                reply = await conn.read_response(timeout=wait)  # None: nothing came
+                if reply is None:
+                    if pinged:
+                        raise redis.exceptions.ConnectionError(
+                            f"no answer to a PING within {wait} s: the connection is gone"
+                        )
+                    await conn.send_command("PING")  # heard nothing for a while: still there?
+                    pinged = True
+                    continue
+                pinged = False
                 kind = reply[0] if isinstance(reply, list) and len(reply) == 3 else None
                 if kind == b"message" and reply[1] == self._channel:
                     data: bytes = reply[2]

@@ -41,6 +41,9 @@ from .resp import pack
 
 __all__ = ["NativeTransport"]
 
+#: What :meth:`Connection.read_within` returns when no reply came in time.
+QUIET: Any = object()
+
 _READ_SIZE = 65536
 #: Idle connections kept for blocking commands (see ``Transport.execute_blocking``).
 BLOCKING_IDLE = 2
@@ -148,6 +151,27 @@ class Connection:
             reply = await self._read()
         self.broken = False
         return reply
+
+    async def read_within(self, seconds: float) -> Any:
+        """Read one more reply (pub/sub) if one comes within ``seconds``; else return
+        :data:`QUIET`, the connection in step (a read cancelled between two replies loses
+        nothing: what came in part stays in the parser). Broken if this fails."""
+        self.broken = True
+        with map_exceptions(socket_errors, chain=False), trio.move_on_after(seconds):
+            reply = await self._read()
+            self.broken = False
+            return reply
+        self.broken = False
+        return QUIET
+
+    async def send(self, command: Sequence[Arg]) -> None:
+        """Send ``command`` without reading its reply (a PING on a subscription); broken
+        if this fails."""
+        data = pack(command)
+        self.broken = True
+        with map_exceptions(socket_errors, chain=False):
+            await self._stream.send_all(data)
+        self.broken = False
 
     async def _read(self) -> Any:
         parser = self._parser
@@ -384,9 +408,22 @@ class _NativeSubscriber(_Dedicated, Subscriber):
         try:
             if self._conn is None or self._conn.broken:
                 await self._subscribe()
-            assert self._conn is not None
+            conn = self._conn
+            assert conn is not None
+            transport = self._transport
+            pinged = False
             while True:
-                reply = await self._conn.read()
+                wait = transport.command_timeout if pinged else transport.subscription_ping
+                reply = await conn.read_within(wait)
+                if reply is QUIET:
+                    if pinged:
+                        raise RedisUnavailable(
+                            f"no answer to a PING within {wait} s: the connection is gone"
+                        )
+                    await conn.send(("PING",))  # heard nothing for a while: still there?
+                    pinged = True
+                    continue
+                pinged = False
                 if (
                     isinstance(reply, list)
                     and len(reply) == 3
