@@ -8,10 +8,11 @@
   dramatiq's worker threads. Ideal: 10 000 x 0.01 / 32 = 3.1 s (3 200 tasks/s).
 - ``cpu`` (20): 400 tasks of the same pure-Python loop (``_driver.burn``, ~50 ms of one
   core), enqueued once the worker processes are ready, drained with both cores: trunner
-  as two ``trunner worker`` processes of one slot each (``trunner-2proc``;
-  :func:`trunner_workers` is the one place that starts them) and as one worker running
-  them with ``run_in="process"`` (``trunner-process``, ``max_processes`` by default one
-  per core, started when the first tasks need them), against celery's prefork pool
+  as two ``trunner worker`` processes of one slot each (``trunner-2proc``), as one
+  ``trunner worker --processes 2`` (``trunner-supervised``: the same two workers under
+  its supervisor; :func:`trunner_workers` is the one place that starts them) and as one
+  worker running them with ``run_in="process"`` (``trunner-process``, ``max_processes``
+  by default one per core, started when the first tasks need them), against celery's prefork pool
   (``-c 2``), the ``dramatiq`` command with 2 processes of one thread, and taskiq's
   process pool of 2. Each body reports its own start and end; the rate is n over the
   first start to the last end. Ideal: 2 cores / 50 ms = 40 tasks/s; the ceiling
@@ -229,15 +230,19 @@ async def processes(log: Path) -> AsyncIterator[Procs]:
             await procs.close()
 
 
-def trunner_workers(q: Queue, queue: str, processes: int, workers: int) -> list[list[str]]:
+def trunner_workers(
+    q: Queue, queue: str, processes: int, workers: int, *, supervised: bool = False
+) -> list[list[str]]:
     """The one place that starts trunner's worker processes for scenarios 20 and 21:
-    ``processes`` ``trunner worker`` commands (each ``--workers W``) on trunner_app.py.
-    Once ``trunner worker --processes N`` is on main, this returns the one command with
-    ``--processes N``."""
+    ``processes`` ``trunner worker`` commands (each ``--workers W``) on trunner_app.py; with
+    ``supervised``, one ``trunner worker --processes N`` (its supervisor relays the worker
+    processes' lines as JSON objects: ``--log-format json``)."""
     command = [
         *(q.python, "-m", "trunner", "worker", "trunner_app:settings"),
         *("--group", queue, "--redis", q.url, "--workers", str(workers)),
     ]
+    if supervised:
+        return [[*command, "--processes", str(processes), "--log-format", "json"]]
     return [command] * processes
 
 
@@ -304,20 +309,24 @@ async def sync_io(q: Queue, scale: float) -> dict[str, Any]:
 
 # -- scenario 20: CPU-bound bodies on both cores ---------------------------------------------
 
-#: Scenario 20's trunner variants: (task, worker processes, slots of each).
-TRUNNER_CPU = {"trunner-2proc": ("cpu", CORES, 1), "trunner-process": ("cpu_process", 1, CORES)}
+#: Scenario 20's trunner variants: (task, worker processes, slots of each, supervised).
+TRUNNER_CPU = {
+    "trunner-2proc": ("cpu", CORES, 1, False),
+    "trunner-supervised": ("cpu", CORES, 1, True),
+    "trunner-process": ("cpu_process", 1, CORES, False),
+}
 
 
 async def cpu(q: Queue, impl: str, scale: float) -> dict[str, Any]:
     """Scenario 20: ``n`` cpu tasks enqueued, then drained using both cores."""
     n = max(10, round(400 * scale))
     queue = f"{q.name}-cpu-{uuid.uuid4().hex[:8]}"
-    task, count, slots = TRUNNER_CPU.get(impl, ("cpu", 1, 1))
+    task, count, slots, supervised = TRUNNER_CPU.get(impl, ("cpu", 1, 1, False))
     if impl == "bare":
         return await bare_cpu(q, n)
     if impl in TRUNNER_CPU:
-        commands = trunner_workers(q, queue, count, slots)
-        ready = count
+        commands = trunner_workers(q, queue, count, slots, supervised=supervised)
+        ready = len(commands)  # the supervisor reports once, when all its workers are
     else:
         args = f"--task cpu --n {n} --concurrency 1 --processes {CORES}"
         if q.name == "taskiq":  # its receiver hands the process pool at most this many
@@ -578,7 +587,7 @@ def summary(results: dict[tuple[str, str], list[dict[str, Any]]]) -> str:
             impls.append(impl)
     if not impls:
         return ""
-    order = ["trunner", *TRUNNER_CPU, "trunner-executor", "bare"]
+    order = ["trunner", "bare", *TRUNNER_CPU, "trunner-executor"]
     impls.sort(key=lambda x: (order.index(x) if x in order else len(order), x))
     lines = [
         "| scenario | unit | " + " | ".join(impls) + " |",
