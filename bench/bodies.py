@@ -593,7 +593,10 @@ def summary(results: dict[tuple[str, str], list[dict[str, Any]]]) -> str:
         "| scenario | unit | " + " | ".join(impls) + " |",
         "|" + "---|" * (len(impls) + 2),
     ]
+    ran = {scenario for scenario, _ in results}
     for label, unit, scenario, metric, digits in ROWS:
+        if scenario not in ran:
+            continue
         cells = []
         for impl in impls:
             values = [
