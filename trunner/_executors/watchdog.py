@@ -50,6 +50,8 @@ class Watchdog:
         self._on_look = on_look
         self._on_resumed = on_resumed
         self._tick = time.monotonic()
+        #: The last tick before the stall the thread sees now (None: no stall).
+        self._stalled_from: float | None = None
         self._quit = threading.Event()
         self._scope = trio.CancelScope()
         self.stopped = trio.Event()
@@ -80,20 +82,27 @@ class Watchdog:
 
     def _watch(self, loop_thread: int) -> None:
         """The thread: look every ``period`` whether the loop ticked within ``threshold``."""
-        stalled_from: float | None = None  # the last tick before the stall
         while not self._quit.wait(self.period):
-            tick = self._tick
-            late = time.monotonic() - tick
             try:
-                if late < self.threshold:
-                    if stalled_from is not None:
-                        self._on_resumed(tick - stalled_from)  # about how long it lasted
-                        stalled_from = None
-                elif stalled_from is None:
-                    stalled_from = tick
-                    frame = sys._current_frames().get(loop_thread)
-                    self._on_stall(late, frame)
-                    del frame
-                self._on_look(late)
+                self._look(self._tick, time.monotonic(), loop_thread)
             except Exception:  # noqa: BLE001 - a defect of trunner's: logged; it watches on
                 logger.exception("the stall watchdog failed to handle a stall")
+
+    def _look(self, tick: float, now: float, loop_thread: int) -> None:
+        """One look of the thread: the ticker last wrote ``tick``, it is ``now``.
+
+        A stall is one stretch without a tick: a tick written since the stall began (the
+        loop ran, however briefly) ends it, even if the loop is stalled again by the next
+        look; that is a new stall, of its own task, warned of and counted on its own (a
+        busy machine may keep this thread from looking while the loop ran)."""
+        late = now - tick
+        stalled_from = self._stalled_from
+        if stalled_from is not None and (late < self.threshold or tick != stalled_from):
+            self._stalled_from = None
+            self._on_resumed(tick - stalled_from)  # about how long it lasted
+        if late >= self.threshold and self._stalled_from is None:
+            self._stalled_from = tick
+            frame = sys._current_frames().get(loop_thread)
+            self._on_stall(late, frame)
+            del frame
+        self._on_look(late)
