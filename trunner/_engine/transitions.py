@@ -81,7 +81,7 @@ class Transitions:
         if keep is not None:
             record = self._record(job, "retrying", keep, finished=False, error=failure)
 
-        async def write() -> bool:
+        async def write() -> bool | None:
             return await self._broker.retry(
                 job.message_id, message.task_id, due_ms, data, record, job.slot, owner=job
             )

@@ -27,7 +27,9 @@ from .broker import (
     Owner,
     Record,
     Slot,
+    StepEnd,
     TaskLook,
+    WorkflowLook,
     delete_prefixed,
 )
 from .endpoints import parse_endpoint
@@ -75,9 +77,11 @@ __all__ = [
     "ScriptNotLoaded",
     "Slot",
     "StallLink",
+    "StepEnd",
     "Subscriber",
     "TaskLook",
     "Transport",
+    "WorkflowLook",
     "as_str",
     "call_script",
     "check_args",

@@ -76,6 +76,14 @@ def _numbered(source: str) -> str:
     return _read("numbers") + "\n" + source
 
 
+def _flowing(name: str, *, limited: bool = False) -> str:
+    """``name``'s source behind ``lua/key_types.lua``, ``lua/numbers.lua``,
+    ``lua/lanes.lua`` and ``lua/workflows.lua``, which defines ``wf_step_end`` and the rest
+    of a workflow's transitions (and behind ``lua/limits.lua`` when ``limited``)."""
+    parts = ["key_types", "numbers", "lanes", "workflows", *(["limits"] if limited else [])]
+    return "\n".join(_read(part) for part in [*parts, name])
+
+
 def fenced_script(name: str, body: str) -> Script:
     """``body`` behind the fence check (``lua/fence.lua``): it runs only for the leader.
 
@@ -88,12 +96,15 @@ class _Scripts:
     def __init__(self) -> None:
         self.enqueue_many = _load("enqueue_many")
         self.enqueue_unique = make_script("enqueue_unique", _locking("enqueue_unique"))
-        self.ack = make_script("ack", _attempt(_limited("ack")))
+        self.ack = make_script("ack", _attempt(_flowing("ack", limited=True)))
         self.ensure_group = _load("ensure_group")
         self.forget_groups = _load("forget_groups")
         self.queue_length = make_script("queue_length", _with_delivered("queue_length"))
-        self.retry = make_script("retry", _attempt(_limited("retry", typed=True)))
-        self.dead_letter = make_script("dead_letter", _attempt(_limited("dead_letter", typed=True)))
+        self.retry = make_script("retry", _attempt(_flowing("retry", limited=True)))
+        self.dead_letter = make_script(
+            "dead_letter", _attempt(_flowing("dead_letter", limited=True))
+        )
+        self.workflow_start = make_script("workflow_start", _flowing("workflow_start"))
         self.admit = make_script("admit", _numbered(_limited("admit", typed=True)))
         self.reconcile_slots = make_script(
             "reconcile_slots", _read("delivered") + "\n" + _limited("reconcile_slots")

@@ -65,6 +65,7 @@ _FIXED_KEYS: tuple[tuple[str, str | None, str], ...] = (
     ("concurrency_keys", "set", "group"),
     ("concurrency_waiters", "hash", "group"),
     ("lanes", "set", "queue"),
+    ("workflows", "zset", "group"),
 )
 
 
@@ -331,9 +332,13 @@ class Keys(KeyFamilies):
 
     def _workflow(self, workflow_id: str) -> WorkflowKeys:
         """The keys of one workflow: ``<prefix>:{<group>}:wf:<id>`` and four named after it
-        (``ValueError`` for an id with whitespace, or none). Workflows are being built:
-        nothing writes these keys yet."""
+        (``ValueError`` for an id with whitespace, or none)."""
         return WorkflowKeys.at(self._key("wf:"), workflow_id)
+
+    @property
+    def workflows(self) -> str:
+        """The group's live workflows (a zset: id -> when dispatched, ms)."""
+        return self._key("workflows")
 
     @property
     def floor(self) -> str:

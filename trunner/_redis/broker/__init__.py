@@ -32,6 +32,7 @@ from .members import Members
 from .produce import Produce
 from .setup import Setup
 from .signals import Signals
+from .workflows import StepEnd, WorkflowLook
 
 __all__ = [
     "MAX_ADMITS_PER_CALL",
@@ -49,15 +50,18 @@ __all__ = [
     "RawEntry",
     "Record",
     "Slot",
+    "StepEnd",
     "TaskLook",
+    "WorkflowLook",
     "delete_prefixed",
 ]
 
 
 class Broker(Setup, Produce, Consume, Acks, Limits, Signals, Chores, Members, Dead, Inspection):
     """The group ``keys.group`` on ``transport``: its state transitions, one concern per
-    mixin (:mod:`.setup`, :mod:`.produce`, :mod:`.consume`, :mod:`.acks`, :mod:`.limits`,
-    :mod:`.signals`, :mod:`.chores`, :mod:`.members`, :mod:`.dead`), and its read-only
+    mixin (:mod:`.setup`, :mod:`.produce`, :mod:`.consume`, :mod:`.acks` over
+    :mod:`.workflows`, :mod:`.limits`, :mod:`.signals`, :mod:`.chores`, :mod:`.members`,
+    :mod:`.dead`), and its read-only
     queries (:class:`~trunner._redis.broker.inspect.Inspection`).
 
     ``lanes``: the priority lanes it reads, highest first (see [Priority

@@ -9,7 +9,8 @@ from typing import Any
 from ..._wire.names import lane_suffix, split_entry_id
 from ..transports.base import Arg
 from ..transports.resp import as_str, packed_fields, text_field
-from ._base import AckRecord, BrokerBase, Delivery, Record, Slot, chunks, lane_stream_ids, same_id
+from ._base import AckRecord, Delivery, Record, Slot, chunks, lane_stream_ids, same_id
+from .workflows import StepEnd, Workflows
 
 __all__ = ["Acks"]
 
@@ -31,8 +32,9 @@ def _by_consumer(
             yield name, chunk
 
 
-class Acks(BrokerBase):
-    """Ending attempts, each in one script that checks the attempt's delivery."""
+class Acks(Workflows):
+    """Ending attempts, each in one script that checks the attempt's delivery (and ends the
+    step of a workflow an attempt was, in the same script)."""
 
     async def ack(
         self,
@@ -42,6 +44,7 @@ class Acks(BrokerBase):
         records: Mapping[str, AckRecord] | None = None,
         forget: Mapping[str, str] | None = None,
         slots: Mapping[str, Slot] | None = None,
+        steps: Mapping[str, StepEnd] | None = None,
         *,
         owners: Mapping[str, Delivery],
     ) -> tuple[int, list[str]]:
@@ -54,14 +57,16 @@ class Acks(BrokerBase):
         it, and the waiters hear of the task id); ``records[id]`` is the outcome of a task
         that keeps its result, written with the acknowledgement; ``forget[id]`` is a
         cancelled task id whose cancel mark goes; ``slots[id]`` is the concurrency slot
-        it holds, released (and granted to the oldest waiter) with the acknowledgement.
+        it holds, released (and granted to the oldest waiter) with the acknowledgement;
+        ``steps[id]`` is the end of the workflow step it was, recorded with it (the
+        successors whose last input it was start in the same call).
         """
         acked, lost = 0, list[str]()
         for lane, lane_ids in self._by_lane(ids, same_id):
             suffix = lane_suffix(lane)
             for consumer, chunk in _by_consumer(lane_ids, owners):
                 done, refused = await self._ack_lane(
-                    lane, consumer, chunk, owners, locks, moved, records, forget, slots
+                    lane, consumer, chunk, owners, locks, moved, records, forget, slots, steps
                 )
                 acked += done
                 lost += (as_str(i) + suffix for i in refused)
@@ -78,6 +83,7 @@ class Acks(BrokerBase):
         records: Mapping[str, AckRecord] | None,
         forget: Mapping[str, str] | None,
         slots: Mapping[str, Slot] | None,
+        steps: Mapping[str, StepEnd] | None,
     ) -> tuple[int, list[Any]]:
         """One script call: ``chunk`` (at most 1000 ids of ``lane``, pending for
         ``consumer``)."""
@@ -112,13 +118,19 @@ class Acks(BrokerBase):
         held_slots = (
             [(n, i, slots[i]) for n, i in enumerate(chunk, 1) if i in slots] if slots else []
         )
+        ended = [(n, steps[i]) for n, i in enumerate(chunk, 1) if i in steps] if steps else []
         slot_keys: list[str] = []
-        if held_slots:
+        if held_slots or ended:
             args.append(len(held_slots))
             for n, i, (holders, waiting, limit) in held_slots:
                 slot_keys += [holders, waiting]
                 args += [n, i, limit]
-            slot_keys += [keys.quarantine, keys.stream]
+            if held_slots:
+                slot_keys += [keys.quarantine, keys.stream]
+        if ended:
+            flow_keys, flow_args = self._steps_section(ended)
+            slot_keys += flow_keys
+            args += flow_args
         reply = await self._script(
             "ack",
             [
@@ -142,16 +154,20 @@ class Acks(BrokerBase):
         data: bytes,
         record: Record | None = None,
         slot: Slot | None = None,
+        step: StepEnd | None = None,
         *,
         owner: Delivery,
-    ) -> bool:
+    ) -> bool | None:
         """Acknowledge a failed message and schedule its next attempt, atomically; update
         the ``record`` of a task that keeps its result (state 'retrying'); release the
         concurrency ``slot`` it holds. False, and nothing written, when the attempt's
-        delivery (``owner``) is no longer the pending one."""
+        delivery (``owner``) is no longer the pending one. For the ``step`` of a workflow
+        that no longer runs, None: acknowledged, not scheduled, and the step ended
+        'cancelled' (``step.kind`` is not read)."""
         keys = self.keys
         lane, stream_id = split_entry_id(message_id)
         ttl, fields = (record[1], record[2]) if record else (0, [])
+        flow_keys, flow_args = self._step_tail(step, with_next=False) if step else ([], [])
         reply = await self._script(
             "retry",
             [
@@ -162,6 +178,7 @@ class Acks(BrokerBase):
                 record[0] if record else keys.stream,
                 keys.groups,
                 *((slot[0], slot[1], keys.quarantine, keys.stream) if slot else ()),
+                *flow_keys,
             ],
             [
                 self.group,
@@ -174,11 +191,14 @@ class Acks(BrokerBase):
                 ttl,
                 owner.consumer,
                 owner.delivery_count,
+                int(slot is not None),
+                int(step is not None),
                 *(text_field(x) for pair in fields for x in pair),
                 *((message_id, slot[2]) if slot else ()),
+                *flow_args,
             ],
         )
-        return bool(reply)
+        return None if reply == 2 else bool(reply)
 
     async def dead_letter(
         self,
@@ -189,13 +209,15 @@ class Acks(BrokerBase):
         task_id: str | None = None,
         record: Record | None = None,
         slot: Slot | None = None,
+        step: StepEnd | None = None,
         *,
         owner: Delivery,
     ) -> str | None:
         """Acknowledge and copy to the dead-letter stream; release ``lock`` (key, token);
         write the ``record`` of a task that keeps its result; tell the task's waiters;
-        release the concurrency ``slot`` it holds. None, and nothing written, when the
-        attempt's delivery (``owner``) is no longer the pending one.
+        release the concurrency ``slot`` it holds; end the workflow ``step`` it was, failed
+        (``step.kind`` is not read). None, and nothing written, when the attempt's delivery
+        (``owner``) is no longer the pending one.
 
         A field's text that cannot be sent as it is (a lone surrogate, in an error message
         say) is written with backslash escapes: the write never fails on it."""
@@ -203,6 +225,7 @@ class Acks(BrokerBase):
         lane, stream_id = split_entry_id(message_id)
         flat: list[Any] = [text_field(x) for pair in fields for x in pair]
         ttl, outcome = (record[1], record[2]) if record else (0, [])
+        flow_keys, flow_args = self._step_tail(step, with_next=True) if step else ([], [])
         reply = await self._script(
             "dead_letter",
             [
@@ -212,8 +235,9 @@ class Acks(BrokerBase):
                 keys.cancelled,
                 record[0] if record else keys.stream,
                 keys.groups,
-                *([lock[0]] if lock else [keys.stream] if slot else []),
+                lock[0] if lock else keys.stream,
                 *((slot[0], slot[1], keys.quarantine, keys.stream) if slot else ()),
+                *flow_keys,
             ],
             [
                 self.group,
@@ -226,10 +250,13 @@ class Acks(BrokerBase):
                 ttl,
                 owner.consumer,
                 owner.delivery_count,
+                int(slot is not None),
+                int(step is not None),
                 len(outcome),
                 *(text_field(x) for pair in outcome for x in pair),
                 *flat,
                 *((message_id, slot[2]) if slot else ()),
+                *flow_args,
             ],
         )
         return as_str(reply) if reply else None

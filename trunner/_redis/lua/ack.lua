@@ -39,8 +39,18 @@
 --          slot, its id as trunner names it ('<stream id>@<lane>' in another lane than
 --          the default), the limit; the slot is released and the oldest waiters granted
 --          (limits.lua)
+-- then     (optional, after S, which is then always given) F, the workflows whose steps
+--          ended here (workflows.lua); the cancel channel, the done channel, how long a
+--          cancel mark holds (ms), the largest message a runner reads; then per workflow:
+--          its id, E, then E ends: the index of the step's entry, its node, how it ended
+--          ('ok' | 'cancelled' | 'expired'), its successors, its result ('' when not
+--          kept), its failure JSON ('' for 'ok'). Its keys, after the slots': the stream
+--          of the default lane, the group's index of workflows, the quarantine stream, the
+--          cancel marks, then five per workflow (wf, plan, marks, res, err). A step's end
+--          is recorded only when its entry was acknowledged here.
 -- Returns  {how many entries were acknowledged, {the stream ids whose delivery was no
---          longer the ending attempt's: nothing was written for them}}
+--          longer the ending attempt's: nothing was written for them}, {per workflow of
+--          the F: its state after this call (false: gone, set aside, or not ended here)}}
 local at = 5
 local function take()
   local value = ARGV[at]
@@ -132,8 +142,10 @@ for r = 1, records do
   end
 end
 local slots = tonumber(ARGV[at] or '0')
-if slots > 0 then
+if ARGV[at] then
   at = at + 1
+end
+if slots > 0 then
   local first = 4 + locks + records
   local quarantine = KEYS[first + 2 * slots]
   for s = 1, slots do
@@ -142,6 +154,27 @@ if slots > 0 then
       release_slot(KEYS[first + 2 * s - 2], KEYS[first + 2 * s - 1], holder, limit,
         KEYS[first + 2 * slots + 1], KEYS[2], quarantine)
     end
+  end
+end
+local states = {}
+local flows = tonumber(ARGV[at] or '0')
+if flows > 0 then
+  at = at + 1
+  local first = 4 + locks + records + (slots > 0 and 2 * slots + 2 or 0)
+  local ctx = wf_context(KEYS[first], KEYS[2], KEYS[first + 3], KEYS[first + 1],
+    KEYS[first + 2], shared, take(), take(), take(), take())
+  for f = 1, flows do
+    local k = wf_keys(KEYS, first + 4 + 5 * (f - 1))
+    local wid, ends = take(), tonumber(take())
+    local state = false
+    for _ = 1, ends do
+      local index, node, kind, nxt, result, err = tonumber(take()), tonumber(take()), take(),
+        take(), take(), take()
+      if mine[index] then -- the fencing decision, reused
+        state = wf_step_end(k, wid, node, kind, nxt, result, err, ctx) or false
+      end
+    end
+    states[f] = state
   end
 end
 if ARGV[3] ~= '' and #ids > 0 then
@@ -153,4 +186,4 @@ if ARGV[3] ~= '' and #ids > 0 then
   end
   redis.call('PUBLISH', ARGV[3], table.concat(told, ' '))
 end
-return {acked, lost}
+return {acked, lost, states}

@@ -9,11 +9,13 @@
 -- KEYS[6]  the queue's registry of groups (a set): with more than one group reading the
 --          stream, the entry is not deleted, nor the task's cancel mark (another group
 --          may not have read it yet)
--- KEYS[7]  (optional) the message's unique lock (or, with a slot and no lock, the stream)
--- KEYS[8..11] (optional) the concurrency slot the entry holds: its holders, its waiting
---          list, the quarantine stream and the stream of the default lane; then the last
---          two ARGV are the entry's id as trunner names it (its holder) and the limit. The slot is
---          released and the oldest waiters granted (limits.lua).
+-- KEYS[7]  the message's unique lock (any key of the group when it holds none)
+-- KEYS[8..11] (S = 1) the concurrency slot the entry holds: its holders, its waiting list,
+--          the quarantine stream and the stream of the default lane; the slot is
+--          released and the oldest waiters granted (limits.lua)
+-- then     (W = 1) the workflow of the step this message is (workflows.lua): the stream of
+--          the default lane, the group's index of workflows, the quarantine stream, the
+--          cancel marks, then the workflow's five keys (wf, plan, marks, res, err); the step ends 'failed'
 -- ARGV[1]  the consumer group
 -- ARGV[2]  '1' to XDEL the entry (unless the stream is shared)
 -- ARGV[3]  the entry id
@@ -25,8 +27,14 @@
 -- ARGV[9]  the consumer the attempt's delivery is pending for
 -- ARGV[10] that delivery's count: nothing is written unless it is still the pending one
 --          (owns_delivery, deliveries.lua)
--- ARGV[11] F, then F field/value pairs of the record
+-- ARGV[11] S: '1' with a concurrency slot, '0' without
+-- ARGV[12] W: '1' for a step of a workflow, '0' for a task of its own
+-- ARGV[13] F, then F field/value pairs of the record
 -- then     the field/value pairs of the dead-letter entry
+-- then     (S = 1) the entry's id as trunner names it (its holder), the slot's limit
+-- then     (W = 1) the workflow's id, the step's node, its successors, its failure JSON,
+--          the cancel channel, the done channel, how long a cancel mark holds (ms), the
+--          largest message a runner reads
 -- Returns  the dead-letter entry id; false when the attempt's delivery was no longer
 --          pending (nothing written)
 -- Its keys' types are checked first (key_types.lua): a message acknowledged but not dead-
@@ -44,11 +52,8 @@ local shared = not known or groups > 1
 if ARGV[2] == '1' and not shared then
   redis.call('XDEL', KEYS[1], ARGV[3])
 end
-local locked, held = false, false
-if KEYS[7] then
-  locked, held = pcall(redis.call, 'GET', KEYS[7]) -- another type: nobody's lock
-end
-if locked and held == ARGV[5] then
+local locked, held = pcall(redis.call, 'GET', KEYS[7]) -- another type: nobody's lock
+if locked and held == ARGV[5] and ARGV[5] ~= '' then
   redis.call('DEL', KEYS[7])
 end
 if not shared then -- else another group may not have read it: these expire, or go
@@ -57,17 +62,26 @@ if not shared then -- else another group may not have read it: these expire, or 
   end
   redis.call('HDEL', KEYS[4], ARGV[6])
 end
-local last = #ARGV
-if KEYS[8] then
+local slot, step = ARGV[11] == '1', ARGV[12] == '1'
+local last = #ARGV - (step and 8 or 0)
+if slot then
+  release_slot(KEYS[8], KEYS[9], ARGV[last - 1], tonumber(ARGV[last]), KEYS[11], KEYS[3],
+    KEYS[10])
   last = last - 2
-  release_slot(KEYS[8], KEYS[9], ARGV[#ARGV - 1], tonumber(ARGV[#ARGV]), KEYS[11], KEYS[3], KEYS[10])
 end
-local fields = tonumber(ARGV[11])
-local after = 12 + 2 * fields
+local fields = tonumber(ARGV[13])
+local after = 14 + 2 * fields
 if ARGV[8] ~= '0' then
   redis.call('DEL', KEYS[5])
-  redis.call('HSET', KEYS[5], unpack(ARGV, 12, after - 1))
+  redis.call('HSET', KEYS[5], unpack(ARGV, 14, after - 1))
   redis.call('PEXPIRE', KEYS[5], ARGV[8])
+end
+if step then
+  local first, a = slot and 12 or 8, #ARGV - 7
+  local ctx = wf_context(KEYS[first], KEYS[3], KEYS[first + 3], KEYS[first + 1],
+    KEYS[first + 2], shared, ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7])
+  wf_step_end(wf_keys(KEYS, first + 4), ARGV[a], tonumber(ARGV[a + 1]), 'failed',
+    ARGV[a + 2], '', ARGV[a + 3], ctx)
 end
 local id
 if ARGV[4] == '0' then

@@ -8,10 +8,14 @@
 -- KEYS[4]  where moved tasks are (hash: task id -> stream id)
 -- KEYS[5]  the task's record (any key of the group when none is written)
 -- KEYS[6]  the queue's registry of groups (a set): with more than one, nothing is deleted
--- KEYS[7..10] (optional) the concurrency slot the entry holds: its holders, its waiting
---          list, the quarantine stream and the stream of the default lane; then the last
---          two ARGV are the entry's id as trunner names it (its holder) and the limit. The
---          slot is released and the oldest waiters granted (limits.lua).
+-- KEYS[7..10] (S = 1) the concurrency slot the entry holds: its holders, its waiting
+--          list, the quarantine stream and the stream of the default lane; the slot is
+--          released and the oldest waiters granted (limits.lua)
+-- then     (W = 1) the workflow of the step this message is (workflows.lua): the stream of
+--          the default lane, the group's index of workflows, the quarantine stream, the
+--          cancel marks, then the workflow's five keys. A step of a workflow that no longer runs (failing,
+--          cancelling, settled) is not scheduled again: it ends 'cancelled' (absorbed by
+--          the workflow, as a nursery's cancelled child), and its record is left as it was
 -- ARGV[1]  the consumer group
 -- ARGV[2]  '1' to XDEL the entry (unless the stream is shared)
 -- ARGV[3]  the entry id
@@ -23,9 +27,15 @@
 -- ARGV[9]  the consumer the failed attempt's delivery is pending for
 -- ARGV[10] that delivery's count: nothing is written unless it is still the pending one
 --          (owns_delivery, deliveries.lua)
--- ARGV[11..] field/value pairs of the record
+-- ARGV[11] S: '1' with a concurrency slot, '0' without
+-- ARGV[12] W: '1' for a step of a workflow, '0' for a task of its own
+-- ARGV[13..] field/value pairs of the record
+-- then     (S = 1) the entry's id as trunner names it (its holder), the slot's limit
+-- then     (W = 1) the workflow's id, the step's node, the cancel channel, the done
+--          channel, how long a cancel mark holds (ms), the largest message a runner reads
 -- Returns  1 when scheduled; 0 when the attempt's delivery was no longer pending (nothing
---          written)
+--          written); 2 when the step's workflow no longer runs (acknowledged, not
+--          scheduled: the step ended 'cancelled')
 -- Its keys' types are checked first (key_types.lua): a message acknowledged but not
 -- scheduled again would be lost.
 local refused = wrong_type({[KEYS[2]] = 'zset', [KEYS[3]] = 'hash', [KEYS[4]] = 'hash'})
@@ -44,16 +54,30 @@ end
 if ARGV[6] ~= ARGV[3] and not shared then
   redis.call('HDEL', KEYS[4], ARGV[6])
 end
-local last = #ARGV
-if KEYS[7] then
+local slot, step = ARGV[11] == '1', ARGV[12] == '1'
+local last = #ARGV - (step and 6 or 0)
+if slot then
+  release_slot(KEYS[7], KEYS[8], ARGV[last - 1], tonumber(ARGV[last]), KEYS[10], KEYS[4],
+    KEYS[9])
   last = last - 2
-  release_slot(KEYS[7], KEYS[8], ARGV[#ARGV - 1], tonumber(ARGV[#ARGV]), KEYS[10], KEYS[4], KEYS[9])
+end
+if step then
+  local first, a = slot and 11 or 7, #ARGV - 5
+  local k = wf_keys(KEYS, first + 4)
+  local why = wf_usable(k)
+  if not why and redis.call('HGET', k.wf, 'state') ~= 'running' then
+    local ctx = wf_context(KEYS[first], KEYS[4], KEYS[first + 3], KEYS[first + 1],
+      KEYS[first + 2],
+      shared, ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
+    wf_step_end(k, ARGV[a], tonumber(ARGV[a + 1]), 'cancelled', '', '', '', ctx)
+    return 2
+  end
 end
 if ARGV[8] ~= '0' then
   if not pcall(redis.call, 'HLEN', KEYS[5]) then -- not a hash (an outcome as one JSON
     redis.call('DEL', KEYS[5])                   -- string): the retry's record replaces it
   end
-  redis.call('HSET', KEYS[5], unpack(ARGV, 11, last))
+  redis.call('HSET', KEYS[5], unpack(ARGV, 13, last))
   redis.call('PEXPIRE', KEYS[5], ARGV[8])
 end
 redis.call('ZADD', KEYS[2], ARGV[4], ARGV[6])

@@ -1,0 +1,326 @@
+"""The workflow scripts on their own (workflows.lua, workflow_start.lua, and the step ends
+of ack.lua, dead_letter.lua and retry.lua): chains, fan-in once, fail-fast, blocked
+branches, fencing, bad data set aside, chunked starts (design/workflows.md §3). Both
+tiers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import pytest
+
+from trunner._redis import Broker, StepEnd, open_transport
+from trunner._wire.envelope import encode_message, message_template
+from trunner._wire.keys import Keys
+from trunner._wire.message import MessageOptions
+from trunner._wire.workflow import Literal, Results, StepRef
+
+from .test_broker import C1, deliver, owned
+
+W = "wtest"
+KEEP_MS = 60_000
+LIFE_MS = 3_600_000
+
+
+@pytest.fixture
+async def broker(url: str, keys: Keys) -> AsyncIterator[Broker]:
+    async with open_transport(
+        url, client_name="test", max_connections=4, connect_timeout=5.0
+    ) as transport:
+        broker = Broker(transport, keys)
+        await broker.ensure_group()
+        yield broker
+
+
+def root(keys: Keys, node: int, payload: Any, nxt: str = "", keep: bool = True) -> bytes:
+    ref = StepRef(W, node, nxt, keep)
+    return encode_message(
+        "t", payload, enqueued_at=1.0, task_id=f"{W}.{node}",
+        options=MessageOptions(workflow=ref), group=keys.group, max_bytes=1 << 20,
+    )  # fmt: skip
+
+
+def template(
+    keys: Keys, node: int, parts: Sequence[Any], nxt: str = "", keep: bool = True
+) -> bytes:
+    ref = StepRef(W, node, nxt, keep)
+    return message_template(
+        "t", parts, task_id=f"{W}.{node}", options=MessageOptions(workflow=ref), group=keys.group
+    )
+
+
+async def start(
+    broker: Broker,
+    n: int,
+    plan: Sequence[tuple[str, Any]],
+    roots: Sequence[tuple[int, bytes]],
+    **options: Any,
+) -> str:
+    return await broker.start_workflow(
+        W, n, plan, roots, keep_ms=KEEP_MS, max_life_ms=LIFE_MS, **options
+    )
+
+
+def step_of(raw: Any, keys: Keys, entry_id: str) -> dict[str, Any]:
+    ((_, fields),) = raw.xrange(keys.stream, entry_id, entry_id)
+    message: dict[str, Any] = json.loads(fields[b"payload"])
+    return message
+
+
+async def ack_steps(
+    broker: Broker, ends: dict[str, StepEnd], owner: Any = C1
+) -> tuple[int, list[str]]:
+    ids = list(ends)
+    return await broker.ack(ids, steps=ends, owners=owned(ids, owner))
+
+
+def state(raw: Any, keys: Keys) -> dict[str, str]:
+    wf = keys._workflow(W).wf
+    return {k.decode(): v.decode() for k, v in raw.hgetall(wf).items()}
+
+
+async def test_a_chain_passes_each_result_on_and_settles(
+    broker: Broker, raw: Any, keys: Keys
+) -> None:
+    flow = keys._workflow(W)
+    plan = [
+        ("t:1", template(keys, 1, [Results(0, 0)], "2")),
+        ("w:1", 1),
+        ("t:2", template(keys, 2, [Literal(b"["), Results(1, 1), Literal(b"]")])),
+        ("w:2", 1),
+    ]
+    assert await start(broker, 3, plan, [(0, root(keys, 0, "url", "1"))], out="2") == "ok"
+    assert state(raw, keys)["live"] == "1"
+    assert state(raw, keys)["adding"] == "0"
+    (first,) = await deliver(broker, "c1", 1)
+    assert step_of(raw, keys, first)["wf"] == [W, 0, "1", True]
+
+    assert await ack_steps(broker, {first: StepEnd(W, 0, "ok", "1", b'"page"')}) == (1, [])
+    (second,) = await deliver(broker, "c1", 1)
+    message = step_of(raw, keys, second)
+    assert message["payload"] == "page", "the result, byte for byte"
+    assert message["id"] == f"{W}.1"
+    assert message["wf"] == [W, 1, "2", True]
+    assert message["enqueued_at"] > 1_000_000_000, "the time it was added"
+    assert raw.hget(keys.where, f"{W}.1") == second.encode(), "status and cancel find it"
+    assert raw.hlen(flow.res) == 0, "node 0's result went into its one reader's message"
+    assert not raw.hexists(flow.plan, "t:1")
+
+    await ack_steps(broker, {second: StepEnd(W, 1, "ok", "2", b'{"n":1}')})
+    (third,) = await deliver(broker, "c1", 1)
+    assert step_of(raw, keys, third)["payload"] == [{"n": 1}]
+    await ack_steps(broker, {third: StepEnd(W, 2, "ok", "", b"42")})
+
+    look = await broker.workflow_look(W)
+    assert look.fields["state"] == "succeeded"
+    assert look.fields["ok"] == "3"
+    assert look.fields["live"] == "0"
+    assert look.results == {2: b"42"}, "the output stays"
+    assert not raw.exists(flow.plan)
+    assert 0 < raw.pttl(flow.wf) <= KEEP_MS
+    assert 0 < raw.pttl(flow.marks) <= KEEP_MS
+    assert raw.zscore(keys.workflows, W) is None
+
+
+async def test_a_chord_fans_in_once_whatever_the_order_and_the_redeliveries(
+    broker: Broker, raw: Any, keys: Keys
+) -> None:
+    children = 5
+    plan = [
+        ("t:5", template(keys, 5, [Literal(b"["), Results(0, 4, b","), Literal(b"]")])),
+        ("w:5", children),
+    ]
+    roots = [(i, root(keys, i, i, "5")) for i in range(children)]
+    assert await start(broker, children + 1, plan, roots) == "ok"
+    ids = await deliver(broker, "c1", children)
+    by_node = {step_of(raw, keys, i)["wf"][1]: i for i in ids}
+    # Node 3 is claimed by another consumer (a reclaim): c1's late end is fenced out.
+    await broker.transport.execute("XCLAIM", keys.stream, keys.group, "c2", 0, by_node[3])
+    assert await ack_steps(broker, {by_node[3]: StepEnd(W, 3, "ok", "5", b"30")}) == (
+        0,
+        [by_node[3]],
+    )
+    assert state(raw, keys)["ok"] == "0", "a fenced attempt writes nothing"
+    for node in (4, 0, 2):
+        await ack_steps(broker, {by_node[node]: StepEnd(W, node, "ok", "5", b"%d" % (node * 10))})
+    assert await deliver(broker, "c1", 1) == [], "one input still missing"
+    c2 = type(C1)("c2", 2)
+    await ack_steps(broker, {by_node[3]: StepEnd(W, 3, "ok", "5", b"31")}, owner=c2)
+    assert await deliver(broker, "c1", 1) == [], "still node 1"
+    await ack_steps(broker, {by_node[1]: StepEnd(W, 1, "ok", "5", b"10")})
+    (callback,) = await deliver(broker, "c1", 1)
+    assert step_of(raw, keys, callback)["payload"] == [0, 10, 20, 31, 40], "in node order"
+    # A duplicate end of a child (a replay, a second delivery) changes nothing.
+    await broker.enqueue(root(keys, 2, 2, "5"))
+    (again,) = await deliver(broker, "c1", 1)
+    await ack_steps(broker, {again: StepEnd(W, 2, "ok", "5", b"99")})
+    assert await deliver(broker, "c1", 1) == [], "the callback started once"
+    assert state(raw, keys)["ok"] == str(children)
+    await ack_steps(broker, {callback: StepEnd(W, 5, "ok", "", b'"merged"')})
+    look = await broker.workflow_look(W)
+    assert look.fields["state"] == "succeeded"
+    assert look.results == {5: b'"merged"'}, "the children's results were released"
+
+
+async def test_fail_fast_marks_the_workflow_and_no_later_step_starts(
+    broker: Broker, raw: Any, keys: Keys
+) -> None:
+    flow = keys._workflow(W)
+    plan = [
+        ("t:3", template(keys, 3, [Literal(b"["), Results(0, 2, b","), Literal(b"]")])),
+        ("w:3", 3),
+    ]
+    roots = [(i, root(keys, i, i, "3")) for i in range(3)]
+    assert await start(broker, 4, plan, roots) == "ok"
+    a, b, c = await deliver(broker, "c1", 3)
+    failure = json.dumps({"type": "Boom", "message": "no"})
+    fields: list[tuple[str, str | bytes]] = [("reason", "failed")]
+    step = StepEnd(W, 1, "failed", "3", error=failure)
+    assert await broker.dead_letter(b, fields, 10, None, f"{W}.1", step=step, owner=C1)
+    s = state(raw, keys)
+    assert s["state"] == "failing"
+    assert s["failures"] == "1"
+    assert raw.hget(keys.cancelled, W) is not None, "one cancel mark for every step"
+    assert json.loads(raw.hget(flow.err, "1")) == {"type": "Boom", "message": "no"}
+    # A sibling that finishes anyway, and one cancelled by the workflow (absorbed).
+    await ack_steps(broker, {a: StepEnd(W, 0, "ok", "3", b"0")})
+    assert await deliver(broker, "c1", 1) == []
+    await ack_steps(broker, {c: StepEnd(W, 2, "cancelled", "3")})
+    look = await broker.workflow_look(W)
+    assert look.fields["state"] == "failed", "a failure is never lost"
+    assert (look.fields["ok"], look.fields["failures"], look.fields["cancelled"]) == ("1", "1", "1")
+    assert raw.hget(keys.cancelled, W) is None, "its steps are all over"
+    assert look.failures == {1: failure}
+
+
+async def test_without_fail_fast_a_failure_blocks_only_its_descendants(
+    broker: Broker, raw: Any, keys: Keys
+) -> None:
+    # 0 -> 2, 1 -> 3: node 0 fails, node 1's branch runs to its end.
+    plan = [
+        ("t:2", template(keys, 2, [Results(0, 0)])),
+        ("w:2", 1),
+        ("t:3", template(keys, 3, [Results(1, 1)])),
+        ("w:3", 1),
+    ]
+    roots = [(0, root(keys, 0, 0, "2")), (1, root(keys, 1, 1, "3"))]
+    assert await start(broker, 4, plan, roots, fail_fast=False) == "ok"
+    zero, one = await deliver(broker, "c1", 2)
+    fields: list[tuple[str, str | bytes]] = [("reason", "failed")]
+    step = StepEnd(W, 0, "failed", "2", error="{}")
+    assert await broker.dead_letter(zero, fields, 10, None, f"{W}.0", step=step, owner=C1)
+    assert state(raw, keys)["state"] == "running"
+    assert raw.hget(keys.cancelled, W) is None
+    await ack_steps(broker, {one: StepEnd(W, 1, "ok", "3", b"1")})
+    (three,) = await deliver(broker, "c1", 1)
+    assert step_of(raw, keys, three)["wf"][1] == 3
+    await ack_steps(broker, {three: StepEnd(W, 3, "ok", "", b"3")})
+    look = await broker.workflow_look(W)
+    assert look.fields["state"] == "failed"
+    assert (look.fields["ok"], look.fields["failures"]) == ("2", "1"), "node 2 never started"
+
+
+async def test_a_retry_of_a_step_of_a_failing_workflow_ends_it_cancelled(
+    broker: Broker, raw: Any, keys: Keys
+) -> None:
+    roots = [(i, root(keys, i, i)) for i in range(2)]
+    assert await start(broker, 2, [], roots) == "ok"
+    zero, one = await deliver(broker, "c1", 2)
+    fields: list[tuple[str, str | bytes]] = [("reason", "failed")]
+    step = StepEnd(W, 0, "failed", error="{}")
+    assert await broker.dead_letter(zero, fields, 10, None, f"{W}.0", step=step, owner=C1)
+    retried = await broker.retry(
+        one, f"{W}.1", 5000, b"next", step=StepEnd(W, 1, "failed"), owner=C1
+    )
+    assert retried is None, "not scheduled again"
+    assert raw.zcard(keys.retries) == 0
+    assert await broker.pending_count() == 0
+    look = await broker.workflow_look(W)
+    assert (look.fields["state"], look.fields["cancelled"]) == ("failed", "1")
+
+
+async def test_a_retry_of_a_step_of_a_running_workflow_is_scheduled(
+    broker: Broker, raw: Any, keys: Keys
+) -> None:
+    assert await start(broker, 1, [], [(0, root(keys, 0, 0))]) == "ok"
+    (zero,) = await deliver(broker, "c1", 1)
+    step = StepEnd(W, 0, "failed")
+    assert await broker.retry(zero, f"{W}.0", 5000, b"next", step=step, owner=C1) is True
+    assert raw.zcard(keys.retries) == 1
+    assert state(raw, keys)["live"] == "1", "still live: retries are inside the step"
+
+
+async def test_a_message_over_the_limit_fails_its_node_when_it_would_start(
+    broker: Broker, raw: Any, keys: Keys
+) -> None:
+    broker.max_message_bytes = 300
+    plan = [("t:1", template(keys, 1, [Results(0, 0)])), ("w:1", 1)]
+    assert await start(broker, 2, plan, [(0, root(keys, 0, 0, "1"))]) == "ok"
+    (zero,) = await deliver(broker, "c1", 1)
+    await ack_steps(broker, {zero: StepEnd(W, 0, "ok", "1", b'"' + b"x" * 400 + b'"')})
+    assert await deliver(broker, "c1", 1) == [], "never written to a stream"
+    look = await broker.workflow_look(W)
+    assert look.fields["state"] == "failed"
+    assert json.loads(look.failures[1])["type"] == "PayloadTooLarge"
+    assert look.results == {}, "the result it would have read is released"
+
+
+async def test_a_bad_template_fails_its_node_and_a_bad_workflow_is_set_aside(
+    broker: Broker, raw: Any, keys: Keys
+) -> None:
+    flow = keys._workflow(W)
+    plan = [("t:1", b"L99:short"), ("w:1", 1)]
+    assert await start(broker, 2, plan, [(0, root(keys, 0, 0, "1"))]) == "ok"
+    (zero,) = await deliver(broker, "c1", 1)
+    await ack_steps(broker, {zero: StepEnd(W, 0, "ok", "1", b"0")})
+    look = await broker.workflow_look(W)
+    assert look.fields["state"] == "failed"
+    assert json.loads(look.failures[1])["type"] == "BadData"
+    # A workflow whose counts trunner did not write: the acknowledgement stands, the step
+    # end is set aside with its reason.
+    raw.delete(flow.wf, flow.marks)
+    assert await start(broker, 1, [], [(0, root(keys, 0, 0))]) == "ok"
+    (again,) = await deliver(broker, "c1", 1)
+    raw.hset(flow.wf, "live", "inf")
+    assert await ack_steps(broker, {again: StepEnd(W, 0, "ok")}) == (1, [])
+    assert await broker.pending_count() == 0
+    (aside,) = raw.xrange(keys.quarantine)
+    assert aside[1][b"item"] == flow.wf.encode()
+    assert b"live" in aside[1][b"reason"]
+
+
+async def test_a_big_group_starts_in_chunks_and_its_callback_gets_every_result(
+    broker: Broker, raw: Any, keys: Keys
+) -> None:
+    children = 1500
+    plan = [
+        (
+            f"t:{children}",
+            template(
+                keys, children, [Literal(b"["), Results(0, children - 1, b","), Literal(b"]")]
+            ),
+        ),
+        (f"w:{children}", children),
+    ]
+    roots = [(i, root(keys, i, i, str(children))) for i in range(children)]
+    assert await start(broker, children + 1, plan, roots) == "ok"
+    assert state(raw, keys)["live"] == str(children)
+    ids = await deliver(broker, "c1", children)
+    nodes = [step_of(raw, keys, i)["wf"][1] for i in ids]
+    ends = {
+        i: StepEnd(W, node, "ok", str(children), b"%d" % node)
+        for i, node in zip(ids, nodes, strict=True)
+    }
+    assert await ack_steps(broker, ends) == (children, [])
+    (callback,) = await deliver(broker, "c1", 1)
+    message = raw.xrange(keys.stream, callback, callback)[0][1][b"payload"]
+    assert json.loads(message)["payload"] == list(range(children))
+    assert raw.hlen(keys._workflow(W).res) == 0
+
+
+async def test_a_workflow_id_is_taken_once(broker: Broker, raw: Any, keys: Keys) -> None:
+    assert await start(broker, 1, [], [(0, root(keys, 0, 0))]) == "ok"
+    assert await start(broker, 1, [], [(0, root(keys, 0, 0))]) == "exists"
+    assert len(raw.xrange(keys.stream)) == 1, "nothing written the second time"

@@ -1,0 +1,177 @@
+"""Workflows in Redis: a workflow's start, a look at its state, and what the scripts that
+end an attempt are told to end a step of one in the same call (design/workflows.md §3).
+Workflows are being built: only the scripts' tests call these yet."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Literal
+
+import attrs
+
+from ..._wire.marks import MARK_LIFETIME
+from ..transports.base import Arg
+from ..transports.resp import as_str
+from ._base import BrokerBase, chunks
+
+__all__ = ["StepEnd", "WorkflowLook", "Workflows"]
+
+#: How a step ended, as the scripts record it.
+StepKind = Literal["ok", "failed", "cancelled", "expired"]
+#: How long a cancel mark of a failing or cancelled workflow holds (ms).
+_MARK_MS: Final = int(MARK_LIFETIME * 1000)
+
+
+@attrs.frozen
+class StepEnd:
+    """The end of one step, recorded by the script that ends its attempt, only while the
+    attempt owns its delivery: node ``node`` of ``workflow`` ended ``kind``, with its
+    successors ``next`` (``StepRef.next``), its ``result`` as its codec wrote it (``b""``
+    when not kept) and its failure as JSON (``""`` unless it failed)."""
+
+    workflow: str
+    node: int
+    kind: StepKind
+    next: str = ""
+    result: bytes = b""
+    error: str = ""
+
+
+class Workflows(BrokerBase):
+    """A workflow's start, its state, and the step sections of the ending scripts."""
+
+    #: The largest message a runner reads (``max_payload_bytes`` + the group's growth); a
+    #: step whose message would be larger fails when it would start. 0: no check.
+    max_message_bytes: int = 0
+
+    def _flow_context(self) -> list[Arg]:
+        """The arguments every script ending a step takes once: the cancel and done
+        channels, how long a cancel mark holds, the largest message a runner reads."""
+        keys = self.keys
+        return [keys.cancel_channel, keys.done, _MARK_MS, self.max_message_bytes]
+
+    def _flow_keys(self) -> list[str]:
+        """The keys every script ending a step takes first: the default lane's stream, the
+        group's index of workflows, the quarantine stream, the cancel marks."""
+        keys = self.keys
+        return [keys.stream, keys.workflows, keys.quarantine, keys.cancelled]
+
+    def _steps_section(self, ends: Sequence[tuple[int, StepEnd]]) -> tuple[list[str], list[Arg]]:
+        """``ack.lua``'s workflow section for ``ends`` (the 1-based index of each one's
+        entry in the call, and the end): its keys and its arguments."""
+        by_flow: dict[str, list[tuple[int, StepEnd]]] = {}
+        for index, end in ends:
+            by_flow.setdefault(end.workflow, []).append((index, end))
+        keys, args = self._flow_keys(), [len(by_flow), *self._flow_context()]
+        for workflow, its in by_flow.items():
+            keys += self.keys._workflow(workflow).names()
+            args += [workflow, len(its)]
+            for index, end in its:
+                args += [index, end.node, end.kind, end.next, end.result, end.error]
+        return keys, args
+
+    def _step_tail(self, end: StepEnd, *, with_next: bool) -> tuple[list[str], list[Arg]]:
+        """The workflow keys and trailing arguments of ``dead_letter.lua`` (``with_next``)
+        and ``retry.lua`` for the step ``end``."""
+        keys = [*self._flow_keys(), *self.keys._workflow(end.workflow).names()]
+        if with_next:
+            return keys, [end.workflow, end.node, end.next, end.error, *self._flow_context()]
+        return keys, [end.workflow, end.node, *self._flow_context()]
+
+    async def start_workflow(
+        self,
+        workflow_id: str,
+        nodes: int,
+        plan: Sequence[tuple[str, Arg]],
+        roots: Sequence[tuple[int, bytes]],
+        *,
+        fail_fast: bool = True,
+        keep_ms: int,
+        max_life_ms: int,
+        name: str = "",
+        trace: str = "",
+        out: str = "",
+    ) -> str:
+        """Write workflow ``workflow_id`` of ``nodes`` nodes: its state, its ``plan``
+        (field, value pairs: ``t:<i>`` templates, ``w:<i>`` inputs awaited, ``r:<i>``
+        readers), then its ``roots`` (node, message), in chunks of at most 1000, every plan
+        chunk first. ``"ok"``; ``"exists"`` when the id is taken (nothing written); the
+        state of a workflow cancelled while its roots were being added (the rest is not
+        added)."""
+        keys = self.keys
+        flow = keys._workflow(workflow_id)
+        calls: list[tuple[Sequence[tuple[str, Arg]], Sequence[tuple[int, bytes]]]] = [
+            (chunk, ()) for chunk in chunks(plan)
+        ] + [((), chunk) for chunk in chunks(roots)]
+        calls = calls or [((), ())]
+        for number, (fields, added) in enumerate(calls):
+            args: list[Arg] = [
+                workflow_id,
+                int(number == 0),
+                int(number == len(calls) - 1),
+                nodes,
+                int(fail_fast),
+                keep_ms,
+                max_life_ms,
+                name,
+                trace,
+                out,
+                *self._flow_context(),
+                len(fields),
+                *(x for pair in fields for x in pair),
+                len(added),
+                *(x for pair in added for x in pair),
+            ]
+            reply = as_str(
+                await self._script(
+                    "workflow_start",
+                    [
+                        *flow.names(),
+                        keys.workflows,
+                        keys.stream,
+                        keys.where,
+                        keys.cancelled,
+                        keys.quarantine,
+                        keys.groups,
+                    ],
+                    args,
+                )
+            )
+            if reply != "ok":
+                return reply
+        return "ok"
+
+    async def workflow_look(self, workflow_id: str) -> WorkflowLook:
+        """What Redis holds of workflow ``workflow_id`` now (empty when it is gone)."""
+        flow = self.keys._workflow(workflow_id)
+        replies = await self.transport.pipeline(
+            [
+                ("HGETALL", flow.wf),
+                ("HGETALL", flow.res),
+                ("HGETALL", flow.err),
+            ]
+        )
+        return WorkflowLook(
+            _pairs(replies[0]),
+            {int(k): bytes(v) for k, v in _pairs(replies[1], raw=True).items()},
+            {int(k): v for k, v in _pairs(replies[2]).items()},
+        )
+
+
+@attrs.frozen
+class WorkflowLook:
+    """A workflow as Redis holds it: its state hash, the results kept, the failures."""
+
+    fields: Mapping[str, str]
+    results: Mapping[int, bytes]
+    failures: Mapping[int, str]
+
+
+def _pairs(reply: Any, *, raw: bool = False) -> dict[str, Any]:
+    items = list(reply or ())
+    if isinstance(reply, dict):
+        items = [x for pair in reply.items() for x in pair]
+    return {
+        as_str(items[i]): (items[i + 1] if raw else as_str(items[i + 1]))
+        for i in range(0, len(items), 2)
+    }
