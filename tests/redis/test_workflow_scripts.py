@@ -231,10 +231,13 @@ async def test_a_retry_of_a_step_of_a_failing_workflow_ends_it_cancelled(
     fields: list[tuple[str, str | bytes]] = [("reason", "failed")]
     step = StepEnd(W, 0, "failed", error="{}")
     assert await broker.dead_letter(zero, fields, 10, None, f"{W}.0", step=step, owner=C1)
+    record = (keys.task(f"{W}.1"), 60_000, [("state", "retrying"), ("error", "E: no")])
     retried = await broker.retry(
-        one, f"{W}.1", 5000, b"next", step=StepEnd(W, 1, "failed"), owner=C1
+        one, f"{W}.1", 5000, b"next", record, step=StepEnd(W, 1, "failed"), owner=C1
     )
-    assert retried is None, "not scheduled again"
+    assert retried == "cancelled", "not scheduled again"
+    stored = raw.hgetall(keys.task(f"{W}.1"))
+    assert (stored[b"state"], stored[b"error"]) == (b"cancelled", b"E: no")
     assert raw.zcard(keys.retries) == 0
     assert await broker.pending_count() == 0
     look = await broker.workflow_look(W)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import trio
 
-from .._redis import AckRecord, Broker, Record, Slot
+from .._redis import AckRecord, Broker, Record, Slot, StepEnd
 from .._util import ErrorLog, LoopBackoff, logger
 from ..config import RunnerConfig
 from ..errors import BackendError
@@ -59,6 +59,7 @@ class AckBuffer:
         self._records: dict[str, AckRecord] = {}  # id -> outcome of a task keeping its result
         self._forget: dict[str, str] = {}  # id -> cancelled task id: its mark goes
         self._slots: dict[str, Slot] = {}  # id -> the concurrency slot it releases
+        self._steps: dict[str, StepEnd] = {}  # id -> the end of the workflow step it was
         #: Running records to write (tasks keeping results): each record's key, and what
         #: builds it, called only if the record is written (most tasks end first).
         self._started: list[Job] = []
@@ -77,11 +78,12 @@ class AckBuffer:
         *,
         cancelled: bool = False,
         bare: bool = False,
+        step: StepEnd | None = None,
     ) -> None:
         """Acknowledge ``job``'s message soon (and release its unique lock, if any); write
         ``record``, its outcome, with the acknowledgement; forget its cancel mark when it
-        was ``cancelled``. ``bare``: acknowledge it and nothing else (another group's
-        message)."""
+        was ``cancelled``; end the workflow ``step`` it was. ``bare``: acknowledge it and
+        nothing else (another group's message)."""
         message_id = job.message_id
         self._ids.append(message_id)
         self._finished[message_id] = job
@@ -103,10 +105,13 @@ class AckBuffer:
             self._records[message_id] = record
         if cancelled:
             self._forget[message_id] = fields[4]
+        if step is not None:
+            self._steps[message_id] = step
         self._nonempty.set()
         if len(self._ids) >= self._batch:
             self._full.set()
-        elif record is not None:  # somebody may be waiting for it: written sooner
+        elif record is not None or step is not None:  # somebody may be waiting for it (the
+            # next steps of a workflow do): written sooner
             # Set only when nearer: setting a deadline costs more than comparing, and with
             # the default result_flush_interval (0) every outcome of a burst would set it.
             deadline = trio.current_time() + self._result_interval
@@ -135,7 +140,8 @@ class AckBuffer:
         while True:
             await self._nonempty.wait()
             if not self._stopping and len(self._ids) < self._batch:
-                interval = self._result_interval if self._records else self._interval
+                soon = self._records or self._steps
+                interval = self._result_interval if soon else self._interval
                 with trio.move_on_after(min(interval, self._interval)) as self._wait:
                     await self._full.wait()
             if await self.flush():
@@ -171,6 +177,7 @@ class AckBuffer:
                 self._records,
                 self._forget,
                 self._slots,
+                self._steps,
                 owners=finished,
             )
             self._counters.acked += acked
@@ -181,28 +188,34 @@ class AckBuffer:
             logger.warning("acknowledging %d messages failed: %s", len(batch), exc)
         finally:
             if written:
-                locks, moved = self._locks, self._moved
-                extras = self._records or self._forget
-                slots = self._slots
                 if again:
                     batch = [message_id for message_id in batch if message_id not in again]
                     self._ids[:0] = again
                     self._nonempty.set()
-                for message_id in batch:
-                    finished.pop(message_id, None)
-                    if locks:
-                        locks.pop(message_id, None)
-                    if moved:
-                        moved.pop(message_id, None)
-                    if slots:
-                        slots.pop(message_id, None)
-                    if extras:
-                        self._records.pop(message_id, None)
-                        self._forget.pop(message_id, None)
+                self._forget_written(batch)
             elif batch:
                 self._ids[:0] = batch
                 self._nonempty.set()
         return written
+
+    def _forget_written(self, batch: list[str]) -> None:
+        """What was buffered for the ids of ``batch``, now written."""
+        finished, locks, moved = self._finished, self._locks, self._moved
+        extras = self._records or self._forget
+        slots, steps = self._slots, self._steps
+        for message_id in batch:
+            finished.pop(message_id, None)
+            if locks:
+                locks.pop(message_id, None)
+            if moved:
+                moved.pop(message_id, None)
+            if slots:
+                slots.pop(message_id, None)
+            if steps:
+                steps.pop(message_id, None)
+            if extras:
+                self._records.pop(message_id, None)
+                self._forget.pop(message_id, None)
 
     def _refused(self, lost: list[str], sent: dict[str, int]) -> list[str]:
         """The ids whose acknowledgement the script refused: discarded, but those whose job

@@ -117,8 +117,10 @@ class Attempts:
         if keep is not None:
             job.keep_result, job.started_at = keep, time.time()
             self._outcomes.started(job)
+        # Its result is encoded when kept, or when a workflow's next steps read it.
+        encode = keep is not None or (options.workflow is not None and options.workflow.keep)
         if self.hooks is not None:
-            return await self._run_with_middleware(job, task, payload, timeout, keep)
+            return await self._run_with_middleware(job, task, payload, timeout, encode)
         body = self._bodies[task.name]
         begin = job.began = time.perf_counter()
         try:
@@ -126,7 +128,7 @@ class Attempts:
                 result = await body(payload)
             else:
                 result = await timed(body, payload, task.name, timeout)
-            if keep is not None:
+            if encode:
                 # InvalidResult (no JSON form, or too large): gives up
                 job.result = task.result_codec.encode_json(result, self._config.max_payload_bytes)
         except Exception as exc:  # noqa: BLE001 - the task failed: retried or given up
@@ -155,7 +157,7 @@ class Attempts:
         return False
 
     async def _run_with_middleware(
-        self, job: Job, task: Task, payload: object, limit: float | None, keep: float | None
+        self, job: Job, task: Task, payload: object, limit: float | None, encode: bool
     ) -> tuple[Exception | None, float]:
         """The attempt of :meth:`run_with_options` inside the middleware's
         ``around_attempt`` hooks, its timeout (``limit``) and result encoding included:
@@ -172,7 +174,7 @@ class Attempts:
                     result = await body(payload)
                 else:
                     result = await timed(body, payload, task.name, limit)
-                if keep is not None:
+                if encode:
                     size = self._config.max_payload_bytes
                     job.result = task.result_codec.encode_json(result, size)
             finally:

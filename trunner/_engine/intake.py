@@ -10,6 +10,7 @@ import attrs
 from .._redis import RawEntry
 from .._task import Task
 from .._wire.decode import (
+    Fields,
     MessageDecodeError,
     addressed_group,
     decode_fields,
@@ -65,7 +66,7 @@ class Intake:
             task, interval = self._task_info(fields[0])
             job = Job(consumer, interval, now + interval, message_id, deliveries, task, fields)
             job.given_up, job.marked_count = given_up, marked
-            if self._cancel_marks and fields[4] in self._cancel_marks:
+            if self._cancel_marks and is_cancelled(fields, self._cancel_marks):
                 job.cancel_requested = True  # cancelled before it was fetched here
             return job
         # Not the usual shape: checked field by field, and refused with the reason.
@@ -88,7 +89,7 @@ class Intake:
         task, interval = self._task_info(message.task_name)
         foreign = message.group is not None and message.group != self._group
         cancelled = bool(
-            not foreign and error is None and message.task_id in self._cancel_marks
+            not foreign and error is None and is_cancelled(fields_of(message), self._cancel_marks)
         )  # cancelled before it was fetched here
         return Job(
             consumer,
@@ -105,3 +106,13 @@ class Intake:
             cancel_requested=cancelled,
             message=message,
         )
+
+
+def is_cancelled(fields: Fields, marks: dict[str, int]) -> bool:
+    """Whether the message of ``fields`` is cancelled: its task has a cancel mark, or, for
+    a workflow's step, its workflow (failing, or cancelled as a whole)."""
+    if fields[4] in marks:
+        return True
+    options = fields[8]
+    flow = options.workflow if options is not None else None
+    return flow is not None and flow.workflow in marks

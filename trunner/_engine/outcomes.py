@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
-from .._redis import Broker
+from .._redis import Broker, StepEnd
 from .._task import Task
 from .._util import ErrorLog, gives_up, logger
 from .._wire.marks import GIVEN_UP
@@ -40,6 +40,7 @@ from .counters import Counters
 from .holdings import Holdings, Job
 from .quarantine import Quarantine
 from .records import Records, keep_of
+from .steps import step_end
 from .transitions import Transitions
 
 __all__ = ["Outcomes"]
@@ -93,7 +94,9 @@ class Outcomes:
         counters = self._counters
         counters.succeeded += 1
         counters.task(task_name).succeeded += 1
-        if job.cancel_requested:  # it swallowed its cancellation: it returned all the same
+        if job.fields[8] is not None and job.fields[8].workflow is not None:
+            self._step_succeeded(job)
+        elif job.cancel_requested:  # it swallowed its cancellation: it returned all the same
             self._succeeded_though_cancelled(job)
         elif job.keep_result is not None:
             self._add_ack(job, self._outcome(job, "succeeded", job.keep_result, job.result))
@@ -109,7 +112,21 @@ class Outcomes:
                 extra=job.log_fields(duration=duration),
             )
 
-    def _succeeded_though_cancelled(self, job: Job) -> None:
+    def _step_succeeded(self, job: Job) -> None:
+        """A workflow's step returned: acknowledged with its step's end (its result goes to
+        the steps that read it), and its own record if it keeps its result."""
+        step = step_end(job, "ok")
+        if job.cancel_requested:
+            self._succeeded_though_cancelled(job, step)
+            return
+        record = None
+        if job.keep_result is not None:
+            record = self._outcome(job, "succeeded", job.keep_result, job.result)
+        elif job.progress is not None:
+            record = (self._keys.task(job.fields[4]), 0, ())
+        self._add_ack(job, record, step=step)
+
+    def _succeeded_though_cancelled(self, job: Job, step: StepEnd | None = None) -> None:
         """A task cancelled while it ran caught the cancellation and returned: its outcome
         is what it returned, and its cancel mark goes."""
         record = None
@@ -117,7 +134,7 @@ class Outcomes:
             record = self._record(job, "succeeded", job.keep_result, result=job.result)
         elif job.progress is not None:
             record = (self._keys.task(job.fields[4]), 0, ())
-        self._add_ack(job, record, cancelled=True)
+        self._add_ack(job, record, cancelled=True, step=step)
         self._holdings.cancelled.pop(job.fields[4], None)
         logger.info("%s caught its cancellation and returned", job.about(), extra=job.log_fields())
 
@@ -178,7 +195,7 @@ class Outcomes:
         """Not started before its ``expires`` time: dropped (acknowledged, not run)."""
         self._counters.expired += 1
         keep = keep_of(job, task, UNASKED_KEEP)
-        self._add_ack(job, self._record(job, "expired", keep))
+        self._add_ack(job, self._record(job, "expired", keep), step=step_end(job, "expired"))
         logger.info(
             "%s expired before it started; dropped",
             job.about(),
@@ -198,7 +215,8 @@ class Outcomes:
         handler; its cancel mark goes."""
         self._counters.cancelled += 1
         keep = keep_of(job, task, UNASKED_KEEP)
-        self._add_ack(job, self._record(job, "cancelled", keep), cancelled=True)
+        record = self._record(job, "cancelled", keep)
+        self._add_ack(job, record, cancelled=True, step=step_end(job, "cancelled"))
         self._holdings.cancelled.pop(job.fields[4], None)
         logger.info("%s cancelled", job.about(), extra=job.log_fields())
 

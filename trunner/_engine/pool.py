@@ -307,14 +307,17 @@ class WorkerPool:
         already: its outcome is being written (a retry, a dead letter) and is not cut off
         half way; a retry is removed once written (see ``Outcomes``), and the cancel mark
         stays besides, to drop the retry if that fails."""
+        held = False
         for job in self._running_jobs.values():
-            if job.fields[4] == task_id:
+            if job.fields[4] == task_id or _step_of(job, task_id):
                 running = not (job.cancel_requested or job.ended)
                 if running and job.waited and job.loop_scope is not None:
                     job.loop_scope.cancel()
                 job.cancel_requested = True  # ended: a retry being written is removed after
-                return True
-        return False
+                if job.fields[4] == task_id:
+                    return True
+                held = True  # a workflow's mark: each of its steps held here
+        return held
 
     # -- stopping ---------------------------------------------------------------------------
 
@@ -332,3 +335,14 @@ class WorkerPool:
         many jobs there are."""
         self._cancelling = True
         return len(self._running_jobs)
+
+
+def _step_of(job: Job, workflow_id: str) -> bool:
+    """Whether ``job`` is a step of workflow ``workflow_id`` (whose cancel mark cancels
+    every step: it failed fast, or was cancelled as a whole)."""
+    options = job.fields[8]
+    return (
+        options is not None
+        and options.workflow is not None
+        and (options.workflow.workflow == workflow_id)
+    )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Literal
 
 import trio
 
@@ -30,6 +30,7 @@ from .counters import Counters
 from .holdings import Holdings, Job
 from .quarantine import Quarantine
 from .records import Records, keep_of
+from .steps import step_end
 
 __all__ = ["TRANSITION_TIMEOUT", "Transitions"]
 
@@ -81,14 +82,23 @@ class Transitions:
         if keep is not None:
             record = self._record(job, "retrying", keep, finished=False, error=failure)
 
-        async def write() -> bool | None:
+        async def write() -> bool | Literal["cancelled"]:
             return await self._broker.retry(
-                job.message_id, message.task_id, due_ms, data, record, job.slot, owner=job
+                job.message_id, message.task_id, due_ms, data, record, job.slot, step, owner=job
             )
 
+        step = step_end(job, "failed", failure)
         written = await self._transition(job, write, "retry")
         if written is False:
             self._acks.discarded(job, "retry")
+        elif written == "cancelled":  # a step of a workflow that failed or was cancelled
+            self._counters.cancelled += 1
+            logger.info(
+                "%s failed, and its workflow no longer runs: cancelled, not retried: %r",
+                job.about(),
+                failure,
+                extra=job.log_fields(),
+            )
         elif written is True:
             if job.cancel_requested:  # cancelled while the retry was written: it goes
                 await self._cancel_retry(job, task)
@@ -186,7 +196,15 @@ class Transitions:
 
         async def write() -> str | bool:
             dead_id = await self._broker.dead_letter(
-                job.message_id, fields, maxlen, lock, message.task_id, record, job.slot, owner=job
+                job.message_id,
+                fields,
+                maxlen,
+                lock,
+                message.task_id,
+                record,
+                job.slot,
+                step_end(job, "failed", error),
+                owner=job,
             )
             return False if dead_id is None else dead_id
 

@@ -45,6 +45,7 @@ from .._leader.mover import DelayedMover
 from .._redis import Broker, StallLink, open_transport
 from .._util import ErrorLog, connection_name, logger
 from .._waiting.waiters import Waiters
+from .._wire.envelope import message_growth
 from .._wire.keys import Keys
 from ..config import RunnerConfig
 from ..errors import RedisCommandError, RedisUnavailable
@@ -111,12 +112,15 @@ async def open_broker(
         connect_timeout=config.connect_timeout,
         command_timeout=config.command_timeout,
     ) as transport:
-        yield Broker(
+        broker = Broker(
             transport,
             keys,
             delete_on_ack=config.delete_on_ack,
             lanes=config.lane_names,
         )
+        # A workflow's step larger than a runner reads fails when it would start.
+        broker.max_message_bytes = config.max_payload_bytes + message_growth(keys.group)
+        yield broker
 
 
 async def prepare(

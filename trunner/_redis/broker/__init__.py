@@ -32,7 +32,7 @@ from .members import Members
 from .produce import Produce
 from .setup import Setup
 from .signals import Signals
-from .workflows import StepEnd, WorkflowLook
+from .workflows import StepEnd, StepKind, WorkflowLook
 
 __all__ = [
     "MAX_ADMITS_PER_CALL",
@@ -51,6 +51,7 @@ __all__ = [
     "Record",
     "Slot",
     "StepEnd",
+    "StepKind",
     "TaskLook",
     "WorkflowLook",
     "delete_prefixed",

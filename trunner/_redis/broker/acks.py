@@ -4,7 +4,7 @@ the attempt's delivery is still the entry's pending one."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from ..._wire.names import lane_suffix, split_entry_id
 from ..transports.base import Arg
@@ -157,13 +157,13 @@ class Acks(Workflows):
         step: StepEnd | None = None,
         *,
         owner: Delivery,
-    ) -> bool | None:
+    ) -> bool | Literal["cancelled"]:
         """Acknowledge a failed message and schedule its next attempt, atomically; update
         the ``record`` of a task that keeps its result (state 'retrying'); release the
         concurrency ``slot`` it holds. False, and nothing written, when the attempt's
         delivery (``owner``) is no longer the pending one. For the ``step`` of a workflow
-        that no longer runs, None: acknowledged, not scheduled, and the step ended
-        'cancelled' (``step.kind`` is not read)."""
+        that no longer runs, ``"cancelled"``: acknowledged, not scheduled, the step ended
+        'cancelled' and its record says so (``step.kind`` is not read)."""
         keys = self.keys
         lane, stream_id = split_entry_id(message_id)
         ttl, fields = (record[1], record[2]) if record else (0, [])
@@ -198,7 +198,7 @@ class Acks(Workflows):
                 *flow_args,
             ],
         )
-        return None if reply == 2 else bool(reply)
+        return "cancelled" if reply == 2 else bool(reply)
 
     async def dead_letter(
         self,

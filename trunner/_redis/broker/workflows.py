@@ -14,7 +14,7 @@ from ..transports.base import Arg
 from ..transports.resp import as_str
 from ._base import BrokerBase, chunks
 
-__all__ = ["StepEnd", "WorkflowLook", "Workflows"]
+__all__ = ["StepEnd", "StepKind", "WorkflowLook", "Workflows"]
 
 #: How a step ended, as the scripts record it.
 StepKind = Literal["ok", "failed", "cancelled", "expired"]

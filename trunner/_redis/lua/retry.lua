@@ -15,7 +15,8 @@
 --          the default lane, the group's index of workflows, the quarantine stream, the
 --          cancel marks, then the workflow's five keys. A step of a workflow that no longer runs (failing,
 --          cancelling, settled) is not scheduled again: it ends 'cancelled' (absorbed by
---          the workflow, as a nursery's cancelled child), and its record is left as it was
+--          the workflow, as a nursery's cancelled child): its record says 'cancelled' (with
+--          the failure of its last attempt), and its waiters are told
 -- ARGV[1]  the consumer group
 -- ARGV[2]  '1' to XDEL the entry (unless the stream is shared)
 -- ARGV[3]  the entry id
@@ -61,25 +62,32 @@ if slot then
     KEYS[9])
   last = last - 2
 end
+local function write_record()
+  if ARGV[8] ~= '0' then
+    if not pcall(redis.call, 'HLEN', KEYS[5]) then -- not a hash (an outcome as one JSON
+      redis.call('DEL', KEYS[5])                   -- string): the retry's record replaces it
+    end
+    redis.call('HSET', KEYS[5], unpack(ARGV, 13, last))
+    redis.call('PEXPIRE', KEYS[5], ARGV[8])
+  end
+end
 if step then
   local first, a = slot and 11 or 7, #ARGV - 5
   local k = wf_keys(KEYS, first + 4)
   local why = wf_usable(k)
   if not why and redis.call('HGET', k.wf, 'state') ~= 'running' then
     local ctx = wf_context(KEYS[first], KEYS[4], KEYS[first + 3], KEYS[first + 1],
-      KEYS[first + 2],
-      shared, ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
+      KEYS[first + 2], shared, ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
+    write_record()
+    if ARGV[8] ~= '0' then
+      redis.call('HSET', KEYS[5], 'state', 'cancelled') -- its last failure stays told
+    end
     wf_step_end(k, ARGV[a], tonumber(ARGV[a + 1]), 'cancelled', '', '', '', ctx)
+    redis.call('PUBLISH', ctx.done_channel, ARGV[6]) -- the step's own waiters
     return 2
   end
 end
-if ARGV[8] ~= '0' then
-  if not pcall(redis.call, 'HLEN', KEYS[5]) then -- not a hash (an outcome as one JSON
-    redis.call('DEL', KEYS[5])                   -- string): the retry's record replaces it
-  end
-  redis.call('HSET', KEYS[5], unpack(ARGV, 13, last))
-  redis.call('PEXPIRE', KEYS[5], ARGV[8])
-end
+write_record()
 redis.call('ZADD', KEYS[2], ARGV[4], ARGV[6])
 redis.call('HSET', KEYS[3], ARGV[6], ARGV[5])
 local first = redis.call('ZRANGE', KEYS[2], 0, 0)

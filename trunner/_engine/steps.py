@@ -1,0 +1,58 @@
+"""The end of an attempt that is a workflow's step, as the script ending the attempt
+records it with the same call (design/workflows.md §3.6): how it ended, its result when a
+successor or the workflow reads it, and its failure."""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+import msgspec
+
+from .._redis import StepEnd, StepKind
+from .._wire.record import MAX_TRACEBACK
+from ..errors import MaxRetryExceeded
+from .holdings import Job
+
+__all__ = ["step_end", "wants_result"]
+
+_encode = msgspec.json.Encoder().encode
+
+
+def wants_result(job: Job) -> bool:
+    """Whether ``job`` is a step whose result must be stored (a successor reads it, or it
+    is one of its workflow's outputs)."""
+    options = job.fields[8]
+    return options is not None and options.workflow is not None and options.workflow.keep
+
+
+def step_end(job: Job, kind: StepKind, error: BaseException | None = None) -> StepEnd | None:
+    """The end of ``job``'s step (None when ``job`` is no workflow's step): ``kind``, with
+    its result for an ``ok`` end that keeps it, and ``error`` for the others."""
+    options = job.fields[8]
+    if options is None or options.workflow is None:
+        return None
+    ref = options.workflow
+    result = b""
+    if kind == "ok" and ref.keep:
+        result = job.result if job.result is not None else b"null"
+    failure = "" if kind == "ok" else _failure(job, kind, error)
+    return StepEnd(ref.workflow, ref.node, kind, ref.next, result, failure)
+
+
+def _failure(job: Job, kind: StepKind, error: BaseException | None) -> str:
+    """A step's failure as JSON: what a workflow's error reports of it."""
+    if isinstance(error, MaxRetryExceeded) and error.__cause__ is not None:
+        error = error.__cause__  # the task's own error, as its record says
+    fields: dict[str, Any] = {
+        "type": {"expired": "TaskExpired", "cancelled": "StepCancelled"}.get(kind, "Error"),
+        "message": "",
+        "task": job.fields[0],
+        "attempt": job.fields[2],
+        "message_id": job.message_id,
+    }
+    if error is not None:
+        fields["type"] = type(error).__name__
+        fields["message"] = str(error)
+        fields["traceback"] = "".join(traceback.format_exception(error))[-MAX_TRACEBACK:]
+    return _encode(fields).decode("utf-8", "backslashreplace")
