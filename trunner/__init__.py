@@ -9,7 +9,7 @@ Redis key names in ``trunner.keys``, test helpers in ``trunner.testing``.
 
 from typing import TYPE_CHECKING, Any
 
-from . import admin, election, errors, keys, middleware
+from . import admin, election, errors, keys, middleware, workflows
 from ._context import current_message
 from ._deprecate import Deprecated, deprecate_attributes, moved_to
 from ._public import fixup_module_metadata
@@ -17,6 +17,7 @@ from ._redis import forget_memory_server as _forget_memory_server
 from ._redis import redact_url
 from ._task import Task, TaskDefaults
 from ._worker.serve import WorkerSettings
+from ._workflow_handle import WorkflowHandle
 from .client import Client, open_client
 from .config import FailedTaskHandler, LongQueueHook, RunnerConfig
 from .errors import (
@@ -35,6 +36,7 @@ from .errors import (
     TaskNotFound,
     TaskTimeout,
     TrunnerError,
+    WorkflowFailed,
 )
 from .handles import TaskHandle
 from .message import TaskMessage
@@ -46,6 +48,7 @@ from .runner import Runner, current_runner, open_runner
 from .schedule import CronSchedule
 from .statistics import RunnerState, RunnerStatistics
 from .status import CancelOutcome, RemoteError, TaskState, TaskStatus
+from .workflows import chain, chord, group, step
 
 __version__ = "0.1.0"
 """The package version, a string."""
@@ -87,12 +90,17 @@ __all__ = [
     "TaskTimeout",
     "TrunnerError",
     "WorkerSettings",
+    "WorkflowFailed",
+    "WorkflowHandle",
     "__version__",
     "admin",
+    "chain",
+    "chord",
     "current_message",
     "current_runner",
     "election",
     "errors",
+    "group",
     "keys",
     "middleware",
     "open_client",
@@ -100,6 +108,8 @@ __all__ = [
     "open_runner",
     "redact_url",
     "report_progress",
+    "step",
+    "workflows",
 ]
 
 #: Names that left the top level for a namespace. Each still resolves from ``trunner``

@@ -20,12 +20,15 @@ raised on another instance, as the ``error`` of a ``TaskFailed`` from ``TaskHand
   + TaskTimeout (TimeoutError)
   + WorkerProcessDied
   + TaskCancelled
+    - WorkflowCancelled
   + TaskExpired
   + ResultNotFound (LookupError)
     - ResultNotKept
     - ResultExpired
   + ResultTimeout (trio.TooSlowError, TimeoutError)
   + SelfWait (RuntimeError)
+  + StepFailed
+  + WorkflowFailed (ExceptionGroup)
   + BadData
   + ReservationLost
   + LeadershipLost
@@ -39,10 +42,11 @@ raised on another instance, as the ``error`` of a ``TaskFailed`` from ``TaskHand
     - RedisCommandError
 * RemoteFailure
 
-The classes are defined in three parts of ``trunner._errors``, in the order of this tree
+The classes are defined in four parts of ``trunner._errors``, in the order of this tree
 (``calls``: the root and what refuses a call; ``outcomes``: how a task ends, and waiting for
-it; ``runtime``: bad data, the runner's life, Redis), and live here: their ``__module__`` is
-``trunner.errors``, in tracebacks, reprs and pickles, as it always was.
+it; ``workflows``: how a workflow ends; ``runtime``: bad data, the runner's life, Redis),
+and live here: their ``__module__`` is ``trunner.errors``, in tracebacks, reprs and
+pickles, as it always was.
 """
 
 from __future__ import annotations
@@ -88,6 +92,7 @@ from ._errors.runtime import (
     RunnerCrashed,
     RunnerNotRunning,
 )
+from ._errors.workflows import StepFailed, WorkflowCancelled, WorkflowFailed
 
 __all__ = [
     "BackendError", "BadData", "CommandNotAllowed", "Crashed", "ElectorCrashed", "GiveUp",
@@ -95,9 +100,9 @@ __all__ = [
     "LeadershipLost", "MaxRetryExceeded", "MiddlewareError", "PayloadTooLarge",
     "RedisCommandError", "RedisUnavailable", "RemoteFailure", "ReservationLost",
     "ResultExpired", "ResultNotFound", "ResultNotKept", "ResultTimeout", "RunnerAlreadyStarted",
-    "RunnerCrashed", "RunnerNotRunning", "SelfWait", "TaskAlreadyDispatched", "TaskCancelled",
-    "TaskExpired", "TaskFailed", "TaskNotFound", "TaskTimeout", "TrunnerError",
-    "WorkerProcessDied",
+    "RunnerCrashed", "RunnerNotRunning", "SelfWait", "StepFailed", "TaskAlreadyDispatched",
+    "TaskCancelled", "TaskExpired", "TaskFailed", "TaskNotFound", "TaskTimeout", "TrunnerError",
+    "WorkerProcessDied", "WorkflowCancelled", "WorkflowFailed",
 ]  # fmt: skip
 
 # Their home is here, not in the private module that defines them. Set directly, not by

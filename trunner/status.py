@@ -9,7 +9,14 @@ import enum
 
 import attrs
 
-__all__ = ["CancelOutcome", "RemoteError", "TaskState", "TaskStatus"]
+__all__ = [
+    "CancelOutcome",
+    "RemoteError",
+    "TaskState",
+    "TaskStatus",
+    "WorkflowState",
+    "WorkflowStatus",
+]
 
 
 class TaskState(enum.Enum):
@@ -118,3 +125,53 @@ class TaskStatus:
     """When a scheduled task or a retry is due."""
     error: RemoteError | None = None
     """Why it failed (failed, dead), or why its last attempt failed (retrying)."""
+
+
+class WorkflowState(enum.Enum):
+    """Where a workflow is, as [`WorkflowHandle.status`][trunner.WorkflowHandle.status]
+    says; ``finished`` tells its outcomes."""
+
+    RUNNING = "running"
+    """Its steps run; none failed for good (or, without fail-fast, the others go on)."""
+    FAILING = "failing"
+    """A step failed for good: its running steps are being cancelled; it fails once
+    every step it started has ended."""
+    CANCELLING = "cancelling"
+    """Cancelled: its running steps are being cancelled."""
+    SUCCEEDED = "succeeded"
+    """Every step succeeded: its result is kept ``keep_result`` seconds."""
+    FAILED = "failed"
+    """A step failed for good (its failures are kept ``keep_result`` seconds)."""
+    CANCELLED = "cancelled"
+    """Cancelled, and none of its steps had failed."""
+    UNKNOWN = "unknown"
+    """Nowhere: its outcome expired, or it was never dispatched to this group."""
+
+    @property
+    def finished(self) -> bool:
+        """Whether this is an outcome (nothing more happens to the workflow)."""
+        return self in (WorkflowState.SUCCEEDED, WorkflowState.FAILED, WorkflowState.CANCELLED)
+
+
+@attrs.frozen
+class WorkflowStatus:
+    """Where a workflow is, and how far it went."""
+
+    id: str
+    state: WorkflowState
+    steps: int = 0
+    """How many steps it has."""
+    succeeded: int = 0
+    """How many steps succeeded."""
+    failed: int = 0
+    """How many failed for good (expired, cancelled on their own, or could not start)."""
+    cancelled: int = 0
+    """How many its failure or its cancellation cancelled."""
+    live: int = 0
+    """How many are queued, running or waiting for a retry now."""
+    created_at: float | None = None
+    """When it was dispatched (seconds since the epoch)."""
+    finished_at: float | None = None
+    """When it ended."""
+    name: str = ""
+    """The name it was dispatched with."""

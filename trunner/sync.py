@@ -27,13 +27,16 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypedDict, TypeVar, Unp
 from . import admin as _admin
 from ._client_thread import ClientThread
 from ._producer.opening import ClientArgs
+from ._public import fixup_module_metadata
+from ._sync_workflow import WorkflowHandle
 from ._task import Expiry, Task
+from ._workflows import Step
 from .client import Client as TrioClient
 from .errors import RunnerNotRunning
 from .handles import TaskHandle as TrioHandle
 from .status import CancelOutcome, TaskStatus
 
-__all__ = ["Admin", "Client", "DispatchOptions", "TaskHandle"]
+__all__ = ["Admin", "Client", "DispatchOptions", "TaskHandle", "WorkflowHandle"]
 
 P = ParamSpec("P")
 Payload = TypeVar("Payload")
@@ -267,10 +270,27 @@ class Client(ClientArgs):
         self, task: str | Task, payload: Any = None, **options: Unpack[DispatchOptions]
     ) -> TaskHandle[Any]: ...
 
+    @overload
     def dispatch(
-        self, task: Any, payload: Any = None, **options: Unpack[DispatchOptions]
-    ) -> TaskHandle[Any]:
-        """As [``dispatch``][trunner.Runner.dispatch]; a blocking call."""
+        self,
+        task: Step[object, R],
+        *,
+        keep_result: float | None = None,
+        fail_fast: bool = True,
+        workflow_id: str | None = None,
+        name: str = "",
+    ) -> WorkflowHandle[R]: ...
+
+    def dispatch(
+        self, task: Any, payload: Any = None, **options: Any
+    ) -> TaskHandle[Any] | WorkflowHandle[Any]:
+        """As [``dispatch``][trunner.Runner.dispatch] (a task, or a workflow); a blocking
+        call."""
+        if isinstance(task, Step):
+            if payload is not None:
+                raise TypeError("a workflow takes no payload: its steps do")
+            flow: Step[object, Any] = task
+            return WorkflowHandle(self._run(lambda client: client.dispatch(flow, **options)), self)
         return self._wrap(self._run(lambda client: client.dispatch(task, payload, **options)))
 
     @overload
@@ -421,3 +441,6 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):  # not on Windows, which cannot fork
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+fixup_module_metadata(__name__, globals())

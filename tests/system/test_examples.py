@@ -35,6 +35,14 @@ def test_quickstart(tier: str, redis_server: RedisServer) -> None:
     assert out.strip().endswith("runner stopped: 3 tasks done")
 
 
+def test_workflows() -> None:
+    out = run_example("workflows.py", {})
+    assert out.splitlines() == [
+        "6 words in 3 pages",
+        "step 3 (fetch) failed: no page at https://example.com/x",
+    ]
+
+
 def test_producer() -> None:
     out = run_example("producer.py", {})
     assert out.strip() == "dispatched 100 tasks; 100 in the stream"

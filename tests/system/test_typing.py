@@ -125,3 +125,87 @@ def test_handles_are_typed_by_their_task(tmp_path: Path) -> None:
     ]
     failing = sorted({int(line.split(":")[1]) for line in errors})
     assert failing == must_fail, out + err
+
+
+WORKFLOW_CODE = """
+from __future__ import annotations
+
+import attrs
+import trunner
+import trunner.aio
+from trunner.workflows import chain, chord, group, step
+
+tasks = trunner.TaskRegistry()
+
+
+@attrs.frozen
+class Page:
+    url: str
+
+
+@tasks.task()
+async def fetch(url: str) -> Page:
+    return Page(url)
+
+
+@tasks.task()
+async def count(page: Page) -> int:
+    return len(page.url)
+
+
+@tasks.task
+def total(counts: list[int]) -> float:
+    return float(sum(counts))
+
+
+@tasks.task()
+async def double(number: int) -> int:
+    return 2 * number
+
+
+async def use(client: trunner.Client, aio: trunner.aio.Client) -> None:
+    reveal_type(chain(step(fetch, "u"), step(count)))
+    handle = await client.dispatch(chain(step(fetch, "u"), step(count)))
+    reveal_type(handle)
+    reveal_type(await handle.result())
+    counted = group(chain(step(fetch, u), step(count)) for u in "ab")
+    merged = await aio.dispatch(chord(counted, step(total)))
+    reveal_type(await merged.result())
+    reveal_type(await client.dispatch(group([step(fetch, "a"), step(fetch, "b")])))
+    chain(step(fetch, "u"), step(total))  # MUST-FAIL: a Page is not a list of int
+    await client.dispatch(chain(step(count), step(double)))  # MUST-FAIL: no payload
+    step(fetch, 42)  # MUST-FAIL: an int is not a str
+    chord(group([step(fetch, "a")]), step(count))  # MUST-FAIL: a list of Page is not a Page
+"""
+
+
+def test_workflows_are_typed_by_their_steps(tmp_path: Path) -> None:
+    source = tmp_path / "user_code.py"
+    source.write_text(WORKFLOW_CODE)
+    out, err, _ = api.run(
+        [
+            "--strict",
+            "--no-error-summary",
+            "--hide-error-context",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--config-file",
+            "",
+            str(source),
+        ]
+    )
+    lines = [line.split(": ", 1)[1] for line in out.splitlines() if ": " in line]
+    revealed = [line for line in lines if line.startswith("note: Revealed type")]
+    assert revealed == [
+        'note: Revealed type is "trunner._workflows._steps.Step[object, int]"',
+        'note: Revealed type is "trunner._workflow_handle.WorkflowHandle[int]"',
+        'note: Revealed type is "int"',
+        'note: Revealed type is "float"',
+        'note: Revealed type is "trunner._workflow_handle.WorkflowHandle[list[user_code.Page]]"',
+    ], out + err
+    errors = [line for line in out.splitlines() if ": error: " in line]
+    must_fail = [
+        n for n, text in enumerate(WORKFLOW_CODE.splitlines(), start=1) if "MUST-FAIL" in text
+    ]
+    failing = sorted({int(line.split(":")[1]) for line in errors})
+    assert failing == must_fail, out + err

@@ -10,13 +10,13 @@ import pickle
 import trio
 
 import trunner.errors
-from trunner._errors import calls, outcomes, runtime
+from trunner._errors import calls, outcomes, runtime, workflows
 
 #: The marker of a class at each depth of the drawn tree (as httpx/_exceptions.py draws it).
 MARKERS = "*+-"
 #: The modules that define the classes, in the order of the tree (``trunner.errors`` names
 #: itself their module, so ``inspect`` does not find their source).
-PARTS = (calls, outcomes, runtime)
+PARTS = (calls, outcomes, workflows, runtime)
 
 
 @functools.cache

@@ -53,6 +53,10 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "trunner.statistics",
                 "trunner.status",
                 "trunner._task",
+                # A workflow as values (its steps, its plan), dispatched by the producers;
+                # ``trunner.workflows`` is their public path.
+                "trunner._workflows",
+                "trunner.workflows",
             }
         ),
     ),
@@ -91,6 +95,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "trunner.client",
                 "trunner._discovery",
                 "trunner.handles",
+                "trunner._workflow_handle",  # beside the task handles
                 "trunner.progress",
                 "trunner.redis_handle",
                 "trunner._runner_view",
@@ -100,7 +105,12 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ),
     # The clients of asyncio and synchronous code: drivers of the producer (``_producer``,
     # in the face) on another event loop, or from threads; nothing below imports them.
-    ("drivers", frozenset({"trunner.aio", "trunner.sync", "trunner._client_thread"})),
+    (
+        "drivers",
+        frozenset(
+            {"trunner.aio", "trunner.sync", "trunner._client_thread", "trunner._sync_workflow"}
+        ),
+    ),
     (
         "tools",
         frozenset(

@@ -57,12 +57,17 @@ PUBLIC: dict[str, frozenset[str]] = {
             "TaskTimeout",
             "TrunnerError",
             "WorkerSettings",
+            "WorkflowFailed",
+            "WorkflowHandle",
             "__version__",
             "admin",
+            "chain",
+            "chord",
             "current_message",
             "current_runner",
             "election",
             "errors",
+            "group",
             "keys",
             "middleware",
             "open_client",
@@ -70,6 +75,8 @@ PUBLIC: dict[str, frozenset[str]] = {
             "open_runner",
             "redact_url",
             "report_progress",
+            "step",
+            "workflows",
         }
     ),
     "trunner.errors": frozenset(
@@ -109,6 +116,9 @@ PUBLIC: dict[str, frozenset[str]] = {
             "TaskTimeout",
             "TrunnerError",
             "WorkerProcessDied",
+            "StepFailed",
+            "WorkflowCancelled",
+            "WorkflowFailed",
         }
     ),
     "trunner.middleware": frozenset(
@@ -184,12 +194,14 @@ PUBLIC: dict[str, frozenset[str]] = {
         }
     ),
     "trunner.aio": frozenset({"Client"}),
+    "trunner.workflows": frozenset({"MAX_NODES", "Step", "chain", "chord", "group", "step"}),
     "trunner.sync": frozenset(
         {
             "Admin",
             "Client",
             "DispatchOptions",
             "TaskHandle",
+            "WorkflowHandle",
         }
     ),
     "trunner.serve": frozenset(

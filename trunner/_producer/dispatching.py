@@ -9,10 +9,13 @@ from typing import Any, TypeVar, overload
 from .._redis import Broker
 from .._task import Expiry, Task
 from .._waiting.waiters import Waiters
+from .._workflow_handle import WorkflowHandle
+from .._workflows import Step
 from ..handles import TaskHandle
 from ..status import CancelOutcome
 from .build import TaskRef
 from .dispatch import Producer
+from .workflows import dispatch_workflow
 
 __all__ = ["DispatchCalls"]
 
@@ -71,9 +74,20 @@ class DispatchCalls:
         priority: str | None = None,
     ) -> TaskHandle[Any]: ...
 
+    @overload
     async def dispatch(
         self,
-        task_name: TaskRef,
+        task_name: Step[object, R],
+        *,
+        keep_result: float | None = None,
+        fail_fast: bool = True,
+        workflow_id: str | None = None,
+        name: str = "",
+    ) -> WorkflowHandle[R]: ...
+
+    async def dispatch(
+        self,
+        task_name: TaskRef | Step[object, Any],
         payload: Any = None,
         *,
         keep_result: float | None = None,
@@ -81,7 +95,10 @@ class DispatchCalls:
         expires: Expiry | None = None,
         headers: Mapping[str, str] | None = None,
         priority: str | None = None,
-    ) -> TaskHandle[Any]:
+        fail_fast: bool = True,
+        workflow_id: str | None = None,
+        name: str = "",
+    ) -> TaskHandle[Any] | WorkflowHandle[Any]:
         """Add one task to the group's stream.
 
         The task and the payload are checked, and the payload encoded, before anything is
@@ -121,6 +138,12 @@ class DispatchCalls:
                 declared is refused (see
                 [A lane must be declared](lanes.md#a-lane-must-be-declared)).
 
+        A [workflow](workflows.md) (``chain``, ``group``, ``chord`` of ``step``s) is
+        dispatched with ``dispatch(workflow, keep_result=, fail_fast=True,
+        workflow_id=None, name="")`` and gives a
+        [``WorkflowHandle``][trunner.WorkflowHandle]: every step is checked as a dispatch
+        of its task would be before anything is written.
+
         Returns:
             A [``TaskHandle``][trunner.TaskHandle]; as a ``str``, the task's id (the new
             stream entry's id; ``<id>@<lane>`` in a lane other than the default).
@@ -145,6 +168,20 @@ class DispatchCalls:
             RedisUnavailable: No connection, or no reply within ``command_timeout``.
             RedisCommandError: Redis answered with an error.
         """
+        if isinstance(task_name, Step):
+            if payload is not None or timeout is not None or expires is not None:
+                raise TypeError(
+                    "a workflow takes no payload, timeout or expires: its steps do "
+                    "(step(task, payload, timeout=...))"
+                )
+            return await dispatch_workflow(
+                self._dispatcher,
+                task_name,
+                keep_result=keep_result,
+                fail_fast=fail_fast,
+                workflow_id=workflow_id,
+                name=name,
+            )
         return await self._dispatcher.dispatch(
             task_name,
             payload,

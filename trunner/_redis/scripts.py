@@ -105,6 +105,7 @@ class _Scripts:
             "dead_letter", _attempt(_flowing("dead_letter", limited=True))
         )
         self.workflow_start = make_script("workflow_start", _flowing("workflow_start"))
+        self.cancel_workflow = make_script("cancel_workflow", _flowing("cancel_workflow"))
         self.admit = make_script("admit", _numbered(_limited("admit", typed=True)))
         self.reconcile_slots = make_script(
             "reconcile_slots", _read("delivered") + "\n" + _limited("reconcile_slots")

@@ -64,6 +64,7 @@ __all__ = [
     "encode_message",
     "message_growth",
     "message_template",
+    "payload_json",
     "reencode_deferred",
     "reencode_for_retry",
 ]
@@ -160,17 +161,7 @@ def encode_message(
     """
     at = round(enqueued_at, 3)
     checked = check_headers(headers, task_name) if headers else None
-    if not is_plain(payload) and (problem := find_problem(payload)) is not None:
-        raise InvalidPayload(_unsendable(task_name, problem))  # no silent conversion
-    try:
-        text = _dumps(payload)
-    except (TypeError, ValueError, RecursionError) as exc:
-        problem = find_problem(payload)
-        raise InvalidPayload(_unsendable(task_name, problem) if problem else f"{exc}") from exc
-    try:
-        body, ascii_only = text.encode("utf-8"), False
-    except UnicodeEncodeError:  # a lone surrogate: the message goes in ASCII
-        body, ascii_only = _ascii(text).encode("ascii"), True
+    body, ascii_only = _payload_body(task_name, payload)
     envelope = _envelope(
         task_name, Raw(body), attempt, at, task_id, unique_key, unique_token, options, lane
     )
@@ -216,6 +207,28 @@ def message_template(
     assert hole, data
     time = Literal(b',"attempt":1,"enqueued_at":')
     return encode_template([Literal(head + b'"payload":'), *payload, time, NOW, Literal(tail)])
+
+
+def _payload_body(task_name: str, payload: Any) -> tuple[bytes, bool]:
+    """``payload`` as JSON, and whether it had to go in ASCII (a lone surrogate: then the
+    whole message does); InvalidPayload when it has no JSON form."""
+    if not is_plain(payload) and (problem := find_problem(payload)) is not None:
+        raise InvalidPayload(_unsendable(task_name, problem))  # no silent conversion
+    try:
+        text = _dumps(payload)
+    except (TypeError, ValueError, RecursionError) as exc:
+        problem = find_problem(payload)
+        raise InvalidPayload(_unsendable(task_name, problem) if problem else f"{exc}") from exc
+    try:
+        return text.encode("utf-8"), False
+    except UnicodeEncodeError:  # a lone surrogate: the message goes in ASCII
+        return _ascii(text).encode("ascii"), True
+
+
+def payload_json(task_name: str, payload: Any) -> bytes:
+    """``payload`` as a message carries it (JSON, in ASCII escapes when it holds a lone
+    surrogate): the bound payload of a workflow's step written into its template."""
+    return _payload_body(task_name, payload)[0]
 
 
 def _envelope(

@@ -141,6 +141,25 @@ class Workflows(BrokerBase):
                 return reply
         return "ok"
 
+    async def cancel_workflow(self, workflow_id: str) -> str:
+        """Cancel workflow ``workflow_id`` (``cancel_workflow.lua``): its state after
+        (``"cancelling"``, ``"failing"``, a settled state, or ``"gone"``)."""
+        keys = self.keys
+        reply = await self._script(
+            "cancel_workflow",
+            [
+                *keys._workflow(workflow_id).names(),
+                keys.workflows,
+                keys.stream,
+                keys.where,
+                keys.cancelled,
+                keys.quarantine,
+                keys.groups,
+            ],
+            [workflow_id, *self._flow_context()],
+        )
+        return as_str(reply)
+
     async def workflow_look(self, workflow_id: str) -> WorkflowLook:
         """What Redis holds of workflow ``workflow_id`` now (empty when it is gone)."""
         flow = self.keys._workflow(workflow_id)

@@ -1,0 +1,189 @@
+"""Workflows as users write them (trunner.workflows, WorkflowHandle): chains, groups and
+chords dispatched from a client, run by a runner, with a nursery's semantics."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+import trio
+
+import trunner
+from trunner import chain, chord, step
+from trunner import workflows as wf
+from trunner.errors import StepFailed, WorkflowCancelled, WorkflowFailed
+from trunner.status import WorkflowState
+
+from ..conftest import config, open_checked_runner
+
+
+@attrs.frozen
+class Page:
+    url: str
+    words: int
+
+
+tasks = trunner.TaskRegistry()
+
+
+@tasks.task()
+async def fetch(url: str) -> Page:
+    return Page(url, len(url))
+
+
+@tasks.task()
+async def count(page: Page) -> int:
+    return page.words
+
+
+@tasks.task()
+async def total(counts: list[int]) -> int:
+    return sum(counts)
+
+
+@tasks.task()
+async def double(number: int) -> int:
+    return 2 * number
+
+
+@tasks.task(max_retry=0)
+async def broken(_: object) -> int:
+    raise ValueError("broken")
+
+
+#: Set when ``hang`` started (a new one per test).
+started = {"hang": trio.Event()}
+
+
+@tasks.task()
+async def hang(_: object) -> int:
+    started["hang"].set()
+    await trio.sleep_forever()
+    raise AssertionError
+
+
+@tasks.task(unique=True, unique_for=60, unique_key=lambda key: key)
+async def once(_: str) -> None:
+    pass
+
+
+async def test_a_typed_chain_gives_its_last_result(memory_url: str, group: str) -> None:
+    async with open_checked_runner(memory_url, config(group), tasks) as runner:
+        handle = await runner.dispatch(chain(step(fetch, "abcd"), step(count)))
+        assert await handle.result() == 4
+        status = await handle.status()
+    assert (status.state, status.steps, status.succeeded, status.live) == (
+        WorkflowState.SUCCEEDED,
+        2,
+        2,
+        0,
+    )
+
+
+async def test_a_group_gives_its_list_and_a_chord_merges_it_once(
+    memory_url: str, group: str
+) -> None:
+    async with open_checked_runner(memory_url, config(group), tasks) as runner:
+        pages = wf.group(step(fetch, "x" * n) for n in range(1, 6))
+        assert await (await runner.dispatch(pages)).result() == [
+            Page("x" * n, n) for n in range(1, 6)
+        ]
+        counted = wf.group(chain(step(fetch, "y" * n), step(count)) for n in range(1, 6))
+        merged = await runner.dispatch(chord(counted, step(total)))
+        assert await merged.result() == 15
+        assert runner.statistics().succeeded == 5 + 10 + 1
+
+
+async def test_a_step_that_fails_fails_the_workflow_as_a_nursery_does(
+    memory_url: str, group: str
+) -> None:
+    started["hang"] = trio.Event()
+    async with open_checked_runner(memory_url, config(group), tasks) as runner:
+        workflow = chord(wf.group([step(hang, 0), step(broken, 1)]), step(total))
+        handle = await runner.dispatch(workflow)
+        with pytest.raises(WorkflowFailed) as caught:
+            await handle.result()
+        status = await handle.status()
+    failed = caught.value
+    assert failed.workflow == handle.id
+    assert failed.failed_count == 1
+    (step_failed,) = failed.exceptions
+    assert isinstance(step_failed, StepFailed)
+    assert (step_failed.node, step_failed.task_name) == (1, "broken")
+    assert step_failed.error.type_name == "ValueError"
+    assert (status.failed, status.cancelled, status.succeeded) == (1, 1, 0), "hang cancelled"
+    matched, rest = failed.split(StepFailed)  # what except* StepFailed does
+    assert isinstance(matched, WorkflowFailed)
+    assert matched.workflow == handle.id
+    assert rest is None
+
+
+async def test_without_fail_fast_the_other_branches_run_to_their_end(
+    memory_url: str, group: str
+) -> None:
+    async with open_checked_runner(memory_url, config(group), tasks) as runner:
+        workflow = wf.group(
+            [chain(step(broken, 0), step(double)), chain(step(fetch, "ab"), step(count))]
+        )
+        handle = await runner.dispatch(workflow, fail_fast=False)
+        with pytest.raises(WorkflowFailed):
+            await handle.result()
+        status = await handle.status()
+    assert (status.succeeded, status.failed, status.cancelled) == (2, 1, 0)
+
+
+async def test_cancel_cancels_the_running_steps_and_starts_no_more(
+    memory_url: str, group: str
+) -> None:
+    started["hang"] = trio.Event()
+    async with open_checked_runner(memory_url, config(group), tasks) as runner:
+        handle = await runner.dispatch(chain(step(hang, 0), step(double)))
+        await started["hang"].wait()
+        assert await handle.cancel() in (WorkflowState.CANCELLING, WorkflowState.CANCELLED)
+        with pytest.raises(WorkflowCancelled):
+            await handle.result()
+        assert await handle.cancel() is WorkflowState.CANCELLED
+    assert runner.statistics().cancelled == 1
+
+
+async def test_a_workflow_id_dispatches_once(memory_url: str, group: str) -> None:
+    async with open_checked_runner(memory_url, config(group), tasks) as runner:
+        first = await runner.dispatch(chain(step(fetch, "a"), step(count)), workflow_id="nightly")
+        again = await runner.dispatch(chain(step(fetch, "zz"), step(count)), workflow_id="nightly")
+        assert first == again == "nightly"
+        assert await again.result() == 1
+    assert runner.statistics().succeeded == 2, "the second dispatch added nothing"
+
+
+async def test_what_cannot_run_is_refused_before_anything_is_written(
+    memory_url: str, group: str
+) -> None:
+    async with open_checked_runner(memory_url, config(group), tasks) as runner:
+        with pytest.raises(ValueError, match="needs its payload"):
+            await runner.dispatch(chain(step(count), step(double)))  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="unique task"):
+            await runner.dispatch(chain(step(fetch, "a"), step(once, "b")))
+        with pytest.raises(trunner.InvalidPayload):
+            await runner.dispatch(chain(step(fetch, "a"), step(count, {"url": 1})))  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="no payload"):
+            await runner.dispatch(wf.group([step(fetch, "a")]), "payload")  # type: ignore[call-overload]
+        assert await runner.admin.queue_length() == 0
+
+
+async def test_a_wait_runs_out_and_says_where_the_workflow_was(memory_url: str, group: str) -> None:
+    started["hang"] = trio.Event()
+    async with open_checked_runner(memory_url, config(group), tasks) as runner:
+        handle = await runner.dispatch(chain(step(hang, 0), step(double)))
+        await started["hang"].wait()
+        with pytest.raises(trunner.ResultTimeout, match="running"):
+            await handle.result(timeout=0)
+        await handle.cancel()
+        with pytest.raises(WorkflowCancelled):
+            await handle.result()
+
+
+async def test_a_wide_chord_fans_in_every_result(memory_url: str, group: str) -> None:
+    children = 300
+    async with open_checked_runner(memory_url, config(group), tasks) as runner:
+        header = wf.group(chain(step(fetch, "w" * (n % 7)), step(count)) for n in range(children))
+        handle = await runner.dispatch(chord(header, step(total)))
+        assert await handle.result() == sum(n % 7 for n in range(children))

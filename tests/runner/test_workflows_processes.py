@@ -1,0 +1,118 @@
+"""Workflows across real processes on a real redis-server: a worker SIGKILLed while it
+holds a chain's step or a chord's children, the workflow completed by another instance
+with the callback run exactly once; and workflows dispatched from the asyncio and the
+synchronous clients to a worker process (tests/processes/worker_process.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+import trunner
+import trunner.aio
+import trunner.sync
+from trunner import workflows as wf
+from trunner.workflows import chain, chord, step
+
+from ..conftest import config, open_checked_runner, redis_state
+from ..support.servers import RedisServer
+from ..support.workers import Worker, read_log
+
+
+async def _started(log: Path, count: int) -> bool:
+    await trio.lowlevel.checkpoint()
+    return len([e for _, e, _ in read_log(log) if e == "started"]) >= count
+
+
+def _finishing_tasks(ran: list[tuple[str, Any]]) -> trunner.TaskRegistry:
+    """The tasks of the instance that finishes what the killed one held."""
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task
+    async def lingering(payload: Any) -> Any:
+        ran.append(("lingering", payload))
+        return payload
+
+    @tasks.task
+    async def merge(parts: list[Any]) -> list[Any]:
+        ran.append(("merge", parts))
+        return sorted(parts)
+
+    return tasks
+
+
+@pytest.mark.deadline(90)
+async def test_a_chain_survives_the_sigkill_of_the_worker_running_its_step(
+    redis_server: RedisServer, group: str, workers: list[Worker], tmp_path: Path
+) -> None:
+    log = tmp_path / "log"
+    victim = Worker(redis_server.url, group, log, {"linger": True})
+    workers.append(victim)
+    await victim.ready()
+    async with trunner.open_client(redis_server.url, group) as client:
+        workflow = chain(step("lingering", "first"), step("lingering"), step("merge", [3, 1]))
+        handle = await client.dispatch(workflow)
+        await redis_state(lambda: _started(log, 1))
+        victim.kill()  # SIGKILL, holding step 0
+
+        ran: list[tuple[str, Any]] = []
+        cfg = config(group, reclaim_delay=0.3, reclaim_interval=0.05)
+        async with open_checked_runner(redis_server.url, cfg, _finishing_tasks(ran)):
+            assert await handle.result(timeout=60) == [1, 3]
+            status = await handle.status()
+    assert ran == [("lingering", "first"), ("lingering", "first"), ("merge", [3, 1])]
+    assert (status.succeeded, status.failed, status.live) == (3, 0, 0)
+
+
+@pytest.mark.deadline(90)
+async def test_a_chords_callback_runs_once_after_a_sigkill_in_its_fan_in(
+    redis_server: RedisServer, group: str, workers: list[Worker], tmp_path: Path
+) -> None:
+    log = tmp_path / "log"
+    victim = Worker(redis_server.url, group, log, {"linger": True})
+    workers.append(victim)
+    await victim.ready()
+    ran: list[tuple[str, Any]] = []
+    cfg = config(group, reclaim_delay=0.3, reclaim_interval=0.05)
+    async with trunner.open_client(redis_server.url, group) as client:
+        children = wf.group(step("lingering", n) for n in range(6))
+        handle = await client.dispatch(chord(children, step("merge")))
+        await redis_state(lambda: _started(log, 1))
+        victim.kill()  # holding some children (as many as it fetched), the rest queued
+        async with open_checked_runner(redis_server.url, cfg, _finishing_tasks(ran)):
+            assert await handle.result(timeout=60) == list(range(6))
+    assert sorted(p for name, p in ran if name == "lingering") == list(range(6))
+    assert [p for name, p in ran if name == "merge"] == [list(range(6))], "once, in order"
+
+
+@pytest.mark.deadline(90)
+async def test_workflows_from_the_asyncio_and_sync_clients_to_a_worker_process(
+    redis_server: RedisServer, group: str, workers: list[Worker], tmp_path: Path
+) -> None:
+    worker = Worker(redis_server.url, group, tmp_path / "log", {})
+    workers.append(worker)
+    await worker.ready()
+    url, pid = redis_server.url, worker.process.pid
+
+    async def scenario() -> Any:
+        async with trunner.aio.Client(url, queue=group) as client:
+            children = wf.group(step("kept", n) for n in range(3))
+            handle = await client.dispatch(chord(children, step("kept")))
+            return await handle.result(timeout=60)
+
+    result = await trio.to_thread.run_sync(lambda: asyncio.run(scenario()))
+    parts = [{"pid": pid, "payload": n} for n in range(3)]
+    assert result == {"pid": pid, "payload": parts}
+
+    def from_sync_code() -> tuple[Any, Any]:
+        with trunner.sync.Client(url, queue=group) as client:
+            handle = client.dispatch(chain(step("kept", "a"), step("kept")))
+            return handle.result(timeout=60), handle.status().state
+
+    result, state = await trio.to_thread.run_sync(from_sync_code)
+    assert result == {"pid": pid, "payload": {"pid": pid, "payload": "a"}}
+    assert state is trunner.status.WorkflowState.SUCCEEDED

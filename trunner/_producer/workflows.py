@@ -1,0 +1,146 @@
+"""Dispatching a workflow: its plan compiled, every step checked and encoded as a dispatch
+of its task would be (the first steps as messages, the others as templates their inputs
+fill in), then written in one script call per 1000 (design/workflows.md §2, §3.4)."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+
+from .._task import Task, dispatch_options
+from .._wire.codec import TypeCodec
+from .._wire.envelope import encode_message, message_template, payload_json
+from .._wire.message import MessageOptions
+from .._wire.record import UNASKED_KEEP, ttl_ms
+from .._wire.workflow import Literal, Part, StepRef, workflow_id_error
+from .._workflow_handle import WorkflowHandle
+from .._workflows import Plan, PlanNode, Step, compile_plan, exit_parts
+from .build import lane_of, payload_of, resolve
+
+if TYPE_CHECKING:
+    from .dispatch import Producer
+
+__all__ = ["WORKFLOW_MAX_LIFE", "dispatch_workflow"]
+
+#: How long a workflow may run at most (seconds, from its dispatch): its keys expire then.
+WORKFLOW_MAX_LIFE: Final = 30 * 24 * 3600.0
+
+
+@attrs.define
+class _Encoded:
+    """A workflow's steps as they are written: the plan's fields, the first steps'
+    messages, the lanes they use, the codecs of the results that make its own."""
+
+    fields: list[tuple[str, bytes | int]]
+    roots: list[tuple[int, bytes]]
+    lanes: set[str]
+    codecs: dict[int, TypeCodec]
+
+
+async def dispatch_workflow(
+    producer: Producer,
+    workflow: Step[Any, Any],
+    *,
+    keep_result: float | None = None,
+    fail_fast: bool = True,
+    workflow_id: str | None = None,
+    name: str = "",
+) -> WorkflowHandle[Any]:
+    """Dispatch ``workflow`` (see ``Client.dispatch``): every step is checked before
+    anything is written. A ``workflow_id`` taken already dispatches nothing and returns a
+    handle on the workflow of that id."""
+    broker = producer._open_broker()
+    if not isinstance(workflow, Step):
+        raise TypeError(f"dispatch takes a task or a workflow, not {workflow!r:.60}")
+    if type(fail_fast) is not bool:
+        raise TypeError(f"fail_fast must be a bool, got {fail_fast!r}")
+    wid = workflow_id if workflow_id is not None else f"w{secrets.token_hex(12)}"
+    if (why := workflow_id_error(wid)) is not None:
+        raise ValueError(why)
+    plan = compile_plan(workflow)
+    encoded = await _encode(producer, plan, wid, broker.keys.group)
+    keep = keep_result
+    if keep is None:
+        keep = _output_keep(producer, plan) or UNASKED_KEEP
+    dispatch_options(keep, None, None)  # checked as a dispatch's keep_result is
+    for lane in sorted(encoded.lanes):
+        await producer.lanes.declare(broker, lane)
+    await broker.start_workflow(
+        wid,
+        len(plan.nodes),
+        encoded.fields,
+        encoded.roots,
+        fail_fast=fail_fast,
+        keep_ms=ttl_ms(keep),
+        max_life_ms=ttl_ms(WORKFLOW_MAX_LIFE),
+        name=name,
+        out=plan.output_spec(),
+    )
+    return WorkflowHandle(wid, producer, encoded.codecs)
+
+
+async def _encode(producer: Producer, plan: Plan, wid: str, group: str) -> _Encoded:
+    broker = producer._open_broker()
+    now, limit = time.time(), producer.max_payload_bytes
+    encoded = _Encoded([], [], set(), {})
+    outputs = set(plan.output_nodes())
+    for index, node in enumerate(plan.nodes):
+        step = node.step
+        task_name, task = resolve(producer.registry, step.task)
+        if task is not None and task.unique:
+            raise ValueError(
+                f"step {index} ({task_name!r}) is a unique task: a workflow's steps are not "
+                "unique (dispatch it on its own)"
+            )
+        lane = lane_of(task, step.priority)
+        await producer.lanes.check(broker, lane, task)
+        encoded.lanes.add(lane)
+        ref = StepRef(wid, index, plan.next_of(index), plan.readers[index] > 0)
+        options = _options(step.keep_result, step.timeout, ref)
+        task_id = f"{wid}.{index}"
+        payload = payload_of(task, step.payload) if step.bound else None
+        headers = await producer._headers(task_name, payload, step.headers, task_id)
+        if not node.waits_for:
+            data = encode_message(
+                task_name, payload, enqueued_at=now, task_id=task_id, options=options,
+                headers=headers, group=group, max_bytes=limit, lane=lane,
+            )  # fmt: skip
+            encoded.roots.append((index, data))
+        else:
+            parts = _payload_parts(task_name, payload, node)
+            template = message_template(
+                task_name, parts, task_id=task_id, options=options, group=group,
+                headers=headers, lane=lane,
+            )  # fmt: skip
+            encoded.fields += [(f"t:{index}", template), (f"w:{index}", len(node.waits_for))]
+        if plan.readers[index] > 1:
+            encoded.fields.append((f"r:{index}", plan.readers[index]))
+        if index in outputs and task is not None:
+            encoded.codecs[index] = task.result_codec
+    return encoded
+
+
+def _options(keep: float | None, timeout: float | None, ref: StepRef) -> MessageOptions:
+    options = dispatch_options(keep, timeout, None)
+    return attrs.evolve(options, workflow=ref) if options else MessageOptions(workflow=ref)
+
+
+def _payload_parts(task_name: str, payload: Any, node: PlanNode) -> list[Part]:
+    if node.reads is None:  # bound: its own payload, after the steps it waits for
+        return [Literal(payload_json(task_name, payload))]
+    return exit_parts(node.reads)
+
+
+def _output_keep(producer: Producer, plan: Plan) -> float | None:
+    """The longest ``keep_result`` of the tasks whose results make the workflow's."""
+    keeps = []
+    for node in plan.output_nodes():
+        step = plan.nodes[node].step
+        task: Task | None = resolve(producer.registry, step.task)[1]
+        keep = step.keep_result or (task.keep_result if task is not None else None)
+        if keep is not None:
+            keeps.append(keep)
+    return max(keeps) if keeps else None

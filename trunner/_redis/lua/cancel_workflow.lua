@@ -1,0 +1,41 @@
+-- Cancel a workflow (after key_types.lua, numbers.lua, lanes.lua and workflows.lua): a
+-- running one turns 'cancelling' (a failing one stays failing: its failures win), and one
+-- cancel mark with one PUBLISH cancels every step of it wherever it runs; a step queued or
+-- waiting is dropped when it is fetched (the mark), and a step's retry is not scheduled
+-- (retry.lua). No step starts after this call. It settles once every step it started has
+-- ended (at once when none is live).
+-- KEYS[1..5] the workflow's keys: wf, plan, marks, res, err
+-- KEYS[6]  the group's index of live workflows
+-- KEYS[7]  the task stream of the default lane
+-- KEYS[8]  where moved tasks are
+-- KEYS[9]  the cancel marks
+-- KEYS[10] the quarantine stream
+-- KEYS[11] the queue's registry of groups (a set)
+-- ARGV[1]  the workflow's id
+-- ARGV[2]  the cancel channel; ARGV[3] the done channel; ARGV[4] how long a cancel mark
+--          holds (ms); ARGV[5] the largest message a runner reads
+-- Returns  its state after the call ('gone' when there is no such workflow); an error
+--          naming what is wrong with keys trunner did not write
+local k = wf_keys(KEYS, 1)
+local wid = ARGV[1]
+local why = wf_usable(k)
+if why == 'gone' then
+  return 'gone'
+end
+if why then
+  return redis.error_reply('ERR workflow ' .. wid .. ': ' .. why)
+end
+local known, groups = pcall(redis.call, 'SCARD', KEYS[11]) -- another type: shared
+local ctx = wf_context(KEYS[7], KEYS[8], KEYS[9], KEYS[6], KEYS[10], not known or groups > 1,
+  ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+local state = redis.call('HGET', k.wf, 'state')
+if WF_SETTLED[state] then
+  return state
+end
+if state == 'running' then
+  redis.call('HSET', k.wf, 'state', 'cancelling')
+end
+redis.call('HSET', ctx.cancelled, wid, ctx.mark_until)
+redis.call('PUBLISH', ctx.cancel_channel, wid)
+wf_settle_if_idle(k, wid, ctx)
+return redis.call('HGET', k.wf, 'state')
