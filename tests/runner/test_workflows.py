@@ -187,3 +187,17 @@ async def test_a_wide_chord_fans_in_every_result(memory_url: str, group: str) ->
         header = wf.group(chain(step(fetch, "w" * (n % 7)), step(count)) for n in range(children))
         handle = await runner.dispatch(chord(header, step(total)))
         assert await handle.result() == sum(n % 7 for n in range(children))
+
+
+async def test_a_step_cancelled_on_its_own_fails_its_workflow(memory_url: str, group: str) -> None:
+    async with trunner.open_client(memory_url, group, tasks=tasks) as client:
+        handle = await client.dispatch(chain(step(fetch, "a"), step(count)))
+        first = handle.step_handle(0)
+        assert await first.cancel() is trunner.CancelOutcome.CANCELLING, "marked, not removed"
+        async with open_checked_runner(memory_url, config(group), tasks) as runner:
+            with pytest.raises(WorkflowFailed) as caught:
+                await handle.result()
+        (failure,) = caught.value.failures
+        assert (failure.node, failure.error.type_name) == (0, "StepCancelled")
+        assert runner.statistics().cancelled == 1
+        assert (await handle.status()).succeeded == 0, "the next step never started"

@@ -38,6 +38,9 @@
 -- of one group for itself, such as a retry, which the others skip) gets its
 -- outcome in the record of each of those groups too, and their waiters are told: to them
 -- it was cancelled, not never dispatched.
+-- A workflow's step (its message has a 'wf' member) is never removed: it gets the mark
+-- wherever it is, and is dropped when fetched, so that its end is recorded with its
+-- acknowledgement as every step's is (workflows.lua); it is then 'running' (cancelling).
 -- What something else wrote never fails it: an id, or a where-map entry, that leads to no
 -- entry of this task is 'absent'.
 local id = ARGV[2]
@@ -91,6 +94,15 @@ local function everyones(message)
   local ok, body = pcall(cjson.decode, message or '')
   return ok and type(body) == 'table' and body.group == nil
 end
+local function is_step(message)
+  local ok, body = pcall(cjson.decode, message or '')
+  return ok and type(body) == 'table' and body.wf ~= nil
+end
+if is_step(redis.call('HGET', KEYS[3], id)) or (KEYS[8] ~= KEYS[2]
+    and is_step(redis.call('HGET', KEYS[9], id))) then
+  mark() -- a step's retry or deferral: dropped when it is due and fetched
+  return 'running'
+end
 if redis.call('ZREM', KEYS[2], id) == 1 then
   local delayed_message = redis.call('HGET', KEYS[3], id)
   redis.call('HDEL', KEYS[3], id)
@@ -117,6 +129,10 @@ end
 -- Waiting for a concurrency slot (it holds none): removed from its waiting list. On a
 -- shared stream, the other groups' copies of it obey the mark.
 local waiting, message = waiting_of(KEYS[11], id, ARGV[10])
+if waiting and is_step(message) then
+  mark() -- granted a slot later, then fetched and dropped
+  return 'running'
+end
 if waiting then
   redis.call('LREM', waiting, 1, message)
   redis.call('HDEL', KEYS[11], id)
@@ -149,16 +165,20 @@ local function entry_of_task()
       local decoded, body = pcall(cjson.decode, fields[i + 1])
       if decoded and type(body) == 'table' then
         if type(body.id) == 'string' then
-          return body.id == id and stream, stream_id, body.group == nil
+          return body.id == id and stream, stream_id, body.group == nil, body.wf ~= nil
         end
-        return entry == id and stream, stream_id, body.group == nil
+        return entry == id and stream, stream_id, body.group == nil, body.wf ~= nil
       end
     end
   end
-  return entry == id and stream, stream_id, false
+  return entry == id and stream, stream_id, false, false
 end
 -- everyone: the entry is every group's (not a message of one group for itself)
-local stream, entry, everyone = entry_of_task()
+local stream, entry, everyone, step = entry_of_task()
+if stream and step then
+  mark() -- queued: dropped when fetched, its end recorded with its acknowledgement
+  return 'running'
+end
 if shared then
   if not stream then
     mark()
