@@ -28,7 +28,7 @@ from . import admin as _admin
 from ._client_thread import ClientThread
 from ._producer.opening import ClientArgs
 from ._public import fixup_module_metadata
-from ._sync_workflow import WorkflowHandle
+from ._sync_handles import BlockingHandle, WorkflowHandle
 from ._task import Expiry, Task
 from ._workflows import Step
 from .client import Client as TrioClient
@@ -54,28 +54,11 @@ class DispatchOptions(TypedDict, total=False):
     priority: str | None
 
 
-class TaskHandle(str, Generic[R]):
+class TaskHandle(BlockingHandle[TrioHandle[Any]], Generic[R]):
     """A dispatched task seen from synchronous code: its id (this ``str``), and the
     [``TaskHandle``][trunner.TaskHandle] methods as blocking calls."""
 
-    _client: Client
-    _handle: TrioHandle[R]
-
-    def __new__(cls, handle: TrioHandle[R], client: Client) -> TaskHandle[R]:
-        made = super().__new__(cls, str(handle))
-        made._client, made._handle = client, handle
-        return made
-
-    def __repr__(self) -> str:
-        return f"<trunner.sync.TaskHandle {str(self)!r}>"
-
-    def __reduce__(self) -> tuple[type[str], tuple[str]]:
-        return str, (str(self),)
-
-    @property
-    def id(self) -> str:
-        """The task's id."""
-        return str(self)
+    _kind = "TaskHandle"
 
     def result(self, timeout: float | None = None) -> R:
         """Wait for the outcome: as [``TaskHandle.result``][trunner.TaskHandle.result]."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -14,21 +14,9 @@ from trunner._redis import (
     LeaseStore,
     Owner,
     Script,
-    open_transport,
 )
 from trunner._wire.keys import RELEASED_CONSUMER, Keys, UniqueLock
 from trunner.errors import LeadershipLost
-
-
-@pytest.fixture
-async def broker(url: str, keys: Keys) -> AsyncIterator[Broker]:
-    async with open_transport(
-        url, client_name="test", max_connections=4, connect_timeout=5.0
-    ) as transport:
-        broker = Broker(transport, keys)
-        await broker.ensure_group()
-        await broker.ensure_group()  # creating twice is fine
-        yield broker
 
 
 async def deliver(broker: Broker, consumer: str, count: int) -> list[str]:

@@ -5,27 +5,14 @@ release, bad data set aside. Both tiers."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
-
-from trunner._redis import Broker, Slot, open_transport
+from trunner._redis import Broker, Slot
 from trunner._wire.decode import rate_reserved_at
 from trunner._wire.envelope import encode_message
 from trunner._wire.keys import Keys
 
 from .test_broker import C1, deliver, owned
-
-
-@pytest.fixture
-async def broker(url: str, keys: Keys) -> AsyncIterator[Broker]:
-    async with open_transport(
-        url, client_name="test", max_connections=4, connect_timeout=5.0
-    ) as transport:
-        broker = Broker(transport, keys)
-        await broker.ensure_group()
-        yield broker
 
 
 def message(n: int, task_id: str | None = None) -> bytes:

@@ -6,12 +6,10 @@ tiers."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-import pytest
-
-from trunner._redis import Broker, StepEnd, open_transport
+from trunner._redis import Broker, StepEnd
 from trunner._wire.envelope import encode_message, message_template
 from trunner._wire.keys import Keys
 from trunner._wire.message import MessageOptions
@@ -22,16 +20,6 @@ from .test_broker import C1, deliver, owned
 W = "wtest"
 KEEP_MS = 60_000
 LIFE_MS = 3_600_000
-
-
-@pytest.fixture
-async def broker(url: str, keys: Keys) -> AsyncIterator[Broker]:
-    async with open_transport(
-        url, client_name="test", max_connections=4, connect_timeout=5.0
-    ) as transport:
-        broker = Broker(transport, keys)
-        await broker.ensure_group()
-        yield broker
 
 
 def root(keys: Keys, node: int, payload: Any, nxt: str = "", keep: bool = True) -> bytes:

@@ -28,6 +28,14 @@ async def _started(log: Path, count: int) -> bool:
     return len([e for _, e, _ in read_log(log) if e == "started"]) >= count
 
 
+async def _lingering_worker(url: str, group: str, workers: list[Worker], log: Path) -> Worker:
+    """A worker process whose ``lingering`` steps run until it is killed, ready."""
+    victim = Worker(url, group, log, {"linger": True})
+    workers.append(victim)
+    await victim.ready()
+    return victim
+
+
 def _finishing_tasks(ran: list[tuple[str, Any]]) -> trunner.TaskRegistry:
     """The tasks of the instance that finishes what the killed one held."""
     tasks = trunner.TaskRegistry()
@@ -50,9 +58,7 @@ async def test_a_chain_survives_the_sigkill_of_the_worker_running_its_step(
     redis_server: RedisServer, group: str, workers: list[Worker], tmp_path: Path
 ) -> None:
     log = tmp_path / "log"
-    victim = Worker(redis_server.url, group, log, {"linger": True})
-    workers.append(victim)
-    await victim.ready()
+    victim = await _lingering_worker(redis_server.url, group, workers, log)
     async with trunner.open_client(redis_server.url, group) as client:
         workflow = chain(step("lingering", "first"), step("lingering"), step("merge", [3, 1]))
         handle = await client.dispatch(workflow)
@@ -73,9 +79,7 @@ async def test_a_chords_callback_runs_once_after_a_sigkill_in_its_fan_in(
     redis_server: RedisServer, group: str, workers: list[Worker], tmp_path: Path
 ) -> None:
     log = tmp_path / "log"
-    victim = Worker(redis_server.url, group, log, {"linger": True})
-    workers.append(victim)
-    await victim.ready()
+    victim = await _lingering_worker(redis_server.url, group, workers, log)
     ran: list[tuple[str, Any]] = []
     cfg = config(group, reclaim_delay=0.3, reclaim_interval=0.05)
     async with trunner.open_client(redis_server.url, group) as client:

@@ -80,22 +80,7 @@ def from_sync_code(client: trunner.sync.Client, when: datetime.datetime) -> None
 
 
 def test_handles_are_typed_by_their_task(tmp_path: Path) -> None:
-    source = tmp_path / "user_code.py"
-    source.write_text(USER_CODE)
-    out, err, _ = api.run(
-        [
-            "--strict",
-            "--no-error-summary",
-            "--hide-error-context",
-            "--cache-dir",
-            str(tmp_path / "cache"),
-            "--config-file",
-            "",
-            str(source),
-        ]
-    )
-    lines = [line.split(": ", 1)[1] for line in out.splitlines() if ": " in line]
-    revealed = [line for line in lines if line.startswith("note: Revealed type")]
+    out, err, revealed, failing = _check(tmp_path, USER_CODE)
     assert revealed == [
         'note: Revealed type is "trunner.handles.TaskHandle[user_code.Thumbnail]"',
         'note: Revealed type is "user_code.Thumbnail"',
@@ -119,12 +104,7 @@ def test_handles_are_typed_by_their_task(tmp_path: Path) -> None:
         'note: Revealed type is "trunner.sync.TaskHandle[user_code.Thumbnail]"',
         'note: Revealed type is "list[trunner.sync.TaskHandle[Any]]"',
     ], out + err
-    errors = [line for line in out.splitlines() if ": error: " in line]
-    must_fail = [
-        number for number, text in enumerate(USER_CODE.splitlines(), start=1) if "MUST-FAIL" in text
-    ]
-    failing = sorted({int(line.split(":")[1]) for line in errors})
-    assert failing == must_fail, out + err
+    assert failing == _must_fail(USER_CODE), out + err
 
 
 WORKFLOW_CODE = """
@@ -180,8 +160,22 @@ async def use(client: trunner.Client, aio: trunner.aio.Client) -> None:
 
 
 def test_workflows_are_typed_by_their_steps(tmp_path: Path) -> None:
+    out, err, revealed, failing = _check(tmp_path, WORKFLOW_CODE)
+    assert revealed == [
+        'note: Revealed type is "trunner._workflows._steps.Step[object, int]"',
+        'note: Revealed type is "trunner._workflow_handle.WorkflowHandle[int]"',
+        'note: Revealed type is "int"',
+        'note: Revealed type is "float"',
+        'note: Revealed type is "trunner._workflow_handle.WorkflowHandle[list[user_code.Page]]"',
+    ], out + err
+    assert failing == _must_fail(WORKFLOW_CODE), out + err
+
+
+def _check(tmp_path: Path, code: str) -> tuple[str, str, list[str], list[int]]:
+    """mypy --strict on ``code`` as a user's module: its output, its errors, the types it
+    revealed, and the lines with an error."""
     source = tmp_path / "user_code.py"
-    source.write_text(WORKFLOW_CODE)
+    source.write_text(code)
     out, err, _ = api.run(
         [
             "--strict",
@@ -196,16 +190,10 @@ def test_workflows_are_typed_by_their_steps(tmp_path: Path) -> None:
     )
     lines = [line.split(": ", 1)[1] for line in out.splitlines() if ": " in line]
     revealed = [line for line in lines if line.startswith("note: Revealed type")]
-    assert revealed == [
-        'note: Revealed type is "trunner._workflows._steps.Step[object, int]"',
-        'note: Revealed type is "trunner._workflow_handle.WorkflowHandle[int]"',
-        'note: Revealed type is "int"',
-        'note: Revealed type is "float"',
-        'note: Revealed type is "trunner._workflow_handle.WorkflowHandle[list[user_code.Page]]"',
-    ], out + err
     errors = [line for line in out.splitlines() if ": error: " in line]
-    must_fail = [
-        n for n, text in enumerate(WORKFLOW_CODE.splitlines(), start=1) if "MUST-FAIL" in text
-    ]
-    failing = sorted({int(line.split(":")[1]) for line in errors})
-    assert failing == must_fail, out + err
+    return out, err, revealed, sorted({int(line.split(":")[1]) for line in errors})
+
+
+def _must_fail(code: str) -> list[int]:
+    """The lines of ``code`` marked MUST-FAIL."""
+    return [n for n, text in enumerate(code.splitlines(), start=1) if "MUST-FAIL" in text]

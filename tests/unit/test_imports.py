@@ -108,7 +108,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     (
         "drivers",
         frozenset(
-            {"trunner.aio", "trunner.sync", "trunner._client_thread", "trunner._sync_workflow"}
+            {"trunner.aio", "trunner.sync", "trunner._client_thread", "trunner._sync_handles"}
         ),
     ),
     (

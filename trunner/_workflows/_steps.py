@@ -5,13 +5,24 @@ plan by :mod:`trunner.workflows._plan`; dispatched by a client."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Generic, TypedDict, TypeVar, Unpack, overload
 
 import attrs
 
 from .._task import Task
 
-__all__ = ["OPEN", "Chain", "Group", "Step", "TaskStep", "chain", "chord", "group", "step"]
+__all__ = [
+    "OPEN",
+    "Chain",
+    "Group",
+    "Step",
+    "StepOptions",
+    "TaskStep",
+    "chain",
+    "chord",
+    "group",
+    "step",
+]
 
 P_contra = TypeVar("P_contra", contravariant=True)
 R_co = TypeVar("R_co", covariant=True)
@@ -92,58 +103,32 @@ def _options(
     }
 
 
+class StepOptions(TypedDict, total=False):
+    """The options of a step, as :func:`step` takes them: a dispatch's."""
+
+    priority: str | None
+    timeout: float | None
+    keep_result: float | None
+    headers: Mapping[str, str] | None
+
+
 @overload
 def step(
-    task: Callable[[In], Awaitable[Out]],
-    /,
-    *,
-    priority: str | None = None,
-    timeout: float | None = None,
-    keep_result: float | None = None,
-    headers: Mapping[str, str] | None = None,
+    task: Callable[[In], Awaitable[Out]], /, **options: Unpack[StepOptions]
 ) -> Step[In, Out]: ...
 @overload
 def step(
-    task: Callable[[In], Awaitable[Out]],
-    payload: In,
-    /,
-    *,
-    priority: str | None = None,
-    timeout: float | None = None,
-    keep_result: float | None = None,
-    headers: Mapping[str, str] | None = None,
+    task: Callable[[In], Awaitable[Out]], payload: In, /, **options: Unpack[StepOptions]
+) -> Step[object, Out]: ...
+@overload
+def step(task: Callable[[In], Out], /, **options: Unpack[StepOptions]) -> Step[In, Out]: ...
+@overload
+def step(
+    task: Callable[[In], Out], payload: In, /, **options: Unpack[StepOptions]
 ) -> Step[object, Out]: ...
 @overload
 def step(
-    task: Callable[[In], Out],
-    /,
-    *,
-    priority: str | None = None,
-    timeout: float | None = None,
-    keep_result: float | None = None,
-    headers: Mapping[str, str] | None = None,
-) -> Step[In, Out]: ...
-@overload
-def step(
-    task: Callable[[In], Out],
-    payload: In,
-    /,
-    *,
-    priority: str | None = None,
-    timeout: float | None = None,
-    keep_result: float | None = None,
-    headers: Mapping[str, str] | None = None,
-) -> Step[object, Out]: ...
-@overload
-def step(
-    task: str | Task,
-    payload: Any = ...,
-    /,
-    *,
-    priority: str | None = None,
-    timeout: float | None = None,
-    keep_result: float | None = None,
-    headers: Mapping[str, str] | None = None,
+    task: str | Task, payload: Any = ..., /, **options: Unpack[StepOptions]
 ) -> Step[Any, Any]: ...
 def step(
     task: Any,

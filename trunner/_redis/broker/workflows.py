@@ -78,6 +78,21 @@ class Workflows(BrokerBase):
             return keys, [end.workflow, end.node, end.next, end.error, *self._flow_context()]
         return keys, [end.workflow, end.node, *self._flow_context()]
 
+    def _whole_keys(self, workflow_id: str) -> list[str]:
+        """The keys of the scripts that act on a whole workflow (its start, its cancel):
+        its five, the group's index of workflows, the default lane's stream, the
+        where-map, the cancel marks, the quarantine stream, the queue's groups."""
+        keys = self.keys
+        return [
+            *keys._workflow(workflow_id).names(),
+            keys.workflows,
+            keys.stream,
+            keys.where,
+            keys.cancelled,
+            keys.quarantine,
+            keys.groups,
+        ]
+
     async def start_workflow(
         self,
         workflow_id: str,
@@ -98,8 +113,6 @@ class Workflows(BrokerBase):
         chunk first. ``"ok"``; ``"exists"`` when the id is taken (nothing written); the
         state of a workflow cancelled while its roots were being added (the rest is not
         added)."""
-        keys = self.keys
-        flow = keys._workflow(workflow_id)
         calls: list[tuple[Sequence[tuple[str, Arg]], Sequence[tuple[int, bytes]]]] = [
             (chunk, ()) for chunk in chunks(plan)
         ] + [((), chunk) for chunk in chunks(roots)]
@@ -123,19 +136,7 @@ class Workflows(BrokerBase):
                 *(x for pair in added for x in pair),
             ]
             reply = as_str(
-                await self._script(
-                    "workflow_start",
-                    [
-                        *flow.names(),
-                        keys.workflows,
-                        keys.stream,
-                        keys.where,
-                        keys.cancelled,
-                        keys.quarantine,
-                        keys.groups,
-                    ],
-                    args,
-                )
+                await self._script("workflow_start", self._whole_keys(workflow_id), args)
             )
             if reply != "ok":
                 return reply
@@ -144,19 +145,8 @@ class Workflows(BrokerBase):
     async def cancel_workflow(self, workflow_id: str) -> str:
         """Cancel workflow ``workflow_id`` (``cancel_workflow.lua``): its state after
         (``"cancelling"``, ``"failing"``, a settled state, or ``"gone"``)."""
-        keys = self.keys
         reply = await self._script(
-            "cancel_workflow",
-            [
-                *keys._workflow(workflow_id).names(),
-                keys.workflows,
-                keys.stream,
-                keys.where,
-                keys.cancelled,
-                keys.quarantine,
-                keys.groups,
-            ],
-            [workflow_id, *self._flow_context()],
+            "cancel_workflow", self._whole_keys(workflow_id), [workflow_id, *self._flow_context()]
         )
         return as_str(reply)
 
