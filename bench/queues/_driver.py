@@ -12,6 +12,7 @@ Standard library only: this file also runs in the peers' virtual environments. E
     python q_NAME.py --redis URL --queue Q timeouts --n N
     python q_NAME.py --redis URL --queue Q produce --mode single|concurrent|bulk|trips --n N
                                                   [--client asyncio|sync|trio]
+    python q_NAME.py --redis URL --queue Q workflow --shape chain|chord --n N
 
 Every command prints JSON lines on stdout (libraries log to stderr):
 
@@ -44,6 +45,18 @@ Every command prints JSON lines on stdout (libraries log to stderr):
   With ``--samples`` the "done" line also carries ``latencies_ms``, every start - dispatch
   it measured (so the harness can pool several workers' samples). ``--loop asyncio|trio``
   chooses the event loop of a queue that runs on either (streaq); the others ignore it.
+- workflow (the workflows scenario, bench/workflows.py): one workflow dispatched with the
+  queue's own API and its result awaited, into a worker started with ``--task count``
+  (which runs ``noop`` and ``count``): ``chain``, ``N`` ``noop`` steps, the first given
+  ``0``, each of the others given the result of the one before; ``chord``, ``N`` ``noop``
+  children (given ``i``) side by side, then one ``count`` given the list of their results,
+  which returns its length. ``{"event": "workflow", "shape", "n", "steps", "seconds",
+  "dispatch_seconds", "result", "how"}``: ``seconds`` from just before the dispatch call
+  to the result in the caller, ``dispatch_seconds`` the dispatch call alone, ``steps`` the
+  bodies it ran (the worker's ``--n``). A workflow the queue refuses when dispatched,
+  having written nothing, is ``{"event": "refused", "shape", "n", "error"}`` (the harness
+  may try a shorter one); one that failed once dispatched, ``{"event": "failed", "shape",
+  "n", "error"}``.
 
 Task ``backlog`` (the lanes scenario) is a no-op that does not call the recorder: a
 backlog of it keeps a worker busy without counting towards its ``--n``, which then counts
@@ -53,6 +66,9 @@ Task ``echo`` (the results scenario) returns ``payload["i"]`` and keeps its resu
 ``noop_keep`` is ``noop`` keeping its result for 60 s (trunner: ``keep_result=60``); task
 ``hang`` (the cancel scenario) waits for ever, and when cancelled prints ``{"event":
 "task_end", "i", "t", "started"}`` with the wall-clock time its cancellation was seen.
+
+Task ``count`` (the workflows scenario) returns the length of its payload, a list: a
+chord's callback, given its children's results.
 
 Task ``roundtrip`` (the redis-body scenario): the body makes one pipelined round trip to
 Redis with the queue's own client, ``SET <key> 1 NX PX 60000`` + ``INCR <counter>``, the
@@ -87,7 +103,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 __all__ = [
@@ -97,6 +113,7 @@ __all__ = [
     "SPIN_LIMIT",
     "NotSupported",
     "Recorder",
+    "Refused",
     "asyncio_only",
     "body_keys",
     "burn",
@@ -123,6 +140,11 @@ STOP_TIMEOUT = 30.0
 
 class NotSupported(Exception):
     """The queue has no way to do what was asked (e.g. no bulk enqueue API)."""
+
+
+class Refused(Exception):
+    """The queue refused a workflow when it was dispatched, before writing anything (e.g. a
+    chain too long for it): the harness may try a shorter one."""
 
 
 def emit(record: dict[str, Any]) -> None:
@@ -172,6 +194,8 @@ TASKS = [
     "roundtrip",
     "roundtrip_auto",
     "roundtrip_bridged",
+    # bench/workflows.py: a worker that runs the workflows' steps, noop and count
+    "count",
     # bench/bodies.py: sync task bodies (scenarios 19-21)
     "io",
     "cpu",
@@ -387,6 +411,9 @@ Timeouts = Callable[[str, str, int], None]
 #: ``(url, queue, mode, n, client)``: what the ``produce`` command reports, i.e. for the
 #: enqueue modes ``{"seconds", "how"}``, for ``trips`` ``{"round_trips", "seconds", "how"}``.
 Produce = Callable[[str, str, str, int, str], dict[str, Any]]
+#: ``(url, queue, shape, n)``: dispatch one workflow and await its result; ``{"steps",
+#: "seconds", "dispatch_seconds", "result", "how"}`` (raises :class:`Refused`).
+Workflow = Callable[[str, str, str, int], dict[str, Any]]
 
 
 async def linger(
@@ -465,6 +492,7 @@ def main(
     cancel: Cancel | None = None,
     timeouts: Timeouts | None = None,
     produce: Produce | None = None,
+    workflow: Workflow | None = None,
 ) -> None:
     """Parse the command line and run one command of one queue implementation.
 
@@ -473,8 +501,8 @@ def main(
     at ``start + i * interval``, building each payload just before it is sent;
     ``work(url, queue, args, recorder, ready)`` runs a worker until ``recorder`` completes,
     stops it gracefully, and may return a dict reported as ``{"event": "stopped"}``.
-    ``results`` and ``cancel``, where the queue has them, run those commands (see the
-    module docs).
+    ``results``, ``cancel``, ``timeouts``, ``produce`` and ``workflow``, where the queue
+    has them, run those commands (see the module docs).
     """
     args = parse_args()
     try:
@@ -497,11 +525,41 @@ def main(
             if timeouts is None:
                 raise NotSupported("no time limit (or no result API) in this benchmark's queue")
             timeouts(args.redis, args.queue, args.n)
+        elif args.command == "workflow":
+            if workflow is None:
+                raise NotSupported("the workflows scenario is not written for this queue")
+            run_workflow(workflow, args)
         else:
             run_command(args, enqueue, dispatch, work, threadsafe=threadsafe)
     except NotSupported as exc:
         emit({"event": "unsupported", "reason": str(exc)})
         sys.exit(3)
+
+
+def run_workflow(workflow: Workflow, args: argparse.Namespace) -> None:
+    """The ``workflow`` command: its line, ``refused`` or ``failed`` (see the module docs)."""
+    head = {"shape": args.shape, "n": args.n}
+    try:
+        report = workflow(args.redis, args.queue, args.shape, args.n)
+    except Exception as exc:  # refused, or failed (or its wait ran out): say which
+        leaves = list(leaf_exceptions(exc))
+        refused = [e for e in leaves if isinstance(e, Refused)]
+        if refused:
+            emit({"event": "refused", **head, "error": str(refused[0])})
+            return
+        error = "; ".join(f"{type(e).__name__}: {e}" for e in leaves)
+        emit({"event": "failed", **head, "error": error[:500]})
+        raise
+    emit({"event": "workflow", **head, **report})
+
+
+def leaf_exceptions(exc: BaseException) -> Iterator[BaseException]:
+    """``exc``, or the exceptions inside it if it is a group (a nursery's)."""
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            yield from leaf_exceptions(inner)
+    else:
+        yield exc
 
 
 def produced(mode: str, n: int, client: str, report: dict[str, Any]) -> dict[str, Any]:
@@ -560,6 +618,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--mode", required=True, choices=["single", "concurrent", "bulk", "trips"])
     p.add_argument("--n", type=int, required=True)
     p.add_argument("--client", default="asyncio", choices=["asyncio", "sync", "trio"])
+    p = sub.add_parser("workflow")
+    p.add_argument("--shape", required=True, choices=["chain", "chord"])
+    p.add_argument("--n", type=int, required=True)
     return parser.parse_args()
 
 
