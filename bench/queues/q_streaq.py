@@ -15,6 +15,18 @@ The clients scenario runs streaq on asyncio, its default anyio backend: the work
 object opened as streaq's producer (``async with worker:``): ``await
 registered.enqueue(...)`` one after the other or from 100 coroutines at once, and
 ``Worker.enqueue_many``; the round trips as ``results``, one at a time.
+
+``workflow`` (the workflows scenario), with streaq's task dependencies: a chain is
+``noop.enqueue(0).then(noop).then(noop)...`` (``Task.then``: the next task is given the
+result of the one before), enqueued by awaiting its last task, which enqueues the whole
+chain in one transaction; a chain streaq refuses there (a ``RecursionError``: it walks the
+chain recursively; nothing is written) is reported as refused. streaq has no chord: a
+task enqueued with ``.start(after=[ids])`` runs once every task named succeeded, but is
+given none of their results. The chord here: the ``n`` children enqueued with
+``Worker.enqueue_many`` (one pipeline; their task ids ``<prefix>.<i>``), then ``count``
+with ``after=`` their ids, which reads their ``n`` stored results itself (one pipeline of
+``GET`` of streaq's result keys, each decoded with the worker's serializer) and returns
+how many it read.
 """
 
 from __future__ import annotations
@@ -22,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -32,6 +45,7 @@ from _driver import (
     IO_SLEEP,
     NotSupported,
     Recorder,
+    Refused,
     asyncio_only,
     body_keys,
     client_payload,
@@ -46,6 +60,8 @@ from streaq import Worker
 REC: Recorder
 WORKER: Worker[Any]
 PREFIX, COUNTER = "", ""
+#: The workflows scenario: how long the caller awaits a workflow's result (seconds).
+WORKFLOW_WAIT = 600
 
 
 async def noop(payload: Any) -> None:
@@ -76,6 +92,17 @@ def io(payload: Any) -> None:  # sync: streaq runs it in a thread (anyio.to_thre
     REC.end()
 
 
+async def count(prefix: str, n: int) -> int:
+    """The workflows scenario's chord callback: streaq gives it none of its dependencies'
+    results, so it reads them (the children ``<prefix>.<i>``) from streaq's result keys."""
+    REC.begin(None)
+    async with WORKER.redis.pipeline(transaction=False) as pipe:
+        replies = [pipe.get(WORKER.results_key + f"{prefix}.{i}") for i in range(n)]
+    results = [(await WORKER.deserialize(await reply))["r"] for reply in replies]
+    REC.end()
+    return len(results)
+
+
 async def roundtrip(payload: Any) -> None:
     REC.begin(payload)
     async with WORKER.redis.pipeline(transaction=False) as pipe:
@@ -95,7 +122,8 @@ def make_worker(
         anyio_backend=backend,
         handle_signals=False,
     )
-    registered = {f.__name__: worker.task(f) for f in (noop, sleep, latency, echo, roundtrip, io)}
+    bodies = (noop, sleep, latency, echo, roundtrip, io, count)
+    registered = {f.__name__: worker.task(f) for f in bodies}
     return worker, registered
 
 
@@ -182,6 +210,83 @@ def produce(url: str, queue: str, mode: str, n: int, client: str) -> dict[str, A
     return asyncio.run(run())
 
 
+def workflow(url: str, queue: str, shape: str, n: int) -> dict[str, Any]:
+    """The workflows scenario: a ``.then()`` chain of ``n`` no-op tasks, or ``n`` no-op
+    children and ``count`` enqueued ``after=`` them (see the module docs); on Trio."""
+    worker, registered = make_worker(url, queue)
+    noop_task, count_task = registered["noop"], registered["count"]
+
+    async def chain() -> dict[str, Any]:
+        last = noop_task.enqueue(0)
+        for _ in range(n - 1):
+            last = last.then(noop_task)
+        begin = time.perf_counter()
+        try:
+            await last  # enqueues the chain, from its first task
+        except Exception as exc:
+            if not caused_by(exc, RecursionError):
+                raise
+            why = f"{type(exc).__name__}: {exc}"
+            if not isinstance(exc, RecursionError):
+                why += " (from a RecursionError)"
+            raise Refused(f"{why}; nothing was enqueued") from exc
+        dispatched = time.perf_counter()
+        result = await last.result(timeout=WORKFLOW_WAIT)
+        end = time.perf_counter()
+        assert result.success, result
+        how = "last = noop.enqueue(0).then(noop)...; await last; await last.result()"
+        return timed(n, begin, dispatched, end, result.result, how)
+
+    async def chord() -> dict[str, Any]:
+        prefix = f"{queue}-{uuid.uuid4().hex[:8]}"
+        children = [noop_task.enqueue(i) for i in range(n)]
+        for i, child in enumerate(children):
+            child.id = f"{prefix}.{i}"
+        callback = count_task.enqueue(prefix, n).start(after=[c.id for c in children])
+        begin = time.perf_counter()
+        await worker.enqueue_many(children)
+        await callback
+        dispatched = time.perf_counter()
+        result = await callback.result(timeout=WORKFLOW_WAIT)
+        end = time.perf_counter()
+        assert result.success, result
+        assert result.result == n, (result.result, n)
+        how = (
+            "await worker.enqueue_many(children); "
+            "await count.enqueue(prefix, n).start(after=ids); await callback.result() "
+            "(count reads the children's results itself)"
+        )
+        return timed(n + 1, begin, dispatched, end, result.result, how)
+
+    async def run() -> dict[str, Any]:
+        async with worker:
+            return await (chain() if shape == "chain" else chord())
+
+    return trio.run(run)
+
+
+def caused_by(exc: BaseException | None, kind: type[BaseException]) -> bool:
+    """Whether ``exc``, or an exception it was raised from or during, is a ``kind``."""
+    seen = 0
+    while exc is not None and seen < 100:
+        if isinstance(exc, kind):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+def timed(
+    steps: int, begin: float, dispatched: float, end: float, result: Any, how: str
+) -> dict[str, Any]:
+    return {
+        "steps": steps,
+        "seconds": round(end - begin, 4),
+        "dispatch_seconds": round(dispatched - begin, 4),
+        "result": result,
+        "how": how,
+    }
+
+
 def work(
     url: str, queue: str, args: argparse.Namespace, rec: Recorder, ready: Callable[[], None]
 ) -> dict[str, Any]:
@@ -216,4 +321,4 @@ def work(
 
 if __name__ == "__main__":
     _ = NotSupported
-    main(enqueue, dispatch, work, results=results, produce=produce)
+    main(enqueue, dispatch, work, results=results, produce=produce, workflow=workflow)

@@ -40,6 +40,11 @@ handle.result()``. ``--client sync``: a ``trunner.sync.Client`` (no concurrent m
 concurrency is the caller's threads); ``--client trio``: ``open_client``, the concurrent
 senders in a nursery. trunner.aio, trunner.sync and asyncio are imported only then (the
 workers' RSS stays trunner's own).
+
+``workflow`` (the workflows scenario): a client (``open_client``) dispatches, by task
+name, ``chain(step("noop", 0), *[step("noop") for _ in range(n - 1)])`` (open steps: each
+given the result of the one before) or ``chord(group(step("noop", i) for i in
+range(n)), step("count"))``, and awaits ``handle.result()``.
 """
 
 from __future__ import annotations
@@ -71,6 +76,8 @@ import trunner
 PREFIX = "trunner-bench"
 #: Seconds the results of ``echo``, ``noop_keep`` and ``hang`` are kept.
 KEEP = 60
+#: The workflows scenario: how long the caller awaits a workflow's result (seconds).
+WORKFLOW_WAIT = 600
 
 
 def enqueue(url: str, queue: str, task: str, payloads: list[dict[str, Any]], mode: str) -> float:
@@ -269,6 +276,39 @@ async def produce_trio(url: str, queue: str, mode: str, n: int) -> dict[str, Any
         return {"seconds": time.perf_counter() - begin, "how": how}
 
 
+def workflow(url: str, queue: str, shape: str, n: int) -> dict[str, Any]:
+    """The workflows scenario: one chain of ``n`` no-op steps, or one chord of ``n`` no-op
+    children into ``count``, dispatched and awaited (``trunner.workflows``)."""
+    from trunner.workflows import chain, chord, group, step  # noqa: PLC0415 - the workers' RSS
+
+    if shape == "chain":
+        flow = chain(step("noop", 0), *[step("noop") for _ in range(n - 1)])
+        how = "chain(step(noop, 0), *(step(noop) for _ in range(n - 1)))"
+        steps, expected = n, None
+    else:
+        flow = chord(group(step("noop", i) for i in range(n)), step("count"))
+        how = "chord(group(step(noop, i) for i in range(n)), step(count))"
+        steps, expected = n + 1, n
+
+    async def run() -> dict[str, Any]:
+        async with trunner.open_client(url, queue, prefix=PREFIX) as client:
+            begin = time.perf_counter()
+            handle = await client.dispatch(flow)
+            dispatched = time.perf_counter()
+            value = await handle.result(timeout=WORKFLOW_WAIT)
+            end = time.perf_counter()
+        assert value == expected, (value, expected)
+        return {
+            "steps": steps,
+            "seconds": round(end - begin, 4),
+            "dispatch_seconds": round(dispatched - begin, 4),
+            "result": value,
+            "how": f"handle = await client.dispatch({how}); await handle.result()",
+        }
+
+    return trio.run(run)
+
+
 def otel_middleware() -> trunner.Middleware:
     """Scenario 15: trunner's OpenTelemetry middleware, with the SDK doing all its work
     (sampling every span, batching them) but exporting nowhere."""
@@ -341,6 +381,13 @@ def bench_tasks(tasks: trunner.TaskRegistry, rec: Recorder) -> None:
         finally:  # cancelled: the time its cancellation was seen here
             emit({"event": "task_end", "i": payload["i"], "t": time.time(), "started": started})
             rec.end()
+
+    @tasks.task
+    async def count(payload: list[Any]) -> int:
+        """The workflows scenario's chord callback: how many results it was given."""
+        rec.begin(payload)
+        rec.end()
+        return len(payload)
 
     @tasks.task
     async def sleep(payload: Any) -> None:
@@ -500,5 +547,12 @@ async def bridged(url: str, run: Callable[[], Awaitable[dict[str, Any]]]) -> dic
 if __name__ == "__main__":
     _ = NotSupported
     main(
-        enqueue, dispatch, work, results=results, cancel=cancel, produce=produce, timeouts=timeouts
+        enqueue,
+        dispatch,
+        work,
+        results=results,
+        cancel=cancel,
+        produce=produce,
+        timeouts=timeouts,
+        workflow=workflow,
     )
