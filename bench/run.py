@@ -26,13 +26,15 @@ result round trips one at a time, beside the peers on asyncio; the same with
 32 threads of one worker process), ``cpu`` (20: 400 tasks of a ~50 ms pure-Python loop on
 both cores: two ``trunner worker`` processes, and one with ``run_in="process"`` tasks,
 beside a plain process pool), ``cpu-timeout`` (21: a pure-Python loop past its 1 s time
-limit: deadline to the failure seen by a waiter, and to the core free). Each scenario runs
+limit: deadline to the failure seen by a waiter, and to the core free); ``workflows`` (22,
+bench/workflows.py: a chain of 1 000 no-op steps, and a chord of 10 000 no-op children into
+one callback, each dispatched as one and its result awaited). Each scenario runs
 ``--runs`` times, interleaving the queues run by run, and the median is reported.
 ``--peers`` adds arq, saq, streaq (on Trio; on asyncio in 18), taskiq (Redis stream
 broker) and dramatiq to scenarios 1-4 and 8 (arq, saq and streaq to 9; arq, saq, streaq and
 taskiq to 18; saq, taskiq, streaq, celery and dramatiq to 19; celery, dramatiq and taskiq to
-20 and 21; celery runs only those), each installed into its own virtual environment under
-bench/.peers/ and using its own Redis database.
+20 and 21; celery and streaq to 22; celery runs only 19-22), each installed into its own
+virtual environment under bench/.peers/ and using its own Redis database.
 
 Without ``--redis`` a private redis-server is started on a free loopback port (no
 persistence) and stopped at the end. Every key created is deleted. Prints one JSON line
@@ -68,8 +70,10 @@ import trunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bodies  # bench/ is not a package: its folder is on the path
+import workflows
 from bodies import BODY_ONLY_PEERS, BODY_SCENARIOS, BodyError
 from dashboard import dashboard
+from workflows import WORKFLOW_SCENARIOS, WorkflowError
 
 HERE = Path(__file__).resolve().parent
 QUEUES = HERE / "queues"
@@ -94,6 +98,7 @@ SCENARIOS = [
     "lanes",
     "clients",
     *BODY_SCENARIOS,
+    *WORKFLOW_SCENARIOS,
 ]
 #: The peers scenario 9 (results) runs beside trunner (issue 19 names them).
 RESULT_PEERS = {"arq", "saq", "streaq"}
@@ -108,7 +113,7 @@ PEERS: dict[str, tuple[list[str], int]] = {
     "streaq": (["streaq==7.2.0", "trio"], 3),
     "taskiq": (["taskiq==0.13.0", "taskiq-redis==1.2.4", "hiredis"], 4),
     "dramatiq": (["dramatiq[redis]==2.2.1", "hiredis"], 5),
-    **BODY_ONLY_PEERS,  # celery: scenarios 19-21 only
+    **BODY_ONLY_PEERS,  # celery: scenarios 19-22 only
 }
 
 # -- small helpers ---------------------------------------------------------------------------
@@ -222,6 +227,8 @@ class Output:
         self.busy: list[float] = []
         #: (scenario, impl) -> why a queue could not run that scenario.
         self.unsupported: dict[tuple[str, str], str] = {}
+        #: (scenario, impl) -> the error of its last failed measurement.
+        self.failed: dict[tuple[str, str], str] = {}
         directory.mkdir(parents=True, exist_ok=True)
         (directory / "logs").mkdir(exist_ok=True)
         self._jsonl = open(directory / "results.jsonl", "a")  # noqa: SIM115
@@ -1793,6 +1800,7 @@ FAILURES = (
     redis.RedisError,
     AssertionError,
     BodyError,
+    WorkflowError,
 )
 
 
@@ -1810,13 +1818,15 @@ async def measure(
         out.record(scenario=scenario, impl=impl, run=run, unsupported=str(exc))
         return
     except FAILURES as exc:
-        out.record(scenario=scenario, impl=impl, run=run, error=f"{type(exc).__name__}: {exc}")
+        out.failed[(scenario, impl)] = error = f"{type(exc).__name__}: {exc}"
+        out.record(scenario=scenario, impl=impl, run=run, error=error)
         return
     except BaseExceptionGroup as group:  # from a nursery
         failures, rest = group.split(FAILURES)
         if rest is not None or failures is None:
             raise
         errors = "; ".join(f"{type(e).__name__}: {e}" for e in failures.exceptions)
+        out.failed[(scenario, impl)] = errors
         out.record(scenario=scenario, impl=impl, run=run, error=errors)
         return
     results.setdefault((scenario, impl), []).append(result)
@@ -1856,7 +1866,7 @@ async def run_all(
     if chosen & {"throughput", "latency", "ceiling", "redis-body"}:
         queues.append(Queue("ceiling", sys.executable, url, log=out.log_path("ceiling")))
         chosen = chosen | ({"throughput", "latency"} if "ceiling" in chosen else set())
-    if not args.peer and not chosen & set(BODY_SCENARIOS):  # celery runs only those
+    if not args.peer and not chosen & {*BODY_SCENARIOS, *WORKFLOW_SCENARIOS}:  # celery: only those
         args.peer = [name for name in PEERS if name not in BODY_ONLY_PEERS]
     every_peer = await setup_peers(args, url, out, notes) if args.peers else []
     peers = [q for q in every_peer if q.name not in BODY_ONLY_PEERS]
@@ -1867,6 +1877,7 @@ async def run_all(
         await measure(out, results, scenario, impl, run, coro)
 
     await bodies.rounds(chosen, args.runs, args.scale, trunner_queue, every_peer, measure_body)
+    await workflows.rounds(chosen, args.runs, args.scale, trunner_queue, every_peer, measure_body)
     for q in peers:
         if median_of(results, ("throughput", q.name), "enqueue_bulk_rate") is None:
             notes.setdefault(f"throughput/enqueue_bulk_rate/{q.name}", "no bulk API")
@@ -1879,7 +1890,7 @@ async def run_all(
             for metric in ("process_rate", "cpu_ms_per_task", "hwm_mb"):
                 if median_of(results, ("redis-body", q.name), metric) is None:
                     notes.setdefault(f"redis-body/{metric}/{q.name}", missing)
-    return [q.name for q in peers]  # the summary's columns (scenarios 19-21: bodies.summary)
+    return [q.name for q in peers]  # the summary's columns (19-21: bodies.summary; 22: workflows)
 
 
 async def rounds_1_to_3(
@@ -2025,9 +2036,12 @@ async def main(args: argparse.Namespace, url: str, out: Output) -> None:
         )
     if digest_end != info["source_digest"]:
         header += "WARNING: trunner's source changed during the run (figures may mix versions).\n"
-    text = header + ("\n" + table + "\n" if chosen - set(BODY_SCENARIOS) else "")
+    text = header + ("\n" + table + "\n" if chosen - {*BODY_SCENARIOS, *WORKFLOW_SCENARIOS} else "")
     if chosen & set(BODY_SCENARIOS):
         text += "\nTask bodies that are not async (bench/bodies.py):\n\n" + bodies.summary(results)
+    if chosen & set(WORKFLOW_SCENARIOS):
+        flows = workflows.summary(results, out.failed)
+        text += "\nWorkflows: a chain and a chord (bench/workflows.py):\n\n" + flows
     print(text)
     (out.directory / "summary.md").write_text(text)
     out.note(f"results in {out.directory}")
@@ -2042,7 +2056,7 @@ def cli() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--redis", help="use this Redis (default: start a private one)")
     parser.add_argument(
-        "--peers", action="store_true", help="also run the peers (1-4, 8, 9, 18-21)"
+        "--peers", action="store_true", help="also run the peers (1-4, 8, 9, 18-22)"
     )
     parser.add_argument("--peer", action="append", choices=list(PEERS), help="only this peer")
     parser.add_argument(
