@@ -27,7 +27,7 @@ result round trips one at a time, beside the peers on asyncio; the same with
 both cores: two ``trunner worker`` processes, and one with ``run_in="process"`` tasks,
 beside a plain process pool), ``cpu-timeout`` (21: a pure-Python loop past its 1 s time
 limit: deadline to the failure seen by a waiter, and to the core free); ``workflows`` (22,
-bench/workflows.py: a chain of 1 000 no-op steps, and a chord of 10 000 no-op children into
+bench/workflow_runs.py: a chain of 1 000 no-op steps, and a chord of 10 000 no-op children into
 one callback, each dispatched as one and its result awaited). Each scenario runs
 ``--runs`` times, interleaving the queues run by run, and the median is reported.
 ``--peers`` adds arq, saq, streaq (on Trio; on asyncio in 18), taskiq (Redis stream
@@ -70,10 +70,10 @@ import trunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bodies  # bench/ is not a package: its folder is on the path
-import workflows
+import workflow_runs
 from bodies import BODY_ONLY_PEERS, BODY_SCENARIOS, BodyError
 from dashboard import dashboard
-from workflows import WORKFLOW_SCENARIOS, WorkflowError
+from workflow_runs import WORKFLOW_SCENARIOS, WorkflowError
 
 HERE = Path(__file__).resolve().parent
 QUEUES = HERE / "queues"
@@ -1877,7 +1877,9 @@ async def run_all(
         await measure(out, results, scenario, impl, run, coro)
 
     await bodies.rounds(chosen, args.runs, args.scale, trunner_queue, every_peer, measure_body)
-    await workflows.rounds(chosen, args.runs, args.scale, trunner_queue, every_peer, measure_body)
+    await workflow_runs.rounds(
+        chosen, args.runs, args.scale, trunner_queue, every_peer, measure_body
+    )
     for q in peers:
         if median_of(results, ("throughput", q.name), "enqueue_bulk_rate") is None:
             notes.setdefault(f"throughput/enqueue_bulk_rate/{q.name}", "no bulk API")
@@ -2040,8 +2042,8 @@ async def main(args: argparse.Namespace, url: str, out: Output) -> None:
     if chosen & set(BODY_SCENARIOS):
         text += "\nTask bodies that are not async (bench/bodies.py):\n\n" + bodies.summary(results)
     if chosen & set(WORKFLOW_SCENARIOS):
-        flows = workflows.summary(results, out.failed)
-        text += "\nWorkflows: a chain and a chord (bench/workflows.py):\n\n" + flows
+        flows = workflow_runs.summary(results, out.failed)
+        text += "\nWorkflows: a chain and a chord (bench/workflow_runs.py):\n\n" + flows
     print(text)
     (out.directory / "summary.md").write_text(text)
     out.note(f"results in {out.directory}")

@@ -45,7 +45,7 @@ Every command prints JSON lines on stdout (libraries log to stderr):
   With ``--samples`` the "done" line also carries ``latencies_ms``, every start - dispatch
   it measured (so the harness can pool several workers' samples). ``--loop asyncio|trio``
   chooses the event loop of a queue that runs on either (streaq); the others ignore it.
-- workflow (the workflows scenario, bench/workflows.py): one workflow dispatched with the
+- workflow (the workflows scenario, bench/workflow_runs.py): one workflow dispatched with the
   queue's own API and its result awaited, into a worker started with ``--task count``
   (which runs ``noop`` and ``count``): ``chain``, ``N`` ``noop`` steps, the first given
   ``0``, each of the others given the result of the one before; ``chord``, ``N`` ``noop``
@@ -194,7 +194,7 @@ TASKS = [
     "roundtrip",
     "roundtrip_auto",
     "roundtrip_bridged",
-    # bench/workflows.py: a worker that runs the workflows' steps, noop and count
+    # bench/workflow_runs.py: a worker that runs the workflows' steps, noop and count
     "count",
     # bench/bodies.py: sync task bodies (scenarios 19-21)
     "io",

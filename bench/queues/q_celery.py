@@ -1,5 +1,5 @@
 """celery with its Redis broker under the benchmark protocol (runs in bench/.peers/celery),
-for bench/bodies.py's scenarios (``io``, ``cpu``, ``spin``) and bench/workflows.py's
+for bench/bodies.py's scenarios (``io``, ``cpu``, ``spin``) and bench/workflow_runs.py's
 (``noop``, ``count``) only.
 
 The worker is celery's own, started as ``celery worker`` starts it (``app.worker_main``),
@@ -105,7 +105,7 @@ def enqueue(url: str, queue: str, task: str, payloads: list[dict[str, Any]], mod
 def dispatch(
     url: str, queue: str, n: int, interval: float, make_payload: Callable[[], dict[str, Any]]
 ) -> None:
-    raise NotSupported("celery runs only bench/bodies.py's and bench/workflows.py's scenarios here")
+    raise NotSupported("celery runs only the scenarios of bench/bodies.py and workflow_runs.py")
 
 
 def work(
