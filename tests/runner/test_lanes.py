@@ -621,6 +621,20 @@ async def test_replaying_by_a_lane_task_id_names_its_dead_letter(url: str, group
     assert "task id" in result.skipped[str(handle)]
 
 
+async def test_a_dead_letter_of_the_dispatchs_millisecond_is_found_by_its_task_id(
+    url: str, group: str, raw: Any
+) -> None:
+    """A task dead-lettered in the millisecond it was dispatched: its dead letter's id
+    is its message's (each stream counts from ``<ms>-0``), and is found all the same."""
+    keys = Keys("trunner", group)
+    task_id = "1796454220110-0@urgent"
+    raw.xadd(keys.dead, {"task": "doomed", "task_id": task_id}, id="1796454220110-0")
+    async with trunner.open_client(url, group) as client:
+        result = await client.admin.replay_dead_letters([task_id])
+    assert result.replayed == []
+    assert "the dead letter of that task is 1796454220110-0" in result.skipped[task_id]
+
+
 async def test_lanes_in_the_prometheus_and_opentelemetry_metrics(url: str, group: str) -> None:
     """What each lane gave (a counter), and each lane's length (refreshed at each scrape
     of the worker's /metrics)."""

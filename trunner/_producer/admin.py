@@ -195,9 +195,12 @@ async def _dead_letter_of_task(broker: Broker, task_id: str) -> str | None:
     """The id of a dead letter of task ``task_id``, if one is found among the
     :data:`TASK_ID_SCAN` dead letters written from the task's dispatch on (a task id is
     the stream id of its first message, of a lane or not: its dead letter came later)."""
-    start, seen = split_entry_id(task_id)[1], 0
+    start, seen, first = split_entry_id(task_id)[1], 0, True
     while seen < TASK_ID_SCAN and (batch := await broker.dead_entries(500, start)):
-        fresh = [e for e in batch if e.message_id != start]
+        # The first read is inclusive: a dead letter written in the millisecond of the
+        # dispatch may have the very id of the task's message (another stream's counter).
+        fresh = batch if first else [e for e in batch if e.message_id != start]
+        first = False
         if not fresh:
             break
         for entry in fresh:
