@@ -9,6 +9,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
+
 from trunner._redis import Broker, StepEnd
 from trunner._wire.envelope import encode_message, message_template
 from trunner._wire.keys import Keys
@@ -315,3 +317,45 @@ async def test_a_workflow_id_is_taken_once(broker: Broker, raw: Any, keys: Keys)
     assert await start(broker, 1, [], [(0, root(keys, 0, 0))]) == "ok"
     assert await start(broker, 1, [], [(0, root(keys, 0, 0))]) == "exists"
     assert len(raw.xrange(keys.stream)) == 1, "nothing written the second time"
+
+
+@pytest.mark.parametrize("how", ["a root fails", "cancelled"])
+async def test_a_workflow_stopped_between_its_start_chunks_settles(
+    broker: Broker, raw: Any, keys: Keys, how: str
+) -> None:
+    """A root that fails for good (fail-fast), or a cancel, after the first chunk of roots
+    and before the next: the next chunks add nothing, and the workflow settles once what
+    was added has ended (its 'adding' flag, set until the last chunk, holds nothing back)."""
+    children = 1500  # two chunks of roots
+    roots = [(i, root(keys, i, i)) for i in range(children)]
+    script = broker._script
+    chunks = 0
+
+    async def between_chunks(name: str, keys_: Any, args: Any) -> Any:
+        nonlocal chunks
+        reply = await script(name, keys_, args)
+        if name == "workflow_start":
+            chunks += 1
+            if chunks == 1 and how == "cancelled":
+                assert await broker.cancel_workflow(W) == "cancelling"
+            elif chunks == 1:
+                (first,) = await deliver(broker, "c1", 1)
+                node = step_of(raw, keys, first)["wf"][1]
+                step = StepEnd(W, node, "failed", error="{}")
+                fields: list[tuple[str, str | bytes]] = [("reason", "failed")]
+                assert await broker.dead_letter(
+                    first, fields, 10, None, f"{W}.{node}", step=step, owner=C1
+                )
+        return reply
+
+    broker._script = between_chunks  # type: ignore[method-assign,assignment]
+    assert await start(broker, children, [], roots) != "ok", "the second chunk added nothing"
+    broker._script = script  # type: ignore[method-assign]
+    added = await deliver(broker, "c1", children)
+    assert len(added) < children
+    ends = {i: StepEnd(W, step_of(raw, keys, i)["wf"][1], "cancelled") for i in added}
+    await ack_steps(broker, ends)
+    look = await broker.workflow_look(W)
+    assert look.fields["state"] == ("cancelled" if how == "cancelled" else "failed")
+    assert look.fields["live"] == "0"
+    assert raw.zscore(keys.workflows, W) is None, "out of the index of live workflows"

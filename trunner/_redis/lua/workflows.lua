@@ -297,10 +297,12 @@ wf_start_node = function(k, wid, j, ctx)
 end
 
 -- Settle the workflow when nothing of it is live and no root is being added: its final
--- state, its keys kept for `keep` ms, out of the index, its waiters told.
+-- state, its keys kept for `keep` ms, out of the index, its waiters told. A workflow that no
+-- longer runs (failing, cancelling) adds no root any more (workflow_start.lua refuses the
+-- later chunks): its 'adding' holds nothing back.
 local function wf_settle_if_idle(k, wid, ctx)
   local v = redis.call('HMGET', k.wf, 'live', 'adding', 'state', 'n', 'ok', 'failures', 'keep')
-  if tonumber(v[1]) > 0 or v[2] == '1' or WF_SETTLED[v[3]] then
+  if tonumber(v[1]) > 0 or (v[2] == '1' and v[3] == 'running') or WF_SETTLED[v[3]] then
     return -- a nursery waits for its children
   end
   local final = 'failed' -- a node never started needs a failure before it: an error
