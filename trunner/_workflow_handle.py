@@ -159,9 +159,11 @@ class WorkflowHandle(str, Generic[R]):
         failures = _failures(self.id, look)
         if failures:
             count = int(look.fields.get("failures", len(failures)))
+            cancelled = look.fields.get("cancel") == "1"
             raise WorkflowFailed(
-                f"workflow {self.id} failed: {count} step(s) failed", failures, self.id, count
-            )
+                f"workflow {self.id} failed: {count} step(s) failed", failures, self.id, count,
+                cancelled,
+            )  # fmt: skip
         if state == "cancelled":
             raise WorkflowCancelled(f"workflow {self.id} was cancelled")
         raise BadData("workflow", self.id, f"settled {state!r} with no failure kept")

@@ -15,7 +15,7 @@ from trunner._redis import Broker, StepEnd
 from trunner._wire.envelope import encode_message, message_template
 from trunner._wire.keys import Keys
 from trunner._wire.message import MessageOptions
-from trunner._wire.workflow import Literal, Results, StepRef
+from trunner._wire.workflow import Literal, Results, StepRef, workflow_mark
 
 from .test_broker import C1, deliver, owned
 
@@ -172,7 +172,7 @@ async def test_fail_fast_marks_the_workflow_and_no_later_step_starts(
     s = state(raw, keys)
     assert s["state"] == "failing"
     assert s["failures"] == "1"
-    assert raw.hget(keys.cancelled, W) is not None, "one cancel mark for every step"
+    assert raw.hget(keys.cancelled, workflow_mark(keys.group, W)) is not None, "one cancel mark for every step"
     assert json.loads(raw.hget(flow.err, "1")) == {"type": "Boom", "message": "no"}
     # A sibling that finishes anyway, and one cancelled by the workflow (absorbed).
     await ack_steps(broker, {a: StepEnd(W, 0, "ok", "3", b"0")})
@@ -181,7 +181,7 @@ async def test_fail_fast_marks_the_workflow_and_no_later_step_starts(
     look = await broker.workflow_look(W)
     assert look.fields["state"] == "failed", "a failure is never lost"
     assert (look.fields["ok"], look.fields["failures"], look.fields["cancelled"]) == ("1", "1", "1")
-    assert raw.hget(keys.cancelled, W) is None, "its steps are all over"
+    assert raw.hget(keys.cancelled, workflow_mark(keys.group, W)) is None, "its steps are all over"
     assert look.failures == {1: failure}
 
 
@@ -202,7 +202,7 @@ async def test_without_fail_fast_a_failure_blocks_only_its_descendants(
     step = StepEnd(W, 0, "failed", "2", error="{}")
     assert await broker.dead_letter(zero, fields, 10, None, f"{W}.0", step=step, owner=C1)
     assert state(raw, keys)["state"] == "running"
-    assert raw.hget(keys.cancelled, W) is None
+    assert raw.hget(keys.cancelled, workflow_mark(keys.group, W)) is None
     await ack_steps(broker, {one: StepEnd(W, 1, "ok", "3", b"1")})
     (three,) = await deliver(broker, "c1", 1)
     assert step_of(raw, keys, three)["wf"][1] == 3

@@ -3,6 +3,8 @@ chords dispatched from a client, run by a runner, with a nursery's semantics."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 import pytest
 import trio
@@ -13,7 +15,7 @@ from trunner import workflows as wf
 from trunner.errors import StepFailed, WorkflowCancelled, WorkflowFailed
 from trunner.status import WorkflowState
 
-from ..conftest import config, open_checked_runner
+from ..conftest import config, open_checked_runner, parts, redis_state
 
 
 @attrs.frozen
@@ -201,3 +203,72 @@ async def test_a_step_cancelled_on_its_own_fails_its_workflow(memory_url: str, g
         assert (failure.node, failure.error.type_name) == (0, "StepCancelled")
         assert runner.statistics().cancelled == 1
         assert (await handle.status()).succeeded == 0, "the next step never started"
+
+
+async def test_a_settled_workflows_mark_is_forgotten_and_its_id_can_run_again(
+    memory_url: str, group: str
+) -> None:
+    """A failing workflow's mark cancels its steps; once it settled, the runners forget it
+    (told on the cancel channel), so that a workflow dispatched again with the same id,
+    after the first one's outcome expired, runs."""
+    async with open_checked_runner(memory_url, config(group), tasks) as runner:
+        first = await runner.dispatch(
+            wf.group([step(broken, 0), step(fetch, "a")]), workflow_id="again", keep_result=0.2
+        )
+        with pytest.raises(WorkflowFailed):
+            await first.result()
+        marks = parts(runner).holdings.cancelled
+        await redis_state(lambda: _forgotten(marks, f"{group} again"))
+        await redis_state(lambda: _gone(first))
+        second = await runner.dispatch(chain(step(fetch, "abc"), step(count)), workflow_id="again")
+        assert await second.result() == 3
+
+
+async def test_two_groups_workflows_of_one_id_on_one_queue_stay_apart(
+    memory_url: str, group: str
+) -> None:
+    """Group a's workflow failing fast cancels its own steps, not those of group b's
+    workflow of the same id on the same queue."""
+    queue = f"{group}-q"
+    started["hang"] = trio.Event()
+    async with (
+        open_checked_runner(memory_url, config("a", queue=queue), tasks) as a,
+        open_checked_runner(memory_url, config("b", queue=queue), tasks) as b,
+    ):
+        other = await b.dispatch(chain(step(hang, 0), step(double)), workflow_id="same")
+        await started["hang"].wait()
+        failing = await a.dispatch(wf.group([step(broken, 0)]), workflow_id="same")
+        with pytest.raises(WorkflowFailed):
+            await failing.result()
+        assert (await other.status()).state is WorkflowState.RUNNING, "b's goes on"
+        await other.cancel()
+        with pytest.raises(WorkflowCancelled):
+            await other.result()
+
+
+async def _forgotten(marks: dict[str, int], mark: str) -> bool:
+    await trio.lowlevel.checkpoint()
+    return mark not in marks
+
+
+async def _gone(handle: trunner.WorkflowHandle[Any]) -> bool:
+    return (await handle.status()).state is WorkflowState.UNKNOWN
+
+
+async def test_failures_win_over_a_cancel_and_the_error_says_both(
+    memory_url: str, group: str
+) -> None:
+    started["hang"] = trio.Event()
+    async with open_checked_runner(memory_url, config(group), tasks) as runner:
+        handle = await runner.dispatch(wf.group([step(broken, 0), step(hang, 1)]), fail_fast=False)
+        await started["hang"].wait()
+        await redis_state(lambda: _failed(handle, 1))
+        assert await handle.cancel() is WorkflowState.CANCELLING
+        with pytest.raises(WorkflowFailed) as caught:
+            await handle.result()
+    assert caught.value.cancelled, "an error is never lost: failed, and cancelled too"
+    assert [f.task_name for f in caught.value.failures] == ["broken"]
+
+
+async def _failed(handle: trunner.WorkflowHandle[Any], count: int) -> bool:
+    return (await handle.status()).failed >= count

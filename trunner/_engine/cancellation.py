@@ -30,6 +30,7 @@ from .._redis import Broker, Subscriber
 from .._util import ErrorLog, LoopBackoff, logger, wall_ms
 from .._wire.marks import MARK_LIFETIME
 from .._wire.pause import is_notice
+from .._wire.workflow import FORGET_NOTICE
 from ..errors import BackendError
 from .holdings import Holdings
 
@@ -118,6 +119,9 @@ class Canceller:
     async def _listen(self, subscriber: Subscriber) -> None:
         while True:
             data = await subscriber.next_message()
+            if data.startswith(FORGET_NOTICE):  # a settled workflow's mark: gone in Redis
+                self._marks.pop(data[len(FORGET_NOTICE) :].decode("utf-8", "surrogateescape"), None)
+                continue
             if is_notice(data):
                 self._on_notice(data)
                 continue

@@ -19,6 +19,7 @@ from .._wire.decode import (
 )
 from .._wire.envelope import message_growth
 from .._wire.marks import GIVEN_UP, split_deliveries
+from .._wire.workflow import workflow_mark
 from ..config import RunnerConfig
 from ..registry import TaskRegistry
 from .holdings import Job, beat_interval
@@ -66,7 +67,7 @@ class Intake:
             task, interval = self._task_info(fields[0])
             job = Job(consumer, interval, now + interval, message_id, deliveries, task, fields)
             job.given_up, job.marked_count = given_up, marked
-            if self._cancel_marks and is_cancelled(fields, self._cancel_marks):
+            if self._cancel_marks and is_cancelled(fields, self._cancel_marks, self._group):
                 job.cancel_requested = True  # cancelled before it was fetched here
             return job
         # Not the usual shape: checked field by field, and refused with the reason.
@@ -89,7 +90,9 @@ class Intake:
         task, interval = self._task_info(message.task_name)
         foreign = message.group is not None and message.group != self._group
         cancelled = bool(
-            not foreign and error is None and is_cancelled(fields_of(message), self._cancel_marks)
+            not foreign
+            and error is None
+            and is_cancelled(fields_of(message), self._cancel_marks, self._group)
         )  # cancelled before it was fetched here
         return Job(
             consumer,
@@ -108,11 +111,11 @@ class Intake:
         )
 
 
-def is_cancelled(fields: Fields, marks: dict[str, int]) -> bool:
+def is_cancelled(fields: Fields, marks: dict[str, int], group: str) -> bool:
     """Whether the message of ``fields`` is cancelled: its task has a cancel mark, or, for
-    a workflow's step, its workflow (failing, or cancelled as a whole)."""
+    a step of a workflow of ``group``, its workflow (failing, or cancelled as a whole)."""
     if fields[4] in marks:
         return True
     options = fields[8]
     flow = options.workflow if options is not None else None
-    return flow is not None and flow.workflow in marks
+    return flow is not None and workflow_mark(group, flow.workflow) in marks

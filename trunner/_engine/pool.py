@@ -39,6 +39,7 @@ from .._executors.places import default_executors
 from .._executors.threads import ThreadExecutor
 from .._redis import RawEntry
 from .._util import ErrorLog
+from .._wire.workflow import workflow_mark
 from ..config import RunnerConfig
 from ..registry import TaskRegistry
 from .admission import Admission
@@ -80,6 +81,7 @@ class WorkerPool:
         self._on_task_time = on_task_time
         #: Makes a job of each entry submitted (bound once: called for every message).
         self._make_job = Intake(registry, config, holdings.cancelled).make
+        self._group = config.consumer_group
         attempts = Attempts(config, outcomes, errors, admission, bind_bodies(registry, executors))
         #: The middleware around each attempt; None without any (the hot path checks it).
         self._attempt_hooks = attempts.hooks
@@ -309,7 +311,7 @@ class WorkerPool:
         stays besides, to drop the retry if that fails."""
         held = False
         for job in self._running_jobs.values():
-            if job.fields[4] == task_id or _step_of(job, task_id):
+            if job.fields[4] == task_id or _step_of(job, self._group, task_id):
                 running = not (job.cancel_requested or job.ended)
                 if running and job.waited and job.loop_scope is not None:
                     job.loop_scope.cancel()
@@ -337,12 +339,9 @@ class WorkerPool:
         return len(self._running_jobs)
 
 
-def _step_of(job: Job, workflow_id: str) -> bool:
-    """Whether ``job`` is a step of workflow ``workflow_id`` (whose cancel mark cancels
-    every step: it failed fast, or was cancelled as a whole)."""
+def _step_of(job: Job, group: str, mark: str) -> bool:
+    """Whether ``job`` is a step of the workflow of ``group`` whose cancel mark is ``mark``
+    (it cancels every step: the workflow failed fast, or was cancelled as a whole)."""
     options = job.fields[8]
-    return (
-        options is not None
-        and options.workflow is not None
-        and (options.workflow.workflow == workflow_id)
-    )
+    flow = options.workflow if options is not None else None
+    return flow is not None and workflow_mark(group, flow.workflow) == mark

@@ -33,6 +33,7 @@ import msgspec
 from .names import utf8_error
 
 __all__ = [
+    "FORGET_NOTICE",
     "MAX_NODE",
     "NOW",
     "Literal",
@@ -45,6 +46,7 @@ __all__ = [
     "encode_template",
     "read_step_ref",
     "workflow_id_error",
+    "workflow_mark",
 ]
 
 #: The largest node index: node ``i`` owns bits ``2i`` and ``2i + 1`` of its workflow's
@@ -62,6 +64,19 @@ def workflow_id_error(value: object) -> str | None:
     if not isinstance(value, str) or not value or any(ch.isspace() for ch in value):
         return f"a workflow id must be a non-empty str without whitespace, got {value!r:.60}"
     return utf8_error(value)
+
+
+#: A notice on the cancel channel (after the notice byte of ``trunner._wire.pause``): the
+#: workflow mark that follows settled, and its runners forget it.
+FORGET_NOTICE: Final = b"\xffforget "
+
+
+def workflow_mark(group: str, workflow_id: str) -> str:
+    """The cancel mark of a workflow of ``group``: ``"<group> <id>"``. It cancels every step
+    of that workflow (a failure with fail-fast, or a cancel of the whole). A task id holds no
+    whitespace, so no task's mark is ever a workflow's, and the group's name keeps another
+    group's workflow of the same id on the same queue apart."""
+    return f"{group} {workflow_id}"
 
 
 class StepRef(msgspec.Struct, array_like=True, omit_defaults=True, frozen=True):

@@ -10,6 +10,7 @@ from typing import Any, Final, Literal
 import attrs
 
 from ..._wire.marks import MARK_LIFETIME
+from ..._wire.workflow import workflow_mark
 from ..transports.base import Arg
 from ..transports.resp import as_str
 from ._base import BrokerBase, chunks
@@ -129,6 +130,7 @@ class Workflows(BrokerBase):
                 name,
                 trace,
                 out,
+                workflow_mark(self.keys.group, workflow_id),
                 *self._flow_context(),
                 len(fields),
                 *(x for pair in fields for x in pair),

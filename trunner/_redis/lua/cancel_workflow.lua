@@ -35,7 +35,7 @@ end
 if state == 'running' then
   redis.call('HSET', k.wf, 'state', 'cancelling')
 end
-redis.call('HSET', ctx.cancelled, wid, ctx.mark_until)
-redis.call('PUBLISH', ctx.cancel_channel, wid)
+redis.call('HSET', k.wf, 'cancel', 1) -- said by WorkflowFailed.cancelled, if it fails
+wf_cancel_steps(k, ctx)
 wf_settle_if_idle(k, wid, ctx)
 return redis.call('HGET', k.wf, 'state')

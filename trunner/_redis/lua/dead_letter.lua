@@ -76,18 +76,18 @@ if ARGV[8] ~= '0' then
   redis.call('HSET', KEYS[5], unpack(ARGV, 14, after - 1))
   redis.call('PEXPIRE', KEYS[5], ARGV[8])
 end
+local id
+if ARGV[4] == '0' then
+  id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, after, last))
+else
+  id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', unpack(ARGV, after, last))
+end
 if step then
   local first, a = slot and 12 or 8, #ARGV - 7
   local ctx = wf_context(KEYS[first], KEYS[3], KEYS[first + 3], KEYS[first + 1],
     KEYS[first + 2], shared, ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7])
   wf_step_end(wf_keys(KEYS, first + 4), ARGV[a], tonumber(ARGV[a + 1]), 'failed',
     ARGV[a + 2], '', ARGV[a + 3], ctx)
-end
-local id
-if ARGV[4] == '0' then
-  id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, after, last))
-else
-  id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', unpack(ARGV, after, last))
 end
 if ARGV[7] ~= '' then
   redis.call('PUBLISH', ARGV[7], ARGV[6])

@@ -20,9 +20,10 @@
 -- ARGV[8]  its name
 -- ARGV[9]  its trace context ('' for none)
 -- ARGV[10] its outputs (which nodes' results are its result)
--- ARGV[11] the cancel channel; ARGV[12] the done channel; ARGV[13] how long a cancel mark
---          holds (ms); ARGV[14] the largest message a runner reads (bytes)
--- ARGV[15] P, then P field/value pairs of the plan
+-- ARGV[11] its cancel mark ('<group> <id>': an earlier workflow's of this id is deleted)
+-- ARGV[12] the cancel channel; ARGV[13] the done channel; ARGV[14] how long a cancel mark
+--          holds (ms); ARGV[15] the largest message a runner reads (bytes)
+-- ARGV[16] P, then P field/value pairs of the plan
 -- then     R, then R pairs: a root's node index, its message
 -- Returns  'ok'; 'exists' for a first chunk of a workflow that exists (nothing written);
 --          for a later chunk of a workflow that no longer runs (cancelled meanwhile), its
@@ -37,7 +38,7 @@ if refused then
 end
 local known, groups = pcall(redis.call, 'SCARD', KEYS[11]) -- another type: shared
 local ctx = wf_context(KEYS[7], KEYS[8], KEYS[9], KEYS[6], KEYS[10], not known or groups > 1,
-  ARGV[11], ARGV[12], ARGV[13], ARGV[14])
+  ARGV[12], ARGV[13], ARGV[14], ARGV[15])
 local n = tonumber(ARGV[4])
 if ARGV[2] == '1' then
   if not n or n < 1 or n > 2147483648 then
@@ -48,7 +49,8 @@ if ARGV[2] == '1' then
   end
   redis.call('HSET', k.wf, 'state', 'running', 'n', n, 'live', 0, 'ok', 0, 'failures', 0,
     'cancelled', 0, 'adding', 1, 'ff', ARGV[5], 'keep', ARGV[6], 'created', ctx.now_ms,
-    'name', ARGV[8], 'trace', ARGV[9], 'out', ARGV[10])
+    'name', ARGV[8], 'trace', ARGV[9], 'out', ARGV[10], 'mark', ARGV[11])
+  redis.call('HDEL', KEYS[9], ARGV[11]) -- an earlier workflow's of this id, not this one's
   redis.call('SETBIT', k.marks, 2 * n - 1, 0) -- the whole bitmap, so that it expires too
   redis.call('ZADD', KEYS[6], ctx.now_ms, wid)
   redis.call('PEXPIRE', k.wf, ARGV[7])
@@ -64,7 +66,7 @@ else
   end
   n = tonumber(redis.call('HGET', k.wf, 'n'))
 end
-local at = 15
+local at = 16
 local plan = tonumber(ARGV[at])
 if plan > 0 then
   for low = at + 1, at + 2 * plan, 2 * WF_SLICE do

@@ -39,7 +39,14 @@ local function wf_context(base, where, cancelled, index, quarantine, shared, can
     done_channel, mark_ms, max_bytes)
   local t = redis.call('TIME')
   local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  return {base = base, where = where, cancelled = cancelled, index = index,
+  local bad -- a key the steps' ends write, of another type: they are set aside, not failed
+  for key, want in pairs({[where] = 'hash', [cancelled] = 'hash', [index] = 'zset'}) do
+    local had = wf_type(key)
+    if had ~= want and had ~= 'none' then
+      bad = key .. ' holds a ' .. had .. ', not a ' .. want
+    end
+  end
+  return {bad = bad, base = base, where = where, cancelled = cancelled, index = index,
     quarantine = quarantine, shared = shared, cancel_channel = cancel_channel,
     done_channel = done_channel, mark_until = ms + (tonumber(mark_ms) or 86400000),
     max_bytes = tonumber(max_bytes) or 0, now_ms = ms,
@@ -74,9 +81,12 @@ local function wf_usable(k)
     end
   end
   local v = redis.call('HMGET', k.wf, 'state', 'n', 'live', 'ok', 'failures', 'cancelled',
-    'keep', 'adding', 'ff')
+    'keep', 'adding', 'ff', 'mark')
   if not WF_STATES[v[1]] then
     return "its state is not one trunner writes"
+  end
+  if not v[10] or not string.find(v[10], ' ', 1, true) then
+    return 'its cancel mark is not one trunner writes'
   end
   local names = {'n', 'live', 'ok', 'failures', 'cancelled', 'keep'}
   for i = 1, 6 do
@@ -208,6 +218,14 @@ local function wf_failure(i, kind, why, ctx)
   return cjson.encode({type = kind, message = why, node = i, at = ctx.now_ms})
 end
 
+-- One mark cancels every step of the workflow wherever it is (its name, '<group> <id>',
+-- is no task's), and one announcement makes the runners holding its steps cancel them now.
+local function wf_cancel_steps(k, ctx)
+  local mark = redis.call('HGET', k.wf, 'mark')
+  redis.call('HSET', ctx.cancelled, mark, ctx.mark_until)
+  redis.call('PUBLISH', ctx.cancel_channel, mark)
+end
+
 local wf_start_node -- (mutual recursion: a node that cannot start ends at once)
 
 -- The end of node i, without the settle check (it may run nested, from wf_start_node).
@@ -258,8 +276,7 @@ local function wf_end_node(k, wid, i, kind, nxt, result, err, ctx)
     end
     if state == 'running' and redis.call('HGET', k.wf, 'ff') == '1' then
       redis.call('HSET', k.wf, 'state', 'failing')
-      redis.call('HSET', ctx.cancelled, wid, ctx.mark_until) -- one mark for every step
-      redis.call('PUBLISH', ctx.cancel_channel, wid) -- the runners cancel its steps now
+      wf_cancel_steps(k, ctx)
     end -- else only its descendants are blocked: they never start
   end
 end
@@ -319,8 +336,9 @@ local function wf_settle_if_idle(k, wid, ctx)
     redis.call('PEXPIRE', key, v[7])
   end
   redis.call('ZREM', ctx.index, wid)
-  if not ctx.shared then
-    redis.call('HDEL', ctx.cancelled, wid) -- its steps are all over
+  local mark = redis.call('HGET', k.wf, 'mark') -- its steps are all over: the runners
+  if redis.call('HDEL', ctx.cancelled, mark) == 1 then -- forget its mark
+    redis.call('PUBLISH', ctx.cancel_channel, '\255forget ' .. mark)
   end
   redis.call('PUBLISH', ctx.done_channel, wid)
 end
@@ -330,7 +348,7 @@ end
 -- result ('' when not kept) and its failure JSON ('' unless failed). Returns the
 -- workflow's state after it (nil when the workflow is gone or was set aside).
 local function wf_step_end(k, wid, i, kind, nxt, result, err, ctx)
-  local why = wf_usable(k)
+  local why = ctx.bad or wf_usable(k)
   if why == 'gone' then
     return nil -- expired, or never ours: the end of the delivery stands alone
   end
