@@ -172,7 +172,8 @@ async def test_fail_fast_marks_the_workflow_and_no_later_step_starts(
     s = state(raw, keys)
     assert s["state"] == "failing"
     assert s["failures"] == "1"
-    assert raw.hget(keys.cancelled, workflow_mark(keys.group, W)) is not None, "one cancel mark for every step"
+    mark = workflow_mark(keys.group, W)
+    assert raw.hget(keys.cancelled, mark) is not None, "one cancel mark for every step"
     assert json.loads(raw.hget(flow.err, "1")) == {"type": "Boom", "message": "no"}
     # A sibling that finishes anyway, and one cancelled by the workflow (absorbed).
     await ack_steps(broker, {a: StepEnd(W, 0, "ok", "3", b"0")})
