@@ -360,3 +360,23 @@ async def test_a_workflow_stopped_between_its_start_chunks_settles(
     assert look.fields["state"] == ("cancelled" if how == "cancelled" else "failed")
     assert look.fields["live"] == "0"
     assert raw.zscore(keys.workflows, W) is None, "out of the index of live workflows"
+
+
+async def test_a_successor_named_twice_is_set_aside_not_counted_twice(
+    broker: Broker, raw: Any, keys: Keys
+) -> None:
+    """A step end whose successors name a node twice (no message trunner writes: a
+    tampered one) would count one input twice and start a join before its other input."""
+    flow = keys._workflow(W)
+    plan = [
+        ("t:2", template(keys, 2, [Literal(b"["), Results(0, 1, b","), Literal(b"]")])),
+        ("w:2", 2),
+    ]
+    roots = [(i, root(keys, i, i, "2")) for i in range(2)]
+    assert await start(broker, 3, plan, roots) == "ok"
+    zero, _ = await deliver(broker, "c1", 2)
+    await ack_steps(broker, {zero: StepEnd(W, 0, "ok", "2,2", b"0")})
+    assert raw.hget(flow.plan, "w:2") == b"2", "not counted"
+    assert await deliver(broker, "c1", 1) == [], "the join did not start"
+    (aside,) = raw.xrange(keys.quarantine)
+    assert b"successors" in aside[1][b"reason"]

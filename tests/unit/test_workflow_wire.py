@@ -190,6 +190,9 @@ def test_a_null_step_is_no_step() -> None:
         (("w1", -1), "node"),
         (("w1", True), "node"),
         (("w1", 1, "1"), "after it"),
+        (("w1", 1, "3,3"), "apart"),
+        (("w1", 1, "3-5,4"), "apart"),
+        (("w1", 1, "5,3"), "ascending"),
         (("w1", 1, "a"), "indices and ranges"),
     ],
 )

@@ -102,12 +102,14 @@ class StepRef(msgspec.Struct, array_like=True, omit_defaults=True, frozen=True):
             raise ValueError(why)
         if type(self.node) is not int or not 0 <= self.node <= MAX_NODE:
             raise ValueError(f"node must be an int from 0 to {MAX_NODE}, got {self.node!r:.30}")
+        after = self.node  # each range after the one before: no successor named twice
         for first, last in self.ranges():
-            if not self.node < first <= last <= MAX_NODE:
+            if not after < first <= last <= MAX_NODE:
                 raise ValueError(
                     f"next {self.next!r:.60}: node {self.node}'s successors must come after "
-                    f"it, ranges ascending, up to {MAX_NODE}"
+                    f"it, ranges ascending and apart, up to {MAX_NODE}"
                 )
+            after = last
 
     def ranges(self) -> list[tuple[int, int]]:
         """``next`` as ``(first, last)`` ranges; ValueError when it is not indices and

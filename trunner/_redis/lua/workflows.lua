@@ -103,9 +103,9 @@ end
 
 -- wf_each_node(next, n, i, fn): fn(j) for each successor of node i that `next` names
 -- ("j,k", ranges "j-k"); false (and fn not called) when `next` is not such a list of
--- nodes after i and before n.
+-- nodes after i and before n, ascending, none named twice.
 local function wf_each_node(nxt, n, i, fn)
-  local ranges = {}
+  local ranges, after = {}, i
   for item in string.gmatch(nxt, '[^,]+') do
     local first, last = string.match(item, '^(%d+)%-(%d+)$')
     if not first then
@@ -113,10 +113,11 @@ local function wf_each_node(nxt, n, i, fn)
       last = first
     end
     first, last = tonumber(first), tonumber(last)
-    if not first or first <= i or last < first or last >= n then
+    if not first or first <= after or last < first or last >= n then
       return false
     end
     ranges[#ranges + 1] = {first, last}
+    after = last
   end
   for _, range in ipairs(ranges) do
     for j = range[1], range[2] do
