@@ -17,7 +17,7 @@ from .._wire.record import MAX_TRACEBACK, RUNNING_TTL, ttl_ms
 from ..errors import MaxRetryExceeded
 from .holdings import Job
 
-__all__ = ["Records", "keep_of"]
+__all__ = ["Records", "error_fields", "keep_of"]
 
 
 class Records:
@@ -68,7 +68,7 @@ class Records:
             fields["result"] = result
         pairs: list[tuple[str, Arg]] = list(fields.items())
         if error is not None:
-            pairs += _error_fields(error)
+            pairs += error_fields(error)
         ttl = keep if finished else max(keep, RUNNING_TTL)
         return self._keys.task(job.fields[4]), ttl_ms(ttl), pairs
 
@@ -131,7 +131,7 @@ def _outcome_codec() -> _Codec:
     return _OUTCOME_CODEC
 
 
-def _error_fields(error: BaseException) -> list[tuple[str, Arg]]:
+def error_fields(error: BaseException) -> list[tuple[str, Arg]]:
     """The record's fields of the exception a task ended with: the task's own error when
     trunner's wraps it (``MaxRetryExceeded`` from the last attempt's error)."""
     if isinstance(error, MaxRetryExceeded) and error.__cause__ is not None:

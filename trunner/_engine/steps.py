@@ -4,15 +4,13 @@ successor or the workflow reads it, and its failure."""
 
 from __future__ import annotations
 
-import traceback
 from typing import Any
 
 import msgspec
 
 from .._redis import StepEnd, StepKind
-from .._wire.record import MAX_TRACEBACK
-from ..errors import MaxRetryExceeded
 from .holdings import Job
+from .records import error_fields
 
 __all__ = ["step_end", "wants_result"]
 
@@ -41,9 +39,8 @@ def step_end(job: Job, kind: StepKind, error: BaseException | None = None) -> St
 
 
 def _failure(job: Job, kind: StepKind, error: BaseException | None) -> str:
-    """A step's failure as JSON: what a workflow's error reports of it."""
-    if isinstance(error, MaxRetryExceeded) and error.__cause__ is not None:
-        error = error.__cause__  # the task's own error, as its record says
+    """A step's failure as JSON: what a workflow's error reports of it (the error as the
+    task's record tells it: ``records.error_fields``)."""
     fields: dict[str, Any] = {
         "type": {"expired": "TaskExpired", "cancelled": "StepCancelled"}.get(kind, "Error"),
         "message": "",
@@ -52,7 +49,7 @@ def _failure(job: Job, kind: StepKind, error: BaseException | None) -> str:
         "message_id": job.message_id,
     }
     if error is not None:
-        fields["type"] = type(error).__name__
-        fields["message"] = str(error)
-        fields["traceback"] = "".join(traceback.format_exception(error))[-MAX_TRACEBACK:]
+        told = dict(error_fields(error))
+        fields["type"], fields["message"] = told["error_type"], told["error"]
+        fields["traceback"] = told["traceback"]
     return _encode(fields).decode("utf-8", "backslashreplace")

@@ -179,9 +179,8 @@ class WorkflowLook:
 
 
 def _pairs(reply: Any, *, raw: bool = False) -> dict[str, Any]:
-    items = list(reply or ())
-    if isinstance(reply, dict):
-        items = [x for pair in reply.items() for x in pair]
+    """An ``HGETALL`` reply (a flat list, as the transports give it) as a dict."""
+    items = reply or ()
     return {
         as_str(items[i]): (items[i + 1] if raw else as_str(items[i + 1]))
         for i in range(0, len(items), 2)
