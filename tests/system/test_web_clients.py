@@ -8,7 +8,6 @@ import concurrent.futures
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -54,13 +53,6 @@ def post(address: str, path: str, width: int) -> dict[str, Any]:
         return answer
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def worker(redis_server: RedisServer) -> Iterator[str]:
     """``trunner worker images:settings`` on a database of its own; yields its URL."""
@@ -87,15 +79,23 @@ def check_answers(address: str) -> None:
     assert len({answer["task_id"] for answer in answers}) == 24
 
 
+def serving_address(app: subprocess.Popen[str]) -> str:
+    """The address uvicorn says it listens on, read from its log on stderr: its lifespan's
+    "startup complete" comes before the socket is bound, this line after. When uvicorn
+    ends first, the failure quotes what it said."""
+    assert app.stderr is not None
+    said: list[str] = []
+    for line in app.stderr:
+        said.append(line)
+        if "Uvicorn running on " in line:
+            return line.split("Uvicorn running on ", 1)[1].split()[0]
+    pytest.fail(f"uvicorn ended ({app.wait()}) before listening:\n{''.join(said)}")
+
+
 def test_a_fastapi_app_on_uvicorn_answers_with_task_results(worker: str) -> None:
-    port = free_port()
-    app = start(worker, "-m", "uvicorn", "fastapi_app:app", "--port", str(port))
+    app = start(worker, "-m", "uvicorn", "fastapi_app:app", "--port", "0")
     try:
-        assert app.stderr is not None
-        for line in app.stderr:  # uvicorn logs its start on stderr
-            if "Application startup complete" in line:
-                break
-        check_answers(f"http://127.0.0.1:{port}")
+        check_answers(serving_address(app))
     finally:
         assert stop(app) == 0  # the lifespan closed the client
 
