@@ -25,7 +25,7 @@ from .errors import (
 from .handles import HandleSource, TaskHandle
 from .status import WorkflowState, WorkflowStatus
 
-__all__ = ["WorkflowHandle"]
+__all__ = ["WorkflowHandle", "workflow_outcome"]
 
 R = TypeVar("R")
 
@@ -143,38 +143,45 @@ class WorkflowHandle(str, Generic[R]):
         )
 
     def _outcome(self, look: WorkflowLook) -> R:
-        state = look.fields.get("state")
-        if state is None:
+        if look.fields.get("state") is None:
             raise ResultNotFound(
                 f"nothing is known of workflow {self.id} in group "
                 f"{self._producer._group_name()!r}: its outcome expired (after its "
                 "keep_result), or it was never dispatched there"
             )
-        if state == "succeeded":
-            try:
-                spec = json.loads(look.fields.get("out", ""))
-            except ValueError:
-                raise BadData("workflow", self.id, "its outputs are not readable") from None
-            return self._value(spec, look)  # type: ignore[no-any-return]
-        failures = _failures(self.id, look)
-        if failures:
-            count = int(look.fields.get("failures", len(failures)))
-            cancelled = look.fields.get("cancel") == "1"
-            raise WorkflowFailed(
-                f"workflow {self.id} failed: {count} step(s) failed", failures, self.id, count,
-                cancelled,
-            )  # fmt: skip
-        if state == "cancelled":
-            raise WorkflowCancelled(f"workflow {self.id} was cancelled")
-        raise BadData("workflow", self.id, f"settled {state!r} with no failure kept")
+        return workflow_outcome(self.id, look, self._codecs)  # type: ignore[no-any-return]
 
-    def _value(self, spec: Any, look: WorkflowLook) -> Any:
-        if isinstance(spec, list):
-            return [self._value(item, look) for item in spec]
-        if not isinstance(spec, int) or spec not in look.results:
-            raise BadData("workflow", self.id, f"the result of its step {spec!r} is missing")
-        codec = self._codecs.get(spec, untyped)
-        return decode_result(f"{self.id}.{spec}", look.results[spec], codec)
+
+def workflow_outcome(workflow_id: str, look: WorkflowLook, codecs: Mapping[int, TypeCodec]) -> Any:
+    """The result of a settled workflow, its outputs decoded by ``codecs`` (per node), or
+    the error it ended with: ``WorkflowFailed``, ``WorkflowCancelled``, ``BadData``."""
+    state = look.fields.get("state")
+    if state == "succeeded":
+        try:
+            spec = json.loads(look.fields.get("out", ""))
+        except ValueError:
+            raise BadData("workflow", workflow_id, "its outputs are not readable") from None
+        return _value(workflow_id, spec, look, codecs)
+    failures = _failures(workflow_id, look)
+    if failures:
+        count = int(look.fields.get("failures", len(failures)))
+        cancelled = look.fields.get("cancel") == "1"
+        raise WorkflowFailed(
+            f"workflow {workflow_id} failed: {count} step(s) failed", failures, workflow_id,
+            count, cancelled,
+        )  # fmt: skip
+    if state == "cancelled":
+        raise WorkflowCancelled(f"workflow {workflow_id} was cancelled")
+    raise BadData("workflow", workflow_id, f"settled {state!r} with no failure kept")
+
+
+def _value(workflow_id: str, spec: Any, look: WorkflowLook, codecs: Mapping[int, TypeCodec]) -> Any:
+    if isinstance(spec, list):
+        return [_value(workflow_id, item, look, codecs) for item in spec]
+    if not isinstance(spec, int) or spec not in look.results:
+        raise BadData("workflow", workflow_id, f"the result of its step {spec!r} is missing")
+    codec = codecs.get(spec, untyped)
+    return decode_result(f"{workflow_id}.{spec}", look.results[spec], codec)
 
 
 def _settled(look: WorkflowLook) -> bool:

@@ -12,7 +12,7 @@ from .._redis import StepEnd, StepKind
 from .holdings import Job
 from .records import error_fields
 
-__all__ = ["step_end", "wants_result"]
+__all__ = ["step_end", "step_failure", "wants_result"]
 
 _encode = msgspec.json.Encoder().encode
 
@@ -34,19 +34,25 @@ def step_end(job: Job, kind: StepKind, error: BaseException | None = None) -> St
     result = b""
     if kind == "ok" and ref.keep:
         result = job.result if job.result is not None else b"null"
-    failure = "" if kind == "ok" else _failure(job, kind, error)
+    failure = (
+        ""
+        if kind == "ok"
+        else step_failure(kind, job.fields[0], job.fields[2], job.message_id, error)
+    )
     return StepEnd(ref.workflow, ref.node, kind, ref.next, result, failure)
 
 
-def _failure(job: Job, kind: StepKind, error: BaseException | None) -> str:
+def step_failure(
+    kind: StepKind, task_name: str, attempt: int, message_id: str, error: BaseException | None
+) -> str:
     """A step's failure as JSON: what a workflow's error reports of it (the error as the
     task's record tells it: ``records.error_fields``)."""
     fields: dict[str, Any] = {
         "type": {"expired": "TaskExpired", "cancelled": "StepCancelled"}.get(kind, "Error"),
         "message": "",
-        "task": job.fields[0],
-        "attempt": job.fields[2],
-        "message_id": job.message_id,
+        "task": task_name,
+        "attempt": attempt,
+        "message_id": message_id,
     }
     if error is not None:
         told = dict(error_fields(error))

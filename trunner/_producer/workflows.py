@@ -17,13 +17,14 @@ from .._wire.message import MessageOptions
 from .._wire.record import UNASKED_KEEP, ttl_ms
 from .._wire.workflow import Literal, Part, StepRef, workflow_id_error
 from .._workflow_handle import WorkflowHandle
-from .._workflows import Plan, PlanNode, Step, compile_plan, exit_parts
+from .._workflows import Plan, PlanNode, Step, TaskStep, compile_plan, exit_parts
 from .build import lane_of, payload_of, resolve
 
 if TYPE_CHECKING:
+    from ..registry import TaskRegistry
     from .dispatch import Producer
 
-__all__ = ["WORKFLOW_MAX_LIFE", "dispatch_workflow"]
+__all__ = ["WORKFLOW_MAX_LIFE", "dispatch_workflow", "step_task"]
 
 #: How long a workflow may run at most (seconds, from its dispatch): its keys expire then.
 WORKFLOW_MAX_LIFE: Final = 30 * 24 * 3600.0
@@ -89,12 +90,7 @@ async def _encode(producer: Producer, plan: Plan, wid: str, group: str) -> _Enco
     outputs = set(plan.output_nodes())
     for index, node in enumerate(plan.nodes):
         step = node.step
-        task_name, task = resolve(producer.registry, step.task)
-        if task is not None and task.unique:
-            raise ValueError(
-                f"step {index} ({task_name!r}) is a unique task: a workflow's steps are not "
-                "unique (dispatch it on its own)"
-            )
+        task_name, task = step_task(producer.registry, index, step)
         lane = lane_of(task, step.priority)
         await producer.lanes.check(broker, lane, task)
         encoded.lanes.add(lane)
@@ -121,6 +117,18 @@ async def _encode(producer: Producer, plan: Plan, wid: str, group: str) -> _Enco
         if index in outputs and task is not None:
             encoded.codecs[index] = task.result_codec
     return encoded
+
+
+def step_task(registry: TaskRegistry | None, index: int, step: TaskStep) -> tuple[str, Task | None]:
+    """The name of step ``index``'s task and the task when known (``resolve``); a unique
+    task is refused: a workflow's steps are not unique."""
+    task_name, task = resolve(registry, step.task)
+    if task is not None and task.unique:
+        raise ValueError(
+            f"step {index} ({task_name!r}) is a unique task: a workflow's steps are not "
+            "unique (dispatch it on its own)"
+        )
+    return task_name, task
 
 
 def _options(keep: float | None, timeout: float | None, ref: StepRef) -> MessageOptions:

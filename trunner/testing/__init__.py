@@ -8,6 +8,8 @@
   yields into test failures;
 * [``call_task``][trunner.testing.call_task] (``await tasks.call(name, payload)``) runs a
   task eagerly, without Redis;
+* [``call_workflow``][trunner.testing.call_workflow] runs a workflow eagerly, its steps
+  in one Trio nursery, without Redis;
 * [``open_runner_factory``][trunner.testing.open_runner_factory] opens runners for a test
   and closes them at its end.
 
@@ -23,6 +25,7 @@ from ._errors import CapturedErrors, capture_errors
 from ._factory import RunnerFactory, clean_keys, open_runner_factory
 from ._idle import IdleState, NotIdle, run_until_idle
 from ._leaks import CleanShutdown, ShutdownLeak, assert_clean_shutdown
+from ._workflows import call_workflow
 
 __all__ = [
     "CapturedErrors",
@@ -33,6 +36,7 @@ __all__ = [
     "ShutdownLeak",
     "assert_clean_shutdown",
     "call_task",
+    "call_workflow",
     "capture_errors",
     "clean_keys",
     "forget_memory_server",
