@@ -168,7 +168,7 @@ class OpenTelemetryMiddleware(Middleware):
         if dispatch.group:
             attributes[_DESTINATION] = dispatch.group
         if workflow is not None:
-            name = f"dispatch workflow {workflow.name}".rstrip()
+            name = f"dispatch workflow {workflow.name}" if workflow.name else "dispatch workflow"
             attributes[WORKFLOW_ID] = workflow.id
             attributes[WORKFLOW_STEPS] = workflow.steps
             if workflow.name:
