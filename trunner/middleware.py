@@ -194,7 +194,9 @@ class WorkflowInfo:
     A workflow's dispatch calls the ``on_dispatch`` hooks once for the workflow itself
     (``node`` is ``None``), then once for each of its steps: the headers the hooks leave
     in the workflow's call are every step's, under the step's own (a step's header of the
-    same name wins), and each step's call may change its own. See
+    same name wins), and each step's call may change its own. The workflow's call comes
+    before its steps are checked: a step refused then fails the dispatch, and nothing is
+    written. See
     [Workflows: middleware](workflows.md#middleware-and-opentelemetry).
     """
 
