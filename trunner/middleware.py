@@ -9,6 +9,8 @@ hook, or both:
   (:class:`AttemptInfo`) and, as it exits, the attempt's outcome.
 * :meth:`Middleware.on_dispatch` is called once per message a producer dispatches, before
   the message is encoded: it may add, change or remove headers (:class:`DispatchInfo`).
+  A workflow's dispatch calls it once for the workflow, then once per step
+  (:class:`WorkflowInfo`): what it leaves in the workflow's headers, every step carries.
 
 Order: the list's order. The first middleware is the outermost: its ``around_attempt``
 is entered first and exited last, and its ``on_dispatch`` runs first (like ASGI
@@ -42,6 +44,7 @@ from collections.abc import Awaitable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
+import attrs
 import trio
 
 from ._context import MessageSource
@@ -54,6 +57,7 @@ __all__ = [
     "AttemptOutcome",
     "DispatchInfo",
     "Middleware",
+    "WorkflowInfo",
 ]
 
 
@@ -182,6 +186,35 @@ class AttemptInfo:
         self._outcome = _outcome_of(error)
 
 
+@attrs.frozen
+class WorkflowInfo:
+    """The workflow a dispatch belongs to, as
+    [``DispatchInfo.workflow``][trunner.middleware.DispatchInfo.workflow] tells it.
+
+    A workflow's dispatch calls the ``on_dispatch`` hooks once for the workflow itself
+    (``node`` is ``None``), then once for each of its steps: the headers the hooks leave
+    in the workflow's call are every step's, under the step's own (a step's header of the
+    same name wins), and each step's call may change its own. The workflow's call comes
+    before its steps are checked: a step refused then fails the dispatch, and nothing is
+    written. See
+    [Workflows: middleware](workflows.md#middleware-and-opentelemetry).
+    """
+
+    id: str
+    """The workflow's id (a step's task id is ``<id>.<node>``)."""
+    name: str
+    """The ``name`` the workflow was dispatched with (``""`` when none)."""
+    steps: int
+    """How many steps the workflow has."""
+    node: int | None = None
+    """The step's index in the workflow (from 0); ``None`` for the call of the workflow
+    itself."""
+    waits_for: tuple[int, ...] = ()
+    """The steps this one waits for (their indices, ascending): its message is written
+    when they ended. Empty for a step that starts with the workflow, and for the
+    workflow itself."""
+
+
 class DispatchInfo:
     """One message being dispatched, as a middleware's
     [``on_dispatch``][trunner.Middleware.on_dispatch] sees it.
@@ -191,7 +224,15 @@ class DispatchInfo:
     [``InvalidHeaders``][trunner.errors.InvalidHeaders]).
     """
 
-    __slots__ = ("delayed_until", "group", "headers", "payload", "task_id", "task_name")
+    __slots__ = (
+        "delayed_until",
+        "group",
+        "headers",
+        "payload",
+        "task_id",
+        "task_name",
+        "workflow",
+    )
 
     def __init__(
         self,
@@ -201,9 +242,10 @@ class DispatchInfo:
         group: str,
         task_id: str | None = None,
         delayed_until: float | None = None,
+        workflow: WorkflowInfo | None = None,
     ) -> None:
         self.task_name = task_name
-        """The task's name."""
+        """The task's name; ``workflow:<name>`` for the call of a workflow itself."""
         self.payload = payload
         """The payload as it is sent (JSON values: a typed task's is encoded already).
         Do not change it."""
@@ -217,6 +259,10 @@ class DispatchInfo:
         self.delayed_until = delayed_until
         """For ``dispatch_delayed`` and ``schedule_for``: when the task is due (seconds
         since the epoch); else ``None``."""
+        self.workflow = workflow
+        """For a workflow's dispatch, which workflow, and which of its steps (``node``;
+        ``None`` in the call for the workflow itself, whose ``payload`` is ``None`` and
+        whose ``task_id`` is the workflow's id); ``None`` for any other dispatch."""
 
     def __repr__(self) -> str:
         return f"<DispatchInfo task={self.task_name!r} group={self.group!r}>"
@@ -257,7 +303,9 @@ class Middleware:
         """Called for each message dispatched, before it is encoded; may be ``async``.
 
         Called once per message (``dispatch_many`` calls it for each payload), after the
-        task and the payload were checked, and before anything is written. Change
+        task and the payload were checked, and before anything is written; a workflow's
+        dispatch calls it once for the workflow, then once per step
+        ([``dispatch.workflow``][trunner.middleware.DispatchInfo.workflow]). Change
         ``dispatch.headers`` in place to set the message's headers. If it raises,
         the dispatch fails with [``MiddlewareError``][trunner.errors.MiddlewareError] and
         nothing is written.

@@ -7,7 +7,8 @@ metrics (``pip install 'trunner[otel]'``).
   ``process <task>`` span (kind ``CONSUMER``) continuing that context, and records the
   attempt's duration in the ``messaging.process.duration`` histogram. The headers travel
   with the message through retries, delayed moves, reclaims and replays, so every attempt
-  lands in the trace of the code that dispatched the task.
+  lands in the trace of the code that dispatched the task. A workflow is one trace: one
+  ``dispatch workflow <name>`` span, and a ``process`` span per attempt of each step.
 * :func:`instrument_runner` publishes the runner's counters and gauges as OpenTelemetry
   observable instruments: the same figures as its Prometheus metrics, read from the same
   counters when the metrics are collected.
@@ -71,6 +72,10 @@ ATTEMPT = "messaging.trunner.attempt"
 OUTCOME = "messaging.trunner.outcome"
 WILL_RETRY = "messaging.trunner.will_retry"
 DELAYED_UNTIL = "messaging.trunner.delayed_until"
+WORKFLOW_ID = "messaging.trunner.workflow.id"
+WORKFLOW_NODE = "messaging.trunner.workflow.node"
+WORKFLOW_NAME = "messaging.trunner.workflow.name"
+WORKFLOW_STEPS = "messaging.trunner.workflow.steps"
 
 
 def _error_type(error: BaseException) -> str:
@@ -147,25 +152,39 @@ class OpenTelemetryMiddleware(Middleware):
 
         A dispatch whose headers carry a trace context already (a ``traceparent`` the
         caller set) keeps it: the span links to it instead, as the conventions ask.
+
+        A workflow's dispatch makes one span, ``dispatch workflow <name>``, whose context
+        every step carries; its steps make none.
         """
+        workflow = dispatch.workflow
+        if workflow is not None and workflow.node is not None:
+            return  # a step: it carries its workflow's context, one span for them all
         propagator = self._textmap()
         attributes: dict[str, Any] = {
             _SYSTEM: SYSTEM,
             _OPERATION_TYPE: "create",
             _OPERATION_NAME: "dispatch",
-            TASK_NAME: dispatch.task_name,
         }
         if dispatch.group:
             attributes[_DESTINATION] = dispatch.group
-        if dispatch.task_id is not None:
-            attributes[TASK_ID] = dispatch.task_id
-        if dispatch.delayed_until is not None:
-            attributes[DELAYED_UNTIL] = dispatch.delayed_until
+        if workflow is not None:
+            name = f"dispatch workflow {workflow.name}" if workflow.name else "dispatch workflow"
+            attributes[WORKFLOW_ID] = workflow.id
+            attributes[WORKFLOW_STEPS] = workflow.steps
+            if workflow.name:
+                attributes[WORKFLOW_NAME] = workflow.name
+        else:
+            name = f"dispatch {dispatch.task_name}"
+            attributes[TASK_NAME] = dispatch.task_name
+            if dispatch.task_id is not None:
+                attributes[TASK_ID] = dispatch.task_id
+            if dispatch.delayed_until is not None:
+                attributes[DELAYED_UNTIL] = dispatch.delayed_until
         given = trace.get_current_span(propagator.extract(dispatch.headers, Context()))
         given_context = given.get_span_context()
         links = [Link(given_context)] if given_context.is_valid else None
         span = self._tracer.start_span(
-            f"dispatch {dispatch.task_name}",
+            name,
             kind=SpanKind.PRODUCER,
             attributes=attributes,
             links=links,
@@ -208,6 +227,9 @@ class OpenTelemetryMiddleware(Middleware):
             attributes[_CONSUMER_GROUP] = attempt.group
         if (lane := split_entry_id(attempt.message_id)[0]) != DEFAULT_LANE:
             attributes[LANE] = lane
+        if (step := attempt.message.options.workflow) is not None:
+            attributes[WORKFLOW_ID] = step.workflow
+            attributes[WORKFLOW_NODE] = step.node
         span = self._tracer.start_span(
             f"process {attempt.task_name}",
             context=parent,

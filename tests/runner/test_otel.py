@@ -1,14 +1,15 @@
 """OpenTelemetry on a runner (in-process fakeredis and a real redis-server): the dispatch
 and every attempt of a task in one trace — retries, delayed tasks, replays from the dead
 letters — cron ticks as roots of their own, errors and cancellations recorded, nothing
-traced of trunner's own work, no context leaking between attempts, and the runner's
-metrics through the OpenTelemetry API."""
+traced of trunner's own work, no context leaking between attempts, a workflow as one
+trace, and the runner's metrics through the OpenTelemetry API."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import pytest
 import trio
 from opentelemetry import trace
@@ -16,8 +17,10 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
 import trunner
-from trunner import CancelOutcome
+from trunner import CancelOutcome, chain, chord, step
+from trunner import workflows as wf
 from trunner._wire.stats import BUCKETS
+from trunner.middleware import DispatchInfo, WorkflowInfo
 from trunner.otel import OpenTelemetryMiddleware, instrument_runner
 from trunner.statistics import TaskTotals
 from trunner.testing import capture_errors, run_until_idle
@@ -63,6 +66,23 @@ def registry(
         assert tracer is not None
         with tracer.start_as_current_span("inside"):
             await trio.lowlevel.checkpoint()
+
+    @tasks.task
+    async def inc(number: int) -> int:
+        ran.append(dict(trunner.current_message().headers))
+        return number + 1
+
+    @tasks.task(max_retry=1, retry_backoff=0.01)
+    async def flaky(number: int) -> int:
+        ran.append(dict(trunner.current_message().headers))
+        if trunner.current_message().attempt == 1:
+            raise RuntimeError("first attempt")
+        return number
+
+    @tasks.task
+    async def add(numbers: list[int]) -> int:
+        ran.append(dict(trunner.current_message().headers))
+        return sum(numbers)
 
     return tasks
 
@@ -370,3 +390,126 @@ async def test_the_runners_metrics_through_opentelemetry(url: str, group: str) -
         assert recorded.count == 3
         # In seconds: the bounds of the Prometheus histogram, not the SDK's default.
         assert list(recorded.explicit_bounds) == list(BUCKETS)
+
+
+def step_spans(spans: list[ReadableSpan], workflow: ReadableSpan, wid: str) -> list[int]:
+    """Check that every ``process`` span is a step of workflow ``wid`` in the trace of its
+    dispatch span, its child; return their nodes."""
+    trace_id, span_id = ids(workflow)
+    nodes = []
+    for span in by_kind(spans, SpanKind.CONSUMER):
+        assert ids(span)[0] == trace_id, span.name
+        assert parent_of(span) == span_id, span.name
+        assert [link.context.span_id for link in span.links] == [span_id]
+        assert span.attributes is not None
+        assert span.attributes["messaging.trunner.workflow.id"] == wid
+        node = span.attributes["messaging.trunner.workflow.node"]
+        assert isinstance(node, int)
+        assert span.attributes["messaging.trunner.task.id"] == f"{wid}.{node}"
+        nodes.append(node)
+    return nodes
+
+
+async def test_a_chain_is_one_trace_though_no_span_was_current(url: str, group: str) -> None:
+    """Dispatched outside any span: the workflow's dispatch span is the root of one trace,
+    and every attempt of every step, a retry included, is its child."""
+    provider, spans = tracing()
+    ran: list[dict[str, str]] = []
+    cfg = config(group, middleware=[OpenTelemetryMiddleware(provider)])
+    assert not trace.get_current_span().get_span_context().is_valid
+    async with open_checked_runner(url, cfg, registry(ran)) as runner:
+        with capture_errors(runner) as errors:
+            workflow = chain(step("inc", 1), step("flaky"), step("inc"))
+            handle = await runner.dispatch(workflow, name="pipeline")
+            assert await handle.result() == 3
+            errors.expect(RuntimeError)
+        ended = await spans.wait(5)
+        await run_until_idle(runner)
+    (dispatched,) = by_kind(ended, SpanKind.PRODUCER)
+    assert dispatched.name == "dispatch workflow pipeline"
+    assert dispatched.parent is None
+    assert dict(dispatched.attributes or {}) == {
+        "messaging.system": "trunner",
+        "messaging.operation.type": "create",
+        "messaging.operation.name": "dispatch",
+        "messaging.destination.name": group,
+        "messaging.trunner.workflow.id": handle.id,
+        "messaging.trunner.workflow.name": "pipeline",
+        "messaging.trunner.workflow.steps": 3,
+    }
+    assert sorted(step_spans(ended, dispatched, handle.id)) == [0, 1, 1, 2]
+    flaky_spans = spans.named("process flaky")
+    assert [(s.attributes or {})["messaging.trunner.attempt"] for s in flaky_spans] == [1, 2]
+    # Every step's message, the retry's and the ones started from templates, carries the
+    # workflow's context.
+    trace_id, span_id = ids(dispatched)
+    assert len(ran) == 4
+    assert {h["traceparent"][:-3] for h in ran} == {f"00-{trace_id:032x}-{span_id:016x}"}
+
+
+class Recorder(trunner.Middleware):
+    """Records what each dispatch hook call sees; gives a workflow a header of its own."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, WorkflowInfo | None, dict[str, str]]] = []
+
+    def on_dispatch(self, dispatch: DispatchInfo) -> None:
+        self.seen.append((dispatch.task_name, dispatch.workflow, dict(dispatch.headers)))
+        if dispatch.workflow is not None and dispatch.workflow.node is None:
+            dispatch.headers["tenant"] = "acme"
+
+
+async def test_a_chord_is_one_trace_of_one_dispatch_span(url: str, group: str) -> None:
+    """A group of 20 and its join: one producer span for the workflow, none per step;
+    other middleware see the workflow, then each step, and what they leave in the
+    workflow's headers every step carries."""
+    provider, spans = tracing()
+    otel = OpenTelemetryMiddleware(provider)
+    recorder = Recorder()
+    ran: list[dict[str, str]] = []
+    width = 20
+    async with (
+        open_checked_runner(url, config(group, middleware=[otel]), registry(ran)) as runner,
+        trunner.open_client(url, group, middleware=[otel, recorder]) as client,
+    ):
+        counted = wf.group(step("inc", n) for n in range(width))
+        handle = await client.dispatch(chord(counted, step("add")))
+        assert await handle.result() == sum(range(1, width + 1))
+        ended = await spans.wait(width + 2)
+        await run_until_idle(runner)
+    (dispatched,) = by_kind(ended, SpanKind.PRODUCER)
+    assert dispatched.name == "dispatch workflow"
+    assert dispatched.parent is None
+    assert "messaging.trunner.workflow.name" not in (dispatched.attributes or {})
+    assert sorted(step_spans(ended, dispatched, handle.id)) == list(range(width + 1))
+    # The hooks: the workflow's call, then one per step, each told which it is.
+    info = WorkflowInfo(handle.id, "", width + 1)
+    names = [name for name, _, _ in recorder.seen]
+    assert names == ["workflow:"] + ["inc"] * width + ["add"]
+    assert [workflow for _, workflow, _ in recorder.seen] == [
+        info,
+        *(attrs.evolve(info, node=n) for n in range(width)),
+        attrs.evolve(info, node=width, waits_for=tuple(range(width))),
+    ]
+    context = recorder.seen[0][2]
+    assert set(context) == {"traceparent"}
+    for _, _, headers in recorder.seen[1:]:
+        assert headers == {**context, "tenant": "acme"}
+    assert len(ran) == width + 1
+    assert all(headers == {**context, "tenant": "acme"} for headers in ran)
+
+
+async def test_a_workflow_dispatched_in_a_span_is_its_child(memory_url: str, group: str) -> None:
+    provider, spans = tracing()
+    tracer = provider.get_tracer("test")
+    cfg = config(group, middleware=[OpenTelemetryMiddleware(provider)])
+    async with open_checked_runner(memory_url, cfg, registry([])) as runner:
+        with tracer.start_as_current_span("request") as request:
+            handle = await runner.dispatch(wf.group([step("inc", 1), step("inc", 2)]))
+        assert await handle.result() == [2, 3]
+        ended = await spans.wait(4)
+        await run_until_idle(runner)
+    (dispatched,) = by_kind(ended, SpanKind.PRODUCER)
+    assert parent_of(dispatched) == request.get_span_context().span_id
+    assert ids(dispatched)[0] == request.get_span_context().trace_id
+    assert sorted(step_spans(ended, dispatched, handle.id)) == [0, 1]

@@ -1,7 +1,8 @@
 """OpenTelemetry across processes, on a real redis-server: this process dispatches with
 its own middleware, runners in worker processes (tests/processes/otel_worker.py) run the
 attempts with theirs and write their spans to a file; each attempt, a retry and a reclaim
-after a SIGKILL included, is in the dispatching trace, a child of the dispatch span."""
+after a SIGKILL included, is in the dispatching trace, a child of the dispatch span; a
+workflow's steps, run by two processes, are one trace."""
 
 from __future__ import annotations
 
@@ -104,3 +105,51 @@ async def test_a_task_reclaimed_from_a_killed_process_is_in_the_dispatching_trac
     assert reclaimed["attributes"]["messaging.trunner.attempt"] == 1
     assert reclaimed["attributes"]["messaging.trunner.outcome"] == "succeeded"
     assert rescuer.terminate() == 0
+
+
+@pytest.mark.deadline(60)
+async def test_a_chain_run_by_two_processes_is_one_trace(
+    redis_server: RedisServer, group: str, workers: list[Worker], tmp_path: Path
+) -> None:
+    """A workflow dispatched with no span current: its dispatch span is the root of one
+    trace, and each step attempt, whichever process ran it, a retry included, its child.
+    Each worker reads a lane of its own, so that each step has its process."""
+    spans_file = tmp_path / "spans"
+    for lane in ("first", "second"):
+        workers.append(
+            await start(redis_server.url, group, spans_file, {"lanes": ["default", lane]})
+        )
+    provider, spans = tracing()
+    otel = OpenTelemetryMiddleware(provider)
+    async with trunner.open_client(redis_server.url, group, middleware=[otel]) as client:
+        workflow = trunner.chain(
+            trunner.step("record", 1, priority="first"),
+            trunner.step("fails_once", priority="second"),
+        )
+        handle = await client.dispatch(workflow)
+        assert await handle.result() is None
+        found = await written(
+            spans_file, 3, lambda line: line.get("name", "").startswith("process ")
+        )
+    (dispatched,) = spans.ended
+    assert dispatched.name == "dispatch workflow"
+    assert dispatched.parent is None
+    assert dispatched.context is not None
+    trace_id = f"{dispatched.context.trace_id:032x}"
+    span_id = f"{dispatched.context.span_id:016x}"
+    ran = [
+        (span["name"], span["pid"], span["attributes"]["messaging.trunner.attempt"])
+        for span in found
+    ]
+    first, second = (worker.process.pid for worker in workers)
+    assert ran == [
+        ("process record", first, 1),
+        ("process fails_once", second, 1),
+        ("process fails_once", second, 2),
+    ]
+    for span in found:
+        assert span["trace_id"] == trace_id
+        assert span["parent_id"] == span_id
+        assert span["attributes"]["messaging.trunner.workflow.id"] == handle.id
+    assert [span["attributes"]["messaging.trunner.workflow.node"] for span in found] == [0, 1, 1]
+    assert [worker.terminate() for worker in workers] == [0, 0]

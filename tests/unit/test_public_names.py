@@ -127,6 +127,7 @@ PUBLIC: dict[str, frozenset[str]] = {
             "AttemptOutcome",
             "DispatchInfo",
             "Middleware",
+            "WorkflowInfo",
         }
     ),
     "trunner.keys": frozenset(

@@ -23,7 +23,7 @@ from .._wire.keys import UniqueLock
 from .._wire.message import MessageOptions
 from ..errors import InvalidHeaders, RunnerNotRunning, TaskAlreadyDispatched
 from ..handles import TaskHandle
-from ..middleware import DispatchInfo, Middleware
+from ..middleware import DispatchInfo, Middleware, WorkflowInfo
 from ..registry import TaskRegistry
 from .build import (
     TaskRef,
@@ -132,6 +132,7 @@ class Producer:
         headers: Mapping[str, str] | None,
         task_id: str | None = None,
         due: float | None = None,
+        workflow: WorkflowInfo | None = None,
     ) -> Mapping[str, str] | None:
         """The headers of one message: the dispatch's, as the dispatch hooks leave them
         (checked here, so that a bad one is blamed on its author: the call or a hook)."""
@@ -139,7 +140,8 @@ class Producer:
         if hooks is None:
             return headers
         given = check_headers(headers, task_name) or {}
-        info = DispatchInfo(task_name, payload, given, self._group_name(), task_id, due)
+        group = self._group_name()
+        info = DispatchInfo(task_name, payload, given, group, task_id, due, workflow)
         after = await hooks.run(info)
         try:
             return check_headers(after, task_name)

@@ -18,6 +18,7 @@ from .._wire.record import UNASKED_KEEP, ttl_ms
 from .._wire.workflow import Literal, Part, StepRef, workflow_id_error
 from .._workflow_handle import WorkflowHandle
 from .._workflows import Plan, PlanNode, Step, TaskStep, compile_plan, exit_parts
+from ..middleware import WorkflowInfo
 from .build import lane_of, payload_of, resolve
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ async def dispatch_workflow(
     if (why := workflow_id_error(wid)) is not None:
         raise ValueError(why)
     plan = compile_plan(workflow)
-    encoded = await _encode(producer, plan, wid, broker.keys.group)
+    encoded = await _encode(producer, plan, WorkflowInfo(wid, name, len(plan.nodes)))
     keep = keep_result
     if keep is None:
         keep = _output_keep(producer, plan) or UNASKED_KEEP
@@ -83,11 +84,16 @@ async def dispatch_workflow(
     return WorkflowHandle(wid, producer, encoded.codecs)
 
 
-async def _encode(producer: Producer, plan: Plan, wid: str, group: str) -> _Encoded:
+async def _encode(producer: Producer, plan: Plan, workflow: WorkflowInfo) -> _Encoded:
     broker = producer._open_broker()
+    wid, group = workflow.id, broker.keys.group
     now, limit = time.time(), producer.max_payload_bytes
     encoded = _Encoded([], [], set(), {})
     outputs = set(plan.output_nodes())
+    # The dispatch hooks see the workflow once: what they leave, every step carries (a
+    # trace context: one trace for the whole workflow, whose steps make no span here).
+    name = f"workflow:{workflow.name}"
+    shared = await producer._headers(name, None, None, wid, workflow=workflow)
     for index, node in enumerate(plan.nodes):
         step = node.step
         task_name, task = step_task(producer.registry, index, step)
@@ -98,7 +104,9 @@ async def _encode(producer: Producer, plan: Plan, wid: str, group: str) -> _Enco
         options = _options(step.keep_result, step.timeout, ref)
         task_id = f"{wid}.{index}"
         payload = payload_of(task, step.payload) if step.bound else None
-        headers = await producer._headers(task_name, payload, step.headers, task_id)
+        given = {**shared, **(step.headers or {})} if shared else step.headers
+        info = attrs.evolve(workflow, node=index, waits_for=node.waits_for)
+        headers = await producer._headers(task_name, payload, given, task_id, workflow=info)
         if not node.waits_for:
             data = encode_message(
                 task_name, payload, enqueued_at=now, task_id=task_id, options=options,
