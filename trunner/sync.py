@@ -262,6 +262,7 @@ class Client(ClientArgs):
         fail_fast: bool = True,
         workflow_id: str | None = None,
         name: str = "",
+        headers: Mapping[str, str] | None = None,
     ) -> WorkflowHandle[R]: ...
 
     def dispatch(

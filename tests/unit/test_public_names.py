@@ -146,6 +146,7 @@ PUBLIC: dict[str, frozenset[str]] = {
             "ShutdownLeak",
             "assert_clean_shutdown",
             "call_task",
+            "call_workflow",
             "capture_errors",
             "clean_keys",
             "forget_memory_server",

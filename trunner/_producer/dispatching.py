@@ -83,6 +83,7 @@ class DispatchCalls:
         fail_fast: bool = True,
         workflow_id: str | None = None,
         name: str = "",
+        headers: Mapping[str, str] | None = None,
     ) -> WorkflowHandle[R]: ...
 
     async def dispatch(
@@ -140,9 +141,10 @@ class DispatchCalls:
 
         A [workflow](workflows.md) (``chain``, ``group``, ``chord`` of ``step``s) is
         dispatched with ``dispatch(workflow, keep_result=, fail_fast=True,
-        workflow_id=None, name="")`` and gives a
+        workflow_id=None, name="", headers=None)`` and gives a
         [``WorkflowHandle``][trunner.WorkflowHandle]: every step is checked as a dispatch
-        of its task would be before anything is written.
+        of its task would be before anything is written; ``headers`` go to every step (a
+        step's own ``headers`` win).
 
         Returns:
             A [``TaskHandle``][trunner.TaskHandle]; as a ``str``, the task's id (the new
@@ -169,10 +171,10 @@ class DispatchCalls:
             RedisCommandError: Redis answered with an error.
         """
         if isinstance(task_name, Step):
-            if payload is not None or timeout is not None or expires is not None:
+            if payload is not None or timeout is not None or expires is not None or priority:
                 raise TypeError(
-                    "a workflow takes no payload, timeout or expires: its steps do "
-                    "(step(task, payload, timeout=...))"
+                    "a workflow takes no payload, timeout, expires or priority: its steps "
+                    "do (step(task, payload, timeout=..., priority=...))"
                 )
             return await dispatch_workflow(
                 self._dispatcher,
@@ -181,6 +183,7 @@ class DispatchCalls:
                 fail_fast=fail_fast,
                 workflow_id=workflow_id,
                 name=name,
+                headers=headers,
             )
         return await self._dispatcher.dispatch(
             task_name,

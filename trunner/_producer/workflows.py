@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -13,6 +14,7 @@ import attrs
 from .._task import Task, dispatch_options
 from .._wire.codec import TypeCodec
 from .._wire.envelope import encode_message, message_template, payload_json
+from .._wire.headers import check_headers
 from .._wire.message import MessageOptions
 from .._wire.record import UNASKED_KEEP, ttl_ms
 from .._wire.workflow import Literal, Part, StepRef, workflow_id_error
@@ -50,9 +52,11 @@ async def dispatch_workflow(
     fail_fast: bool = True,
     workflow_id: str | None = None,
     name: str = "",
+    headers: Mapping[str, str] | None = None,
 ) -> WorkflowHandle[Any]:
     """Dispatch ``workflow`` (see ``Client.dispatch``): every step is checked before
-    anything is written. A ``workflow_id`` taken already dispatches nothing and returns a
+    anything is written, and before the dispatch hooks run. ``headers`` go to every step
+    (a step's own win). A ``workflow_id`` taken already dispatches nothing and returns a
     handle on the workflow of that id."""
     broker = producer._open_broker()
     if not isinstance(workflow, Step):
@@ -63,7 +67,9 @@ async def dispatch_workflow(
     if (why := workflow_id_error(wid)) is not None:
         raise ValueError(why)
     plan = compile_plan(workflow)
-    encoded = await _encode(producer, plan, WorkflowInfo(wid, name, len(plan.nodes)))
+    given = check_headers(headers, f"workflow:{name}")
+    info = WorkflowInfo(wid, name, len(plan.nodes))
+    encoded = await _encode(producer, plan, info, given)
     keep = keep_result
     if keep is None:
         keep = _output_keep(producer, plan) or UNASKED_KEEP
@@ -84,29 +90,46 @@ async def dispatch_workflow(
     return WorkflowHandle(wid, producer, encoded.codecs)
 
 
-async def _encode(producer: Producer, plan: Plan, workflow: WorkflowInfo) -> _Encoded:
+@attrs.frozen
+class _Checked:
+    """One step, checked as a dispatch of its task is: its task, lane and payload."""
+
+    task_name: str
+    task: Task | None
+    lane: str
+    payload: Any
+
+
+async def _encode(
+    producer: Producer, plan: Plan, workflow: WorkflowInfo, given: Mapping[str, str] | None
+) -> _Encoded:
     broker = producer._open_broker()
-    wid, group = workflow.id, broker.keys.group
+    group = broker.keys.group
+    checked = []
+    for index, node in enumerate(plan.nodes):  # all checked before any hook sees them
+        step = node.step
+        task_name, task = step_task(producer.registry, index, step)
+        lane = lane_of(task, step.priority)
+        await producer.lanes.check(broker, lane, task)
+        payload = payload_of(task, step.payload) if step.bound else None
+        checked.append(_Checked(task_name, task, lane, payload))
     now, limit = time.time(), producer.max_payload_bytes
     encoded = _Encoded([], [], set(), {})
     outputs = set(plan.output_nodes())
     # The dispatch hooks see the workflow once: what they leave, every step carries (a
     # trace context: one trace for the whole workflow, whose steps make no span here).
-    name = f"workflow:{workflow.name}"
-    shared = await producer._headers(name, None, None, wid, workflow=workflow)
-    for index, node in enumerate(plan.nodes):
-        step = node.step
-        task_name, task = step_task(producer.registry, index, step)
-        lane = lane_of(task, step.priority)
-        await producer.lanes.check(broker, lane, task)
+    name, wid = f"workflow:{workflow.name}", workflow.id
+    shared = await producer._headers(name, None, given, wid, workflow=workflow)
+    for index, (node, one) in enumerate(zip(plan.nodes, checked, strict=True)):
+        step, task_name, task, payload = node.step, one.task_name, one.task, one.payload
+        lane = one.lane
         encoded.lanes.add(lane)
         ref = StepRef(wid, index, plan.next_of(index), plan.readers[index] > 0)
         options = _options(step.keep_result, step.timeout, ref)
         task_id = f"{wid}.{index}"
-        payload = payload_of(task, step.payload) if step.bound else None
-        given = {**shared, **(step.headers or {})} if shared else step.headers
+        mine = {**shared, **(step.headers or {})} if shared else step.headers
         info = attrs.evolve(workflow, node=index, waits_for=node.waits_for)
-        headers = await producer._headers(task_name, payload, given, task_id, workflow=info)
+        headers = await producer._headers(task_name, payload, mine, task_id, workflow=info)
         if not node.waits_for:
             data = encode_message(
                 task_name, payload, enqueued_at=now, task_id=task_id, options=options,
