@@ -122,8 +122,10 @@ async def test_a_cancel_from_asyncio_reaches_the_running_task(
     async def scenario() -> tuple[CancelOutcome, TaskState, str]:
         async with trunner.aio.Client(redis_server.url, queue=group) as client:
             handle = await client.dispatch("block_kept", "job")
-            while (await handle.status()).state is not TaskState.RUNNING:  # noqa: ASYNC110
-                await asyncio.sleep(0.01)  # state in Redis: no event to await
+            # the body runs: RUNNING is recorded as the attempt starts, before the body
+            # (a cancel in between ends the task without the body's "cancelled" line)
+            while ("started", "job") not in [(e, p) for _, e, p in read_log(log)]:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)  # a worker process's log: no event to await
             outcome = await handle.cancel(wait=True)
             with pytest.raises(trunner.TaskCancelled):
                 await handle.result()

@@ -29,6 +29,11 @@ def logged(log: Path, event: str) -> list[Any]:
     return [payload for _, e, payload in read_log(log) if e == event]
 
 
+async def _logged_async(log: Path, event: str) -> bool:
+    await trio.lowlevel.checkpoint()
+    return bool(logged(log, event))
+
+
 async def _running(handle: trunner.TaskHandle[Any]) -> bool:
     return (await handle.status()).state is TaskState.RUNNING
 
@@ -43,7 +48,9 @@ async def test_a_task_running_in_another_process_is_cancelled_there(
     await worker.ready()
     async with trunner.open_client(redis_server.url, group) as client:
         handle = await client.dispatch("block_kept", "job")
-        await redis_state(lambda: _running(handle))
+        # its body runs (RUNNING is recorded as the attempt starts, before the body: a
+        # cancel in between would end it without the body's "cancelled" line)
+        await redis_state(lambda: _logged_async(log, "started"))
         start = trio.current_time()
         assert await handle.cancel(wait=True) is CancelOutcome.CANCELLING
         took = trio.current_time() - start
