@@ -242,6 +242,6 @@ def test_what_cannot_run_is_refused_when_the_graph_is_built() -> None:
     with pytest.raises(ValueError, match=r"its step is node #1 \(parse\) already"):
         g.then(first, again)
     with pytest.raises(ValueError, match="at least one parent"):
-        g.join(step(total))  # type: ignore[call-overload]
+        g.join(step(total))
     with pytest.raises(ValueError, match="returning"):
         g.returning()  # type: ignore[call-overload]

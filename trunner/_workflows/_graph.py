@@ -153,24 +153,14 @@ class Graph:
     ) -> Node[Out]: ...
     @overload
     def join(
-        self,
-        step: Step[list[Any], Out],
-        a: Node[Any],
-        b: Node[Any],
-        c: Node[Any],
-        d: Node[Any],
-        e: Node[Any],
-        f: Node[Any],
-        g: Node[Any],
-        /,
-        *more: Node[Any],
-        name: str | None = None,
+        self, step: Step[list[A], Out], /, *parents: Node[A], name: str | None = None
     ) -> Node[Out]: ...
     def join(self, step: Step[Any, Any], /, *parents: Node[Any], name: str | None = None) -> Any:
         """A node after every one of ``parents``, given the list of their results in this
-        order (its task reads a JSON array: a ``tuple[A, B]`` payload is typed for up to
-        six parents; more are a ``list``). A bound ``step`` waits for them and ignores
-        their results."""
+        order: its task reads a JSON array, as a tuple (``tuple[A, B]`` for parents
+        ``Node[A]``, ``Node[B]``: typed for up to six parents) or as a list (``list[A]``
+        for parents that all give ``A``, any number of them). A bound ``step`` waits for
+        them and ignores their results."""
         if not parents:
             raise ValueError("a join needs at least one parent node")
         return self._node(step, parents, True, name)
