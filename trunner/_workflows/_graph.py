@@ -28,9 +28,10 @@ Out = TypeVar("Out")
 
 @attrs.frozen(eq=False)
 class Node(Generic[R_co]):
-    """One node of a :class:`Graph`, as :meth:`Graph.add`, :meth:`Graph.then` and
-    :meth:`Graph.join` give it: a ``Node[R]`` gives ``R`` (its step's result) to the nodes
-    that read it. It belongs to the graph that made it."""
+    """One node of a [`Graph`][trunner.Graph], as its methods
+    [`add`][trunner.Graph.add], [`then`][trunner.Graph.then] and
+    [`join`][trunner.Graph.join] give it: a ``Node[R]`` gives ``R`` (its step's result) to
+    the nodes that read it. It belongs to the graph that made it."""
 
     index: int
     """Its place in its graph (the order the nodes were added)."""
@@ -61,8 +62,8 @@ class GraphStep(Step[Any, Any]):
 
 
 class Graph:
-    """A DAG of steps, built node by node; :meth:`returning` makes it a step (a whole
-    workflow, or a piece of a chain or group).
+    """A DAG of steps, built node by node; [`returning`][trunner.Graph.returning] makes it
+    a step (a whole workflow, or a piece of a chain, a group or another graph).
 
     ```python
     g = Graph()
@@ -85,7 +86,10 @@ class Graph:
 
     def add(self, step: Step[object, A], /, *, name: str | None = None) -> Node[A]:
         """A node without parents: ``step`` needs no input (a bound step, or a composite
-        whose first steps are bound). ValueError for an open step: it has no payload."""
+        whose first steps are bound). ValueError for an open step: it has no payload.
+        ``name`` (here and in [`then`][trunner.Graph.then] and
+        [`join`][trunner.Graph.join]) names the node in error messages; one name per
+        graph."""
         return self._node(step, (), False, name)
 
     def then(self, parent: Node[A], step: Step[A, B], /, *, name: str | None = None) -> Node[B]:
@@ -187,7 +191,9 @@ class Graph:
         if not isinstance(step, Step):
             raise TypeError(f"a graph's node runs a step (step(task, ...)), not {step!r:.60}")
         label = _label(index, step, name)
-        if name is not None and (not isinstance(name, str) or name in self._names):
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"a graph node's name is a str, not {name!r:.60}")
+        if name is not None and name in self._names:
             raise ValueError(f"graph node {name!r}: a node of this graph has that name already")
         if id(step) in self._steps:
             raise ValueError(
@@ -221,13 +227,16 @@ GraphSpec: TypeAlias = "Step[Any, Any] | tuple[Step[Any, Any], str | Sequence[st
 def graph(
     nodes: Mapping[str, GraphSpec], /, *, returning: str | Sequence[str] | None = None
 ) -> Step[object, Any]:
-    """A DAG of steps by name (untyped; :class:`Graph` is the typed builder): each entry is
-    a step without parents, or ``(step, "parent")`` (given that node's result, as
-    :meth:`Graph.then`), or ``(step, ["a", "b"])`` (given the list ``[a's, b's]``, as
-    :meth:`Graph.join`). Names may be used before their entry; the nodes run in an order
-    where each comes after its parents. Its result is ``returning``'s (a list of names: the
-    list of their results), by default its one node that no other reads; several such nodes
-    need ``returning``. ValueError for a cycle, an unknown name, an empty graph."""
+    """A DAG of steps by name, untyped ([`Graph`][trunner.Graph] is the typed builder).
+
+    Each entry is a step without parents, or ``(step, "parent")`` (given that node's
+    result, as [`Graph.then`][trunner.Graph.then]), or ``(step, ["a", "b"])`` (given the
+    list ``[a's, b's]``, as [`Graph.join`][trunner.Graph.join]). Names may be used before
+    their entry; the steps are numbered in an order where each comes after its parents,
+    the dict's order otherwise. Its result is that of ``returning`` (a list of names: the
+    list of their results), by default of its one node that no other reads; several such
+    nodes need ``returning``. ValueError, naming the nodes, for a cycle, an unknown name,
+    an empty graph, and what [`Graph`][trunner.Graph] refuses."""
     if not isinstance(nodes, Mapping) or not nodes:
         raise ValueError("a graph needs at least one node: {name: step, ...}")
     parsed = {name: _entry(name, spec) for name, spec in nodes.items()}
