@@ -237,7 +237,9 @@ def graph(
     list of their results), by default of its one node that no other reads; several such
     nodes need ``returning``. ValueError, naming the nodes, for a cycle, an unknown name,
     an empty graph, and what [`Graph`][trunner.Graph] refuses."""
-    if not isinstance(nodes, Mapping) or not nodes:
+    if not isinstance(nodes, Mapping):
+        raise TypeError(f"a graph is a dict of its nodes by name, not {nodes!r:.60}")
+    if not nodes:
         raise ValueError("a graph needs at least one node: {name: step, ...}")
     parsed = {name: _entry(name, spec) for name, spec in nodes.items()}
     builder, made = Graph(), dict[str, Node[Any]]()
@@ -257,8 +259,8 @@ def _entry(name: object, spec: object) -> tuple[Step[Any, Any], tuple[str, ...],
         step, parents = spec
         if isinstance(parents, str):
             return step, (parents,), False
-        if isinstance(parents, Iterable) and all(isinstance(p, str) for p in parents):
-            parents = tuple(parents)
+        parents = tuple(parents) if isinstance(parents, Iterable) else None
+        if parents is not None and all(isinstance(p, str) for p in parents):
             if not parents:
                 raise ValueError(f"graph node {name!r}: its list of parents is empty")
             return step, parents, True
