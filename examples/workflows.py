@@ -1,5 +1,6 @@
-"""A workflow: word counts of several pages fetched side by side, then one total:
-``python examples/workflows.py``. Uses an in-process Redis unless REDIS_URL is set.
+"""Workflows: word counts of several pages fetched side by side, then one total; one page
+read two ways, the two results joined (a graph): ``python examples/workflows.py``. Uses an
+in-process Redis unless REDIS_URL is set.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import os
 import trio
 
 import trunner
-from trunner.workflows import chain, chord, group, step
+from trunner.workflows import Graph, chain, chord, group, step
 
 tasks = trunner.TaskRegistry()
 
@@ -38,6 +39,17 @@ async def total(counts: list[int]) -> int:
     return sum(counts)
 
 
+@tasks.task()
+async def longest_word(page: str) -> str:
+    return max(page.split(), key=len)
+
+
+@tasks.task()
+async def summarize(facts: tuple[int, str]) -> str:
+    words, longest = facts
+    return f"{words} words, the longest {longest!r}"
+
+
 async def main() -> None:
     url = os.environ.get("REDIS_URL", "memory://workflows")
     config = trunner.RunnerConfig(consumer_group="pages")
@@ -45,6 +57,12 @@ async def main() -> None:
         counts = group(chain(step(fetch, page), step(count_words)) for page in PAGES)
         handle = await runner.dispatch(chord(counts, step(total)))
         print(f"{await handle.result(timeout=30)} words in {len(PAGES)} pages")
+
+        g = Graph()  # one page feeds two steps; a third joins their results
+        page = g.add(step(fetch, "https://example.com/a"))
+        words, longest = g.then(page, step(count_words)), g.then(page, step(longest_word))
+        summary = g.join(step(summarize), words, longest)  # summarize((words, longest))
+        print(await (await runner.dispatch(g.returning(summary))).result(timeout=30))
 
         broken = group(step(fetch, page) for page in [*PAGES, "https://example.com/x"])
         fetched = await runner.dispatch(broken)

@@ -48,7 +48,7 @@ from .runner import Runner, current_runner, open_runner
 from .schedule import CronSchedule
 from .statistics import RunnerState, RunnerStatistics
 from .status import CancelOutcome, RemoteError, TaskState, TaskStatus
-from .workflows import chain, chord, group, step
+from .workflows import Graph, Node, chain, chord, graph, group, step
 
 __version__ = "0.1.0"
 """The package version, a string."""
@@ -60,10 +60,12 @@ __all__ = [
     "CronSchedule",
     "FailedTaskHandler",
     "GiveUp",
+    "Graph",
     "InvalidPayload",
     "LongQueueHook",
     "MaxRetryExceeded",
     "Middleware",
+    "Node",
     "PayloadTooLarge",
     "Pipeline",
     "RedisHandle",
@@ -100,6 +102,7 @@ __all__ = [
     "current_runner",
     "election",
     "errors",
+    "graph",
     "group",
     "keys",
     "middleware",

@@ -7,9 +7,9 @@ OPTIONS is a JSON object: ``config`` (RunnerConfig arguments), ``slow_seconds``,
 runner's fetch loops stop for a pause of the group and start again). Tasks
 append one line per event to LOG (``<pid> <event> <payload>``); ``kept`` and
 ``block_kept`` keep their result (task handles); ``held`` and ``paced`` have group-wide
-limits; ``lingering`` runs until the process is killed with the option ``linger``, and
-``poison`` kills its process. The process prints
-``ready`` once its runner started, and stops gracefully on SIGTERM or SIGINT.
+limits; ``lingering`` runs until the process is killed with the option ``linger``,
+``poison`` kills its process, and ``gated`` waits for an item of a Redis list. The process
+prints ``ready`` once its runner started, and stops gracefully on SIGTERM or SIGINT.
 """
 
 from __future__ import annotations
@@ -94,6 +94,15 @@ def main() -> None:
     async def kept(payload: Any) -> dict[str, Any]:
         log("finished", payload)
         return {"pid": pid, "payload": payload}
+
+    @tasks.task
+    async def gated(payload: dict[str, Any]) -> dict[str, Any]:
+        """A workflow's step after ``kept``: logs ``gated`` with its task id, waits for an
+        item of the list ``payload["payload"]`` (BLPOP), returns its pid and task id."""
+        task_id = trunner.current_message().task_id
+        log("gated", task_id)
+        await trunner.current_runner().redis.execute("BLPOP", payload["payload"], 0)
+        return {"pid": pid, "node": task_id}
 
     @tasks.task(keep_result=600, max_retry=3)
     async def block_kept(payload: Any) -> None:

@@ -272,3 +272,84 @@ async def test_failures_win_over_a_cancel_and_the_error_says_both(
 
 async def _failed(handle: trunner.WorkflowHandle[Any], count: int) -> bool:
     return (await handle.status()).failed >= count
+
+
+#: What ``joined`` was given, per run (a new list per test).
+joined: list[Any] = []
+
+
+@tasks.task()
+async def combine(pair: tuple[Page, int]) -> str:
+    joined.append(pair)
+    page, words = pair
+    return f"{page.url}:{words}"
+
+
+@tasks.task()
+async def collect(parts: list[Any]) -> list[Any]:
+    joined.append(parts)
+    return parts
+
+
+async def test_a_diamonds_join_gets_both_inputs_in_order_once(memory_url: str, group: str) -> None:
+    joined.clear()
+    async with open_checked_runner(memory_url, config(group), tasks) as runner:
+        g = trunner.Graph()
+        a = g.add(step(fetch, "abc"))
+        b = g.then(a, step(count))
+        c = g.then(a, chain(step(count), step(double)))
+        d = g.join(step(collect), c, b)
+        handle = await runner.dispatch(g.returning(d))
+        assert await handle.result() == [6, 3]
+        by_name = wf.graph(
+            {"d": (step(collect), ["b", "c"]), "a": step(fetch, "xy"), "b": (step(count), "a"),
+             "c": (step(count), "a")}
+        )  # fmt: skip
+        assert await (await runner.dispatch(by_name)).result() == [2, 2]
+    assert joined == [[6, 3], [2, 2]], "each join ran once, its parents' results in order"
+
+
+async def test_a_typed_joins_tuple_arrives_typed(memory_url: str, group: str) -> None:
+    joined.clear()
+    async with open_checked_runner(memory_url, config(group), tasks) as runner:
+        g = wf.Graph()
+        page = g.add(step(fetch, "abcd"))
+        words = g.then(page, step(count))
+        handle = await runner.dispatch(g.returning(g.join(step(combine), page, words)))
+        assert await handle.result() == "abcd:4"
+    assert joined == [(Page("abcd", 4), 4)], "a tuple of a Page and an int, not lists"
+
+
+async def test_a_failure_in_one_branch_of_a_graph_cancels_the_others_and_blocks_the_join(
+    memory_url: str, group: str
+) -> None:
+    started["hang"] = trio.Event()
+    joined.clear()
+    async with open_checked_runner(memory_url, config(group), tasks) as runner:
+        g = wf.Graph()
+        a = g.add(step(fetch, "a"))
+        waiting = g.then(a, step(hang))
+        failing = g.then(a, step(broken))
+        g.then(waiting, step(double))
+        handle = await runner.dispatch(g.returning(g.join(step(collect), waiting, failing)))
+        with pytest.raises(WorkflowFailed) as caught:
+            await handle.result()
+        status = await handle.status()
+    assert [f.task_name for f in caught.value.failures] == ["broken"]
+    assert (status.succeeded, status.failed, status.cancelled, status.live) == (1, 1, 1, 0)
+    assert started["hang"].is_set(), "hang ran, and was cancelled"
+    assert joined == [], "the join never started"
+
+
+async def test_a_graph_inside_a_chain_waits_for_the_step_before_it(
+    memory_url: str, group: str
+) -> None:
+    async with open_checked_runner(memory_url, config(group), tasks) as runner:
+        g = wf.Graph()
+        left = g.add(chain(step(fetch, "ab"), step(count)))
+        right = g.add(step(double, 5))
+        inner = g.returning(g.join(step(total), left, right))
+        handle = await runner.dispatch(chain(step(fetch, "first"), inner, step(double)))
+        assert await handle.result() == 2 * (2 + 10)
+        status = await handle.status()
+    assert (status.steps, status.succeeded) == (6, 6)

@@ -1,11 +1,13 @@
 """Workflows across real processes on a real redis-server: a worker SIGKILLed while it
 holds a chain's step or a chord's children, the workflow completed by another instance
-with the callback run exactly once; and workflows dispatched from the asyncio and the
+with the callback run exactly once; a DAG's join started once when its parents end at
+the same moment on two processes; and workflows dispatched from the asyncio and the
 synchronous clients to a worker process (tests/processes/worker_process.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -130,3 +132,50 @@ async def test_workflows_from_the_asyncio_and_sync_clients_to_a_worker_process(
     result, state = await trio.to_thread.run_sync(from_sync_code)
     assert result == {"pid": pid, "payload": {"pid": pid, "payload": "a"}}
     assert state is trunner.status.WorkflowState.SUCCEEDED
+
+
+async def _gated(log: Path, workflow: str) -> list[tuple[int, str]]:
+    await trio.lowlevel.checkpoint()
+    return [(pid, p) for pid, e, p in read_log(log) if e == "gated" and p.startswith(workflow)]
+
+
+@pytest.mark.deadline(90)
+async def test_a_dags_join_starts_once_when_its_parents_end_together(
+    redis_server: RedisServer, group: str, workers: list[Worker], tmp_path: Path
+) -> None:
+    """Diamond a -> (b, c) -> d on two worker processes of one slot each: b and c run one
+    in each, both blocked on one Redis list, and one RPUSH lets both end at once. Their
+    ends race to start d: it starts once, given both results in order."""
+    log = tmp_path / "log"
+    for _ in range(2):
+        workers.append(Worker(redis_server.url, group, log, {"config": {"num_workers": 1}}))
+    for worker in workers:
+        await worker.ready()
+    async with (
+        trunner.open_client(redis_server.url, group) as client,
+        trunner.open_redis(redis_server.url) as redis,
+    ):
+        for run in range(10):
+            gate = f"{group}:gate:{run}"
+            g = wf.Graph()
+            a = g.add(step("kept", gate))
+            b, c = g.then(a, step("gated")), g.then(a, step("gated"))
+            handle = await client.dispatch(g.returning(g.join(step("kept"), b, c)))
+            await redis_state(functools.partial(_both_gated, log, handle.id))
+            running = await _gated(log, handle.id)
+            assert len({pid for pid, _ in running}) == 2, "b and c run in two processes"
+            await redis.rpush(gate, 1, 1)  # both released by one command
+            result = await handle.result(timeout=60)
+            assert [part["node"] for part in result["payload"]] == [
+                f"{handle.id}.1",
+                f"{handle.id}.2",
+            ]
+            joins = [p for _, e, p in read_log(log) if e == "finished" and isinstance(p, list)]
+            assert [part["node"] for part in joins[-1]] == [f"{handle.id}.1", f"{handle.id}.2"]
+            assert len(joins) == run + 1, "d ran once in each run"
+            status = await handle.status()
+            assert (status.steps, status.succeeded, status.live) == (4, 4, 0)
+
+
+async def _both_gated(log: Path, workflow: str) -> bool:
+    return len(await _gated(log, workflow)) == 2

@@ -39,6 +39,7 @@ def test_workflows() -> None:
     out = run_example("workflows.py", {})
     assert out.splitlines() == [
         "6 words in 3 pages",
+        "3 words, the longest 'three'",
         "step 3 (fetch) failed: no page at https://example.com/x",
     ]
 

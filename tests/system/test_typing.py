@@ -113,7 +113,7 @@ from __future__ import annotations
 import attrs
 import trunner
 import trunner.aio
-from trunner.workflows import chain, chord, group, step
+from trunner.workflows import Graph, chain, chord, graph, group, step
 
 tasks = trunner.TaskRegistry()
 
@@ -143,6 +143,11 @@ async def double(number: int) -> int:
     return 2 * number
 
 
+@tasks.task()
+async def report(pair: tuple[Page, int]) -> str:
+    return pair[0].url * pair[1]
+
+
 async def use(client: trunner.Client, aio: trunner.aio.Client) -> None:
     reveal_type(chain(step(fetch, "u"), step(count)))
     handle = await client.dispatch(chain(step(fetch, "u"), step(count)))
@@ -156,6 +161,25 @@ async def use(client: trunner.Client, aio: trunner.aio.Client) -> None:
     await client.dispatch(chain(step(count), step(double)))  # MUST-FAIL: no payload
     step(fetch, 42)  # MUST-FAIL: an int is not a str
     chord(group([step(fetch, "a")]), step(count))  # MUST-FAIL: a list of Page is not a Page
+
+
+async def graphs(client: trunner.Client, urls: list[str]) -> None:
+    g = Graph()
+    page = g.add(step(fetch, "u"))
+    reveal_type(page)
+    words = g.then(page, step(count))
+    reveal_type(words)
+    joined = g.join(step(report), page, words)
+    reveal_type(joined)
+    reveal_type(await (await client.dispatch(g.returning(joined))).result())
+    counts = [g.then(g.add(step(fetch, u)), step(count)) for u in urls]
+    reveal_type(g.join(step(total), *counts))
+    reveal_type(g.returning(page, words))
+    reveal_type(graph({"a": step(fetch, "u"), "b": (step(count), "a")}))
+    g.join(step(report), words, page)  # MUST-FAIL: the parents in the wrong order
+    g.then(page, step(double))  # MUST-FAIL: a Page is not an int
+    g.add(step(count))  # MUST-FAIL: an open step without parents has no payload
+    g.join(step(total), page, words)  # MUST-FAIL: a Page is not an int
 """
 
 
@@ -167,6 +191,14 @@ def test_workflows_are_typed_by_their_steps(tmp_path: Path) -> None:
         'note: Revealed type is "int"',
         'note: Revealed type is "float"',
         'note: Revealed type is "trunner._workflow_handle.WorkflowHandle[list[user_code.Page]]"',
+        # graphs
+        'note: Revealed type is "trunner._workflows._graph.Node[user_code.Page]"',
+        'note: Revealed type is "trunner._workflows._graph.Node[int]"',
+        'note: Revealed type is "trunner._workflows._graph.Node[str]"',
+        'note: Revealed type is "str"',
+        'note: Revealed type is "trunner._workflows._graph.Node[float]"',
+        'note: Revealed type is "trunner._workflows._steps.Step[object, list[Any]]"',
+        'note: Revealed type is "trunner._workflows._steps.Step[object, Any]"',
     ], out + err
     assert failing == _must_fail(WORKFLOW_CODE), out + err
 

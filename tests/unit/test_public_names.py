@@ -27,10 +27,12 @@ PUBLIC: dict[str, frozenset[str]] = {
             "CronSchedule",
             "FailedTaskHandler",
             "GiveUp",
+            "Graph",
             "InvalidPayload",
             "LongQueueHook",
             "MaxRetryExceeded",
             "Middleware",
+            "Node",
             "PayloadTooLarge",
             "Pipeline",
             "RedisHandle",
@@ -67,6 +69,7 @@ PUBLIC: dict[str, frozenset[str]] = {
             "current_runner",
             "election",
             "errors",
+            "graph",
             "group",
             "keys",
             "middleware",
@@ -196,7 +199,9 @@ PUBLIC: dict[str, frozenset[str]] = {
         }
     ),
     "trunner.aio": frozenset({"Client"}),
-    "trunner.workflows": frozenset({"MAX_NODES", "Step", "chain", "chord", "group", "step"}),
+    "trunner.workflows": frozenset(
+        {"MAX_NODES", "Graph", "Node", "Step", "chain", "chord", "graph", "group", "step"}
+    ),
     "trunner.sync": frozenset(
         {
             "Admin",

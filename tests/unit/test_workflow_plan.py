@@ -1,5 +1,6 @@
 """A workflow's values compiled to its plan (trunner/workflows/): nodes in topological
-order, what each waits for and reads, who reads each result, the templates' parts."""
+order, what each waits for and reads, who reads each result, the templates' parts; graphs
+and what they refuse when built."""
 
 from __future__ import annotations
 
@@ -7,7 +8,16 @@ import pytest
 
 import trunner
 from trunner._wire.workflow import Literal, Results, encode_template
-from trunner._workflows import chain, chord, compile_plan, exit_parts, group, step
+from trunner._workflows import (
+    Graph,
+    chain,
+    chord,
+    compile_plan,
+    exit_parts,
+    graph,
+    group,
+    step,
+)
 
 tasks = trunner.TaskRegistry()
 
@@ -114,3 +124,124 @@ def test_ranges_of_successors_are_written_short() -> None:
         Results(4, 4, b","),
         Literal(b"]"),
     ]
+
+
+@tasks.task()
+async def pair(both: tuple[int, int]) -> int:
+    return both[0] + both[1]
+
+
+def test_a_diamond_fans_out_and_joins_its_parents_in_their_order() -> None:
+    g = Graph()
+    a = g.add(step(fetch, "u"))
+    b = g.then(a, step(parse))
+    c = g.then(a, step(parse))
+    d = g.join(step(pair), c, b)
+    plan = compile_plan(g.returning(d))
+    assert [n.waits_for for n in plan.nodes] == [(), (0,), (0,), (1, 2)]
+    assert [n.reads for n in plan.nodes] == [None, 0, 0, (2, 1)], "d reads [c's, b's]"
+    assert plan.successors == ((1, 2), (3,), (3,), ())
+    assert [plan.next_of(i) for i in range(4)] == ["1-2", "3", "3", ""]
+    assert plan.readers == (2, 1, 1, 1), "a is read by b and c"
+    assert plan.output_spec() == "3"
+    assert encode_template(exit_parts((2, 1))) == b"L1:[R2-2,1:,L1:,R1-1,1:,L1:]"
+
+
+def test_the_dict_form_is_the_same_graph_in_an_order_where_parents_come_first() -> None:
+    wf = graph(
+        {
+            "d": (step(pair), ["c", "b"]),
+            "a": step(fetch, "u"),
+            "b": (step(parse), "a"),
+            "c": (step(parse), "a"),
+        }
+    )
+    plan = compile_plan(wf)
+    assert [n.step.task for n in plan.nodes] == [fetch, parse, parse, pair]
+    assert [n.reads for n in plan.nodes] == [None, 0, 0, (2, 1)]
+    assert plan.output == 3, "its one node that nothing reads"
+
+
+def test_a_join_of_one_parent_reads_a_list_and_then_reads_the_value() -> None:
+    g = Graph()
+    a = g.add(step(fetch, "u"))
+    listed = g.join(step("total"), a)
+    plain = g.then(a, step(parse))
+    plan = compile_plan(g.returning(listed, plain))
+    assert [n.reads for n in plan.nodes] == [None, (0,), 0]
+    assert plan.output_spec() == "[1,2]", "several returned nodes: the list of theirs"
+    assert plan.readers == (2, 1, 1)
+
+
+def test_every_node_runs_and_one_nobody_reads_keeps_no_result() -> None:
+    wf = graph({"a": step(fetch, "u"), "b": (step(parse), "a"), "side": step(fetch, "v")},
+               returning="b")  # fmt: skip
+    plan = compile_plan(wf)
+    assert len(plan.nodes) == 3
+    assert plan.readers == (1, 1, 0)
+
+
+def test_a_node_may_be_a_composite_and_its_exit_is_what_it_gives() -> None:
+    g = Graph()
+    a = g.add(chain(step(fetch, "u"), step(parse)))
+    fan = g.then(a, group([step(double), step(double)]))
+    d = g.join(step("report"), a, fan)
+    plan = compile_plan(g.returning(d))
+    assert [n.waits_for for n in plan.nodes] == [(), (0,), (1,), (1,), (1, 2, 3)]
+    assert plan.nodes[4].reads == (1, (2, 3)), "a's last step, then the group's list"
+
+
+def test_a_graph_nests_in_a_chain_its_first_nodes_wait_for_what_comes_before() -> None:
+    g = Graph()
+    a = g.add(step(fetch, "a"))
+    b = g.add(step(fetch, "b"))
+    inner = g.returning(g.join(step("pair"), a, b))
+    plan = compile_plan(chain(step(fetch, "first"), inner, step(double)))
+    assert [n.waits_for for n in plan.nodes] == [(), (0,), (0,), (1, 2), (3,)]
+    assert [n.reads for n in plan.nodes] == [None, None, None, (1, 2), 3]
+    assert plan.output == 4
+    outer = graph({"x": inner, "y": (step(double), "x")})
+    assert compile_plan(outer).output == 3, "and in another graph"
+
+
+def test_nodes_added_after_returning_are_not_in_the_graph() -> None:
+    g = Graph()
+    a = g.add(step(fetch, "u"))
+    wf = g.returning(a)
+    g.then(a, step(parse))
+    assert len(compile_plan(wf).nodes) == 1
+
+
+def test_what_cannot_run_is_refused_when_the_graph_is_built() -> None:
+    with pytest.raises(ValueError, match="'a' -> 'b' -> 'a' make a cycle"):
+        graph({"top": step(fetch, "u"), "a": (step(parse), ["b"]), "b": (step(parse), "a")})
+    with pytest.raises(ValueError, match="'a' -> 'a' make a cycle"):
+        graph({"a": (step(parse), "a")})
+    with pytest.raises(ValueError, match="node 'c' reads 'x', which is not a node"):
+        graph({"a": step(fetch, "u"), "c": (step(pair), ["a", "x"])})
+    with pytest.raises(ValueError, match="at least one node"):
+        graph({})
+    with pytest.raises(ValueError, match="node 'a' has no parents and no payload"):
+        graph({"a": step(parse)})
+    with pytest.raises(ValueError, match="'a', 'b' are read by no other"):
+        graph({"a": step(fetch, "u"), "b": step(fetch, "v")})
+    with pytest.raises(ValueError, match="returning='z' names no node"):
+        graph({"a": step(fetch, "u")}, returning="z")
+    with pytest.raises(TypeError, match="node 'a' is a step"):
+        graph({"a": fetch})  # type: ignore[dict-item]
+    g, other = Graph(), Graph()
+    first = g.add(step(fetch, "u"), name="first")
+    with pytest.raises(ValueError, match=r"#1 \(parse\) has no parents and no payload"):
+        g.add(step(parse))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="reads node 'first', which is a node of another graph"):
+        other.then(first, step(parse))
+    with pytest.raises(ValueError, match="node 'first': a node of this graph has that name"):
+        g.add(step(fetch, "v"), name="first")
+    again = step(parse)
+    g.then(first, again)
+    with pytest.raises(ValueError, match=r"its step is node #1 \(parse\) already"):
+        g.then(first, again)
+    with pytest.raises(ValueError, match="at least one parent"):
+        g.join(step(total))
+    with pytest.raises(ValueError, match="returning"):
+        g.returning()  # type: ignore[call-overload]

@@ -11,6 +11,7 @@ from typing import Any, Final, TypeAlias
 import attrs
 
 from .._wire.workflow import Literal, Part, Results
+from ._graph import GraphStep
 from ._steps import Chain, Group, Step, TaskStep
 
 __all__ = ["MAX_NODES", "Exit", "Plan", "PlanNode", "compile_plan", "exit_parts"]
@@ -105,7 +106,27 @@ def _compile(piece: Step[Any, Any], given: Exit | None, nodes: list[PlanNode], m
         return exit_
     if isinstance(piece, Group):
         return tuple(_compile(part, given, nodes, most) for part in piece.steps)
+    if isinstance(piece, GraphStep):
+        return _compile_graph(piece, given, nodes, most)
     raise TypeError(f"not a piece of a workflow: {piece!r:.60}")
+
+
+def _compile_graph(piece: GraphStep, given: Exit | None, nodes: list[PlanNode], most: int) -> Exit:
+    """Each node after its parents, given its parent's exit (or the tuple of its parents'
+    for a join); the nodes without parents are bound, so they wait for ``given`` and do not
+    read it."""
+    exits: list[Exit] = []
+    for node in piece.nodes:
+        if not node.parents:
+            reads = given
+        elif node.join:
+            reads = tuple(exits[parent] for parent in node.parents)
+        else:
+            reads = exits[node.parents[0]]
+        exits.append(_compile(node.step, reads, nodes, most))
+    if piece.several:
+        return tuple(exits[index] for index in piece.output)
+    return exits[piece.output[0]]
 
 
 def _flat(exit_: Exit) -> list[int]:
