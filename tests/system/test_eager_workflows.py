@@ -183,3 +183,23 @@ async def test_a_steps_own_timeout_and_headers_apply() -> None:
     with trio.fail_after(10), pytest.raises(WorkflowFailed) as caught:
         await call_workflow(tasks, step(nap, 3600.0, timeout=0.01))
     assert caught.value.failures[0].error.type_name == "TaskTimeout"
+
+
+@tasks.task()
+async def pair(both: tuple[Page, int]) -> str:
+    page, number = both
+    assert isinstance(page, Page)
+    return f"{page.url}:{number}"
+
+
+async def test_a_graphs_join_gets_its_parents_results_in_order() -> None:
+    g = wf.Graph()
+    page = g.add(step(fetch, "abc"))
+    words = g.then(page, step(count))
+    joined = g.join(step(pair), page, words)
+    assert await call_workflow(tasks, g.returning(joined)) == "abc:3"
+    named = wf.graph(
+        {"p": step(fetch, "ab"), "n": (step(count), "p"), "j": (step(pair), ["p", "n"])}
+    )
+    assert await call_workflow(tasks, named) == "ab:2"
+    assert ran == ["fetch abc", "fetch ab"]  # each node once
