@@ -204,6 +204,30 @@ def test_a_graph_nests_in_a_chain_its_first_nodes_wait_for_what_comes_before() -
     assert compile_plan(outer).output == 3, "and in another graph"
 
 
+def test_what_follows_a_graph_waits_for_every_node_of_it_as_a_nursery_does() -> None:
+    g = Graph()
+    a = g.add(step(fetch, "u"))
+    b = g.then(a, step(parse))
+    g.then(a, step(fetch))  # a side node: nothing reads it
+    plan = compile_plan(chain(g.returning(b), step(double), step(double)))
+    assert [n.waits_for for n in plan.nodes] == [(), (0,), (0,), (1, 2), (3,)]
+    assert [n.reads for n in plan.nodes] == [None, 0, 0, 1, 3], "it reads only b"
+    assert plan.readers == (2, 1, 0, 1, 1)
+    inner = graph({"x": g.returning(b), "y": (step(double), "x")})
+    nested = compile_plan(chain(inner, step(double)))
+    assert nested.nodes[3].waits_for == (1, 2), "y waits for the inner graph's side node"
+    assert nested.nodes[4].waits_for == (3,)
+
+
+def test_a_parent_joined_twice_is_read_twice() -> None:
+    g = Graph()
+    a = g.add(step(double, 5))
+    twice = g.join(step("pair"), a, a)
+    plan = compile_plan(g.returning(twice, a))
+    assert plan.nodes[1].reads == (0, 0)
+    assert plan.readers == (3, 1), "released once per read, and the workflow's result"
+
+
 def test_nodes_added_after_returning_are_not_in_the_graph() -> None:
     g = Graph()
     a = g.add(step(fetch, "u"))

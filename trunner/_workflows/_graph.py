@@ -301,11 +301,15 @@ def _ordered(parsed: Mapping[str, tuple[Any, tuple[str, ...], bool]]) -> list[st
 def _cycle(parsed: Mapping[str, tuple[Any, tuple[str, ...], bool]], placed: set[str]) -> str:
     """One cycle among the nodes not placed, as ``'a' -> 'b' -> 'a'``."""
     path = [next(name for name in parsed if name not in placed)]
+    at = {path[0]: 0}
     while True:
         here = next(p for p in parsed[path[-1]][1] if p not in placed)
-        if here in path:
-            loop = [*path[path.index(here) :], here]
-            return " -> ".join(repr(name) for name in reversed(loop))
+        if here in at:
+            loop = [repr(name) for name in [*path[at[here] :], here][::-1]]
+            if len(loop) <= 12:
+                return " -> ".join(loop)
+            return f"{' -> '.join([*loop[:10], '...', loop[-1]])} ({len(loop) - 1} nodes)"
+        at[here] = len(path)
         path.append(here)
 
 

@@ -72,21 +72,34 @@ def compile_plan(workflow: Step[Any, Any], max_nodes: int = MAX_NODES) -> Plan:
     """The plan of ``workflow``; ValueError when it cannot run: an open step that nothing
     comes before (it has no payload), more than ``max_nodes`` steps."""
     nodes: list[PlanNode] = []
-    output = _compile(workflow, None, nodes, max_nodes)
+    output, _ = _compile(workflow, None, (), nodes, max_nodes)
     successors: list[list[int]] = [[] for _ in nodes]
     readers = [0] * len(nodes)
     for index, node in enumerate(nodes):
         for before in node.waits_for:
             successors[before].append(index)
         if node.reads is not None:
-            for read in set(_flat(node.reads)):
+            for read in _flat(node.reads):  # each time: the script releases it each time
                 readers[read] += 1
-    for read in set(_flat(output)):
+    for read in set(_flat(output)):  # kept until the workflow's outcome expires
         readers[read] += 1
     return Plan(tuple(nodes), output, tuple(tuple(s) for s in successors), tuple(readers))
 
 
-def _compile(piece: Step[Any, Any], given: Exit | None, nodes: list[PlanNode], most: int) -> Exit:
+#: What a piece gives the steps after it: the exit they read, and the nodes they wait for
+#: besides (a graph's nodes that feed no other and are not in its result).
+_Out: TypeAlias = "tuple[Exit, tuple[int, ...]]"
+
+
+def _compile(
+    piece: Step[Any, Any],
+    given: Exit | None,
+    after: tuple[int, ...],
+    nodes: list[PlanNode],
+    most: int,
+) -> _Out:
+    """Compile ``piece`` into ``nodes``: its first steps read ``given`` and wait for it
+    and for ``after``."""
     if isinstance(piece, TaskStep):
         if given is None and not piece.bound:
             raise ValueError(
@@ -95,38 +108,52 @@ def _compile(piece: Step[Any, Any], given: Exit | None, nodes: list[PlanNode], m
             )
         if len(nodes) >= most:
             raise ValueError(f"a workflow has at most {most} steps")
-        waits = tuple(sorted(set(_flat(given)))) if given is not None else ()
+        read = _flat(given) if given is not None else []
+        waits = tuple(sorted({*read, *after}))
         nodes.append(PlanNode(piece, waits, None if piece.bound else given))
-        return len(nodes) - 1
+        return len(nodes) - 1, ()
     if isinstance(piece, Chain):
-        exit_ = given
+        exit_, also = given, after
         for part in piece.steps:
-            exit_ = _compile(part, exit_, nodes, most)
+            exit_, also = _compile(part, exit_, also, nodes, most)
         assert exit_ is not None
-        return exit_
+        return exit_, also
     if isinstance(piece, Group):
-        return tuple(_compile(part, given, nodes, most) for part in piece.steps)
+        outs = [_compile(part, given, after, nodes, most) for part in piece.steps]
+        return tuple(exit_ for exit_, _ in outs), tuple(n for _, also in outs for n in also)
     if isinstance(piece, GraphStep):
-        return _compile_graph(piece, given, nodes, most)
+        return _compile_graph(piece, given, after, nodes, most)
     raise TypeError(f"not a piece of a workflow: {piece!r:.60}")
 
 
-def _compile_graph(piece: GraphStep, given: Exit | None, nodes: list[PlanNode], most: int) -> Exit:
+def _compile_graph(
+    piece: GraphStep, given: Exit | None, after: tuple[int, ...], nodes: list[PlanNode], most: int
+) -> _Out:
     """Each node after its parents, given its parent's exit (or the tuple of its parents'
     for a join); the nodes without parents are bound, so they wait for ``given`` and do not
-    read it."""
-    exits: list[Exit] = []
+    read it. What follows the graph waits for every node of it that feeds no other, as a
+    nursery's end waits for every child, and reads the nodes it returns."""
+    outs: list[_Out] = []
+    fed: set[int] = set()
     for node in piece.nodes:
+        fed.update(node.parents)
+        also = tuple(n for parent in node.parents for n in outs[parent][1])
         if not node.parents:
-            reads = given
+            reads, also = given, after
         elif node.join:
-            reads = tuple(exits[parent] for parent in node.parents)
+            reads = tuple(outs[parent][0] for parent in node.parents)
         else:
-            reads = exits[node.parents[0]]
-        exits.append(_compile(node.step, reads, nodes, most))
-    if piece.several:
-        return tuple(exits[index] for index in piece.output)
-    return exits[piece.output[0]]
+            reads = outs[node.parents[0]][0]
+        outs.append(_compile(node.step, reads, also, nodes, most))
+    exit_: Exit = (
+        tuple(outs[index][0] for index in piece.output)
+        if piece.several
+        else outs[piece.output[0]][0]
+    )
+    read = set(_flat(exit_))
+    tails = [i for i in range(len(piece.nodes)) if i not in fed or i in piece.output]
+    waited = {n for i in tails for n in (*_flat(outs[i][0]), *outs[i][1])}
+    return exit_, tuple(sorted(waited - read))
 
 
 def _flat(exit_: Exit) -> list[int]:
