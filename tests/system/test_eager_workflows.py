@@ -50,6 +50,16 @@ async def broken(_: object) -> int:
     raise ValueError("broken")
 
 
+#: Set once ``hang`` runs (a new one per test).
+hung: dict[str, trio.Event] = {}
+
+
+@tasks.task(max_retry=0)
+async def broken_once_hung(_: object) -> int:
+    await hung["started"].wait()
+    raise ValueError("broken")
+
+
 #: The steps of ``meet`` that started, and the event the last one sets.
 met: dict[str, object] = {}
 
@@ -76,6 +86,7 @@ async def plus(number: int) -> int:
 
 @tasks.task()
 async def hang(_: object) -> int:
+    hung["started"].set()
     ran.append("hang started")
     try:
         await trio.sleep_forever()
@@ -104,6 +115,7 @@ async def once(_: str) -> None:
 def forget() -> None:
     ran.clear()
     met.clear()
+    hung["started"] = trio.Event()
     flaky_attempts.clear()
 
 
@@ -131,13 +143,13 @@ async def test_a_groups_steps_run_side_by_side() -> None:
 
 
 async def test_a_failure_cancels_the_running_steps_as_a_nursery_does() -> None:
-    failing = wf.group([step(hang, 0), step(broken, 0)])
+    failing = wf.group([step(hang, 0), step(broken_once_hung, 0)])
     with trio.fail_after(10), pytest.raises(WorkflowFailed) as caught:
         await call_workflow(tasks, chord(failing, step(total)))
     assert ran == ["hang started", "hang ended"]  # cancelled; the callback never ran
     [failure] = caught.value.failures
     assert isinstance(failure, StepFailed)
-    assert (failure.node, failure.task_name, failure.attempt) == (1, "broken", 1)
+    assert (failure.node, failure.task_name, failure.attempt) == (1, "broken_once_hung", 1)
     assert (failure.error.type_name, failure.error.message) == ("ValueError", "broken")
 
 
@@ -203,3 +215,48 @@ async def test_a_graphs_join_gets_its_parents_results_in_order() -> None:
     )
     assert await call_workflow(tasks, named) == "ab:2"
     assert ran == ["fetch abc", "fetch ab"]  # each node once
+
+
+@tasks.task()
+async def quick(number: int) -> int:
+    ran.append(f"quick {number}")  # no checkpoint: a cancel cannot reach it
+    return number
+
+
+async def test_after_a_failure_no_step_starts_even_when_none_noticed_the_cancel() -> None:
+    work = wf.group([step(broken, 1), chain(step(quick, 2), step(quick), step(quick))])
+    with pytest.raises(WorkflowFailed):
+        await call_workflow(tasks, work)
+    assert ran.count("quick 2") <= 1, ran  # at most the one started with the failing step
+
+
+async def test_a_bound_payload_is_checked_before_any_step_runs() -> None:
+    with pytest.raises(trunner.errors.InvalidPayload):
+        await call_workflow(tasks, chain(step(fetch, "a"), step(fetch, 42)))  # type: ignore[arg-type]
+    with pytest.raises(trunner.errors.InvalidPayload):
+        await call_workflow(tasks, chain(step(fetch, "a"), step(hang, {1, 2})))  # no JSON form
+    assert ran == []
+
+
+@tasks.task()
+async def wants_a_runner(_: object) -> None:
+    await hung["started"].wait()
+    trunner.current_runner()
+
+
+@tasks.task()
+async def no_json(_: object) -> object:
+    return {1, 2}
+
+
+async def test_a_wrong_set_up_is_raised_bare_as_call_task_raises_it() -> None:
+    with pytest.raises(trunner.errors.RunnerNotRunning):
+        await call_workflow(tasks, wf.group([step(wants_a_runner, 0), step(hang, 0)]))
+    assert ran == ["hang started", "hang ended"]
+
+
+async def test_a_result_nothing_reads_is_not_encoded_as_on_a_runner() -> None:
+    g = wf.Graph()
+    a = g.add(step(quick, 1))
+    g.then(a, step(no_json))
+    assert await call_workflow(tasks, g.returning(a)) == 1

@@ -14,10 +14,12 @@ import trio
 
 from .._engine.steps import step_failure
 from .._executors.eager import DEFAULT_MAX_PAYLOAD_BYTES
+from .._producer.build import payload_of
 from .._producer.workflows import step_task
 from .._redis import WorkflowLook
 from .._task import Task
 from .._wire.codec import TypeCodec
+from .._wire.envelope import payload_json
 from .._workflow_handle import workflow_outcome
 from .._workflows import Exit, Plan, Step, TaskStep, compile_plan
 from ..errors import InvalidPayload, InvalidResult, MaxRetryExceeded
@@ -83,6 +85,9 @@ async def call_workflow(
         raise TypeError(f"fail_fast must be a bool, got {fail_fast!r}")
     plan = compile_plan(workflow)
     found = [_task_of(tasks, i, node.step) for i, node in enumerate(plan.nodes)]
+    for node, task in zip(plan.nodes, found, strict=True):
+        if node.step.bound:  # as dispatch checks it: its type, its JSON form
+            payload_json(task.name, payload_of(task, node.step.payload))
     run = _Run(plan, found, fail_fast, f"eager-{secrets.token_hex(6)}")
 
     async def call(task: Task, payload: Any, headers: Mapping[str, str] | None) -> Any:
@@ -98,14 +103,21 @@ async def call_workflow(
 
     async with trio.open_nursery() as nursery:
         run.start(nursery, call, max_payload_bytes)
+    if run.error is not None:  # the test's set-up, not a step, is wrong: as call_task
+        raise run.error
     codecs: dict[int, TypeCodec] = {i: found[i].result_codec for i in plan.output_nodes()}
     return workflow_outcome(run.id, run.look(), codecs)  # type: ignore[no-any-return]
 
 
 def _task_of(tasks: TaskRegistry, index: int, step: TaskStep) -> Task:
-    """Step ``index``'s task as it runs: the registry's, with the step's ``timeout``."""
+    """Step ``index``'s task as it runs: the registry's, with the step's ``timeout`` and
+    ``keep_result``."""
     task = tasks.get(step_task(tasks, index, step)[0])
-    return task if step.timeout is None else attrs.evolve(task, timeout=step.timeout)
+    if step.timeout is not None:
+        task = attrs.evolve(task, timeout=step.timeout)
+    if step.keep_result is not None:
+        task = attrs.evolve(task, keep_result=step.keep_result)
+    return task
 
 
 class _Run:
@@ -116,6 +128,10 @@ class _Run:
         self.waiting = [len(node.waits_for) for node in plan.nodes]
         self.results: dict[int, bytes] = {}
         self.failures: dict[int, str] = {}
+        self.stopped = False
+        """Set by a failure with fail-fast: no step starts after it."""
+        self.error: Exception | None = None
+        """What stopped the run that is no step's failure (a wrong set-up)."""
 
     def start(self, nursery: trio.Nursery, call: Call, max_bytes: int) -> None:
         for index, count in enumerate(self.waiting):
@@ -123,23 +139,39 @@ class _Run:
                 nursery.start_soon(self._step, nursery, call, max_bytes, index)
 
     async def _step(self, nursery: trio.Nursery, call: Call, max_bytes: int, index: int) -> None:
+        if self._halted():
+            return
         node, task = self.plan.nodes[index], self.tasks[index]
         payload = node.step.payload
         if node.reads is not None:
             payload = msgspec.json.decode(self._assembled(node.reads))
         try:
             value = await call(task, payload, node.step.headers)
-            self.results[index] = task.result_codec.encode_json(value, max_bytes)
+            if self.plan.readers[index]:  # encoded when read, as a runner does
+                self.results[index] = task.result_codec.encode_json(value, max_bytes)
         except (MaxRetryExceeded, InvalidPayload, InvalidResult) as exc:  # failed for good
             attempt = exc.attempts if isinstance(exc, MaxRetryExceeded) else 1
             self.failures[index] = step_failure("failed", task.name, attempt, "", exc)
-            if self.fail_fast:
-                nursery.cancel_scope.cancel()
+            self._stop(nursery, self.fail_fast)
+            return
+        except Exception as exc:  # noqa: BLE001 - raised bare after the nursery
+            self.error = self.error or exc
+            self._stop(nursery, True)
+            return
+        if self._halted():  # a failure while it ran, and it did not notice the cancel
             return
         for after in self.plan.successors[index]:
             self.waiting[after] -= 1
             if self.waiting[after] == 0:
                 nursery.start_soon(self._step, nursery, call, max_bytes, after)
+
+    def _halted(self) -> bool:
+        return self.stopped
+
+    def _stop(self, nursery: trio.Nursery, stop: bool) -> None:
+        if stop:
+            self.stopped = True
+            nursery.cancel_scope.cancel()
 
     def _assembled(self, reads: Exit) -> bytes:
         """A payload made of results, as the scripts make it: their JSON, in lists."""
