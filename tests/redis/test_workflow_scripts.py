@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from trunner._redis import Broker, StepEnd
+from trunner._redis.broker.workflows import WorkflowSweep
 from trunner._wire.envelope import encode_message, message_template
 from trunner._wire.keys import Keys
 from trunner._wire.message import MessageOptions
@@ -380,3 +381,69 @@ async def test_a_successor_named_twice_is_set_aside_not_counted_twice(
     assert await deliver(broker, "c1", 1) == [], "the join did not start"
     (aside,) = raw.xrange(keys.quarantine)
     assert b"successors" in aside[1][b"reason"]
+
+
+async def test_a_cancel_sweeps_the_steps_no_runner_holds_each_ended_once(
+    broker: Broker, raw: Any, keys: Keys
+) -> None:
+    """Steps queued, in a retry's backoff and waiting for a concurrency slot are taken out
+    by the cancel's sweep (cancel_steps.lua, in pages) and end 'cancelled' once each; the
+    running one is left to the mark, and the workflow settles when it ends."""
+    flow = keys._workflow(W)
+    roots = [(i, root(keys, i, i)) for i in range(5)]
+    assert await start(broker, 5, [], roots) == "ok"
+    running, waiting, retrying = await deliver(broker, "c1", 3)
+    assert [step_of(raw, keys, i)["wf"][1] for i in (running, waiting, retrying)] == [0, 1, 2]
+    slot = (keys.concurrency_holders("1:t"), keys.concurrency_waiting("1:t"), 1)
+    assert await broker.admit(running, f"{W}.0", 1.0, roots[0][1], None, slot) == ("run", 0)
+    assert await broker.admit(waiting, f"{W}.1", 1.0, roots[1][1], None, slot) == ("wait", 1)
+    step = StepEnd(W, 2, "failed")
+    assert await broker.retry(retrying, f"{W}.2", 60_000, roots[2][1], step=step, owner=C1)
+    # Nodes 3 and 4 are queued: never delivered.
+
+    assert await broker.cancel_workflow(W) == "cancelling"
+    swept = await broker.sweep_workflow(W, page=2)
+    assert (swept.state, swept.removed, swept.left) == ("cancelling", 4, 1)
+    s = state(raw, keys)
+    assert (s["live"], s["cancelled"], s["failures"], s["ok"]) == ("1", "4", "0", "0")
+    assert raw.zcard(keys.retries) == 0
+    assert raw.llen(slot[1]) == 0
+    assert raw.hlen(keys.concurrency_waiters) == 0
+    assert [json.loads(f[b"payload"])["wf"][1] for _, f in raw.xrange(keys.stream)] == [0]
+    assert raw.hget(keys.task(f"{W}.3"), "state") == b"cancelled", "its own outcome too"
+    assert raw.hget(keys.task(f"{W}.3"), "task") == b"t"
+    again = await broker.sweep_workflow(W)
+    assert (again.removed, again.left) == (0, 1), "idempotent: each ends once"
+    assert state(raw, keys)["cancelled"] == "4"
+
+    await broker.ack(
+        [running], slots={running: slot}, steps={running: StepEnd(W, 0, "cancelled")},
+        owners=owned([running]),
+    )  # fmt: skip
+    assert await deliver(broker, "c1", 1) == [], "the freed slot grants nothing: no waiter"
+    look = await broker.workflow_look(W)
+    assert (look.fields["state"], look.fields["cancelled"], look.fields["live"]) == (
+        "cancelled",
+        "5",
+        "0",
+    )
+    assert raw.bitcount(flow.marks) == 10, "every node started and ended, once"
+    assert raw.zscore(keys.workflows, W) is None
+
+
+async def test_a_cancelled_workflow_with_nothing_running_settles_with_its_sweep(
+    broker: Broker, raw: Any, keys: Keys
+) -> None:
+    plan = [("t:2", template(keys, 2, [Results(0, 1, b",")])), ("w:2", 2)]
+    roots = [(i, root(keys, i, i, "2")) for i in range(2)]
+    assert await start(broker, 3, plan, roots) == "ok"
+    assert await broker.sweep_workflow(W) == WorkflowSweep("running", 0, 0), "not cancelled"
+    assert await broker.cancel_workflow(W) == "cancelling"
+    swept = await broker.sweep_workflow(W)
+    assert swept == WorkflowSweep("cancelled", 2, 0)
+    assert raw.xlen(keys.stream) == 0
+    look = await broker.workflow_look(W)
+    assert (look.fields["cancelled"], look.fields["live"]) == ("2", "0")
+    assert await broker.sweep_workflow(W) == WorkflowSweep("cancelled", 0, 0)
+    raw.delete(keys._workflow(W).wf)
+    assert await broker.sweep_workflow(W) == WorkflowSweep("gone", 0, 0)
