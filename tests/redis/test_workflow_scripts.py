@@ -447,3 +447,41 @@ async def test_a_cancelled_workflow_with_nothing_running_settles_with_its_sweep(
     assert await broker.sweep_workflow(W) == WorkflowSweep("cancelled", 0, 0)
     raw.delete(keys._workflow(W).wf)
     assert await broker.sweep_workflow(W) == WorkflowSweep("gone", 0, 0)
+
+
+async def test_a_big_workflows_sweep_goes_in_pages_over_its_bitmap(
+    broker: Broker, raw: Any, keys: Keys
+) -> None:
+    """1500 steps, every third ended before the cancel: the sweep takes the other 1000 out
+    in pages of at most 200, each call bounded, and the workflow settles with the last."""
+    children = 1500
+    roots = [(i, root(keys, i, i)) for i in range(children)]
+    assert await start(broker, children, [], roots) == "ok"
+    ids = await deliver(broker, "c1", children)
+    ended = {i: StepEnd(W, n, "ok") for n, i in enumerate(ids) if n % 3 == 0}
+    assert await ack_steps(broker, ended) == (500, [])
+    for n, i in enumerate(ids):
+        if n % 3:
+            await broker.transport.execute("XACK", keys.stream, keys.group, i)
+            await broker.transport.execute("XDEL", keys.stream, i)
+            again = await broker.enqueue(root(keys, n, n))  # queued again, as a grant is
+            raw.hset(keys.where, f"{W}.{n}", again)
+    script, pages = broker._script, []
+
+    async def counted(name: str, keys_: Any, args: Any) -> Any:
+        reply = await script(name, keys_, args)
+        pages.append((name, reply[2] if name == "cancel_steps" else None))
+        return reply
+
+    assert await broker.cancel_workflow(W) == "cancelling"
+    broker._script = counted  # type: ignore[method-assign,assignment]
+    swept = await broker.sweep_workflow(W)
+    assert swept == WorkflowSweep("cancelled", 1000, 0)
+    assert [taken for _, taken in pages] == [200] * 5, "pages of 200, the last settles"
+    look = await broker.workflow_look(W)
+    assert (look.fields["ok"], look.fields["cancelled"], look.fields["live"]) == (
+        "500",
+        "1000",
+        "0",
+    )
+    assert raw.bitcount(keys._workflow(W).marks) == 2 * children
