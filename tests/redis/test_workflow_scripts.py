@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from trunner._redis import Broker, StepEnd
-from trunner._redis.broker.workflows import WorkflowSweep
+from trunner._redis import Broker, StepEnd, WorkflowSweep
 from trunner._wire.envelope import encode_message, message_template
 from trunner._wire.keys import Keys
 from trunner._wire.message import MessageOptions
@@ -485,3 +484,40 @@ async def test_a_big_workflows_sweep_goes_in_pages_over_its_bitmap(
         "0",
     )
     assert raw.bitcount(keys._workflow(W).marks) == 2 * children
+
+
+async def test_the_janitors_look_at_the_index_and_its_cancel_of_an_abandoned_start(
+    broker: Broker, raw: Any, keys: Keys
+) -> None:
+    """tidy_workflows.lua names a workflow still adding its first steps since before the
+    cutoff, and takes out of the index those gone, settled or not trunner's; the janitor's
+    cancel (cancel_workflow.lua with a cutoff) checks it again in the same call."""
+    flow = keys._workflow(W)
+    script = broker._script
+
+    async def first_chunk_only(name: str, keys_: Any, args: Any) -> Any:
+        reply = await script(name, keys_, args)
+        if name == "workflow_start":
+            raise ConnectionError("the producer stopped")
+        return reply
+
+    broker._script = first_chunk_only  # type: ignore[method-assign,assignment]
+    with pytest.raises(ConnectionError):
+        await start(broker, 1001, [], [(i, root(keys, i, i)) for i in range(1001)])
+    broker._script = script  # type: ignore[method-assign]
+    created = int(raw.hget(flow.wf, "created"))
+    for name in ("bad", "gone"):
+        raw.zadd(keys.workflows, {name: created})
+    raw.hset(keys._workflow("bad").wf, mapping={**state(raw, keys), "live": "inf"})
+    assert await broker.tidy_workflows([W, "bad", "gone"], created - 1) == [
+        "live",
+        "live: a string that is not an integer in decimal digits",
+        "gone",
+    ]
+    assert raw.zrange(keys.workflows, 0, -1) == [W.encode()]
+    assert await broker.cancel_workflow(W, abandoned_before_ms=created - 1) == "running"
+    assert state(raw, keys)["state"] == "running", "dispatched after the cutoff: left alone"
+    assert await broker.tidy_workflows([W], created) == ["abandoned"]
+    assert await broker.cancel_workflow(W, abandoned_before_ms=created) == "cancelling"
+    assert await broker.sweep_workflow(W) == WorkflowSweep("cancelled", 1000, 0)
+    assert await broker.tidy_workflows([W], created) == ["gone"], "settled: out of the index"

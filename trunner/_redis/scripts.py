@@ -116,6 +116,7 @@ class _Scripts:
         )
         self.workflow_start = make_script("workflow_start", _flowing("workflow_start"))
         self.cancel_workflow = make_script("cancel_workflow", _flowing("cancel_workflow"))
+        self.tidy_workflows = make_script("tidy_workflows", _flowing("tidy_workflows"))
         self.admit = make_script("admit", _numbered(_limited("admit", typed=True)))
         self.reconcile_slots = make_script(
             "reconcile_slots", _read("delivered") + "\n" + _limited("reconcile_slots")

@@ -147,13 +147,46 @@ class Workflows(BrokerBase):
                 return reply
         return "ok"
 
-    async def cancel_workflow(self, workflow_id: str) -> str:
+    async def cancel_workflow(
+        self, workflow_id: str, *, abandoned_before_ms: int | None = None
+    ) -> str:
         """Cancel workflow ``workflow_id`` (``cancel_workflow.lua``): its state after
-        (``"cancelling"``, ``"failing"``, a settled state, or ``"gone"``)."""
-        reply = await self._script(
-            "cancel_workflow", self._whole_keys(workflow_id), [workflow_id, *self._flow_context()]
-        )
+        (``"cancelling"``, ``"failing"``, a settled state, or ``"gone"``). With
+        ``abandoned_before_ms`` only if its producer abandoned it: still adding its first
+        steps, dispatched at or before then (else its state, nothing written)."""
+        args = [workflow_id, *self._flow_context()]
+        if abandoned_before_ms is not None:
+            args.append(abandoned_before_ms)
+        reply = await self._script("cancel_workflow", self._whole_keys(workflow_id), args)
         return as_str(reply)
+
+    async def workflow_index_page(
+        self, cursor: int, count: int
+    ) -> tuple[int, list[tuple[bytes, float]]]:
+        """One page of ``ZSCAN`` of the group's index of live workflows: (next cursor, 0
+        when the scan is complete; (member as stored, its time of dispatch in ms))."""
+        reply = await self.transport.execute("ZSCAN", self.keys.workflows, cursor, "COUNT", count)
+        flat = reply[1] or []
+        return int(reply[0]), [
+            (bytes(flat[i]), float(flat[i + 1])) for i in range(0, len(flat) - 1, 2)
+        ]
+
+    async def tidy_workflows(
+        self, workflow_ids: Sequence[str], abandoned_before_ms: int
+    ) -> list[str]:
+        """Look at the workflows ``workflow_ids`` of the index (``tidy_workflows.lua``):
+        per workflow ``"live"``, ``"abandoned"`` (still adding its first steps, dispatched
+        at or before ``abandoned_before_ms``), ``"gone"`` (out of the index), or why its
+        keys are not trunner's (out of the index)."""
+        keys = [self.keys.workflows]
+        for workflow_id in workflow_ids:
+            keys += self.keys._workflow(workflow_id).names()
+        reply = await self._script("tidy_workflows", keys, [abandoned_before_ms, *workflow_ids])
+        return [as_str(verdict) for verdict in reply]
+
+    async def forget_index_entry(self, member: bytes) -> bool:
+        """Drop ``member`` (as stored) from the group's index of live workflows."""
+        return bool(await self.transport.execute("ZREM", self.keys.workflows, member))
 
     async def sweep_workflow(self, workflow_id: str, *, page: int = SWEEP_PAGE) -> WorkflowSweep:
         """Take out every step of cancelled (or failing) workflow ``workflow_id`` that waits
