@@ -251,7 +251,7 @@ async def test_the_janitor_cancels_abandoned_dispatches_and_tidies_the_workflow_
             assert (await client.dispatch(workflow(), workflow_id="young")).id == "young"
             young = raw.hgetall(keys._workflow("young").wf)
             assert (young[b"state"], young[b"adding"]) == (b"running", b"1"), "too young"
-            assert (janitor.workflows_abandoned, janitor.workflows_forgotten) == (1, 1)
+            assert (janitor.workflows.abandoned, janitor.workflows.forgotten) == (1, 1)
             aside = {(r.source, r.item) for r in await runner.admin.quarantined()}
         status = await old.status()
         assert (status.cancelled, status.live, status.succeeded) == (1000, 0, 0)
