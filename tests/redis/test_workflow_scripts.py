@@ -410,7 +410,12 @@ async def test_a_cancel_sweeps_the_steps_no_runner_holds_each_ended_once(
     assert raw.hlen(keys.concurrency_waiters) == 0
     assert [json.loads(f[b"payload"])["wf"][1] for _, f in raw.xrange(keys.stream)] == [0]
     assert raw.hget(keys.task(f"{W}.3"), "state") == b"cancelled", "its own outcome too"
-    assert raw.hget(keys.task(f"{W}.3"), "task") == b"t"
+    record = raw.hgetall(keys.task(f"{W}.3"))
+    assert (record[b"task"], record[b"attempt"], record[b"enqueued_at"]) == (
+        b"t",
+        b"1",
+        b"1.000000",
+    )
     again = await broker.sweep_workflow(W)
     assert (again.removed, again.left) == (0, 1), "idempotent: each ends once"
     assert state(raw, keys)["cancelled"] == "4"

@@ -94,7 +94,8 @@ local function record(id, message)
   end
   local fields = {'state', 'cancelled', 'task', body.task, 'finished_at', ctx.now_s,
     'keep', string.format('%.17g', keep)}
-  if finite(body.attempt) then
+  if finite(body.attempt) and body.attempt >= 1 and body.attempt <= 2147483647
+      and body.attempt == math.floor(body.attempt) then
     fields[#fields + 1], fields[#fields + 2] = 'attempt', string.format('%d', body.attempt)
   end
   if finite(body.enqueued_at) then
