@@ -3,7 +3,9 @@
 -- consumer sees it; a running one (delivered to a consumer) gets a cancel mark and an
 -- announcement: the runner holding it cancels it, and a runner that fetches it later
 -- drops it before it starts. A cancelled task's outcome is 'cancelled': its record says
--- so when it keeps its result, and its waiters are told.
+-- so when it keeps its result, and its waiters are told. (After waiting.lua, lanes.lua,
+-- delivered.lua and cancel_core.lua: where a task waits, and how it leaves, is
+-- cancel_take's, shared with a workflow's sweep, cancel_steps.lua.)
 -- KEYS[1]  the task stream (of the default lane: an entry id names its lane, lanes.lua)
 -- KEYS[2]  the delayed set
 -- KEYS[3]  the delayed messages
