@@ -72,13 +72,20 @@ class WorkflowHandle(str, Generic[R]):
         return _status_of(self.id, await self._look())
 
     async def cancel(self) -> WorkflowState:
-        """Cancel the workflow: no step starts after this call; its running steps are
-        cancelled where they run, its queued ones dropped when fetched, no retry of a step
-        is scheduled. It settles (``result()`` raises ``WorkflowCancelled``, or
-        ``WorkflowFailed`` if a step had failed) once every step it started has ended.
-        Returns its state after the call (``CANCELLING``, ``FAILING``, or the outcome it
-        had already; ``UNKNOWN`` for no such workflow)."""
-        reply = await self._producer._open_broker().cancel_workflow(self.id)
+        """Cancel the workflow: after this call returns, no step that was not already
+        running starts. Steps queued, in a retry's backoff or waiting for a limit are taken
+        out (they end cancelled); running ones are cancelled where they run, and one a
+        runner fetched but did not start is dropped; no retry of a step is scheduled. It
+        settles (``result()`` raises ``WorkflowCancelled``, or ``WorkflowFailed`` if a step
+        had failed) once every step it started has ended: within this call when none was
+        running. Returns its state after the call (``CANCELLED`` when it settled,
+        ``CANCELLING`` while steps still run, ``FAILING``, or the outcome it had already;
+        ``UNKNOWN`` for no such workflow). If Redis fails mid-way, the steps not yet taken
+        out are dropped when fetched (the workflow's cancel mark holds)."""
+        broker = self._producer._open_broker()
+        reply = await broker.cancel_workflow(self.id)
+        if reply in ("cancelling", "failing"):
+            reply = (await broker.sweep_workflow(self.id)).state
         return WorkflowState.UNKNOWN if reply == "gone" else WorkflowState(reply)
 
     async def result(self, timeout: float | None = None) -> R:  # noqa: ASYNC109 - the API

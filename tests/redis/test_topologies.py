@@ -17,9 +17,13 @@ import redis
 import trio
 
 import trunner
+from trunner import step
+from trunner import workflows as wf
 from trunner._redis import BridgedTransport, open_transport
 from trunner.election import open_elector
+from trunner.errors import WorkflowCancelled
 from trunner.keys import Keys
+from trunner.status import WorkflowState
 
 from ..conftest import config, open_checked_runner, parts, redis_state
 from ..support.servers import RedisServer
@@ -587,3 +591,36 @@ async def test_sentinel_commands_follow_the_sentinels_to_the_new_master() -> Non
         for port, value in ((new, b"after"), (old, b"before")):
             with redis.Redis(port=port) as client:
                 assert client.get("k") == value
+
+
+@pytest.mark.deadline(60)
+async def test_a_workflows_cancel_takes_out_its_waiting_steps_on_a_cluster(
+    cluster: Cluster,
+) -> None:
+    """cancel_steps.lua names what it reads and writes from data (a waiting list through
+    the group's index of waiters, the records of the steps it takes out): all in the
+    queue's slot, so a workflow's cancel sweeps its steps on a Cluster."""
+    started: list[int] = []
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task(concurrency=1)
+    async def one(number: int) -> int:
+        started.append(number)
+        await trio.sleep_forever()
+        raise AssertionError
+
+    cfg = config(f"wc-{uuid.uuid4().hex[:6]}")
+    async with trunner.open_runner(cluster.url, cfg, tasks) as runner:
+        handle = await runner.dispatch(wf.group(step(one, n) for n in range(3)))
+
+        async def two_wait() -> bool:
+            await trio.lowlevel.checkpoint()
+            return runner.statistics().deferred_concurrency == 2 and len(started) == 1
+
+        await redis_state(two_wait)
+        assert await handle.cancel() is WorkflowState.CANCELLING
+        with pytest.raises(WorkflowCancelled):
+            await handle.result()
+        status = await handle.status()
+    assert (status.cancelled, len(started)) == (3, 1)
+    assert runner.statistics().cancelled == 1, "the waiting steps never reached the runner"

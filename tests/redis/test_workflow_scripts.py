@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from trunner._redis import Broker, StepEnd
+from trunner._redis import Broker, StepEnd, WorkflowSweep
 from trunner._wire.envelope import encode_message, message_template
 from trunner._wire.keys import Keys
 from trunner._wire.message import MessageOptions
@@ -380,3 +380,149 @@ async def test_a_successor_named_twice_is_set_aside_not_counted_twice(
     assert await deliver(broker, "c1", 1) == [], "the join did not start"
     (aside,) = raw.xrange(keys.quarantine)
     assert b"successors" in aside[1][b"reason"]
+
+
+async def test_a_cancel_sweeps_the_steps_no_runner_holds_each_ended_once(
+    broker: Broker, raw: Any, keys: Keys
+) -> None:
+    """Steps queued, in a retry's backoff and waiting for a concurrency slot are taken out
+    by the cancel's sweep (cancel_steps.lua, in pages) and end 'cancelled' once each; the
+    running one is left to the mark, and the workflow settles when it ends."""
+    flow = keys._workflow(W)
+    roots = [(i, root(keys, i, i)) for i in range(5)]
+    assert await start(broker, 5, [], roots) == "ok"
+    running, waiting, retrying = await deliver(broker, "c1", 3)
+    assert [step_of(raw, keys, i)["wf"][1] for i in (running, waiting, retrying)] == [0, 1, 2]
+    slot = (keys.concurrency_holders("1:t"), keys.concurrency_waiting("1:t"), 1)
+    assert await broker.admit(running, f"{W}.0", 1.0, roots[0][1], None, slot) == ("run", 0)
+    assert await broker.admit(waiting, f"{W}.1", 1.0, roots[1][1], None, slot) == ("wait", 1)
+    step = StepEnd(W, 2, "failed")
+    assert await broker.retry(retrying, f"{W}.2", 60_000, roots[2][1], step=step, owner=C1)
+    # Nodes 3 and 4 are queued: never delivered.
+
+    assert await broker.cancel_workflow(W) == "cancelling"
+    swept = await broker.sweep_workflow(W, page=2)
+    assert (swept.state, swept.removed, swept.left) == ("cancelling", 4, 1)
+    s = state(raw, keys)
+    assert (s["live"], s["cancelled"], s["failures"], s["ok"]) == ("1", "4", "0", "0")
+    assert raw.zcard(keys.retries) == 0
+    assert raw.llen(slot[1]) == 0
+    assert raw.hlen(keys.concurrency_waiters) == 0
+    assert [json.loads(f[b"payload"])["wf"][1] for _, f in raw.xrange(keys.stream)] == [0]
+    assert raw.hget(keys.task(f"{W}.3"), "state") == b"cancelled", "its own outcome too"
+    record = raw.hgetall(keys.task(f"{W}.3"))
+    assert (record[b"task"], record[b"attempt"], record[b"enqueued_at"]) == (
+        b"t",
+        b"1",
+        b"1.000000",
+    )
+    again = await broker.sweep_workflow(W)
+    assert (again.removed, again.left) == (0, 1), "idempotent: each ends once"
+    assert state(raw, keys)["cancelled"] == "4"
+
+    await broker.ack(
+        [running], slots={running: slot}, steps={running: StepEnd(W, 0, "cancelled")},
+        owners=owned([running]),
+    )  # fmt: skip
+    assert await deliver(broker, "c1", 1) == [], "the freed slot grants nothing: no waiter"
+    look = await broker.workflow_look(W)
+    assert (look.fields["state"], look.fields["cancelled"], look.fields["live"]) == (
+        "cancelled",
+        "5",
+        "0",
+    )
+    assert raw.bitcount(flow.marks) == 10, "every node started and ended, once"
+    assert raw.zscore(keys.workflows, W) is None
+
+
+async def test_a_cancelled_workflow_with_nothing_running_settles_with_its_sweep(
+    broker: Broker, raw: Any, keys: Keys
+) -> None:
+    plan = [("t:2", template(keys, 2, [Results(0, 1, b",")])), ("w:2", 2)]
+    roots = [(i, root(keys, i, i, "2")) for i in range(2)]
+    assert await start(broker, 3, plan, roots) == "ok"
+    assert await broker.sweep_workflow(W) == WorkflowSweep("running", 0, 0), "not cancelled"
+    assert await broker.cancel_workflow(W) == "cancelling"
+    swept = await broker.sweep_workflow(W)
+    assert swept == WorkflowSweep("cancelled", 2, 0)
+    assert raw.xlen(keys.stream) == 0
+    look = await broker.workflow_look(W)
+    assert (look.fields["cancelled"], look.fields["live"]) == ("2", "0")
+    assert await broker.sweep_workflow(W) == WorkflowSweep("cancelled", 0, 0)
+    raw.delete(keys._workflow(W).wf)
+    assert await broker.sweep_workflow(W) == WorkflowSweep("gone", 0, 0)
+
+
+async def test_a_big_workflows_sweep_goes_in_pages_over_its_bitmap(
+    broker: Broker, raw: Any, keys: Keys
+) -> None:
+    """1500 steps, every third ended before the cancel: the sweep takes the other 1000 out
+    in pages of at most 200, each call bounded, and the workflow settles with the last."""
+    children = 1500
+    roots = [(i, root(keys, i, i)) for i in range(children)]
+    assert await start(broker, children, [], roots) == "ok"
+    ids = await deliver(broker, "c1", children)
+    ended = {i: StepEnd(W, n, "ok") for n, i in enumerate(ids) if n % 3 == 0}
+    assert await ack_steps(broker, ended) == (500, [])
+    for n, i in enumerate(ids):
+        if n % 3:
+            await broker.transport.execute("XACK", keys.stream, keys.group, i)
+            await broker.transport.execute("XDEL", keys.stream, i)
+            again = await broker.enqueue(root(keys, n, n))  # queued again, as a grant is
+            raw.hset(keys.where, f"{W}.{n}", again)
+    script, pages = broker._script, []
+
+    async def counted(name: str, keys_: Any, args: Any) -> Any:
+        reply = await script(name, keys_, args)
+        pages.append((name, reply[2] if name == "cancel_steps" else None))
+        return reply
+
+    assert await broker.cancel_workflow(W) == "cancelling"
+    broker._script = counted  # type: ignore[method-assign,assignment]
+    swept = await broker.sweep_workflow(W)
+    assert swept == WorkflowSweep("cancelled", 1000, 0)
+    assert [taken for _, taken in pages] == [200] * 5, "pages of 200, the last settles"
+    look = await broker.workflow_look(W)
+    assert (look.fields["ok"], look.fields["cancelled"], look.fields["live"]) == (
+        "500",
+        "1000",
+        "0",
+    )
+    assert raw.bitcount(keys._workflow(W).marks) == 2 * children
+
+
+async def test_the_janitors_look_at_the_index_and_its_cancel_of_an_abandoned_start(
+    broker: Broker, raw: Any, keys: Keys
+) -> None:
+    """tidy_workflows.lua names a workflow still adding its first steps since before the
+    cutoff, and takes out of the index those gone, settled or not trunner's; the janitor's
+    cancel (cancel_workflow.lua with a cutoff) checks it again in the same call."""
+    flow = keys._workflow(W)
+    script = broker._script
+
+    async def first_chunk_only(name: str, keys_: Any, args: Any) -> Any:
+        reply = await script(name, keys_, args)
+        if name == "workflow_start":
+            raise ConnectionError("the producer stopped")
+        return reply
+
+    broker._script = first_chunk_only  # type: ignore[method-assign,assignment]
+    with pytest.raises(ConnectionError):
+        await start(broker, 1001, [], [(i, root(keys, i, i)) for i in range(1001)])
+    broker._script = script  # type: ignore[method-assign]
+    created = int(raw.hget(flow.wf, "created"))
+    for name in ("bad", "gone"):
+        raw.zadd(keys.workflows, {name: created})
+    raw.hset(keys._workflow("bad").wf, mapping={**state(raw, keys), "live": "inf"})
+    assert await broker.tidy_workflows([W, "bad", "gone"], created - 1) == [
+        "live",
+        "live: a string that is not an integer in decimal digits",
+        "gone",
+    ]
+    assert raw.zrange(keys.workflows, 0, -1) == [W.encode()]
+    assert await broker.cancel_workflow(W, abandoned_before_ms=created - 1) == "running"
+    assert state(raw, keys)["state"] == "running", "dispatched after the cutoff: left alone"
+    assert await broker.tidy_workflows([W], created) == ["abandoned"]
+    assert await broker.cancel_workflow(W, abandoned_before_ms=created) == "cancelling"
+    assert await broker.sweep_workflow(W) == WorkflowSweep("cancelled", 1000, 0)
+    assert await broker.tidy_workflows([W], created) == ["gone"], "settled: out of the index"

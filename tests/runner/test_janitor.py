@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -9,9 +10,12 @@ import redis
 import trio
 
 import trunner
+from trunner import step
+from trunner import workflows as wf
 from trunner._leader.janitor import instance_of
-from trunner._redis import SCRIPTS
+from trunner._redis import SCRIPTS, Broker
 from trunner._wire.keys import Keys
+from trunner.errors import WorkflowCancelled
 
 from ..conftest import Tally, config, open_checked_runner, parts, redis_state
 
@@ -191,3 +195,69 @@ async def test_the_janitor_forgets_cancel_marks_and_where_entries_past_their_use
         assert janitor.forgotten == 5
         set_aside = {(r.source, r.item) for r in await runner.admin.quarantined()}
         assert set_aside == {("cancelled", "junk"), ("where", "moved-junk")}
+
+
+# -- workflows ----------------------------------------------------------------------------
+
+
+class ProducerDied(Exception):
+    """The producer stopped between two chunks of a workflow's start."""
+
+
+async def test_the_janitor_cancels_abandoned_dispatches_and_tidies_the_workflow_index(
+    url: str, raw: Any, group: str, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A workflow whose producer stopped between its start chunks (still 'adding') is
+    cancelled once it is older than ABANDONED_DISPATCH, its queued steps taken out; a
+    younger one is left to its producer; index entries of workflows that are gone leave the
+    index, and bad ones are set aside with their reason."""
+    tasks = trunner.TaskRegistry()
+
+    @tasks.task()
+    async def noop(number: int) -> int:
+        return number
+
+    def workflow() -> Any:
+        return wf.group(step(noop, n) for n in range(1001))  # two chunks of first steps
+
+    script = Broker._script
+
+    async def dies_after_a_chunk(self: Broker, name: str, keys_: Any, args: Any) -> Any:
+        reply = await script(self, name, keys_, args)
+        if name == "workflow_start":
+            raise ProducerDied
+        return reply
+
+    async with trunner.open_client(url, group, tasks=tasks) as client:
+        assert await client.admin.pause(), "nothing runs: the first steps stay queued"
+        monkeypatch.setattr(Broker, "_script", dies_after_a_chunk)
+        for workflow_id in ("old", "young"):
+            with pytest.raises(ProducerDied):
+                await client.dispatch(workflow(), workflow_id=workflow_id)
+        monkeypatch.undo()
+        old = await client.dispatch(workflow(), workflow_id="old")  # a handle: it exists
+        past = int(time.time() * 1000) - 600_000  # dispatched 10 minutes ago
+        raw.hset(keys._workflow("old").wf, "created", past)
+        bad = {"has space": past, "expired": past, "junk": past, b"\xff": past}
+        raw.zadd(keys.workflows, {"old": past, **bad})
+        raw.set(keys._workflow("junk").wf, "not a workflow hash")
+
+        async with open_checked_runner(url, config(group, **FAST), tasks) as runner:
+            with pytest.raises(WorkflowCancelled):
+                await old.result()
+            janitor = parts(runner).janitor
+            await janitor.wait_rounds(janitor.rounds + 2)
+            assert raw.zrange(keys.workflows, 0, -1) == [b"young"]
+            assert (await client.dispatch(workflow(), workflow_id="young")).id == "young"
+            young = raw.hgetall(keys._workflow("young").wf)
+            assert (young[b"state"], young[b"adding"]) == (b"running", b"1"), "too young"
+            assert (janitor.workflows.abandoned, janitor.workflows.forgotten) == (1, 1)
+            aside = {(r.source, r.item) for r in await runner.admin.quarantined()}
+        status = await old.status()
+        assert (status.cancelled, status.live, status.succeeded) == (1000, 0, 0)
+        assert raw.xlen(keys.stream) == 1000, "only the young workflow's first steps"
+    assert aside == {
+        ("workflows", "has space"),
+        ("workflows", "\\xff"),
+        ("workflow", keys._workflow("junk").wf),
+    }

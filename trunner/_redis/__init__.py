@@ -31,6 +31,7 @@ from .broker import (
     StepKind,
     TaskLook,
     WorkflowLook,
+    WorkflowSweep,
     delete_prefixed,
 )
 from .endpoints import parse_endpoint
@@ -84,6 +85,7 @@ __all__ = [
     "TaskLook",
     "Transport",
     "WorkflowLook",
+    "WorkflowSweep",
     "as_str",
     "call_script",
     "check_args",

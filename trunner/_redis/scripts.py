@@ -84,6 +84,16 @@ def _flowing(name: str, *, limited: bool = False) -> str:
     return "\n".join(_read(part) for part in [*parts, name])
 
 
+def _cancelling(name: str, *, flowing: bool = False) -> str:
+    """``name``'s source behind ``lua/waiting.lua``, ``lua/lanes.lua``,
+    ``lua/delivered.lua`` and ``lua/cancel_core.lua``, which defines ``cancel_take``: one way
+    a task leaves wherever it waits, for one task or a workflow's steps (and behind
+    ``lua/key_types.lua``, ``lua/numbers.lua`` and ``lua/workflows.lua`` when ``flowing``)."""
+    parts = ["waiting", "lanes", "delivered", "cancel_core"]
+    parts += ["key_types", "numbers", "workflows"] if flowing else []
+    return "\n".join(_read(part) for part in [*parts, name])
+
+
 def fenced_script(name: str, body: str) -> Script:
     """``body`` behind the fence check (``lua/fence.lua``): it runs only for the leader.
 
@@ -106,6 +116,7 @@ class _Scripts:
         )
         self.workflow_start = make_script("workflow_start", _flowing("workflow_start"))
         self.cancel_workflow = make_script("cancel_workflow", _flowing("cancel_workflow"))
+        self.tidy_workflows = make_script("tidy_workflows", _flowing("tidy_workflows"))
         self.admit = make_script("admit", _numbered(_limited("admit", typed=True)))
         self.reconcile_slots = make_script(
             "reconcile_slots", _read("delivered") + "\n" + _limited("reconcile_slots")
@@ -136,9 +147,8 @@ class _Scripts:
         self.task_status = make_script(
             "task_status", _read("waiting") + "\n" + _laned(_with_delivered("task_status"))
         )
-        self.cancel_task = make_script(
-            "cancel_task", _read("waiting") + "\n" + _laned(_with_delivered("cancel_task"))
-        )
+        self.cancel_task = make_script("cancel_task", _cancelling("cancel_task"))
+        self.cancel_steps = make_script("cancel_steps", _cancelling("cancel_steps", flowing=True))
         self.task_progress = make_script("task_progress", _attempt(_read("task_progress")))
         self.pause = _load("pause")
         self.resume = _load("resume")

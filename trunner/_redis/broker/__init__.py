@@ -32,7 +32,7 @@ from .members import Members
 from .produce import Produce
 from .setup import Setup
 from .signals import Signals
-from .workflows import StepEnd, StepKind, WorkflowLook
+from .workflows import StepEnd, StepKind, WorkflowLook, WorkflowSweep
 
 __all__ = [
     "MAX_ADMITS_PER_CALL",
@@ -54,6 +54,7 @@ __all__ = [
     "StepKind",
     "TaskLook",
     "WorkflowLook",
+    "WorkflowSweep",
     "delete_prefixed",
 ]
 

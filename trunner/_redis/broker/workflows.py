@@ -10,17 +10,20 @@ from typing import Any, Final, Literal
 import attrs
 
 from ..._wire.marks import MARK_LIFETIME
+from ..._wire.record import UNASKED_KEEP, ttl_ms
 from ..._wire.workflow import workflow_mark
 from ..transports.base import Arg
 from ..transports.resp import as_str
 from ._base import BrokerBase, chunks
 
-__all__ = ["StepEnd", "StepKind", "WorkflowLook", "Workflows"]
+__all__ = ["StepEnd", "StepKind", "WorkflowLook", "WorkflowSweep", "Workflows"]
 
 #: How a step ended, as the scripts record it.
 StepKind = Literal["ok", "failed", "cancelled", "expired"]
 #: How long a cancel mark of a failing or cancelled workflow holds (ms).
 _MARK_MS: Final = int(MARK_LIFETIME * 1000)
+#: The most steps started and not ended one call of ``cancel_steps.lua`` looks at.
+SWEEP_PAGE: Final = 200
 
 
 @attrs.frozen
@@ -144,13 +147,78 @@ class Workflows(BrokerBase):
                 return reply
         return "ok"
 
-    async def cancel_workflow(self, workflow_id: str) -> str:
+    async def cancel_workflow(
+        self, workflow_id: str, *, abandoned_before_ms: int | None = None
+    ) -> str:
         """Cancel workflow ``workflow_id`` (``cancel_workflow.lua``): its state after
-        (``"cancelling"``, ``"failing"``, a settled state, or ``"gone"``)."""
-        reply = await self._script(
-            "cancel_workflow", self._whole_keys(workflow_id), [workflow_id, *self._flow_context()]
-        )
+        (``"cancelling"``, ``"failing"``, a settled state, or ``"gone"``). With
+        ``abandoned_before_ms`` only if its producer abandoned it: still adding its first
+        steps, dispatched at or before then (else its state, nothing written)."""
+        args = [workflow_id, *self._flow_context()]
+        if abandoned_before_ms is not None:
+            args.append(abandoned_before_ms)
+        reply = await self._script("cancel_workflow", self._whole_keys(workflow_id), args)
         return as_str(reply)
+
+    async def workflow_index_page(
+        self, cursor: int, count: int
+    ) -> tuple[int, list[tuple[bytes, float]]]:
+        """One page of ``ZSCAN`` of the group's index of live workflows: (next cursor, 0
+        when the scan is complete; (member as stored, its time of dispatch in ms))."""
+        reply = await self.transport.execute("ZSCAN", self.keys.workflows, cursor, "COUNT", count)
+        flat = reply[1] or []
+        return int(reply[0]), [
+            (bytes(flat[i]), float(flat[i + 1])) for i in range(0, len(flat) - 1, 2)
+        ]
+
+    async def tidy_workflows(
+        self, workflow_ids: Sequence[str], abandoned_before_ms: int
+    ) -> list[str]:
+        """Look at the workflows ``workflow_ids`` of the index (``tidy_workflows.lua``):
+        per workflow ``"live"``, ``"abandoned"`` (still adding its first steps, dispatched
+        at or before ``abandoned_before_ms``), ``"gone"`` (out of the index), or why its
+        keys are not trunner's (out of the index)."""
+        keys = [self.keys.workflows]
+        for workflow_id in workflow_ids:
+            keys += self.keys._workflow(workflow_id).names()
+        reply = await self._script("tidy_workflows", keys, [abandoned_before_ms, *workflow_ids])
+        return [as_str(verdict) for verdict in reply]
+
+    async def forget_index_entry(self, member: bytes) -> bool:
+        """Drop ``member`` (as stored) from the group's index of live workflows."""
+        return bool(await self.transport.execute("ZREM", self.keys.workflows, member))
+
+    async def sweep_workflow(self, workflow_id: str, *, page: int = SWEEP_PAGE) -> WorkflowSweep:
+        """Take out every step of cancelled (or failing) workflow ``workflow_id`` that waits
+        where no runner holds it (``cancel_steps.lua``, one call per ``page`` steps started
+        and not ended): each ends ``cancelled``. What it did, and the workflow's state
+        after; nothing for a workflow that runs (cancel it first). A call that fails
+        leaves the steps not looked at to the workflow's cancel mark."""
+        keys = self.keys
+        script_keys = [
+            *self._whole_keys(workflow_id),
+            keys.delayed,
+            keys.delayed_messages,
+            keys.delayed_unique,
+            keys.retries,
+            keys.retry_messages,
+            keys.concurrency_waiters,
+        ]
+        fixed: list[Arg] = [
+            self.group,
+            keys.concurrency_waiting(""),
+            keys.task(""),
+            ttl_ms(UNASKED_KEEP),
+        ]
+        node, removed, left = 0, 0, 0
+        while True:
+            args = [workflow_id, *self._flow_context(), node, page, *fixed]
+            reply = await self._script("cancel_steps", script_keys, args)
+            state, after, taken, kept = as_str(reply[0]), int(reply[1]), reply[2], reply[3]
+            removed, left = removed + int(taken), left + int(kept)
+            if after < 0 or after <= node:
+                return WorkflowSweep(state, removed, left)
+            node = after
 
     async def workflow_look(self, workflow_id: str) -> WorkflowLook:
         """What Redis holds of workflow ``workflow_id`` now (empty when it is gone)."""
@@ -167,6 +235,17 @@ class Workflows(BrokerBase):
             {int(k): bytes(v) for k, v in _pairs(replies[1], raw=True).items()},
             {int(k): v for k, v in _pairs(replies[2]).items()},
         )
+
+
+@attrs.frozen
+class WorkflowSweep:
+    """What a cancelled workflow's sweep did: its ``state`` after it, how many steps it
+    took out (``removed``: they never run) and how many it left to the workflow's cancel
+    mark (``left``: running, fetched, or found nowhere)."""
+
+    state: str
+    removed: int
+    left: int
 
 
 @attrs.frozen

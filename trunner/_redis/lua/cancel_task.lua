@@ -3,7 +3,9 @@
 -- consumer sees it; a running one (delivered to a consumer) gets a cancel mark and an
 -- announcement: the runner holding it cancels it, and a runner that fetches it later
 -- drops it before it starts. A cancelled task's outcome is 'cancelled': its record says
--- so when it keeps its result, and its waiters are told.
+-- so when it keeps its result, and its waiters are told. (After waiting.lua, lanes.lua,
+-- delivered.lua and cancel_core.lua: where a task waits, and how it leaves, is
+-- cancel_take's, shared with a workflow's sweep, cancel_steps.lua.)
 -- KEYS[1]  the task stream (of the default lane: an entry id names its lane, lanes.lua)
 -- KEYS[2]  the delayed set
 -- KEYS[3]  the delayed messages
@@ -98,130 +100,31 @@ local function is_step(message)
   local ok, body = pcall(cjson.decode, message or '')
   return ok and type(body) == 'table' and body.wf ~= nil
 end
-if is_step(redis.call('HGET', KEYS[3], id)) or (KEYS[8] ~= KEYS[2]
-    and is_step(redis.call('HGET', KEYS[9], id))) then
-  mark() -- a step's retry or deferral: dropped when it is due and fetched
-  return 'running'
+local c = {stream = KEYS[1], delayed = KEYS[2], delayed_messages = KEYS[3],
+  delayed_unique = KEYS[4], where = KEYS[5], retries = KEYS[8], retry_messages = KEYS[9],
+  waiters = KEYS[11], waiting_prefix = ARGV[10], group = ARGV[1], shared = shared}
+local where, detail = cancel_take(c, id, function(message)
+  return not is_step(message)
+end)
+if where == 'kept' then
+  mark() -- a step (a retry, a deferral, queued): dropped when it is fetched, its end
+  return 'running' -- recorded with its acknowledgement
 end
-if redis.call('ZREM', KEYS[2], id) == 1 then
-  local delayed_message = redis.call('HGET', KEYS[3], id)
-  redis.call('HDEL', KEYS[3], id)
-  redis.call('HDEL', KEYS[4], id)
-  release_lock()
-  record_outcome()
-  if shared then
-    if everyones(delayed_message) then -- a delayed dispatch: no group will see it now
-      record_for(registered())
-    end
-    mark()
-  end
-  return 'delayed'
+if where == 'running' or (where == 'absent' and shared) then
+  mark()
+  return where
 end
-if KEYS[8] ~= KEYS[2] and redis.call('ZREM', KEYS[8], id) == 1 then
-  redis.call('HDEL', KEYS[9], id)
-  release_lock()
-  record_outcome()
-  if shared then
-    mark()
-  end
-  return 'delayed'
+if where == 'absent' then
+  return where
 end
--- Waiting for a concurrency slot (it holds none): removed from its waiting list. On a
--- shared stream, the other groups' copies of it obey the mark.
-local waiting, message = waiting_of(KEYS[11], id, ARGV[10])
-if waiting and is_step(message) then
-  mark() -- granted a slot later, then fetched and dropped
-  return 'running'
-end
-if waiting then
-  redis.call('LREM', waiting, 1, message)
-  redis.call('HDEL', KEYS[11], id)
-  release_lock()
-  record_outcome()
-  if shared then
-    mark()
-  end
-  return 'waiting'
-end
--- The task's entry: through the where-map, or its id itself; only an entry of this task
--- (a where-map entry gone stale, or an id shaped like an entry id, may lead to another
--- task's: it is left alone).
-local function entry_of_task()
-  local found, entry = pcall(redis.call, 'HGET', KEYS[5], id)
-  if not found or not entry then
-    entry = id
-  end
-  local stream, stream_id = checked_entry(KEYS[1], entry)
-  if not stream then
-    return false
-  end
-  local ok, entries = pcall(redis.call, 'XRANGE', stream, stream_id, stream_id)
-  if not ok or #entries ~= 1 then
-    return false
-  end
-  local fields = entries[1][2]
-  for i = 1, #fields - 1, 2 do
-    if fields[i] == 'payload' then
-      local decoded, body = pcall(cjson.decode, fields[i + 1])
-      if decoded and type(body) == 'table' then
-        if type(body.id) == 'string' then
-          return body.id == id and stream, stream_id, body.group == nil, body.wf ~= nil
-        end
-        return entry == id and stream, stream_id, body.group == nil, body.wf ~= nil
-      end
-    end
-  end
-  return entry == id and stream, stream_id, false, false
-end
--- everyone: the entry is every group's (not a message of one group for itself)
-local stream, entry, everyone, step = entry_of_task()
-if stream and step then
-  mark() -- queued: dropped when fetched, its end recorded with its acknowledgement
-  return 'running'
-end
+release_lock()
+record_outcome()
 if shared then
-  if not stream then
-    mark()
-    return 'absent'
-  end
-  local unread = {} -- the groups that have not read it: they would never see it
-  for _, group in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
-    for i = 1, #group, 2 do
-      if group[i] == 'name' then
-        local pending = redis.call('XPENDING', stream, group[i + 1], entry, entry, 1)
-        if pending[1] then
-          mark()
-          return 'running'
-        end
-        if not delivered_to(stream, group[i + 1], entry) then
-          unread[#unread + 1] = group[i + 1]
-        end
-      end
-    end
-  end
-  redis.call('XDEL', stream, entry) -- pending nowhere: no group runs it, none ever will
-  redis.call('HDEL', KEYS[5], id)
-  release_lock()
-  record_outcome()
-  if everyone then
-    record_for(unread)
+  if where == 'delayed' and detail.queue and everyones(detail.message) then
+    record_for(registered()) -- a delayed dispatch: no group will see it now
+  elseif where == 'queued' and detail.everyone then
+    record_for(detail.unread)
   end
   mark()
-  return 'queued'
 end
-if stream then
-  local ok, pending = pcall(redis.call, 'XPENDING', stream, ARGV[1], entry, entry, 1)
-  if ok and pending[1] then
-    mark()
-    return 'running'
-  end
-  local delivered = ok and delivered_to(stream, ARGV[1], entry)
-  if not delivered then
-    redis.call('XDEL', stream, entry)
-    redis.call('HDEL', KEYS[5], id)
-    release_lock()
-    record_outcome()
-    return 'queued'
-  end
-end
-return 'absent'
+return where

@@ -14,8 +14,11 @@
 -- ARGV[1]  the workflow's id
 -- ARGV[2]  the cancel channel; ARGV[3] the done channel; ARGV[4] how long a cancel mark
 --          holds (ms); ARGV[5] the largest message a runner reads
--- Returns  its state after the call ('gone' when there is no such workflow); an error
---          naming what is wrong with keys trunner did not write
+-- ARGV[6]  (optional: the janitor's) cancel only a workflow its producer abandoned: still
+--          running and adding its first steps, dispatched at or before this time (ms)
+-- Returns  its state after the call ('gone' when there is no such workflow; with ARGV[6],
+--          the state of one not abandoned, nothing written); an error naming what is wrong
+--          with keys trunner did not write
 local k = wf_keys(KEYS, 1)
 local wid = ARGV[1]
 local why = wf_usable(k)
@@ -31,6 +34,13 @@ local ctx = wf_context(KEYS[7], KEYS[8], KEYS[9], KEYS[6], KEYS[10], not known o
 local state = redis.call('HGET', k.wf, 'state')
 if WF_SETTLED[state] then
   return state
+end
+if ARGV[6] then
+  local v = redis.call('HMGET', k.wf, 'adding', 'created')
+  local created = checked_number(v[2] or '', {integer = true, digits = 15, min = 0})
+  if state ~= 'running' or v[1] ~= '1' or not created or created > tonumber(ARGV[6]) then
+    return state
+  end
 end
 if state == 'running' then
   redis.call('HSET', k.wf, 'state', 'cancelling')
