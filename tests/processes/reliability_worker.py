@@ -17,7 +17,8 @@ instead, with their payload (``value`` of ``started``) and result (``value`` of
 chord's child), ``total`` (a chord's callback: the sum of its inputs), ``nap`` (sleeps its
 payload's seconds), ``refuse`` (fails, never retried). Each first sleeps up to
 ``step_seconds`` (an option, default 0.02; random). The first delivery of a node whose
-index is in the option ``linger`` sleeps until its process is killed.
+index is in the option ``linger`` sleeps until its process is killed. A step cancelled
+takes ``wind_down`` seconds (an option, default 0) to end.
 
 Each run appends ``started``, then ``finished`` or ``interrupted`` (cancelled by a shutdown),
 as one JSON line each to ``DIR/events-<pid>.jsonl``: {"event", "id", "pid", "t" (wall clock),
@@ -110,6 +111,7 @@ def workflow_tasks(tasks: trunner.TaskRegistry, log: EventFile, options: dict[st
     """The tasks workflows are made of in the reliability suite (see the module docs)."""
     most = float(options.get("step_seconds", 0.02))
     linger = set(options.get("linger", ()))
+    wind_down = float(options.get("wind_down", 0.0))
     rng = random.Random()
 
     async def logged(value: Any, body: Callable[[Any], Awaitable[Any]]) -> Any:
@@ -123,6 +125,8 @@ def workflow_tasks(tasks: trunner.TaskRegistry, log: EventFile, options: dict[st
             await trio.sleep(rng.uniform(0, most))
             out = await body(value)
         except trio.Cancelled:
+            with trio.CancelScope(shield=True):
+                await trio.sleep(wind_down)  # its clean-up takes a while
             log.write("interrupted", step, run)
             raise
         log.write("finished", step, run, json.dumps(out))
