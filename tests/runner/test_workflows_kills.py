@@ -31,7 +31,7 @@ from ..support.servers import RedisServer
 from ..support.workflow_history import Shape, chain_shape, chord_shape, workflow_check
 
 #: How long a worker's step may stay idle before another claims it (scaled down).
-RECLAIM_DELAY = 1.0
+RECLAIM_DELAY = 1.5
 #: Random kills over many workflows (an environment variable raises it for a soak run).
 KILLS = int(os.environ.get("TRUNNER_WORKFLOW_KILLS", "6"))
 
@@ -43,7 +43,7 @@ def options(group: str, **more: Any) -> dict[str, Any]:
         "num_workers": 4,
         "block_duration": 0.5,
         "reclaim_delay": RECLAIM_DELAY,
-        "reclaim_interval": 0.1,
+        "reclaim_interval": 0.2,
         "leader_ttl": 0.8,
         "leader_wait": 0.4,
         "drain_timeout": 5.0,
