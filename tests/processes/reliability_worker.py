@@ -21,10 +21,10 @@ index is in the option ``linger`` sleeps until its process is killed. A step can
 takes ``wind_down`` seconds (an option, default 0) to end.
 
 Each run appends ``started``, then ``finished`` or ``interrupted`` (cancelled by a shutdown),
-as one JSON line each to ``DIR/events-<pid>.jsonl``: {"event", "id", "pid", "t" (wall clock),
-"attempt", "message_id", "run"}. Every line is one ``os.write`` on an ``O_APPEND`` file
-descriptor: it is in the kernel when the call returns, so a SIGKILL right after it loses
-nothing (no fsync: the suite kills processes, not the machine).
+as one JSON line each to ``DIR/events-<pid>.jsonl``: {"event", "id", "value", "pid", "t"
+(wall clock), "attempt", "message_id", "run"}. Every line is one ``os.write`` on an
+``O_APPEND`` file descriptor: it is in the kernel when the call returns, so a SIGKILL right
+after it loses nothing (no fsync: the suite kills processes, not the machine).
 """
 
 from __future__ import annotations
