@@ -24,11 +24,19 @@ KEEP_MS = 60_000
 LIFE_MS = 3_600_000
 
 
-def root(keys: Keys, node: int, payload: Any, nxt: str = "", keep: bool = True) -> bytes:
+def root(
+    keys: Keys,
+    node: int,
+    payload: Any,
+    nxt: str = "",
+    keep: bool = True,
+    keep_result: float | None = None,
+) -> bytes:
     ref = StepRef(W, node, nxt, keep)
     return encode_message(
         "t", payload, enqueued_at=1.0, task_id=f"{W}.{node}",
-        options=MessageOptions(workflow=ref), group=keys.group, max_bytes=1 << 20,
+        options=MessageOptions(keep_result=keep_result, workflow=ref), group=keys.group,
+        max_bytes=1 << 20,
     )  # fmt: skip
 
 
@@ -389,7 +397,7 @@ async def test_a_cancel_sweeps_the_steps_no_runner_holds_each_ended_once(
     by the cancel's sweep (cancel_steps.lua, in pages) and end 'cancelled' once each; the
     running one is left to the mark, and the workflow settles when it ends."""
     flow = keys._workflow(W)
-    roots = [(i, root(keys, i, i)) for i in range(5)]
+    roots = [(i, root(keys, i, i, keep_result=60.0 if i == 3 else None)) for i in range(5)]
     assert await start(broker, 5, [], roots) == "ok"
     running, waiting, retrying = await deliver(broker, "c1", 3)
     assert [step_of(raw, keys, i)["wf"][1] for i in (running, waiting, retrying)] == [0, 1, 2]
@@ -409,13 +417,16 @@ async def test_a_cancel_sweeps_the_steps_no_runner_holds_each_ended_once(
     assert raw.llen(slot[1]) == 0
     assert raw.hlen(keys.concurrency_waiters) == 0
     assert [json.loads(f[b"payload"])["wf"][1] for _, f in raw.xrange(keys.stream)] == [0]
-    assert raw.hget(keys.task(f"{W}.3"), "state") == b"cancelled", "its own outcome too"
+    assert raw.hget(keys.task(f"{W}.3"), "state") == b"cancelled", "it keeps its outcome"
     record = raw.hgetall(keys.task(f"{W}.3"))
-    assert (record[b"task"], record[b"attempt"], record[b"enqueued_at"]) == (
+    assert (record[b"task"], record[b"attempt"], record[b"enqueued_at"], record[b"keep"]) == (
         b"t",
         b"1",
         b"1.000000",
+        b"60",
     )
+    assert 0 < raw.pttl(keys.task(f"{W}.3")) <= 60_000
+    assert not raw.exists(keys.task(f"{W}.4")), "it keeps none: the workflow's keys tell"
     again = await broker.sweep_workflow(W)
     assert (again.removed, again.left) == (0, 1), "idempotent: each ends once"
     assert state(raw, keys)["cancelled"] == "4"

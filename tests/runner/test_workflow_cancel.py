@@ -97,12 +97,20 @@ async def test_a_step_in_its_retry_backoff_is_taken_out_and_the_workflow_settles
 ) -> None:
     fresh()
     async with open_checked_runner(memory_url, config(group), tasks) as runner:
-        handle = await runner.dispatch(chain(step(flaky, 1), step(double)))
+        kept = await runner.dispatch(chain(step(flaky, 1, keep_result=60), step(double)))
         while runner.statistics().retried < 1:  # noqa: ASYNC110 - the runner's own counter
             await trio.sleep(0.01)
-        assert await handle.cancel() is WorkflowState.CANCELLED, "nothing was running"
+        assert await kept.cancel() is WorkflowState.CANCELLED, "nothing was running"
         with pytest.raises(WorkflowCancelled):
-            await handle.result(timeout=0)
-        with pytest.raises(trunner.TaskCancelled):
-            await handle.step_handle(0).result(timeout=0)
-    assert ran == [1], "ran once, its retry never"
+            await kept.result(timeout=0)
+        with pytest.raises(trunner.TaskCancelled):  # it keeps a result: its record says so
+            await kept.step_handle(0).result(timeout=0)
+        plain = await runner.dispatch(chain(step(flaky, 2), step(double)))
+        while runner.statistics().retried < 2:  # noqa: ASYNC110 - the runner's own counter
+            await trio.sleep(0.01)
+        assert await plain.cancel() is WorkflowState.CANCELLED
+        with pytest.raises(WorkflowCancelled):
+            await plain.result(timeout=0)
+        with pytest.raises(trunner.errors.ResultNotFound):  # none: the workflow's keys tell
+            await plain.step_handle(0).result(timeout=0)
+    assert ran == [1, 2], "each ran once, its retry never"

@@ -65,6 +65,8 @@ class Event:
     run: str = ""
     attempt: int = 0
     message_id: str = ""
+    value: str = ""
+    """JSON text: a workflow step's input (``started``) or result (``finished``)."""
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Event:
@@ -76,6 +78,7 @@ class Event:
             run=str(data.get("run", "")),
             attempt=int(data.get("attempt", 0)),
             message_id=str(data.get("message_id", "")),
+            value=str(data.get("value", "")),
         )
 
 
@@ -92,6 +95,9 @@ class Run:
     end: float | None = None
     finished: bool = False
     interrupted: bool = False
+    input: str = ""
+    """JSON text of a workflow step's input, and of its result when it finished."""
+    result: str = ""
 
 
 @attrs.frozen
@@ -188,7 +194,13 @@ class History:
             key = (event.pid, event.run)
             if event.kind == STARTED:
                 by_key[key] = Run(
-                    event.id, event.pid, event.run, event.t, event.attempt, event.message_id
+                    event.id,
+                    event.pid,
+                    event.run,
+                    event.t,
+                    event.attempt,
+                    event.message_id,
+                    input=event.value,
                 )
             elif event.kind in (FINISHED, INTERRUPTED):
                 run = by_key.get(key)
@@ -199,6 +211,7 @@ class History:
                 run.end = event.t
                 run.finished = event.kind == FINISHED
                 run.interrupted = event.kind == INTERRUPTED
+                run.result = event.value
         runs: dict[str, list[Run]] = {}
         for run in sorted(by_key.values(), key=lambda r: r.start):
             runs.setdefault(run.id, []).append(run)
@@ -207,7 +220,7 @@ class History:
     def finished_ids(self) -> set[str]:
         return {e.id for e in self.events if e.kind == FINISHED}
 
-    def _abandoned(self, run: Run, ack_window: float) -> bool:
+    def abandoned(self, run: Run, ack_window: float) -> bool:
         """Whether running ``run`` again is explained: its process was killed while it ran,
         or soon after it finished (before its acknowledgement could be written), or a
         shutdown interrupted it."""
@@ -255,7 +268,7 @@ class History:
             if len(task_runs) < 2:
                 continue
             duplicates[task_id] = len(task_runs)
-            if not all(self._abandoned(r, ack_window) for r in task_runs[:-1]):
+            if not all(self.abandoned(r, ack_window) for r in task_runs[:-1]):
                 unexplained.append(task_id)
             first = task_runs[0]
             later = task_runs[1] if first.finished else next(iter(done), None)

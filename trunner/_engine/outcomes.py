@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
-from .._redis import Broker, StepEnd
+from .._redis import AckRecord, Broker, StepEnd
 from .._task import Task
 from .._util import ErrorLog, gives_up, logger
 from .._wire.marks import GIVEN_UP
@@ -214,11 +214,28 @@ class Outcomes:
         the outcome 'cancelled', never retried, its unique lock released, no failed-task
         handler; its cancel mark goes."""
         self._counters.cancelled += 1
-        keep = keep_of(job, task, UNASKED_KEEP)
-        record = self._record(job, "cancelled", keep)
+        record = self._cancelled_record(job, task)
         self._add_ack(job, record, cancelled=True, step=step_end(job, "cancelled"))
         self._holdings.cancelled.pop(job.fields[4], None)
         logger.info("%s cancelled", job.about(), extra=job.log_fields())
+
+    def _cancelled_record(self, job: Job, task: Task | None) -> AckRecord | None:
+        """The record of a task cancelled: kept as long as it asked, else an hour (its
+        handle says it was cancelled) -- but a workflow's step cancelled by its workflow
+        (failing fast, or cancelled as a whole) keeps only what it asked for: its workflow's
+        outcome tells of it, and lives as long as the workflow's ``keep_result``."""
+        keep = keep_of(job, task)
+        if keep is None:
+            options = job.fields[8]
+            by_workflow = (
+                options is not None
+                and options.workflow is not None
+                and job.fields[4] not in self._holdings.cancelled
+            )
+            if not by_workflow:
+                return self._record(job, "cancelled", UNASKED_KEEP)
+            return (self._keys.task(job.fields[4]), 0, ()) if job.progress is not None else None
+        return self._record(job, "cancelled", keep)
 
     def clean_up_raised(self, job: Job, error: BaseException) -> None:
         """The task was cancelled, and its clean-up raised ``error``: it changes nothing

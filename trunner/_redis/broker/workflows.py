@@ -10,7 +10,6 @@ from typing import Any, Final, Literal
 import attrs
 
 from ..._wire.marks import MARK_LIFETIME
-from ..._wire.record import UNASKED_KEEP, ttl_ms
 from ..._wire.workflow import workflow_mark
 from ..transports.base import Arg
 from ..transports.resp import as_str
@@ -208,7 +207,6 @@ class Workflows(BrokerBase):
             self.group,
             keys.concurrency_waiting(""),
             keys.task(""),
-            ttl_ms(UNASKED_KEEP),
         ]
         node, removed, left = 0, 0, 0
         while True:

@@ -4,9 +4,9 @@
 -- (a retry's backoff, a deferral by a rate limit), waiting for a concurrency slot, or
 -- queued (never delivered), as cancel_task.lua takes out a task (cancel_take). Each such
 -- step ends 'cancelled' (workflows.lua: absorbed by the workflow, counted once by its ended
--- bit), its record says so, and its waiters are told. A step pending in a consumer's
--- entries (running, or fetched), or found nowhere, is left to the mark. A workflow
--- with nothing live then settles at once. Atomic and idempotent; the caller pages until
+-- bit), its record says so when it keeps a result, and its waiters are told. A step
+-- pending in a consumer's entries (running, or fetched), or found nowhere, is left to the
+-- mark. A workflow with nothing live then settles at once. Atomic and idempotent; the caller pages until
 -- the returned node is -1. A workflow that runs (not cancelled, not failing) is not swept.
 -- KEYS[1..5] the workflow's keys: wf, plan, marks, res, err
 -- KEYS[6]  the group's index of live workflows
@@ -28,8 +28,6 @@
 -- ARGV[9]  what the keys of the group's waiting lists start with
 -- ARGV[10] what the keys of the group's task records start with (the record of step
 --          '<W>.<i>' is ARGV[10] .. '<W>.<i>')
--- ARGV[11] how long the record of a step taken out is kept (ms) when its message names
---          no keep_result
 -- Returns  {its state after the call, the next node to look at (-1 when every node was
 --          looked at, or none will be), steps taken out, steps left to the mark}; the
 --          state is 'gone' for no such workflow (-1); a running one is not swept (-1); an
@@ -86,12 +84,11 @@ local function record(id, message)
   if not ok or type(body) ~= 'table' or type(body.task) ~= 'string' then
     return
   end
-  local keep_ms = tonumber(ARGV[11])
-  local keep = keep_ms / 1000
-  if finite(body.keep_result) and body.keep_result >= 0 then
-    keep = body.keep_result
-    keep_ms = math.max(1, math.min(math.ceil(keep * 1000), 2 ^ 53))
-  end
+  if not (finite(body.keep_result) and body.keep_result >= 0) then
+    return -- a step that keeps no result: the workflow's own keys tell of it (as a step
+  end      -- cancelled by its workflow where it runs: Outcomes writes no record either)
+  local keep = body.keep_result
+  local keep_ms = math.max(1, math.min(math.ceil(keep * 1000), 2 ^ 53))
   local fields = {'state', 'cancelled', 'task', body.task, 'finished_at', ctx.now_s,
     'keep', string.format('%.17g', keep)}
   if finite(body.attempt) and body.attempt >= 1 and body.attempt <= 2147483647
