@@ -188,6 +188,8 @@ def _failures(workflow_id: str, look: WorkflowLook) -> list[StepFailed]:
         try:
             failure = json.loads(text)
         except ValueError:
+            failure = None
+        if not isinstance(failure, dict):
             failure = {"type": "BadData", "message": f"an unreadable failure: {text[:80]!r}"}
         error = RemoteFailure(
             str(failure.get("type", "Error")),

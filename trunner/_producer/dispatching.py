@@ -310,6 +310,12 @@ class DispatchCalls:
         """
         return self._dispatcher.handle(task_id, task)
 
+    def workflow(self, workflow_id: str) -> WorkflowHandle[Any]:
+        """A handle on the [workflow](workflows.md) ``workflow_id``, dispatched from
+        anywhere (no I/O): its status, result and cancellation (its result as JSON gives
+        it)."""
+        return WorkflowHandle(workflow_id, self._dispatcher)
+
     async def cancel(self, task_id: str) -> CancelOutcome:
         """Cancel the task ``task_id`` wherever it is: ``handle(task_id).cancel()``.
 
