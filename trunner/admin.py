@@ -348,6 +348,10 @@ class Admin:
         """Delete every quarantine record; return how many there were."""
         return await self._open_broker().purge_quarantine()
 
+    async def workflow_count(self) -> int:
+        """The group's live [workflows](workflows.md): dispatched, not settled (``ZCARD``)."""
+        return (await self._open_broker().workflow_index_size())[0]
+
     async def workflows(self, count: int = 50, offset: int = 0) -> list[LiveWorkflow]:
         """The group's live [workflows](workflows.md) (dispatched, not settled), oldest
         first: up to ``count`` (at most 1000) from position ``offset``, each with its

@@ -121,6 +121,7 @@ class Admin:
     dead_letters = _Blocking(_admin.Admin.dead_letters)
     delayed_tasks = _Blocking(_admin.Admin.delayed_tasks)
     cron_entries = _Blocking(_admin.Admin.cron_entries)
+    workflow_count = _Blocking(_admin.Admin.workflow_count)
     workflows = _Blocking(_admin.Admin.workflows)
     workflow_steps = _Blocking(_admin.Admin.workflow_steps)
 

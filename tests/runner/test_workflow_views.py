@@ -142,3 +142,30 @@ async def test_bad_data_of_a_workflow_is_told_for_it_alone(url: str, group: str,
             await client.admin.workflow_steps("has space")
         with trio.fail_after(10):
             assert (await client.admin.inspect()).workflows == 4
+
+
+#: Set to let ``held`` return (a new one per test).
+gates = {"held": trio.Event()}
+
+
+@tasks.task()
+async def held(number: int) -> int:
+    await gates["held"].wait()
+    return number
+
+
+async def test_the_live_workflows_are_a_gauge_of_the_metrics(memory_url: str, group: str) -> None:
+    """Read from the group's index at each scrape of the worker's /metrics, as the queue
+    length is."""
+    from trunner._worker.serve import _metrics_handler  # noqa: PLC0415 - the worker's tool
+
+    gates["held"] = trio.Event()
+    async with open_checked_runner(memory_url, config(group), tasks) as runner:
+        handle = await runner.dispatch(chain(step(held, 1), step(double)))
+        assert await runner.admin.workflow_count() == 1
+        _, _, body = await _metrics_handler(runner)()
+        assert f'trunner_workflows_live{{group="{group}"}} 1.0' in body.decode()
+        gates["held"].set()
+        assert await handle.result() == 2
+        _, _, body = await _metrics_handler(runner)()
+        assert f'trunner_workflows_live{{group="{group}"}} 0.0' in body.decode()
