@@ -11,8 +11,8 @@ from contextlib import asynccontextmanager
 
 from ._discovery import FoundGroup, GroupsFound, discover_groups
 from ._producer import admin as queries
-from ._producer import workflow_views as views
 from ._producer.opening import check_producer_args, group_keys
+from ._producer.workflow_views import WorkflowAdmin
 from ._public import fixup_module_metadata
 from ._redis import Broker, open_transport
 from ._util import connection_name, wall_ms
@@ -56,9 +56,9 @@ __all__ = [
 
 
 @counting
-class Admin:
+class Admin(WorkflowAdmin):
     """Inspects and administers one consumer group: its queue, instances, statistics,
-    pause, delayed tasks, cron schedules, dead letters and quarantine.
+    pause, delayed tasks, cron schedules, dead letters, quarantine and workflows.
 
     Do not create it yourself: a runner's [``admin``][trunner.Runner.admin], a client's
     [``admin``][trunner.Client.admin], or [``open_admin``][trunner.admin.open_admin] gives one
@@ -347,29 +347,6 @@ class Admin:
     async def purge_quarantine(self) -> int:
         """Delete every quarantine record; return how many there were."""
         return await self._open_broker().purge_quarantine()
-
-    async def workflow_count(self) -> int:
-        """The group's live [workflows](workflows.md): dispatched, not settled (``ZCARD``)."""
-        return (await self._open_broker().workflow_index_size())[0]
-
-    async def workflows(self, count: int = 50, offset: int = 0) -> list[LiveWorkflow]:
-        """The group's live [workflows](workflows.md) (dispatched, not settled), oldest
-        first: up to ``count`` (at most 1000) from position ``offset``, each with its
-        status, or why it cannot be read. ``inspect`` counts them all."""
-        return await views.live_workflows(self._open_broker(), count, offset)
-
-    async def workflow_steps(
-        self, workflow_id: str, start: int = 0, count: int = 1000
-    ) -> WorkflowSteps:
-        """Workflow ``workflow_id``'s status, the failures it keeps, and the
-        [``StepState``][trunner.admin.StepState] of up to ``count`` (at most 10 000) of its
-        steps from step ``start`` (one round trip; ``count=0``: none).
-
-        Raises:
-            BadData: Its state in Redis is not a workflow's.
-            ValueError: ``workflow_id`` is no workflow's id; ``start`` or ``count`` < 0.
-        """
-        return await views.workflow_steps(self._open_broker(), workflow_id, start, count)
 
 
 @asynccontextmanager

@@ -10,12 +10,19 @@ from collections.abc import Mapping
 from typing import Final
 
 from .._redis import Broker, MarksLook, WorkflowLook
+from .._waiting.calls import Calls, counting
 from .._wire.workflow_views import LiveWorkflow, StepState, WorkflowSteps
 from .._workflow_handle import _failures, _status_of
 from ..errors import BadData
 from ..status import WorkflowState, WorkflowStatus
 
-__all__ = ["MAX_STEPS_PAGE", "live_workflows", "oldest_workflow", "workflow_steps"]
+__all__ = [
+    "MAX_STEPS_PAGE",
+    "WorkflowAdmin",
+    "live_workflows",
+    "oldest_workflow",
+    "workflow_steps",
+]
 
 #: The most steps one call reads (2 bits each: 2.5 KB of marks).
 MAX_STEPS_PAGE: Final = 10_000
@@ -126,3 +133,38 @@ def _state(look: MarksLook, first_byte: int, node: int, failures: Mapping[int, s
     if ok == 0 and cancelled == 0:
         return StepState.FAILED  # one of the failures past the 100 kept
     return StepState.ENDED
+
+
+@counting
+class WorkflowAdmin:
+    """The workflow calls of ``trunner.admin.Admin`` (its base: documented there), counted
+    in its calls in flight as its own are."""
+
+    def _open_broker(self) -> Broker:
+        raise NotImplementedError
+
+    def _calls(self) -> Calls:
+        raise NotImplementedError
+
+    async def workflow_count(self) -> int:
+        """The group's live [workflows](workflows.md): dispatched, not settled (``ZCARD``)."""
+        return (await self._open_broker().workflow_index_size())[0]
+
+    async def workflows(self, count: int = 50, offset: int = 0) -> list[LiveWorkflow]:
+        """The group's live [workflows](workflows.md) (dispatched, not settled), oldest
+        first: up to ``count`` (at most 1000) from position ``offset``, each with its
+        status, or why it cannot be read. ``inspect`` counts them all."""
+        return await live_workflows(self._open_broker(), count, offset)
+
+    async def workflow_steps(
+        self, workflow_id: str, start: int = 0, count: int = 1000
+    ) -> WorkflowSteps:
+        """Workflow ``workflow_id``'s status, the failures it keeps, and the
+        [``StepState``][trunner.admin.StepState] of up to ``count`` (at most 10 000) of its
+        steps from step ``start`` (one round trip; ``count=0``: none).
+
+        Raises:
+            BadData: Its state in Redis is not a workflow's.
+            ValueError: ``workflow_id`` is no workflow's id; ``start`` or ``count`` < 0.
+        """
+        return await workflow_steps(self._open_broker(), workflow_id, start, count)
