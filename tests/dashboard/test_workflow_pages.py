@@ -68,6 +68,8 @@ async def test_live_workflows_are_listed_and_a_workflow_page_shows_its_steps(
                 "w/1", "running", 4, 3,
             )  # fmt: skip
             assert listed["name"] == XSS, "text in JSON; the page's script shows it as text"
+            overview = (await http.get("/")).text
+            assert "<td>3</td><td>0</td><td>0</td><td>0</td><td>1</td>" in overview, "1 workflow"
             group_page = await http.get(f"/group/{group}")
             assert 'id="count-workflows">1<' in group_page.text
             assert f'data-workflows="/group/{group}/workflow/"' in group_page.text
