@@ -93,7 +93,7 @@ async def workflow_steps(
     if status.state is WorkflowState.UNKNOWN:
         return WorkflowSteps(status, start)
     end = min(start + count, status.steps)
-    states = tuple(_state(look, start // 4, node, failures) for node in range(start, end))
+    states = _states(look, start // 4, range(start, end), failures)
     return WorkflowSteps(status, start, states, told)
 
 
@@ -107,25 +107,12 @@ def _count(fields: Mapping[str, str], name: str) -> int | None:
     return int(value) if value.isdigit() and len(value) < 16 else None
 
 
-def _state(look: MarksLook, first_byte: int, node: int, failures: Mapping[int, str]) -> StepState:
-    """Step ``node``'s state, exactly as far as ``look`` tells it. Its marks are read
-    after ``look.before``: a workflow not running then starts no step after (a step not
-    started never will). Its counts are read after its marks, and only grow: no step
-    cancelled then means none ended cancelled when the marks were read, every failure
-    kept then means every one of those."""
-    index = node // 4 - first_byte
-    byte = look.marks[index] if index < len(look.marks) else 0
-    shift = 6 - 2 * (node % 4)  # bit 2i is the byte's most significant first
-    started, ended = byte >> (shift + 1) & 1, byte >> shift & 1
-    if not started:
-        return StepState.WAITING if look.before.get("state") == "running" else StepState.NEVER
-    if not ended:
-        return StepState.LIVE
-    if node in failures:
-        return StepState.FAILED
-    after = look.after
+def _unkept(after: Mapping[str, str], kept: int) -> StepState:
+    """What a step that ended without a kept failure is, by the counts read after the
+    marks (they only grow): no step cancelled then means none ended cancelled when the
+    marks were read, every failure kept then means every one of those."""
     ok, cancelled, failed = (_count(after, name) for name in ("ok", "cancelled", "failures"))
-    kept_all = failed is not None and failed <= len(failures)
+    kept_all = failed is not None and failed <= kept
     if kept_all and cancelled == 0:
         return StepState.SUCCEEDED
     if kept_all and ok == 0:
@@ -133,6 +120,28 @@ def _state(look: MarksLook, first_byte: int, node: int, failures: Mapping[int, s
     if ok == 0 and cancelled == 0:
         return StepState.FAILED  # one of the failures past the 100 kept
     return StepState.ENDED
+
+
+def _states(
+    look: MarksLook, first_byte: int, nodes: range, failures: Mapping[int, str]
+) -> tuple[StepState, ...]:
+    """The states of steps ``nodes``, exactly as far as ``look`` tells them. The marks are
+    read after ``look.before``: a workflow not running then starts no step after (a step
+    not started never will)."""
+    waiting = StepState.WAITING if look.before.get("state") == "running" else StepState.NEVER
+    unkept = _unkept(look.after, len(failures))
+    marks, states = look.marks, []
+    for node in nodes:
+        index = node // 4 - first_byte
+        byte = marks[index] if index < len(marks) else 0
+        shift = 6 - 2 * (node % 4)  # bit 2i is the byte's most significant first
+        if not byte >> (shift + 1) & 1:
+            states.append(waiting)
+        elif not byte >> shift & 1:
+            states.append(StepState.LIVE)
+        else:
+            states.append(StepState.FAILED if node in failures else unkept)
+    return tuple(states)
 
 
 @counting
