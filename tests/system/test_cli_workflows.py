@@ -66,6 +66,9 @@ async def test_live_workflows_listed_shown_and_cancelled(
     assert (cancelled.returncode, "cancelling" in cancelled.stdout) == (0, True)
     status = json.loads(cli("workflow", "status", group, "b-two", "--json", *url).stdout)
     assert (status["state"], status["steps"], status["live"]) == ("cancelling", 5, 4)
+    told = cli("status", group, "a-one", *url)
+    assert told.returncode == 1
+    assert f"a-one is a workflow: trunner workflow status {group} a-one" in told.stdout
     unknown = cli("workflow", "status", group, "no-such", *url)
     assert unknown.returncode == 1
     assert "nothing is known" in unknown.stdout
