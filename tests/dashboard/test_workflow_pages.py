@@ -113,6 +113,22 @@ async def test_the_grid_pages_and_a_workflow_is_cancelled_by_its_button(
             assert 'id="workflow-state">cancelling<' in page.text
 
 
+async def test_a_read_only_dashboard_shows_no_cancel_of_a_workflow(
+    memory_url: str, group: str
+) -> None:
+    async with trunner.open_client(memory_url, group, tasks=tasks) as client:
+        handle = await client.dispatch(step(double, 1))
+        async with open_app(memory_url, [group], read_only=True) as http:
+            page = await http.get(f"/group/{group}/workflow/{handle.id}")
+            assert 'id="workflow-state">running<' in page.text
+            assert "cancel-workflow" not in page.text
+            refused = await post(
+                http, f"/group/{group}/action/cancel-workflow", {"id": handle.id, "csrf": "x"}
+            )
+            assert refused.status_code == 403
+        assert (await handle.status()).state.value == "running"
+
+
 async def test_bad_data_of_a_workflow_shows_on_its_page_and_row_alone(
     url: str, group: str, raw: Any
 ) -> None:
