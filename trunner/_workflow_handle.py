@@ -212,9 +212,8 @@ def _status_of(workflow_id: str, look: WorkflowLook) -> WorkflowStatus:
 
     def number(name: str) -> int:
         value = fields.get(name, "0")
-        return int(value) if value.isdigit() else 0
+        return int(value) if value.isascii() and value.isdigit() else 0
 
-    finished = fields.get("finished")
     return WorkflowStatus(
         workflow_id,
         WorkflowState(state),
@@ -224,6 +223,6 @@ def _status_of(workflow_id: str, look: WorkflowLook) -> WorkflowStatus:
         cancelled=number("cancelled"),
         live=number("live"),
         created_at=number("created") / 1000 or None,
-        finished_at=int(finished) / 1000 if finished and finished.isdigit() else None,
+        finished_at=number("finished") / 1000 or None,
         name=fields.get("name", ""),
     )

@@ -135,9 +135,11 @@ async def test_bad_data_of_a_workflow_is_told_for_it_alone(url: str, group: str,
         assert listed["no-such"].status.state is WorkflowState.UNKNOWN
         with pytest.raises(BadData):
             await client.admin.workflow_steps(bad.id)
-        raw.hset(keys._workflow(bad.id).wf, "state", "running")
+        raw.hset(keys._workflow(bad.id).wf, mapping={"state": "running", "ok": "²"})
+        raw.hset(keys._workflow(bad.id).err, "³", "{}")  # digits, but not a step's index
         steps = await client.admin.workflow_steps(bad.id)
         assert [f.error.type_name for f in steps.failures] == ["BadData"]
+        assert (steps.status.succeeded, steps.states) == (0, (StepState.LIVE,))
         with pytest.raises(ValueError, match=r"whitespace|space"):
             await client.admin.workflow_steps("has space")
         with trio.fail_after(10):

@@ -99,12 +99,12 @@ async def workflow_steps(
 
 def _kept(failures: Mapping[str, str]) -> dict[int, str]:
     """The failures kept, by step (a field that is not a step's index is left out)."""
-    return {int(k): v for k, v in failures.items() if k.isdigit() and len(k) < 10}
+    return {int(k): v for k, v in failures.items() if k.isascii() and k.isdigit() and len(k) < 10}
 
 
 def _count(fields: Mapping[str, str], name: str) -> int | None:
     value = fields.get(name, "0")
-    return int(value) if value.isdigit() and len(value) < 16 else None
+    return int(value) if value.isascii() and value.isdigit() and len(value) < 16 else None
 
 
 def _unkept(after: Mapping[str, str], kept: int) -> StepState:
