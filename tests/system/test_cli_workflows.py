@@ -61,6 +61,8 @@ async def test_live_workflows_listed_shown_and_cancelled(
     assert "live" in shown.stdout
     assert "waiting" in shown.stdout
     states = json.loads(cli("workflow", "steps", group, "b-two", "--json", *url).stdout)
+    beyond = cli("workflow", "steps", group, "b-two", "--start", "9", *url).stdout
+    assert "no step from 9 on (it has 5)" in beyond
     assert states["states"] == ["live"] * 4 + ["waiting"]
     cancelled = cli("workflow", "cancel", group, "b-two", *url)
     assert (cancelled.returncode, "cancelling" in cancelled.stdout) == (0, True)

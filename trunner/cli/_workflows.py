@@ -123,6 +123,9 @@ async def _steps(args: argparse.Namespace, out: Console) -> int:
         if status.failed > len(seen.failures):
             out.print(f"({status.failed - len(seen.failures)} more failed: not kept)")
         return 0
+    if not seen.states:
+        out.print(f"no step from {seen.start} on (it has {status.steps})")
+        return 0
     last = seen.start + len(seen.states) - 1
     out.print(
         f"workflow {_shown(status.id)} ({status.state.value}): steps {seen.start}-{last} of "
