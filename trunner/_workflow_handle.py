@@ -202,6 +202,8 @@ def _failures(workflow_id: str, look: WorkflowLook) -> list[StepFailed]:
         try:
             failure = json.loads(text)
         except ValueError:
+            failure = None
+        if not isinstance(failure, dict):
             failure = {"type": "BadData", "message": f"an unreadable failure: {text[:80]!r}"}
         error = RemoteFailure(
             str(failure.get("type", "Error")),
@@ -224,9 +226,8 @@ def _status_of(workflow_id: str, look: WorkflowLook) -> WorkflowStatus:
 
     def number(name: str) -> int:
         value = fields.get(name, "0")
-        return int(value) if value.isdigit() else 0
+        return int(value) if value.isascii() and value.isdigit() else 0
 
-    finished = fields.get("finished")
     return WorkflowStatus(
         workflow_id,
         WorkflowState(state),
@@ -236,6 +237,6 @@ def _status_of(workflow_id: str, look: WorkflowLook) -> WorkflowStatus:
         cancelled=number("cancelled"),
         live=number("live"),
         created_at=number("created") / 1000 or None,
-        finished_at=int(finished) / 1000 if finished and finished.isdigit() else None,
+        finished_at=number("finished") / 1000 or None,
         name=fields.get("name", ""),
     )

@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from ._discovery import FoundGroup, GroupsFound, discover_groups
 from ._producer import admin as queries
 from ._producer.opening import check_producer_args, group_keys
+from ._producer.workflow_views import WorkflowAdmin
 from ._public import fixup_module_metadata
 from ._redis import Broker, open_transport
 from ._util import connection_name, wall_ms
@@ -28,6 +29,7 @@ from ._wire.inspection import (
 from ._wire.pause import notices_for
 from ._wire.quarantine import QuarantineRecord
 from ._wire.stats import GroupStats, InstanceInfo, TaskTiming
+from ._wire.workflow_views import LiveWorkflow, StepState, WorkflowSteps
 from .errors import RunnerNotRunning
 from .registry import TaskRegistry
 
@@ -41,9 +43,12 @@ __all__ = [
     "GroupStats",
     "GroupsFound",
     "InstanceInfo",
+    "LiveWorkflow",
     "QuarantineRecord",
     "ReplayResult",
+    "StepState",
     "TaskTiming",
+    "WorkflowSteps",
     "as_dict",
     "discover_groups",
     "open_admin",
@@ -51,9 +56,9 @@ __all__ = [
 
 
 @counting
-class Admin:
+class Admin(WorkflowAdmin):
     """Inspects and administers one consumer group: its queue, instances, statistics,
-    pause, delayed tasks, cron schedules, dead letters and quarantine.
+    pause, delayed tasks, cron schedules, dead letters, quarantine and workflows.
 
     Do not create it yourself: a runner's [``admin``][trunner.Runner.admin], a client's
     [``admin``][trunner.Client.admin], or [``open_admin``][trunner.admin.open_admin] gives one

@@ -34,12 +34,14 @@ __all__ = ["RunnerCollector", "collect"]
 
 
 class RunnerCollector:
-    """Reads a runner's figures at scrape time (queue length: the last value refreshed)."""
+    """Reads a runner's figures at scrape time (queue length and live workflows: the last
+    values refreshed)."""
 
     def __init__(self, runner: Runner) -> None:
         self._runner = runner
         self.queue_length = 0
         self.lane_lengths: dict[str, int] = {}
+        self.workflows_live = 0
 
     def describe(self) -> list[Any]:
         return []
@@ -90,6 +92,9 @@ class RunnerCollector:
         levels = [(gauge.key, gauge.description, gauge.read(runner, stats)) for gauge in GAUGES]
         # The last length serve.py refreshed: a group-wide figure read from Redis.
         levels.insert(2, ("queue_length", "Entries in the group's stream", self.queue_length))
+        levels.insert(
+            3, ("workflows_live", "Workflows dispatched, not settled", self.workflows_live)
+        )
         for key, text, level in levels:
             gauge = GaugeMetricFamily(f"trunner_{key}", text, labels=["group"])
             gauge.add_metric([group], level)

@@ -121,6 +121,9 @@ class Admin:
     dead_letters = _Blocking(_admin.Admin.dead_letters)
     delayed_tasks = _Blocking(_admin.Admin.delayed_tasks)
     cron_entries = _Blocking(_admin.Admin.cron_entries)
+    workflow_count = _Blocking(_admin.Admin.workflow_count)
+    workflows = _Blocking(_admin.Admin.workflows)
+    workflow_steps = _Blocking(_admin.Admin.workflow_steps)
 
 
 #: Why a closed client refuses calls.
@@ -403,6 +406,11 @@ class Client(ClientArgs):
         """As [``Client.handle``][trunner.Runner.handle]: a handle on a task dispatched
         from anywhere (no I/O)."""
         return self._wrap(self._running().client.handle(task_id, task))
+
+    def workflow(self, workflow_id: str) -> WorkflowHandle[Any]:
+        """As [``Client.workflow``][trunner.Runner.workflow]: a handle on a workflow
+        dispatched from anywhere (no I/O)."""
+        return WorkflowHandle(self._running().client.workflow(workflow_id), self)
 
     def cancel(self, task_id: str) -> CancelOutcome:
         """As [``Client.cancel``][trunner.Runner.cancel]; a blocking call."""

@@ -36,6 +36,7 @@ from .._wire.stats import GroupStats, InstanceInfo, compute_stats, stats_or_none
 from ..errors import RedisCommandError
 from ..registry import TaskRegistry
 from ..status import TaskStatus
+from .workflow_views import oldest_workflow
 
 __all__ = [
     "cron_entries",
@@ -239,6 +240,7 @@ async def inspect_group(broker: Broker, instance_ttl: float = 15.0) -> GroupInfo
         pending = {}
     instances = await read_instances(broker, instance_ttl)
     lengths = await broker.lane_lengths(lanes)
+    workflows, oldest_workflow_at = await oldest_workflow(broker)
     return GroupInfo(
         group=broker.group,
         queue_length=sum(lengths.values()),
@@ -258,6 +260,8 @@ async def inspect_group(broker: Broker, instance_ttl: float = 15.0) -> GroupInfo
         unread_lanes=unread_lanes(lengths, (n for i in instances for n in i.lanes))
         if instances
         else {},
+        workflows=workflows,
+        oldest_workflow_at=oldest_workflow_at,
     )
 
 

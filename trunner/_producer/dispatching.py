@@ -313,13 +313,11 @@ class DispatchCalls:
         """
         return self._dispatcher.handle(task_id, task)
 
+    def workflow(self, workflow_id: str) -> WorkflowHandle[Any]:
+        """A handle on the [workflow](workflows.md) ``workflow_id``, from anywhere."""
+        return WorkflowHandle(workflow_id, self._dispatcher)
+
     async def cancel(self, task_id: str) -> CancelOutcome:
-        """Cancel the task ``task_id`` wherever it is: ``handle(task_id).cancel()``.
-
-        Args:
-            task_id: The task's id.
-
-        Returns:
-            What was done (see [``TaskHandle.cancel``][trunner.TaskHandle.cancel]).
-        """
+        """Cancel the task ``task_id`` wherever it is: ``handle(task_id).cancel()``; what
+        was done (see [``TaskHandle.cancel``][trunner.TaskHandle.cancel])."""
         return await self._dispatcher.handle(task_id).cancel()

@@ -128,6 +128,12 @@ class GroupInfo:
     """The lanes of :attr:`lanes` that hold messages while no live instance of the group
     reads them -> their queue length (empty while no instance is live): those messages
     wait until a runner that reads the lane starts."""
+    workflows: int = 0
+    """The group's live [workflows](workflows.md): dispatched, not settled
+    ([``workflows``][trunner.admin.Admin.workflows] lists them)."""
+    oldest_workflow_at: float | None = None
+    """When the oldest live workflow was dispatched (seconds since the epoch); None
+    without one."""
 
     @property
     def paused(self) -> bool:

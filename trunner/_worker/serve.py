@@ -124,6 +124,7 @@ def _metrics_handler(runner: Runner) -> Handler:
             try:
                 collector.lane_lengths = await runner.admin.lane_lengths()
                 collector.queue_length = sum(collector.lane_lengths.values())
+                collector.workflows_live = await runner.admin.workflow_count()
             except Exception as exc:  # noqa: BLE001 - a scrape must not fail on Redis
                 logger.debug("metrics: queue length unavailable: %s", exc)
         return 200, "text/plain; version=0.0.4; charset=utf-8", collect(runner, collector)

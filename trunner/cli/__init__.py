@@ -16,6 +16,8 @@
     trunner dashboard REDIS_URL [--group G ...] [--host H] [--port P] [--read-only]
                       [--token T | --token-file F] [--tasks module:attribute]
     trunner quarantine list|purge GROUP
+    trunner workflow status|steps|cancel GROUP WORKFLOW_ID [--json]
+    trunner workflow ls GROUP [--count N] [--offset N] [--json]
     trunner demo
     trunner --version
 
@@ -39,7 +41,7 @@ from rich.console import Console
 from .._util import leaf_exceptions
 from .._worker.serve import configure_logging
 from ..errors import TrunnerError
-from . import _cron, _dashboard, _dead, _demo, _group, _quarantine, _tasks, _worker
+from . import _cron, _dashboard, _dead, _demo, _group, _quarantine, _tasks, _worker, _workflows
 from ._arguments import _parser as _parser
 
 # Its times are shown by one guarded formatter, the dashboard's too (a test pins it here).
@@ -82,6 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "dead-letter": lambda: _dead.dead_letter(args, out),
         "quarantine": lambda: _quarantine.quarantine(args, out),
         "cron": lambda: _cron.cron(args, out),
+        "workflow": lambda: _workflows.workflow(args, out),
         "dashboard": lambda: _dashboard.dashboard(args),
         "demo": lambda: _demo.demo(args),
     }

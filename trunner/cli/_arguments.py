@@ -81,6 +81,33 @@ def _task_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     _redis_option(cancel, "redis://127.0.0.1:6379/0")
 
 
+def _workflow_command(commands: Any, common: argparse.ArgumentParser) -> None:
+    """``workflow status|steps|cancel|ls``: a group's workflows."""
+    flow = commands.add_parser("workflow", parents=[common], help="a group's workflows")
+    actions = flow.add_subparsers(dest="workflow_command", required=True, metavar="ACTION")
+    made = {
+        "status": "where a workflow is, and its failures",
+        "steps": "the state of each step of a workflow (a page of them)",
+        "cancel": "cancel a workflow: no step starts after, running ones are cancelled",
+        "ls": "the group's live workflows, oldest first (a page of them)",
+    }
+    for name, text in made.items():
+        action = actions.add_parser(name, parents=[common], help=text)
+        action.add_argument("group")
+        if name != "ls":
+            action.add_argument("workflow_id")
+        if name != "cancel":
+            action.add_argument("--json", action="store_true", help="print JSON for scripts")
+        _redis_option(action, "redis://127.0.0.1:6379/0")
+    steps = actions.choices["steps"]
+    steps.add_argument("--start", type=int, default=0, help="the first step shown (default 0)")
+    steps.add_argument("--count", type=int, default=1000, help="how many (default 1000)")
+    steps.add_argument("--failed", action="store_true", help="only the failures it keeps")
+    listing = actions.choices["ls"]
+    listing.add_argument("--count", type=int, default=50, help="how many (default 50)")
+    listing.add_argument("--offset", type=int, default=0, help="how many of the oldest to skip")
+
+
 def _cron_command(commands: Any, common: argparse.ArgumentParser) -> None:
     cron = commands.add_parser("cron", parents=[common], help="the group's cron schedules")
     cron.add_argument("action", choices=("list", "fire"))
@@ -236,6 +263,7 @@ def _parser() -> argparse.ArgumentParser:
     dead.add_argument("--yes", action="store_true", help="purge: do not ask")
     _redis_option(dead, "redis://127.0.0.1:6379/0")
 
+    _workflow_command(commands, common)
     _cron_command(commands, common)
     _dashboard_command(commands, common)
 

@@ -27,6 +27,7 @@ def _shared_redis(args: argparse.Namespace) -> str:
             "dead-letter": "there are no dead letters there",
             "quarantine": "there is nothing set aside there",
             "cron": "no cron state is there",
+            "workflow": "no workflow is there",
         }[args.command]
         raise ValueError(
             f"{url} is a Redis inside this one command's process: it starts empty and "

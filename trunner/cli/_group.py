@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 
 from rich.console import Console
 from rich.table import Table
@@ -63,6 +64,8 @@ def _summary(info: GroupInfo) -> Table:
     summary.add_row("pending", str(sum(info.pending.values())))
     summary.add_row("delayed", str(info.delayed))
     summary.add_row("dead letters", str(info.dead_letters))
+    if info.workflows:
+        summary.add_row("workflows", _workflows_line(info))
     if info.quarantined:
         summary.add_row("set aside", f"{info.quarantined} (trunner quarantine list {info.group})")
     if info.paused_since is not None:
@@ -74,6 +77,15 @@ def _summary(info: GroupInfo) -> Table:
             f"{info.capacity.get('value')} per instance (version {info.capacity.get('version')})",
         )
     return summary
+
+
+def _workflows_line(info: GroupInfo) -> str:
+    """The group's live workflows, and the age of the oldest."""
+    line = f"{info.workflows} live (trunner workflow ls {_shown(info.group)})"
+    if info.oldest_workflow_at is not None:
+        age = max(0.0, time.time() - info.oldest_workflow_at)
+        line += f", the oldest dispatched {age:.0f} s ago ({_when(info.oldest_workflow_at)} UTC)"
+    return line
 
 
 def _limits_table(info: GroupInfo) -> Table:

@@ -12,10 +12,11 @@ from rich.table import Table
 
 from .._worker.serve import load_settings
 from ..admin import as_dict
-from ..errors import TaskFailed
-from ..status import CancelOutcome, TaskState
+from ..client import Client
+from ..errors import TaskFailed, TrunnerError
+from ..status import CancelOutcome, TaskState, WorkflowState
 from ._client import _group_client
-from ._render import _when
+from ._render import _shown, _when
 
 __all__ = ["cancel", "dispatch", "result", "status"]
 
@@ -49,6 +50,14 @@ async def dispatch(args: argparse.Namespace, out: Console) -> int:
 async def status(args: argparse.Namespace, out: Console) -> int:
     async with _group_client(args) as client:
         status = await client.handle(args.task_id).status()
+        if status.state is TaskState.UNKNOWN and not args.json and await _is_workflow(client, args):
+            out.print(
+                f"{_shown(args.task_id)} is a workflow: trunner workflow status "
+                f"{_shown(args.group)} {_shown(args.task_id)}",
+                highlight=False,
+                soft_wrap=True,
+            )
+            return 1
     if args.json:
         print(json.dumps(as_dict(status)))
         return 0
@@ -70,6 +79,16 @@ async def status(args: argparse.Namespace, out: Console) -> int:
         rows.add_row("error", str(status.error))
     out.print(rows)
     return 0 if status.state is not TaskState.UNKNOWN else 1
+
+
+async def _is_workflow(client: Client, args: argparse.Namespace) -> bool:
+    """Whether the id given to ``trunner status`` is a workflow's (one more round trip,
+    only for an id no task has)."""
+    try:
+        seen = await client.admin.workflow_steps(args.task_id, count=0)
+    except (TrunnerError, ValueError):
+        return False
+    return seen.status.state is not WorkflowState.UNKNOWN
 
 
 async def result(args: argparse.Namespace, out: Console) -> int:

@@ -91,6 +91,12 @@ async def _cancel(client: Client, form: Form) -> str:
     return f"cancel {task_id}: {outcome.value}"
 
 
+async def _cancel_workflow(client: Client, form: Form) -> str:
+    workflow_id = _one(form, "id")
+    state = await client.workflow(workflow_id).cancel()
+    return f"cancel workflow {workflow_id}: {state.value}"
+
+
 async def _fire_cron(client: Client, form: Form) -> str:
     name = _one(form, "name")
     return f"fired cron {name}: task {await client.fire_cron(name)}"
@@ -122,6 +128,13 @@ ACTIONS: dict[str, Action] = {
             _delete_task,
         ),
         Action("cancel", "Cancel", "Cancel task {}?", _cancel),
+        Action(
+            "cancel-workflow",
+            "Cancel workflow",
+            "Cancel workflow {}? No step starts after; its running steps are cancelled.",
+            _cancel_workflow,
+            available=lambda client: hasattr(client, "workflow"),
+        ),
         Action("fire-cron", "Fire now", "Run cron schedule {} now, once?", _fire_cron),
         Action(
             "pause",

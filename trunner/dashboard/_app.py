@@ -109,6 +109,8 @@ def create_app(
             Route(f"{above}/group/{{group}}/snapshot", pages.snapshot),
             Route(f"{above}/group/{{group}}/events", pages.events),
             Route(f"{above}/group/{{group}}/action/{{action}}", pages.act, methods=["POST"]),
+            # A workflow id may hold a '/': the rest of the path is the id.
+            Route(f"{above}/group/{{group}}/workflow/{{workflow:path}}", pages.workflow_page),
         ]
     middleware = []
     if allowed_hosts is not None:

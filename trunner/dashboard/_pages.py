@@ -34,6 +34,9 @@ __all__ = ["Pages"]
 HERE = Path(__file__).parent
 #: Dead letters per page.
 PAGE = 50
+#: Steps per page of a workflow's grid, and failures shown (of the 100 kept).
+GRID = 2500
+FAILURES_SHOWN = 20
 #: What every response says about where its content may come from: nothing external.
 SECURITY_HEADERS = {
     "content-security-policy": (
@@ -204,6 +207,34 @@ class Pages:
             problems=problems,
         )
 
+    async def workflow_page(self, request: Request) -> Response:
+        """One workflow: its state and counts, a page of its steps as a grid, and the
+        failures it keeps (read when asked: a workflow of 100 000 steps has 40 pages)."""
+        if (refused := self.gate(request)) is not None:
+            return refused
+        sampler = self.sampler(request)
+        if sampler is None:
+            return self._unknown(request)
+        workflow_id = request.path_params["workflow"]
+        start = _page_start(request.query_params.get("start", "0"))
+        steps, problem = None, None
+        try:
+            steps = await sampler.admin.workflow_steps(workflow_id, start, GRID)
+        except (TrunnerError, ValueError) as exc:
+            problem = f"{type(exc).__name__}: {exc}"[:500]
+        target = FoundGroup(sampler.queue, sampler.group)
+        return self.page(
+            request,
+            "workflow.html",
+            workflow_id=workflow_id,
+            label=label_of(target),
+            path=path_of(target),
+            steps=steps,
+            problem=problem,
+            grid=GRID,
+            failures_shown=FAILURES_SHOWN,
+        )
+
     async def snapshot(self, request: Request) -> Response:
         if (refused := self.gate(request)) is not None:
             return refused
@@ -282,6 +313,11 @@ class Pages:
             why = "the dashboard is not started: its lifespan did not run (see the docs)"
             return PlainTextResponse(why, 503)
         return PlainTextResponse("no such group or action on this dashboard", 404)
+
+
+def _page_start(given: str) -> int:
+    """The first step of a page of the grid asked for (0 for anything but a count)."""
+    return int(given) if given.isdigit() and len(given) < 10 else 0
 
 
 #: The largest form accepted (a page's worth of selected ids is a few kB).

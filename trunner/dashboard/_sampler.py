@@ -1,10 +1,11 @@
 """What a group page shows, read from Redis once per interval for everyone watching.
 
 One :class:`Sampler` per group reads a snapshot (counts, instances, per-task timings,
-running and delayed tasks) through the public calls of the client's admin, keeps the last samples of
-throughput and pickup latency in a ring buffer for the charts, and wakes the event streams
-of the pages that watch. Each part of a snapshot is read on its own: one that cannot be
-read (Redis down, bad data) is shown as unreadable, with why, and the others still show.
+running and delayed tasks, live workflows) through the public calls of the client's admin,
+keeps the last samples of throughput and pickup latency in a ring buffer for the charts,
+and wakes the event streams of the pages that watch. Each part of a snapshot is read on its
+own: one that cannot be read (Redis down, bad data) is shown as unreadable, with why, and
+the others still show.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, TypeVar
 import trio
 
 from trunner import Client
-from trunner.admin import GroupStats
+from trunner.admin import GroupStats, LiveWorkflow
 
 __all__ = ["Sampler"]
 
@@ -28,7 +29,8 @@ logger = logging.getLogger("trunner.dashboard")
 
 #: Samples kept for the charts (with a 1 s interval: the last 5 minutes).
 HISTORY = 300
-#: Running and delayed tasks shown (the oldest and the soonest).
+#: Running and delayed tasks shown (the oldest and the soonest), and live workflows (the
+#: oldest).
 SHOWN = 20
 
 
@@ -90,6 +92,7 @@ class Sampler:
         stats = await part("timings", admin.group_stats)
         age = await part("pickup latency", admin.waiting_age)
         delayed = await part("delayed", lambda: admin.delayed_tasks(SHOWN))
+        workflows = await part("workflows", lambda: admin.workflows(SHOWN))
         snapshot: dict[str, Any] = {
             "group": self.group, "queue": self.queue, "at": now, "errors": errors,
         }  # fmt: skip
@@ -101,6 +104,7 @@ class Sampler:
              "problem": d.problem}
             for d in delayed or ()
         ]  # fmt: skip
+        snapshot["workflows"] = [_workflow(w) for w in workflows or ()]
         self._series.append((now, self._throughput(now, stats), age))
         snapshot["series"] = {
             "t": [t for t, _, _ in self._series],
@@ -139,7 +143,9 @@ def _overview(info: Any) -> dict[str, Any]:
             "delayed": info.delayed,
             "dead": info.dead_letters,
             "quarantined": info.quarantined,
+            "workflows": info.workflows,
         },
+        "oldest_workflow_at": info.oldest_workflow_at,
         "lanes": dict(info.lanes),
         "leader": info.leader,
         "paused_since": info.paused_since,
@@ -169,6 +175,21 @@ def _overview(info: Any) -> dict[str, Any]:
             for r in info.running
         ],
     }
+
+
+def _workflow(live: LiveWorkflow) -> dict[str, Any]:
+    """A live workflow as the group page lists it (what cannot be read: with why)."""
+    shown: dict[str, Any] = {
+        "id": live.id, "dispatched_at": live.dispatched_at, "problem": live.problem,
+    }  # fmt: skip
+    status = live.status
+    if status is not None:
+        shown.update(
+            name=status.name, state=status.state.value, steps=status.steps,
+            ended=status.succeeded + status.failed + status.cancelled, live=status.live,
+            failed=status.failed,
+        )  # fmt: skip
+    return shown
 
 
 def _timings(stats: GroupStats) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from .members import Members
 from .produce import Produce
 from .setup import Setup
 from .signals import Signals
+from .workflow_views import MarksLook, WorkflowViews
 from .workflows import StepEnd, StepKind, WorkflowLook, WorkflowSweep
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "Delivery",
     "GroupProgress",
     "Leader",
+    "MarksLook",
     "Owner",
     "RawEntry",
     "Record",
@@ -59,12 +61,15 @@ __all__ = [
 ]
 
 
-class Broker(Setup, Produce, Consume, Acks, Limits, Signals, Chores, Members, Dead, Inspection):
+class Broker(
+    Setup, Produce, Consume, Acks, Limits, Signals, Chores, Members, Dead, Inspection, WorkflowViews
+):
     """The group ``keys.group`` on ``transport``: its state transitions, one concern per
     mixin (:mod:`.setup`, :mod:`.produce`, :mod:`.consume`, :mod:`.acks` over
     :mod:`.workflows`, :mod:`.limits`, :mod:`.signals`, :mod:`.chores`, :mod:`.members`,
     :mod:`.dead`), and its read-only
-    queries (:class:`~trunner._redis.broker.inspect.Inspection`).
+    queries (:class:`~trunner._redis.broker.inspect.Inspection`, and of workflows
+    :class:`~trunner._redis.broker.workflow_views.WorkflowViews`).
 
     ``lanes``: the priority lanes it reads, highest first (see [Priority
     lanes](lanes.md)). Ids in and out are trunner's entry ids (``<stream id>@<lane>``

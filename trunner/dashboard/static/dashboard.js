@@ -93,7 +93,7 @@ function chart(svg, times, values) {
 function render(root, s) {
   const canAct = root.dataset.readOnly !== "yes";
   const counts = s.counts || {};
-  for (const key of ["queue", "pending", "delayed", "dead", "quarantined"]) {
+  for (const key of ["queue", "pending", "delayed", "dead", "quarantined", "workflows"]) {
     const node = document.getElementById("count-" + key);
     if (node) node.textContent = key in counts ? String(counts[key]) : "?";
   }
@@ -136,6 +136,20 @@ function render(root, s) {
     d.id, d.task || "(" + d.problem + ")", when(d.due_at), d.attempt || "-",
     canAct ? actionForm(root, "cancel", { id: d.id }, "Cancel", "Cancel delayed task " + d.id + "?") : "",
   ], "no delayed task");
+  fill(document.getElementById("workflows"), s.workflows || [], (w) => {
+    const link = el("a", w.id);
+    link.href = root.dataset.workflows + encodeURIComponent(w.id);
+    if (w.problem) return [link, "unreadable: " + w.problem, "?", "?", "?", "?", when(w.dispatched_at), ""];
+    return [
+      link, w.name || "", w.state, w.ended + "/" + w.steps, w.live, w.failed, when(w.dispatched_at),
+      canAct ? actionForm(root, "cancel-workflow", { id: w.id }, "Cancel", "Cancel workflow " + w.id + "?") : "",
+    ];
+  }, "no live workflow");
+  const oldest = document.getElementById("workflows-oldest");
+  if (oldest) {
+    const at = s.oldest_workflow_at;
+    oldest.textContent = at ? "the oldest dispatched " + Math.max(0, Math.round((s.at || at) - at)) + " s ago" : "";
+  }
   const series = s.series || { t: [], throughput: [], pickup: [] };
   chart(document.getElementById("chart-throughput"), series.t, series.throughput);
   chart(document.getElementById("chart-pickup"), series.t, series.pickup);
