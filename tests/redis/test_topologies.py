@@ -251,7 +251,8 @@ ACL_COMMANDS = (
     "+hset +hsetnx +hget +hdel +hexists +hgetall +hmget +hincrby +hincrbyfloat +set +get "
     "+del +incr +pexpire +type +publish +subscribe +config|get "
     "+xinfo|consumers +xinfo|groups +xtrim +exists +pttl +rename +time +zscore +hscan "
-    "+sadd +scard +smembers +srem +sscan +llen +lpop +rpush"
+    "+sadd +scard +smembers +srem +sscan +llen +lpop +rpush +hlen +lrem +lpos +setbit +getbit "
+    "+getrange +zscan"
 )
 
 
@@ -269,6 +270,7 @@ async def test_an_acl_user_limited_to_its_groups_keys(
     url = f"redis://worker-{group}:secret@127.0.0.1:{redis_server.port}/0"
     await full_run(url, group)
     await handles_run(url, group)
+    await workflows_run(url, group)
     refused = [r.getMessage() for r in caplog.records if "NOPERM" in r.getMessage()]
     refused += [r.getMessage() for r in caplog.records if "can't run" in r.getMessage()]
     assert not refused, "the documented permissions are not enough"
@@ -591,6 +593,46 @@ async def test_sentinel_commands_follow_the_sentinels_to_the_new_master() -> Non
         for port, value in ((new, b"after"), (old, b"before")):
             with redis.Redis(port=port) as client:
                 assert client.get("k") == value
+
+
+async def workflows_run(url: str, group: str) -> None:
+    """Workflows on one deployment: a chord and a chain, a step failing once, a cancel
+    sweeping steps that wait for a slot, the janitor's page of workflows, and what the CLI
+    and the dashboard read of them."""
+    tasks = trunner.TaskRegistry()
+    held = trio.Event()
+    tried: list[int] = []
+
+    @tasks.task(max_retry=1, retry_backoff=0)
+    async def square(n: int) -> int:
+        if n == 3 and not tried:
+            tried.append(n)
+            raise ValueError("once")
+        return n * n
+
+    @tasks.task()
+    async def total(numbers: list[int]) -> int:
+        return sum(numbers)
+
+    @tasks.task(concurrency=1)
+    async def one(_: int) -> None:
+        held.set()
+        await trio.sleep_forever()
+
+    cfg = config(group, janitor_interval=0.2, **FAST_LEADER)
+    async with trunner.open_runner(url, cfg, tasks) as runner:
+        squares = wf.group(step(square, n) for n in range(5))
+        assert await (await runner.dispatch(wf.chord(squares, step(total)))).result() == 30
+        assert await (await runner.dispatch(wf.chain(step(square, 2), step(square)))).result() == 16
+        waiting = await runner.dispatch(wf.group(step(one, n) for n in range(3)))
+        await held.wait()
+        assert [w.id for w in await runner.admin.workflows()] == [waiting.id]
+        assert len((await runner.admin.workflow_steps(waiting.id)).states) == 3
+        assert await waiting.cancel() is WorkflowState.CANCELLING
+        with pytest.raises(WorkflowCancelled):
+            await waiting.result()
+        janitor = parts(runner).janitor  # its page of workflows is allowed too
+        await janitor.wait_rounds(janitor.rounds + 2)
 
 
 @pytest.mark.deadline(60)

@@ -199,7 +199,12 @@ class Janitor:
                 )
         forgotten = await self._forget_stale()
         await self._reconcile_slots()
-        await self.workflows.page()
+        try:
+            await self.workflows.page()
+        except BackendError as exc:  # its own: the round's other duties are done
+            self._errors.capture(exc)
+            logger.warning("janitor: the page of workflows failed: %s", exc)
+            await self._quarantine.after_error(exc)
         self.rounds += 1
         self.consumers_deleted += deleted
         self.entries_trimmed += trimmed
