@@ -499,3 +499,23 @@ async def test_a_lock_key_of_bad_data_is_set_aside_and_a_bad_lock_field_fails_th
     assert not raw.exists("elsewhere:k")
     look = await broker.workflow_look(W)
     assert json.loads(look.failures[1])["type"] == "BadData"
+
+
+async def test_a_unique_step_not_retried_as_its_workflow_fails_releases_its_lock(
+    broker: Broker, raw: Any, keys: Keys
+) -> None:
+    lock = keys.unique("r")
+    roots = [(0, unique_root(keys, 0, "r")), (1, root(keys, 1, 1))]
+    assert await start(broker, 2, [lock_field(keys, 0, "r")], roots) == "ok"
+    zero, one = await deliver(broker, "c1", 2)
+    fields: list[tuple[str, str | bytes]] = [("reason", "failed")]
+    step = StepEnd(W, 1, "failed", error="{}")
+    assert await broker.dead_letter(one, fields, 10, None, f"{W}.1", step=step, owner=C1)
+    assert raw.get(lock) == TOKEN.encode()
+    retried = await broker.retry(
+        zero, f"{W}.0", 5000, b"next", step=StepEnd(W, 0, "failed"), owner=C1,
+        lock=(lock, TOKEN),
+    )  # fmt: skip
+    assert retried == "cancelled"
+    assert not raw.exists(lock), "its end released it, as an acknowledgement does"
+    assert (await broker.workflow_look(W)).fields["state"] == "failed"
