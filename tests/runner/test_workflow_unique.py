@@ -114,3 +114,13 @@ async def test_an_open_unique_step_is_refused_before_anything_is_written(
         with pytest.raises(ValueError, match=r"step 1 \('charge'\) is an open step of a unique"):
             await runner.dispatch(chain(step(plus_one, 1), step(charge)))
         assert await runner.admin.queue_length() == 0
+
+
+async def test_two_steps_of_one_key_in_a_chain_run_one_after_the_other(
+    memory_url: str, group: str
+) -> None:
+    events["go"].set()
+    async with open_checked_runner(memory_url, config(group), tasks) as runner:
+        # The first one's end releases the lock before the second one takes it (one call).
+        handle = await runner.dispatch(chain(step(charge, 2), step(charge, 2)))
+        assert await handle.result() == 20

@@ -125,6 +125,11 @@ async def test_a_chord_gives_what_a_runner_gives(memory_url: str, group: str) ->
     ]
 
 
+async def test_a_bound_unique_step_runs_as_a_task_called_eagerly() -> None:
+    # No lock: an eager call takes none (call_task); the step is checked as dispatch does.
+    assert await call_workflow(tasks, chain(step(once, "k"), step(fetch, "a"))) == Page("a", 1)
+
+
 async def test_a_groups_steps_run_side_by_side() -> None:
     with trio.fail_after(10):  # one after the other, the first would wait for ever
         assert await call_workflow(tasks, wf.group(step(meet, 3) for _ in range(3))) == [3, 3, 3]
