@@ -455,7 +455,7 @@ async def test_a_unique_step_whose_lock_is_held_fails_without_starting(
     counts = [look.fields[name] for name in ("state", "ok", "failures", "cancelled", "live")]
     assert counts == ["failed", "1", "1", "0", "0"]
     failure = json.loads(look.failures[1])
-    assert failure["type"] == "TaskAlreadyDispatched"
+    assert (failure["type"], failure["task"]) == ("TaskAlreadyDispatched", "t")
     assert lock in failure["message"]
     assert look.results == {}, "the result it would have read is released"
 

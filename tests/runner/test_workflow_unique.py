@@ -76,7 +76,8 @@ async def test_a_unique_step_whose_key_is_held_fails_its_workflow(url: str, grou
         with pytest.raises(WorkflowFailed) as caught:
             await (await runner.dispatch(work)).result()
         [failed] = caught.value.failures
-        assert (failed.node, failed.error.type_name) == (1, "TaskAlreadyDispatched")
+        assert (failed.node, failed.task_name) == (1, "charge")
+        assert failed.error.type_name == "TaskAlreadyDispatched"
         assert "unique:6:charge:3 is held" in failed.error.message
         events["go"].set()
         assert await holder.result() == 30, "the holder's lock was not touched"

@@ -172,7 +172,7 @@ def step_task(registry: TaskRegistry | None, index: int, step: TaskStep) -> tupl
             f"step {index} ({task_name!r}) is an open step of a unique task: its unique key "
             "is computed in Python from its payload, which only exists in Redis when the "
             "step starts; give it its payload (a bound step, step(task, payload)), or "
-            "dispatch the unique task from a step of its own"
+            "dispatch the unique task from inside the step before it"
         )
     return task_name, task
 

@@ -86,13 +86,13 @@ for r = 1, roots do
   local i, message = tonumber(ARGV[at + 2 * r - 1]), ARGV[at + 2 * r]
   if redis.call('SETBIT', k.marks, 2 * i, 1) == 0 then
     redis.call('HINCRBY', k.wf, 'live', 1)
-    local lock, refused, why = redis.call('HGET', k.plan, 'u:' .. i), nil, nil
+    local lock, refused = redis.call('HGET', k.plan, 'u:' .. i), nil
     if lock then
       redis.call('HDEL', k.plan, 'u:' .. i)
-      refused, why = wf_take_lock(k, lock, ctx)
+      refused = wf_take_lock(k, i, lock, message, ctx)
     end
     if refused then
-      wf_end_node(k, wid, i, 'failed', '', '', wf_failure(i, refused, why, ctx), ctx)
+      wf_end_node(k, wid, i, 'failed', '', '', refused, ctx)
       failed = true
     else
       local stream, suffix = message_lane(ctx.base, message)

@@ -288,20 +288,25 @@ end
 -- task's). The lock key is not in KEYS (design/workflows.md §9 Q2): the dispatch named it
 -- after the group's hash tag, so it is in the workflow's slot and Cluster-safe; checked
 -- here, so that a plan trunner did not write fails the node, never the script. Returns nil
--- when the lock is taken, else the failure's type and message (nothing taken).
-local function wf_take_lock(k, spec, ctx)
+-- when the lock is taken, else node j's failure (JSON, naming the task of its `message`
+-- when it reads it): nothing taken.
+local function wf_take_lock(k, j, spec, message, ctx)
   local ttl, token, at = string.match(spec, '^(%d+) (%x+) ()')
   ttl = checked_number(ttl or '', {integer = true, digits = 12, min = 1})
   local key = at and string.sub(spec, at) or ''
   local tag = string.match(k.wf, '^[^{]*{[^}]*}')
+  local kind, why
   if not ttl or not tag or #key <= #tag or string.sub(key, 1, #tag) ~= tag then
-    return 'BadData', 'its unique lock is not one trunner writes'
-  end
-  if not take_lock(key, token, ttl, ctx.quarantine) then
-    return 'TaskAlreadyDispatched', 'its unique key is locked: ' .. key ..
+    kind, why = 'BadData', 'its unique lock is not one trunner writes'
+  elseif not take_lock(key, token, ttl, ctx.quarantine) then
+    kind, why = 'TaskAlreadyDispatched', 'its unique key is locked: ' .. key ..
       ' is held by a task of that key (queued, running or waiting for a retry)'
+  else
+    return nil
   end
-  return nil
+  local task = string.match(message, '^{"task":"([^"\\]*)"') or
+    string.match(message, '^{"lane":"[^"\\]*","task":"([^"\\]*)"')
+  return cjson.encode({type = kind, message = why, node = j, at = ctx.now_ms, task = task})
 end
 
 wf_start_node = function(k, wid, j, ctx)
@@ -331,13 +336,10 @@ wf_start_node = function(k, wid, j, ctx)
       ' a runner reads', ctx), ctx)
     return
   end
-  local refused, why = nil, nil
-  if lock then
-    refused, why = wf_take_lock(k, lock, ctx)
-  end
+  local refused = lock and wf_take_lock(k, j, lock, message, ctx)
   if refused then
     wf_release(k, read)
-    wf_end_node(k, wid, j, 'failed', '', '', wf_failure(j, refused, why, ctx), ctx)
+    wf_end_node(k, wid, j, 'failed', '', '', refused, ctx)
     return
   end
   local stream, suffix = message_lane(ctx.base, message)
