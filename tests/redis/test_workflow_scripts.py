@@ -537,3 +537,142 @@ async def test_the_janitors_look_at_the_index_and_its_cancel_of_an_abandoned_sta
     assert await broker.cancel_workflow(W, abandoned_before_ms=created) == "cancelling"
     assert await broker.sweep_workflow(W) == WorkflowSweep("cancelled", 1000, 0)
     assert await broker.tidy_workflows([W], created) == ["gone"], "settled: out of the index"
+
+
+TOKEN = "a" * 32
+
+
+def unique_template(keys: Keys, node: int, parts: Sequence[Any], key: str) -> bytes:
+    """A step's template carrying its lock as a unique dispatch's message does."""
+    ref = StepRef(W, node, "", True)
+    return message_template(
+        "t", parts, task_id=f"{W}.{node}", options=MessageOptions(workflow=ref),
+        group=keys.group, unique=(key, TOKEN, 60.0),
+    )  # fmt: skip
+
+
+def unique_root(keys: Keys, node: int, key: str) -> bytes:
+    return encode_message(
+        "t", node, enqueued_at=1.0, task_id=f"{W}.{node}", unique_key=key,
+        unique_token=TOKEN, unique_for=60.0,
+        options=MessageOptions(workflow=StepRef(W, node, "", True)), group=keys.group,
+        max_bytes=1 << 20,
+    )  # fmt: skip
+
+
+def lock_field(keys: Keys, node: int, key: str) -> tuple[str, str]:
+    return f"u:{node}", f"60000 {TOKEN} {keys.unique(key)}"
+
+
+def unique_chain(keys: Keys) -> list[tuple[str, Any]]:
+    """Node 1, unique of key ``k``, after root 0."""
+    return [
+        ("t:1", unique_template(keys, 1, [Results(0, 0)], "k")),
+        ("w:1", 1),
+        lock_field(keys, 1, "k"),
+    ]
+
+
+async def test_a_unique_step_takes_its_lock_as_it_starts_and_its_ack_releases_it(
+    broker: Broker, raw: Any, keys: Keys
+) -> None:
+    lock = keys.unique("k")
+    assert await start(broker, 2, unique_chain(keys), [(0, root(keys, 0, 0, "1"))]) == "ok"
+    assert not raw.exists(lock), "not before the step starts"
+    (zero,) = await deliver(broker, "c1", 1)
+    await ack_steps(broker, {zero: StepEnd(W, 0, "ok", "1", b"7")})
+    assert raw.get(lock) == TOKEN.encode()
+    assert 0 < raw.pttl(lock) <= 60_000
+    assert not raw.hexists(keys._workflow(W).plan, "u:1"), "taken once"
+    (one,) = await deliver(broker, "c1", 1)
+    message = step_of(raw, keys, one)
+    assert (message["unique_key"], message["unique_token"]) == ("k", TOKEN)
+    assert message["payload"] == 7
+    locks = {one: (lock, TOKEN)}
+    ends = {one: StepEnd(W, 1, "ok", "", b"1")}
+    assert await broker.ack([one], steps=ends, owners=owned([one]), locks=locks) == (1, [])
+    assert not raw.exists(lock), "released as any unique task's"
+    assert (await broker.workflow_look(W)).fields["state"] == "succeeded"
+
+
+async def test_a_unique_step_whose_lock_is_held_fails_without_starting(
+    broker: Broker, raw: Any, keys: Keys
+) -> None:
+    lock = keys.unique("k")
+    raw.set(lock, "another", px=60_000)
+    assert await start(broker, 2, unique_chain(keys), [(0, root(keys, 0, 0, "1"))]) == "ok"
+    (zero,) = await deliver(broker, "c1", 1)
+    added = raw.xinfo_stream(keys.stream)["last-generated-id"]
+    await ack_steps(broker, {zero: StepEnd(W, 0, "ok", "1", b"7")})
+    assert raw.xinfo_stream(keys.stream)["last-generated-id"] == added, "nothing added"
+    assert await deliver(broker, "c1", 1) == []
+    assert raw.get(lock) == b"another", "the holder's lock is left as it is"
+    assert raw.hget(keys.where, f"{W}.1") is None
+    look = await broker.workflow_look(W)
+    counts = [look.fields[name] for name in ("state", "ok", "failures", "cancelled", "live")]
+    assert counts == ["failed", "1", "1", "0", "0"]
+    failure = json.loads(look.failures[1])
+    assert (failure["type"], failure["task"]) == ("TaskAlreadyDispatched", "t")
+    assert lock in failure["message"]
+    assert look.results == {}, "the result it would have read is released"
+
+
+async def test_a_unique_root_takes_its_lock_or_fails_the_workflow_at_its_start(
+    broker: Broker, raw: Any, keys: Keys
+) -> None:
+    roots = [(0, unique_root(keys, 0, "r")), (1, root(keys, 1, 1))]
+    assert await start(broker, 2, [lock_field(keys, 0, "r")], roots) == "ok"
+    assert raw.get(keys.unique("r")) == TOKEN.encode()
+    assert len(await deliver(broker, "c1", 2)) == 2
+    # Held: with fail-fast the root fails, the roots after it are not added.
+    raw.delete(keys._workflow(W).wf, keys._workflow(W).marks)
+    raw.set(keys.unique("s"), "another", px=60_000)
+    roots = [(0, unique_root(keys, 0, "s")), (1, root(keys, 1, 1))]
+    assert await start(broker, 2, [lock_field(keys, 0, "s")], roots) == "ok"
+    assert await deliver(broker, "c1", 2) == []
+    look = await broker.workflow_look(W)
+    assert [look.fields[name] for name in ("state", "failures", "live")] == ["failed", "1", "0"]
+    assert json.loads(look.failures[0])["type"] == "TaskAlreadyDispatched"
+
+
+async def test_a_lock_key_of_bad_data_is_set_aside_and_a_bad_lock_field_fails_the_node(
+    broker: Broker, raw: Any, keys: Keys
+) -> None:
+    lock = keys.unique("k")
+    raw.hset(lock, "not", "a lock")
+    assert await start(broker, 2, unique_chain(keys), [(0, root(keys, 0, 0, "1"))]) == "ok"
+    (zero,) = await deliver(broker, "c1", 1)
+    await ack_steps(broker, {zero: StepEnd(W, 0, "ok", "1", b"7")})
+    assert raw.get(lock) == TOKEN.encode(), "nobody's lock: set aside, the lock taken"
+    ((_, aside),) = raw.xrange(keys.quarantine)
+    assert (aside[b"source"], aside[b"item"]) == (b"unique", lock.encode())
+    assert len(await deliver(broker, "c1", 1)) == 1
+    # A lock field naming a key of another slot (or none) fails the node, not the script.
+    raw.delete(keys._workflow(W).wf, keys._workflow(W).marks)
+    plan = [*unique_chain(keys)[:2], ("u:1", f"60000 {TOKEN} elsewhere:k")]
+    assert await start(broker, 2, plan, [(0, root(keys, 0, 0, "1"))]) == "ok"
+    (zero,) = await deliver(broker, "c1", 1)
+    assert await ack_steps(broker, {zero: StepEnd(W, 0, "ok", "1", b"7")}) == (1, [])
+    assert not raw.exists("elsewhere:k")
+    look = await broker.workflow_look(W)
+    assert json.loads(look.failures[1])["type"] == "BadData"
+
+
+async def test_a_unique_step_not_retried_as_its_workflow_fails_releases_its_lock(
+    broker: Broker, raw: Any, keys: Keys
+) -> None:
+    lock = keys.unique("r")
+    roots = [(0, unique_root(keys, 0, "r")), (1, root(keys, 1, 1))]
+    assert await start(broker, 2, [lock_field(keys, 0, "r")], roots) == "ok"
+    zero, one = await deliver(broker, "c1", 2)
+    fields: list[tuple[str, str | bytes]] = [("reason", "failed")]
+    step = StepEnd(W, 1, "failed", error="{}")
+    assert await broker.dead_letter(one, fields, 10, None, f"{W}.1", step=step, owner=C1)
+    assert raw.get(lock) == TOKEN.encode()
+    retried = await broker.retry(
+        zero, f"{W}.0", 5000, b"next", step=StepEnd(W, 0, "failed"), owner=C1,
+        lock=(lock, TOKEN),
+    )  # fmt: skip
+    assert retried == "cancelled"
+    assert not raw.exists(lock), "its end released it, as an acknowledgement does"
+    assert (await broker.workflow_look(W)).fields["state"] == "failed"

@@ -107,7 +107,7 @@ async def flaky(number: int) -> int:
 
 
 @tasks.task(unique=True, unique_for=60, unique_key=lambda key: key)
-async def once(_: str) -> None:
+async def once(_: object) -> None:
     pass
 
 
@@ -135,6 +135,11 @@ async def test_a_chord_gives_what_a_runner_gives(memory_url: str, group: str) ->
         Page("a", 1),
         Page("b", 1),
     ]
+
+
+async def test_a_bound_unique_step_runs_as_a_task_called_eagerly() -> None:
+    # No lock: an eager call takes none (call_task); the step is checked as dispatch does.
+    assert await call_workflow(tasks, chain(step(once, "k"), step(fetch, "a"))) == Page("a", 1)
 
 
 async def test_a_groups_steps_run_side_by_side() -> None:
@@ -168,8 +173,8 @@ async def test_a_steps_retries_are_its_own() -> None:
 
 
 async def test_what_dispatch_refuses_is_refused_before_a_step_runs() -> None:
-    with pytest.raises(ValueError, match="unique"):
-        await call_workflow(tasks, chain(step(fetch, "a"), step(once, "k")))
+    with pytest.raises(ValueError, match="open step of a unique task"):
+        await call_workflow(tasks, chain(step(fetch, "a"), step(once)))
     with pytest.raises(ValueError, match="payload"):
         await call_workflow(tasks, chain(step(fetch), step(count)))  # type: ignore[arg-type]
     with pytest.raises(TypeError):

@@ -84,8 +84,9 @@ class Transitions:
 
         async def write() -> bool | Literal["cancelled"]:
             return await self._broker.retry(
-                job.message_id, message.task_id, due_ms, data, record, job.slot, step, owner=job
-            )
+                job.message_id, message.task_id, due_ms, data, record, job.slot, step,
+                owner=job, lock=job.lock(self._keys) if step is not None else None,
+            )  # fmt: skip
 
         step = step_end(job, "failed", failure)
         written = await self._transition(job, write, "retry")

@@ -1,6 +1,8 @@
 """Dispatching a workflow: its plan compiled, every step checked and encoded as a dispatch
 of its task would be (the first steps as messages, the others as templates their inputs
-fill in), then written in one script call per 1000 (design/workflows.md §2, §3.4)."""
+fill in), then written in one script call per 1000 (design/workflows.md §2, §3.4). A bound
+step of a unique task carries its lock as a unique dispatch's message does, and its plan
+field ``u:<i>`` says which lock its start takes (design/workflows.md §3.7)."""
 
 from __future__ import annotations
 
@@ -21,9 +23,10 @@ from .._wire.workflow import Literal, Part, StepRef, workflow_id_error
 from .._workflow_handle import WorkflowHandle
 from .._workflows import Plan, PlanNode, Step, TaskStep, compile_plan, exit_parts
 from ..middleware import WorkflowInfo
-from .build import lane_of, payload_of, resolve
+from .build import Unique, lane_of, payload_of, resolve, unique_of
 
 if TYPE_CHECKING:
+    from .._wire.keys import Keys
     from ..registry import TaskRegistry
     from .dispatch import Producer
 
@@ -92,12 +95,14 @@ async def dispatch_workflow(
 
 @attrs.frozen
 class _Checked:
-    """One step, checked as a dispatch of its task is: its task, lane and payload."""
+    """One step, checked as a dispatch of its task is: its task, lane, payload and, for a
+    bound step of a unique task, its lock."""
 
     task_name: str
     task: Task | None
     lane: str
     payload: Any
+    unique: Unique | None
 
 
 async def _encode(
@@ -111,8 +116,9 @@ async def _encode(
         task_name, task = step_task(producer.registry, index, step)
         lane = lane_of(task, step.priority)
         await producer.lanes.check(broker, lane, task)
+        unique = unique_of(task, step.payload) if step.bound else None
         payload = payload_of(task, step.payload) if step.bound else None
-        checked.append(_Checked(task_name, task, lane, payload))
+        checked.append(_Checked(task_name, task, lane, payload, unique))
     now, limit = time.time(), producer.max_payload_bytes
     encoded = _Encoded([], [], set(), {})
     outputs = set(plan.output_nodes())
@@ -122,7 +128,7 @@ async def _encode(
     shared = await producer._headers(name, None, given, wid, workflow=workflow)
     for index, (node, one) in enumerate(zip(plan.nodes, checked, strict=True)):
         step, task_name, task, payload = node.step, one.task_name, one.task, one.payload
-        lane = one.lane
+        lane, unique = one.lane, one.unique
         encoded.lanes.add(lane)
         ref = StepRef(wid, index, plan.next_of(index), plan.readers[index] > 0)
         options = _options(step.keep_result, step.timeout, ref)
@@ -130,19 +136,25 @@ async def _encode(
         mine = {**shared, **(step.headers or {})} if shared else step.headers
         info = attrs.evolve(workflow, node=index, waits_for=node.waits_for)
         headers = await producer._headers(task_name, payload, mine, task_id, workflow=info)
+        lock = (unique.key, unique.token, unique.seconds) if unique is not None else None
         if not node.waits_for:
             data = encode_message(
                 task_name, payload, enqueued_at=now, task_id=task_id, options=options,
                 headers=headers, group=group, max_bytes=limit, lane=lane,
+                unique_key=unique.key if unique else None,
+                unique_token=unique.token if unique else None,
+                unique_for=unique.seconds if unique else None,
             )  # fmt: skip
             encoded.roots.append((index, data))
         else:
             parts = _payload_parts(task_name, payload, node)
             template = message_template(
                 task_name, parts, task_id=task_id, options=options, group=group,
-                headers=headers, lane=lane,
+                headers=headers, lane=lane, unique=lock,
             )  # fmt: skip
             encoded.fields += [(f"t:{index}", template), (f"w:{index}", len(node.waits_for))]
+        if unique is not None:
+            encoded.fields.append(_lock_field(broker.keys, index, unique))
         if plan.readers[index] > 1:
             encoded.fields.append((f"r:{index}", plan.readers[index]))
         if index in outputs and task is not None:
@@ -151,15 +163,26 @@ async def _encode(
 
 
 def step_task(registry: TaskRegistry | None, index: int, step: TaskStep) -> tuple[str, Task | None]:
-    """The name of step ``index``'s task and the task when known (``resolve``); a unique
-    task is refused: a workflow's steps are not unique."""
+    """The name of step ``index``'s task and the task when known (``resolve``); an open
+    step of a unique task is refused: its key would be computed in Python from a payload
+    that only exists in Redis when the step starts."""
     task_name, task = resolve(registry, step.task)
-    if task is not None and task.unique:
+    if task is not None and task.unique and not step.bound:
         raise ValueError(
-            f"step {index} ({task_name!r}) is a unique task: a workflow's steps are not "
-            "unique (dispatch it on its own)"
+            f"step {index} ({task_name!r}) is an open step of a unique task: its unique key "
+            "is computed in Python from its payload, which only exists in Redis when the "
+            "step starts; give it its payload (a bound step, step(task, payload)), or "
+            "dispatch the unique task from inside the step before it"
         )
     return task_name, task
+
+
+def _lock_field(keys: Keys, index: int, unique: Unique) -> tuple[str, bytes]:
+    """The plan field of a unique step ``index``: ``u:<i>`` = ``<ttl ms> <token> <lock
+    key>``, the lock its start takes (``wf_take_lock`` in ``workflows.lua``). The lock key
+    is named here, as a dispatch names it, in the group's hash slot."""
+    spec = f"{unique.ttl_ms} {unique.token} {keys.unique(unique.key)}"
+    return f"u:{index}", spec.encode("utf-8")
 
 
 def _options(keep: float | None, timeout: float | None, ref: StepRef) -> MessageOptions:

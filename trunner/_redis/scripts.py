@@ -78,9 +78,11 @@ def _numbered(source: str) -> str:
 
 def _flowing(name: str, *, limited: bool = False) -> str:
     """``name``'s source behind ``lua/key_types.lua``, ``lua/numbers.lua``,
-    ``lua/lanes.lua`` and ``lua/workflows.lua``, which defines ``wf_step_end`` and the rest
-    of a workflow's transitions (and behind ``lua/limits.lua`` when ``limited``)."""
-    parts = ["key_types", "numbers", "lanes", "workflows", *(["limits"] if limited else [])]
+    ``lua/lanes.lua``, ``lua/locks.lua`` (a unique step takes its lock as it starts) and
+    ``lua/workflows.lua``, which defines ``wf_step_end`` and the rest of a workflow's
+    transitions (and behind ``lua/limits.lua`` when ``limited``)."""
+    parts = ["key_types", "numbers", "lanes", "locks", "workflows"]
+    parts += ["limits"] if limited else []
     return "\n".join(_read(part) for part in [*parts, name])
 
 

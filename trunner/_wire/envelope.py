@@ -194,14 +194,19 @@ def message_template(
     group: str,
     headers: Mapping[str, str] | None = None,
     lane: str = DEFAULT_LANE,
+    unique: tuple[str, str, float] | None = None,
 ) -> bytes:
     """The template (see ``trunner._wire.workflow``) of a workflow step's message, attempt
     1: what :func:`encode_message` writes, with the payload made of ``payload``'s parts and
-    ``enqueued_at`` the time it is added. Raises as :func:`encode_message` does; the script
-    that assembles it checks the size."""
+    ``enqueued_at`` the time it is added; ``unique``: a unique step's ``unique_key``,
+    ``unique_token`` and ``unique_for``, written as a unique dispatch's message carries
+    them. Raises as :func:`encode_message` does; the script that assembles it checks the
+    size."""
+    key, token, seconds = unique if unique is not None else (None, None, None)
     data = encode_message(
         task_name, None, enqueued_at=0.0, task_id=task_id, options=options, headers=headers,
-        group=group, max_bytes=NO_SIZE_LIMIT, lane=lane,
+        group=group, max_bytes=NO_SIZE_LIMIT, lane=lane, unique_key=key, unique_token=token,
+        unique_for=seconds,
     )  # fmt: skip
     head, hole, tail = data.partition(_HOLES)
     assert hole, data

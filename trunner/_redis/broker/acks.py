@@ -157,17 +157,24 @@ class Acks(Workflows):
         step: StepEnd | None = None,
         *,
         owner: Delivery,
+        lock: tuple[str, str] | None = None,
     ) -> bool | Literal["cancelled"]:
         """Acknowledge a failed message and schedule its next attempt, atomically; update
         the ``record`` of a task that keeps its result (state 'retrying'); release the
         concurrency ``slot`` it holds. False, and nothing written, when the attempt's
         delivery (``owner``) is no longer the pending one. For the ``step`` of a workflow
         that no longer runs, ``"cancelled"``: acknowledged, not scheduled, the step ended
-        'cancelled' and its record says so (``step.kind`` is not read)."""
+        'cancelled' and its record says so (``step.kind`` is not read), its unique ``lock``
+        (key, token: a retry keeps it otherwise) released."""
         keys = self.keys
         lane, stream_id = split_entry_id(message_id)
         ttl, fields = (record[1], record[2]) if record else (0, [])
-        flow_keys, flow_args = self._step_tail(step, with_next=False) if step else ([], [])
+        flow_keys: list[str] = []
+        flow_args: list[Arg] = []
+        if step is not None:
+            flow_keys, flow_args = self._step_tail(step, with_next=False)
+            flow_keys.append(lock[0] if lock else keys.stream)
+            flow_args.append(lock[1] if lock else "")
         reply = await self._script(
             "retry",
             [

@@ -13,10 +13,12 @@
 --          released and the oldest waiters granted (limits.lua)
 -- then     (W = 1) the workflow of the step this message is (workflows.lua): the stream of
 --          the default lane, the group's index of workflows, the quarantine stream, the
---          cancel marks, then the workflow's five keys. A step of a workflow that no longer runs (failing,
---          cancelling, settled) is not scheduled again: it ends 'cancelled' (absorbed by
---          the workflow, as a nursery's cancelled child): its record says 'cancelled' (with
---          the failure of its last attempt), and its waiters are told
+--          cancel marks, then the workflow's five keys, then the step's unique lock (any
+--          key of the group when it holds none). A step of a workflow that no longer runs
+--          (failing, cancelling, settled) is not scheduled again: it ends 'cancelled'
+--          (absorbed by the workflow, as a nursery's cancelled child): its record says
+--          'cancelled' (with the failure of its last attempt), its unique lock is released
+--          (only the lock it took), and its waiters are told
 -- ARGV[1]  the consumer group
 -- ARGV[2]  '1' to XDEL the entry (unless the stream is shared)
 -- ARGV[3]  the entry id
@@ -33,7 +35,8 @@
 -- ARGV[13..] field/value pairs of the record
 -- then     (S = 1) the entry's id as trunner names it (its holder), the slot's limit
 -- then     (W = 1) the workflow's id, the step's node, the cancel channel, the done
---          channel, how long a cancel mark holds (ms), the largest message a runner reads
+--          channel, how long a cancel mark holds (ms), the largest message a runner reads,
+--          the unique lock's token ('' when there is no lock)
 -- Returns  1 when scheduled; 0 when the attempt's delivery was no longer pending (nothing
 --          written); 2 when the step's workflow no longer runs (acknowledged, not
 --          scheduled: the step ended 'cancelled')
@@ -56,7 +59,7 @@ if ARGV[6] ~= ARGV[3] and not shared then
   redis.call('HDEL', KEYS[4], ARGV[6])
 end
 local slot, step = ARGV[11] == '1', ARGV[12] == '1'
-local last = #ARGV - (step and 6 or 0)
+local last = #ARGV - (step and 7 or 0)
 if slot then
   release_slot(KEYS[7], KEYS[8], ARGV[last - 1], tonumber(ARGV[last]), KEYS[10], KEYS[4],
     KEYS[9])
@@ -72,7 +75,7 @@ local function write_record()
   end
 end
 if step then
-  local first, a = slot and 11 or 7, #ARGV - 5
+  local first, a = slot and 11 or 7, #ARGV - 6
   local k = wf_keys(KEYS, first + 4)
   local why = wf_usable(k)
   if not why and redis.call('HGET', k.wf, 'state') ~= 'running' then
@@ -81,6 +84,13 @@ if step then
     write_record()
     if ARGV[8] ~= '0' then
       redis.call('HSET', KEYS[5], 'state', 'cancelled') -- its last failure stays told
+    end
+    local token, locked, held = ARGV[a + 6], false, false
+    if token ~= '' then
+      locked, held = pcall(redis.call, 'GET', KEYS[first + 9]) -- another type: nobody's
+    end
+    if locked and held == token then
+      redis.call('DEL', KEYS[first + 9])
     end
     wf_step_end(k, ARGV[a], tonumber(ARGV[a + 1]), 'cancelled', '', '', '', ctx)
     redis.call('PUBLISH', ctx.done_channel, ARGV[6]) -- the step's own waiters

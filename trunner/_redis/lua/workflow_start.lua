@@ -1,8 +1,10 @@
--- Start a workflow, in chunks (after lanes.lua, numbers.lua and workflows.lua): its state
--- and plan, then its roots' messages. Every plan chunk comes before the first root, so no
--- node can become ready before its template is written; the `adding` flag keeps the
--- workflow from settling while roots are still being added, and the last chunk settles it
--- if every root has ended already.
+-- Start a workflow, in chunks (after lanes.lua, numbers.lua, locks.lua and workflows.lua):
+-- its state and plan, then its roots' messages. Every plan chunk comes before the first
+-- root, so no node can become ready before its template is written; the `adding` flag
+-- keeps the workflow from settling while roots are still being added, and the last chunk
+-- settles it if every root has ended already. A unique root (a plan field u:<i>) takes its
+-- lock as it is added (wf_take_lock); a lock held fails it at once, and with fail-fast the
+-- roots after it are not added.
 -- KEYS[1..5] the workflow's keys: wf, plan, marks, res, err
 -- KEYS[6]  the group's index of live workflows (a zset)
 -- KEYS[7]  the task stream of the default lane (lanes.lua: a root may name another)
@@ -76,17 +78,33 @@ if plan > 0 then
 end
 at = at + 2 * plan + 1
 local roots = tonumber(ARGV[at])
+local failed = false -- a unique root whose lock is held: ended at once
 for r = 1, roots do
+  if failed and redis.call('HGET', k.wf, 'state') ~= 'running' then
+    break -- failed fast: the later chunks are refused too
+  end
   local i, message = tonumber(ARGV[at + 2 * r - 1]), ARGV[at + 2 * r]
   if redis.call('SETBIT', k.marks, 2 * i, 1) == 0 then
-    local stream, suffix = message_lane(ctx.base, message)
-    local entry = redis.call('XADD', stream, '*', 'payload', message)
-    redis.call('HSET', ctx.where, wid .. '.' .. i, entry .. suffix)
     redis.call('HINCRBY', k.wf, 'live', 1)
+    local lock, refused = redis.call('HGET', k.plan, 'u:' .. i), nil
+    if lock then
+      redis.call('HDEL', k.plan, 'u:' .. i)
+      refused = wf_take_lock(k, i, lock, message, ctx)
+    end
+    if refused then
+      wf_end_node(k, wid, i, 'failed', '', '', refused, ctx)
+      failed = true
+    else
+      local stream, suffix = message_lane(ctx.base, message)
+      local entry = redis.call('XADD', stream, '*', 'payload', message)
+      redis.call('HSET', ctx.where, wid .. '.' .. i, entry .. suffix)
+    end
   end
 end
 if ARGV[3] == '1' then
   redis.call('HSET', k.wf, 'adding', 0)
+end
+if ARGV[3] == '1' or failed then
   wf_settle_if_idle(k, wid, ctx)
 end
 return 'ok'

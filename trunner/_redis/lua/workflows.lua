@@ -1,5 +1,5 @@
 -- Workflows, the first lines of the scripts that start one or end its steps (after
--- lanes.lua and numbers.lua): design/workflows.md, section 3. A node's end is recorded by
+-- lanes.lua, numbers.lua and locks.lua): design/workflows.md, section 3. A node's end is recorded by
 -- the script call that ends the delivery that ended it (after its own fencing), once (the
 -- ended bit); a node starts (its message is added) only inside such an end, or inside the
 -- workflow's start, while the workflow runs, once (the started bit). Every counter is
@@ -282,6 +282,33 @@ local function wf_end_node(k, wid, i, kind, nxt, result, err, ctx)
   end
 end
 
+-- A unique step's lock, taken as the step starts (after locks.lua): its plan field
+-- u:<j>, '<ttl ms> <token> <lock key>', written by the dispatch as a unique dispatch's lock
+-- (its message carries the same key and token, so that its end releases it as any unique
+-- task's). The lock key is not in KEYS (design/workflows.md §9 Q2): the dispatch named it
+-- after the group's hash tag, so it is in the workflow's slot and Cluster-safe; checked
+-- here, so that a plan trunner did not write fails the node, never the script. Returns nil
+-- when the lock is taken, else node j's failure (JSON, naming the task of its `message`
+-- when it reads it): nothing taken.
+local function wf_take_lock(k, j, spec, message, ctx)
+  local ttl, token, at = string.match(spec, '^(%d+) (%x+) ()')
+  ttl = checked_number(ttl or '', {integer = true, digits = 12, min = 1})
+  local key = at and string.sub(spec, at) or ''
+  local tag = string.match(k.wf, '^[^{]*{[^}]*}')
+  local kind, why
+  if not ttl or not tag or #key <= #tag or string.sub(key, 1, #tag) ~= tag then
+    kind, why = 'BadData', 'its unique lock is not one trunner writes'
+  elseif not take_lock(key, token, ttl, ctx.quarantine) then
+    kind, why = 'TaskAlreadyDispatched', 'its unique key is locked: ' .. key ..
+      ' is held by a task of that key (queued, running or waiting for a retry)'
+  else
+    return nil
+  end
+  local task = string.match(message, '^{"task":"([^"\\]*)"') or
+    string.match(message, '^{"lane":"[^"\\]*","task":"([^"\\]*)"')
+  return cjson.encode({type = kind, message = why, node = j, at = ctx.now_ms, task = task})
+end
+
 wf_start_node = function(k, wid, j, ctx)
   if redis.call('HGET', k.wf, 'state') ~= 'running' then
     return -- read again: a sibling started before it in this loop may have failed it
@@ -290,8 +317,9 @@ wf_start_node = function(k, wid, j, ctx)
     return -- started before
   end
   redis.call('HINCRBY', k.wf, 'live', 1)
-  local template = redis.call('HGET', k.plan, 't:' .. j)
-  redis.call('HDEL', k.plan, 't:' .. j, 'w:' .. j)
+  local plan = redis.call('HMGET', k.plan, 't:' .. j, 'u:' .. j)
+  local template, lock = plan[1], plan[2]
+  redis.call('HDEL', k.plan, 't:' .. j, 'w:' .. j, 'u:' .. j)
   local ok, message, read = false, 'its template is missing', nil
   if template then
     ok, message, read = pcall(wf_assemble, template, k.res, ctx)
@@ -306,6 +334,12 @@ wf_start_node = function(k, wid, j, ctx)
     wf_end_node(k, wid, j, 'failed', '', '', wf_failure(j, 'PayloadTooLarge',
       'its message would be ' .. #message .. ' bytes, more than the ' .. ctx.max_bytes ..
       ' a runner reads', ctx), ctx)
+    return
+  end
+  local refused = lock and wf_take_lock(k, j, lock, message, ctx)
+  if refused then
+    wf_release(k, read)
+    wf_end_node(k, wid, j, 'failed', '', '', refused, ctx)
     return
   end
   local stream, suffix = message_lane(ctx.base, message)
