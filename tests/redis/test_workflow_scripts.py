@@ -676,3 +676,25 @@ async def test_a_unique_step_not_retried_as_its_workflow_fails_releases_its_lock
     assert retried == "cancelled"
     assert not raw.exists(lock), "its end released it, as an acknowledgement does"
     assert (await broker.workflow_look(W)).fields["state"] == "failed"
+
+
+async def test_a_unique_step_the_cancel_takes_out_releases_its_lock(
+    broker: Broker, raw: Any, keys: Keys
+) -> None:
+    """A unique step in its retry's backoff and a queued unique root hold their locks; the
+    cancel's sweep takes them out and releases each lock it holds (only its own: its
+    token)."""
+    roots = [(0, unique_root(keys, 0, "q")), (1, unique_root(keys, 1, "r"))]
+    fields = [lock_field(keys, 0, "q"), lock_field(keys, 1, "r")]
+    assert await start(broker, 2, fields, roots) == "ok"
+    assert raw.get(keys.unique("q")) == raw.get(keys.unique("r")) == TOKEN.encode()
+    (retrying,) = await deliver(broker, "c1", 1)
+    assert step_of(raw, keys, retrying)["wf"][1] == 0
+    step = StepEnd(W, 0, "failed")
+    assert await broker.retry(retrying, f"{W}.0", 60_000, roots[0][1], step=step, owner=C1)
+    raw.set(keys.unique("r"), "another holder's", px=60_000)  # no longer the queued root's
+    assert await broker.cancel_workflow(W) == "cancelling"
+    swept = await broker.sweep_workflow(W)
+    assert (swept.state, swept.removed) == ("cancelled", 2)
+    assert raw.get(keys.unique("q")) is None, "the retrying step's lock is released"
+    assert raw.get(keys.unique("r")) == b"another holder's", "only its own lock"

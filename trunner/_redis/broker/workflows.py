@@ -207,6 +207,7 @@ class Workflows(BrokerBase):
             self.group,
             keys.concurrency_waiting(""),
             keys.task(""),
+            keys.unique(""),
         ]
         node, removed, left = 0, 0, 0
         while True:

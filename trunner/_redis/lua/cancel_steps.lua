@@ -4,10 +4,11 @@
 -- (a retry's backoff, a deferral by a rate limit), waiting for a concurrency slot, or
 -- queued (never delivered), as cancel_task.lua takes out a task (cancel_take). Each such
 -- step ends 'cancelled' (workflows.lua: absorbed by the workflow, counted once by its ended
--- bit), its record says so when it keeps a result, and its waiters are told. A step
--- pending in a consumer's entries (running, or fetched), or found nowhere, is left to the
--- mark. A workflow with nothing live then settles at once. Atomic and idempotent; the caller pages until
--- the returned node is -1. A workflow that runs (not cancelled, not failing) is not swept.
+-- bit), its record says so when it keeps a result, its unique lock is released, and its
+-- waiters are told. A step pending in a consumer's entries (running, or fetched), or found
+-- nowhere, is left to the mark. A workflow with nothing live then settles at once. Atomic
+-- and idempotent; the caller pages until the returned node is -1. A workflow that runs
+-- (not cancelled, not failing) is not swept.
 -- KEYS[1..5] the workflow's keys: wf, plan, marks, res, err
 -- KEYS[6]  the group's index of live workflows
 -- KEYS[7]  the task stream of the default lane
@@ -28,6 +29,8 @@
 -- ARGV[9]  what the keys of the group's waiting lists start with
 -- ARGV[10] what the keys of the group's task records start with (the record of step
 --          '<W>.<i>' is ARGV[10] .. '<W>.<i>')
+-- ARGV[11] what the queue's unique locks start with (a unique step's lock is ARGV[11] ..
+--          its message's unique_key)
 -- Returns  {its state after the call, the next node to look at (-1 when every node was
 --          looked at, or none will be), steps taken out, steps left to the mark}; the
 --          state is 'gone' for no such workflow (-1); a running one is not swept (-1); an
@@ -78,10 +81,17 @@ local function finite(x)
   return type(x) == 'number' and x == x and x ~= math.huge and x ~= -math.huge
 end
 
--- The 'cancelled' record of step id, from its message (as Outcomes.cancelled writes it).
-local function record(id, message)
+-- A step's message taken out, decoded (nil when it is not a JSON object).
+local function decoded(message)
   local ok, body = pcall(cjson.decode, message or '')
-  if not ok or type(body) ~= 'table' or type(body.task) ~= 'string' then
+  if ok and type(body) == 'table' then
+    return body
+  end
+end
+
+-- The 'cancelled' record of step id, from its message (as Outcomes.cancelled writes it).
+local function record(id, body)
+  if not body or type(body.task) ~= 'string' then
     return
   end
   if not (finite(body.keep_result) and body.keep_result >= 0) then
@@ -105,6 +115,20 @@ local function record(id, message)
   redis.call('PEXPIRE', key, string.format('%d', keep_ms))
 end
 
+-- A unique step taken out releases its lock (taken when it started, workflows.lua), as
+-- cancel_task.lua releases a unique task's: only the lock it holds (its token). The key is
+-- named from its message, not in KEYS: under the queue's hash tag, in the slot of KEYS[1].
+local function release_lock(body)
+  if not body or type(body.unique_key) ~= 'string' or type(body.unique_token) ~= 'string' then
+    return
+  end
+  local key = ARGV[11] .. body.unique_key
+  local found, held = pcall(redis.call, 'GET', key) -- another type: nobody's lock
+  if found and held == body.unique_token then
+    redis.call('DEL', key)
+  end
+end
+
 local removed, left, told = 0, 0, {}
 local node, looked = first, 0
 local slice = 1024 -- bytes of the bitmap read at once: 4096 nodes, four slices a call at most
@@ -126,7 +150,9 @@ while node < n and looked < most and node < first + 4 * 4 * slice do
           local id = wid .. '.' .. i
           local where, detail = cancel_take(c, id, step_of(i))
           if where == 'delayed' or where == 'waiting' or where == 'queued' then
-            record(id, detail.message)
+            local body = decoded(detail.message)
+            record(id, body)
+            release_lock(body)
             wf_end_node(k, wid, i, 'cancelled', '', '', '', ctx)
             told[#told + 1] = id
             removed = removed + 1
