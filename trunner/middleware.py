@@ -195,8 +195,8 @@ class WorkflowInfo:
     (``node`` is ``None``), then once for each of its steps: the headers the hooks leave
     in the workflow's call are every step's, under the step's own (a step's header of the
     same name wins), and each step's call may change its own. The workflow's call comes
-    after every step was checked (a workflow refused runs no hook) and before anything is
-    written. See
+    after every step's task, lane and payload were checked (a workflow refused for those
+    runs no hook) and before anything is written. See
     [Workflows: middleware](workflows.md#middleware-and-opentelemetry).
     """
 

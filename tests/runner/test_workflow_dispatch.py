@@ -67,4 +67,10 @@ async def test_a_refused_workflow_is_refused_before_its_dispatch_hooks_run(
             await runner.dispatch(step(look, "a"), priority="default")  # type: ignore[call-overload]
         with pytest.raises(trunner.errors.InvalidHeaders):
             await runner.dispatch(step(look, "a"), headers={"n": 1})  # type: ignore[dict-item]
+        big = "x" * 2_000_000  # over the limit, for a step that starts at once or later
+        with pytest.raises(trunner.errors.PayloadTooLarge, match="step 1"):
+            await runner.dispatch(wf.group([step(look, "a"), step(look, big)]))
+        with pytest.raises(trunner.errors.PayloadTooLarge, match="step 1"):
+            await runner.dispatch(chain(step(look, "a"), step(look, big)))
+        assert await runner.admin.workflows() == [], "nothing was written"
     assert hook.dispatched == []

@@ -22,6 +22,7 @@ from .._wire.record import UNASKED_KEEP, ttl_ms
 from .._wire.workflow import Literal, Part, StepRef, workflow_id_error
 from .._workflow_handle import WorkflowHandle
 from .._workflows import Plan, PlanNode, Step, TaskStep, compile_plan, exit_parts
+from ..errors import PayloadTooLarge
 from ..middleware import WorkflowInfo
 from .build import Unique, lane_of, payload_of, resolve, unique_of
 
@@ -118,6 +119,8 @@ async def _encode(
         await producer.lanes.check(broker, lane, task)
         unique = unique_of(task, step.payload) if step.bound else None
         payload = payload_of(task, step.payload) if step.bound else None
+        if step.bound:
+            _fits(index, task_name, payload, producer.max_payload_bytes)
         checked.append(_Checked(task_name, task, lane, payload, unique))
     now, limit = time.time(), producer.max_payload_bytes
     encoded = _Encoded([], [], set(), {})
@@ -160,6 +163,17 @@ async def _encode(
         if index in outputs and task is not None:
             encoded.codecs[index] = task.result_codec
     return encoded
+
+
+def _fits(index: int, task_name: str, payload: Any, limit: int) -> None:
+    """Refuse a bound payload no message can hold, whether its step starts at once or
+    later (a message is its payload and more)."""
+    size = len(payload_json(task_name, payload))
+    if size > limit:
+        raise PayloadTooLarge(
+            f"step {index} ({task_name!r}): its payload is {size} bytes encoded, more than "
+            f"max_payload_bytes={limit}"
+        )
 
 
 def step_task(registry: TaskRegistry | None, index: int, step: TaskStep) -> tuple[str, Task | None]:

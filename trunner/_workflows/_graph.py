@@ -204,7 +204,8 @@ class Graph:
         if not parents and needs_input(step):
             raise ValueError(
                 f"graph node {label} has no parents and no payload: give it one "
-                "(step(task, payload)) or add it with then() or join()"
+                "(step(task, payload)) or parents (then() or join(); in graph(), "
+                "(step, 'parent'))"
             )
         self._nodes.append(GraphNode(step, indices, join, label))
         self._steps[id(step)] = label
