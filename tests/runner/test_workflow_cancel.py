@@ -13,7 +13,7 @@ from trunner import workflows as wf
 from trunner.errors import WorkflowCancelled
 from trunner.status import WorkflowState
 
-from ..conftest import config, open_checked_runner
+from ..conftest import config, open_checked_runner, redis_state
 
 tasks = trunner.TaskRegistry()
 
@@ -114,3 +114,38 @@ async def test_a_step_in_its_retry_backoff_is_taken_out_and_the_workflow_settles
         with pytest.raises(trunner.errors.ResultNotFound):  # none: the workflow's keys tell
             await plain.step_handle(0).result(timeout=0)
     assert ran == [1, 2], "each ran once, its retry never"
+
+
+@tasks.task(max_retry=0)
+async def fails_once_flaky_waits(number: int) -> int:
+    """Fails once ``flaky`` has failed and waits for its retry's backoff (an hour)."""
+    await holding["retrying"].wait()
+    ran.append(number)
+    raise ValueError("for good")
+
+
+async def _retried(runner: trunner.Runner) -> bool:
+    await trio.lowlevel.checkpoint()
+    if runner.statistics().retried >= 1:
+        holding["retrying"].set()
+        return True
+    return False
+
+
+async def test_a_failing_workflow_takes_out_its_steps_no_runner_holds_and_settles(
+    url: str, group: str
+) -> None:
+    """Fail-fast while a sibling waits for its retry's backoff (an hour): the leader sweeps
+    the failing workflow, so it settles now, not when the retry would be due."""
+    fresh()
+    holding["retrying"] = trio.Event()
+    async with open_checked_runner(url, config(group), tasks) as runner:
+        work = chord(wf.group([step(flaky, 1), step(fails_once_flaky_waits, 2)]), step(total))
+        handle = await runner.dispatch(work)
+        await redis_state(lambda: _retried(runner))
+        with trio.fail_after(30), pytest.raises(trunner.WorkflowFailed) as caught:
+            await handle.result()
+        status = await handle.status()
+    assert [f.task_name for f in caught.value.failures] == ["fails_once_flaky_waits"]
+    assert (status.failed, status.cancelled, status.live) == (1, 1, 0)
+    assert ran == [1, 2], "flaky's retry never ran"

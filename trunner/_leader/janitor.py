@@ -19,13 +19,10 @@ Every ``janitor_interval`` seconds the leader
   (a cancelled task that nobody fetched again within a day), and where-map entries of
   moved tasks whose stream entry is gone. A value that is not what trunner writes there
   is deleted too, and set aside in the quarantine with its reason;
-* looks at a page of the group's index of live workflows, those dispatched more than
-  ``ABANDONED_DISPATCH`` seconds ago: a workflow whose producer stopped between the chunks
-  of its start (still adding its first steps) is cancelled, and its steps no runner holds
-  taken out; an entry whose workflow expired (after ``WORKFLOW_MAX_LIFE``) leaves the
-  index. An entry that is not a workflow id, or whose workflow's keys trunner did not
-  write as they are, leaves the index too and is set aside with its reason (the keys are
-  left to expire).
+* looks at a page of the group's index of live workflows (see
+  :mod:`trunner._leader.workflows`): a workflow whose producer stopped between the chunks
+  of its start is cancelled; an entry whose workflow is gone leaves the index; a bad one
+  is set aside with its reason.
 
 Apart from the rounds, and whatever ``janitor_interval`` is, the leader records the group's
 floor every ``FLOOR_INTERVAL`` seconds wherever the stream keeps finished messages
@@ -40,7 +37,7 @@ were killed, or lost Redis while stopping.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import trio
 
@@ -49,12 +46,12 @@ from .._redis import Broker
 from .._util import ErrorLog, LoopBackoff, logger, wall_ms
 from .._wire.keys import RELEASED_CONSUMER
 from .._wire.names import is_lane_entry_id
-from .._wire.workflow import workflow_id_error
 from ..config import RunnerConfig
 from ..errors import BackendError
 from .election import Elector
+from .workflows import WorkflowIndex
 
-__all__ = ["Janitor", "WorkflowIndex", "instance_of"]
+__all__ = ["Janitor", "instance_of"]
 
 #: The most stream entries one trim call removes; a round repeats calls up to 100 times.
 TRIM_LIMIT = 10_000
@@ -66,13 +63,6 @@ SHARED_TRIM_INTERVAL = 2.0
 FLOOR_INTERVAL = 1.0
 #: How many cancel marks, and where-map entries, one round looks at (HSCAN COUNT).
 SWEEP_PAGE = 500
-#: How long a workflow may still be adding its first steps (seconds after its dispatch)
-#: before the leader takes its producer for stopped between the chunks of its start, and
-#: cancels it.
-ABANDONED_DISPATCH = 300.0
-#: How many entries of the group's index of live workflows one round looks at (ZSCAN
-#: COUNT, a hint).
-WORKFLOW_PAGE = 100
 #: The most digits of a time in ms (int64).
 MAX_MS_DIGITS = 19
 _FETCHER_SUFFIX = re.compile(r"/\d+$")
@@ -99,6 +89,7 @@ class Janitor:
         quarantine: Quarantine,
         own: list[str],
         limits: Mapping[str, int] | None = None,
+        marks: Callable[[], Iterable[str]] = tuple,
     ) -> None:
         self._broker = broker
         #: The concurrency limit of each task this runner knows (task name -> limit).
@@ -120,7 +111,7 @@ class Janitor:
         #: Floors recorded by the floor loop (see FLOOR_INTERVAL) since the runner started.
         self.floors_recorded = 0
         #: The page of the group's index of live workflows each round looks at.
-        self.workflows = WorkflowIndex(broker, errors, quarantine)
+        self.workflows = WorkflowIndex(broker, errors, quarantine, marks)
         self._cursors = {"cancelled": 0, "where": 0}
         self._lot = trio.lowlevel.ParkingLot()
 
@@ -129,6 +120,7 @@ class Janitor:
             if self._config.delete_on_ack:
                 nursery.start_soon(self._trim_shared, elector)
             nursery.start_soon(self._keep_floor)
+            nursery.start_soon(self.workflows.sweep_marked)
             await self._rounds(elector)
 
     async def _keep_floor(self) -> None:
@@ -337,82 +329,3 @@ class Janitor:
                 break
             await trio.lowlevel.checkpoint()
         return total
-
-
-class WorkflowIndex:
-    """The janitor's look at the group's index of live workflows, a page per round: of
-    those dispatched more than ``ABANDONED_DISPATCH`` ago, a workflow its producer
-    abandoned between the chunks of its start is cancelled, an entry whose workflow is gone
-    forgotten, a bad entry set aside."""
-
-    def __init__(self, broker: Broker, errors: ErrorLog, quarantine: Quarantine) -> None:
-        self._broker = broker
-        self._errors = errors
-        self._quarantine = quarantine
-        self._cursor = 0
-        #: Workflows cancelled because their producer abandoned their start, and index
-        #: entries of workflows that are gone, forgotten, since the runner started.
-        self.abandoned = 0
-        self.forgotten = 0
-
-    async def page(self) -> None:
-        """A page of the group's index of live workflows: of those dispatched more than
-        ``ABANDONED_DISPATCH`` ago, the abandoned are cancelled and the gone forgotten; bad
-        entries leave the index, set aside with their reason."""
-        broker = self._broker
-        cursor, page = await broker.workflow_index_page(self._cursor, WORKFLOW_PAGE)
-        self._cursor = cursor
-        cutoff = wall_ms() - int(ABANDONED_DISPATCH * 1000)
-        ids = []
-        for member, dispatched in page:
-            if not dispatched <= cutoff:
-                continue  # dispatched lately: its start may still be on its way
-            text = member.decode("utf-8", "backslashreplace")
-            why = workflow_id_error(text) if text.encode() == member else "not UTF-8 text"
-            if why is not None:
-                await self._quarantine.set_aside(
-                    "workflows", text, why, member, action="dropped from the index"
-                )
-                await broker.forget_index_entry(member)
-                continue
-            ids.append(text)
-        if not ids:
-            return
-        verdicts = await broker.tidy_workflows(ids, cutoff)
-        for workflow_id, verdict in zip(ids, verdicts, strict=True):
-            if verdict == "abandoned":
-                await self._cancel_abandoned(workflow_id, cutoff)
-            elif verdict == "gone":
-                self.forgotten += 1
-            elif verdict != "live":
-                await self._quarantine.set_aside(
-                    "workflow",
-                    broker.keys._workflow(workflow_id).wf,
-                    verdict,
-                    action="dropped from the index of live workflows; its keys left to expire",
-                )
-
-    async def _cancel_abandoned(self, workflow_id: str, cutoff_ms: int) -> None:
-        """Cancel a workflow whose producer stopped between the chunks of its start (the
-        script checks again that it is still adding, dispatched before ``cutoff_ms``)."""
-        broker = self._broker
-        try:
-            state = await broker.cancel_workflow(workflow_id, abandoned_before_ms=cutoff_ms)
-            if state not in ("cancelling", "cancelled"):
-                return  # its start went on after all, or it ended meanwhile
-            swept = await broker.sweep_workflow(workflow_id)
-        except BackendError as exc:  # this workflow's keys: the others are still looked at
-            self._errors.capture(exc)
-            logger.warning("janitor: cancelling abandoned workflow %s failed: %s", workflow_id, exc)
-            await self._quarantine.after_error(exc)
-            return
-        self.abandoned += 1
-        logger.warning(
-            "janitor: workflow %s was still adding its first steps %.0f s after its dispatch "
-            "(its producer stopped between the chunks of its start): cancelled, %d steps "
-            "taken out, %d left to its cancel mark",
-            workflow_id,
-            ABANDONED_DISPATCH,
-            swept.removed,
-            swept.left,
-        )

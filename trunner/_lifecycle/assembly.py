@@ -232,6 +232,7 @@ def build(
         quarantine,
         consumers,
         {t.name: t.concurrency for t in tasks if t.concurrency is not None},
+        marks=holdings.cancelled.keys,
     )
     chores = [mover.run, cron.run, aggregator.run, janitor.run, *leader_chores]
     watchdog, link = open_watchdog(url, broker, config, holdings, counters, pool.min_beat_interval)
@@ -248,7 +249,7 @@ def build(
         canceller=Canceller(
             broker,
             holdings,
-            pool.cancel_task,
+            _cancelling(pool.cancel_task, janitor.workflows.heard),
             errors,
             on_notice=pauser.heard,
             on_subscribed=pauser.resync,
@@ -298,6 +299,19 @@ def build(
         stall_link=link,
     )
     return components
+
+
+def _cancelling(
+    cancel_task: Callable[[str], bool], heard: Callable[[str], None]
+) -> Callable[[str], bool]:
+    """What the canceller does with a cancel mark: the pool cancels the task (or the
+    workflow's steps) it holds, and the leader sweeps a workflow's steps nobody holds."""
+
+    def cancel(mark: str) -> bool:
+        heard(mark)
+        return cancel_task(mark)
+
+    return cancel
 
 
 def _apply_capacity(c: Components, value: int) -> None:
