@@ -36,6 +36,7 @@ from .errors import (
     TaskNotFound,
     TaskTimeout,
     TrunnerError,
+    WorkflowCancelled,
     WorkflowFailed,
 )
 from .handles import TaskHandle
@@ -92,6 +93,7 @@ __all__ = [
     "TaskTimeout",
     "TrunnerError",
     "WorkerSettings",
+    "WorkflowCancelled",
     "WorkflowFailed",
     "WorkflowHandle",
     "__version__",

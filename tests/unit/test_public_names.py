@@ -59,6 +59,7 @@ PUBLIC: dict[str, frozenset[str]] = {
             "TaskTimeout",
             "TrunnerError",
             "WorkerSettings",
+            "WorkflowCancelled",
             "WorkflowFailed",
             "WorkflowHandle",
             "__version__",

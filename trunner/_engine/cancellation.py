@@ -129,6 +129,12 @@ class Canceller:
             now = wall_ms()
             self._marks[task_id] = now + int(MARK_LIFETIME * 1000)
             if self._cancel_task(task_id):
-                logger.info("task %s: cancelled while this instance held it", task_id)
+                if " " in task_id:  # a workflow's mark, "<group> <workflow id>"
+                    logger.info(
+                        "workflow %s: its steps cancelled while this instance held them",
+                        task_id.split(" ", 1)[1],
+                    )
+                else:
+                    logger.info("task %s: cancelled while this instance held it", task_id)
             if now >= self._next_read:
                 await self._read_marks()

@@ -139,7 +139,8 @@ class DispatchCalls:
                 declared is refused (see
                 [A lane must be declared](lanes.md#a-lane-must-be-declared)).
 
-        A [workflow](workflows.md) (``chain``, ``group``, ``chord`` of ``step``s) is
+        A [workflow](workflows.md) (``chain``, ``group``, ``chord``, ``Graph`` of
+        ``step``s) is
         dispatched with ``dispatch(workflow, keep_result=, fail_fast=True,
         workflow_id=None, name="", headers=None)`` and gives a
         [``WorkflowHandle``][trunner.WorkflowHandle]: every step is checked as a dispatch

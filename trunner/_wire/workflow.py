@@ -59,10 +59,16 @@ _NEXT = re.compile(f"(?:{_INDEX}(?:-{_INDEX})?(?:,{_INDEX}(?:-{_INDEX})?)*)?")
 
 def workflow_id_error(value: object) -> str | None:
     """Why ``value`` is not a workflow id (a non-empty str without whitespace that UTF-8 can
-    encode: it travels, as task ids do, on the ``done`` channel, space-separated), or
+    encode: it travels, as task ids do, on the ``done`` channel, space-separated; and
+    without ``.``, so that no workflow's id is another's step's, ``<workflow id>.<i>``), or
     None."""
     if not isinstance(value, str) or not value or any(ch.isspace() for ch in value):
         return f"a workflow id must be a non-empty str without whitespace, got {value!r:.60}"
+    if "." in value:
+        return (
+            f"a workflow id has no '.' (its steps' task ids are '<workflow id>.<step>'), "
+            f"got {value!r:.60}"
+        )
     return utf8_error(value)
 
 

@@ -146,7 +146,13 @@ async def _steps(args: argparse.Namespace, out: Console) -> int:
 
 async def _cancel(args: argparse.Namespace, out: Console) -> int:
     async with _group_client(args) as client:
-        state = await client.workflow(args.workflow_id).cancel()
+        handle = client.workflow(args.workflow_id)
+        before = (await handle.status()).state
+        state = await handle.cancel()
+    if state is WorkflowState.CANCELLED and not before.finished:  # settled within the call
+        said = "cancelled: none of its steps was running; those waiting were taken out"
+        out.print(f"{_shown(args.workflow_id)}: {said}", highlight=False, soft_wrap=True)
+        return 0
     said = {
         WorkflowState.CANCELLING: "cancelling: no step starts now, its running steps are "
         "cancelled where they run; it settles once they ended",
