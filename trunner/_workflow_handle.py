@@ -224,9 +224,9 @@ def _status_of(workflow_id: str, look: WorkflowLook) -> WorkflowStatus:
     if state is None:
         return WorkflowStatus(workflow_id, WorkflowState.UNKNOWN)
 
-    def number(name: str) -> int:
+    def number(name: str) -> int:  # as the scripts write it: ASCII digits, an int64's
         value = fields.get(name, "0")
-        return int(value) if value.isascii() and value.isdigit() else 0
+        return int(value) if value.isascii() and value.isdigit() and len(value) <= 18 else 0
 
     return WorkflowStatus(
         workflow_id,

@@ -4,6 +4,9 @@ with nothing running settles within the call, whether a runner is up or not."""
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import pytest
 import trio
 
@@ -11,9 +14,10 @@ import trunner
 from trunner import chain, chord, step
 from trunner import workflows as wf
 from trunner.errors import WorkflowCancelled
+from trunner.keys import Keys
 from trunner.status import WorkflowState
 
-from ..conftest import config, open_checked_runner, redis_state
+from ..conftest import config, open_checked_runner, parts, redis_state
 
 tasks = trunner.TaskRegistry()
 
@@ -149,3 +153,22 @@ async def test_a_failing_workflow_takes_out_its_steps_no_runner_holds_and_settle
     assert [f.task_name for f in caught.value.failures] == ["fails_once_flaky_waits"]
     assert (status.failed, status.cancelled, status.live) == (1, 1, 0)
     assert ran == [1, 2], "flaky's retry never ran"
+
+
+async def test_a_bad_workflow_mark_is_passed_over_and_the_leaders_chores_go_on(
+    url: str, group: str, raw: Any, keys: Keys
+) -> None:
+    """A cancel mark that names no workflow trunner writes ("<group> a b") is held when the
+    runner starts: the leader's sweep passes over it, and its janitor's rounds go on."""
+    fresh()
+    holding["retrying"] = trio.Event()
+    raw.hset(keys.cancelled, f"{group} a b", int(time.time() * 1000) + 60_000)
+    async with open_checked_runner(url, config(group, janitor_interval=0.1), tasks) as runner:
+        janitor = parts(runner).janitor
+        with trio.fail_after(30):
+            await janitor.wait_rounds(2)
+        work = chord(wf.group([step(flaky, 1), step(fails_once_flaky_waits, 2)]), step(total))
+        handle = await runner.dispatch(work)
+        await redis_state(lambda: _retried(runner))
+        with trio.fail_after(30), pytest.raises(trunner.WorkflowFailed):
+            await handle.result()

@@ -72,7 +72,7 @@ async def test_a_refused_workflow_is_refused_before_its_dispatch_hooks_run(
             await runner.dispatch(wf.group([step(look, "a"), step(look, big)]))
         with pytest.raises(trunner.errors.PayloadTooLarge, match="step 1"):
             await runner.dispatch(chain(step(look, "a"), step(look, big)))
-        with pytest.raises(ValueError, match="no '.'"):  # a step's id is "<id>.<i>"
+        with pytest.raises(ValueError, match=r"no '\.'"):  # a step's id is "<id>.<i>"
             await runner.dispatch(step(look, "a"), workflow_id="x.1")
         assert await runner.admin.workflows() == [], "nothing was written"
     assert hook.dispatched == []

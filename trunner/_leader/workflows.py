@@ -126,8 +126,10 @@ class WorkflowIndex:
         waiting for its retry's backoff, or for a concurrency slot, would hold its settle
         (and its ``result()``) until it is due or granted."""
         if self._sweeping and mark.startswith(self._mark_prefix):
-            self._requested[mark[len(self._mark_prefix) :]] = None
-            self._wake.set()
+            workflow_id = mark[len(self._mark_prefix) :]
+            if workflow_id_error(workflow_id) is None:  # else no workflow trunner wrote
+                self._requested[workflow_id] = None
+                self._wake.set()
 
     async def sweep_marked(self) -> None:
         """The leader's loop: sweep each workflow whose mark is heard, and first those whose
@@ -150,10 +152,11 @@ class WorkflowIndex:
     async def _sweep(self, workflow_id: str) -> None:
         try:
             swept = await self._broker.sweep_workflow(workflow_id)
-        except BackendError as exc:  # this workflow's: the others are still swept
+        except (BackendError, ValueError) as exc:  # this workflow's: the others go on
             self._errors.capture(exc)
             logger.warning("sweeping the steps of workflow %s failed: %s", workflow_id, exc)
-            await self._quarantine.after_error(exc)
+            if isinstance(exc, BackendError):
+                await self._quarantine.after_error(exc)
             return
         self.sweeps += 1
         self.steps_taken_out += swept.removed

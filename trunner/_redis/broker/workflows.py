@@ -229,10 +229,10 @@ class Workflows(BrokerBase):
                 ("HGETALL", flow.err),
             ]
         )
-        return WorkflowLook(
+        return WorkflowLook(  # a field that is no step's index is none trunner wrote
             _pairs(replies[0]),
-            {int(k): bytes(v) for k, v in _pairs(replies[1], raw=True).items()},
-            {int(k): v for k, v in _pairs(replies[2]).items()},
+            {int(k): bytes(v) for k, v in _pairs(replies[1], raw=True).items() if _index(k)},
+            {int(k): v for k, v in _pairs(replies[2]).items() if _index(k)},
         )
 
 
@@ -254,6 +254,11 @@ class WorkflowLook:
     fields: Mapping[str, str]
     results: Mapping[int, bytes]
     failures: Mapping[int, str]
+
+
+def _index(field: str) -> bool:
+    """Whether ``field`` is a step's index as the scripts write it (ASCII digits)."""
+    return field.isascii() and field.isdigit() and len(field) <= 9
 
 
 def _pairs(reply: Any, *, raw: bool = False) -> dict[str, Any]:
