@@ -15,16 +15,19 @@ Workflow steps (:func:`workflow_tasks`) log under their task id (``<workflow>.<n
 instead, with their payload (``value`` of ``started``) and result (``value`` of
 ``finished``), as JSON text: ``link`` (a chain's step: its input + 1), ``square`` (a
 chord's child), ``total`` (a chord's callback: the sum of its inputs), ``nap`` (sleeps its
-payload's seconds), ``refuse`` (fails, never retried). Each first sleeps up to
+payload's seconds), ``refuse`` (fails, never retried), and, for the cancel of a whole
+workflow: ``solo`` (``nap`` with ``concurrency=1``), ``flaky`` (fails, retried after an
+hour) and ``park`` (``nap``, unique, in the lane ``parked``). Each first sleeps up to
 ``step_seconds`` (an option, default 0.02; random). The first delivery of a node whose
 index is in the option ``linger`` sleeps until its process is killed. A step cancelled
 takes ``wind_down`` seconds (an option, default 0) to end.
 
-Each run appends ``started``, then ``finished`` or ``interrupted`` (cancelled by a shutdown),
-as one JSON line each to ``DIR/events-<pid>.jsonl``: {"event", "id", "value", "pid", "t"
-(wall clock), "attempt", "message_id", "run"}. Every line is one ``os.write`` on an
-``O_APPEND`` file descriptor: it is in the kernel when the call returns, so a SIGKILL right
-after it loses nothing (no fsync: the suite kills processes, not the machine).
+Each run appends ``started``, then ``finished``, ``interrupted`` (cancelled: by a shutdown,
+or by its workflow) or ``failed`` (it raised), as one JSON line each to
+``DIR/events-<pid>.jsonl``: {"event", "id", "value", "pid", "t" (wall clock), "attempt",
+"message_id", "run"}. Every line is one ``os.write`` on an ``O_APPEND`` file descriptor: it
+is in the kernel when the call returns, so a SIGKILL right after it loses nothing (no
+fsync: the suite kills processes, not the machine).
 """
 
 from __future__ import annotations
@@ -42,10 +45,17 @@ import trio
 
 import trunner
 
-__all__ = ["LOG_ENV", "OPTIONS_ENV", "settings"]
+__all__ = ["LOG_ENV", "OPTIONS_ENV", "PARKED", "park_key", "settings"]
 
 LOG_ENV = "TRUNNER_RELIABILITY_LOG"
 OPTIONS_ENV = "TRUNNER_RELIABILITY_OPTIONS"
+#: The lane of ``park``: read only by a runner whose ``lanes`` name it.
+PARKED = "parked"
+
+
+def park_key(_: Any) -> str:
+    """The unique key of every ``park``: one lock for them all."""
+    return "one"
 
 
 class EventFile:
@@ -119,8 +129,8 @@ def workflow_tasks(tasks: trunner.TaskRegistry, log: EventFile, options: dict[st
         step = {"id": message.task_id}
         run = log.started(step, json.dumps(value))
         try:
-            node = int(message.task_id.rsplit(".", 1)[-1])
-            if node in linger and message.deliveries == 1:
+            node = message.task_id.rpartition(".")[2]  # a plain task's id has no node
+            if node.isdigit() and int(node) in linger and message.deliveries == 1:
                 await trio.sleep_forever()
             await trio.sleep(rng.uniform(0, most))
             out = await body(value)
@@ -128,6 +138,9 @@ def workflow_tasks(tasks: trunner.TaskRegistry, log: EventFile, options: dict[st
             with trio.CancelScope(shield=True):
                 await trio.sleep(wind_down)  # its clean-up takes a while
             log.write("interrupted", step, run)
+            raise
+        except Exception:
+            log.write("failed", step, run)
             raise
         log.write("finished", step, run, json.dumps(out))
         return out
@@ -166,3 +179,15 @@ def workflow_tasks(tasks: trunner.TaskRegistry, log: EventFile, options: dict[st
     @tasks.task(max_retry=0)
     async def refuse(value: Any) -> None:
         await logged(value, fail)
+
+    @tasks.task(concurrency=1)
+    async def solo(seconds: float) -> None:
+        await logged(seconds, sleep)
+
+    @tasks.task(max_retry=3, retry_backoff=3600.0)
+    async def flaky(value: Any) -> None:
+        await logged(value, fail)
+
+    @tasks.task(unique=True, unique_key=park_key, unique_for=600.0, priority=PARKED)
+    async def park(seconds: float) -> None:
+        await logged(seconds, sleep)

@@ -116,10 +116,15 @@ class Fleet:
         self.reader = LogReader(log_dir)
         self.workers: list[WorkerProcess] = []
 
-    async def start(self, count: int, url: str | None = None) -> list[WorkerProcess]:
-        """Start ``count`` workers (on ``url``, default the fleet's) and wait until ready."""
+    async def start(
+        self, count: int, url: str | None = None, options: dict[str, Any] | None = None
+    ) -> list[WorkerProcess]:
+        """Start ``count`` workers (on ``url``, default the fleet's; with ``options``,
+        default the fleet's) and wait until ready."""
         new = [
-            WorkerProcess(url or self.url, self.log_dir, self.options, f"w{len(self.workers) + i}")
+            WorkerProcess(
+                url or self.url, self.log_dir, options or self.options, f"w{len(self.workers) + i}"
+            )
             for i in range(count)
         ]
         self.workers.extend(new)

@@ -6,9 +6,10 @@ A run of a reliability scenario records, per task id (the ``id`` in the task's p
   when the call returned ("dispatch acknowledged") or ``fail`` when it raised (the outcome is
   then unknown: Redis may have run the command before the reply was lost);
 - on the worker side (one JSON-lines file per worker process, see
-  :mod:`tests.processes.reliability_worker`): ``started``, then ``finished`` or
-  ``interrupted`` (the run was cancelled by a shutdown), each with the process id, the
-  wall-clock time, the attempt, the stream entry id and a run id unique within the process;
+  :mod:`tests.processes.reliability_worker`): ``started``, then ``finished``,
+  ``interrupted`` (the run was cancelled: by a shutdown, or by its workflow) or ``failed``
+  (it raised), each with the process id, the wall-clock time, the attempt, the stream
+  entry id and a run id unique within the process;
 - process crashes (``crashed(pid, t)``: the test SIGKILLed that worker at ``t``);
 - at the end, the acknowledgement state inferred from Redis: which entries are still in the
   stream or pending (``leftover`` entry ids).
@@ -49,7 +50,7 @@ import attrs
 __all__ = ["Event", "History", "LogReader", "Report", "Run"]
 
 #: Kinds of worker-side events.
-STARTED, FINISHED, INTERRUPTED = "started", "finished", "interrupted"
+STARTED, FINISHED, INTERRUPTED, FAILED = "started", "finished", "interrupted", "failed"
 #: Kinds of producer-side events.
 INVOKE, OK, FAIL = "invoke", "ok", "fail"
 
@@ -202,7 +203,7 @@ class History:
                     event.message_id,
                     input=event.value,
                 )
-            elif event.kind in (FINISHED, INTERRUPTED):
+            elif event.kind in (FINISHED, INTERRUPTED, FAILED):
                 run = by_key.get(key)
                 if run is None:  # an end without its start: keep it as a zero-length run
                     run = by_key[key] = Run(

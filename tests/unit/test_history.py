@@ -155,6 +155,15 @@ def test_a_run_interrupted_by_shutdown_explains_its_rerun() -> None:
     assert report.latencies == {"a": pytest.approx(0.4)}, "from the interruption"
 
 
+def test_a_run_that_raised_ends_neither_finished_nor_interrupted() -> None:
+    h = History()
+    dispatched(h, "a")
+    run(h, "a", 1, 1.0, 2.0, kind="failed")
+    ((failed,),) = h.runs().values()
+    assert (failed.end, failed.finished, failed.interrupted) == (2.0, False, False)
+    assert h.check().lost == ["a"], "it never finished"
+
+
 def test_a_task_run_from_two_stream_entries_is_reported() -> None:
     h = History()
     dispatched(h, "a")
