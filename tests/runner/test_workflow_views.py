@@ -143,8 +143,9 @@ async def test_bad_data_of_a_workflow_is_told_for_it_alone(url: str, group: str,
         assert (steps.status.succeeded, steps.states) == (0, (StepState.LIVE,))
         raw.hset(keys._workflow(bad.id).wf, "created", "9" * 400)  # no int64: read as none
         listed = {w.id: w for w in await client.admin.workflows()}
-        assert listed[bad.id].status is not None
-        assert listed[bad.id].status.created_at is None
+        shown = listed[bad.id].status
+        assert shown is not None
+        assert shown.created_at is None
         assert (await bad.status()).created_at is None
         with pytest.raises(ValueError, match=r"whitespace|space"):
             await client.admin.workflow_steps("has space")
