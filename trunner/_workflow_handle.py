@@ -68,8 +68,12 @@ class WorkflowHandle(str, Generic[R]):
         return TaskHandle(f"{self.id}.{int(node)}", self._producer)
 
     async def status(self) -> WorkflowStatus:
-        """Where the workflow is now, and how far it went (one round trip)."""
-        return _status_of(self.id, await self._look())
+        """Where the workflow is now, and how far it went (one round trip, its state's
+        fields only: not its results)."""
+        (fields,) = await self._producer._open_broker().workflow_fields([self.id])
+        if isinstance(fields, str):
+            raise BadData("workflow", self.id, fields)
+        return _status_of(self.id, WorkflowLook(fields, {}, {}))
 
     async def cancel(self) -> WorkflowState:
         """Cancel the workflow: after this call returns, no step that was not already
@@ -218,11 +222,16 @@ def _failures(workflow_id: str, look: WorkflowLook) -> list[StepFailed]:
     return found
 
 
+_STATES = frozenset(state.value for state in WorkflowState)
+
+
 def _status_of(workflow_id: str, look: WorkflowLook) -> WorkflowStatus:
     fields = look.fields
     state = fields.get("state")
     if state is None:
         return WorkflowStatus(workflow_id, WorkflowState.UNKNOWN)
+    if state not in _STATES:
+        raise BadData("workflow", workflow_id, f"its state {state[:40]!r} is not a workflow state")
 
     def number(name: str) -> int:  # as the scripts write it: ASCII digits, an int64's
         value = fields.get(name, "0")

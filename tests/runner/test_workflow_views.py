@@ -178,3 +178,15 @@ async def test_the_live_workflows_are_a_gauge_of_the_metrics(memory_url: str, gr
         assert await handle.result() == 2
         _, _, body = await _metrics_handler(runner)()
         assert f'trunner_workflows_live{{group="{group}"}} 0.0' in body.decode()
+
+
+async def test_a_handles_status_says_bad_data_as_the_lists_do(
+    url: str, group: str, raw: Any
+) -> None:
+    async with trunner.open_client(url, group, tasks=tasks) as client:
+        handle = await client.dispatch(step(double, 2))
+        keys = Keys("trunner", group)
+        raw.hset(keys._workflow(handle.id).res, "0", b"x" * 1000)
+        raw.hset(keys._workflow(handle.id).wf, "state", "<bad>")
+        with pytest.raises(BadData, match="not a workflow state"):
+            await handle.status()
