@@ -6,6 +6,7 @@ tiers."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -698,3 +699,20 @@ async def test_a_unique_step_the_cancel_takes_out_releases_its_lock(
     assert (swept.state, swept.removed) == ("cancelled", 2)
     assert raw.get(keys.unique("q")) is None, "the retrying step's lock is released"
     assert raw.get(keys.unique("r")) == b"another holder's", "only its own lock"
+
+
+async def test_a_step_cancelled_on_its_own_then_swept_leaves_no_mark(
+    broker: Broker, raw: Any, keys: Keys
+) -> None:
+    """A queued step cancelled on its own gets a mark (it is not removed: its end is
+    recorded when fetched); the workflow's cancel then takes it out, and its mark goes with
+    it, told to the runners, so that a workflow of that id dispatched later is not hit."""
+    roots = [(i, root(keys, i, i)) for i in range(2)]
+    assert await start(broker, 2, [], roots) == "ok"
+    until = int(time.time() * 1000) + 60_000
+    assert await broker.cancel_task(f"{W}.1", until, None, None) == "running"
+    assert raw.hexists(keys.cancelled, f"{W}.1")
+    assert await broker.cancel_workflow(W) == "cancelling"
+    swept = await broker.sweep_workflow(W)
+    assert (swept.state, swept.removed) == ("cancelled", 2)
+    assert not raw.hexists(keys.cancelled, f"{W}.1"), "its own mark went with it"

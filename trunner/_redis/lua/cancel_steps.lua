@@ -153,6 +153,9 @@ while node < n and looked < most and node < first + 4 * 4 * slice do
             local body = decoded(detail.message)
             record(id, body)
             release_lock(body)
+            if redis.call('HDEL', ctx.cancelled, id) == 1 then -- its own mark, if it had
+              redis.call('PUBLISH', ctx.cancel_channel, '\255forget ' .. id) -- one: gone
+            end
             wf_end_node(k, wid, i, 'cancelled', '', '', '', ctx)
             told[#told + 1] = id
             removed = removed + 1
