@@ -522,22 +522,24 @@ async def test_the_janitors_look_at_the_index_and_its_cancel_of_an_abandoned_sta
     with pytest.raises(ConnectionError):
         await start(broker, 1001, [], [(i, root(keys, i, i)) for i in range(1001)])
     broker._script = script  # type: ignore[method-assign]
-    created = int(raw.hget(flow.wf, "created"))
+    created = int(raw.hget(flow.wf, "created")) - 600_000  # dispatched 10 minutes ago
+    raw.hset(flow.wf, "created", created)
     for name in ("bad", "gone"):
         raw.zadd(keys.workflows, {name: created})
     raw.hset(keys._workflow("bad").wf, mapping={**state(raw, keys), "live": "inf"})
-    assert await broker.tidy_workflows([W, "bad", "gone"], created - 1) == [
+    hour, minutes = 3_600_000, 300_000  # ages, by Redis's clock (which wrote 'created')
+    assert await broker.tidy_workflows([W, "bad", "gone"], hour) == [
         "live",
         "live: a string that is not an integer in decimal digits",
         "gone",
     ]
     assert raw.zrange(keys.workflows, 0, -1) == [W.encode()]
-    assert await broker.cancel_workflow(W, abandoned_before_ms=created - 1) == "running"
-    assert state(raw, keys)["state"] == "running", "dispatched after the cutoff: left alone"
-    assert await broker.tidy_workflows([W], created) == ["abandoned"]
-    assert await broker.cancel_workflow(W, abandoned_before_ms=created) == "cancelling"
+    assert await broker.cancel_workflow(W, abandoned_for_ms=hour) == "running"
+    assert state(raw, keys)["state"] == "running", "not adding for an hour yet: left alone"
+    assert await broker.tidy_workflows([W], minutes) == ["abandoned"]
+    assert await broker.cancel_workflow(W, abandoned_for_ms=minutes) == "cancelling"
     assert await broker.sweep_workflow(W) == WorkflowSweep("cancelled", 1000, 0)
-    assert await broker.tidy_workflows([W], created) == ["gone"], "settled: out of the index"
+    assert await broker.tidy_workflows([W], minutes) == ["gone"], "settled: out of the index"
 
 
 TOKEN = "a" * 32

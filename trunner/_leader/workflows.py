@@ -11,7 +11,7 @@ import trio
 
 from .._engine.quarantine import Quarantine
 from .._redis import Broker
-from .._util import ErrorLog, logger, wall_ms
+from .._util import ErrorLog, logger
 from .._wire.workflow import workflow_id_error
 from ..errors import BackendError
 
@@ -58,17 +58,17 @@ class WorkflowIndex:
         self.forgotten = 0
 
     async def page(self) -> None:
-        """A page of the group's index of live workflows: of those dispatched more than
-        ``ABANDONED_DISPATCH`` ago, the abandoned are cancelled and the gone forgotten; bad
-        entries leave the index, set aside with their reason."""
+        """A page of the group's index of live workflows: the abandoned (dispatched more
+        than ``ABANDONED_DISPATCH`` ago, still adding) are cancelled and the gone forgotten;
+        bad entries leave the index, set aside with their reason."""
         broker = self._broker
         cursor, page = await broker.workflow_index_page(self._cursor, WORKFLOW_PAGE)
         self._cursor = cursor
-        cutoff = wall_ms() - int(ABANDONED_DISPATCH * 1000)
+        # An age, not a time: the scripts measure it by Redis's clock, which wrote the time
+        # of each dispatch (this instance's clock may be off).
+        age = int(ABANDONED_DISPATCH * 1000)
         ids = []
-        for member, dispatched in page:
-            if not dispatched <= cutoff:
-                continue  # dispatched lately: its start may still be on its way
+        for member, _ in page:
             text = member.decode("utf-8", "backslashreplace")
             why = workflow_id_error(text) if text.encode() == member else "not UTF-8 text"
             if why is not None:
@@ -80,10 +80,10 @@ class WorkflowIndex:
             ids.append(text)
         if not ids:
             return
-        verdicts = await broker.tidy_workflows(ids, cutoff)
+        verdicts = await broker.tidy_workflows(ids, age)
         for workflow_id, verdict in zip(ids, verdicts, strict=True):
             if verdict == "abandoned":
-                await self._cancel_abandoned(workflow_id, cutoff)
+                await self._cancel_abandoned(workflow_id, age)
             elif verdict == "gone":
                 self.forgotten += 1
             elif verdict != "live":
@@ -94,12 +94,12 @@ class WorkflowIndex:
                     action="dropped from the index of live workflows; its keys left to expire",
                 )
 
-    async def _cancel_abandoned(self, workflow_id: str, cutoff_ms: int) -> None:
+    async def _cancel_abandoned(self, workflow_id: str, age_ms: int) -> None:
         """Cancel a workflow whose producer stopped between the chunks of its start (the
-        script checks again that it is still adding, dispatched before ``cutoff_ms``)."""
+        script checks again that it is still adding, dispatched ``age_ms`` ago or more)."""
         broker = self._broker
         try:
-            state = await broker.cancel_workflow(workflow_id, abandoned_before_ms=cutoff_ms)
+            state = await broker.cancel_workflow(workflow_id, abandoned_for_ms=age_ms)
             if state not in ("cancelling", "cancelled"):
                 return  # its start went on after all, or it ended meanwhile
             swept = await broker.sweep_workflow(workflow_id)

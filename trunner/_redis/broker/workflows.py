@@ -147,15 +147,16 @@ class Workflows(BrokerBase):
         return "ok"
 
     async def cancel_workflow(
-        self, workflow_id: str, *, abandoned_before_ms: int | None = None
+        self, workflow_id: str, *, abandoned_for_ms: int | None = None
     ) -> str:
         """Cancel workflow ``workflow_id`` (``cancel_workflow.lua``): its state after
         (``"cancelling"``, ``"failing"``, a settled state, or ``"gone"``). With
-        ``abandoned_before_ms`` only if its producer abandoned it: still adding its first
-        steps, dispatched at or before then (else its state, nothing written)."""
+        ``abandoned_for_ms`` only if its producer abandoned it: still adding its first
+        steps, dispatched at least that long ago by Redis's clock (else its state, nothing
+        written)."""
         args = [workflow_id, *self._flow_context()]
-        if abandoned_before_ms is not None:
-            args.append(abandoned_before_ms)
+        if abandoned_for_ms is not None:
+            args.append(abandoned_for_ms)
         reply = await self._script("cancel_workflow", self._whole_keys(workflow_id), args)
         return as_str(reply)
 
@@ -170,17 +171,15 @@ class Workflows(BrokerBase):
             (bytes(flat[i]), float(flat[i + 1])) for i in range(0, len(flat) - 1, 2)
         ]
 
-    async def tidy_workflows(
-        self, workflow_ids: Sequence[str], abandoned_before_ms: int
-    ) -> list[str]:
+    async def tidy_workflows(self, workflow_ids: Sequence[str], abandoned_for_ms: int) -> list[str]:
         """Look at the workflows ``workflow_ids`` of the index (``tidy_workflows.lua``):
         per workflow ``"live"``, ``"abandoned"`` (still adding its first steps, dispatched
-        at or before ``abandoned_before_ms``), ``"gone"`` (out of the index), or why its
-        keys are not trunner's (out of the index)."""
+        at least ``abandoned_for_ms`` ago by Redis's clock), ``"gone"`` (out of the
+        index), or why its keys are not trunner's (out of the index)."""
         keys = [self.keys.workflows]
         for workflow_id in workflow_ids:
             keys += self.keys._workflow(workflow_id).names()
-        reply = await self._script("tidy_workflows", keys, [abandoned_before_ms, *workflow_ids])
+        reply = await self._script("tidy_workflows", keys, [abandoned_for_ms, *workflow_ids])
         return [as_str(verdict) for verdict in reply]
 
     async def forget_index_entry(self, member: bytes) -> bool:

@@ -1,8 +1,8 @@
 -- Cancel a workflow (after key_types.lua, numbers.lua, lanes.lua and workflows.lua): a
 -- running one turns 'cancelling' (a failing one stays failing: its failures win), and one
 -- cancel mark with one PUBLISH cancels every step of it wherever it runs; a step queued or
--- waiting is dropped when it is fetched (the mark), and a step's retry is not scheduled
--- (retry.lua). No step starts after this call. It settles once every step it started has
+-- waiting is taken out by the sweep that follows (cancel_steps.lua), or dropped when it is
+-- fetched (the mark), and a step's retry is not scheduled (retry.lua). No step starts after this call. It settles once every step it started has
 -- ended (at once when none is live).
 -- KEYS[1..5] the workflow's keys: wf, plan, marks, res, err
 -- KEYS[6]  the group's index of live workflows
@@ -15,7 +15,8 @@
 -- ARGV[2]  the cancel channel; ARGV[3] the done channel; ARGV[4] how long a cancel mark
 --          holds (ms); ARGV[5] the largest message a runner reads
 -- ARGV[6]  (optional: the janitor's) cancel only a workflow its producer abandoned: still
---          running and adding its first steps, dispatched at or before this time (ms)
+--          running and adding its first steps, dispatched at least this long ago (ms, by
+--          Redis's clock, which wrote the time of its dispatch)
 -- Returns  its state after the call ('gone' when there is no such workflow; with ARGV[6],
 --          the state of one not abandoned, nothing written); an error naming what is wrong
 --          with keys trunner did not write
@@ -38,7 +39,8 @@ end
 if ARGV[6] then
   local v = redis.call('HMGET', k.wf, 'adding', 'created')
   local created = checked_number(v[2] or '', {integer = true, digits = 15, min = 0})
-  if state ~= 'running' or v[1] ~= '1' or not created or created > tonumber(ARGV[6]) then
+  local cutoff = ctx.now_ms - (tonumber(ARGV[6]) or 0)
+  if state ~= 'running' or v[1] ~= '1' or not created or created > cutoff then
     return state
   end
 end

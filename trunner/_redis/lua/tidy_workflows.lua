@@ -7,12 +7,15 @@
 -- given time) is named for the janitor to cancel (cancel_workflow.lua checks it again).
 -- KEYS[1]  the group's index of live workflows (a zset)
 -- then     five keys per workflow: wf, plan, marks, res, err
--- ARGV[1]  a workflow still adding its first steps and dispatched at or before this time
---          (ms since the epoch) was abandoned by its producer
+-- ARGV[1]  a workflow still adding its first steps and dispatched at least this long ago
+--          (ms, by Redis's clock, which wrote the time of its dispatch) was abandoned by its
+--          producer
 -- ARGV[2..] the workflows' ids, in the order of their keys
 -- Returns  per workflow: 'live', 'abandoned', 'gone' (out of the index), or why its keys
 --          are not trunner's (out of the index)
-local cutoff = tonumber(ARGV[1])
+local now = redis.call('TIME')
+local cutoff = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) -
+  (tonumber(ARGV[1]) or 0)
 local verdicts = {}
 for w = 2, #ARGV do
   local wid = ARGV[w]
