@@ -85,8 +85,9 @@ class WorkflowHandle(str, Generic[R]):
         running. Returns its state after the call (``CANCELLED`` when it settled,
         ``CANCELLING`` while steps still run, ``FAILING`` while a failing one's steps
         still run, ``FAILED`` when a failing one settled: its failures win, or the outcome
-        it had already; ``UNKNOWN`` for no such workflow). If Redis fails mid-way, the steps not yet taken
-        out are dropped when fetched (the workflow's cancel mark holds)."""
+        it had already; ``UNKNOWN`` for no such workflow). If Redis fails mid-way, the
+        steps not yet taken out are dropped when fetched (the workflow's cancel mark
+        holds)."""
         broker = self._producer._open_broker()
         reply = await broker.cancel_workflow(self.id)
         if reply in ("cancelling", "failing"):

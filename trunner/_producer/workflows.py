@@ -129,6 +129,7 @@ async def _encode(
     # trace context: one trace for the whole workflow, whose steps make no span here).
     name, wid = f"workflow:{workflow.name}", workflow.id
     shared = await producer._headers(name, None, given, wid, workflow=workflow)
+    hooked = producer._dispatch_hooks is not None  # the hooks' view of each step, for them
     for index, (node, one) in enumerate(zip(plan.nodes, checked, strict=True)):
         step, task_name, task, payload = node.step, one.task_name, one.task, one.payload
         lane, unique = one.lane, one.unique
@@ -137,7 +138,7 @@ async def _encode(
         options = _options(step.keep_result, step.timeout, ref)
         task_id = f"{wid}.{index}"
         mine = {**shared, **(step.headers or {})} if shared else step.headers
-        info = attrs.evolve(workflow, node=index, waits_for=node.waits_for)
+        info = attrs.evolve(workflow, node=index, waits_for=node.waits_for) if hooked else None
         headers = await producer._headers(task_name, payload, mine, task_id, workflow=info)
         lock = (unique.key, unique.token, unique.seconds) if unique is not None else None
         if not node.waits_for:

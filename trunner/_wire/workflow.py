@@ -23,6 +23,7 @@ script assembling the message copies every byte as written (no JSON parser touch
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
@@ -58,6 +59,17 @@ _NEXT = re.compile(f"(?:{_INDEX}(?:-{_INDEX})?(?:,{_INDEX}(?:-{_INDEX})?)*)?")
 
 
 def workflow_id_error(value: object) -> str | None:
+    """See :func:`_workflow_id_error`; a str's answer is remembered (every step of a
+    workflow carries its id, and each step's reference checks it)."""
+    return _checked_id(value) if type(value) is str else _workflow_id_error(value)
+
+
+@functools.lru_cache(maxsize=256)
+def _checked_id(value: str) -> str | None:
+    return _workflow_id_error(value)
+
+
+def _workflow_id_error(value: object) -> str | None:
     """Why ``value`` is not a workflow id (a non-empty str without whitespace that UTF-8 can
     encode: it travels, as task ids do, on the ``done`` channel, space-separated; and
     without ``.``, so that no workflow's id is another's step's, ``<workflow id>.<i>``), or
