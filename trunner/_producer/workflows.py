@@ -112,6 +112,7 @@ async def _encode(
     broker = producer._open_broker()
     group = broker.keys.group
     checked = []
+    hooked = producer._dispatch_hooks is not None
     for index, node in enumerate(plan.nodes):  # all checked before any hook sees them
         step = node.step
         task_name, task = step_task(producer.registry, index, step)
@@ -119,8 +120,8 @@ async def _encode(
         await producer.lanes.check(broker, lane, task)
         unique = unique_of(task, step.payload) if step.bound else None
         payload = payload_of(task, step.payload) if step.bound else None
-        if step.bound:
-            _fits(index, task_name, payload, producer.max_payload_bytes)
+        if step.bound and (hooked or node.waits_for):  # a root's message is sized anyway,
+            _fits(index, task_name, payload, producer.max_payload_bytes)  # before a write
         checked.append(_Checked(task_name, task, lane, payload, unique))
     now, limit = time.time(), producer.max_payload_bytes
     encoded = _Encoded([], [], set(), {})
@@ -129,7 +130,6 @@ async def _encode(
     # trace context: one trace for the whole workflow, whose steps make no span here).
     name, wid = f"workflow:{workflow.name}", workflow.id
     shared = await producer._headers(name, None, given, wid, workflow=workflow)
-    hooked = producer._dispatch_hooks is not None  # the hooks' view of each step, for them
     for index, (node, one) in enumerate(zip(plan.nodes, checked, strict=True)):
         step, task_name, task, payload = node.step, one.task_name, one.task, one.payload
         lane, unique = one.lane, one.unique

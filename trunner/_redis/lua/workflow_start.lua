@@ -86,7 +86,10 @@ for r = 1, roots do
   local i, message = tonumber(ARGV[at + 2 * r - 1]), ARGV[at + 2 * r]
   if redis.call('SETBIT', k.marks, 2 * i, 1) == 0 then
     redis.call('HINCRBY', k.wf, 'live', 1)
-    local lock, refused = redis.call('HGET', k.plan, 'u:' .. i), nil
+    local lock, refused = nil, nil
+    if string.find(message, '"unique_key":', 1, true) then -- a unique root's message says
+      lock = redis.call('HGET', k.plan, 'u:' .. i)          -- so: no look for the others
+    end
     if lock then
       redis.call('HDEL', k.plan, 'u:' .. i)
       refused = wf_take_lock(k, i, lock, message, ctx)
