@@ -69,24 +69,31 @@ local c = {stream = KEYS[7], delayed = KEYS[12], delayed_messages = KEYS[13],
   waiters = KEYS[17], waiting_prefix = ARGV[9], group = ARGV[8], shared = shared}
 
 -- The step of this workflow it should be: node i, of this group.
-local function step_of(i)
-  return function(message)
-    local ok, body = pcall(cjson.decode, message or '')
-    return ok and type(body) == 'table' and type(body.wf) == 'table' and body.wf[1] == wid
-      and body.wf[2] == i and body.group == ARGV[8]
-  end
-end
-
-local function finite(x)
-  return type(x) == 'number' and x == x and x ~= math.huge and x ~= -math.huge
-end
-
--- A step's message taken out, decoded (nil when it is not a JSON object).
+-- A message, decoded (nil when it is not a JSON object).
 local function decoded(message)
   local ok, body = pcall(cjson.decode, message or '')
   if ok and type(body) == 'table' then
     return body
   end
+end
+
+-- Whether a message found is this workflow's node i, of this group; the bodies of those
+-- accepted are kept by their message (the one taken out is read from it: decoded once).
+local taken = {}
+local function step_of(i)
+  return function(message)
+    local body = decoded(message)
+    local mine = body ~= nil and type(body.wf) == 'table' and body.wf[1] == wid
+      and body.wf[2] == i and body.group == ARGV[8]
+    if mine then
+      taken[message] = body
+    end
+    return mine
+  end
+end
+
+local function finite(x)
+  return type(x) == 'number' and x == x and x ~= math.huge and x ~= -math.huge
 end
 
 -- The 'cancelled' record of step id, from its message (as Outcomes.cancelled writes it).
@@ -148,9 +155,10 @@ while node < n and looked < most and node < first + 4 * 4 * slice do
         if bits == 2 then -- started, not ended
           looked = looked + 1
           local id = wid .. '.' .. i
+          taken = {}
           local where, detail = cancel_take(c, id, step_of(i))
           if where == 'delayed' or where == 'waiting' or where == 'queued' then
-            local body = decoded(detail.message)
+            local body = detail.message and taken[detail.message] or decoded(detail.message)
             record(id, body)
             release_lock(body)
             if redis.call('HDEL', ctx.cancelled, id) == 1 then -- its own mark, if it had
